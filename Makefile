@@ -1,0 +1,47 @@
+# The README's two commands: `make bench` and `make test`. Both set up .venv on first
+# use (torch, torchvision, the project) and are quick once it is there.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+TORCH_PINS := torch==2.14.1 torchvision==0.29.1
+DEPS := numpy pillow tqdm fsspec webdataset ninja pytest pytest-xdist pytest-timeout
+# nvJPEG for the GPU decode op (headers + library), matching torch's CUDA 13.
+NVJPEG := nvidia-nvjpeg==13.2.3.58
+NATIVE_SOURCES := $(shell find csrc -name '*.cpp' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh') setup.py
+BUILT := $(VENV)/.fastload-built
+PYTEST_ARGS ?= -n 2
+
+.PHONY: all setup build test bench clean info
+
+all: test
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.deps: $(PY) Makefile
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(TORCH_PINS)
+	$(PY) -m pip install -q $(DEPS)
+	-$(PY) -m pip install -q $(NVJPEG)
+	touch $@
+
+# The editable install compiles fastload._C; ninja recompiles only what changed. The
+# lock keeps concurrent builds (parallel shells) from racing on build/.
+$(BUILT): $(VENV)/.deps $(NATIVE_SOURCES) pyproject.toml
+	flock /tmp/fastload-build.lock $(PY) -m pip install -q --no-build-isolation --no-deps -e . \
+		|| flock /tmp/fastload-build.lock $(PY) -m pip install --no-build-isolation --no-deps -v -e .
+	touch $@
+
+setup build: $(BUILT)
+
+info: $(BUILT)
+	$(PY) -m fastload.info
+
+test: $(BUILT)
+	$(PY) -m pytest $(PYTEST_ARGS) tests
+
+bench: $(BUILT)
+	$(PY) -m fastload.bench
+
+clean:
+	rm -rf build *.egg-info fastload/_C*.so $(BUILT)

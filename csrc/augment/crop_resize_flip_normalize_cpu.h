@@ -1,0 +1,58 @@
+// CPU entry point of the fused augment kernel, for the batch engine's worker threads.
+//
+// Stage: augment. Input: a uint8 HWC image view (a decoded window). Output: one sample
+// written in place into its slot of a batch tensor, through arbitrary element strides
+// (NCHW and channels_last are both just strides). The per-pixel math is in
+// crop_resize_flip_normalize.h, shared with the CUDA kernel.
+#pragma once
+
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace fastload {
+
+struct ImageView {
+  const uint8_t* data;
+  int height;
+  int width;
+  int channels;        // 1 or 3; pixels are packed (column stride == channels)
+  int64_t row_stride;  // in bytes
+};
+
+// [top, left, height, width] in the view's pixel coordinates (floats: DCT-scaled and
+// centre-cropped boxes fall between pixels).
+struct Box {
+  float top, left, height, width;
+};
+
+struct OutputView {
+  void* data;  // points at element (0, 0, 0) of this sample's slot
+  c10::ScalarType dtype;  // Byte, Float, Half or BFloat16
+  int channels;           // == ImageView::channels
+  int height;
+  int width;
+  int64_t stride_c, stride_y, stride_x;  // in elements
+};
+
+// Reusable per-thread buffers (filter taps, intermediate rows), so the hot loop
+// does not allocate.
+struct ResizeScratch {
+  std::vector<float> horizontal_weights;
+  std::vector<int> horizontal_first;
+  std::vector<float> vertical_weights;
+  std::vector<int> vertical_first;
+  std::vector<float> intermediate;
+};
+
+// out[c, y, x] = (resample(in, box)[y, flip ? W-1-x : x, c] * scale - mean[c]) / std[c],
+// cast to out.dtype (uint8: round half away from zero, saturate). Resampling is
+// antialiased bilinear (torchvision antialias=True / Pillow BILINEAR semantics); taps
+// clamp to the view; output pixels whose centre lies outside the view are 0 before
+// normalisation (padding, as torchvision's CenterCrop pads). Never throws for valid views.
+void crop_resize_flip_normalize_cpu(const ImageView& in, const Box& box, bool flip,
+                                    float scale, const float* mean, const float* std,
+                                    const OutputView& out, ResizeScratch& scratch);
+
+}  // namespace fastload

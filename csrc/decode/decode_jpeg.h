@@ -1,0 +1,59 @@
+// JPEG decoding on the CPU with libjpeg-turbo: header, crop window, DCT scaling.
+//
+// Stage: decode. Input: the bytes of one JPEG. Output: uint8 HWC pixels of a window.
+// Thread-safe: every call owns its own libjpeg state. All failures throw
+// fastload::DecodeError (check.h) carrying libjpeg's message.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace fastload {
+
+// Pillow's default decompression-bomb limit (Image.MAX_IMAGE_PIXELS).
+constexpr int64_t kDefaultMaxPixels = 178956970;
+
+struct JpegInfo {
+  int height = 0;
+  int width = 0;
+  int components = 0;   // in the file: 1 gray, 3 YCbCr/RGB, 4 CMYK/YCCK
+  int color_space = 0;  // libjpeg's J_COLOR_SPACE of the file
+  bool progressive = false;
+};
+
+// True when the data starts with a JPEG SOI marker (cheap format sniffing).
+bool is_jpeg(const uint8_t* data, size_t size);
+
+// Reads only the header. Throws DecodeError.
+JpegInfo read_jpeg_info(const uint8_t* data, size_t size);
+
+// A decoded window of a JPEG, possibly DCT-scaled.
+struct DecodedWindow {
+  std::vector<uint8_t> pixels;  // HWC, row stride = width * channels
+  int height = 0;               // rows in `pixels`
+  int width = 0;                // columns in `pixels`
+  int channels = 0;             // 1 or 3
+  int scale_denom = 1;          // decoded at 1/scale_denom
+  int scaled_height = 0;        // size of the whole image at that scale
+  int scaled_width = 0;
+  int top = 0;                  // position of pixels(0, 0) in the scaled whole image
+  int left = 0;
+};
+
+// Decodes at least the full-resolution window [top, top+height) x [left, left+width)
+// (clamped to the image) at 1/scale_denom (1, 2, 4 or 8). The result may start left of
+// the window and be wider (libjpeg crops at iMCU boundaries); `out.top/left` say where
+// it lies. height/width <= 0 mean the whole image. channels: 3 (RGB; gray and CMYK
+// are converted as Pillow's convert("RGB") does) or 1 (luma). Throws DecodeError when
+// the image has more than max_pixels pixels (max_pixels <= 0: no limit), or the data
+// is corrupt, truncated or not a JPEG. `out` is reused to avoid reallocations.
+void decode_jpeg_window(const uint8_t* data, size_t size, int top, int left, int height,
+                        int width, int scale_denom, int channels, int64_t max_pixels,
+                        DecodedWindow& out);
+
+// Largest DCT scale denominator in {1, 2, 4, 8} at which a crop of crop_h x crop_w
+// full-resolution pixels still covers out_h x out_w output pixels.
+int choose_scale_denom(int crop_h, int crop_w, int out_h, int out_w);
+
+}  // namespace fastload

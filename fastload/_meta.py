@@ -1,0 +1,34 @@
+"""Fake (meta) kernels: the shape and dtype of every fastload op, for torch.compile and
+meta tensors. Data-dependent shapes (decoded image sizes) use unbacked symbols."""
+
+from __future__ import annotations
+
+import torch
+
+
+@torch.library.register_fake("fastload::crop_resize_flip_normalize")
+def _crop_resize_flip_normalize(image, box, size, flip, scale, mean, std, dtype, channels_last):
+    torch._check(image.dim() == 3, lambda: "image must be [H, W, C]")
+    out = image.new_empty((image.shape[2], size[0], size[1]), dtype=dtype)
+    return out.contiguous(memory_format=torch.channels_last) if channels_last else out
+
+
+@torch.library.register_fake("fastload::crop_resize_flip_normalize_batch")
+def _crop_resize_flip_normalize_batch(images, shapes, boxes, flips, scale, mean, std, out):
+    return None
+
+
+@torch.library.register_fake("fastload::random_resized_crop_params")
+def _random_resized_crop_params(sizes, indices, seed, epoch, scale, ratio):
+    return sizes.new_empty((indices.shape[0], 4), dtype=torch.int64)
+
+
+@torch.library.register_fake("fastload::random_flip_params")
+def _random_flip_params(indices, seed, epoch, p):
+    return indices.new_empty((indices.shape[0],), dtype=torch.bool)
+
+
+@torch.library.register_fake("fastload::decode_jpeg")
+def _decode_jpeg(data, window, scale_denom, channels, max_pixels):
+    ctx = torch.library.get_ctx()
+    return data.new_empty((ctx.new_dynamic_size(), ctx.new_dynamic_size(), channels), dtype=torch.uint8)

@@ -1,0 +1,213 @@
+"""Builds fastload._C, the native core, with torch.utils.cpp_extension.
+
+Configuration (environment variables):
+  FASTLOAD_JPEG_PREFIX   libjpeg-turbo install prefix (include/ and lib/); otherwise
+                         pkg-config's libjpeg, then the compiler's default paths.
+  FASTLOAD_CUDA          auto (default): CUDA kernels when nvcc is found and torch has
+                         CUDA; 1: require them; 0: CPU only.
+  FASTLOAD_NVJPEG_PREFIX nvJPEG prefix; otherwise the CUDA toolkit, then the
+                         nvidia-nvjpeg pip package. Without it the GPU decode op raises.
+  TORCH_CUDA_ARCH_LIST   GPU architectures (default here: "8.0;9.0+PTX").
+  FASTLOAD_DEBUG=1       -O0 -g and asserts.
+
+The build prints its configuration; a missing optional piece degrades the build
+(reported by `python -m fastload.info`), a missing libjpeg-turbo stops it with the fix.
+"""
+
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+
+from setuptools import setup
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+JPEG_HELP = (
+    "fastload needs libjpeg-turbo >= 1.5 (headers and library). Install it with "
+    "`apt-get install libturbojpeg0-dev libjpeg62-turbo-dev` (Debian/Ubuntu), "
+    "`dnf install libjpeg-turbo-devel` (Fedora/RHEL), `brew install jpeg-turbo` (macOS) "
+    "or `conda install libjpeg-turbo`, or point FASTLOAD_JPEG_PREFIX at its prefix."
+)
+
+
+def log(message):
+    print(f"[fastload build] {message}", flush=True)
+
+
+def pkg_config(package, *flags):
+    if shutil.which("pkg-config") is None:
+        return None
+    result = subprocess.run(["pkg-config", *flags, package], capture_output=True, text=True)
+    return result.stdout.split() if result.returncode == 0 else None
+
+
+def find_jconfig(include_dirs):
+    """Returns the path of jconfig.h (which holds the libjpeg-turbo version)."""
+    candidates = list(include_dirs) + ["/usr/include", "/usr/local/include", "/opt/homebrew/include"]
+    multiarch = sysconfig.get_config_var("MULTIARCH")
+    if multiarch:
+        candidates += [f"/usr/include/{multiarch}"]
+    for directory in candidates:
+        for name in ("jconfig.h", f"{multiarch}/jconfig.h" if multiarch else None):
+            if name and os.path.exists(os.path.join(directory, name)):
+                return os.path.join(directory, name)
+    return None
+
+
+def find_libjpeg():
+    """Returns (include_dirs, library_dirs, libraries, version) for libjpeg-turbo."""
+    prefix = os.environ.get("FASTLOAD_JPEG_PREFIX")
+    if prefix:
+        include_dirs = [os.path.join(prefix, "include")]
+        library_dirs = [d for d in (os.path.join(prefix, "lib"), os.path.join(prefix, "lib64")) if os.path.isdir(d)]
+        origin = f"FASTLOAD_JPEG_PREFIX={prefix}"
+    else:
+        cflags = pkg_config("libjpeg", "--cflags")
+        libs = pkg_config("libjpeg", "--libs")
+        if cflags is not None and libs is not None:
+            include_dirs = [f[2:] for f in cflags if f.startswith("-I")]
+            library_dirs = [f[2:] for f in libs if f.startswith("-L")]
+            origin = "pkg-config libjpeg"
+        else:
+            include_dirs, library_dirs, origin = [], [], "default compiler paths"
+    jconfig = find_jconfig(include_dirs)
+    if jconfig is None or not any(
+        os.path.exists(os.path.join(d, "jpeglib.h")) for d in include_dirs + [os.path.dirname(jconfig)] + ["/usr/include", "/usr/local/include"]
+    ):
+        sys.exit(f"error: libjpeg-turbo headers not found ({origin}). {JPEG_HELP}")
+    match = re.search(r"#define\s+LIBJPEG_TURBO_VERSION\s+(\S+)", open(jconfig).read())
+    if match is None:
+        sys.exit(f"error: {jconfig} is plain libjpeg, not libjpeg-turbo (no crop/skip scanline API). {JPEG_HELP}")
+    version = match.group(1)
+    log(f"libjpeg-turbo {version} from {origin} ({jconfig})")
+    return include_dirs, library_dirs, ["jpeg"], version
+
+
+def find_nvjpeg(cuda_home):
+    """Returns (include_dir, library_dir, library_file) of nvJPEG, or None."""
+    prefixes = []
+    if os.environ.get("FASTLOAD_NVJPEG_PREFIX"):
+        prefixes.append(os.environ["FASTLOAD_NVJPEG_PREFIX"])
+    if cuda_home:
+        prefixes.append(cuda_home)
+    try:  # the nvidia-nvjpeg wheel installs into site-packages/nvidia/cu13
+        import nvidia
+
+        for base in nvidia.__path__:
+            prefixes += sorted(glob.glob(os.path.join(base, "cu*"))) + [os.path.join(base, "nvjpeg")]
+    except ImportError:
+        pass
+    for prefix in prefixes:
+        header = os.path.join(prefix, "include", "nvjpeg.h")
+        for libdir in (os.path.join(prefix, "lib64"), os.path.join(prefix, "lib")):
+            libs = sorted(glob.glob(os.path.join(libdir, "libnvjpeg.so*")))
+            if os.path.exists(header) and libs:
+                return os.path.dirname(header), libdir, os.path.basename(libs[0])
+    return None
+
+
+def want_cuda(torch, cuda_home):
+    mode = os.environ.get("FASTLOAD_CUDA", "auto").lower()
+    if mode not in ("auto", "0", "1"):
+        sys.exit(f"error: FASTLOAD_CUDA must be auto, 0 or 1, got {mode!r}")
+    has_nvcc = cuda_home is not None and os.path.exists(os.path.join(cuda_home, "bin", "nvcc"))
+    has_torch_cuda = torch.version.cuda is not None
+    if mode == "0":
+        log("CUDA kernels: off (FASTLOAD_CUDA=0)")
+        return False
+    if has_nvcc and has_torch_cuda:
+        log(f"CUDA kernels: on (nvcc in {cuda_home}, torch CUDA {torch.version.cuda})")
+        return True
+    reason = "nvcc not found (set CUDA_HOME)" if not has_nvcc else "this torch build has no CUDA"
+    if mode == "1":
+        sys.exit(f"error: FASTLOAD_CUDA=1 but {reason}")
+    log(f"CUDA kernels: off ({reason})")
+    return False
+
+
+def default_cuda_home():
+    """torch guesses CUDA_HOME from `which nvcc`, wrong when nvcc is a wrapper script."""
+    if not os.environ.get("CUDA_HOME") and not os.environ.get("CUDA_PATH"):
+        if os.path.exists("/usr/local/cuda/bin/nvcc"):
+            os.environ["CUDA_HOME"] = "/usr/local/cuda"
+
+
+def extensions():
+    default_cuda_home()
+    import torch
+    from torch.utils import cpp_extension
+
+    debug = os.environ.get("FASTLOAD_DEBUG") == "1"
+    include_dirs, library_dirs, libraries, jpeg_version = find_libjpeg()
+    cuda_home = cpp_extension.CUDA_HOME
+    with_cuda = want_cuda(torch, cuda_home)
+
+    sources = sorted(glob.glob(os.path.join("csrc", "**", "*.cpp"), recursive=True))
+    cxx_flags = ["-O0", "-g"] if debug else ["-O3", "-DNDEBUG"]
+    # torch's headers choose the C++ standard (C++20 for torch >= 2.10).
+    cxx_flags += ["-fvisibility=hidden", "-Wall", "-Wno-unused-function"]
+    define_macros = [("FASTLOAD_JPEG_VERSION", f'"{jpeg_version}"')]
+    extra_link_args = []
+    nvcc_flags = ["-O3", "--expt-relaxed-constexpr"]
+
+    if with_cuda:
+        sources += sorted(glob.glob(os.path.join("csrc", "**", "*.cu"), recursive=True))
+        define_macros.append(("FASTLOAD_WITH_CUDA", "1"))
+        os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;9.0+PTX")
+        log(f"TORCH_CUDA_ARCH_LIST={os.environ['TORCH_CUDA_ARCH_LIST']}")
+        nvjpeg = find_nvjpeg(cuda_home)
+        if nvjpeg:
+            nvjpeg_include, nvjpeg_libdir, nvjpeg_lib = nvjpeg
+            include_dirs.append(nvjpeg_include)
+            define_macros.append(("FASTLOAD_WITH_NVJPEG", "1"))
+            extra_link_args += [f"-L{nvjpeg_libdir}", f"-l:{nvjpeg_lib}", f"-Wl,-rpath,{nvjpeg_libdir}"]
+            log(f"nvJPEG: {nvjpeg_libdir}/{nvjpeg_lib}")
+        else:
+            log("nvJPEG: not found (pip install nvidia-nvjpeg, or FASTLOAD_NVJPEG_PREFIX); GPU decode disabled")
+
+    flags_text = " ".join(cxx_flags + (nvcc_flags if with_cuda else []))
+    define_macros.append(("FASTLOAD_BUILD_FLAGS", f'"{flags_text}"'))
+    log(f"sources: {len(sources)}, flags: {flags_text}")
+
+    extension_class = cpp_extension.CUDAExtension if with_cuda else cpp_extension.CppExtension
+    return [
+        extension_class(
+            name="fastload._C",
+            sources=sources,
+            include_dirs=[os.path.join(ROOT, "csrc")] + include_dirs,
+            library_dirs=library_dirs,
+            libraries=libraries,
+            define_macros=define_macros,
+            extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags},
+            extra_link_args=extra_link_args,
+        )
+    ]
+
+
+def build_ext_class():
+    from torch.utils.cpp_extension import BuildExtension
+
+    class IncrementalBuildExtension(BuildExtension):
+        """Keeps objects in build/ (pip's editable build would use a new temp dir each
+        time), so ninja recompiles only the sources that changed."""
+
+        def finalize_options(self):
+            super().finalize_options()
+            self.build_temp = os.path.join(ROOT, "build", "temp")
+
+    return IncrementalBuildExtension.with_options(use_ninja=shutil.which("ninja") is not None or _has_ninja_module())
+
+
+def _has_ninja_module():
+    try:
+        import ninja  # noqa: F401
+
+        return True
+    except ImportError:
+        return False
+
+
+setup(ext_modules=extensions(), cmdclass={"build_ext": build_ext_class()})
