@@ -1,0 +1,136 @@
+"""Transform specs: what a native pipeline does to each image, torchvision's semantics.
+
+Specs hold parameters only, never pixels. A list of them is reduced to one fused plan
+(plan.py) that the C++ engine runs per sample: decode the crop window, resize
+(antialiased bilinear), flip, normalise and cast in one pass.
+
+Example:
+    >>> from fastload import ops
+    >>> pipeline = [ops.RandomResizedCrop(224), ops.RandomHorizontalFlip(),
+    ...             ops.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])]
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Sequence, Tuple, Union
+
+import torch
+
+Size = Union[int, Sequence[int]]
+
+
+def _pair(size: Size, name: str) -> Tuple[int, int]:
+    if isinstance(size, int):
+        size = (size, size)
+    size = tuple(int(s) for s in size)
+    if len(size) == 1:
+        size = (size[0], size[0])
+    if len(size) != 2 or min(size) <= 0:
+        raise ValueError(f"fastload.ops.{name}: expected a positive int or (height, width), got {size}")
+    return size
+
+
+@dataclass(frozen=True)
+class RandomResizedCrop:
+    """Crop a random area and aspect ratio, resize to `size` (torchvision semantics:
+    10 attempts, then a central fallback crop). Antialiased bilinear.
+
+    Args:
+        size: output (height, width), or an int for a square.
+        scale: range of the crop's area as a fraction of the image's.
+        ratio: range of the crop's aspect ratio (width / height), sampled log-uniformly.
+    """
+
+    size: Size
+    scale: Tuple[float, float] = (0.08, 1.0)
+    ratio: Tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0)
+
+    def __post_init__(self):
+        object.__setattr__(self, "size", _pair(self.size, "RandomResizedCrop"))
+        object.__setattr__(self, "scale", tuple(float(s) for s in self.scale))
+        object.__setattr__(self, "ratio", tuple(float(r) for r in self.ratio))
+        if self.scale[0] > self.scale[1] or self.ratio[0] > self.ratio[1] or self.ratio[0] <= 0:
+            raise ValueError(
+                f"fastload.ops.RandomResizedCrop: expected scale and ratio as (min, max), got "
+                f"scale={self.scale}, ratio={self.ratio}"
+            )
+
+
+@dataclass(frozen=True)
+class Resize:
+    """Resize: an int resizes the shorter side to it (aspect kept, `max_size` caps the
+    longer side), (height, width) resizes to exactly that. Antialiased bilinear.
+
+    Natively batchable only when the output size is fixed: (height, width), or followed
+    by a CenterCrop.
+    """
+
+    size: Size
+    max_size: Optional[int] = None
+
+    def __post_init__(self):
+        size = self.size
+        if isinstance(size, (list, tuple)) and len(size) == 1:
+            size = int(size[0])
+        if isinstance(size, (list, tuple)):
+            size = _pair(size, "Resize")
+        elif not isinstance(size, int) or size <= 0:
+            raise ValueError(f"fastload.ops.Resize: expected a positive int or (height, width), got {self.size!r}")
+        object.__setattr__(self, "size", size)
+
+
+@dataclass(frozen=True)
+class CenterCrop:
+    """Crop the centre to `size`, padding with zeros where the image is smaller
+    (torchvision semantics)."""
+
+    size: Size
+
+    def __post_init__(self):
+        object.__setattr__(self, "size", _pair(self.size, "CenterCrop"))
+
+
+@dataclass(frozen=True)
+class RandomHorizontalFlip:
+    """Mirror the image horizontally with probability p."""
+
+    p: float = 0.5
+
+    def __post_init__(self):
+        if not 0.0 <= self.p <= 1.0:
+            raise ValueError(f"fastload.ops.RandomHorizontalFlip: expected 0 <= p <= 1, got {self.p}")
+
+
+@dataclass(frozen=True)
+class Normalize:
+    """(x - mean) / std per channel, on values in [0, 1] (the image is converted to
+    float32 in [0, 1] first when no ToDtype came before, as ToTensor would)."""
+
+    mean: Sequence[float]
+    std: Sequence[float]
+
+    def __post_init__(self):
+        object.__setattr__(self, "mean", tuple(float(m) for m in self.mean))
+        object.__setattr__(self, "std", tuple(float(s) for s in self.std))
+        if any(s == 0 or not math.isfinite(s) for s in self.std):
+            raise ValueError(f"fastload.ops.Normalize: expected non-zero finite std, got {self.std}")
+
+
+@dataclass(frozen=True)
+class ToDtype:
+    """Output dtype: uint8, float32, float16 or bfloat16. scale=True maps uint8 [0, 255]
+    to [0, 1] for floating dtypes (torchvision v2 ToDtype semantics)."""
+
+    dtype: torch.dtype
+    scale: bool = False
+
+    def __post_init__(self):
+        if self.dtype not in (torch.uint8, torch.float32, torch.float16, torch.bfloat16):
+            raise ValueError(
+                f"fastload.ops.ToDtype: expected uint8, float32, float16 or bfloat16, got {self.dtype}"
+            )
+
+
+SPECS = (RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip, Normalize, ToDtype)

@@ -1,0 +1,38 @@
+"""PIL decoding: the fallback for formats the C++ decoder does not take (PNG, WebP,
+BMP, ...), and the generic path's decoder. Counted in the loader's stats as pil_fallback."""
+
+from __future__ import annotations
+
+import io
+from typing import Optional
+
+import numpy as np
+import torch
+
+from fastload.errors import DecodeError
+
+
+def decode_to_tensor(data: bytes, *, index: Optional[int] = None, source: Optional[str] = None,
+                     channels: int = 3, max_pixels: Optional[int] = None) -> torch.Tensor:
+    """Decodes any PIL-readable image to uint8 [H, W, channels] (RGB or L).
+
+    Raises:
+        DecodeError: naming the sample and source, for unreadable or oversized images.
+    """
+    from PIL import Image
+
+    if not data:
+        raise DecodeError("expected an image, got 0 bytes", index, source)
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            if max_pixels is not None and max_pixels > 0 and image.width * image.height > max_pixels:
+                raise DecodeError(
+                    f"image of {image.width}x{image.height} pixels is over the limit of {max_pixels} "
+                    "(decompression-bomb guard; raise max_pixels to allow it)", index, source)
+            array = np.asarray(image.convert("RGB" if channels == 3 else "L"))
+    except DecodeError:
+        raise
+    except Exception as error:  # noqa: BLE001 - PIL raises many types for bad data
+        raise DecodeError(f"{type(error).__name__}: {error}", index, source) from error
+    tensor = torch.from_numpy(array.copy())
+    return tensor if tensor.dim() == 3 else tensor.unsqueeze(-1)
