@@ -3,14 +3,40 @@
 Seeded per-epoch order, split first across DDP ranks, then (by torch's DataLoader or
 the native engine) across workers or threads; exact mid-epoch resume; elastic resume.
 
-THIS FILE IS AN API STUB (the contract between loader.py and sampling). Every function
-below raises NotImplementedError until implemented.
+How an epoch's order is laid out (the model every function below shares):
+
+- The epoch has a base permutation `perm` of range(N): torch's RandomSampler draw when not
+  distributed (so the order equals torch.utils.data.DataLoader's), a permutation seeded by
+  `seed + epoch` when distributed (so it equals DistributedSampler's), or range(N).
+- The epoch is consumed in lockstep *steps*: at each step every rank takes one batch. Step s
+  takes the next contiguous chunk of `perm` and deals it to the ranks interleaved (rank r gets
+  chunk[r::W]). So after k steps, what the whole job consumed is a *prefix* of `perm`,
+  whatever W was; that is what makes "one state describes the whole job" and elastic resume
+  possible: the state is just (how the epoch's perm was drawn, how many steps at which
+  (world_size, batch_size)), and the rest of the epoch is perm[consumed:], re-dealt to the
+  new world.
+- Every rank has the same number of steps in every `uneven` mode, so a collective per
+  step never hangs.
+
+Example:
+    >>> order = make_order(dataset_len=10, batch_size=4, shuffle=False, drop_last=False,
+    ...                    distributed=False)
+    >>> list(order)
+    [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    >>> state = order.state_dict(batches_consumed=1)
+    >>> order.load_state_dict(state); list(order)
+    [[4, 5, 6, 7], [8, 9]]
 """
 
 from __future__ import annotations
 
-from typing import Iterator, List, Optional, Protocol, Tuple, Union
+import base64
+import itertools
+import os
+from dataclasses import dataclass
+from typing import Any, Dict, Iterator, List, Optional, Protocol, Tuple, Union
 
+import numpy as np
 import torch
 
 STATE_VERSION = 1
@@ -39,10 +65,452 @@ class IndexOrder(Protocol):
         """Restores the epoch and resume point; the next __iter__ continues from it."""
 
 
+# ---------------------------------------------------------------------------------------
+# Distributed setting
+
+
 def resolve_distributed(distributed: Union[bool, str] = "auto") -> Tuple[int, int]:
     """(rank, world_size): torch.distributed when initialised, else RANK/WORLD_SIZE from
-    torchrun when distributed="auto"; True requires one of them; False gives (0, 1)."""
-    raise NotImplementedError
+    torchrun when distributed="auto"; True requires one of them; False gives (0, 1).
+
+    Example:
+        >>> resolve_distributed(False)
+        (0, 1)
+    """
+    if distributed is False:
+        return 0, 1
+    if distributed is not True and distributed != "auto":
+        raise ValueError(
+            f"fastload.DataLoader: expected distributed='auto', True or False, got {distributed!r}."
+        )
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
+    if rank is not None and world is not None:
+        try:
+            rank_i, world_i = int(rank), int(world)
+        except ValueError:
+            raise ValueError(
+                f"fastload.DataLoader: expected integer RANK and WORLD_SIZE environment "
+                f"variables, got RANK={rank!r} WORLD_SIZE={world!r}. Launch with torchrun."
+            ) from None
+        if not 0 <= rank_i < world_i:
+            raise ValueError(
+                f"fastload.DataLoader: expected 0 <= RANK < WORLD_SIZE, got RANK={rank_i} "
+                f"WORLD_SIZE={world_i}. Launch with torchrun."
+            )
+        return rank_i, world_i
+    if distributed is True:
+        raise RuntimeError(
+            "fastload.DataLoader: expected torch.distributed to be initialised or RANK/WORLD_SIZE "
+            "to be set (torchrun) with distributed=True, got neither. Launch with torchrun, call "
+            "torch.distributed.init_process_group() first, or pass distributed='auto'."
+        )
+    return 0, 1
+
+
+# ---------------------------------------------------------------------------------------
+# The step layout of (the rest of) an epoch
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """How M remaining samples become lockstep steps for W ranks.
+
+    The dealt sequence is the remaining perm padded (uneven="pad") or truncated to `length`;
+    the first `full_steps` steps take W * B samples each, then the steps in `tail` take the
+    given totals (each a multiple of W, or between W and W * B for "exact").
+    """
+
+    length: int
+    full_steps: int
+    step_size: int  # W * B
+    tail: Tuple[int, ...]
+
+    @property
+    def steps(self) -> int:
+        return self.full_steps + len(self.tail)
+
+    def consumed(self, steps: int) -> int:
+        """Samples of the dealt sequence taken by the first `steps` steps."""
+        full = min(steps, self.full_steps)
+        return full * self.step_size + sum(self.tail[: max(0, steps - self.full_steps)])
+
+
+def _layout(remaining: int, world_size: int, batch_size: int, uneven: str, drop_last: bool) -> _Layout:
+    m, w, b = remaining, world_size, batch_size
+    if uneven in ("pad", "drop"):
+        # Every rank gets n samples, then batches them like torch's BatchSampler.
+        n = -(-m // w) if uneven == "pad" else m // w
+        tail = () if drop_last or n % b == 0 else (w * (n % b),)
+        return _Layout(n * w, n // b, w * b, tail)
+    # "exact": every sample once, every rank the same number of non-empty batches.
+    if drop_last:
+        full = m // (w * b)
+        return _Layout(full * w * b, full, w * b, ())
+    if m == 0:
+        return _Layout(0, 0, w * b, ())
+    if m < w:
+        raise ValueError(
+            f"fastload.DataLoader: uneven='exact' needs at least one sample per rank, got "
+            f"{m} samples for {w} ranks. Every rank must yield the same number of non-empty "
+            "batches; use uneven='pad' (repeats samples) or 'drop', or fewer ranks."
+        )
+    steps = -(-m // (w * b))
+    last = m - (steps - 1) * w * b
+    if last >= w:
+        return _Layout(m, steps - 1, w * b, (last,))
+    if b == 1:
+        raise ValueError(
+            f"fastload.DataLoader: uneven='exact' with batch_size=1 needs a number of samples "
+            f"divisible by the world size, got {m} samples for {w} ranks. Use batch_size >= 2, "
+            "or uneven='pad' or 'drop'."
+        )
+    # The last step would leave some rank without a sample: move W - last samples from the
+    # step before (which has W * B >= 2 W) so both steps give every rank 1..B samples.
+    return _Layout(m, steps - 2, w * b, (w * b - (w - last), w))
+
+
+def _rank_batches(seq: np.ndarray, layout: _Layout, rank: int, world_size: int) -> Iterator[List[int]]:
+    """Rank `rank`'s batches of the dealt sequence: chunk of each step, interleaved."""
+    w = world_size
+    if layout.full_steps:
+        b = layout.step_size // w
+        # chunk s = seq[s*W*B : (s+1)*W*B]; chunk[r::W] == chunk.reshape(B, W)[:, r]
+        full = seq[: layout.full_steps * layout.step_size].reshape(layout.full_steps, b, w)[:, :, rank]
+        for row in full:
+            yield row.tolist()
+    start = layout.full_steps * layout.step_size
+    for total in layout.tail:
+        yield seq[start + rank : start + total : w].tolist()
+        start += total
+
+
+def _deal(perm_rest: np.ndarray, layout: _Layout) -> np.ndarray:
+    """The remaining perm padded (repeating from its start, like DistributedSampler) or cut."""
+    m = len(perm_rest)
+    if layout.length <= m:
+        return perm_rest[: layout.length]
+    reps = -(-layout.length // m)
+    return np.tile(perm_rest, reps)[: layout.length]
+
+
+# ---------------------------------------------------------------------------------------
+# State helpers
+
+
+def _b64(t: torch.Tensor) -> str:
+    return base64.b64encode(t.numpy().tobytes()).decode("ascii")
+
+
+def _unb64(s: str) -> torch.Tensor:
+    return torch.frombuffer(bytearray(base64.b64decode(s.encode("ascii"))), dtype=torch.uint8)
+
+
+def _state_error(what: str, fix: str = "Load a state saved by the same kind of loader over the same dataset.") -> ValueError:
+    return ValueError(f"fastload.DataLoader.load_state_dict: {what}. {fix}")
+
+
+def _check_common(state: Any, dataset_len: int, kind: str) -> None:
+    if not isinstance(state, dict):
+        raise _state_error(f"expected a dict, got {type(state).__name__}")
+    version = state.get("version")
+    if version != STATE_VERSION:
+        raise _state_error(
+            f"expected state version {STATE_VERSION}, got {version!r}",
+            "The state was saved by another fastload version; resume with the version that saved it.",
+        )
+    if state.get("kind") != kind:
+        raise _state_error(
+            f"expected a state of a loader with {'a user sampler' if kind == 'sampler' else 'its own order (no sampler)'}, "
+            f"got one of kind {state.get('kind')!r}",
+            "Pass the same sampler/batch_sampler arguments as the run that saved it.",
+        )
+    if state.get("dataset_len") != dataset_len:
+        raise _state_error(
+            f"expected a state for a dataset of {dataset_len} samples, got one saved with "
+            f"{state.get('dataset_len')!r} samples",
+            "Resume with the same dataset, or start the epoch afresh without load_state_dict.",
+        )
+    epoch = state.get("epoch")
+    if not isinstance(epoch, int) or epoch < 0:
+        raise _state_error(f"expected a non-negative int epoch, got {epoch!r}")
+
+
+# ---------------------------------------------------------------------------------------
+# fastload's own order (no user sampler)
+
+
+class _Order:
+    """The order when the user gave no sampler: torch's semantics on one process, a seeded
+    global permutation dealt to ranks when distributed. See the module docstring."""
+
+    def __init__(self, *, dataset_len: int, batch_size: int, shuffle: bool, drop_last: bool,
+                 generator: Optional[torch.Generator], rank: int, world_size: int,
+                 distributed: bool, uneven: str, seed: Optional[int]):
+        self.dataset_len = dataset_len
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.drop_last = drop_last
+        self.generator = generator
+        self.rank = rank
+        self.world_size = world_size
+        # One process: torch's RandomSampler draw (same permutations as torch's DataLoader).
+        # Distributed: every rank must compute the same permutation, so it comes from the seed.
+        self.distributed = distributed
+        self.uneven = uneven
+        self.seed = 0 if seed is None else int(seed)
+        self._epoch = 0
+        self._history: List[Dict[str, Any]] = []  # segments consumed before this iteration
+        self._perm_source: Optional[Dict[str, Any]] = None  # how this epoch's perm was drawn
+        self._started = False  # an __iter__ began for (epoch, history) -> next one advances
+        # Fail at construction on impossible configurations (e.g. "exact" with N < W).
+        self._current_layout()
+
+    # -- epoch ----------------------------------------------------------------------------
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        if not isinstance(epoch, int) or epoch < 0:
+            raise ValueError(f"fastload.DataLoader.set_epoch: expected a non-negative int, got {epoch!r}.")
+        self._epoch = epoch
+        self._history = []
+        self._perm_source = None
+        self._started = False
+
+    # -- layout ---------------------------------------------------------------------------
+    def _start(self) -> int:
+        """Samples of this epoch's perm already consumed by the history segments."""
+        start = 0
+        for seg in self._history:
+            lay = _layout(self.dataset_len - start, seg["world_size"], seg["batch_size"], seg["uneven"], seg["drop_last"])
+            start += min(lay.consumed(seg["steps"]), self.dataset_len - start)
+        return start
+
+    def _current_layout(self) -> _Layout:
+        return _layout(self.dataset_len - self._start(), self.world_size, self.batch_size, self.uneven, self.drop_last)
+
+    def __len__(self) -> int:
+        return self._current_layout().steps
+
+    # -- the permutation -------------------------------------------------------------------
+    def _draw_source(self) -> Dict[str, Any]:
+        """Records what this epoch's permutation is drawn from, drawing like torch would."""
+        if not self.shuffle:
+            return {"kind": "sequential"}
+        if self.distributed:
+            return {"kind": "seed", "seed": self.seed + self._epoch}
+        if self.generator is None:
+            # torch's RandomSampler draws its seed from the global RNG at __iter__.
+            return {"kind": "seed", "seed": int(torch.empty((), dtype=torch.int64).random_().item())}
+        return {"kind": "generator", "state": _b64(self.generator.get_state())}
+
+    def _perm(self, source: Dict[str, Any]) -> np.ndarray:
+        n = self.dataset_len
+        kind = source["kind"]
+        if kind == "sequential" or n == 0:
+            return np.arange(n, dtype=np.int64)
+        if kind == "seed":
+            g = torch.Generator()
+            g.manual_seed(source["seed"])
+            return torch.randperm(n, generator=g).numpy()
+        # "generator": replay from the saved state. In torch mode with the user's generator,
+        # draw with *it*, so it ends in the same state as an uninterrupted run and later
+        # epochs match too.
+        g = self.generator if self._draws_from_user_generator() else torch.Generator()
+        g.set_state(_unb64(source["state"]))
+        return torch.randperm(n, generator=g).numpy()
+
+    def _draws_from_user_generator(self) -> bool:
+        return (self.generator is not None and not self.distributed and self.dataset_len > 0
+                and self._perm_source is not None and self._perm_source["kind"] == "generator")
+
+    def _generator_after_epoch(self) -> str:
+        """The user's generator state after this epoch: its two randperm draws (see __iter__)."""
+        g = torch.Generator()
+        g.set_state(_unb64(self._perm_source["state"]))
+        torch.randperm(self.dataset_len, generator=g)
+        torch.randperm(self.dataset_len, generator=g)
+        return _b64(g.get_state())
+
+    # -- iteration ------------------------------------------------------------------------
+    def __iter__(self) -> Iterator[List[int]]:
+        # A generator: nothing happens until the first next(). torch's DataLoader iterator
+        # calls iter(batch_sampler) *before* drawing its _base_seed from the same generator,
+        # and its RandomSampler draws lazily too; drawing lazily keeps torch's draw order.
+        # Its multi-process iterator also calls iter() twice per epoch and drops the first
+        # iterator unstarted, so epochs are counted on the first next(), not on iter().
+        if self._started:  # automatic epoch counting: a new pass is the next epoch
+            self.set_epoch(self._epoch + 1)
+        self._started = True
+        layout = self._current_layout()
+        if self._perm_source is None:
+            self._perm_source = self._draw_source()
+        perm = self._perm(self._perm_source)
+        rest = perm[self._start():]
+        batches = _rank_batches(_deal(rest, layout), layout, self.rank, self.world_size)
+        if not self._draws_from_user_generator():
+            yield from batches
+            return
+        # torch's RandomSampler draws a second randperm from the generator when its iterator
+        # is exhausted (its `randperm(n)[:num_samples % n]` line), which BatchSampler reaches
+        # before the partial last batch, or on the next() after a full last batch. Do the
+        # same, at the same moment, so the user's generator goes on exactly like torch's.
+        drawn = False
+        for i, batch in enumerate(batches):
+            if i == layout.steps - 1 and layout.tail:
+                torch.randperm(self.dataset_len, generator=self.generator)
+                drawn = True
+            yield batch
+        if not drawn:
+            torch.randperm(self.dataset_len, generator=self.generator)
+
+    # -- resume ---------------------------------------------------------------------------
+    def state_dict(self, batches_consumed: int) -> dict:
+        """Plain-Python state after `batches_consumed` batches of the current __iter__.
+
+        The same on every rank (nothing rank-specific is stored): load it on all ranks,
+        with any world size.
+        """
+        layout = self._current_layout()
+        if not isinstance(batches_consumed, int) or not 0 <= batches_consumed <= layout.steps:
+            raise ValueError(
+                f"fastload.DataLoader.state_dict: expected 0 <= batches_consumed <= {layout.steps} "
+                f"(this epoch's batches), got {batches_consumed!r}."
+            )
+        state: Dict[str, Any] = {
+            "version": STATE_VERSION,
+            "kind": "order",
+            "dataset_len": self.dataset_len,
+            "epoch": self._epoch,
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            "perm": dict(self._perm_source) if self._perm_source is not None else None,
+            "segments": [dict(s) for s in self._history],
+        }
+        if batches_consumed == layout.steps and self._started and self._perm_source is not None:
+            # The epoch is complete: the state is "the next epoch, from its start", so a
+            # resumed training loop does not get an empty epoch first.
+            state.update(epoch=self._epoch + 1, perm=None, segments=[])
+            if self._draws_from_user_generator():
+                state["generator"] = self._generator_after_epoch()
+            return state
+        if batches_consumed:
+            state["segments"].append({
+                "world_size": self.world_size, "batch_size": self.batch_size, "steps": batches_consumed,
+                "uneven": self.uneven, "drop_last": self.drop_last,
+            })
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        _check_common(state, self.dataset_len, "order")
+        perm, segments = state.get("perm"), state.get("segments")
+        if perm is not None and not (isinstance(perm, dict) and (
+                perm.get("kind") == "sequential"
+                or (perm.get("kind") == "seed" and isinstance(perm.get("seed"), int))
+                or (perm.get("kind") == "generator" and isinstance(perm.get("state"), str)))):
+            raise _state_error(f"expected 'perm' to be None or a known permutation source, got {perm!r}")
+        if not isinstance(segments, list):
+            raise _state_error(f"expected 'segments' to be a list, got {segments!r}")
+        if segments and perm is None:
+            raise _state_error("expected a permutation source for a partly consumed epoch, got perm=None")
+        start = 0
+        for seg in segments:
+            ok = (isinstance(seg, dict) and all(isinstance(seg.get(k), int) and seg.get(k) > 0
+                                                for k in ("world_size", "batch_size", "steps"))
+                  and seg.get("uneven") in UNEVEN_MODES and isinstance(seg.get("drop_last"), bool))
+            if not ok:
+                raise _state_error(f"expected segments of positive world_size/batch_size/steps, uneven, drop_last, got {seg!r}")
+            lay = _layout(self.dataset_len - start, seg["world_size"], seg["batch_size"], seg["uneven"], seg["drop_last"])
+            if seg["steps"] > lay.steps:
+                raise _state_error(f"segment {seg!r} has more steps than its epoch had ({lay.steps})")
+            start += min(lay.consumed(seg["steps"]), self.dataset_len - start)
+        self._epoch = state["epoch"]
+        self._history = [dict(s) for s in segments]
+        self._perm_source = dict(perm) if perm is not None else None
+        self._started = False
+        if perm is None and "generator" in state and self.generator is not None and not self.distributed:
+            # Saved at an epoch's end: the next epoch is drawn from where the generator was.
+            self.generator.set_state(_unb64(state["generator"]))
+        self._current_layout()  # raises now if the rest cannot be dealt to this world
+
+
+# ---------------------------------------------------------------------------------------
+# A user's sampler or batch_sampler
+
+
+class _UserOrder:
+    """Wraps a user's sampler (batched like torch's BatchSampler) or batch_sampler.
+
+    The user's sampler always wins and is never sharded again (a DistributedSampler already
+    is). Resume replays its epoch (set_epoch, when it has one) and skips consumed batches; so
+    the replayed order is exact only when the sampler is deterministic given its epoch.
+    """
+
+    def __init__(self, *, dataset_len: int, batch_sampler: Any):
+        self.dataset_len = dataset_len
+        self.batch_sampler = batch_sampler
+        self._epoch = 0
+        self._skip = 0
+        self._started = False
+
+    def _epoch_target(self) -> Any:
+        for obj in (self.batch_sampler, getattr(self.batch_sampler, "sampler", None)):
+            if obj is not None and callable(getattr(obj, "set_epoch", None)):
+                return obj
+        return None
+
+    @property
+    def epoch(self) -> int:
+        target = self._epoch_target()
+        e = getattr(target, "epoch", None) if target is not None else None
+        return e if isinstance(e, int) else self._epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        self._epoch = epoch
+        self._skip = 0
+        self._started = False
+        target = self._epoch_target()
+        if target is not None:
+            target.set_epoch(epoch)
+
+    def __len__(self) -> int:
+        return max(0, len(self.batch_sampler) - self._skip)
+
+    def __iter__(self) -> Iterator[List[int]]:
+        if self._started:
+            # No automatic epoch counting here: the user may drive sampler.set_epoch itself.
+            self._skip = 0
+        self._started = True
+        skip = self._skip
+        return (list(b) for b in itertools.islice(iter(self.batch_sampler), skip, None))
+
+    def state_dict(self, batches_consumed: int) -> dict:
+        if not isinstance(batches_consumed, int) or batches_consumed < 0:
+            raise ValueError(f"fastload.DataLoader.state_dict: expected batches_consumed >= 0, got {batches_consumed!r}.")
+        consumed = self._skip + batches_consumed
+        epoch = self.epoch
+        try:
+            done = consumed >= len(self.batch_sampler)
+        except TypeError:  # no __len__
+            done = False
+        if done and self._epoch_target() is not None:
+            epoch, consumed = epoch + 1, 0
+        return {"version": STATE_VERSION, "kind": "sampler", "dataset_len": self.dataset_len,
+                "epoch": epoch, "batches_consumed": consumed}
+
+    def load_state_dict(self, state: dict) -> None:
+        _check_common(state, self.dataset_len, "sampler")
+        consumed = state.get("batches_consumed")
+        if not isinstance(consumed, int) or consumed < 0:
+            raise _state_error(f"expected a non-negative int batches_consumed, got {consumed!r}")
+        self.set_epoch(state["epoch"])
+        self._skip = consumed
+
+
+# ---------------------------------------------------------------------------------------
 
 
 def make_order(
@@ -57,6 +525,8 @@ def make_order(
     distributed: Union[bool, str] = "auto",
     uneven: str = "pad",
     seed: Optional[int] = None,
+    rank: Optional[int] = None,
+    world_size: Optional[int] = None,
 ) -> IndexOrder:
     """Builds the order a loader iterates.
 
@@ -67,5 +537,60 @@ def make_order(
       with the epoch's seed recorded so the order can be replayed on resume.
     - Distributed: a global permutation seeded by (seed, epoch), split across ranks with
       equal batch counts per the `uneven` policy ("pad", "drop", "exact").
+
+    Args:
+        dataset_len: N, the number of samples.
+        batch_size: samples per batch (per rank when distributed).
+        shuffle, drop_last, sampler, batch_sampler, generator: as torch's DataLoader.
+        distributed: "auto" | True | False, see resolve_distributed.
+        uneven: what to do when N is not divisible across ranks: "pad" (repeat samples from
+            the start, like DistributedSampler), "drop" (drop the remainder), "exact" (each
+            sample once; the last batches of some ranks are smaller, never empty).
+        seed: base seed of the distributed permutation (epoch e uses seed + e, like
+            DistributedSampler); None means 0 so that every rank agrees.
+        rank, world_size: override the detected rank/world (tests, simulations); given
+            together, they make the order distributed when world_size > 1.
+
+    Returns:
+        An IndexOrder: iterating it yields this rank's batches (lists of int indices).
+
+    Example:
+        >>> a = make_order(dataset_len=5, batch_size=2, shuffle=False, drop_last=False,
+        ...                uneven="exact", rank=0, world_size=2)
+        >>> b = make_order(dataset_len=5, batch_size=2, shuffle=False, drop_last=False,
+        ...                uneven="exact", rank=1, world_size=2)
+        >>> list(a), list(b)
+        ([[0, 2], [3]], [[1], [4]])
     """
-    raise NotImplementedError
+    if not isinstance(dataset_len, int) or dataset_len < 0:
+        raise ValueError(f"fastload.DataLoader: expected a dataset length >= 0, got {dataset_len!r}.")
+    if batch_sampler is not None:
+        # torch's own rule, so that fastload.DataLoader rejects what torch's rejects.
+        if batch_size != 1 or shuffle or sampler is not None or drop_last:
+            raise ValueError(
+                "fastload.DataLoader: batch_sampler option is mutually exclusive with batch_size, "
+                "shuffle, sampler, and drop_last. Pass only batch_sampler, or none of it."
+            )
+        return _UserOrder(dataset_len=dataset_len, batch_sampler=batch_sampler)
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
+        raise ValueError(f"fastload.DataLoader: expected a positive int batch_size, got {batch_size!r}.")
+    if sampler is not None:
+        if shuffle:
+            raise ValueError(
+                "fastload.DataLoader: sampler option is mutually exclusive with shuffle. "
+                "Shuffle in the sampler, or drop the sampler."
+            )
+        return _UserOrder(dataset_len=dataset_len,
+                          batch_sampler=torch.utils.data.BatchSampler(sampler, batch_size, drop_last))
+    if uneven not in UNEVEN_MODES:
+        raise ValueError(f"fastload.DataLoader: expected uneven in {UNEVEN_MODES}, got {uneven!r}.")
+    if (rank is None) != (world_size is None):
+        raise ValueError("fastload.DataLoader: expected rank and world_size given together, got one of them.")
+    if rank is None:
+        rank, world_size = resolve_distributed(distributed)
+    elif not (isinstance(world_size, int) and world_size >= 1 and isinstance(rank, int) and 0 <= rank < world_size):
+        raise ValueError(f"fastload.DataLoader: expected 0 <= rank < world_size, got rank={rank!r} world_size={world_size!r}.")
+    is_distributed = world_size > 1 or distributed is True
+    return _Order(dataset_len=dataset_len, batch_size=batch_size, shuffle=bool(shuffle), drop_last=bool(drop_last),
+                  generator=generator, rank=rank, world_size=world_size, distributed=is_distributed,
+                  uneven=uneven, seed=seed)
