@@ -1,0 +1,1 @@
+"""Compatibility: other libraries' datasets and transforms mapped onto fastload's native pipeline."""
