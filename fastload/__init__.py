@@ -1,17 +1,52 @@
 """fastload: fast, drop-in input pipelines for PyTorch.
 
+Change one import; a torchvision ImageFolder with standard transforms then runs on
+fastload's native pipeline (C++ JPEG decode of the crop window, one fused
+crop/resize/flip/normalize pass per image, threads with the GIL released):
+
 Example:
     >>> import torch
     >>> from fastload import DataLoader
     >>> loader = DataLoader(torch.utils.data.TensorDataset(torch.arange(10)), batch_size=4)
     >>> [batch[0].tolist() for batch in loader]
     [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+
+Native datasets: fastload.ImageFolder, fastload.FileList, fastload.TarShards, with
+transform specs from fastload.ops. `python -m fastload.info` says what was built.
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 __version__ = "0.1.0"
 
+from fastload.errors import DecodeError
 from fastload.loader import DataLoader
 
-__all__ = ["DataLoader", "__version__"]
+# Imported on first use, so `import fastload` stays light.
+_LAZY = {
+    "ops": ("fastload.ops", None),
+    "ImageFolder": ("fastload.source.folder", "ImageFolder"),
+    "FileList": ("fastload.source.folder", "FileList"),
+    "TarShards": ("fastload.source.tar", "TarShards"),
+    "write_shards": ("fastload.source.write", "write_shards"),
+    "NativeDataset": ("fastload.source.base", "NativeDataset"),
+}
+
+__all__ = ["DataLoader", "DecodeError", "__version__", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'fastload' has no attribute {name!r}")
+    module_name, attribute = _LAZY[name]
+    module = importlib.import_module(module_name)
+    value = module if attribute is None else getattr(module, attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(__all__)

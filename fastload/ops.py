@@ -160,3 +160,14 @@ def random_resized_crop_params(
 def random_flip_params(indices: torch.Tensor, seed: int, epoch: int, p: float = 0.5) -> torch.Tensor:
     """Horizontal-flip draws, bool [N], pure function of (seed, epoch, index)."""
     return _ops().random_flip_params(indices, seed, epoch, p)
+
+
+# The transform specs that native datasets take as ops=[...].
+from fastload.augment.specs import (  # noqa: E402
+    CenterCrop,
+    Normalize,
+    RandomHorizontalFlip,
+    RandomResizedCrop,
+    Resize,
+    ToDtype,
+)
