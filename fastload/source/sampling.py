@@ -154,7 +154,9 @@ def _layout(remaining: int, world_size: int, batch_size: int, uneven: str, drop_
         raise ValueError(
             f"fastload.DataLoader: uneven='exact' needs at least one sample per rank, got "
             f"{m} samples for {w} ranks. Every rank must yield the same number of non-empty "
-            "batches; use uneven='pad' (repeats samples) or 'drop', or fewer ranks."
+            "batches; use uneven='pad' (repeats samples) or 'drop', or fewer ranks (when "
+            "resuming: the rest of the epoch is this small; resume it with fewer ranks, or "
+            "start the next epoch with set_epoch)."
         )
     steps = -(-m // (w * b))
     last = m - (steps - 1) * w * b
@@ -186,13 +188,17 @@ def _rank_batches(seq: np.ndarray, layout: _Layout, rank: int, world_size: int) 
         start += total
 
 
-def _deal(perm_rest: np.ndarray, layout: _Layout) -> np.ndarray:
-    """The remaining perm padded (repeating from its start, like DistributedSampler) or cut."""
-    m = len(perm_rest)
-    if layout.length <= m:
-        return perm_rest[: layout.length]
-    reps = -(-layout.length // m)
-    return np.tile(perm_rest, reps)[: layout.length]
+def _deal(perm: np.ndarray, start: int, layout: _Layout) -> np.ndarray:
+    """perm[start:] padded or cut to layout.length.
+
+    Padding repeats the epoch's perm from *its* start (like DistributedSampler), not the
+    rest's: so a resume with the same world size pads exactly as the uninterrupted run did.
+    """
+    rest = perm[start:]
+    if layout.length <= len(rest):
+        return rest[: layout.length]
+    need = layout.length - len(rest)
+    return np.concatenate([rest, np.tile(perm, -(-need // len(perm)))[:need]])
 
 
 # ---------------------------------------------------------------------------------------
@@ -349,8 +355,7 @@ class _Order:
         if self._perm_source is None:
             self._perm_source = self._draw_source()
         perm = self._perm(self._perm_source)
-        rest = perm[self._start():]
-        batches = _rank_batches(_deal(rest, layout), layout, self.rank, self.world_size)
+        batches = _rank_batches(_deal(perm, self._start(), layout), layout, self.rank, self.world_size)
         if not self._draws_from_user_generator():
             yield from batches
             return
@@ -496,8 +501,10 @@ class _UserOrder:
             done = consumed >= len(self.batch_sampler)
         except TypeError:  # no __len__
             done = False
-        if done and self._epoch_target() is not None:
-            epoch, consumed = epoch + 1, 0
+        if done:
+            # The epoch is complete: resume at the start of an epoch. The same epoch number:
+            # user samplers get no automatic epoch counting (the user calls set_epoch).
+            consumed = 0
         return {"version": STATE_VERSION, "kind": "sampler", "dataset_len": self.dataset_len,
                 "epoch": epoch, "batches_consumed": consumed}
 
