@@ -18,8 +18,11 @@ TORCH_LIBRARY(fastload, m) {
   m.def(
       "decode_jpeg(Tensor data, int[] window=[], int scale_denom=1, int channels=3, "
       "int max_pixels=178956970) -> Tensor");
-  // nvJPEG batched decode of whole images; returns a list of uint8 HWC CUDA tensors.
-  m.def("decode_jpeg_cuda(Tensor[] datas, int channels=3, Device device=\"cuda\") -> Tensor[]");
+  // nvJPEG batched decode of whole images (CPU bytes in): uint8 [H, W, channels] CUDA
+  // tensors on the current stream, and a bool [N] CPU tensor: True where nvJPEG could not
+  // take the sample and the CPU decoder did it (uploaded).
+  m.def(
+      "decode_jpeg_cuda(Tensor[] datas, int channels=3, Device device=\"cuda\") -> (Tensor[], Tensor)");
 
   // ---- augment (csrc/augment) -----------------------------------------------
   // image: uint8 HWC (channel and column strides packed, any row stride).

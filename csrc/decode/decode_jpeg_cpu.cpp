@@ -1,0 +1,433 @@
+// JPEG decoding on the CPU with libjpeg-turbo: header, crop window, DCT scaling, and the
+// fastload::jpeg_header / fastload::decode_jpeg ops. See decode_jpeg.h and README.md.
+#include "decode/decode_jpeg.h"
+
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include <csetjmp>
+#include <cstdio>  // jpeglib.h needs FILE and size_t declared first
+#include <cstring>
+#include <jpeglib.h>
+
+#include <algorithm>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+#include "check.h"
+
+namespace fastload {
+namespace {
+
+// A progressive file can hold any number of scans, and libjpeg re-reads the whole
+// coefficient buffer for each: a few kilobytes of crafted scans can cost minutes. Real
+// encoders write about 10; libjpeg-turbo's own fuzzers stop at 500.
+constexpr int kMaxScans = 500;
+
+// libjpeg reports errors through this. error_exit and warnings longjmp back to the
+// setjmp in run_libjpeg(), whose frame holds only POD locals, so no C++ destructor is
+// ever skipped. The message is formatted before the jump, while cinfo is intact.
+struct ErrorManager {
+  jpeg_error_mgr pub;  // first member: libjpeg sees ErrorManager* as jpeg_error_mgr*
+  std::jmp_buf jump;
+  char message[JMSG_LENGTH_MAX + 64];
+};
+
+struct ProgressManager {
+  jpeg_progress_mgr pub;  // first member, as above
+  ErrorManager* err;
+};
+
+[[noreturn]] void fail_with(j_common_ptr cinfo, const char* message) {
+  auto* err = reinterpret_cast<ErrorManager*>(cinfo->err);
+  std::snprintf(err->message, sizeof(err->message), "%s", message);
+  std::longjmp(err->jump, 1);
+}
+
+extern "C" void on_error_exit(j_common_ptr cinfo) {
+  char buffer[JMSG_LENGTH_MAX];
+  (*cinfo->err->format_message)(cinfo, buffer);
+  fail_with(cinfo, buffer);
+}
+
+// msg_level -1 is a warning: corrupt entropy data, premature end of file (libjpeg then
+// pads with grey), extraneous bytes, bogus progression... Every one of them means the
+// pixels are not what the file was meant to hold, so all are errors here: a training
+// sample must never silently be half grey. Levels >= 0 are trace messages: ignored.
+extern "C" void on_emit_message(j_common_ptr cinfo, int msg_level) {
+  if (msg_level < 0) on_error_exit(cinfo);
+}
+
+extern "C" void on_progress(j_common_ptr cinfo) {
+  auto* dinfo = reinterpret_cast<j_decompress_ptr>(cinfo);
+  if (dinfo->input_scan_number > kMaxScans) {
+    char buffer[128];
+    std::snprintf(buffer, sizeof(buffer), "more than %d progressive scans (crafted file?)", kMaxScans);
+    fail_with(cinfo, buffer);
+  }
+}
+
+// Owns one jpeg_decompress_struct: destroyed on every path, including exceptions.
+class Decompressor {
+ public:
+  Decompressor() {
+    // Zeroed first: jpeg_destroy_decompress is then safe even if creation failed.
+    std::memset(&cinfo, 0, sizeof(cinfo));
+    std::memset(&err, 0, sizeof(err));
+    std::memset(&progress, 0, sizeof(progress));
+    cinfo.err = jpeg_std_error(&err.pub);
+    err.pub.error_exit = on_error_exit;
+    err.pub.emit_message = on_emit_message;
+    progress.pub.progress_monitor = on_progress;
+    progress.err = &err;
+  }
+  ~Decompressor() { jpeg_destroy_decompress(&cinfo); }
+  Decompressor(const Decompressor&) = delete;
+  Decompressor& operator=(const Decompressor&) = delete;
+
+  jpeg_decompress_struct cinfo;
+  ErrorManager err;
+  ProgressManager progress;
+};
+
+// What run_libjpeg() decodes: a window in scaled pixels, already clamped. POD.
+struct Request {
+  const uint8_t* data;
+  size_t size;
+  bool header_only;
+  int top, left, height, width;  // full-resolution window; height/width <= 0: whole image
+  int scale_denom;
+  int channels;
+  int64_t max_pixels;
+};
+
+enum class Status { kOk, kLibjpegError, kTooManyPixels, kEmptyWindow };
+
+// Pillow's CMYK -> RGB after its "CMYK;I" unpacking (Adobe files store inverted ink):
+// ink = 255 - raw; r = (255 - ink_k) - ink_c * (255 - ink_k) / 255 (rounded like
+// Pillow's MULDIV255). Written in raw values: nk = raw_k, ink_c = 255 - raw_c.
+inline uint8_t cmyk_channel(int raw_c, int raw_k) {
+  const int tmp = (255 - raw_c) * raw_k + 128;
+  const int v = raw_k - (((tmp >> 8) + tmp) >> 8);
+  return static_cast<uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v));
+}
+
+// Pillow's RGB -> L (ITU-R 601-2 luma, 16-bit fixed point), for CMYK files with channels=1.
+inline uint8_t pillow_luma(int r, int g, int b) {
+  return static_cast<uint8_t>((r * 19595 + g * 38470 + b * 7471 + 0x8000) >> 16);
+}
+
+void convert_cmyk_row(const JSAMPLE* in, uint8_t* out, int width, int channels) {
+  for (int x = 0; x < width; ++x, in += 4) {
+    const uint8_t r = cmyk_channel(in[0], in[3]);
+    const uint8_t g = cmyk_channel(in[1], in[3]);
+    const uint8_t b = cmyk_channel(in[2], in[3]);
+    if (channels == 3) {
+      out[0] = r;
+      out[1] = g;
+      out[2] = b;
+      out += 3;
+    } else {
+      *out++ = pillow_luma(r, g, b);
+    }
+  }
+}
+
+// Everything that touches libjpeg runs here, under one setjmp. Only POD locals live in
+// this frame, and nothing read after a longjmp is modified after setjmp (no volatile
+// needed): on error it returns kLibjpegError with d->err.message set. It may throw
+// std::bad_alloc from out->pixels.resize(), outside any libjpeg call, which unwinds
+// normally. On success `info` (and `out` unless header_only) are filled.
+Status run_libjpeg(Decompressor* d, const Request* req, JpegInfo* info, DecodedWindow* out) {
+  j_decompress_ptr cinfo = &d->cinfo;
+  if (setjmp(d->err.jump)) return Status::kLibjpegError;
+
+  jpeg_create_decompress(cinfo);
+  cinfo->progress = &d->progress.pub;
+  jpeg_mem_src(cinfo, req->data, static_cast<unsigned long>(req->size));
+  jpeg_read_header(cinfo, TRUE);
+  info->height = static_cast<int>(cinfo->image_height);
+  info->width = static_cast<int>(cinfo->image_width);
+  info->components = cinfo->num_components;
+  info->color_space = static_cast<int>(cinfo->jpeg_color_space);
+  info->progressive = cinfo->progressive_mode != 0;
+  if (req->header_only) return Status::kOk;
+
+  // Decompression bombs: refuse before anything is allocated for the pixels.
+  const int64_t pixels = static_cast<int64_t>(cinfo->image_height) * cinfo->image_width;
+  if (req->max_pixels > 0 && pixels > req->max_pixels) return Status::kTooManyPixels;
+
+  const bool cmyk = cinfo->jpeg_color_space == JCS_CMYK || cinfo->jpeg_color_space == JCS_YCCK;
+  if (cmyk) {
+    cinfo->out_color_space = JCS_CMYK;  // libjpeg turns YCCK into CMYK; we do CMYK -> RGB
+  } else if (req->channels == 1) {
+    cinfo->out_color_space = JCS_GRAYSCALE;  // Y of YCbCr (chroma is not even decoded)
+  } else {
+    cinfo->out_color_space = JCS_RGB;  // gray is replicated, as PIL's convert("RGB")
+  }
+  // libjpeg's defaults, set explicitly: they make full decodes bit-identical to PIL's.
+  cinfo->dct_method = JDCT_ISLOW;
+  cinfo->do_fancy_upsampling = TRUE;
+  cinfo->scale_num = 1;
+  cinfo->scale_denom = static_cast<unsigned int>(req->scale_denom);
+
+  jpeg_start_decompress(cinfo);
+  const int d_ = req->scale_denom;
+  const int full_h = static_cast<int>(cinfo->image_height);
+  const int full_w = static_cast<int>(cinfo->image_width);
+  const int scaled_h = static_cast<int>(cinfo->output_height);  // ceil(full / d)
+  const int scaled_w = static_cast<int>(cinfo->output_width);
+
+  // The window in full-resolution pixels, clamped, then in scaled pixels with edges
+  // rounded outwards: rows floor(top / d) .. ceil(bottom / d).
+  int top = std::max(req->top, 0), left = std::max(req->left, 0);
+  int bottom = req->height > 0 ? std::min(req->top + req->height, full_h) : full_h;
+  int right = req->width > 0 ? std::min(req->left + req->width, full_w) : full_w;
+  if (req->height <= 0) top = 0;
+  if (req->width <= 0) left = 0;
+  if (top >= bottom || left >= right) return Status::kEmptyWindow;
+  const int s_top = top / d_;
+  const int s_bottom = std::min((bottom + d_ - 1) / d_, scaled_h);
+  const int s_left = left / d_;
+  const int s_right = std::min((right + d_ - 1) / d_, scaled_w);
+
+  // Columns: jpeg_crop_scanline widens the crop to iMCU boundaries and then upsamples
+  // the chroma as if the crop were the whole image, so its first and last columns can
+  // differ from a full decode (fancy upsampling reads the neighbouring chroma sample).
+  // Ask for one more column on each side and drop the crop's edge columns afterwards:
+  // every column we return is then bit-identical to the full decode.
+  int x0 = 0, x1 = scaled_w;  // decoded columns
+  int keep0 = 0, keep1 = scaled_w;  // exact columns among them
+  if (s_left > 0 || s_right < scaled_w) {
+    const int want0 = std::max(s_left - 1, 0);
+    const int want1 = std::min(s_right + 1, scaled_w);
+    JDIMENSION xoffset = static_cast<JDIMENSION>(want0);
+    JDIMENSION cwidth = static_cast<JDIMENSION>(want1 - want0);
+    jpeg_crop_scanline(cinfo, &xoffset, &cwidth);
+    x0 = static_cast<int>(xoffset);
+    x1 = x0 + static_cast<int>(cwidth);
+    keep0 = x0 > 0 ? x0 + 1 : 0;
+    keep1 = x1 < scaled_w ? x1 - 1 : scaled_w;
+  }
+  const int decoded_w = x1 - x0;
+  const int keep_w = keep1 - keep0;
+  const int rows = s_bottom - s_top;
+  const int ch = req->channels;
+
+  out->channels = ch;
+  out->scale_denom = d_;
+  out->scaled_height = scaled_h;
+  out->scaled_width = scaled_w;
+  out->top = s_top;
+  out->left = keep0;
+  out->height = rows;
+  out->width = keep_w;
+  // Room for the decoded (wider) rows; compacted to keep_w in place below.
+  const size_t decoded_stride = static_cast<size_t>(decoded_w) * ch;
+  out->pixels.resize(static_cast<size_t>(rows) * decoded_stride);
+
+  // Rows above the window: skipped (entropy-decoded only where libjpeg must; no IDCT).
+  if (s_top > 0) {
+    if (jpeg_skip_scanlines(cinfo, static_cast<JDIMENSION>(s_top)) != static_cast<JDIMENSION>(s_top)) {
+      fail_with(reinterpret_cast<j_common_ptr>(cinfo), "could not skip to the first row of the window");
+    }
+  }
+  uint8_t* base = out->pixels.data();
+  if (cmyk) {
+    // libjpeg's pool memory: freed by jpeg_destroy_decompress, no C++ object here.
+    JSAMPARRAY scratch = (*cinfo->mem->alloc_sarray)(
+        reinterpret_cast<j_common_ptr>(cinfo), JPOOL_IMAGE, static_cast<JDIMENSION>(decoded_w) * 4, 1);
+    for (int y = 0; y < rows; ++y) {
+      if (jpeg_read_scanlines(cinfo, scratch, 1) != 1) {
+        fail_with(reinterpret_cast<j_common_ptr>(cinfo), "libjpeg returned no scanline");
+      }
+      convert_cmyk_row(scratch[0] + static_cast<size_t>(keep0 - x0) * 4, base + static_cast<size_t>(y) * keep_w * ch,
+                       keep_w, ch);
+    }
+  } else {
+    for (int y = 0; y < rows; ++y) {
+      JSAMPROW row = base + static_cast<size_t>(y) * decoded_stride;
+      if (jpeg_read_scanlines(cinfo, &row, 1) != 1) {
+        fail_with(reinterpret_cast<j_common_ptr>(cinfo), "libjpeg returned no scanline");
+      }
+    }
+    if (keep_w != decoded_w) {
+      // In place, front to back: row y's destination ends before row y+1's source begins.
+      const size_t keep_stride = static_cast<size_t>(keep_w) * ch;
+      const size_t offset = static_cast<size_t>(keep0 - x0) * ch;
+      for (int y = 0; y < rows; ++y) {
+        std::memmove(base + y * keep_stride, base + y * decoded_stride + offset, keep_stride);
+      }
+    }
+  }
+  out->pixels.resize(static_cast<size_t>(rows) * keep_w * ch);
+  // The rows below the window are never read: stop here instead of finishing the file.
+  jpeg_abort_decompress(cinfo);
+  return Status::kOk;
+}
+
+std::string libjpeg_error(const Decompressor& d) {
+  return std::string("expected a valid JPEG, got corrupt or truncated data (libjpeg: ") + d.err.message + ")";
+}
+
+std::string describe_prefix(const uint8_t* data, size_t size) {
+  std::ostringstream s;
+  s << size << " bytes starting with";
+  static const char* hex = "0123456789ABCDEF";
+  for (size_t i = 0; i < std::min<size_t>(size, 4); ++i) {
+    s << ' ' << hex[data[i] >> 4] << hex[data[i] & 15];
+  }
+  if (size >= 8 && std::memcmp(data, "\x89PNG", 4) == 0) s << " (a PNG file)";
+  if (size >= 6 && (std::memcmp(data, "GIF87a", 6) == 0 || std::memcmp(data, "GIF89a", 6) == 0)) s << " (a GIF file)";
+  if (size >= 12 && std::memcmp(data, "RIFF", 4) == 0 && std::memcmp(data + 8, "WEBP", 4) == 0) s << " (a WebP file)";
+  if (size >= 2 && data[0] == 'B' && data[1] == 'M') s << " (a BMP file?)";
+  return s.str();
+}
+
+// Throws DecodeError for data that cannot be a JPEG, before libjpeg sees it.
+void check_jpeg_bytes(const uint8_t* data, size_t size) {
+  if (size == 0) throw DecodeError("expected a JPEG, got 0 bytes (empty file)");
+  if (!is_jpeg(data, size)) {
+    throw DecodeError("expected a JPEG (starting with FF D8 FF), got " + describe_prefix(data, size));
+  }
+}
+
+}  // namespace
+
+bool is_jpeg(const uint8_t* data, size_t size) {
+  return size >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF;
+}
+
+JpegInfo read_jpeg_info(const uint8_t* data, size_t size) {
+  check_jpeg_bytes(data, size);
+  Decompressor d;
+  Request req{data, size, /*header_only=*/true, 0, 0, 0, 0, 1, 3, 0};
+  JpegInfo info;
+  if (run_libjpeg(&d, &req, &info, nullptr) != Status::kOk) throw DecodeError(libjpeg_error(d));
+  return info;
+}
+
+void decode_jpeg_window(const uint8_t* data, size_t size, int top, int left, int height, int width,
+                        int scale_denom, int channels, int64_t max_pixels, DecodedWindow& out) {
+  if (scale_denom != 1 && scale_denom != 2 && scale_denom != 4 && scale_denom != 8) {
+    throw std::invalid_argument("expected scale_denom 1, 2, 4 or 8, got " + std::to_string(scale_denom));
+  }
+  if (channels != 1 && channels != 3) {
+    throw std::invalid_argument("expected channels 1 or 3, got " + std::to_string(channels));
+  }
+  check_jpeg_bytes(data, size);
+  Decompressor d;
+  Request req{data, size, false, top, left, height, width, scale_denom, channels, max_pixels};
+  JpegInfo info;
+  switch (run_libjpeg(&d, &req, &info, &out)) {
+    case Status::kOk:
+      return;
+    case Status::kLibjpegError:
+      throw DecodeError(libjpeg_error(d));
+    case Status::kTooManyPixels:
+      throw DecodeError("expected at most " + std::to_string(max_pixels) + " pixels, got a " +
+                        std::to_string(info.height) + "x" + std::to_string(info.width) + " image (" +
+                        std::to_string(static_cast<int64_t>(info.height) * info.width) +
+                        " pixels; a decompression bomb?). If the file is trusted, raise max_pixels "
+                        "(<= 0 disables the limit)");
+    case Status::kEmptyWindow:
+      throw std::invalid_argument("expected a window inside the " + std::to_string(info.height) + "x" +
+                                  std::to_string(info.width) + " image, got [top=" + std::to_string(top) +
+                                  ", left=" + std::to_string(left) + ", height=" + std::to_string(height) +
+                                  ", width=" + std::to_string(width) + "]");
+  }
+}
+
+int choose_scale_denom(int crop_h, int crop_w, int out_h, int out_w) {
+  for (int d : {8, 4, 2}) {
+    // ceil(crop / d) >= out in both dimensions (out <= 0 constrains nothing).
+    if ((crop_h + d - 1) / d >= out_h && (crop_w + d - 1) / d >= out_w) return d;
+  }
+  return 1;
+}
+
+// ---- ops ----------------------------------------------------------------------------
+namespace {
+
+void check_data(const at::Tensor& data, const char* op) {
+  FASTLOAD_CHECK(data.device().is_cpu(), op, "expected the JPEG bytes on the CPU, got a tensor on ",
+                 data.device(), ". Pass the file's bytes as a CPU tensor.");
+  FASTLOAD_CHECK(data.scalar_type() == at::kByte, op, "expected uint8 bytes, got dtype ", data.scalar_type(),
+                 ". Use torch.frombuffer(bytearray(b), dtype=torch.uint8).");
+  FASTLOAD_CHECK(data.dim() == 1, op, "expected a 1-D tensor of bytes, got shape ", data.sizes(),
+                 ". Flatten it first.");
+  FASTLOAD_CHECK(data.is_contiguous(), op, "expected contiguous bytes, got strides ", data.strides(),
+                 ". Call .contiguous() first.");
+  FASTLOAD_CHECK(data.numel() > 0, op, "expected a JPEG, got 0 bytes. The file is empty: re-create or remove it.");
+}
+
+std::vector<int64_t> jpeg_header_op(const at::Tensor& data) {
+  constexpr const char* op = "jpeg_header";
+  check_data(data, op);
+  try {
+    const JpegInfo info = read_jpeg_info(data.data_ptr<uint8_t>(), static_cast<size_t>(data.numel()));
+    return {info.height, info.width, info.components, info.color_space, info.progressive ? 1 : 0};
+  } catch (const DecodeError& e) {
+    FASTLOAD_CHECK(false, op, e.what(), ". Fix or remove the file.");
+  }
+  return {};
+}
+
+at::Tensor decode_jpeg_op(const at::Tensor& data, c10::IntArrayRef window, int64_t scale_denom, int64_t channels,
+                          int64_t max_pixels) {
+  constexpr const char* op = "decode_jpeg";
+  check_data(data, op);
+  FASTLOAD_CHECK_VALUE(scale_denom == 1 || scale_denom == 2 || scale_denom == 4 || scale_denom == 8, op,
+                       "expected scale_denom 1, 2, 4 or 8, got ", scale_denom,
+                       ". libjpeg-turbo's other scales take slow paths; resize afterwards instead.");
+  FASTLOAD_CHECK_VALUE(channels == 1 || channels == 3, op, "expected channels 1 (luma) or 3 (RGB), got ",
+                       channels, ".");
+  FASTLOAD_CHECK_VALUE(window.empty() || window.size() == 4, op,
+                       "expected window [] or [top, left, height, width], got ", window.size(), " values.");
+  const auto* bytes = data.data_ptr<uint8_t>();
+  const auto size = static_cast<size_t>(data.numel());
+  int top = 0, left = 0, height = 0, width = 0;
+  auto out = std::make_unique<DecodedWindow>();
+  try {
+    if (!window.empty()) {
+      // Validated against the header: a window must lie inside the image.
+      const JpegInfo info = read_jpeg_info(bytes, size);
+      FASTLOAD_CHECK_VALUE(window[0] >= 0 && window[1] >= 0 && window[2] > 0 && window[3] > 0 &&
+                               window[0] + window[2] <= info.height && window[1] + window[3] <= info.width,
+                           op, "expected a window [top, left, height, width] inside the ", info.height, "x",
+                           info.width, " image with height, width > 0, got ", window,
+                           ". Clamp the crop to the image size (see jpeg_header).");
+      top = static_cast<int>(window[0]);
+      left = static_cast<int>(window[1]);
+      height = static_cast<int>(window[2]);
+      width = static_cast<int>(window[3]);
+    }
+    decode_jpeg_window(bytes, size, top, left, height, width, static_cast<int>(scale_denom),
+                       static_cast<int>(channels), max_pixels, *out);
+  } catch (const DecodeError& e) {
+    FASTLOAD_CHECK(false, op, e.what(), ". Fix or remove the file.");
+  } catch (const std::invalid_argument& e) {
+    FASTLOAD_CHECK_VALUE(false, op, e.what(), ".");
+  }
+  // The exact scaled window: columns floor(left / d) .. ceil((left + width) / d).
+  const int d = static_cast<int>(scale_denom);
+  const int s_left = window.empty() ? 0 : left / d;
+  const int s_right = window.empty() ? out->scaled_width : (left + width + d - 1) / d;
+  const int64_t h = out->height, w = out->width, c = out->channels;
+  DecodedWindow* raw = out.release();
+  at::Tensor pixels = at::from_blob(
+      raw->pixels.data(), {h, w, c}, [raw](void*) { delete raw; }, at::TensorOptions().dtype(at::kByte));
+  if (s_left == raw->left && s_right - s_left == w) return pixels;  // no copy
+  return pixels.narrow(1, s_left - raw->left, s_right - s_left).contiguous();
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(fastload, CPU, m) {
+  m.impl("jpeg_header", &jpeg_header_op);
+  m.impl("decode_jpeg", &decode_jpeg_op);
+}
+
+}  // namespace fastload
