@@ -97,10 +97,11 @@ class NativeRunner:
             status, messages = self._engine.wait(ticket)
         finished = time.perf_counter()
         samples = samples.clone()
-        bad = torch.nonzero(status != OK).flatten().tolist()
-        for slot in bad:
-            self._repair(slot, int(samples[slot]), int(status[slot]), messages[slot], samples, out, epoch)
+        failed: set = set()  # distinct unreadable samples met while filling this batch
+        for slot in torch.nonzero(status != OK).flatten().tolist():
+            self._repair(slot, int(samples[slot]), int(status[slot]), messages[slot], samples, out, epoch, failed)
         stats = self._stats
+        stats["skipped"] += len(failed)
         stats["images"] += len(samples)
         stats["batches"] += 1
         stats["engine_seconds"] += finished - submitted
@@ -108,7 +109,7 @@ class NativeRunner:
         return [out, self._labels[samples]]
 
     def _repair(self, slot: int, sample: int, status: int, message: str, samples: torch.Tensor,
-                out: torch.Tensor, epoch: int) -> None:
+                out: torch.Tensor, epoch: int, failed: set) -> None:
         """Fills one slot that the engine could not: PIL for other formats, else the
         error policy."""
         candidate = sample
@@ -120,7 +121,7 @@ class NativeRunner:
                     return
             if self.on_error == "raise":
                 raise DecodeError(message, candidate, self.index.source(candidate))
-            self._stats["skipped"] += 1
+            failed.add(candidate)
             candidate = (candidate + 1) % len(self.index)
             status, message = self._run_one(slot, candidate, out, epoch)
             if status == OK:

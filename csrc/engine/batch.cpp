@@ -1,13 +1,413 @@
-// The batch engine. See batch.h.
+// The batch engine: read + decode + augment whole batches on a C++ thread pool.
+//
+// One Python call submits a batch (sample indices + the output tensor); worker threads
+// take its samples from a FIFO queue shared by every batch in flight, so a new batch
+// starts while the last samples of the previous one finish (no idle tail). wait()
+// releases the GIL. Per-sample status comes back to Python, which owns the error policy.
 #include "engine/batch.h"
 
+#include <ATen/ATen.h>
+#include <fcntl.h>
+#include <pybind11/stl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cmath>
+#include <condition_variable>
 #include <cstdio>  // jpeglib.h needs FILE
+#include <cstring>
+#include <deque>
 #include <jpeglib.h>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "augment/crop_resize_flip_normalize_cpu.h"
+#include "check.h"
+#include "decode/decode_jpeg.h"
+#include "engine/plan.h"
+
+namespace py = pybind11;
 
 namespace fastload::engine {
+namespace {
 
-pybind11::dict build_info() {
-  pybind11::dict info;
+// Per-sample outcome, mirrored by fastload/native.py.
+enum Status : int32_t { kOk = 0, kDecodeError = 1, kNotJpeg = 2, kReadError = 3 };
+
+// Where samples' bytes live: views of the SampleIndex's numpy arrays (kept alive here).
+struct Index {
+  at::Tensor path_bytes, path_offsets, file_ids, offsets, sizes;
+
+  std::string path(int64_t sample) const {
+    const int64_t file = file_ids.data_ptr<int64_t>()[sample];
+    const int64_t* bounds = path_offsets.data_ptr<int64_t>() + file;
+    const char* base = reinterpret_cast<const char*>(path_bytes.data_ptr<uint8_t>());
+    return std::string(base + bounds[0], base + bounds[1]);
+  }
+};
+
+struct Job {
+  std::shared_ptr<const Index> index;
+  std::shared_ptr<const Plan> plan;
+  std::vector<int64_t> samples;
+  std::unordered_map<int64_t, at::Tensor> predecoded;  // slot -> uint8 HWC (PIL fallback)
+  at::Tensor out;
+  int64_t epoch = 0;
+  std::vector<int32_t> status;
+  std::vector<std::string> message;
+  int64_t remaining = 0;  // guarded by mutex
+  std::mutex mutex;
+  std::condition_variable done;
+};
+
+// Buffers each worker thread reuses across samples.
+struct ThreadState {
+  std::vector<uint8_t> bytes;
+  DecodedWindow window;
+  ResizeScratch scratch;
+};
+
+void read_file(const std::string& path, int64_t offset, int64_t size, std::vector<uint8_t>& bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error("cannot open: " + std::string(std::strerror(errno)));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  if (size < 0) {
+    struct stat info;
+    if (::fstat(fd, &info) != 0) throw std::runtime_error("cannot stat: " + std::string(std::strerror(errno)));
+    size = info.st_size;
+    offset = 0;
+  }
+  bytes.resize(static_cast<size_t>(size));
+  int64_t done = 0;
+  while (done < size) {
+    const ssize_t got = ::pread(fd, bytes.data() + done, static_cast<size_t>(size - done), offset + done);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) throw std::runtime_error("read failed: " + std::string(std::strerror(errno)));
+    if (got == 0) {
+      throw std::runtime_error("expected " + std::to_string(size) + " bytes at offset " +
+                               std::to_string(offset) + ", file ends after " + std::to_string(done) +
+                               " (truncated?)");
+    }
+    done += got;
+  }
+}
+
+OutputView output_slot(const at::Tensor& out, int64_t slot) {
+  OutputView view;
+  view.data = static_cast<char*>(out.data_ptr()) + slot * out.stride(0) * out.element_size();
+  view.dtype = out.scalar_type();
+  view.channels = static_cast<int>(out.size(1));
+  view.height = static_cast<int>(out.size(2));
+  view.width = static_cast<int>(out.size(3));
+  view.stride_c = out.stride(1);
+  view.stride_y = out.stride(2);
+  view.stride_x = out.stride(3);
+  return view;
+}
+
+// Runs the plan's kernel on a decoded (possibly scaled, windowed) image. `scale_y/x`
+// map full-resolution coordinates to the decoded image's, whose pixel (0, 0) is at
+// (origin_top, origin_left) of the scaled whole image.
+void augment(const Plan& plan, const SourceRegion& region, const uint8_t* pixels, int height,
+             int width, int channels, double scale_y, double scale_x, int origin_top,
+             int origin_left, const OutputView& slot, ResizeScratch& scratch) {
+  // The clamp region in decoded pixels, rounded outwards, within the decoded pixels.
+  const double clamp_top = region.clamp.top * scale_y - origin_top;
+  const double clamp_left = region.clamp.left * scale_x - origin_left;
+  const int row0 = std::max(0, static_cast<int>(std::floor(clamp_top + 1e-6)));
+  const int col0 = std::max(0, static_cast<int>(std::floor(clamp_left + 1e-6)));
+  const int row1 = std::min(height, static_cast<int>(std::ceil((region.clamp.top + region.clamp.height) * scale_y - origin_top - 1e-6)));
+  const int col1 = std::min(width, static_cast<int>(std::ceil((region.clamp.left + region.clamp.width) * scale_x - origin_left - 1e-6)));
+  const int64_t row_stride = static_cast<int64_t>(width) * channels;
+  ImageView view{pixels + row0 * row_stride + col0 * channels, std::max(1, row1 - row0),
+                 std::max(1, col1 - col0), channels, row_stride};
+  Box box{static_cast<float>(region.box.top * scale_y - origin_top - row0),
+          static_cast<float>(region.box.left * scale_x - origin_left - col0),
+          static_cast<float>(region.box.height * scale_y),
+          static_cast<float>(region.box.width * scale_x)};
+  crop_resize_flip_normalize_cpu(view, box, region.flip, plan.value_scale, plan.mean.data(),
+                                 plan.std.data(), slot, scratch);
+}
+
+void process_sample(Job& job, int64_t slot, ThreadState& state) {
+  const Plan& plan = *job.plan;
+  const int64_t sample = job.samples[slot];
+  const OutputView out = output_slot(job.out, slot);
+
+  auto predecoded = job.predecoded.find(slot);
+  if (predecoded != job.predecoded.end()) {
+    const at::Tensor& image = predecoded->second;  // uint8 HWC, contiguous
+    const int height = static_cast<int>(image.size(0)), width = static_cast<int>(image.size(1));
+    const SourceRegion region = plan_region(plan, height, width, job.epoch, sample);
+    augment(plan, region, image.data_ptr<uint8_t>(), height, width, static_cast<int>(image.size(2)),
+            1.0, 1.0, 0, 0, out, state.scratch);
+    return;
+  }
+
+  read_file(job.index->path(sample), job.index->offsets.data_ptr<int64_t>()[sample],
+            job.index->sizes.data_ptr<int64_t>()[sample], state.bytes);
+  const uint8_t* data = state.bytes.data();
+  const size_t size = state.bytes.size();
+  if (!is_jpeg(data, size)) {
+    job.status[slot] = kNotJpeg;
+    return;
+  }
+  const JpegInfo info = read_jpeg_info(data, size);
+  const SourceRegion region = plan_region(plan, info.height, info.width, job.epoch, sample);
+
+  // Decode only what the taps can reach: the clamp region, less whatever lies farther
+  // than the filter's support from the sampled box.
+  const double support_y = std::max(1.0, static_cast<double>(region.box.height) / plan.out_height) + 1.0;
+  const double support_x = std::max(1.0, static_cast<double>(region.box.width) / plan.out_width) + 1.0;
+  const double top = std::max<double>({0.0, region.clamp.top, region.box.top - support_y});
+  const double left = std::max<double>({0.0, region.clamp.left, region.box.left - support_x});
+  const double bottom = std::min<double>({static_cast<double>(info.height), region.clamp.top + region.clamp.height,
+                                          region.box.top + region.box.height + support_y});
+  const double right = std::min<double>({static_cast<double>(info.width), region.clamp.left + region.clamp.width,
+                                         region.box.left + region.box.width + support_x});
+  const int win_top = static_cast<int>(std::floor(top));
+  const int win_left = static_cast<int>(std::floor(left));
+  const int win_height = std::max(1, static_cast<int>(std::ceil(bottom)) - win_top);
+  const int win_width = std::max(1, static_cast<int>(std::ceil(right)) - win_left);
+  const int denom = plan.exact ? 1
+                               : choose_scale_denom(static_cast<int>(region.box.height),
+                                                    static_cast<int>(region.box.width),
+                                                    plan.out_height, plan.out_width);
+  DecodedWindow& window = state.window;
+  decode_jpeg_window(data, size, win_top, win_left, win_height, win_width, denom, plan.channels,
+                     plan.max_pixels, window);
+  augment(plan, region, window.pixels.data(), window.height, window.width, window.channels,
+          static_cast<double>(window.scaled_height) / info.height,
+          static_cast<double>(window.scaled_width) / info.width, window.top, window.left, out,
+          state.scratch);
+}
+
+Plan plan_from_config(const py::dict& config) {
+  Plan plan;
+  plan.geometry = static_cast<Geometry>(config["geometry"].cast<int>());
+  plan.out_height = config["out_height"].cast<int>();
+  plan.out_width = config["out_width"].cast<int>();
+  plan.scale_min = config["scale_min"].cast<double>();
+  plan.scale_max = config["scale_max"].cast<double>();
+  plan.ratio_min = config["ratio_min"].cast<double>();
+  plan.ratio_max = config["ratio_max"].cast<double>();
+  plan.resize_short = config["resize_short"].cast<int>();
+  plan.resize_height = config["resize_height"].cast<int>();
+  plan.resize_width = config["resize_width"].cast<int>();
+  plan.max_size = config["max_size"].cast<int>();
+  plan.flip_p = config["flip_p"].cast<double>();
+  plan.value_scale = config["value_scale"].cast<float>();
+  plan.mean = config["mean"].cast<std::vector<float>>();
+  plan.std = config["std"].cast<std::vector<float>>();
+  plan.channels = config["channels"].cast<int>();
+  plan.exact = config["exact"].cast<bool>();
+  plan.max_pixels = config["max_pixels"].cast<int64_t>();
+  plan.seed = config["seed"].cast<int64_t>();
+  const char* op = "BatchEngine.set_plan";
+  FASTLOAD_CHECK_VALUE(plan.channels == 1 || plan.channels == 3, op, "expected 1 or 3 channels, got ",
+                       plan.channels, ".");
+  FASTLOAD_CHECK_VALUE(static_cast<int>(plan.mean.size()) == plan.channels &&
+                           static_cast<int>(plan.std.size()) == plan.channels,
+                       op, "expected one mean and std per channel, got ", plan.mean.size(), " and ",
+                       plan.std.size(), " for ", plan.channels, " channels.");
+  FASTLOAD_CHECK_VALUE(plan.out_height > 0 && plan.out_width > 0, op, "expected a positive output size, got ",
+                       plan.out_height, "x", plan.out_width, ".");
+  return plan;
+}
+
+// (box, clamp, flip) of one sample: the geometry the engine will apply, for Python's
+// reference path and tests.
+py::tuple region_of(const py::dict& config, int height, int width, int64_t epoch, int64_t index) {
+  FASTLOAD_CHECK_VALUE(height > 0 && width > 0, "plan_region", "expected a positive image size, got ",
+                       height, "x", width, ".");
+  const SourceRegion region = plan_region(plan_from_config(config), height, width, epoch, index);
+  auto box = [](const Box& b) { return py::make_tuple(b.top, b.left, b.height, b.width); };
+  return py::make_tuple(box(region.box), box(region.clamp), region.flip);
+}
+
+class BatchEngine {
+ public:
+  explicit BatchEngine(int num_threads) {
+    FASTLOAD_CHECK_VALUE(num_threads >= 1, "BatchEngine", "expected num_threads >= 1, got ",
+                         num_threads, ".");
+    for (int i = 0; i < num_threads; ++i) workers_.emplace_back([this] { work(); });
+  }
+
+  ~BatchEngine() { close(); }
+
+  BatchEngine(const BatchEngine&) = delete;
+  BatchEngine& operator=(const BatchEngine&) = delete;
+
+  int num_threads() const { return static_cast<int>(workers_.size()); }
+
+  void set_index(at::Tensor path_bytes, at::Tensor path_offsets, at::Tensor file_ids,
+                 at::Tensor offsets, at::Tensor sizes) {
+    for (const auto* t : {&path_offsets, &file_ids, &offsets, &sizes}) {
+      FASTLOAD_CHECK_VALUE(t->scalar_type() == at::kLong && t->dim() == 1 && t->is_contiguous(),
+                           "BatchEngine.set_index", "expected contiguous 1-D int64 arrays, got ",
+                           t->scalar_type(), " ", t->sizes(), ".");
+    }
+    FASTLOAD_CHECK_VALUE(path_bytes.scalar_type() == at::kByte && path_bytes.is_contiguous(),
+                         "BatchEngine.set_index", "expected path bytes as contiguous uint8.");
+    auto index = std::make_shared<Index>();
+    *index = Index{path_bytes, path_offsets, file_ids, offsets, sizes};
+    index_ = std::move(index);
+  }
+
+  void set_plan(const py::dict& config) { plan_ = std::make_shared<const Plan>(plan_from_config(config)); }
+
+  // Queues a batch: sample indices [B] into out [B, C, H, W] (any strides). `predecoded`
+  // maps slots to uint8 HWC images decoded elsewhere (PIL), which skip read + decode.
+  int64_t submit(const at::Tensor& samples, at::Tensor out, int64_t epoch,
+                 const std::unordered_map<int64_t, at::Tensor>& predecoded) {
+    const char* op = "BatchEngine.submit";
+    FASTLOAD_CHECK(plan_ != nullptr, op, "expected set_plan() before submit().");
+    FASTLOAD_CHECK(index_ != nullptr || predecoded.size() == static_cast<size_t>(samples.numel()),
+                   op, "expected set_index() before submit().");
+    FASTLOAD_CHECK_VALUE(samples.dim() == 1 && samples.scalar_type() == at::kLong, op,
+                         "expected samples as 1-D int64, got ", samples.sizes(), " ", samples.scalar_type(), ".");
+    FASTLOAD_CHECK_VALUE(out.dim() == 4 && out.size(0) == samples.size(0) && out.device().is_cpu() &&
+                             out.size(1) == plan_->channels && out.size(2) == plan_->out_height &&
+                             out.size(3) == plan_->out_width,
+                         op, "expected out of shape [", samples.size(0), ", ", plan_->channels, ", ",
+                         plan_->out_height, ", ", plan_->out_width, "] on the CPU, got ", out.sizes(),
+                         " on ", out.device(), ".");
+    const auto dtype = out.scalar_type();
+    FASTLOAD_CHECK_VALUE(dtype == at::kByte || dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16,
+                         op, "expected out of dtype uint8, float32, float16 or bfloat16, got ", dtype, ".");
+    auto job = std::make_shared<Job>();
+    job->index = index_;
+    job->plan = plan_;
+    const auto samples_c = samples.contiguous();
+    job->samples.assign(samples_c.data_ptr<int64_t>(), samples_c.data_ptr<int64_t>() + samples_c.numel());
+    if (index_ != nullptr) {
+      const int64_t n = index_->file_ids.numel();
+      for (int64_t s : job->samples) {
+        FASTLOAD_CHECK_VALUE(0 <= s && s < n, op, "expected sample indices in [0, ", n, "), got ", s, ".");
+      }
+    }
+    for (const auto& [slot, image] : predecoded) {
+      FASTLOAD_CHECK_VALUE(0 <= slot && slot < samples.size(0) && image.dim() == 3 &&
+                               image.scalar_type() == at::kByte && image.size(2) == plan_->channels,
+                           op, "expected predecoded images as uint8 [H, W, ", plan_->channels, "].");
+      job->predecoded.emplace(slot, image.contiguous());
+    }
+    job->out = std::move(out);
+    job->epoch = epoch;
+    job->status.assign(job->samples.size(), kOk);
+    job->message.assign(job->samples.size(), std::string());
+    job->remaining = static_cast<int64_t>(job->samples.size());
+
+    int64_t ticket;
+    {
+      std::lock_guard<std::mutex> lock(queue_mutex_);
+      FASTLOAD_CHECK(!closed_, op, "the engine is closed.");
+      ticket = next_ticket_++;
+      jobs_.emplace(ticket, job);
+      for (int64_t slot = 0; slot < job->remaining; ++slot) tasks_.push_back({job, slot});
+    }
+    queue_cv_.notify_all();
+    return ticket;
+  }
+
+  // Waits for a batch (GIL released); returns (status int32 [B], messages).
+  std::pair<at::Tensor, std::vector<std::string>> wait(int64_t ticket) {
+    std::shared_ptr<Job> job;
+    {
+      std::lock_guard<std::mutex> lock(queue_mutex_);
+      auto it = jobs_.find(ticket);
+      FASTLOAD_CHECK_VALUE(it != jobs_.end(), "BatchEngine.wait", "unknown or already collected ticket ", ticket, ".");
+      job = it->second;
+      jobs_.erase(it);
+    }
+    {
+      py::gil_scoped_release no_gil;
+      std::unique_lock<std::mutex> lock(job->mutex);
+      job->done.wait(lock, [&] { return job->remaining == 0; });
+    }
+    auto status = at::from_blob(job->status.data(), {static_cast<int64_t>(job->status.size())}, at::kInt).clone();
+    return {status, std::move(job->message)};
+  }
+
+  void close() {
+    {
+      std::lock_guard<std::mutex> lock(queue_mutex_);
+      if (closed_) return;
+      closed_ = true;
+    }
+    queue_cv_.notify_all();
+    // Workers never take the GIL, but callers of close() may hold it: let other Python
+    // threads run while joining (the destructor can run without it, at shutdown).
+    if (PyGILState_Check()) {
+      py::gil_scoped_release no_gil;
+      for (auto& worker : workers_) worker.join();
+    } else {
+      for (auto& worker : workers_) worker.join();
+    }
+  }
+
+ private:
+  struct Task {
+    std::shared_ptr<Job> job;
+    int64_t slot;
+  };
+
+  void work() {
+    ThreadState state;
+    for (;;) {
+      Task task;
+      {
+        std::unique_lock<std::mutex> lock(queue_mutex_);
+        queue_cv_.wait(lock, [&] { return closed_ || !tasks_.empty(); });
+        if (tasks_.empty()) return;  // closed and drained
+        task = std::move(tasks_.front());
+        tasks_.pop_front();
+      }
+      Job& job = *task.job;
+      try {
+        process_sample(job, task.slot, state);
+      } catch (const DecodeError& error) {
+        job.status[task.slot] = kDecodeError;
+        job.message[task.slot] = error.what();
+      } catch (const c10::Error& error) {
+        job.status[task.slot] = kDecodeError;
+        job.message[task.slot] = error.what_without_backtrace();
+      } catch (const std::exception& error) {
+        job.status[task.slot] = kReadError;
+        job.message[task.slot] = error.what();
+      }
+      {
+        std::lock_guard<std::mutex> lock(job.mutex);
+        if (--job.remaining == 0) job.done.notify_all();
+      }
+    }
+  }
+
+  std::vector<std::thread> workers_;
+  std::mutex queue_mutex_;
+  std::condition_variable queue_cv_;
+  std::deque<Task> tasks_;
+  std::unordered_map<int64_t, std::shared_ptr<Job>> jobs_;
+  int64_t next_ticket_ = 0;
+  bool closed_ = false;
+  std::shared_ptr<const Index> index_;
+  std::shared_ptr<const Plan> plan_;
+};
+
+}  // namespace
+
+py::dict build_info() {
+  py::dict info;
   info["libjpeg_turbo"] = FASTLOAD_JPEG_VERSION;
   info["libjpeg_api"] = JPEG_LIB_VERSION;
 #ifdef FASTLOAD_WITH_CUDA
@@ -29,6 +429,22 @@ pybind11::dict build_info() {
   return info;
 }
 
-void bind(pybind11::module_& module) { (void)module; }
+void bind(py::module_& module) {
+  py::class_<BatchEngine>(module, "BatchEngine",
+                          "Thread pool that reads, decodes and augments whole batches (see "
+                          "fastload/native.py).")
+      .def(py::init<int>(), py::arg("num_threads"))
+      .def_property_readonly("num_threads", &BatchEngine::num_threads)
+      .def("set_index", &BatchEngine::set_index, py::arg("path_bytes"), py::arg("path_offsets"),
+           py::arg("file_ids"), py::arg("offsets"), py::arg("sizes"))
+      .def("set_plan", &BatchEngine::set_plan, py::arg("config"))
+      .def("submit", &BatchEngine::submit, py::arg("samples"), py::arg("out"), py::arg("epoch"),
+           py::arg("predecoded") = std::unordered_map<int64_t, at::Tensor>())
+      .def("wait", &BatchEngine::wait, py::arg("ticket"))
+      .def("close", &BatchEngine::close);
+  module.def("plan_region", &region_of, py::arg("config"), py::arg("height"), py::arg("width"),
+             py::arg("epoch"), py::arg("index"),
+             "(box, clamp, flip) of one sample under a plan, in full-resolution pixels.");
+}
 
 }  // namespace fastload::engine
