@@ -1,0 +1,163 @@
+"""fastload-bench: fastload against the usual PyTorch input pipelines, on one machine, one run.
+
+    fastload-bench                        # generated ImageNet-like data, train + eval, all contenders
+    fastload-bench --data /imagenet/train --pipeline train --workers 8 --json out.json
+    fastload-bench --suite decode         # decode-only micro-benchmark
+    fastload-bench --list                 # contenders and whether they can run here
+
+Every contender gets the same data, batch size, workers, float32 output and warm-up, each
+in a fresh process; the table gives img/s, the ratio to the torchvision baseline of the
+same pipeline, peak memory of the process tree, and the time to the first batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import List, Optional
+
+from fastload.bench import contenders as registry
+from fastload.bench import dataset as data
+from fastload.bench import micro, report
+from fastload.bench.measure import MeasureConfig, run_in_subprocess
+
+SUITES = ("main", "decode", "scaling")
+
+
+def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="fastload-bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", help="an ImageFolder-layout folder (root/<class>/<image>); default: generated data")
+    p.add_argument("--dataset-images", type=int, default=2000, help="images to generate without --data (2000)")
+    p.add_argument("--classes", type=int, default=10, help="classes to generate without --data (10)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the generated data and of the loaders (0)")
+    p.add_argument("--images", type=int, default=1536, help="images timed per contender, after warm-up (1536)")
+    p.add_argument("--warmup-batches", type=int, default=1, help="batches taken before timing (1)")
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                   help="worker processes or threads of every contender (default: all cores)")
+    p.add_argument("--contenders", default=",".join(registry.CONTENDERS),
+                   help=f"comma-separated, from: {', '.join(registry.CONTENDERS)} (default: all)")
+    p.add_argument("--pipeline", choices=("train", "eval", "both"), default="both",
+                   help="train: RandomResizedCrop 224 + flip + normalize; eval: Resize 256 + CenterCrop 224")
+    p.add_argument("--suite", default="main,decode,scaling",
+                   help="comma-separated: main (the table), decode (decode-only micro-benchmark), "
+                        "scaling (1 vs --workers threads) (default: all three)")
+    p.add_argument("--scaling-contenders", default="fastload-native",
+                   help="contenders of the scaling suite (default: fastload-native)")
+    p.add_argument("--decode-images", type=int, default=200, help="files of the decode micro-benchmark (200)")
+    p.add_argument("--shards", type=int, default=8, help="tar shards made for the webdataset contender (8)")
+    p.add_argument("--timeout", type=float, default=600, help="seconds before a contender is killed (600)")
+    p.add_argument("--json", metavar="PATH", help="write every figure and the machine's description here")
+    p.add_argument("--no-progress", action="store_true", help="no tqdm bars")
+    p.add_argument("--list", action="store_true", help="list the contenders and exit")
+    args = p.parse_args(argv)
+    args.contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
+    args.scaling_contenders = [c.strip() for c in args.scaling_contenders.split(",") if c.strip()]
+    args.suite = [s.strip() for s in args.suite.split(",") if s.strip()]
+    for name in args.contenders + args.scaling_contenders:
+        if name not in registry.CONTENDERS:
+            p.error(f"unknown contender {name!r}: expected one of {', '.join(registry.CONTENDERS)}")
+    for suite in args.suite:
+        if suite not in SUITES:
+            p.error(f"unknown suite {suite!r}: expected one of {', '.join(SUITES)}")
+    for name in ("images", "batch_size", "warmup_batches", "dataset_images", "classes", "decode_images", "shards"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.workers < 0:
+        p.error(f"--workers must be >= 0, got {args.workers}")
+    return args
+
+
+def _say(message: str = "") -> None:
+    print(message, flush=True)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = parse_args(argv)
+    if args.list:
+        for name, contender in registry.CONTENDERS.items():
+            _say(f"{name:16} {contender.unavailable() or 'available'}: {contender.summary}")
+        return 0
+
+    machine = report.machine_info()
+    _say(f"machine: {report.format_machine(machine)}")
+    if args.data:
+        bench_data = data.describe_folder(args.data)
+    else:
+        spec = data.DatasetSpec(images=args.dataset_images, classes=args.classes, seed=args.seed)
+        bench_data = data.ensure_dataset(spec, progress=not args.no_progress)
+    _say(f"data: {bench_data.describe()}{' (generated now)' if bench_data.generated else ''}")
+
+    pipelines = ["train", "eval"] if args.pipeline == "both" else [args.pipeline]
+    base = dict(
+        root=bench_data.root, batch_size=args.batch_size, images=args.images,
+        warmup_batches=args.warmup_batches, seed=args.seed,
+    )
+    needs_shards = any(registry.get(c).needs_shards and not registry.get(c).unavailable() for c in args.contenders)
+    shards = data.ensure_shards(bench_data, args.shards) if needs_shards and "main" in args.suite else []
+    record = {"machine": machine, "data": vars(bench_data), "args": {k: v for k, v in vars(args).items()}}
+
+    if "main" in args.suite:
+        rows = []
+        for pipeline in pipelines:
+            for name in args.contenders:
+                rows.append(_measure(name, dict(base, pipeline=pipeline, shards=shards), args))
+        report.add_ratios(rows)
+        record["results"] = rows
+        _say()
+        _say(f"batch {args.batch_size}, {args.workers} workers/threads, {args.images} timed images after "
+             f"{args.warmup_batches} warm-up batch(es), float32 output; peak memory summed over the process tree")
+        _say(report.format_table(rows))
+        noisy = [r for r in rows if r.get("others_cpu_pct", 0) > report.NOISY_OTHERS_PCT]
+        if noisy:
+            _say(f"note: other processes used > {report.NOISY_OTHERS_PCT:.0f}% of the CPUs during "
+                 f"{len(noisy)} row(s) ('noisy'): those img/s understate the loader.")
+
+    if "decode" in args.suite:
+        rows = micro.decode_benchmark(bench_data.root, images=args.decode_images, seed=args.seed)
+        record["decode"] = rows
+        _say()
+        _say(f"decode only, one thread, {rows[0]['images']} files in memory:")
+        _say(micro.format_rows(rows, micro.DECODE_COLUMNS, "method"))
+
+    if "scaling" in args.suite:
+        workers = max(2, args.workers)
+        rows = micro.scaling_benchmark(
+            args.scaling_contenders, dict(base, pipeline=pipelines[0]), workers, args.timeout,
+            progress=not args.no_progress,
+        )
+        record["scaling"] = rows
+        _say()
+        _say(f"scaling ({pipelines[0]} pipeline), 1 vs {workers} workers/threads:")
+        _say(micro.format_rows(rows, micro.SCALING_COLUMNS, "contender"))
+
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(record, f, indent=1, default=str)
+        _say(f"\nfigures written to {args.json}")
+    return 0
+
+
+def _measure(name: str, config_kwargs: dict, args: argparse.Namespace) -> dict:
+    contender = registry.get(name)
+    reason = contender.unavailable()
+    row = {"contender": name, "pipeline": config_kwargs["pipeline"]}
+    if reason:  # no process to start: say why in the row
+        return {**row, "status": "unavailable", "reason": reason}
+    if contender.needs_shards and not config_kwargs.get("shards"):
+        return {**row, "status": "unavailable", "reason": "no shards were made"}
+    config = MeasureConfig(contender=name, workers=args.workers, progress=not args.no_progress, **config_kwargs)
+    result = run_in_subprocess(config, timeout=args.timeout, forward_stderr=not args.no_progress)
+    if result.get("status") == "ok":
+        _say(f"  {name} ({config.pipeline}): {result['images_per_s']:.0f} img/s, first batch "
+             f"{result['first_batch_s']:.2f} s, peak RSS {result['peak_rss_mb']:.0f} MB")
+    else:
+        _say(f"  {name} ({config.pipeline}): {result.get('status')}: {result.get('reason')}")
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

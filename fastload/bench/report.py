@@ -1,0 +1,145 @@
+"""The bench's output: the machine it ran on, the results table, the JSON record.
+
+Example:
+    >>> rows = [{"contender": "baseline", "pipeline": "train", "status": "ok", "path": "torch (PIL)",
+    ...          "images_per_s": 250.0, "peak_rss_mb": 900.0, "peak_pss_mb": 600.0,
+    ...          "first_batch_s": 1.5, "cpu_ms_per_image": 8.0, "others_cpu_pct": 1.0}]
+    >>> print(format_table(rows).splitlines()[2].split("|")[1].strip())
+    baseline
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import os
+import platform
+from typing import Any, Dict, List, Optional
+
+# A run is flagged noisy when other processes used more than this share of the machine
+# while it was timed: the throughput then understates what the loader can do.
+NOISY_OTHERS_PCT = 10.0
+
+COLUMNS = [
+    ("contender", "contender"),
+    ("path", "path"),
+    ("img/s", "images_per_s"),
+    ("vs baseline", "ratio"),
+    ("peak RSS MB", "peak_rss_mb"),
+    ("peak PSS MB", "peak_pss_mb"),
+    ("first batch s", "first_batch_s"),
+    ("CPU ms/img", "cpu_ms_per_image"),
+    ("others' CPU %", "others_cpu_pct"),
+]
+
+
+def _version(package: str) -> Optional[str]:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def machine_info() -> Dict[str, Any]:
+    """CPU model, cores, memory, load and the versions of everything measured."""
+    model = platform.processor() or ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    memory_gb = None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    memory_gb = round(int(line.split()[1]) / 2**20, 1)
+    except OSError:
+        pass
+    pil = _version("Pillow-SIMD") or _version("pillow")
+    info = {
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "cpu_model": model,
+        "cpu_count": os.cpu_count(),
+        "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "memory_gb": memory_gb,
+        "load_average": [round(v, 2) for v in os.getloadavg()],
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "versions": {
+            "torch": _version("torch"),
+            "torchvision": _version("torchvision"),
+            "pillow": pil,
+            "pillow_simd": _version("Pillow-SIMD") is not None,
+            "numpy": _version("numpy"),
+            "fastload": _version("fastload"),
+            "nvidia-dali": _version("nvidia-dali-cuda120") or _version("nvidia-dali-cuda110"),
+            "webdataset": _version("webdataset"),
+        },
+    }
+    try:
+        from fastload import _ext
+
+        info["fastload_build"] = _ext.build_info()
+    except Exception as error:  # noqa: BLE001 -- info only
+        info["fastload_build"] = {"error": str(error)}
+    return info
+
+
+def add_ratios(rows: List[Dict[str, Any]]) -> None:
+    """Sets row["ratio"] = img/s over the same pipeline's baseline img/s."""
+    base = {
+        r["pipeline"]: r["images_per_s"]
+        for r in rows
+        if r.get("contender") == "baseline" and r.get("status") == "ok"
+    }
+    for r in rows:
+        if r.get("status") == "ok" and base.get(r["pipeline"]):
+            r["ratio"] = r["images_per_s"] / base[r["pipeline"]]
+
+
+def _cell(row: Dict[str, Any], key: str) -> str:
+    value = row.get(key)
+    if key == "contender":
+        return f"{row['contender']} ({row['pipeline']})" if row.get("pipeline") else row["contender"]
+    if row.get("status") != "ok" and key == "path":
+        return f"{row.get('status', 'failed')}: {row.get('reason', '')}"
+    if value is None:
+        return "-"
+    if key == "ratio":
+        return f"{value:.2f}x"
+    if key == "images_per_s":
+        return f"{value:.0f}"
+    if key in ("peak_rss_mb", "peak_pss_mb"):
+        return f"{value:.0f}" if value else "-"
+    if key == "others_cpu_pct":
+        return f"{value:.0f}" + (" noisy" if value > NOISY_OTHERS_PCT else "")
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    return str(value)
+
+
+def format_table(rows: List[Dict[str, Any]], columns=COLUMNS) -> str:
+    """A Markdown table (readable as plain text too) with one row per result."""
+    header = [title for title, _ in columns]
+    body = [[_cell(r, key) for _, key in columns] for r in rows]
+    widths = [max(len(str(x)) for x in column) for column in zip(header, *body)]
+
+    def line(cells):
+        return "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"
+
+    separator = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    return "\n".join([line(header), separator] + [line(b) for b in body])
+
+
+def format_machine(info: Dict[str, Any]) -> str:
+    v = info["versions"]
+    return (
+        f"{info['cpu_model']}, {info['cpus_usable']} cores, {info['memory_gb']} GB RAM; "
+        f"torch {v['torch']}, torchvision {v['torchvision']}, "
+        f"{'Pillow-SIMD' if v['pillow_simd'] else 'Pillow'} {v['pillow']}; load average "
+        f"{' '.join(str(x) for x in info['load_average'])} at start; {info['date']}"
+    )

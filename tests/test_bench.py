@@ -1,0 +1,253 @@
+"""fastload-bench: generated data, process-tree memory, every contender end to end, the record.
+
+No timing assertions: figures only have to exist and be positive. What is checked is
+that the bench measures what it says: the same images in, the same pipeline out (the
+baseline against a plain PIL reference, the other contenders against the baseline), the
+memory of worker processes counted, failures turned into rows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from fastload.bench import contenders as registry
+from fastload.bench import dataset as data
+from fastload.bench import measure, report
+from fastload.bench.__main__ import main
+from fastload.bench.procfs import ProcessTree
+
+MEAN = np.array(registry.IMAGENET_MEAN, np.float64)
+STD = np.array(registry.IMAGENET_STD, np.float64)
+
+# Per-sample mean of a normalised 224x224 image. The torchvision contenders decode with the
+# same PIL and resize with the same code: float32 rounding only.
+SAME_CODE_TOL = 1e-4
+# Other resamplers (DALI, fastload's fused kernel) differ by about a uint8 level per
+# pixel at most; a level is 1/255/std ~ 0.017 after normalisation, and a mean of 50k
+# values averages most of it away.
+OTHER_RESAMPLER_TOL = 0.02
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    cache = tmp_path_factory.mktemp("cache")
+    return cache, data.ensure_dataset(data.DatasetSpec(images=8, classes=2, seed=3), cache_dir=str(cache), processes=2)
+
+
+def test_dataset_layout_determinism_and_cache(tiny, tmp_path):
+    cache, ds = tiny
+    assert ds.generated and ds.num_images == 8 and ds.classes == ["class000", "class001"]
+    samples = data.list_samples(ds.root)
+    assert len(samples) == 8 and [label for _, label in samples] == [0] * 4 + [1] * 4
+    for path, _ in samples:
+        with Image.open(path) as im:
+            assert im.format == "JPEG" and im.mode == "RGB"
+            assert 200 <= im.width <= 800 and 200 <= im.height <= 800
+    assert ds.mean_bytes == pytest.approx(np.mean([os.path.getsize(p) for p, _ in samples]))
+
+    again = data.ensure_dataset(data.DatasetSpec(images=8, classes=2, seed=3), cache_dir=str(cache))
+    assert not again.generated and again.root == ds.root  # cache hit
+
+    other = data.ensure_dataset(data.DatasetSpec(images=8, classes=2, seed=3), cache_dir=str(tmp_path), processes=1)
+    for (a, _), (b, _) in zip(samples, data.list_samples(other.root)):
+        assert open(a, "rb").read() == open(b, "rb").read()  # pure function of (seed, index)
+    different = data.draw_image(4, 0)
+    assert different.shape != data.draw_image(3, 0).shape or (different != data.draw_image(3, 0)).any()
+
+
+def test_half_written_cache_is_rebuilt(tmp_path):
+    spec = data.DatasetSpec(images=2, classes=1, seed=1)
+    first = data.ensure_dataset(spec, cache_dir=str(tmp_path), processes=1)
+    os.remove(os.path.join(os.path.dirname(first.root), data.MARKER))  # as if killed mid-way
+    os.remove(data.file_path(first.root, spec, 1))
+    second = data.ensure_dataset(spec, cache_dir=str(tmp_path), processes=1)
+    assert second.generated and os.path.exists(data.file_path(second.root, spec, 1))
+
+
+def test_image_sizes_are_imagenet_like():
+    sizes = np.array([data.image_size(np.random.default_rng([0, i])) for i in range(3000)], float)
+    width, height = sizes[:, 0], sizes[:, 1]
+    assert 470 < width.mean() < 530 and 355 < height.mean() < 400
+    assert 0.05 < (height > width).mean() < 0.2  # some portraits
+    aspect = width / height
+    assert aspect.min() >= 0.59 and aspect.max() <= 1.81 and width.max() <= 800 and width.min() >= 200
+
+
+def test_generated_jpegs_are_imagenet_sized():
+    # Quality-90 files of ~100 KB at ~500x375, as ImageNet's ~110 KB: the decode cost.
+    sizes = [len(data.encode_jpeg(data.draw_image(0, i), 90)) for i in range(12)]
+    assert 60e3 < np.mean(sizes) < 150e3
+
+
+def test_shards_hold_every_sample_in_order(tiny):
+    _, ds = tiny
+    paths = data.ensure_shards(ds, shards=3)
+    members = []
+    for path in paths:
+        with tarfile.open(path) as tar:
+            members += [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()]
+    jpgs = [blob for name, blob in members if name.endswith(".jpg")]
+    labels = [int(blob) for name, blob in members if name.endswith(".cls")]
+    samples = data.list_samples(ds.root)
+    assert labels == [label for _, label in samples]
+    assert jpgs == [open(p, "rb").read() for p, _ in samples]
+    assert data.ensure_shards(ds, shards=3) == paths  # cached
+
+
+def test_process_tree_sums_worker_memory():
+    # A parent holding 64 MiB forks two children that share it and add 64 MiB each:
+    # RSS counts the shared block in all three (5 x 64 MiB), PSS splits it (3 x 64 MiB).
+    block = 64 << 20
+    script = (
+        "import os, sys, time\n"
+        f"block = bytearray(b'x' * {block})\n"
+        "for _ in range(2):\n"
+        "    if os.fork() == 0:\n"
+        f"        mine = bytearray(b'y' * {block}); print('child', flush=True); time.sleep(30); os._exit(0)\n"
+        "time.sleep(30)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, start_new_session=True)
+    try:
+        assert [child.stdout.readline().strip() for _ in range(2)] == [b"child", b"child"]
+        tree = ProcessTree(child.pid)
+        assert len(tree.pids()) == 3 and tree.pids()[0] == child.pid
+        assert tree.rss_bytes() >= 5 * block * 0.95
+        assert 3 * block * 0.95 <= tree.pss_bytes() <= 4 * block
+        assert tree.cpu_seconds() > 0
+        assert ProcessTree(os.getpid()).pids()[0] == os.getpid()
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)  # the children too
+        child.wait()
+
+
+def _pil_eval_reference(path: str) -> np.ndarray:
+    """Resize(256) + CenterCrop(224) + normalize in plain PIL/numpy: float [3, 224, 224]."""
+    with Image.open(path) as im:
+        im = im.convert("RGB")
+        w, h = im.size
+        if w <= h:
+            size = (256, int(256 * h / w))
+        else:
+            size = (int(256 * w / h), 256)
+        im = im.resize(size, Image.BILINEAR)
+        left, top = int(round((size[0] - 224) / 2.0)), int(round((size[1] - 224) / 2.0))
+        im = im.crop((left, top, left + 224, top + 224))
+    x = np.asarray(im, np.float64) / 255.0
+    return ((x - MEAN) / STD).transpose(2, 0, 1)
+
+
+def test_every_contender_runs_and_agrees(tiny, tmp_path, monkeypatch):
+    cache, ds = tiny
+    monkeypatch.setenv("FASTLOAD_CACHE", str(cache.parent / "unused"))  # --data: nothing generated
+    out = tmp_path / "bench.json"
+    code = main([
+        "--data", ds.root, "--pipeline", "both", "--images", "4", "--batch-size", "2", "--workers", "1",
+        "--shards", "2", "--decode-images", "4", "--json", str(out), "--no-progress", "--timeout", "240",
+    ])
+    assert code == 0
+    record = json.loads(out.read_text())
+    assert {"cpu_model", "cpu_count", "memory_gb", "versions", "date"} <= set(record["machine"])
+    assert record["machine"]["versions"]["torch"] == torch.__version__.split("+")[0]
+    rows = record["results"]
+    assert [(r["contender"], r["pipeline"]) for r in rows] == [
+        (c, p) for p in ("train", "eval") for c in registry.CONTENDERS
+    ]
+    for r in rows:
+        if registry.get(r["contender"]).unavailable():
+            assert r["status"] == "unavailable" and r["reason"]
+            continue
+        assert r["status"] == "ok", r  # an available contender that fails is a bug here
+        assert r["images"] == 4 and r["images_per_s"] > 0 and r["first_batch_s"] > 0
+        assert r["peak_rss_mb"] > 50 and r["peak_pss_mb"] > 0 and r["path"]
+        batch = r["first_batch"]
+        assert batch["shape"] == [2, 3, 224, 224] and batch["dtype"] == "float32" and batch["finite"]
+        assert batch["labels_shape"] == [2]
+    base = {p: next(r for r in rows if r["contender"] == "baseline" and r["pipeline"] == p) for p in ("train", "eval")}
+    assert base["train"]["ratio"] == pytest.approx(1.0)
+
+    # Eval is deterministic and unshuffled: the first batch is the first two files.
+    samples = data.list_samples(ds.root)
+    reference = [_pil_eval_reference(path) for path, _ in samples[:2]]
+    np.testing.assert_allclose(base["eval"]["first_batch"]["sample_means"], [x.mean() for x in reference], atol=SAME_CODE_TOL)
+    np.testing.assert_allclose(base["eval"]["first_batch"]["sample_stds"], [x.std(ddof=1) for x in reference], atol=1e-3)
+    for r in rows:
+        if r["pipeline"] != "eval" or r["status"] != "ok":
+            continue
+        tol = SAME_CODE_TOL if r["contender"] in ("fastload", "webdataset") and "native" not in r["path"] else OTHER_RESAMPLER_TOL
+        np.testing.assert_allclose(r["first_batch"]["sample_means"], base["eval"]["first_batch"]["sample_means"], atol=tol, err_msg=r["contender"])
+        assert r["first_batch"]["labels"] == [0, 0], r["contender"]
+
+    table = report.format_table(rows)
+    assert len(table.splitlines()) == 2 + len(rows) and "img/s" in table.splitlines()[0]
+
+    decode = {r["method"]: r for r in record["decode"]}
+    pil = decode["PIL open+convert"]
+    assert pil["status"] == "ok" and pil["images"] == 4
+    for name in ("torchvision.io.decode_jpeg", "fastload decode_jpeg full"):
+        if decode[name]["status"] == "ok":  # a full decode has every pixel
+            assert decode[name]["mean_pixels"] == pil["mean_pixels"], name
+    if decode["fastload decode_jpeg crop window"]["status"] == "ok":
+        assert decode["fastload decode_jpeg crop window"]["mean_pixels"] <= pil["mean_pixels"]
+    assert [r["contender"] for r in record["scaling"]] == ["fastload-native"]
+
+
+def test_a_failing_contender_is_a_row(tmp_path, monkeypatch):
+    class Broken(registry.Contender):
+        name = "broken"
+
+        def dataset(self, config):
+            return None
+
+        def loader(self, dataset, config):
+            raise RuntimeError("no loader today")
+
+    monkeypatch.setitem(registry.CONTENDERS, "broken", Broken())
+    result = measure.run_in_this_process(measure.MeasureConfig(contender="broken", root=str(tmp_path), progress=False))
+    assert result["status"] == "failed" and result["reason"] == "RuntimeError: no loader today"
+
+    # In a child process: a folder that is not an ImageFolder fails the baseline, no crash.
+    result = measure.run_in_subprocess(
+        measure.MeasureConfig(contender="baseline", root=str(tmp_path / "missing"), progress=False),
+        timeout=120, forward_stderr=False,
+    )
+    assert result["status"] == "failed" and "FileNotFoundError" in result["reason"]
+
+
+def test_a_stuck_contender_is_killed(tmp_path):
+    result = measure.run_in_subprocess(
+        measure.MeasureConfig(contender="baseline", root=str(tmp_path), progress=False),
+        timeout=0.3, forward_stderr=False,
+    )
+    assert result["status"] == "failed" and result["reason"].startswith("timed out after")
+
+
+def test_table_says_why_a_row_is_missing():
+    rows = [
+        {"contender": "baseline", "pipeline": "train", "status": "ok", "path": "torch (PIL)", "images_per_s": 200.0,
+         "peak_rss_mb": 900.0, "peak_pss_mb": 500.0, "first_batch_s": 1.0, "cpu_ms_per_image": 9.0, "others_cpu_pct": 50.0},
+        {"contender": "x", "pipeline": "train", "status": "ok", "path": "p", "images_per_s": 500.0},
+        {"contender": "dali-cpu", "pipeline": "train", "status": "unavailable", "reason": "not installed"},
+    ]
+    report.add_ratios(rows)
+    assert rows[1]["ratio"] == pytest.approx(2.5)
+    lines = report.format_table(rows).splitlines()
+    assert "unavailable: not installed" in lines[4] and "2.50x" in lines[3] and "noisy" in lines[2]
+
+
+def test_bad_arguments_are_refused(capsys):
+    with pytest.raises(SystemExit):
+        main(["--contenders", "nope"])
+    assert "unknown contender 'nope'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--batch-size", "0"])
