@@ -1,0 +1,179 @@
+"""Where a loader's time goes: per-stage timings, throughput, the data-stall fraction.
+
+`fastload.DataLoader.stats()` returns a `Stats` (a plain dict with a readable `str`);
+`report(stats)` formats one. The numbers come from three places:
+
+- worker side (fetch, collate): measured inside each worker around the dataset reads and
+  the collate_fn, and shipped to the main process with the batch (worker-seconds: with W
+  workers in parallel, their sum can exceed the wall time);
+- pin and transfer: measured where they run (torch's pin-memory thread, the transfer
+  stage); device copy time from CUDA events when batches go to a GPU;
+- the training loop: the time spent inside `__next__` (waiting for data) and the time
+  between consecutive batches.
+
+Keys of the dict (seconds are float, counts int):
+    path            "generic: <reason>" or "native: <what>" (loader.path)
+    epochs          iterations started (each __iter__)
+    batches         batches delivered by __next__
+    samples         samples in those batches (images for an image dataset)
+    skipped         samples skipped by on_error="skip"
+    fetch_s         worker time reading samples (dataset __getitem__/__getitems__)
+    collate_s       worker time in collate_fn
+    pin_s           time copying batches into pinned host memory
+    transfer_s      host time issuing host-to-device copies and dtype/layout conversions
+    copy_s          device time of those copies (CUDA events; 0.0 when not measured)
+    wait_s          time the training loop spent inside __next__, in total
+    first_batch_s   wait for the first batch of the latest epoch (None before any)
+    loop_s          wall time of the iterations: from each epoch's first __next__ call to
+                    its last return (or StopIteration), summed over epochs
+    samples_per_s   samples / loop_s (None before any batch)
+    stall_fraction  data-stall fraction: the wait between batches divided by the time
+                    between batches, i.e. the share of the loop's steady-state time spent
+                    waiting for data (first batch excluded; None before two batches)
+    native          the native engine's counters (native path only)
+
+Every stage also shows in profiler traces as a `torch.profiler.record_function` range
+named "fastload.<stage>" (fetch and collate in the worker processes' own traces).
+
+Example:
+    >>> import torch, fastload
+    >>> loader = fastload.DataLoader(torch.utils.data.TensorDataset(torch.arange(8)), batch_size=4)
+    >>> for _ in loader: pass
+    >>> s = loader.stats(); s["batches"], s["samples"]
+    (2, 8)
+    >>> print(fastload.stats.report(s).splitlines()[1])
+      epochs 1, batches 2, samples 8, skipped 0
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, Optional
+
+STAGES = ("fetch", "collate", "pin", "transfer", "copy", "wait")
+_STAGE_LABELS = {
+    "fetch": "fetch (workers)",
+    "collate": "collate (workers)",
+    "pin": "pin",
+    "transfer": "transfer (host)",
+    "copy": "copy (device)",
+    "wait": "wait (loop)",
+}
+
+
+class Stats(dict):
+    """The dict loader.stats() returns; `str(stats)` is report(stats)."""
+
+    def __str__(self) -> str:
+        return report(self)
+
+
+class LoaderStats:
+    """Accumulates one loader's timings; cheap enough to run on every batch."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Forgets everything measured so far."""
+        self.times: Dict[str, float] = dict.fromkeys(STAGES, 0.0)
+        self.epochs = 0
+        self.batches = 0
+        self.samples = 0
+        self.skipped = 0
+        self.first_batch_s: Optional[float] = None
+        self.loop_s = 0.0
+        self.between_s = 0.0
+        self.between_wait_s = 0.0
+        self._last_return: Optional[float] = None
+
+    # -- producers -----------------------------------------------------------------------
+    def add_time(self, stage: str, seconds: float) -> None:
+        self.times[stage] += seconds
+
+    def add_worker(self, fetch_s: float, collate_s: float, pin_s: float, skipped: int) -> None:
+        self.times["fetch"] += fetch_s
+        self.times["collate"] += collate_s
+        self.times["pin"] += pin_s
+        self.skipped += skipped
+
+    # -- the training loop ---------------------------------------------------------------
+    def start_epoch(self) -> None:
+        self.epochs += 1
+        self._last_return = None
+
+    def next_returned(self, called: float, samples: int) -> None:
+        """A __next__ that started at perf_counter() == `called` returned a batch."""
+        self._loop_step(called)
+        self.batches += 1
+        self.samples += samples
+
+    def next_ended(self, called: float) -> None:
+        """A __next__ that started at `called` raised (StopIteration or an error)."""
+        self._loop_step(called)
+
+    def _loop_step(self, called: float) -> None:
+        now = time.perf_counter()
+        wait = now - called
+        self.times["wait"] += wait
+        if self._last_return is None:
+            self.first_batch_s = wait
+            self.loop_s += wait
+        else:
+            self.between_s += now - self._last_return
+            self.between_wait_s += wait
+            self.loop_s += now - self._last_return
+        self._last_return = now
+
+    # -- consumers -----------------------------------------------------------------------
+    def as_dict(self, path: str, native: Optional[Dict[str, Any]] = None) -> Stats:
+        out = Stats(
+            path=path,
+            epochs=self.epochs,
+            batches=self.batches,
+            samples=self.samples,
+            skipped=self.skipped,
+            **{f"{stage}_s": self.times[stage] for stage in STAGES},
+            first_batch_s=self.first_batch_s,
+            loop_s=self.loop_s,
+            samples_per_s=self.samples / self.loop_s if self.batches and self.loop_s > 0 else None,
+            stall_fraction=self.between_wait_s / self.between_s if self.between_s > 0 else None,
+        )
+        if native is not None:
+            out["native"] = native
+        return out
+
+
+def _fmt(value: Optional[float], unit: str = "s") -> str:
+    return "-" if value is None else f"{value:.3f} {unit}"
+
+
+def report(stats: Dict[str, Any]) -> str:
+    """A readable multi-line report of a loader.stats() dict.
+
+    Example:
+        >>> print(report({"path": "generic: test", "batches": 0}).splitlines()[0])
+        fastload.DataLoader stats (generic: test)
+    """
+    g = stats.get
+    batches = g("batches") or 0
+    lines = [f"fastload.DataLoader stats ({g('path', '?')})"]
+    lines.append(f"  epochs {g('epochs', 0)}, batches {batches}, samples {g('samples', 0)}, "
+                 f"skipped {g('skipped', 0)}")
+    sps = g("samples_per_s")
+    lines.append(f"  throughput {'-' if sps is None else f'{sps:,.1f}'} samples/s over "
+                 f"{_fmt(g('loop_s'))}; first batch {_fmt(g('first_batch_s'))}")
+    stall = g("stall_fraction")
+    lines.append("  data stall " + ("-" if stall is None else f"{100 * stall:.1f}%")
+                 + " (share of the time between batches spent waiting in __next__)")
+    lines.append(f"  {'stage':<20}{'seconds':>10}{'ms/batch':>11}")
+    for stage in STAGES:
+        seconds = g(f"{stage}_s")
+        if seconds is None:
+            continue
+        per = f"{1e3 * seconds / batches:.2f}" if batches else "-"
+        lines.append(f"  {_STAGE_LABELS[stage]:<20}{seconds:>10.3f}{per:>11}")
+    native = g("native")
+    if native:
+        lines.append("  native: " + ", ".join(f"{k}={v}" for k, v in native.items()))
+    return "\n".join(lines)
