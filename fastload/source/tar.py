@@ -1,0 +1,508 @@
+"""WebDataset tar shards as a random-access native dataset.
+
+A shard is a plain tar whose members are grouped into samples by key: the member name up
+to the first dot of its file name, directory included (`train/n01/abc.jpg` and
+`train/n01/abc.cls` are sample `train/n01/abc`). Each sample has one image (jpg, jpeg, png,
+webp) and one label (cls: an integer as text; json: an integer, or an object with "label"
+or "cls"; txt: an integer as text); other members are ignored.
+
+Instead of streaming shards through a shuffle buffer, an index of (offset, size) of every
+member is built once per shard by walking the tar headers, cached (beside the shard, or in
+cache_dir when that is read-only or the shard is remote) and validated against the shard's
+size and mtime; a stale or corrupt index is rebuilt, never trusted. With it, every image is
+a (shard, offset, size) triple in a SampleIndex: the C++ engine reads it with one pread, and
+shuffling is global. Remote shards (http(s)://, or any fsspec URL) are downloaded once into
+cache_dir, with a tqdm progress bar, then read locally.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tarfile
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from fastload.source.base import NativeDataset
+from fastload.source.index import FlatStrings, SampleIndex
+
+IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")  # preference order when a key has several
+# Preference order when a key has several; the first that holds an integer label wins
+# (a txt member is often a caption, a json member often metadata without a label).
+LABEL_EXTS = ("cls", "json", "txt")
+ON_ERROR = ("raise", "skip")
+INDEX_FORMAT = "fastload-tar-index"
+INDEX_VERSION = 1
+INDEX_SUFFIX = ".idx.json"
+# Label members are read while indexing and their text kept in the index; anything longer
+# than this is not a label (a caption, a whole metadata record) and is refused.
+MAX_LABEL_BYTES = 64 * 1024
+DOWNLOAD_CHUNK = 1 << 20
+DOWNLOAD_TIMEOUT_S = 60
+
+
+class TarShardError(ValueError):
+    """A shard or one of its members is unusable.
+
+    Attributes:
+        shard: the shard's URL or path.
+        member: the member name inside the shard, or None for the whole shard.
+        reason: what is wrong.
+    """
+
+    def __init__(self, message: str, shard: str, member: Optional[str] = None, reason: str = ""):
+        super().__init__(message)
+        self.shard, self.member, self.reason = shard, member, reason or message
+
+    def __reduce__(self):
+        return (TarShardError, (str(self), self.shard, self.member, self.reason))
+
+
+class Skipped(NamedTuple):
+    """A sample (or part of a shard) left out with on_error="skip"."""
+
+    shard: str
+    member: Optional[str]
+    reason: str
+
+
+def default_cache_dir() -> str:
+    """$FASTLOAD_CACHE, else $XDG_CACHE_HOME/fastload, else ~/.cache/fastload."""
+    if os.environ.get("FASTLOAD_CACHE"):
+        return os.environ["FASTLOAD_CACHE"]
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "fastload")
+
+
+# ---------------------------------------------------------------------------------------
+# URLs
+
+
+def expand_urls(urls: Union[str, Sequence[str]]) -> List[str]:
+    """Brace patterns and "::"-separated lists (WebDataset's conventions) to a flat list.
+
+    Example:
+        >>> expand_urls("data/train-{000..002}.tar::extra.tar")
+        ['data/train-000.tar', 'data/train-001.tar', 'data/train-002.tar', 'extra.tar']
+    """
+    from braceexpand import braceexpand
+
+    if isinstance(urls, (str, os.PathLike)):
+        urls = [os.fspath(urls)]
+    out: List[str] = []
+    for url in urls:
+        url = os.fspath(url)
+        for part in url.split("::"):
+            if part:
+                out.extend(braceexpand(part))
+    if not out:
+        raise ValueError(f"fastload.TarShards: expected at least one shard URL or path, got {urls!r}.")
+    return out
+
+
+def _scheme(url: str) -> str:
+    parsed = urllib.parse.urlparse(url)
+    # A Windows drive letter ("C:\\...") is not a scheme.
+    return parsed.scheme.lower() if "://" in url and len(parsed.scheme) > 1 else ""
+
+
+def _cache_name(key: str, name: str) -> str:
+    digest = hashlib.sha1(key.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    return f"{digest}-{os.path.basename(name) or 'shard'}"
+
+
+def fetch_shard(url: str, cache_dir: str, progress: bool = True) -> str:
+    """Local path of a shard: local paths and file:// as they are; others downloaded once.
+
+    A download goes to a temporary file renamed into place when complete, so a cached
+    file is always whole (the cache key is the URL: remove the file to refetch it).
+    """
+    scheme = _scheme(url)
+    if scheme in ("", "file"):
+        path = urllib.parse.unquote(urllib.parse.urlparse(url).path) if scheme == "file" else url
+        if not os.path.isfile(path):
+            raise TarShardError(
+                f"fastload.TarShards: expected a tar shard at {url!r}, got no such file. "
+                "Check the path or the brace pattern.", url, None, "no such file")
+        return path
+    target_dir = os.path.join(cache_dir, "shards")
+    target = os.path.join(target_dir, _cache_name(url, urllib.parse.urlparse(url).path))
+    if os.path.isfile(target):
+        return target
+    os.makedirs(target_dir, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target_dir, prefix=".download-")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            if scheme in ("http", "https"):
+                _download_http(url, out, progress)
+            else:
+                _download_fsspec(url, out, progress)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return target
+
+
+def _progress_bar(total: Optional[int], name: str, progress: bool):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=f"fastload: {name}",
+                disable=not progress, leave=False)
+
+
+def _copy(src, out, total: Optional[int], name: str, progress: bool) -> None:
+    with _progress_bar(total, name, progress) as bar:
+        while True:
+            chunk = src.read(DOWNLOAD_CHUNK)
+            if not chunk:
+                break
+            out.write(chunk)
+            bar.update(len(chunk))
+
+
+def _download_http(url: str, out, progress: bool) -> None:
+    # urllib, not fsspec's HTTP filesystem: that one needs aiohttp, which is not a dependency.
+    try:
+        with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response:
+            length = response.headers.get("Content-Length")
+            total = int(length) if length and length.isdigit() else None
+            _copy(response, out, total, os.path.basename(urllib.parse.urlparse(url).path), progress)
+            if total is not None and out.tell() != total:
+                raise OSError(f"got {out.tell()} of {total} bytes")
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        if isinstance(e, urllib.error.HTTPError):
+            reason = f"HTTP {e.code} {e.reason}"
+        else:
+            reason = getattr(e, "reason", None) or e
+        raise TarShardError(
+            f"fastload.TarShards: cannot download shard {url!r}: {reason}. Check the URL and that "
+            "the server is reachable, or download the shards and pass local paths.",
+            url, None, f"download failed: {reason}") from e
+
+
+def _download_fsspec(url: str, out, progress: bool) -> None:
+    import fsspec
+
+    try:
+        fs, path = fsspec.core.url_to_fs(url)
+        try:
+            total = int(fs.size(path))
+        except Exception:  # some filesystems cannot say; the bar then has no total
+            total = None
+        with fs.open(path, "rb") as src:
+            _copy(src, out, total, os.path.basename(path), progress)
+    except ImportError as e:
+        raise TarShardError(
+            f"fastload.TarShards: cannot open shard {url!r}: {e}. Install the fsspec backend for "
+            "this protocol (e.g. s3fs, gcsfs).", url, None, f"no fsspec backend: {e}") from e
+    except (OSError, ValueError) as e:
+        raise TarShardError(
+            f"fastload.TarShards: cannot download shard {url!r}: {e}. Check the URL and your "
+            "access to it.", url, None, f"download failed: {e}") from e
+
+
+# ---------------------------------------------------------------------------------------
+# The member index of one shard
+
+
+def scan_shard(path: str) -> Dict[str, Any]:
+    """Walks the tar headers of one shard: every regular member's name, data offset, size.
+
+    Returns the index record (plain JSON data): names, offsets, sizes, the text of label
+    members, and `problems` ([member or None, reason]) for a truncated or unreadable tar.
+    """
+    st = os.stat(path)
+    names: List[str] = []
+    offsets: List[int] = []
+    sizes: List[int] = []
+    labels_text: Dict[str, str] = {}
+    problems: List[List[Optional[str]]] = []
+    last = None
+    with open(path, "rb") as f:
+        try:
+            with tarfile.open(fileobj=f, mode="r:") as tf:
+                for m in tf:
+                    if not m.isreg():
+                        continue
+                    if m.offset_data + m.size > st.st_size:
+                        problems.append([m.name, f"truncated: the member needs bytes up to "
+                                                 f"{m.offset_data + m.size}, the shard has {st.st_size}"])
+                        break
+                    if _split_key(m.name)[1] in LABEL_EXTS:
+                        if m.size > MAX_LABEL_BYTES:
+                            problems.append([m.name, f"a label member of {m.size} bytes (at most "
+                                                     f"{MAX_LABEL_BYTES})"])
+                            continue
+                        f.seek(m.offset_data)
+                        labels_text[str(len(names))] = f.read(m.size).decode("utf-8", "replace")
+                    names.append(m.name)
+                    offsets.append(m.offset_data)
+                    sizes.append(m.size)
+                    last = m.name
+                else:
+                    _check_end_of_archive(f, tf.offset, st.st_size, last, problems)
+        except (tarfile.TarError, EOFError) as e:
+            where = f"after member {last!r}" if last else "at its start"
+            problems.append([last, f"truncated or unreadable tar {where}: {e}"])
+    return {
+        "format": INDEX_FORMAT, "version": INDEX_VERSION, "shard_size": st.st_size,
+        "shard_mtime_ns": st.st_mtime_ns, "names": names, "offsets": offsets, "sizes": sizes,
+        "labels_text": labels_text, "problems": problems,
+    }
+
+
+def _check_end_of_archive(f, offset: int, size: int, last: Optional[str], problems: list) -> None:
+    # tarfile stops silently at a short or garbled header past the first member; a whole
+    # tar ends with two zero blocks, so anything else there means the shard was cut.
+    f.seek(offset)
+    tail = f.read(1024)
+    where = f"after member {last!r}" if last else "at its start"
+    if len(tail) < 1024:
+        problems.append([last, f"truncated {where}: the shard ends at byte {size} without the tar "
+                               "end-of-archive marker"])
+    elif tail.count(0) != len(tail):
+        problems.append([last, f"unreadable tar header at byte {offset} {where}"])
+
+
+def _split_key(name: str) -> Tuple[str, str]:
+    """("dir/abc", "jpg") for "dir/abc.jpg": key up to the first dot of the file name."""
+    slash = name.rfind("/") + 1
+    dot = name.find(".", slash)
+    if dot < 0:
+        return name, ""
+    return name[:dot], name[dot + 1:].lower()
+
+
+def _valid_index(record: Any, st: os.stat_result) -> bool:
+    try:
+        if not (isinstance(record, dict) and record.get("format") == INDEX_FORMAT
+                and record.get("version") == INDEX_VERSION and record.get("shard_size") == st.st_size
+                and record.get("shard_mtime_ns") == st.st_mtime_ns):
+            return False
+        names, offsets, sizes = record["names"], record["offsets"], record["sizes"]
+        if not (isinstance(names, list) and isinstance(offsets, list) and isinstance(sizes, list)
+                and len(names) == len(offsets) == len(sizes)):
+            return False
+        if not all(isinstance(n, str) for n in names):
+            return False
+        off = np.asarray(offsets, dtype=np.int64)
+        siz = np.asarray(sizes, dtype=np.int64)
+        if len(off) and (off.min() < 512 or siz.min() < 0 or (off + siz).max() > st.st_size):
+            return False
+        labels = record["labels_text"]
+        if not (isinstance(labels, dict) and all(isinstance(v, str) and k.isdigit() and int(k) < len(names)
+                                                 for k, v in labels.items())):
+            return False
+        problems = record["problems"]
+        return isinstance(problems, list) and all(isinstance(p, list) and len(p) == 2 for p in problems)
+    except (KeyError, TypeError, ValueError, OverflowError):
+        return False
+
+
+def _index_paths(path: str, cache_dir: str) -> List[str]:
+    """Where the index of a shard may live: beside it, then in the cache."""
+    return [path + INDEX_SUFFIX,
+            os.path.join(cache_dir, "index", _cache_name(os.path.realpath(path), path) + INDEX_SUFFIX)]
+
+
+def load_index(path: str, cache_dir: str) -> Tuple[Dict[str, Any], str]:
+    """(index record, "cached" | "built") for one local shard.
+
+    A cached index is used only if it parses, matches the shard's size and mtime and is
+    self-consistent; otherwise the shard is scanned again and the index rewritten (beside
+    the shard if its folder is writable, else in cache_dir).
+    """
+    st = os.stat(path)
+    candidates = _index_paths(path, cache_dir)
+    for candidate in candidates:
+        try:
+            with open(candidate, "r", encoding="utf-8") as f:
+                record = json.load(f)
+        except (OSError, ValueError, UnicodeDecodeError):
+            continue
+        if _valid_index(record, st):
+            return record, "cached"
+    record = scan_shard(path)
+    for candidate in candidates:
+        if _write_atomic(candidate, record):
+            break
+    return record, "built"
+
+
+def _write_atomic(target: str, record: Dict[str, Any]) -> bool:
+    folder = os.path.dirname(target) or "."
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".fastload-idx-")
+    except OSError:  # read-only folder: try the next place
+        return False
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(record, f, separators=(",", ":"))
+        os.replace(tmp, target)
+        return True
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        return False
+
+
+def _parse_label(text: str, ext: str) -> int:
+    if ext == "json":
+        value = json.loads(text)
+        if isinstance(value, dict):
+            for field in ("label", "cls"):
+                if field in value:
+                    value = value[field]
+                    break
+            else:
+                raise ValueError('a JSON object without "label" or "cls"')
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+                return int(value)
+            raise ValueError(f"a non-integer label {value!r}")
+        return value
+    stripped = text.strip()
+    try:
+        return int(stripped)
+    except ValueError:
+        raise ValueError(f"a non-integer label {stripped[:40]!r}") from None
+
+
+# ---------------------------------------------------------------------------------------
+
+
+class TarShards(NativeDataset):
+    """WebDataset-layout tar shards, random-access, on fastload's native pipeline.
+
+    Args:
+        urls: a path or URL, a brace pattern ("train-{0000..0127}.tar"), "::"-separated
+            lists of them, or a list. Local paths, file://, http(s):// and any fsspec URL
+            (memory://, s3://, ... with its backend installed).
+        ops: transform specs from fastload.ops, applied to every image.
+        cache_dir: where remote shards are downloaded and where indexes go when the
+            shard's folder is read-only (default: $FASTLOAD_CACHE or ~/.cache/fastload).
+        on_error: "raise": a truncated shard, an image without a label (or the reverse),
+            a bad label raise TarShardError naming the shard and member. "skip": such
+            samples are left out and listed in `skipped`.
+        seed: base of the random augmentation parameters (the loader overrides it).
+        progress: show a tqdm bar while downloading.
+
+    Attributes:
+        shards: the local path of every shard (downloaded copies for remote ones).
+        urls: the expanded URLs, in the same order.
+        keys: the sample keys (FlatStrings), e.g. "train/n01/abc".
+        index: the SampleIndex (shard, offset, size, label per sample) the engine reads.
+        skipped: a list of Skipped(shard, member, reason) left out by on_error="skip".
+        index_status: "cached" or "built" per shard, for this construction.
+
+    Example:
+        >>> import fastload
+        >>> from fastload import ops
+        >>> ds = fastload.TarShards("shards/train-{0000..0127}.tar",
+        ...                         ops=[ops.RandomResizedCrop(224), ops.RandomHorizontalFlip()])  # doctest: +SKIP
+        >>> image, label = ds[0]   # image: float32 [3, 224, 224]; label: int    # doctest: +SKIP
+    """
+
+    def __init__(self, urls: Union[str, Sequence[str]], ops: Optional[Sequence[Any]] = None, *,
+                 cache_dir: Optional[str] = None, on_error: str = "raise", seed: int = 0,
+                 progress: bool = True):
+        if on_error not in ON_ERROR:
+            raise ValueError(f"fastload.TarShards: expected on_error in {ON_ERROR}, got {on_error!r}.")
+        self.urls = expand_urls(urls)
+        self.cache_dir = os.fspath(cache_dir) if cache_dir is not None else default_cache_dir()
+        self.on_error = on_error
+        self.skipped: List[Skipped] = []
+        self.index_status: List[str] = []
+        self.shards = [fetch_shard(url, self.cache_dir, progress) for url in self.urls]
+
+        file_ids: List[np.ndarray] = []
+        offsets: List[np.ndarray] = []
+        sizes: List[np.ndarray] = []
+        labels: List[int] = []
+        members: List[str] = []
+        keys: List[str] = []
+        for shard_id, (url, path) in enumerate(zip(self.urls, self.shards)):
+            record, status = load_index(path, self.cache_dir)
+            self.index_status.append(status)
+            rows, shard_members, shard_keys, shard_labels = self._samples_of(url, record)
+            file_ids.append(np.full(len(rows), shard_id, dtype=np.int64))
+            offsets.append(np.asarray([r[0] for r in rows], dtype=np.int64))
+            sizes.append(np.asarray([r[1] for r in rows], dtype=np.int64))
+            labels.extend(shard_labels)
+            members.extend(shard_members)
+            keys.extend(shard_keys)
+        if not labels:
+            raise TarShardError(
+                f"fastload.TarShards: expected samples (an image and a label per key) in "
+                f"{len(self.urls)} shard(s), got none ({len(self.skipped)} skipped). Check the "
+                f"shards' layout: image {'/'.join(IMAGE_EXTS)} + label {'/'.join(LABEL_EXTS)}.",
+                self.urls[0], None, "no samples")
+        index = SampleIndex(
+            files=FlatStrings.from_list(self.shards), file_ids=np.concatenate(file_ids),
+            offsets=np.concatenate(offsets), sizes=np.concatenate(sizes),
+            labels=np.asarray(labels, dtype=np.int64), members=FlatStrings.from_list(members))
+        self.keys = FlatStrings.from_list(keys)
+        super().__init__(index, ops, seed)
+
+    def _problem(self, url: str, member: Optional[str], reason: str, fix: str) -> None:
+        if self.on_error == "raise":
+            where = f"member {member!r} of shard {url!r}" if member else f"shard {url!r}"
+            raise TarShardError(f"fastload.TarShards: {where}: {reason}. {fix}", url, member, reason)
+        self.skipped.append(Skipped(url, member, reason))
+
+    def _samples_of(self, url: str, record: Dict[str, Any]):
+        """Groups one shard's members into samples: ([(offset, size)], members, keys, labels)."""
+        skip_fix = "Pass on_error='skip' to leave such samples out."
+        for member, reason in record["problems"]:
+            self._problem(url, member, reason, "Re-create or re-download the shard, or " + skip_fix[0].lower() + skip_fix[1:])
+        names, offs, sizs, texts = record["names"], record["offsets"], record["sizes"], record["labels_text"]
+        groups: Dict[str, Dict[str, int]] = {}
+        for i, name in enumerate(names):
+            key, ext = _split_key(name)
+            if ext in IMAGE_EXTS or ext in LABEL_EXTS:
+                groups.setdefault(key, {}).setdefault(ext, i)
+        rows, members, keys, labels = [], [], [], []
+        for key, exts in groups.items():
+            image = next((exts[e] for e in IMAGE_EXTS if e in exts), None)
+            label_ext = next((e for e in LABEL_EXTS if e in exts), None)
+            if image is None:
+                self._problem(url, names[exts[label_ext]],
+                              f"a label without an image (expected {key}.{'/'.join(IMAGE_EXTS)})", skip_fix)
+                continue
+            if label_ext is None:
+                self._problem(url, names[image],
+                              f"an image without a label (expected {key}.{'/'.join(LABEL_EXTS)})", skip_fix)
+                continue
+            label, first_error = None, None
+            for ext in (e for e in LABEL_EXTS if e in exts):
+                try:
+                    label = _parse_label(texts[str(exts[ext])], ext)
+                    break
+                except (ValueError, KeyError) as e:
+                    first_error = first_error or (exts[ext], e)
+            if label is None:
+                self._problem(url, names[first_error[0]], f"expected an integer label, got {first_error[1]}", skip_fix)
+                continue
+            rows.append((offs[image], sizs[image]))
+            members.append(names[image])
+            keys.append(key)
+            labels.append(label)
+        return rows, members, keys, labels
+
+    def __repr__(self) -> str:
+        return (f"fastload.TarShards({len(self.urls)} shards, {len(self)} samples, "
+                f"{len(self.skipped)} skipped, ops={self.ops})")

@@ -1,0 +1,302 @@
+"""fastload.TarShards and fastload.write_shards: index, cache, URLs, bad input."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import io
+import json
+import os
+import socket
+import tarfile
+import threading
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from torchvision.transforms.functional import center_crop
+
+import fastload
+from fastload.source import tar as tarmod
+from fastload.source.tar import TarShardError, TarShards, expand_urls
+from fastload.source.write import write_shards
+
+CLASSES = ("cat", "dog", "eel")
+
+
+def _jpeg(rng, h, w) -> bytes:
+    out = io.BytesIO()
+    Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(out, format="JPEG", quality=90)
+    return out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    """An ImageFolder: 3 classes, 12 small JPEGs of different sizes, one PNG (13 images)."""
+    root = tmp_path_factory.mktemp("folder")
+    rng = np.random.default_rng(0)
+    for c, name in enumerate(CLASSES):
+        os.makedirs(root / name)
+        for i in range(3 + c):
+            (root / name / f"{i:03d}.jpg").write_bytes(_jpeg(rng, 8 + i, 10 + 2 * c))
+    buf = io.BytesIO()
+    Image.fromarray(rng.integers(0, 256, (5, 7, 3), dtype=np.uint8)).save(buf, format="PNG")
+    (root / "dog" / "zzz.png").write_bytes(buf.getvalue())
+    return str(root)
+
+
+@pytest.fixture
+def shards(folder, tmp_path):
+    paths = write_shards(folder, str(tmp_path / "train-%04d.tar"), maxcount=4)
+    return tmp_path, paths
+
+
+def _files_of(folder):
+    ds = fastload.ImageFolder(folder)
+    return [ds.index.files[i] for i in range(len(ds))], ds.targets
+
+
+def _tar(path, members):
+    """A tar with the given (name, bytes) members, in order."""
+    with tarfile.open(path, "w") as tf:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return str(path)
+
+
+def test_write_then_read_matches_the_folder(folder, shards):
+    tmp, paths = shards
+    assert [os.path.basename(p) for p in paths] == [f"train-{i:04d}.tar" for i in range(4)]
+    ds = TarShards(str(tmp / "train-{0000..0003}.tar"), cache_dir=str(tmp / "cache"))
+    files, targets = _files_of(folder)
+    assert len(ds) == len(files) == 13
+    assert ds.targets == targets
+    for i, path in enumerate(files):
+        with open(path, "rb") as f:
+            assert ds.index.read(i) == f.read()  # the member's bytes are the file's, as-is
+    assert ds.index.members[7] == "000000007.png" and ds.index.members[0] == "000000000.jpg"
+    assert ds.index.source(7) == f"{paths[1]}:000000007.png"
+    assert ds.keys[5] == "000000005"
+
+
+def test_getitem_decodes_members_like_pil(folder, shards):
+    pytest.importorskip("fastload.reference")  # the generic path's op reference (issue 3)
+    tmp, paths = shards
+    ds = TarShards(paths, cache_dir=str(tmp / "cache"), ops=[fastload.ops.CenterCrop(5)])
+    files, targets = _files_of(folder)
+    for i in (0, 7, 12):
+        image, label = ds[i]
+        want = center_crop(torch.from_numpy(np.asarray(Image.open(files[i]).convert("RGB")).copy()).permute(2, 0, 1), 5)
+        assert label == targets[i]
+        assert torch.equal(image, want)
+
+
+def test_expand_urls():
+    assert expand_urls("a/s-{00..02}.tar") == ["a/s-00.tar", "a/s-01.tar", "a/s-02.tar"]
+    assert expand_urls(["x.tar", "y-{1,3}.tar::z.tar"]) == ["x.tar", "y-1.tar", "y-3.tar", "z.tar"]
+    with pytest.raises(ValueError, match="at least one shard"):
+        expand_urls([])
+
+
+def test_keys_group_by_name_up_to_first_dot_with_dirs(tmp_path):
+    path = _tar(tmp_path / "s.tar", [
+        ("a/001.jpg", b"A1"), ("a/001.cls", b"3"), ("b/001.jpg", b"B1"), ("b/001.json", b'{"label": 4}'),
+        ("b/001.txt", b"caption, not a label"), ("c/x.y.jpg", b"ignored"), ("c/x.y.cls", b"1"),
+        ("d/2.jpeg", b"D2"), ("d/2.txt", b" 7\n"), ("e/3.png", b"E3"), ("e/3.json", b"5"), ("notes.md", b"#"),
+    ])
+    ds = TarShards(path, cache_dir=str(tmp_path / "c"))
+    # c/x.y.jpg is key "c/x" with field "y.jpg" (WebDataset's rule): not an image field.
+    assert ds.keys.tolist() == ["a/001", "b/001", "d/2", "e/3"]
+    assert ds.targets == [3, 4, 7, 5]  # b/001: the json label; its txt is a caption
+    assert [ds.index.read(i) for i in range(4)] == [b"A1", b"B1", b"D2", b"E3"]
+    assert ds.index.members.tolist() == ["a/001.jpg", "b/001.jpg", "d/2.jpeg", "e/3.png"]
+    assert ds.skipped == []
+
+
+def test_index_cached_beside_the_shard_and_revalidated(shards):
+    tmp, paths = shards
+    cache = str(tmp / "cache")
+    first = TarShards(paths, cache_dir=cache)
+    assert first.index_status == ["built"] * 4
+    idx = paths[1] + ".idx.json"
+    assert os.path.isfile(idx)
+    second = TarShards(paths, cache_dir=cache)
+    assert second.index_status == ["cached"] * 4
+    assert np.array_equal(second.index.offsets, first.index.offsets)
+
+    # Stale: the shard changed (mtime) -> rebuilt, never trusted.
+    st = os.stat(paths[1])
+    os.utime(paths[1], ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    assert TarShards(paths, cache_dir=cache).index_status == ["cached", "built", "cached", "cached"]
+    assert TarShards(paths, cache_dir=cache).index_status == ["cached"] * 4
+
+    # Corrupt: not JSON, then valid JSON with impossible offsets -> rebuilt.
+    with open(idx, "w") as f:
+        f.write('{"format": "fastload-tar-index", "vers')
+    assert TarShards(paths, cache_dir=cache).index_status[1] == "built"
+    record = json.load(open(idx))
+    record["offsets"][0] = record["shard_size"] + 1
+    json.dump(record, open(idx, "w"))
+    ds = TarShards(paths, cache_dir=cache)
+    assert ds.index_status[1] == "built"
+    assert np.array_equal(ds.index.offsets, first.index.offsets)
+
+
+def test_index_goes_to_cache_dir_when_shard_folder_is_read_only(shards, monkeypatch):
+    tmp, paths = shards
+    cache = str(tmp / "cache")
+    write = tarmod._write_atomic
+    # Running as root, chmod cannot make a folder read-only: refuse writes outside the cache.
+    monkeypatch.setattr(tarmod, "_write_atomic", lambda target, rec: target.startswith(cache) and write(target, rec))
+    ds = TarShards(paths, cache_dir=cache)
+    assert ds.index_status == ["built"] * 4
+    assert not any(os.path.exists(p + ".idx.json") for p in paths)
+    assert len(os.listdir(os.path.join(cache, "index"))) == 4
+    assert TarShards(paths, cache_dir=cache).index_status == ["cached"] * 4
+
+
+def test_file_and_memory_urls(shards):
+    fsspec = pytest.importorskip("fsspec")
+    tmp, paths = shards
+    cache = str(tmp / "cache")
+    local = TarShards(paths, cache_dir=cache)
+    via_file = TarShards([f"file://{p}" for p in paths], cache_dir=cache)
+    assert via_file.shards == paths  # read in place, not copied
+    fs = fsspec.filesystem("memory")
+    for p in paths:
+        fs.pipe(f"/fastload-test/{os.path.basename(p)}", open(p, "rb").read())
+    try:
+        mem = TarShards("memory://fastload-test/train-{0000..0003}.tar", cache_dir=cache, progress=False)
+    finally:
+        fs.rm("/fastload-test", recursive=True)
+    assert all(s.startswith(os.path.join(cache, "shards")) for s in mem.shards)
+    assert mem.targets == local.targets
+    assert [mem.index.read(i) for i in range(len(mem))] == [local.index.read(i) for i in range(len(local))]
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+def test_http_url_downloaded_once_into_cache(shards):
+    tmp, paths = shards
+    cache = str(tmp / "cache")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(tmp)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/train-{{0000..0003}}.tar"
+    try:
+        ds = TarShards(url, cache_dir=cache, progress=False)
+        with pytest.raises(TarShardError, match=r"cannot download shard 'http://127\.0\.0\.1:\d+/nope\.tar': HTTP 404"):
+            TarShards(url.replace("train-{0000..0003}", "nope"), cache_dir=cache, progress=False)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert [ds.index.read(i) for i in range(len(ds))] == [TarShards(paths, cache_dir=cache).index.read(i) for i in range(len(ds))]
+    again = TarShards(url, cache_dir=cache, progress=False)  # server gone: served from the cache
+    assert again.shards == ds.shards and again.index_status == ["cached"] * 4
+    assert not [f for f in os.listdir(os.path.join(cache, "shards")) if f.startswith(".download")]
+
+
+def test_unreachable_url_and_missing_path(tmp_path):
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(TarShardError, match=rf"cannot download shard 'http://127\.0\.0\.1:{port}/a\.tar'") as err:
+        TarShards(f"http://127.0.0.1:{port}/a.tar", cache_dir=str(tmp_path), progress=False)
+    assert err.value.shard == f"http://127.0.0.1:{port}/a.tar"
+    with pytest.raises(TarShardError, match=r"expected a tar shard at '.*missing-1\.tar', got no such file"):
+        TarShards(str(tmp_path / "missing-{1..3}.tar"), cache_dir=str(tmp_path))
+
+
+def test_truncated_tar(shards):
+    tmp, paths = shards
+    data = open(paths[0], "rb").read()
+    ds = TarShards(paths[0], cache_dir=str(tmp / "c"))
+    cut_in = ds.index.members[2]  # cut inside the third image's bytes
+    cut = int(ds.index.offsets[2]) + 5
+    bad = tmp / "bad.tar"
+    bad.write_bytes(data[:cut])
+    with pytest.raises(TarShardError, match=rf"member '{cut_in}' of shard '.*bad\.tar': truncated") as err:
+        TarShards(str(bad), cache_dir=str(tmp / "c"))
+    assert err.value.member == cut_in
+    skip = TarShards(str(bad), cache_dir=str(tmp / "c"), on_error="skip")
+    assert len(skip) == 2 and skip.targets == ds.targets[:2]
+    # webdataset writes a sample's members sorted (cls before jpg): sample 2's label is
+    # whole, its image cut, so the label is left alone too.
+    assert [(s.member, s.reason.split(":")[0]) for s in skip.skipped] == [
+        (cut_in, "truncated"), ("000000002.cls", "a label without an image (expected 000000002.jpg/jpeg/png/webp)")]
+
+    # Cut between members (where the headers of sample 1's image start): no end-of-archive marker.
+    with tarfile.open(paths[0]) as tf:
+        header = tf.getmember("000000001.jpg").offset
+    bad.write_bytes(data[:header])
+    with pytest.raises(TarShardError, match=r"truncated after member '000000001\.cls': the shard ends at "
+                                            "byte .* without the tar end-of-archive marker"):
+        TarShards(str(bad), cache_dir=str(tmp / "c2"))
+    # Cut inside the headers (webdataset writes a pax header before each member's own).
+    bad.write_bytes(data[:header + 100])
+    with pytest.raises(TarShardError, match=r"truncated after member '000000001\.cls'"):
+        TarShards(str(bad), cache_dir=str(tmp / "c3"))
+    bad.write_bytes(data[:header + 512])
+    with pytest.raises(TarShardError, match=r"truncated or unreadable tar after member '000000001\.cls': empty header"):
+        TarShards(str(bad), cache_dir=str(tmp / "c3"))
+    # Garbage where a header should be.
+    bad.write_bytes(data[:header] + b"\x01" * 2048)
+    with pytest.raises(TarShardError, match=rf"unreadable tar header at byte {header} after member '000000001\.cls'"):
+        TarShards(str(bad), cache_dir=str(tmp / "c5"))
+    # Not a tar at all.
+    bad.write_bytes(b"<html>not a tar</html>" * 40)
+    with pytest.raises(TarShardError, match="truncated or unreadable tar at its start"):
+        TarShards(str(bad), cache_dir=str(tmp / "c4"))
+
+
+def test_missing_label_or_image_and_bad_labels(tmp_path):
+    path = _tar(tmp_path / "s.tar", [
+        ("k1.jpg", b"1"), ("k1.cls", b"0"), ("k2.jpg", b"2"), ("k3.cls", b"5"), ("k4.jpg", b"4"),
+        ("k4.cls", b"dog"), ("k5.jpg", b"5"), ("k5.json", b'{"name": "x"}'), ("k6.jpg", b"6"), ("k6.cls", b"1"),
+    ])
+    with pytest.raises(TarShardError, match=r"member 'k2\.jpg' of shard '.*s\.tar': an image without a label") as err:
+        TarShards(path, cache_dir=str(tmp_path))
+    assert "on_error='skip'" in str(err.value)
+    ds = TarShards(path, cache_dir=str(tmp_path), on_error="skip")
+    assert ds.keys.tolist() == ["k1", "k6"] and ds.targets == [0, 1]
+    assert [(s.member, s.reason.split(" (")[0]) for s in ds.skipped] == [
+        ("k2.jpg", "an image without a label"), ("k3.cls", "a label without an image"),
+        ("k4.cls", "expected an integer label, got a non-integer label 'dog'"),
+        ("k5.json", 'expected an integer label, got a JSON object without "label" or "cls"'),
+    ]
+    assert all(s.shard == path for s in ds.skipped)
+    with pytest.raises(TarShardError, match="got none"):
+        TarShards(_tar(tmp_path / "e.tar", [("a.jpg", b"x")]), cache_dir=str(tmp_path), on_error="skip")
+    with pytest.raises(ValueError, match="on_error"):
+        TarShards(path, on_error="ignore")
+
+
+def test_write_shards_from_datasets(tmp_path, folder):
+    # uint8 tensors, encoded losslessly as PNG: the pixels come back exactly.
+    images = [torch.randint(0, 256, (3, 4 + i, 5), dtype=torch.uint8) for i in range(5)]
+    paths = write_shards([(im, torch.tensor(i % 2)) for i, im in enumerate(images)],
+                         str(tmp_path / "t-%02d.tar"), maxcount=2, image_format="png")
+    assert len(paths) == 3
+    ds = TarShards(paths, cache_dir=str(tmp_path))
+    assert ds.targets == [0, 1, 0, 1, 0]
+    for i, im in enumerate(images):
+        pixels = torch.from_numpy(np.asarray(Image.open(io.BytesIO(ds.index.read(i)))).copy()).permute(2, 0, 1)
+        assert torch.equal(pixels, im)
+    # A torchvision ImageFolder without transform: bytes copied, labels kept.
+    torchvision = pytest.importorskip("torchvision")
+    tv = torchvision.datasets.ImageFolder(folder)
+    ds2 = TarShards(write_shards(tv, str(tmp_path / "tv-%02d.tar")), cache_dir=str(tmp_path))
+    assert ds2.targets == tv.targets
+    assert ds2.index.read(3) == open(tv.samples[3][0], "rb").read()
+    # A native dataset: bytes copied (also from shards to shards).
+    ds3 = TarShards(write_shards(ds2, str(tmp_path / "re-%02d.tar"), maxsize=2000), cache_dir=str(tmp_path))
+    assert len(ds3.shards) > 1 and ds3.targets == tv.targets
+    assert [ds3.index.read(i) for i in range(len(ds3))] == [ds2.index.read(i) for i in range(len(ds2))]
+    with pytest.raises(ValueError, match="printf field"):
+        write_shards(folder, str(tmp_path / "x.tar"))
