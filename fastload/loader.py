@@ -433,7 +433,7 @@ class DataLoader(torch.utils.data.DataLoader):
         uneven: when the dataset does not split evenly across ranks: "pad", "drop" or
             "exact" (see fastload.source.sampling).
         seed: base seed of the distributed permutation and of the native path's random
-            augmentation (None: 0 for the permutation, torch's initial seed for augment).
+            augmentation (None: 0, so that every rank agrees).
 
     Yields:
         What torch's DataLoader yields for the same arguments (same order, same values);
@@ -566,11 +566,10 @@ class DataLoader(torch.utils.data.DataLoader):
         if reason is None:
             self._runner, reason = select_path(
                 dataset, batch_size=self.batch_size, collate_fn=collate_fn, num_workers=num_workers,
-                pin_memory=pin_memory, accelerate=accelerate, dtype=self.dtype,
-                memory_format=self.memory_format, on_error=on_error,
-                seed=seed if seed is not None else (generator.initial_seed() if generator is not None
-                                                    else torch.initial_seed()),
-                device=self.device)
+                # Batches bound for a GPU are produced in pinned memory, saving a staging copy.
+                pin_memory=pin_memory or (self.device is not None and self.device.type == "cuda"),
+                accelerate=accelerate, dtype=self.dtype, memory_format=self.memory_format,
+                on_error=on_error, seed=seed, device=self.device)
         if accelerate is True and self._runner is None:
             raise ValueError(
                 f"{_PREFIX}: expected a dataset the native pipeline can run (accelerate=True), got "
@@ -591,6 +590,8 @@ class DataLoader(torch.utils.data.DataLoader):
         self._inner: Optional[torch.utils.data.DataLoader] = None
         self._transport: Any = None
         self._pool: Any = None
+        if self.device is not None and self.device.type != "cpu":
+            self._device_transport()  # fails now, not at the first batch, if the device is absent
 
     # -- public extras --------------------------------------------------------------------
     @property

@@ -1,0 +1,349 @@
+"""fastload.DataLoader is a drop-in for torch.utils.data.DataLoader: the same scenarios run
+through both, compared batch by batch (or as multisets where torch's order is not fixed)."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import itertools
+import json
+import os
+import warnings
+
+import pytest
+import torch
+from torch.utils.data import (BatchSampler, DataLoader as TorchLoader, SequentialSampler,
+                              SubsetRandomSampler, WeightedRandomSampler)
+
+import fastload
+from fastload import DataLoader
+from loader_datasets import (BatchFetch, ConfiguredIterable, Images, RandomInWorker, RangeIterable, Squares,
+                             Structured, WorkerId, collate_structured, set_init_value, split_configured)
+from resume_helpers import batches_equal, check_resume_at_every_position
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def same(a, b):
+    """batches_equal, extended to dataclasses (field by field, same type)."""
+    if dataclasses.is_dataclass(a) or dataclasses.is_dataclass(b):
+        return type(a) is type(b) and all(same(getattr(a, f.name), getattr(b, f.name))
+                                          for f in dataclasses.fields(a))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return batches_equal(a, b)
+
+
+def _gen(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+def _run(cls, make_dataset, make_kwargs, epochs, seed=0):
+    torch.manual_seed(seed)  # the same global RNG state for both loaders
+    loader = cls(make_dataset(), **make_kwargs())
+    return [list(loader) for _ in range(epochs)], loader
+
+
+def _assert_same(make_dataset, make_kwargs, epochs=1):
+    want, ref = _run(TorchLoader, make_dataset, make_kwargs, epochs)
+    got, ours = _run(DataLoader, make_dataset, make_kwargs, epochs)
+    for e, (w, g) in enumerate(zip(want, got)):
+        assert len(g) == len(w), f"epoch {e}: {len(g)} batches, torch gave {len(w)}"
+        for i, (a, b) in enumerate(zip(w, g)):
+            assert same(a, b), f"epoch {e} batch {i}: {b!r} != torch's {a!r}"
+    return ours
+
+
+def _collate_dict(samples):
+    xs, ys = zip(*samples)
+    return {"x": torch.stack(xs).sum(1), "y": torch.tensor(ys) * 2}
+
+
+SCENARIOS = {
+    "sequential": (Squares, lambda: dict(batch_size=3), 1),
+    "shuffle_generator": (Squares, lambda: dict(batch_size=3, shuffle=True, generator=_gen(7)), 2),
+    "shuffle_global_seed": (Squares, lambda: dict(batch_size=4, shuffle=True), 2),
+    "drop_last": (Squares, lambda: dict(batch_size=3, shuffle=True, drop_last=True, generator=_gen(1)), 2),
+    "subset_sampler": (Squares, lambda: dict(batch_size=2, sampler=SubsetRandomSampler([9, 1, 4, 6, 3],
+                                                                                    generator=_gen(2))), 2),
+    "weighted_sampler": (Squares, lambda: dict(batch_size=4, sampler=WeightedRandomSampler(
+        [0.1 * (i + 1) for i in range(10)], 11, generator=_gen(3))), 1),
+    "batch_sampler_list": (Squares, lambda: dict(batch_sampler=[[3, 1], [0], [9, 8, 7]]), 1),
+    "batch_sampler": (Squares, lambda: dict(batch_sampler=BatchSampler(SequentialSampler(range(10)), 4, False)), 1),
+    "collate_fn": (Squares, lambda: dict(batch_size=4, collate_fn=_collate_dict), 1),
+    "batch_size_none": (Squares, lambda: dict(batch_size=None, shuffle=True, generator=_gen(4)), 1),
+    "worker_rng": (RandomInWorker, lambda: dict(batch_size=3, shuffle=True), 2),
+    "dict_batches": (Images, lambda: dict(batch_size=3), 1),
+    "structured": (Structured, lambda: dict(batch_size=4, collate_fn=collate_structured), 1),
+    "getitems": (lambda: BatchFetch(5), lambda: dict(batch_size=2), 1),
+}
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_same_batches_as_torch(name, num_workers):
+    make_dataset, make_kwargs, epochs = SCENARIOS[name]
+    _assert_same(make_dataset, lambda: dict(make_kwargs(), num_workers=num_workers), epochs)
+
+
+def test_structured_batches_keep_their_types():
+    (batches,), _ = _run(DataLoader, Structured, lambda: dict(batch_size=4, collate_fn=collate_structured), 1)
+    first = batches[0]
+    assert type(first["pair"]).__name__ == "Pair" and first["tag"] == "batch"
+    assert type(first["record"]).__name__ == "Record" and first["record"].image.shape == (4, 3, 2, 2)
+
+
+def test_signature_matches_torch():
+    torch_params = list(inspect.signature(TorchLoader.__init__).parameters.values())
+    ours = list(inspect.signature(DataLoader.__init__).parameters.values())
+    assert [(p.name, p.kind, p.default) for p in ours[: len(torch_params)]] == \
+        [(p.name, p.kind, p.default) for p in torch_params]
+    extras = ours[len(torch_params):]
+    assert [p.name for p in extras] == ["device", "dtype", "memory_format", "prefetch_to_device", "accelerate",
+                                        "on_error", "distributed", "uneven", "seed"]
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in extras)
+
+
+def test_is_a_torch_dataloader_with_torch_attributes():
+    ds = Squares()
+    ours, ref = DataLoader(ds, batch_size=3, shuffle=True), TorchLoader(ds, batch_size=3, shuffle=True)
+    assert isinstance(ours, TorchLoader)
+    assert ours.dataset is ds
+    for attr in ("batch_size", "drop_last", "num_workers", "timeout", "pin_memory", "prefetch_factor",
+                 "persistent_workers", "in_order"):
+        assert getattr(ours, attr) == getattr(ref, attr), attr
+    assert type(ours.sampler) is type(ref.sampler) and type(ours.batch_sampler) is type(ref.batch_sampler)
+    with pytest.raises(ValueError, match="batch_size attribute should not be set"):
+        ours.batch_size = 5
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("batch_size,drop_last", [(2, False), (2, True), (None, False)])
+def test_iterable_dataset_split_by_workers(num_workers, batch_size, drop_last):
+    _assert_same(RangeIterable, lambda: dict(batch_size=batch_size, drop_last=drop_last,
+                                             num_workers=num_workers), 2)
+
+
+def test_iterable_dataset_configured_in_worker_init_fn():
+    # torch's documented pattern: worker_init_fn reconfigures get_worker_info().dataset.
+    ours = _assert_same(ConfiguredIterable, lambda: dict(batch_size=3, num_workers=2,
+                                                         worker_init_fn=split_configured), 1)
+    assert sorted(int(v) for b in itertools.chain.from_iterable(_run(DataLoader, ConfiguredIterable, lambda: dict(
+        batch_size=3, num_workers=2, worker_init_fn=split_configured), 1)[0]) for v in b) == list(range(10))
+    assert ours.path.startswith("generic:")
+
+
+def test_worker_init_fn_and_worker_info_see_the_users_dataset():
+    ours = _assert_same(WorkerId, lambda: dict(batch_size=2, num_workers=2, worker_init_fn=set_init_value), 1)
+    rows = torch.cat(list(ours))
+    assert set(rows[:, 1].tolist()) == {0, 1}  # both workers read
+    assert (rows[:, 2] == 100 + rows[:, 1]).all()  # worker_init_fn ran on the dataset copy it reads
+    assert (rows[:, 3] == 1).all()  # get_worker_info().dataset is the user's dataset object
+
+
+def test_persistent_workers_across_epochs():
+    ours = _assert_same(Squares, lambda: dict(batch_size=3, num_workers=2, persistent_workers=True,
+                                              shuffle=True, generator=_gen(5)), 3)
+    assert ours._inner is not None
+
+    class Pids(torch.utils.data.Dataset):
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            return torch.tensor([os.getpid()])
+
+    def pids(persistent):
+        loader = DataLoader(Pids(), batch_size=1, num_workers=2, persistent_workers=persistent)
+        return [{int(b) for b in loader} for _ in range(2)]
+
+    first, second = pids(True)
+    assert first == second  # the same worker processes served both epochs
+    first, second = pids(False)
+    assert not first & second  # fresh workers each epoch, as torch
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_multiprocessing_contexts(context):
+    _assert_same(Squares, lambda: dict(batch_size=3, num_workers=2, multiprocessing_context=context,
+                                       shuffle=True, generator=_gen(8)), 1)
+
+
+def test_in_order_false_same_multiset():
+    def batches(cls):
+        torch.manual_seed(0)
+        loader = cls(Squares(12), batch_size=2, num_workers=2, in_order=False, shuffle=True, generator=_gen(9))
+        return sorted(tuple(b[0][:, 0].tolist()) for b in loader)
+
+    assert batches(DataLoader) == batches(TorchLoader)
+
+
+def test_prefetch_factor_and_timeout_do_not_change_results():
+    _assert_same(Squares, lambda: dict(batch_size=2, num_workers=2, prefetch_factor=1, timeout=30), 1)
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(batch_size=3), dict(batch_size=3, drop_last=True), dict(batch_size=None),
+    dict(batch_sampler=[[1, 2], [3]]), dict(batch_size=4, sampler=[0, 2, 4, 6, 8, 1]),
+])
+def test_len(kwargs):
+    assert len(DataLoader(Squares(10), **kwargs)) == len(TorchLoader(Squares(10), **kwargs))
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_len_iterable(drop_last):
+    kw = dict(batch_size=4, drop_last=drop_last)
+    assert len(DataLoader(RangeIterable(), **kw)) == len(TorchLoader(RangeIterable(), **kw))
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_pin_memory(num_workers):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _assert_same(Images, lambda: dict(batch_size=3, pin_memory=True, num_workers=num_workers), 1)
+    if not torch.cuda.is_available():  # torch warns that nothing gets pinned; so do we
+        assert sum("pin_memory" in str(w.message) for w in caught) >= 2
+
+
+def _image_folder(root, transform):
+    torchvision = pytest.importorskip("torchvision")
+    from PIL import Image
+
+    for c, cls in enumerate(("cat", "dog")):
+        os.makedirs(root / cls)
+        for i in range(3):
+            g = torch.Generator().manual_seed(10 * c + i)
+            pixels = (torch.rand(6 + i, 7, 3, generator=g) * 255).to(torch.uint8).numpy()
+            Image.fromarray(pixels).save(root / cls / f"{i}.png")
+    return torchvision.datasets.ImageFolder(str(root), transform=transform)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_torchvision_image_folder_generic_path(tmp_path, num_workers):
+    T = pytest.importorskip("torchvision.transforms")
+    transform = T.Compose([T.Grayscale(), T.Resize((4, 4)), T.ToTensor()])
+    ds = _image_folder(tmp_path, transform)
+    ours = _assert_same(lambda: ds, lambda: dict(batch_size=4, shuffle=True, generator=_gen(0),
+                                                 num_workers=num_workers), 1)
+    assert ours.path.startswith("generic:")
+
+
+# -- epochs and resume ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_resume_at_every_position_shuffled(num_workers):
+    make = lambda: DataLoader(Squares(10), batch_size=3, shuffle=True, generator=_gen(3),  # noqa: E731
+                              num_workers=num_workers)
+    positions = None if num_workers == 0 else [0, 2, 4]
+    check_resume_at_every_position(make, positions=positions)
+
+
+def test_resume_with_global_seed_and_drop_last():
+    def make():
+        torch.manual_seed(11)
+        return DataLoader(Squares(11), batch_size=2, shuffle=True, drop_last=True)
+
+    # The resumed epoch is exact (its seed is in the state); the epochs after it draw from
+    # the global RNG, whose state belongs to the user's process, as with torch.
+    check_resume_at_every_position(make, check_next_epoch=False)
+
+
+@pytest.mark.parametrize("kwargs", [dict(batch_size=3, sampler=list(range(9, -1, -1))),
+                                    dict(batch_sampler=[[3, 1], [0], [9, 8, 7], [2]])])
+def test_resume_with_a_user_sampler(kwargs):
+    check_resume_at_every_position(lambda: DataLoader(Squares(10), **kwargs))
+
+
+def test_resume_continues_after_the_last_delivered_batch_not_the_prefetched_ones():
+    loader = DataLoader(Squares(12), batch_size=2, num_workers=2, prefetch_factor=2)
+    it = iter(loader)
+    head = [next(it) for _ in range(2)]  # workers have prefetched more than these
+    state = json.loads(json.dumps(loader.state_dict()))
+    assert (state["epoch"], state["batches_consumed"]) == (0, 2)
+    resumed = DataLoader(Squares(12), batch_size=2, num_workers=2)
+    resumed.load_state_dict(state)
+    rest = list(resumed)
+    assert [b[0][:, 0].tolist() for b in head + rest] == [[float(i), float(i + 1)] for i in range(0, 12, 2)]
+
+
+def test_epoch_counting_rule():
+    loader = DataLoader(Squares(6), batch_size=2)
+    assert loader.state_dict()["epoch"] == 0
+    list(loader)
+    assert loader.state_dict()["epoch"] == 1  # a finished epoch: the next one from its start
+    it = iter(loader)  # epoch 1
+    next(it)
+    assert (loader.state_dict()["epoch"], loader.state_dict()["batches_consumed"]) == (1, 1)
+    it = iter(loader)  # the abandoned epoch 1 is over: this is epoch 2
+    next(it)
+    assert loader.state_dict()["epoch"] == 2
+    loader.set_epoch(7)
+    assert loader.state_dict()["epoch"] == 2  # takes effect at the next iter()
+    it = iter(loader)
+    next(it)
+    assert loader.state_dict()["epoch"] == 7
+
+
+def test_set_epoch_reaches_a_user_sampler_with_set_epoch():
+    sampler = torch.utils.data.distributed.DistributedSampler(Squares(8), num_replicas=2, rank=0, shuffle=True,
+                                                              seed=1)
+    loader = DataLoader(Squares(8), batch_size=2, sampler=sampler)
+    ref = TorchLoader(Squares(8), batch_size=2, sampler=sampler)
+    for epoch in (0, 3):
+        loader.set_epoch(epoch)
+        got = [b[0][:, 0].tolist() for b in loader]
+        sampler.set_epoch(epoch)
+        assert got == [b[0][:, 0].tolist() for b in ref]
+
+
+def test_automatic_epochs_do_not_override_the_users_sampler_epoch():
+    sampler = torch.utils.data.distributed.DistributedSampler(Squares(8), num_replicas=2, rank=1, shuffle=True)
+    loader = DataLoader(Squares(8), batch_size=2, sampler=sampler)
+    ref = TorchLoader(Squares(8), batch_size=2, sampler=sampler)
+    list(loader)
+    sampler.set_epoch(5)  # the user drives the sampler, as with torch
+    assert [b[0].tolist() for b in loader] == [b[0].tolist() for b in ref]
+
+
+def test_iterable_state_counts_epochs_only():
+    loader = DataLoader(RangeIterable(0, 4), batch_size=2)
+    list(loader)
+    state = loader.state_dict()
+    assert state["epoch"] == 1 and state["order"] is None
+    other = DataLoader(RangeIterable(0, 4), batch_size=2)
+    other.load_state_dict(state)
+    assert [b.view(-1).tolist() for b in other] == [[0, 1], [2, 3]]
+    assert other.state_dict()["epoch"] == 2
+
+
+def test_distributed_split_from_torchrun_environment(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    seen = []
+    for rank in (0, 1):
+        monkeypatch.setenv("RANK", str(rank))
+        loader = DataLoader(Squares(9), batch_size=2, shuffle=True, seed=4)
+        batches = [b[0][:, 0].long().tolist() for b in loader]
+        assert len(loader) == len(batches) == 3  # 9 samples padded to 10, 5 per rank
+        seen.append(sorted(itertools.chain.from_iterable(batches)))
+    assert set(seen[0]) | set(seen[1]) == set(range(9))
+    ref = DataLoader(Squares(9), batch_size=2, shuffle=True, distributed=False)
+    assert len(ref) == 5
+
+
+def test_no_len_dataset_with_a_sampler_like_torch():
+    from loader_datasets import NoLen
+
+    _assert_same(NoLen, lambda: dict(batch_size=2, sampler=[5, 3, 1]), 1)
+
+
+def test_top_level_import_is_light():
+    import subprocess
+    import sys
+
+    code = ("import sys, fastload, torch; from fastload import DataLoader; "
+            "bad = [m for m in ('torchvision', 'fastload._C', 'fastload.transfer.cuda', 'PIL') if m in sys.modules]; "
+            "assert not bad, bad; assert not torch.cuda.is_initialized()")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=os.path.dirname(os.path.dirname(fastload.__file__)))

@@ -1,0 +1,192 @@
+"""Errors: bad arguments raise what torch raises; failures in workers keep their type and
+message and name the sample; a dead or stuck worker is an error, never a hang."""
+
+from __future__ import annotations
+
+import multiprocessing
+
+import pytest
+import torch
+from torch.utils.data import DataLoader as TorchLoader
+
+from fastload import DataLoader
+from loader_datasets import BatchFetch, Failing, FailingTwo, Killer, RangeIterable, Squares, Stuck
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _error(fn):
+    try:
+        fn()
+    except Exception as error:  # noqa: BLE001 - the test compares what was raised
+        return type(error), str(error)
+    return None
+
+
+BAD_ARGUMENTS = {
+    "batch_sampler+batch_size": (Squares, dict(batch_sampler=[[0]], batch_size=2)),
+    "batch_sampler+shuffle": (Squares, dict(batch_sampler=[[0]], shuffle=True)),
+    "batch_sampler+sampler": (Squares, dict(batch_sampler=[[0]], sampler=[0])),
+    "batch_sampler+drop_last": (Squares, dict(batch_sampler=[[0]], drop_last=True)),
+    "sampler+shuffle": (Squares, dict(sampler=[0, 1], shuffle=True)),
+    "negative num_workers": (Squares, dict(num_workers=-1)),
+    "negative timeout": (Squares, dict(timeout=-1)),
+    "prefetch_factor without workers": (Squares, dict(prefetch_factor=2)),
+    "negative prefetch_factor": (Squares, dict(num_workers=1, prefetch_factor=-1)),
+    "persistent_workers without workers": (Squares, dict(persistent_workers=True)),
+    "batch_size=None with drop_last": (Squares, dict(batch_size=None, drop_last=True)),
+    "batch_size=0": (Squares, dict(batch_size=0)),
+    "drop_last not bool": (Squares, dict(batch_size=2, drop_last="yes")),
+    "context without workers": (Squares, dict(multiprocessing_context="fork")),
+    "unknown context": (Squares, dict(num_workers=1, multiprocessing_context="teleport")),
+    "context of a wrong type": (Squares, dict(num_workers=1, multiprocessing_context=5)),
+    "iterable with shuffle": (RangeIterable, dict(shuffle=True)),
+    "iterable with sampler": (RangeIterable, dict(sampler=[0, 1])),
+    "iterable with batch_sampler": (RangeIterable, dict(batch_sampler=[[0]])),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_ARGUMENTS))
+def test_bad_arguments_raise_like_torch(name):
+    make_dataset, kwargs = BAD_ARGUMENTS[name]
+    want = _error(lambda: TorchLoader(make_dataset(), **kwargs))
+    assert want is not None, "torch accepted it: the scenario is wrong"
+    assert _error(lambda: DataLoader(make_dataset(), **kwargs)) == want
+
+
+def test_context_object_accepted_like_torch():
+    ctx = multiprocessing.get_context("fork")
+    loader = DataLoader(Squares(4), batch_size=2, num_workers=1, multiprocessing_context=ctx)
+    assert loader.multiprocessing_context is ctx
+    assert [b[0].shape[0] for b in loader] == [2, 2]
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # torch's own __del__
+def test_zero_prefetch_factor_fails_at_iteration_like_torch():
+    kwargs = dict(num_workers=1, prefetch_factor=0)
+    want = _error(lambda: list(TorchLoader(Squares(4), **kwargs)))
+    assert want is not None
+    assert _error(lambda: list(DataLoader(Squares(4), **kwargs)))[0] is want[0]
+
+
+@pytest.mark.parametrize("kwargs,error,match", [
+    (dict(device="nowhere"), ValueError, "expected device=None"),
+    (dict(dtype=torch.int64), TypeError, "floating torch.dtype"),
+    (dict(memory_format="channels_last"), TypeError, "torch.memory_format"),
+    (dict(prefetch_to_device=0), ValueError, "prefetch_to_device >= 1"),
+    (dict(prefetch_to_device=True), ValueError, "prefetch_to_device >= 1"),
+    (dict(accelerate="yes"), ValueError, "accelerate='auto', True or False"),
+    (dict(accelerate=1), ValueError, "accelerate='auto', True or False"),
+    (dict(on_error="ignore"), ValueError, "on_error='raise' or 'skip'"),
+    (dict(distributed="maybe"), ValueError, "distributed='auto', True or False"),
+    (dict(uneven="spread"), ValueError, "uneven in"),
+    (dict(seed="1"), TypeError, "seed=None or an int"),
+    (dict(accelerate=True), ValueError, "native pipeline can run"),
+])
+def test_bad_extras(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        DataLoader(Squares(), batch_size=2, **kwargs)
+
+
+def test_skip_needs_a_map_style_dataset():
+    with pytest.raises(ValueError, match="on_error='raise' with an IterableDataset"):
+        DataLoader(RangeIterable(), on_error="skip")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on machines without CUDA")
+def test_cuda_device_without_cuda_fails_at_construction():
+    with pytest.raises(RuntimeError, match="expected an available CUDA device"):
+        DataLoader(Squares(), device="cuda")
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_worker_exception_keeps_type_message_and_names_the_sample(num_workers):
+    loader = DataLoader(Failing(bad=(7,)), batch_size=3, num_workers=num_workers)
+    with pytest.raises(ValueError, match="bad sample") as info:
+        list(loader)
+    assert "sample index 7" in "".join(info.value.__notes__ if num_workers == 0 else [str(info.value)])
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_key_error_and_unconstructible_exceptions_like_torch(num_workers):
+    for make in (lambda: Failing(bad=(2,), error=KeyError), lambda: FailingTwo(bad=(2,))):
+        want = _error(lambda: list(TorchLoader(make(), batch_size=2, num_workers=num_workers)))
+        got = _error(lambda: list(DataLoader(make(), batch_size=2, num_workers=num_workers)))
+        assert got[0] is want[0]
+        assert "bad sample" in got[1] and (num_workers == 0 or "sample index 2" in got[1])
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_getitems_error_names_the_batch(num_workers):
+    with pytest.raises(KeyError) as info:
+        list(DataLoader(BatchFetch(9), batch_size=3, num_workers=num_workers))
+    text = str(info.value) + "".join(getattr(info.value, "__notes__", []))
+    assert "no five" in text and "[3, 4, 5]" in text
+
+
+def test_collate_error_keeps_its_type():
+    def collate(samples):
+        raise TypeError("cannot collate these")
+
+    for num_workers in (0, 2):
+        with pytest.raises(TypeError, match="cannot collate these"):
+            list(DataLoader(Squares(), batch_size=2, collate_fn=collate, num_workers=num_workers))
+
+
+def test_iteration_goes_on_after_a_worker_error_like_torch():
+    def outcomes(cls):
+        it = iter(cls(Failing(n=8, bad=(3,)), batch_size=2, num_workers=2))
+        seen = []
+        while True:
+            try:
+                seen.append(next(it).view(-1).tolist())
+            except StopIteration:
+                return seen
+            except ValueError:
+                seen.append("error")
+
+    assert outcomes(DataLoader) == outcomes(TorchLoader) == [[0, 1], "error", [4, 5], [6, 7]]
+
+
+@pytest.mark.timeout(60)
+def test_worker_killed_by_a_signal_is_an_error_not_a_hang():
+    loader = DataLoader(Killer(victim=3), batch_size=2, num_workers=2)
+    with pytest.raises(RuntimeError, match=r"DataLoader worker \(pid"):
+        list(loader)
+
+
+@pytest.mark.timeout(60)
+def test_timeout_is_respected():
+    loader = DataLoader(Stuck(slow=1, seconds=2.0), batch_size=2, num_workers=1, timeout=0.5)
+    with pytest.raises(RuntimeError, match="timed out after 0.5 seconds"):
+        list(loader)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_on_error_skip_drops_bad_samples_and_counts_them(num_workers):
+    loader = DataLoader(Failing(n=10, bad=(1, 7)), batch_size=3, num_workers=num_workers, on_error="skip")
+    assert [b.view(-1).tolist() for b in loader] == [[0, 2], [3, 4, 5], [6, 8], [9]]
+    stats = loader.stats()
+    assert stats["skipped"] == 2 and stats["samples"] == 8
+
+
+def test_on_error_skip_whole_batch_and_single_samples():
+    loader = DataLoader(Failing(n=6, bad=(2, 3)), batch_size=2, on_error="skip")
+    assert [b.view(-1).tolist() for b in loader] == [[0, 1], [4, 5]]
+    assert loader.stats()["skipped"] == 2 and loader.stats()["batches"] == 2
+    loader = DataLoader(Failing(n=4, bad=(2,)), batch_size=None, on_error="skip")
+    assert [b.tolist() for b in loader] == [[0], [1], [3]]
+
+
+def test_bad_states_and_epochs():
+    loader = DataLoader(Squares(), batch_size=2)
+    with pytest.raises(TypeError, match="expected a dict"):
+        loader.load_state_dict([1])
+    with pytest.raises(ValueError, match="expected version 1"):
+        loader.load_state_dict({"version": 9, "epoch": 0, "batches_consumed": 0, "order": None})
+    with pytest.raises(ValueError, match="non-negative int batches_consumed"):
+        loader.load_state_dict({"version": 1, "epoch": 0, "batches_consumed": -1, "order": None})
+    with pytest.raises(ValueError, match="non-negative epoch"):
+        loader.set_epoch(-1)
+    with pytest.raises(TypeError, match="an int epoch"):
+        loader.set_epoch("1")
