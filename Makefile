@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_PINS := torch==2.14.1 torchvision==0.29.1
-DEPS := numpy pillow tqdm fsspec webdataset ninja pytest pytest-xdist pytest-timeout
+DEPS := numpy pillow tqdm fsspec webdataset ninja pytest pytest-xdist pytest-timeout nvidia-dali-cuda120
 # nvJPEG for the GPU decode op (headers + library), matching torch's CUDA 13.
 NVJPEG := nvidia-nvjpeg==13.2.3.58
 NATIVE_SOURCES := $(shell find csrc -name '*.cpp' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh') setup.py
