@@ -7,6 +7,8 @@ and augments every image of a batch straight into its slot of the output tensor.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
@@ -22,6 +24,14 @@ from fastload.source.index import SampleIndex
 # Per-sample status codes of csrc/engine/batch.cpp.
 OK, DECODE_ERROR, NOT_JPEG, READ_ERROR = 0, 1, 2, 3
 ON_ERROR = ("raise", "skip")
+# Where decoding and augmenting run:
+#   "cpu":     the engine decodes and augments into the (pinned) batch; uint8 or float
+#              crosses PCIe as the plan says.
+#   "cpu+gpu": the engine decodes the DCT-scaled crop window to uint8; only those bytes
+#              cross PCIe; the device resizes, flips, normalises and casts.
+#   "gpu":     nvJPEG decodes whole images on the device (the CPU decodes what it
+#              rejects), the device does the rest.
+DECODE_ON = ("auto", "cpu", "cpu+gpu", "gpu")
 # How many replacement candidates on_error="skip" tries for one bad sample before
 # concluding that the dataset is mostly unreadable.
 MAX_SKIP_ATTEMPTS = 64
@@ -44,14 +54,22 @@ class NativeRunner:
         pin_memory: allocate outputs in pinned (page-locked) memory.
         memory_format: torch.contiguous_format or torch.channels_last.
         on_error: "raise" or "skip".
+        decode_on: "cpu", "cpu+gpu" or "gpu" (see DECODE_ON); the last two produce
+            batches on `device`.
+        device: where "cpu+gpu" and "gpu" batches are produced.
         description: what runs, for loader.path.
     """
 
     def __init__(self, index: SampleIndex, plan: Plan, *, num_threads: int = 1, pin_memory: bool = False,
                  memory_format: Optional[torch.memory_format] = None, on_error: str = "raise",
-                 description: str = "native"):
+                 decode_on: str = "cpu", device: Optional[torch.device] = None, description: str = "native"):
         if on_error not in ON_ERROR:
             raise ValueError(f"fastload: on_error must be one of {ON_ERROR}, got {on_error!r}")
+        if decode_on not in DECODE_ON[1:]:
+            raise ValueError(f"fastload: decode_on must be one of {DECODE_ON}, got {decode_on!r}")
+        self.decode_on = decode_on
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         module = _ext.require_ops()
         self.index = index
         self.plan = plan
@@ -66,25 +84,38 @@ class NativeRunner:
         )
         self._engine.set_plan(plan.config())
         self._labels = torch.from_numpy(np.ascontiguousarray(index.labels))
+        self._mean = torch.tensor(plan.mean, dtype=torch.float32)
+        self._std = torch.tensor(plan.std, dtype=torch.float32)
+        # nvJPEG batched decode; tests substitute the CPU decoder to check the packing.
+        self._gpu_decoder = _nvjpeg_decode
+        self._gpu_tickets = itertools.count(-1, -1)  # apart from the engine's tickets (>= 0)
         self._pending: Dict[int, Tuple[torch.Tensor, torch.Tensor, int, float]] = {}
         self._lock = threading.Lock()
-        self._stats = {"images": 0, "batches": 0, "skipped": 0, "pil_fallback": 0, "engine_seconds": 0.0,
-                       "wait_seconds": 0.0}
+        self._stats = {"images": 0, "batches": 0, "skipped": 0, "pil_fallback": 0, "gpu_cpu_fallback": 0,
+                       "engine_seconds": 0.0, "wait_seconds": 0.0}
 
     @property
     def num_threads(self) -> int:
         return self._engine.num_threads
 
     def _allocate(self, batch: int) -> torch.Tensor:
-        channels = self.plan.channels
-        height, width = self.plan.out_size
-        return torch.empty((batch, channels, height, width), dtype=self.plan.dtype,
+        return torch.empty((batch, self.plan.channels, *self.plan.out_size), dtype=self.plan.dtype,
                            memory_format=self.memory_format, pin_memory=self.pin_memory)
+
+    def _allocate_cpu(self, batch: int) -> torch.Tensor:
+        return torch.empty((batch, self.plan.channels, *self.plan.out_size), dtype=self.plan.dtype)
 
     def submit(self, indices: List[int], epoch: int) -> int:
         samples = torch.as_tensor(indices, dtype=torch.int64)
-        out = self._allocate(len(samples))
-        ticket = self._engine.submit(samples, out, epoch)
+        if self.decode_on == "cpu":
+            out = self._allocate(len(samples))
+            ticket = self._engine.submit(samples, out, epoch)
+        elif self.decode_on == "cpu+gpu":
+            out = None  # the device kernel allocates it
+            ticket = self._engine.submit(samples, None, epoch, pin_memory=self.pin_memory)
+        else:
+            out = None  # nvJPEG runs in result(): reading and decoding are issued there
+            ticket = next(self._gpu_tickets)
         with self._lock:
             self._pending[ticket] = (samples, out, epoch, time.perf_counter())
         return ticket
@@ -94,7 +125,13 @@ class NativeRunner:
             samples, out, epoch, submitted = self._pending.pop(ticket)
         started = time.perf_counter()
         with torch.profiler.record_function("fastload.native_batch"):
-            status, messages = self._engine.wait(ticket)
+            if self.decode_on == "cpu":
+                status, messages = self._engine.wait(ticket)
+            elif self.decode_on == "cpu+gpu":
+                status, messages, *windows = self._engine.wait(ticket)
+                out = self._augment_on_device(*windows)
+            else:
+                status, messages, out = self._decode_on_device(samples, epoch)
         finished = time.perf_counter()
         samples = samples.clone()
         failed: set = set()  # distinct unreadable samples met while filling this batch
@@ -107,6 +144,87 @@ class NativeRunner:
         stats["engine_seconds"] += finished - submitted
         stats["wait_seconds"] += finished - started
         return [out, self._labels[samples]]
+
+    def _device_stream(self):
+        return torch.cuda.stream(self._stream) if self._stream is not None else contextlib.nullcontext()
+
+    def _augment_on_device(self, packed: torch.Tensor, shapes: torch.Tensor, boxes: torch.Tensor,
+                           flips: torch.Tensor) -> torch.Tensor:
+        """Resize + flip + normalise + cast packed uint8 windows on the device, on a side
+        stream; the consumer's stream waits for it."""
+        from fastload import ops
+
+        device, plan = self.device, self.plan
+        with self._device_stream():
+            out = torch.empty((len(shapes), plan.channels, *plan.out_size), dtype=plan.dtype, device=device,
+                              memory_format=self.memory_format)
+            if len(shapes):
+                ops.crop_resize_flip_normalize_batch(
+                    packed.to(device, non_blocking=True), shapes.to(device, non_blocking=True),
+                    boxes.to(device, non_blocking=True), flips.to(device, non_blocking=True), plan.value_scale,
+                    self._mean.to(device, non_blocking=True), self._std.to(device, non_blocking=True), out)
+        if self._stream is not None:
+            torch.cuda.current_stream(device).wait_stream(self._stream)
+            out.record_stream(torch.cuda.current_stream(device))
+        return out
+
+    def _decode_on_device(self, samples: torch.Tensor, epoch: int):
+        """nvJPEG path: read bytes (C++), decode on the device, crop/resize/normalise there."""
+        from fastload import ops
+
+        datas, errors = self._engine.read_samples(samples)
+        status = torch.zeros(len(samples), dtype=torch.int32)
+        messages = list(errors)
+        decodable = []
+        for slot, (data, error) in enumerate(zip(datas, errors)):
+            if error:
+                status[slot] = READ_ERROR
+            elif not _looks_like_jpeg(data):
+                status[slot] = NOT_JPEG
+            else:
+                decodable.append(slot)
+        images: List[Optional[torch.Tensor]] = [None] * len(samples)
+        if decodable:
+            try:
+                decoded, cpu_fallback = self._gpu_decoder([datas[s] for s in decodable], self.plan.channels, self.device)
+                self._stats["gpu_cpu_fallback"] += int(cpu_fallback.sum())
+                for slot, image in zip(decodable, decoded):
+                    images[slot] = image
+            except RuntimeError:
+                # Some sample neither nvJPEG nor libjpeg decodes: find which, one by one on
+                # the CPU; the error policy then handles those slots.
+                for slot in decodable:
+                    try:
+                        images[slot] = ops.decode_jpeg(datas[slot], channels=self.plan.channels,
+                                                       max_pixels=self.plan.max_pixels).to(self.device)
+                        self._stats["gpu_cpu_fallback"] += 1
+                    except RuntimeError as error:
+                        status[slot], messages[slot] = DECODE_ERROR, str(error)
+        for slot, image in enumerate(images):
+            if image is None:  # a failed slot: one black pixel keeps the batched kernel valid
+                images[slot] = torch.zeros((1, 1, self.plan.channels), dtype=torch.uint8, device=self.device)
+        return status, messages, self._augment_decoded(images, samples, epoch)
+
+    def _augment_decoded(self, images: List[torch.Tensor], samples: torch.Tensor, epoch: int) -> torch.Tensor:
+        """Packs whole decoded uint8 HWC images (on the device) with their plan geometry:
+        the clamp region becomes a strided view (offset, row stride) of the packed buffer."""
+        sizes = torch.tensor([[im.shape[0], im.shape[1]] for im in images], dtype=torch.int64)
+        boxes, clamps, flips = _ext.require_ops().plan_regions(self.plan.config(), sizes, samples, epoch)
+        channels = self.plan.channels
+        lengths = sizes[:, 0] * sizes[:, 1] * channels
+        starts = torch.cumsum(lengths, 0) - lengths
+        top = clamps[:, 0].floor().clamp(min=0).long()
+        left = clamps[:, 1].floor().clamp(min=0).long()
+        bottom = torch.minimum((clamps[:, 0] + clamps[:, 2]).ceil().long(), sizes[:, 0])
+        right = torch.minimum((clamps[:, 1] + clamps[:, 3]).ceil().long(), sizes[:, 1])
+        row_stride = sizes[:, 1] * channels
+        shapes = torch.stack([starts + top * row_stride + left * channels, (bottom - top).clamp(min=1),
+                              (right - left).clamp(min=1), row_stride], dim=1)
+        relative = boxes.clone()
+        relative[:, 0] -= top.float()
+        relative[:, 1] -= left.float()
+        packed = torch.cat([im.reshape(-1) for im in images]) if images else torch.empty(0, dtype=torch.uint8)
+        return self._augment_on_device(packed, shapes, relative, flips)
 
     def _repair(self, slot: int, sample: int, status: int, message: str, samples: torch.Tensor,
                 out: torch.Tensor, epoch: int, failed: set) -> None:
@@ -132,9 +250,13 @@ class NativeRunner:
 
     def _run_one(self, slot: int, sample: int, out: torch.Tensor, epoch: int,
                  predecoded: Optional[torch.Tensor] = None) -> Tuple[int, str]:
+        """Fills out[slot] with one sample on the CPU engine (then copied to the device)."""
         extra = {0: predecoded} if predecoded is not None else {}
-        ticket = self._engine.submit(torch.tensor([sample]), out[slot:slot + 1], epoch, extra)
+        target = out[slot:slot + 1] if out.device.type == "cpu" else self._allocate_cpu(1)
+        ticket = self._engine.submit(torch.tensor([sample]), target, epoch, extra)
         status, messages = self._engine.wait(ticket)
+        if target is not out and int(status[0]) == OK:
+            out[slot:slot + 1].copy_(target)
         return int(status[0]), messages[0]
 
     def _decode_with_pil(self, slot: int, sample: int, out: torch.Tensor, epoch: int) -> Tuple[int, str]:
@@ -159,6 +281,17 @@ class NativeRunner:
         engine = getattr(self, "_engine", None)
         if engine is not None:
             engine.close()
+
+
+def _nvjpeg_decode(datas: List[torch.Tensor], channels: int, device: torch.device):
+    """(images on device, cpu_fallback bool [N]); raises when a sample is undecodable."""
+    from fastload import ops
+
+    return ops.decode_jpeg_cuda(datas, channels, device)
+
+
+def _looks_like_jpeg(data: torch.Tensor) -> bool:
+    return data.numel() >= 3 and data[0].item() == 0xFF and data[1].item() == 0xD8
 
 
 def _default_collate(collate_fn: Any) -> bool:
@@ -200,6 +333,8 @@ def select_path(
     on_error: str,
     seed: Optional[int],
     device: Optional[torch.device] = None,
+    decode_on: str = "auto",
+    exact: bool = False,
 ) -> Tuple[Optional[NativeRunner], str]:
     """(runner, reason): a runner when the dataset can run natively, else None and why.
 
@@ -217,13 +352,34 @@ def select_path(
         return None, "generic: batch_size=None (no automatic batching)"
     if not _default_collate(collate_fn):
         return None, "generic: custom collate_fn"
+    if decode_on not in DECODE_ON:
+        raise ValueError(f"fastload.DataLoader: expected decode_on in {DECODE_ON}, got {decode_on!r}")
+    if seed is None:  # like torch's own augmentation randomness: from the global generator
+        seed = int(torch.empty((), dtype=torch.int64).random_().item())
     try:
-        index, plan, description = native_pipeline(
-            dataset, dtype=dtype, seed=0 if seed is None else int(seed))
+        index, plan, description = native_pipeline(dataset, dtype=dtype, seed=seed)
     except UnsupportedPipeline as error:
         return None, f"generic: {error}"
     if not _ext.has_ops():
         return None, "generic: fastload._C is not built (make build)"
+    plan.exact = bool(exact or getattr(dataset, "exact", False))
+    decode_on, why = _resolve_decode_on(decode_on, device)
     runner = NativeRunner(index, plan, num_threads=max(1, num_workers), pin_memory=pin_memory,
-                          memory_format=memory_format, on_error=on_error, description=description)
-    return runner, description
+                          memory_format=memory_format, on_error=on_error, decode_on=decode_on,
+                          device=device, description=description)
+    return runner, f"{description}, decode_on={decode_on}{why}"
+
+
+def _resolve_decode_on(decode_on: str, device: Optional[torch.device]) -> Tuple[str, str]:
+    """(mode, why) for decode_on; "auto" moves resize/normalise to a CUDA device when the
+    CUDA kernels were built, so only uint8 crop windows cross PCIe."""
+    on_cuda = device is not None and torch.device(device).type == "cuda"
+    if decode_on == "auto":
+        if on_cuda and _ext.has_cuda_ops():
+            return "cpu+gpu", " (auto: CUDA kernels built, batches bound for the GPU)"
+        return "cpu", " (auto)" if not on_cuda else " (auto: fastload._C has no CUDA kernels)"
+    if decode_on != "cpu" and not on_cuda:
+        raise ValueError(f"fastload.DataLoader: decode_on={decode_on!r} needs device='cuda', got device={device}")
+    if decode_on != "cpu":
+        _ext.require_cuda_ops()
+    return decode_on, ""

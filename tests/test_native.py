@@ -220,3 +220,48 @@ def test_zero_code_torchvision_imagefolder(folder):
     assert generic.path.startswith("generic") and "accelerate=False" in generic.path
     grayscale = torchvision.datasets.ImageFolder(folder, transform=v2.Compose([v2.Grayscale(), transform]))
     assert "Grayscale" in fastload.DataLoader(grayscale, batch_size=4).path
+
+
+def cpu_stand_in_for_nvjpeg(datas, channels, device):
+    """ops.decode_jpeg_cuda's contract (whole images, raise on an undecodable sample),
+    decoded on the CPU."""
+    return [ops.decode_jpeg(d, channels=channels) for d in datas], torch.zeros(len(datas), dtype=torch.bool)
+
+
+def run_mode(dataset, indices, decode_on, epoch=0, **plan_options):
+    """A runner with the device step on the CPU: the same packing and kernels as on a GPU."""
+    runner = NativeRunner(dataset.index, build_plan(dataset.ops, seed=dataset.seed, **plan_options),
+                          num_threads=2, decode_on=decode_on, device="cpu")
+    if decode_on == "gpu":
+        runner._gpu_decoder = cpu_stand_in_for_nvjpeg
+    try:
+        return runner.result(runner.submit(indices, epoch)), runner.stats()
+    finally:
+        runner.close()
+
+
+@pytest.mark.parametrize("decode_on", ["cpu+gpu", "gpu"])
+@pytest.mark.parametrize("pipeline", [TRAIN, [ops.Resize(40), ops.CenterCrop(36), ops.Normalize(MEAN, STD)]])
+def test_device_modes_match_the_cpu_mode(folder, decode_on, pipeline):
+    """cpu+gpu (CPU decodes windows, device augments) and gpu (device decodes whole
+    images) produce the batches the CPU path does; PNG and bad samples are repaired."""
+    dataset = fastload.ImageFolder(folder, ops=pipeline, seed=4)
+    indices = list(range(len(dataset)))
+    (expected, labels), _ = run_mode(dataset, indices, "cpu", epoch=1, exact=True)
+    (images, got_labels), stats = run_mode(dataset, indices, decode_on, epoch=1, exact=True)
+    assert torch.equal(labels, got_labels)
+    assert stats["pil_fallback"] == 1
+    torch.testing.assert_close(images, expected, atol=FLOAT_ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("decode_on", ["cpu+gpu", "gpu"])
+def test_device_modes_apply_error_policy(bad_folder, decode_on):
+    dataset = fastload.ImageFolder(bad_folder, ops=[ops.CenterCrop(16)])
+    runner = NativeRunner(dataset.index, build_plan(dataset.ops), decode_on=decode_on, device="cpu")
+    runner._gpu_decoder = cpu_stand_in_for_nvjpeg
+    with pytest.raises(DecodeError, match="1_truncated.jpg"):
+        runner.result(runner.submit([0, 1], 0))
+    runner.on_error = "skip"
+    images, _ = runner.result(runner.submit([0, 1, 4], 0))
+    assert torch.equal(images[1], images[0]) and runner.stats()["skipped"] == 3
+    runner.close()

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <cmath>
@@ -22,6 +23,7 @@
 #include <deque>
 #include <jpeglib.h>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -58,7 +60,14 @@ struct Job {
   std::shared_ptr<const Plan> plan;
   std::vector<int64_t> samples;
   std::unordered_map<int64_t, at::Tensor> predecoded;  // slot -> uint8 HWC (PIL fallback)
-  at::Tensor out;
+  at::Tensor out;  // augment mode: [B, C, H, W]; undefined in windows mode
+  // Windows mode (decode_on="cpu+gpu"): each sample's decoded view, its box and flip;
+  // the device's kernel resizes and normalises them.
+  std::vector<std::vector<uint8_t>> windows;
+  std::vector<std::array<int64_t, 2>> window_sizes;  // (height, width)
+  std::vector<Box> boxes;
+  std::vector<uint8_t> flips;
+  bool pin_memory = false;
   int64_t epoch = 0;
   std::vector<int32_t> status;
   std::vector<std::string> message;
@@ -115,12 +124,14 @@ OutputView output_slot(const at::Tensor& out, int64_t slot) {
   return view;
 }
 
-// Runs the plan's kernel on a decoded (possibly scaled, windowed) image. `scale_y/x`
+// Finishes one sample from its decoded (possibly scaled, windowed) pixels: `scale_y/x`
 // map full-resolution coordinates to the decoded image's, whose pixel (0, 0) is at
-// (origin_top, origin_left) of the scaled whole image.
-void augment(const Plan& plan, const SourceRegion& region, const uint8_t* pixels, int height,
-             int width, int channels, double scale_y, double scale_x, int origin_top,
-             int origin_left, const OutputView& slot, ResizeScratch& scratch) {
+// (origin_top, origin_left) of the scaled whole image. Augment mode runs the kernel into
+// the sample's slot; windows mode keeps the clamp view and its box for the device.
+void finish(Job& job, int64_t slot, const SourceRegion& region, const uint8_t* pixels, int height,
+            int width, int channels, double scale_y, double scale_x, int origin_top,
+            int origin_left, ResizeScratch& scratch) {
+  const Plan& plan = *job.plan;
   // The clamp region in decoded pixels, rounded outwards, within the decoded pixels.
   const double clamp_top = region.clamp.top * scale_y - origin_top;
   const double clamp_left = region.clamp.left * scale_x - origin_left;
@@ -135,22 +146,33 @@ void augment(const Plan& plan, const SourceRegion& region, const uint8_t* pixels
           static_cast<float>(region.box.left * scale_x - origin_left - col0),
           static_cast<float>(region.box.height * scale_y),
           static_cast<float>(region.box.width * scale_x)};
-  crop_resize_flip_normalize_cpu(view, box, region.flip, plan.value_scale, plan.mean.data(),
-                                 plan.std.data(), slot, scratch);
+  if (job.out.defined()) {
+    crop_resize_flip_normalize_cpu(view, box, region.flip, plan.value_scale, plan.mean.data(),
+                                   plan.std.data(), output_slot(job.out, slot), scratch);
+    return;
+  }
+  auto& pixels_out = job.windows[slot];
+  const int64_t packed_row = static_cast<int64_t>(view.width) * channels;
+  pixels_out.resize(static_cast<size_t>(packed_row * view.height));
+  for (int y = 0; y < view.height; ++y) {
+    std::memcpy(pixels_out.data() + y * packed_row, view.data + y * view.row_stride, packed_row);
+  }
+  job.window_sizes[slot] = {view.height, view.width};
+  job.boxes[slot] = box;
+  job.flips[slot] = region.flip;
 }
 
 void process_sample(Job& job, int64_t slot, ThreadState& state) {
   const Plan& plan = *job.plan;
   const int64_t sample = job.samples[slot];
-  const OutputView out = output_slot(job.out, slot);
 
   auto predecoded = job.predecoded.find(slot);
   if (predecoded != job.predecoded.end()) {
     const at::Tensor& image = predecoded->second;  // uint8 HWC, contiguous
     const int height = static_cast<int>(image.size(0)), width = static_cast<int>(image.size(1));
     const SourceRegion region = plan_region(plan, height, width, job.epoch, sample);
-    augment(plan, region, image.data_ptr<uint8_t>(), height, width, static_cast<int>(image.size(2)),
-            1.0, 1.0, 0, 0, out, state.scratch);
+    finish(job, slot, region, image.data_ptr<uint8_t>(), height, width, static_cast<int>(image.size(2)),
+           1.0, 1.0, 0, 0, state.scratch);
     return;
   }
 
@@ -186,10 +208,10 @@ void process_sample(Job& job, int64_t slot, ThreadState& state) {
   DecodedWindow& window = state.window;
   decode_jpeg_window(data, size, win_top, win_left, win_height, win_width, denom, plan.channels,
                      plan.max_pixels, window);
-  augment(plan, region, window.pixels.data(), window.height, window.width, window.channels,
-          static_cast<double>(window.scaled_height) / info.height,
-          static_cast<double>(window.scaled_width) / info.width, window.top, window.left, out,
-          state.scratch);
+  finish(job, slot, region, window.pixels.data(), window.height, window.width, window.channels,
+         static_cast<double>(window.scaled_height) / info.height,
+         static_cast<double>(window.scaled_width) / info.width, window.top, window.left,
+         state.scratch);
 }
 
 Plan plan_from_config(const py::dict& config) {
@@ -235,6 +257,66 @@ py::tuple region_of(const py::dict& config, int height, int width, int64_t epoch
   return py::make_tuple(box(region.box), box(region.clamp), region.flip);
 }
 
+// Packs a windows-mode job's views into one uint8 buffer (one copy, pinned if asked).
+void pack_windows(Job& job, at::Tensor& packed, at::Tensor& shapes, at::Tensor& boxes, at::Tensor& flips) {
+  const int64_t batch = static_cast<int64_t>(job.windows.size());
+  const int64_t channels = job.plan->channels;
+  shapes = at::empty({batch, 4}, at::kLong);
+  boxes = at::empty({batch, 4}, at::kFloat);
+  flips = at::empty({batch}, at::kBool);
+  int64_t total = 0;
+  for (int64_t i = 0; i < batch; ++i) {
+    if (job.windows[i].empty()) {  // a failed sample: one black pixel keeps the kernel valid
+      job.windows[i].assign(static_cast<size_t>(channels), 0);
+      job.window_sizes[i] = {1, 1};
+      job.boxes[i] = Box{0.f, 0.f, 1.f, 1.f};
+    }
+    total += static_cast<int64_t>(job.windows[i].size());
+  }
+  packed = at::empty({std::max<int64_t>(total, 1)}, at::TensorOptions().dtype(at::kByte).pinned_memory(job.pin_memory));
+  int64_t offset = 0;
+  for (int64_t i = 0; i < batch; ++i) {
+    const auto& window = job.windows[i];
+    std::memcpy(packed.data_ptr<uint8_t>() + offset, window.data(), window.size());
+    const auto [height, width] = job.window_sizes[i];
+    const int64_t shape[4] = {offset, height, width, width * channels};
+    std::copy(shape, shape + 4, shapes.data_ptr<int64_t>() + 4 * i);
+    const Box& box = job.boxes[i];
+    const float box_values[4] = {box.top, box.left, box.height, box.width};
+    std::copy(box_values, box_values + 4, boxes.data_ptr<float>() + 4 * i);
+    flips.data_ptr<bool>()[i] = job.flips[i] != 0;
+    offset += static_cast<int64_t>(window.size());
+  }
+}
+
+// Geometry of a batch: boxes [N, 4], clamps [N, 4] (float32, full-resolution pixels) and
+// flips [N] for image sizes [N, 2] (height, width) of samples [N].
+py::tuple regions_of(const py::dict& config, const at::Tensor& sizes, const at::Tensor& samples, int64_t epoch) {
+  const char* op = "plan_regions";
+  FASTLOAD_CHECK_VALUE(sizes.dim() == 2 && sizes.size(1) == 2 && samples.dim() == 1 &&
+                           samples.size(0) == sizes.size(0),
+                       op, "expected sizes [N, 2] and samples [N], got ", sizes.sizes(), " and ", samples.sizes(), ".");
+  const Plan plan = plan_from_config(config);
+  const auto sizes_c = sizes.to(at::kLong).contiguous();
+  const auto samples_c = samples.to(at::kLong).contiguous();
+  const int64_t n = samples.size(0);
+  auto boxes = at::empty({n, 4}, at::kFloat);
+  auto clamps = at::empty({n, 4}, at::kFloat);
+  auto flips = at::empty({n}, at::kBool);
+  for (int64_t i = 0; i < n; ++i) {
+    const int height = static_cast<int>(sizes_c.data_ptr<int64_t>()[2 * i]);
+    const int width = static_cast<int>(sizes_c.data_ptr<int64_t>()[2 * i + 1]);
+    FASTLOAD_CHECK_VALUE(height > 0 && width > 0, op, "expected positive image sizes, got ", height, "x", width, ".");
+    const SourceRegion region = plan_region(plan, height, width, epoch, samples_c.data_ptr<int64_t>()[i]);
+    const float b[8] = {region.box.top, region.box.left, region.box.height, region.box.width,
+                        region.clamp.top, region.clamp.left, region.clamp.height, region.clamp.width};
+    std::copy(b, b + 4, boxes.data_ptr<float>() + 4 * i);
+    std::copy(b + 4, b + 8, clamps.data_ptr<float>() + 4 * i);
+    flips.data_ptr<bool>()[i] = region.flip;
+  }
+  return py::make_tuple(boxes, clamps, flips);
+}
+
 class BatchEngine {
  public:
   explicit BatchEngine(int num_threads) {
@@ -264,27 +346,34 @@ class BatchEngine {
     index_ = std::move(index);
   }
 
+  void check_output(const at::Tensor& out, int64_t batch) const {
+    const char* op = "BatchEngine.submit";
+    FASTLOAD_CHECK_VALUE(out.dim() == 4 && out.size(0) == batch && out.device().is_cpu() &&
+                             out.size(1) == plan_->channels && out.size(2) == plan_->out_height &&
+                             out.size(3) == plan_->out_width,
+                         op, "expected out of shape [", batch, ", ", plan_->channels, ", ",
+                         plan_->out_height, ", ", plan_->out_width, "] on the CPU, got ", out.sizes(),
+                         " on ", out.device(), ".");
+    const auto dtype = out.scalar_type();
+    FASTLOAD_CHECK_VALUE(dtype == at::kByte || dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16,
+                         op, "expected out of dtype uint8, float32, float16 or bfloat16, got ", dtype, ".");
+  }
+
   void set_plan(const py::dict& config) { plan_ = std::make_shared<const Plan>(plan_from_config(config)); }
 
-  // Queues a batch: sample indices [B] into out [B, C, H, W] (any strides). `predecoded`
-  // maps slots to uint8 HWC images decoded elsewhere (PIL), which skip read + decode.
-  int64_t submit(const at::Tensor& samples, at::Tensor out, int64_t epoch,
-                 const std::unordered_map<int64_t, at::Tensor>& predecoded) {
+  // Queues a batch of sample indices [B]. Augment mode: into out [B, C, H, W] (any
+  // strides). Windows mode (out is None): keeps each sample's decoded view for wait() to
+  // pack (pinned when pin_memory). `predecoded` maps slots to uint8 HWC images decoded
+  // elsewhere (PIL), which skip read + decode.
+  int64_t submit(const at::Tensor& samples, std::optional<at::Tensor> out, int64_t epoch,
+                 const std::unordered_map<int64_t, at::Tensor>& predecoded, bool pin_memory) {
     const char* op = "BatchEngine.submit";
     FASTLOAD_CHECK(plan_ != nullptr, op, "expected set_plan() before submit().");
     FASTLOAD_CHECK(index_ != nullptr || predecoded.size() == static_cast<size_t>(samples.numel()),
                    op, "expected set_index() before submit().");
     FASTLOAD_CHECK_VALUE(samples.dim() == 1 && samples.scalar_type() == at::kLong, op,
                          "expected samples as 1-D int64, got ", samples.sizes(), " ", samples.scalar_type(), ".");
-    FASTLOAD_CHECK_VALUE(out.dim() == 4 && out.size(0) == samples.size(0) && out.device().is_cpu() &&
-                             out.size(1) == plan_->channels && out.size(2) == plan_->out_height &&
-                             out.size(3) == plan_->out_width,
-                         op, "expected out of shape [", samples.size(0), ", ", plan_->channels, ", ",
-                         plan_->out_height, ", ", plan_->out_width, "] on the CPU, got ", out.sizes(),
-                         " on ", out.device(), ".");
-    const auto dtype = out.scalar_type();
-    FASTLOAD_CHECK_VALUE(dtype == at::kByte || dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16,
-                         op, "expected out of dtype uint8, float32, float16 or bfloat16, got ", dtype, ".");
+    if (out.has_value()) check_output(*out, samples.size(0));
     auto job = std::make_shared<Job>();
     job->index = index_;
     job->plan = plan_;
@@ -302,7 +391,16 @@ class BatchEngine {
                            op, "expected predecoded images as uint8 [H, W, ", plan_->channels, "].");
       job->predecoded.emplace(slot, image.contiguous());
     }
-    job->out = std::move(out);
+    const size_t batch = job->samples.size();
+    if (out.has_value()) {
+      job->out = std::move(*out);
+    } else {
+      job->windows.resize(batch);
+      job->window_sizes.assign(batch, {0, 0});
+      job->boxes.assign(batch, Box{0.f, 0.f, 0.f, 0.f});
+      job->flips.assign(batch, 0);
+    }
+    job->pin_memory = pin_memory;
     job->epoch = epoch;
     job->status.assign(job->samples.size(), kOk);
     job->message.assign(job->samples.size(), std::string());
@@ -320,8 +418,11 @@ class BatchEngine {
     return ticket;
   }
 
-  // Waits for a batch (GIL released); returns (status int32 [B], messages).
-  std::pair<at::Tensor, std::vector<std::string>> wait(int64_t ticket) {
+  // Waits for a batch (GIL released). Returns (status int32 [B], messages) in augment
+  // mode; in windows mode also (packed uint8, shapes int64 [B, 4] = (offset, height,
+  // width, row_stride), boxes float32 [B, 4], flips bool [B]): the inputs of
+  // crop_resize_flip_normalize_batch.
+  py::tuple wait(int64_t ticket) {
     std::shared_ptr<Job> job;
     {
       std::lock_guard<std::mutex> lock(queue_mutex_);
@@ -330,13 +431,46 @@ class BatchEngine {
       job = it->second;
       jobs_.erase(it);
     }
+    at::Tensor packed, shapes, boxes, flips;
     {
       py::gil_scoped_release no_gil;
-      std::unique_lock<std::mutex> lock(job->mutex);
-      job->done.wait(lock, [&] { return job->remaining == 0; });
+      {
+        std::unique_lock<std::mutex> lock(job->mutex);
+        job->done.wait(lock, [&] { return job->remaining == 0; });
+      }
+      if (!job->out.defined()) pack_windows(*job, packed, shapes, boxes, flips);
     }
-    auto status = at::from_blob(job->status.data(), {static_cast<int64_t>(job->status.size())}, at::kInt).clone();
-    return {status, std::move(job->message)};
+    const int64_t batch = static_cast<int64_t>(job->status.size());
+    auto status = at::from_blob(job->status.data(), {batch}, at::kInt).clone();
+    if (job->out.defined()) return py::make_tuple(status, job->message);
+    return py::make_tuple(status, job->message, packed, shapes, boxes, flips);
+  }
+
+  // The encoded bytes of samples (for decoders that run elsewhere, e.g. nvJPEG), read
+  // on the calling thread with the GIL released; a failed read gives an empty tensor.
+  std::pair<std::vector<at::Tensor>, std::vector<std::string>> read_samples(const at::Tensor& samples) {
+    FASTLOAD_CHECK(index_ != nullptr, "BatchEngine.read_samples", "expected set_index() first.");
+    const auto samples_c = samples.to(at::kLong).contiguous();
+    const int64_t n = samples_c.numel();
+    std::vector<at::Tensor> datas(static_cast<size_t>(n));
+    std::vector<std::string> errors(static_cast<size_t>(n));
+    py::gil_scoped_release no_gil;
+    std::vector<uint8_t> bytes;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t sample = samples_c.data_ptr<int64_t>()[i];
+      try {
+        FASTLOAD_CHECK_VALUE(0 <= sample && sample < index_->file_ids.numel(), "BatchEngine.read_samples",
+                             "sample ", sample, " out of range.");
+        read_file(index_->path(sample), index_->offsets.data_ptr<int64_t>()[sample],
+                  index_->sizes.data_ptr<int64_t>()[sample], bytes);
+        datas[i] = at::empty({static_cast<int64_t>(bytes.size())}, at::kByte);
+        std::memcpy(datas[i].data_ptr<uint8_t>(), bytes.data(), bytes.size());
+      } catch (const std::exception& error) {
+        datas[i] = at::empty({0}, at::kByte);
+        errors[i] = error.what();
+      }
+    }
+    return {datas, errors};
   }
 
   void close() {
@@ -439,9 +573,13 @@ void bind(py::module_& module) {
            py::arg("file_ids"), py::arg("offsets"), py::arg("sizes"))
       .def("set_plan", &BatchEngine::set_plan, py::arg("config"))
       .def("submit", &BatchEngine::submit, py::arg("samples"), py::arg("out"), py::arg("epoch"),
-           py::arg("predecoded") = std::unordered_map<int64_t, at::Tensor>())
+           py::arg("predecoded") = std::unordered_map<int64_t, at::Tensor>(),
+           py::arg("pin_memory") = false)
       .def("wait", &BatchEngine::wait, py::arg("ticket"))
+      .def("read_samples", &BatchEngine::read_samples, py::arg("samples"))
       .def("close", &BatchEngine::close);
+  module.def("plan_regions", &regions_of, py::arg("config"), py::arg("sizes"), py::arg("samples"),
+             py::arg("epoch"), "Batched plan_region: (boxes, clamps, flips) as tensors.");
   module.def("plan_region", &region_of, py::arg("config"), py::arg("height"), py::arg("width"),
              py::arg("epoch"), py::arg("index"),
              "(box, clamp, flip) of one sample under a plan, in full-resolution pixels.");
