@@ -30,14 +30,16 @@ from fastload.bench.procfs import ProcessTree
 MEAN = np.array(registry.IMAGENET_MEAN, np.float64)
 STD = np.array(registry.IMAGENET_STD, np.float64)
 
-# Per-sample mean of a normalised 224x224 image. The torchvision contenders decode with the
-# same PIL and resize with the same code: float32 rounding only.
+# Per-sample mean of a normalised 224x224 image, against the torchvision baseline's.
+# The torchvision-code contenders decode with the same PIL and resize with the same code:
+# float32 rounding only.
 SAME_CODE_TOL = 1e-4
-# Other resamplers (DALI, fastload's fused kernel) differ by about a uint8 level per
-# pixel at most; a level is 1/255/std ~ 0.017 after normalisation, and a mean of 50k
-# values averages most of it away.
+# fastload's fused kernel follows torchvision's antialiased bilinear taps; it differs by
+# a uint8 level on some pixels (a level is ~0.017 after normalisation), and the mean of
+# 150k values averages that to ~1e-4.
+FASTLOAD_TOL = 2e-3
+# DALI resamples with its own filter and crops with its own rounding: a few 1e-3.
 OTHER_RESAMPLER_TOL = 0.02
-
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
@@ -154,6 +156,7 @@ def test_every_contender_runs_and_agrees(tiny, tmp_path, monkeypatch):
     code = main([
         "--data", ds.root, "--pipeline", "both", "--images", "4", "--batch-size", "2", "--workers", "1",
         "--shards", "2", "--decode-images", "4", "--json", str(out), "--no-progress", "--timeout", "240",
+        "--suite", "main,decode",
     ])
     assert code == 0
     record = json.loads(out.read_text())
@@ -184,8 +187,14 @@ def test_every_contender_runs_and_agrees(tiny, tmp_path, monkeypatch):
     for r in rows:
         if r["pipeline"] != "eval" or r["status"] != "ok":
             continue
-        tol = SAME_CODE_TOL if r["contender"] in ("fastload", "webdataset") and "native" not in r["path"] else OTHER_RESAMPLER_TOL
+        if r["contender"].startswith("fastload") and r["path"].startswith("native"):
+            tol = FASTLOAD_TOL
+        elif r["contender"] in ("fastload", "webdataset"):
+            tol = SAME_CODE_TOL
+        else:
+            tol = OTHER_RESAMPLER_TOL
         np.testing.assert_allclose(r["first_batch"]["sample_means"], base["eval"]["first_batch"]["sample_means"], atol=tol, err_msg=r["contender"])
+        np.testing.assert_allclose(r["first_batch"]["sample_stds"], base["eval"]["first_batch"]["sample_stds"], atol=tol, err_msg=r["contender"])
         assert r["first_batch"]["labels"] == [0, 0], r["contender"]
 
     table = report.format_table(rows)
@@ -199,7 +208,26 @@ def test_every_contender_runs_and_agrees(tiny, tmp_path, monkeypatch):
             assert decode[name]["mean_pixels"] == pil["mean_pixels"], name
     if decode["fastload decode_jpeg crop window"]["status"] == "ok":
         assert decode["fastload decode_jpeg crop window"]["mean_pixels"] <= pil["mean_pixels"]
-    assert [r["contender"] for r in record["scaling"]] == ["fastload-native"]
+    assert "scaling" not in record
+
+
+def test_scaling_compares_one_worker_with_many(monkeypatch):
+    from fastload.bench import micro
+
+    seen = []
+
+    def fake_run(config, timeout, forward_stderr):
+        seen.append((config.contender, config.workers))
+        return {"status": "ok", "images_per_s": 100.0 * config.workers ** 0.9, "path": "p", "others_cpu_pct": 3.0}
+
+    monkeypatch.setattr(measure, "run_in_subprocess", fake_run)
+    rows = micro.scaling_benchmark(["baseline", "dali-cpu"], {"root": "/x", "pipeline": "eval"}, 2, 60, progress=False)
+    available = registry.get("dali-cpu").unavailable() is None
+    assert seen == [("baseline", 1), ("baseline", 2)] + ([("dali-cpu", 1), ("dali-cpu", 2)] if available else [])
+    assert rows[0]["status"] == "ok" and rows[0]["speedup"] == pytest.approx(2 ** 0.9)
+    assert rows[0]["one"] == 100.0 and rows[0]["pipeline"] == "eval"
+    table = report.format_table(rows, micro.SCALING_COLUMNS)
+    assert "1.87x" in table.splitlines()[2]
 
 
 def test_a_failing_contender_is_a_row(tmp_path, monkeypatch):

@@ -120,7 +120,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         record["decode"] = rows
         _say()
         _say(f"decode only, one thread, {rows[0]['images']} files in memory:")
-        _say(micro.format_rows(rows, micro.DECODE_COLUMNS, "method"))
+        _say(report.format_table(rows, micro.DECODE_COLUMNS))
 
     if "scaling" in args.suite:
         workers = max(2, args.workers)
@@ -131,7 +131,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         record["scaling"] = rows
         _say()
         _say(f"scaling ({pipelines[0]} pipeline), 1 vs {workers} workers/threads:")
-        _say(micro.format_rows(rows, micro.SCALING_COLUMNS, "contender"))
+        _say(report.format_table(rows, micro.SCALING_COLUMNS))
 
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)

@@ -195,31 +195,3 @@ def scaling_benchmark(
         })
     return rows
 
-
-def format_rows(rows: List[Dict[str, Any]], columns, name_key: str) -> str:
-    """Table of micro-benchmark rows (same style as report.format_table)."""
-    header = [title for title, _ in columns]
-    body = []
-    for r in rows:
-        cells = []
-        for _, key in columns:
-            value = r.get(key)
-            if key == name_key:
-                cells.append(str(value))
-            elif r.get("status") != "ok":
-                cells.append(f"{r.get('status')}: {r.get('reason')}" if key == columns[1][1] else "-")
-            elif value is None:
-                cells.append("-")
-            elif key in ("ratio", "speedup"):
-                cells.append(f"{value:.2f}x")
-            elif key in ("images_per_s", "one", "many", "mean_pixels"):
-                cells.append(f"{value:.0f}")
-            elif isinstance(value, float):
-                cells.append(f"{value:.2f}")
-            else:
-                cells.append(str(value))
-        body.append(cells)
-    widths = [max(len(x) for x in column) for column in zip(header, *body)]
-    line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
-    return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|"] + [line(b) for b in body])
-

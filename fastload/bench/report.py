@@ -101,17 +101,13 @@ def add_ratios(rows: List[Dict[str, Any]]) -> None:
             r["ratio"] = r["images_per_s"] / base[r["pipeline"]]
 
 
-def _cell(row: Dict[str, Any], key: str) -> str:
-    value = row.get(key)
-    if key == "contender":
-        return f"{row['contender']} ({row['pipeline']})" if row.get("pipeline") else row["contender"]
-    if row.get("status") != "ok" and key == "path":
-        return f"{row.get('status', 'failed')}: {row.get('reason', '')}"
+def format_value(key: str, value: Any) -> str:
+    """One figure as the tables print it."""
     if value is None:
         return "-"
-    if key == "ratio":
+    if key in ("ratio", "speedup"):
         return f"{value:.2f}x"
-    if key == "images_per_s":
+    if key in ("images_per_s", "one", "many", "mean_pixels"):
         return f"{value:.0f}"
     if key in ("peak_rss_mb", "peak_pss_mb"):
         return f"{value:.0f}" if value else "-"
@@ -123,13 +119,28 @@ def _cell(row: Dict[str, Any], key: str) -> str:
 
 
 def format_table(rows: List[Dict[str, Any]], columns=COLUMNS) -> str:
-    """A Markdown table (readable as plain text too) with one row per result."""
+    """A Markdown table (readable as plain text too), one line per row.
+
+    The first column names the row (with its pipeline, if any); a row whose status is not
+    "ok" says why in the second column and has "-" elsewhere.
+    """
+    name_key, reason_key = columns[0][1], columns[1][1]
+    body = []
+    for r in rows:
+        cells = []
+        for _, key in columns:
+            if key == name_key:
+                cells.append(f"{r[key]} ({r['pipeline']})" if key == "contender" and r.get("pipeline") else str(r[key]))
+            elif r.get("status") != "ok":
+                cells.append(f"{r.get('status', 'failed')}: {r.get('reason', '')}" if key == reason_key else "-")
+            else:
+                cells.append(format_value(key, r.get(key)))
+        body.append(cells)
     header = [title for title, _ in columns]
-    body = [[_cell(r, key) for _, key in columns] for r in rows]
-    widths = [max(len(str(x)) for x in column) for column in zip(header, *body)]
+    widths = [max(len(x) for x in column) for column in zip(header, *body)]
 
     def line(cells):
-        return "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"
 
     separator = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
     return "\n".join([line(header), separator] + [line(b) for b in body])
