@@ -347,3 +347,71 @@ def test_top_level_import_is_light():
             "bad = [m for m in ('torchvision', 'fastload._C', 'fastload.transfer.cuda', 'PIL') if m in sys.modules]; "
             "assert not bad, bad; assert not torch.cuda.is_initialized()")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=os.path.dirname(os.path.dirname(fastload.__file__)))
+
+
+# -- the native loop (with a fake runner standing in for the C++ engine) ----------------------
+
+
+class FakeRunner:
+    """Collates Squares samples like default_collate; records submit/result calls."""
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+        self.calls = []
+        self.pending = {}
+        self.closed = False
+
+    def submit(self, indices, epoch):
+        ticket = len(self.calls)
+        self.calls.append(("submit", list(indices), epoch))
+        self.pending[ticket] = list(indices)
+        return ticket
+
+    def result(self, ticket):
+        self.calls.append(("result", ticket, len(self.pending)))
+        return torch.utils.data.default_collate([self.dataset[i] for i in self.pending.pop(ticket)])
+
+    def stats(self):
+        return {"decoded": sum(1 for c in self.calls if c[0] == "submit")}
+
+    def close(self):
+        self.closed = True
+
+
+@pytest.fixture
+def fake_native(monkeypatch):
+    runners = []
+
+    def select(dataset, **kwargs):
+        runners.append(FakeRunner(dataset))
+        return runners[-1], "native: fake runner"
+
+    monkeypatch.setattr(fastload.loader, "select_path", select)
+    return runners
+
+
+@pytest.mark.parametrize("num_workers,prefetch_factor", [(0, None), (2, 3)])
+def test_native_loop_keeps_batches_in_flight_in_order(fake_native, num_workers, prefetch_factor):
+    kwargs = dict(batch_size=3, shuffle=True, num_workers=num_workers, prefetch_factor=prefetch_factor)
+    torch.manual_seed(0)
+    want = list(TorchLoader(Squares(10), generator=_gen(6), **kwargs))
+    torch.manual_seed(0)
+    loader = DataLoader(Squares(10), generator=_gen(6), **kwargs)
+    got = list(loader)
+    runner = fake_native[0]
+    assert loader.path == "native: fake runner" and loader._inner is None  # no torch iterator
+    assert len(got) == len(want) and all(batches_equal(a, b) for a, b in zip(want, got))
+    depth = (prefetch_factor or 2) * max(1, num_workers)
+    in_flight = [c[2] for c in runner.calls if c[0] == "result"]
+    assert max(in_flight) == min(depth, len(want))  # `depth` submitted before the first result
+    assert [c[0] for c in runner.calls[:min(depth, len(want))]] == ["submit"] * min(depth, len(want))
+    assert all(c[2] == 0 for c in runner.calls if c[0] == "submit")  # epoch 0
+    assert loader.stats()["native"] == {"decoded": len(want)}
+    list(loader)
+    assert {c[2] for c in runner.calls if c[0] == "submit"} == {0, 1}
+    loader.close()
+    assert runner.closed
+
+
+def test_native_loop_resume(fake_native):
+    check_resume_at_every_position(lambda: DataLoader(Squares(10), batch_size=3, shuffle=True, generator=_gen(2)))

@@ -1,0 +1,90 @@
+"""loader.stats(): keys, and numbers that follow what the data and the loop actually did
+(lower bounds only: no timed upper bounds on a shared machine)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+import fastload
+from fastload import DataLoader
+from loader_datasets import Sleepy, Squares
+
+pytestmark = pytest.mark.timeout(120)
+
+KEYS = {"path", "epochs", "batches", "samples", "skipped", "fetch_s", "collate_s", "pin_s", "transfer_s",
+        "copy_s", "wait_s", "first_batch_s", "loop_s", "samples_per_s", "stall_fraction"}
+
+
+def test_keys_and_counts():
+    loader = DataLoader(Squares(10), batch_size=4)
+    before = loader.stats()
+    assert set(before) == KEYS and before["batches"] == 0 and before["samples_per_s"] is None
+    assert before["stall_fraction"] is None and before["first_batch_s"] is None
+    for _ in range(2):
+        list(loader)
+    stats = loader.stats()
+    assert set(stats) == KEYS
+    assert (stats["epochs"], stats["batches"], stats["samples"], stats["skipped"]) == (2, 6, 20, 0)
+    assert stats["path"] == loader.path and stats["path"].startswith("generic:")
+    assert stats["samples_per_s"] > 0 and stats["loop_s"] >= stats["wait_s"] - 1e-9
+    assert isinstance(stats, dict) and str(stats) == fastload.stats.report(stats)
+
+
+def test_reset():
+    loader = DataLoader(Squares(10), batch_size=4)
+    list(loader)
+    assert loader.stats(reset=True)["batches"] == 3
+    assert loader.stats()["batches"] == 0
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_slow_dataset_shows_in_fetch_time_and_a_high_stall(num_workers):
+    sleep, n = 0.03, 12
+    loader = DataLoader(Sleepy(n, sleep), batch_size=2, num_workers=num_workers)
+    for _ in loader:
+        pass  # an instant loop body: all the time is waiting for data
+    stats = loader.stats()
+    assert stats["fetch_s"] >= n * sleep * 0.95  # measured in the workers, shipped with the batches
+    assert stats["fetch_s"] > 10 * stats["collate_s"]
+    assert stats["wait_s"] >= n * sleep / max(1, num_workers) * 0.9
+    assert stats["stall_fraction"] > 0.8
+
+
+def test_slow_loop_body_gives_a_low_stall():
+    loader = DataLoader(Squares(12), batch_size=2)
+    for _ in loader:
+        time.sleep(0.03)  # the "training step"
+    stats = loader.stats()
+    assert stats["stall_fraction"] < 0.3
+    assert stats["loop_s"] >= 5 * 0.03  # five intervals between six batches, at least
+
+
+def test_batch_size_none_counts_samples_one_by_one():
+    loader = DataLoader(Squares(5), batch_size=None)
+    list(loader)
+    assert (loader.stats()["batches"], loader.stats()["samples"]) == (5, 5)
+
+
+def test_report_is_readable():
+    loader = DataLoader(Squares(8), batch_size=4)
+    list(loader)
+    text = fastload.stats.report(loader.stats())
+    assert text.splitlines()[0] == f"fastload.DataLoader stats ({loader.path})"
+    for word in ("samples/s", "data stall", "fetch (workers)", "collate (workers)", "pin", "transfer (host)",
+                 "wait (loop)"):
+        assert word in text
+    assert "batches 2, samples 8" in text
+
+
+def test_profiler_ranges():
+    from torch.profiler import ProfilerActivity, profile
+
+    loader = DataLoader(Squares(8), batch_size=4, dtype=torch.float16)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        list(loader)
+    names = {e.name for e in prof.events()}
+    for stage in ("fastload.wait", "fastload.fetch", "fastload.collate", "fastload.transfer"):
+        assert stage in names, stage
