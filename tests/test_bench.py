@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import tarfile
-import time
 
 import numpy as np
 import pytest

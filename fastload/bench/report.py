@@ -5,7 +5,7 @@ Example:
     ...          "images_per_s": 250.0, "peak_rss_mb": 900.0, "peak_pss_mb": 600.0,
     ...          "first_batch_s": 1.5, "cpu_ms_per_image": 8.0, "others_cpu_pct": 1.0}]
     >>> print(format_table(rows).splitlines()[2].split("|")[1].strip())
-    baseline
+    baseline (train)
 """
 
 from __future__ import annotations
