@@ -243,7 +243,7 @@ def test_truncated_tar(shards):
     with pytest.raises(TarShardError, match=r"truncated after member '000000001\.cls'"):
         TarShards(str(bad), cache_dir=str(tmp / "c3"))
     bad.write_bytes(data[:header + 512])
-    with pytest.raises(TarShardError, match=r"truncated or unreadable tar after member '000000001\.cls': empty header"):
+    with pytest.raises(TarShardError, match=r"truncated after member '000000001\.cls': an extended header without its member"):
         TarShards(str(bad), cache_dir=str(tmp / "c3"))
     # Garbage where a header should be.
     bad.write_bytes(data[:header] + b"\x01" * 2048)
@@ -300,3 +300,38 @@ def test_write_shards_from_datasets(tmp_path, folder):
     assert [ds3.index.read(i) for i in range(len(ds3))] == [ds2.index.read(i) for i in range(len(ds2))]
     with pytest.raises(ValueError, match="printf field"):
         write_shards(folder, str(tmp_path / "x.tar"))
+
+
+@pytest.mark.parametrize("fmt", [tarfile.PAX_FORMAT, tarfile.GNU_FORMAT, tarfile.USTAR_FORMAT])
+def test_fast_header_walk_equals_tarfile(tmp_path, fmt, shards):
+    # Long names (ustar prefix, GNU 'L' records, pax 'path'), non-ASCII names, directories,
+    # links, empty members, and sizes at block boundaries.
+    deep = "d" * 60 + "/" + "e" * 60  # > 100 characters: needs prefix / long name / pax
+    members = [(f"{deep}/k{i}.{ext}", bytes([i]) * n) for i, (ext, n) in
+               enumerate([("jpg", 512), ("cls", 1), ("jpg", 0), ("cls", 2), ("png", 1025), ("json", 10)])]
+    if fmt != tarfile.USTAR_FORMAT:
+        members += [("très/ünïcode-" + "x" * 120 + ".jpg", b"u" * 700), ("très/ünïcode-" + "x" * 120 + ".cls", b"3")]
+    path = tmp_path / "f.tar"
+    with tarfile.open(path, "w", format=fmt) as tf:
+        d = tarfile.TarInfo("adir")
+        d.type = tarfile.DIRTYPE
+        tf.addfile(d)
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+        link = tarfile.TarInfo("alink.jpg")
+        link.type, link.linkname = tarfile.SYMTYPE, "target.jpg"
+        tf.addfile(link)
+    size = os.path.getsize(path)
+    fast = tarmod._walk_headers(str(path), size)
+    slow = tarmod._walk_tarfile(str(path), size)
+    assert fast == slow
+    assert fast[0] == [m[0] for m in members] and fast[4] == []
+    with tarfile.open(path) as tf:
+        for name, data in members:
+            m = tf.getmember(name)
+            assert open(path, "rb").read()[m.offset_data:m.offset_data + m.size] == data
+    tmp, paths = shards  # webdataset's writer (pax headers)
+    for p in paths:
+        assert tarmod._walk_headers(p, os.path.getsize(p)) == tarmod._walk_tarfile(p, os.path.getsize(p))

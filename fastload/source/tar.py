@@ -223,43 +223,200 @@ def scan_shard(path: str) -> Dict[str, Any]:
     members, and `problems` ([member or None, reason]) for a truncated or unreadable tar.
     """
     st = os.stat(path)
-    names: List[str] = []
-    offsets: List[int] = []
-    sizes: List[int] = []
-    labels_text: Dict[str, str] = {}
-    problems: List[List[Optional[str]]] = []
-    last = None
-    with open(path, "rb") as f:
-        try:
-            with tarfile.open(fileobj=f, mode="r:") as tf:
-                for m in tf:
-                    if not m.isreg():
-                        continue
-                    if m.offset_data + m.size > st.st_size:
-                        problems.append([m.name, f"truncated: the member needs bytes up to "
-                                                 f"{m.offset_data + m.size}, the shard has {st.st_size}"])
-                        break
-                    if _split_key(m.name)[1] in LABEL_EXTS:
-                        if m.size > MAX_LABEL_BYTES:
-                            problems.append([m.name, f"a label member of {m.size} bytes (at most "
-                                                     f"{MAX_LABEL_BYTES})"])
-                            continue
-                        f.seek(m.offset_data)
-                        labels_text[str(len(names))] = f.read(m.size).decode("utf-8", "replace")
-                    names.append(m.name)
-                    offsets.append(m.offset_data)
-                    sizes.append(m.size)
-                    last = m.name
-                else:
-                    _check_end_of_archive(f, tf.offset, st.st_size, last, problems)
-        except (tarfile.TarError, EOFError) as e:
-            where = f"after member {last!r}" if last else "at its start"
-            problems.append([last, f"truncated or unreadable tar {where}: {e}"])
+    try:
+        walk = _walk_headers(path, st.st_size)
+    except _Unsupported:  # an unusual tar (sparse files, global pax paths): the slow, general walk
+        walk = _walk_tarfile(path, st.st_size)
+    names, offsets, sizes, labels_text, problems = walk
     return {
         "format": INDEX_FORMAT, "version": INDEX_VERSION, "shard_size": st.st_size,
         "shard_mtime_ns": st.st_mtime_ns, "names": names, "offsets": offsets, "sizes": sizes,
         "labels_text": labels_text, "problems": problems,
     }
+
+
+class _Walk:
+    """What a header walk collects."""
+
+    def __init__(self):
+        self.names: List[str] = []
+        self.offsets: List[int] = []
+        self.sizes: List[int] = []
+        self.labels_text: Dict[str, str] = {}
+        self.problems: List[List[Optional[str]]] = []
+        self.last: Optional[str] = None
+
+    def member(self, name: str, offset: int, size: int, shard_size: int, read) -> bool:
+        """Records one regular member; False when it is cut (the walk stops)."""
+        if offset + size > shard_size:
+            self.problems.append([name, f"truncated: the member needs bytes up to {offset + size}, "
+                                        f"the shard has {shard_size}"])
+            return False
+        if _split_key(name)[1] in LABEL_EXTS:
+            if size > MAX_LABEL_BYTES:
+                self.problems.append([name, f"a label member of {size} bytes (at most {MAX_LABEL_BYTES})"])
+                return True
+            self.labels_text[str(len(self.names))] = read(offset, size).decode("utf-8", "replace")
+        self.names.append(name)
+        self.offsets.append(offset)
+        self.sizes.append(size)
+        self.last = name
+        return True
+
+    def where(self) -> str:
+        return f"after member {self.last!r}" if self.last else "at its start"
+
+    def result(self):
+        return self.names, self.offsets, self.sizes, self.labels_text, self.problems
+
+
+class _Unsupported(Exception):
+    """A tar feature the fast walk leaves to tarfile."""
+
+
+_REGULAR, _DIRECTORY_AND_LINKS = (b"0", b"\0", b"7"), (b"1", b"2", b"3", b"4", b"5", b"6")
+
+
+def _octal(field: bytes) -> int:
+    if field[:1] and field[0] & 0x80:  # GNU base-256 (sizes of 8 GiB and more)
+        value = int.from_bytes(field[1:], "big")
+        return value - (1 << (8 * len(field) - 8)) if field[0] & 0x40 else value
+    text = field.split(b"\0", 1)[0].strip(b" ")
+    return int(text, 8) if text else 0
+
+
+def _walk_headers(path: str, shard_size: int):
+    """The fast header walk: one pread per header, ~10x quicker than tarfile.
+
+    Follows what tarfile reads (ustar prefix, GNU long names, pax path/size records) and
+    raises _Unsupported for anything else; the result is checked against tarfile in tests.
+    """
+    walk = _Walk()
+    fd = os.open(path, os.O_RDONLY)
+    read = lambda offset, size: os.pread(fd, size, offset)  # noqa: E731
+    try:
+        pos = 0
+        long_name: Optional[str] = None
+        pax: Dict[str, str] = {}
+        pending = False  # an extended header (L, x) waits for its member
+        while True:
+            header = read(pos, 512)
+            if len(header) < 512:
+                if pending:
+                    walk.problems.append([walk.last, f"truncated {walk.where()}: an extended header "
+                                                     "without its member"])
+                elif pos == 0:
+                    walk.problems.append([None, "truncated or unreadable tar at its start: "
+                                                + ("empty file" if not header else "truncated header")])
+                else:
+                    walk.problems.append([walk.last, f"truncated {walk.where()}: the shard ends at byte "
+                                                     f"{shard_size} without the tar end-of-archive marker"])
+                break
+            if header.count(0) == 512:
+                if pending:
+                    walk.problems.append([walk.last, f"truncated {walk.where()}: an extended header "
+                                                     "without its member"])
+                elif pos == 0:
+                    walk.problems.append([None, "truncated or unreadable tar at its start: empty header"])
+                else:
+                    tail = read(pos, 1024)
+                    if len(tail) < 1024 or tail.count(0) != 1024:
+                        walk.problems.append([walk.last, f"truncated {walk.where()}: the shard ends at byte "
+                                                         f"{shard_size} without the tar end-of-archive marker"])
+                break
+            try:
+                checksum = _octal(header[148:156])
+                size = _octal(header[124:136])
+            except ValueError:
+                checksum = size = -1
+            unsigned = sum(header[:148]) + 256 + sum(header[156:])  # the field counts as 8 spaces
+            if (checksum != unsigned and checksum != unsigned - 256 * sum(b > 127 for b in header)) or size < 0:
+                if pos == 0:
+                    walk.problems.append([None, "truncated or unreadable tar at its start: bad checksum "
+                                                "(not a tar file?)"])
+                else:
+                    walk.problems.append([walk.last, f"unreadable tar header at byte {pos} {walk.where()}"])
+                break
+            kind = header[156:157]
+            data = pos + 512
+            if kind in (b"L", b"x", b"g", b"K"):  # extended headers: their payload is small
+                payload = read(data, size)
+                if len(payload) < size:
+                    walk.problems.append([walk.last, f"truncated {walk.where()}: an extended header "
+                                                     "without its member"])
+                    break
+                try:
+                    records = _parse_pax(payload) if kind in (b"x", b"g") else {}
+                except ValueError:
+                    walk.problems.append([walk.last, f"unreadable tar header at byte {pos} {walk.where()}"])
+                    break
+                pos = data + (size + 511) // 512 * 512
+                if kind == b"L":  # GNU long name of the next member
+                    long_name = payload.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+                elif kind == b"x":  # pax records of the next member
+                    pax = records
+                elif kind == b"g" and set(records) & {"path", "size"}:
+                    raise _Unsupported("global pax path/size")
+                pending = pending or kind in (b"L", b"x", b"K")
+                continue
+            pos = data + (size + 511) // 512 * 512
+            name = header[0:100].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+            prefix = header[345:500].split(b"\0", 1)[0]
+            if prefix and header[257:263] == b"ustar\0":  # POSIX: the name is prefix/name
+                name = prefix.decode("utf-8", "surrogateescape") + "/" + name
+            if long_name is not None:
+                name = long_name
+            if "path" in pax:
+                name = pax["path"]
+            if "size" in pax:
+                size = int(pax["size"])
+                pos = data + (size + 511) // 512 * 512
+            long_name, pax, pending = None, {}, False
+            if kind in _REGULAR:
+                if name.endswith("/") and kind == b"\0":
+                    continue  # an old-style directory
+                if not walk.member(name, data, size, shard_size, read):
+                    break
+            elif kind not in _DIRECTORY_AND_LINKS:
+                raise _Unsupported(f"member type {kind!r}")
+    finally:
+        os.close(fd)
+    return walk.result()
+
+
+def _parse_pax(buf: bytes) -> Dict[str, str]:
+    records: Dict[str, str] = {}
+    pos = 0
+    while pos < len(buf) and buf[pos] != 0:
+        space = buf.index(b" ", pos)
+        length = int(buf[pos:space])
+        if length <= 0:
+            raise _Unsupported("malformed pax record")
+        key, _, value = buf[space + 1:pos + length - 1].partition(b"=")
+        if key == b"hdrcharset":
+            raise _Unsupported("pax hdrcharset")
+        records[key.decode("utf-8")] = value.decode("utf-8", "surrogateescape")
+        pos += length
+    return records
+
+
+def _walk_tarfile(path: str, shard_size: int):
+    """The general walk (Python's tarfile): every format tarfile reads."""
+    walk = _Walk()
+    with open(path, "rb") as f:
+        def read(offset, size):
+            f.seek(offset)
+            return f.read(size)
+        try:
+            with tarfile.open(fileobj=f, mode="r:") as tf:
+                for m in tf:
+                    if m.isreg() and not walk.member(m.name, m.offset_data, m.size, shard_size, read):
+                        break
+                else:
+                    _check_end_of_archive(f, tf.offset, shard_size, walk.last, walk.problems)
+        except (tarfile.TarError, EOFError) as e:
+            walk.problems.append([walk.last, f"truncated or unreadable tar {walk.where()}: {e}"])
+    return walk.result()
 
 
 def _check_end_of_archive(f, offset: int, size: int, last: Optional[str], problems: list) -> None:
