@@ -28,7 +28,24 @@ def _random_flip_params(indices, seed, epoch, p):
     return indices.new_empty((indices.shape[0],), dtype=torch.bool)
 
 
+# Decode: output sizes depend on the bytes, so they are unbacked symbols. The defaults
+# repeat the schema's (the dispatcher leaves defaulted arguments out).
 @torch.library.register_fake("fastload::decode_jpeg")
-def _decode_jpeg(data, window, scale_denom, channels, max_pixels):
+def _decode_jpeg(data, window=(), scale_denom=1, channels=3, max_pixels=178956970):
     ctx = torch.library.get_ctx()
     return data.new_empty((ctx.new_dynamic_size(), ctx.new_dynamic_size(), channels), dtype=torch.uint8)
+
+
+@torch.library.register_fake("fastload::decode_jpeg_cuda")
+def _decode_jpeg_cuda(datas, channels=3, device="cuda"):
+    ctx = torch.library.get_ctx()
+    images = [
+        torch.empty((ctx.new_dynamic_size(), ctx.new_dynamic_size(), channels), dtype=torch.uint8, device=device)
+        for _ in datas
+    ]
+    return images, torch.empty((len(datas),), dtype=torch.bool)
+
+
+# fastload::jpeg_header has no fake kernel: it returns Python ints read from the bytes
+# (metadata for host-side planning), which no fake kernel can know; it is not meant to be
+# traced.

@@ -10,7 +10,7 @@ are re-exported here too, so `from fastload import ops` gives both.
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 
@@ -29,16 +29,21 @@ def jpeg_header(data: torch.Tensor) -> List[int]:
     """Reads a JPEG header without decoding.
 
     Args:
-        data: uint8 1-D CPU tensor with the file's bytes.
+        data: uint8 1-D contiguous CPU tensor with the file's bytes.
 
     Returns:
-        [height, width, components, jpeg_color_space, progressive].
+        [height, width, components, jpeg_color_space, progressive]: components 1 (gray),
+        3 (YCbCr / RGB) or 4 (CMYK / YCCK); jpeg_color_space is libjpeg's J_COLOR_SPACE
+        (1 gray, 2 RGB, 3 YCbCr, 4 CMYK, 5 YCCK); progressive 0 or 1.
+
+    Raises:
+        RuntimeError: not a JPEG, or a corrupt or truncated header.
 
     Example:
         >>> import io, PIL.Image, torch
         >>> buf = io.BytesIO(); PIL.Image.new("RGB", (5, 3)).save(buf, "JPEG")
-        >>> jpeg_header(torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8))[:3]
-        [3, 5, 3]
+        >>> jpeg_header(torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8))
+        [3, 5, 3, 3, 0]
     """
     return list(_ops().jpeg_header(data))
 
@@ -50,33 +55,87 @@ def decode_jpeg(
     channels: int = 3,
     max_pixels: int = DEFAULT_MAX_PIXELS,
 ) -> torch.Tensor:
-    """Decodes a JPEG (or a window of it, DCT-scaled) with libjpeg-turbo.
+    """Decodes a JPEG, or only a window of it, optionally DCT-scaled, with libjpeg-turbo.
+
+    Only the rows and iMCU columns the window needs are decoded; rows below it are never
+    read. A full decode is bit-identical to PIL's ``Image.open(f).convert("RGB")``, a
+    window to the same window of the full decode, a scaled decode to PIL's ``draft()``.
+    EXIF orientation is ignored (like PIL without ``exif_transpose``).
 
     Args:
-        data: uint8 1-D CPU tensor with the file's bytes.
-        window: [top, left, height, width] in full-resolution pixels; None = whole image.
+        data: uint8 1-D contiguous CPU tensor with the file's bytes.
+        window: [top, left, height, width] in full-resolution pixels, inside the image;
+            None = the whole image.
         scale_denom: decode at 1/scale_denom resolution: 1, 2, 4 or 8.
-        channels: 3 (RGB, gray and CMYK converted like PIL's convert("RGB")) or 1.
-        max_pixels: refuse images with more pixels (decompression bombs); <= 0: no limit.
+        channels: 3 (RGB; gray is replicated, CMYK/YCCK converted like PIL's
+            convert("RGB")) or 1 (luma: the Y plane, PIL's draft("L"); for CMYK,
+            convert("L") of the RGB).
+        max_pixels: refuse images with more pixels, checked from the header before
+            decoding (decompression bombs); <= 0: no limit.
 
     Returns:
-        uint8 tensor [H, W, channels]: the window at that scale (edges rounded outwards).
+        uint8 tensor [H, W, channels], contiguous: the window at that scale, rows
+        floor(top / d) .. ceil((top + height) / d) of the ceil(image_height / d) scaled
+        rows, columns likewise.
 
     Raises:
-        RuntimeError: corrupt, truncated or non-JPEG data, or over max_pixels.
+        RuntimeError: empty, corrupt, truncated (where the window needs it) or non-JPEG
+            data, or more than max_pixels pixels. The message starts
+            "fastload.decode_jpeg:" and quotes libjpeg's.
+        ValueError: window outside the image, scale_denom or channels not allowed.
+
+    Example:
+        >>> import io, PIL.Image, torch
+        >>> buf = io.BytesIO(); PIL.Image.new("RGB", (64, 48), "red").save(buf, "JPEG")
+        >>> data = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
+        >>> decode_jpeg(data).shape, decode_jpeg(data, [8, 4, 20, 30], scale_denom=2).shape
+        (torch.Size([48, 64, 3]), torch.Size([10, 15, 3]))
     """
     return _ops().decode_jpeg(data, list(window or []), scale_denom, channels, max_pixels)
 
 
-def decode_jpeg_cuda(datas: Sequence[torch.Tensor], channels: int = 3, device="cuda") -> List[torch.Tensor]:
-    """Decodes JPEGs with nvJPEG (batched); returns uint8 [H, W, channels] CUDA tensors."""
+def decode_jpeg_cuda(
+    datas: Sequence[torch.Tensor], channels: int = 3, device="cuda"
+) -> Tuple[List[torch.Tensor], torch.Tensor]:
+    """Decodes whole JPEGs with nvJPEG (one batched call; the hardware decoder where the
+    GPU has one).
+
+    Samples nvJPEG cannot take (CMYK/YCCK, Adobe RGB, what the hardware decoder
+    rejects, or the whole batch when nvJPEG fails on it) are decoded by the CPU decoder
+    (exactly like decode_jpeg) and uploaded; ``cpu_fallback`` says which, so callers
+    can count them. nvJPEG's IDCT and upsampling differ slightly from libjpeg's: GPU
+    pixels are close to, not equal to, decode_jpeg's.
+
+    Args:
+        datas: N uint8 1-D contiguous CPU tensors, one file's bytes each.
+        channels: 3 (RGB) or 1 (luma).
+        device: the CUDA device for the outputs (its current stream is used).
+
+    Returns:
+        (images, cpu_fallback): N uint8 [H, W, channels] tensors on `device`, and a bool
+        [N] CPU tensor, True where the CPU decoder made that image.
+
+    Raises:
+        NotBuiltError: built without CUDA or nvJPEG (the message says how to fix it).
+        RuntimeError: a sample that neither nvJPEG nor libjpeg can decode (the message
+            names the sample index), or an nvJPEG / CUDA failure.
+
+    Example:
+        >>> images, cpu_fallback = decode_jpeg_cuda([data], device="cuda")  # doctest: +SKIP
+        >>> images[0].shape, int(cpu_fallback.sum())  # doctest: +SKIP
+        (torch.Size([48, 64, 3]), 0)
+    """
     _ext.require_cuda_ops()
     if not _ext.has_nvjpeg():
         raise _ext.NotBuiltError(
             "fastload._C was built without nvJPEG: `pip install nvidia-nvjpeg` (or set "
             "FASTLOAD_NVJPEG_PREFIX) and rebuild with `make build`."
         )
-    return list(_ops().decode_jpeg_cuda(list(datas), channels, torch.device(device)))
+    datas = list(datas)
+    if not datas:  # the dispatcher needs a tensor argument to pick the kernel
+        return [], torch.zeros(0, dtype=torch.bool)
+    images, cpu_fallback = _ops().decode_jpeg_cuda(datas, channels, torch.device(device))
+    return list(images), cpu_fallback
 
 
 def crop_resize_flip_normalize(

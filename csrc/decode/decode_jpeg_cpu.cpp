@@ -197,12 +197,19 @@ Status run_libjpeg(Decompressor* d, const Request* req, JpegInfo* info, DecodedW
   // the chroma as if the crop were the whole image, so its first and last columns can
   // differ from a full decode (fancy upsampling reads the neighbouring chroma sample).
   // Ask for one more column on each side and drop the crop's edge columns afterwards:
-  // every column we return is then bit-identical to the full decode.
+  // every column we return is then bit-identical to the full decode. libjpeg also
+  // switches from fancy to box upsampling when a component is at most 2 samples wide,
+  // so the crop is kept wider than 2 chroma samples (2 * max_h_samp_factor pixels).
   int x0 = 0, x1 = scaled_w;  // decoded columns
   int keep0 = 0, keep1 = scaled_w;  // exact columns among them
   if (s_left > 0 || s_right < scaled_w) {
-    const int want0 = std::max(s_left - 1, 0);
-    const int want1 = std::min(s_right + 1, scaled_w);
+    int want0 = std::max(s_left - 1, 0);
+    int want1 = std::min(s_right + 1, scaled_w);
+    const int min_width = std::min(2 * cinfo->max_h_samp_factor + 1, scaled_w);
+    if (want1 - want0 < min_width) {
+      want1 = std::min(want0 + min_width, scaled_w);
+      want0 = want1 - min_width;
+    }
     JDIMENSION xoffset = static_cast<JDIMENSION>(want0);
     JDIMENSION cwidth = static_cast<JDIMENSION>(want1 - want0);
     jpeg_crop_scanline(cinfo, &xoffset, &cwidth);
@@ -269,7 +276,7 @@ Status run_libjpeg(Decompressor* d, const Request* req, JpegInfo* info, DecodedW
 }
 
 std::string libjpeg_error(const Decompressor& d) {
-  return std::string("expected a valid JPEG, got corrupt or truncated data (libjpeg: ") + d.err.message + ")";
+  return std::string("expected a decodable JPEG, got corrupt, truncated or unsupported data (libjpeg: ") + d.err.message + ")";
 }
 
 std::string describe_prefix(const uint8_t* data, size_t size) {
