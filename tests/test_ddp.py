@@ -8,14 +8,17 @@ all_reduce waiting for a rank that ran out of batches) cannot pass.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
+import tarfile
 import sys
 from collections import Counter
 
 import pytest
 import torch
+from PIL import Image
 
 import fastload
 from fastload._ext import has_ops
@@ -35,7 +38,7 @@ def _launch(world, phase, work, tar):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}",
            SCRIPT, "--phase", phase, "--work", work]
     if tar:
-        cmd += ["--tar", tar]
+        cmd += ["--tar", tar, "--tar-skip", tar + "::" + os.path.join(work, "bad.tar")]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     env.pop("RANK", None)
     env.pop("WORLD_SIZE", None)
@@ -64,6 +67,15 @@ def runs(tmp_path_factory):
                   for i in range(TAR_SAMPLES)]
         write_shards(images, os.path.join(work, "s-%02d.tar"), maxcount=5)
         tar = os.path.join(work, "s-{00..03}.tar")
+        # One more good sample (label TAR_SAMPLES) and an image without a label.
+        jpeg = io.BytesIO()
+        Image.new("RGB", (12, 10), (200, 30, 90)).save(jpeg, format="JPEG")
+        with tarfile.open(os.path.join(work, "bad.tar"), "w") as tf:
+            for name, data in (("good.jpg", jpeg.getvalue()), ("good.cls", str(TAR_SAMPLES).encode()),
+                               ("nolabel.jpg", jpeg.getvalue())):
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tf.addfile(info, io.BytesIO(data))
     return {
         "tar": tar,
         "first": _launch(2, "first", work, tar),
@@ -147,6 +159,12 @@ def test_tar_shards_under_ddp(runs):
         assert len({len(x["tar_pad"]) for x in ranks}) == 1
         assert set(sum(labels, [])) == set(range(TAR_SAMPLES))
         assert sum(len(x) for x in labels) == -(-TAR_SAMPLES // world) * world
+    # A bad sample skipped at index time: counted on every rank, batch counts still equal.
+    for ranks, world in ((first, 2), (three, 3)):
+        assert all(len(x["tar_skipped"]) == 1 and x["tar_skipped"][0][1] == "nolabel.jpg" for x in ranks)
+        assert len({len(x["tar_skip"]) for x in ranks}) == 1
+        labels = [lab for x in ranks for b in x["tar_skip"] for lab in b["labels"]]
+        assert sorted(labels) == list(range(TAR_SAMPLES + 1))  # exact: each sample once
     # Resume on the same world: the same pixels, bit for bit (sha1 of each image).
     k = cfg.TAR_STEPS
     for a, b in zip(first, two):

@@ -8,7 +8,8 @@ DIR/<phase>-rank<r>.json; the test compares the ranks. Every step does an all_re
 must see every rank (a rank with fewer batches makes the sums wrong and the script fail,
 or the collective time out), and every run ends with a marker all_reduce of 0.
 
-Every phase first runs every uneven mode x drop_last over N=23 (and TarShards with "pad").
+Every phase first runs every uneven mode x drop_last over N=23 (and TarShards with "pad",
+and with a bad sample skipped: --tar-skip).
 Phases (each launch checks several things, to keep launches few):
   first    (any world): num_workers=2 on one mode;
            the resume job: the full epoch 1 and epoch 2, then a fresh job interrupted after
@@ -86,6 +87,7 @@ def main():
     parser.add_argument("--phase", choices=["first", "resume"], required=True)
     parser.add_argument("--work", required=True)
     parser.add_argument("--tar", default=None)
+    parser.add_argument("--tar-skip", default=None)
     args = parser.parse_args()
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -106,6 +108,13 @@ def main():
     if tar_ds is not None:
         loader = fastload.DataLoader(tar_ds, batch_size=2, shuffle=True, distributed="auto", uneven="pad")
         out["tar_pad"] = lockstep(loader, tar_record, world)
+    if args.tar_skip:
+        # A shard with a bad sample, skipped at index time: the same on every rank.
+        skip_ds = fastload.TarShards(args.tar_skip, ops=[fastload.ops.RandomResizedCrop(8)], on_error="skip",
+                                     cache_dir=os.path.join(args.work, "cache"), progress=False)
+        out["tar_skipped"] = [list(s) for s in skip_ds.skipped]
+        loader = fastload.DataLoader(skip_ds, batch_size=2, shuffle=True, distributed="auto", uneven="exact")
+        out["tar_skip"] = lockstep(loader, tar_record, world)
 
     if args.phase == "first":
         # Worker processes (torch's machinery under the same batch_sampler) change nothing.
