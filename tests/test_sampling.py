@@ -402,3 +402,18 @@ def test_resolve_distributed(monkeypatch):
     assert list(o) == [[2, 5], [8]]
     with pytest.raises(ValueError, match="distributed='auto', True or False"):
         resolve_distributed("yes")
+
+
+@pytest.mark.parametrize("with_generator", [True, False])
+def test_resume_helper_on_fastload_dataloader(with_generator):
+    # The same helper on the loader itself (generic path, torch's DataLoader under our order).
+    import fastload
+
+    ds = TensorDataset(torch.arange(13) * 10)
+
+    def make():
+        torch.manual_seed(0)
+        gen = torch.Generator().manual_seed(4) if with_generator else None
+        return fastload.DataLoader(ds, batch_size=3, shuffle=True, generator=gen, distributed=False)
+    ref = check_resume_at_every_position(make, check_next_epoch=with_generator)
+    assert sorted(int(v) for b in ref for v in b[0]) == list(range(0, 130, 10))
