@@ -1,0 +1,143 @@
+"""Mutated JPEGs through fastload::decode_jpeg / jpeg_header: each either decodes to the
+size its header announces or raises RuntimeError with a fastload message; the process
+never crashes, hangs or leaks (a crash fails the whole run).
+
+Seeded and deterministic: a failure names its case, and `make_case(seed, i)` rebuilds it.
+About 3000 cases in a few seconds on one core.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import jpeg_samples as js  # noqa: E402
+
+from fastload import ops  # noqa: E402
+
+CASES = 3000
+SEED = 20240229
+# Mutated headers can announce huge images; a small limit keeps the run fast (the
+# decoder would otherwise allocate the whole image before finding the data missing).
+FUZZ_MAX_PIXELS = 1 << 20
+
+
+def _bases():
+    photo = js.photo(48, 64, seed=5)
+    return [
+        js.encode(photo, subsampling="4:2:0"),
+        js.encode(photo, subsampling="4:4:4", restart_blocks=2),
+        js.encode(photo, subsampling="4:2:2", progressive=True),
+        js.encode(photo[..., 1]),
+        js.encode(js.photo_cmyk(24, 40, seed=6), subsampling="4:4:4"),
+        js.encode(js.photo(33, 17, seed=7), quality=100, progressive=True, subsampling="4:4:4"),
+    ]
+
+
+BASES = _bases()
+
+
+def _markers(data: bytes):
+    """Positions of marker bytes (FF xx, xx not 00 / FF / RSTn) in the file."""
+    return [i for i in range(len(data) - 1) if data[i] == 0xFF and data[i + 1] not in (0x00, 0xFF)
+            and not 0xD0 <= data[i + 1] <= 0xD7]
+
+
+def mutate(data: bytes, rng: random.Random) -> bytes:
+    b = bytearray(data)
+    if len(b) < 4:  # a stacked mutation cut it to almost nothing
+        return bytes(b)
+    kind = rng.randrange(7)
+    if kind == 0:  # bit flips anywhere after SOI
+        for _ in range(rng.choice([1, 1, 2, 4, 16])):
+            b[rng.randrange(2, len(b))] ^= 1 << rng.randrange(8)
+    elif kind == 1:  # truncation
+        del b[rng.randrange(2, len(b)) :]
+    elif kind == 2:  # insertion of random bytes (or a marker prefix)
+        at = rng.randrange(2, len(b))
+        b[at:at] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 8))) if rng.random() < 0.7 else b"\xff"
+    elif kind == 3:  # deletion
+        at = rng.randrange(2, len(b))
+        del b[at : at + rng.randint(1, 16)]
+    elif kind == 4:  # marker damage: type byte or segment length
+        at = rng.choice(_markers(data) or [0])
+        if rng.random() < 0.5:
+            b[at + 1] = rng.randrange(256)
+        elif at + 3 < len(b):
+            b[at + 2 : at + 4] = rng.choice([b"\x00\x00", b"\x00\x01", b"\xff\xff", bytes([rng.randrange(256)] * 2)])
+    elif kind == 5:  # overwrite a run (zeros, 0xFF, random)
+        at = rng.randrange(2, len(b))
+        n = rng.randint(1, 64)
+        fill = rng.choice([b"\x00", b"\xff", None])
+        b[at : at + n] = fill * n if fill else bytes(rng.randrange(256) for _ in range(n))
+    else:  # splice another file's bytes in (mixed tables and scans)
+        other = rng.choice(BASES)
+        at, src = rng.randrange(2, len(b)), rng.randrange(2, len(other))
+        b[at : at + rng.randint(8, 256)] = other[src : src + rng.randint(8, 256)]
+    if rng.random() < 0.15:  # stack a second mutation
+        return mutate(bytes(b), rng)
+    return bytes(b)
+
+
+def make_case(seed: int, i: int):
+    rng = random.Random(seed * 1_000_003 + i)
+    data = mutate(rng.choice(BASES), rng)
+    return data, rng
+
+
+def run_case(data: bytes, rng: random.Random) -> str:
+    t = js.as_tensor(data)
+    try:
+        height, width = ops.jpeg_header(t)[:2]
+    except RuntimeError as error:
+        assert str(error).startswith("fastload.jpeg_header: expected a"), str(error)
+        height = width = None
+    scale = rng.choice([1, 1, 2, 4, 8])
+    channels = rng.choice([3, 3, 1])
+    max_pixels = FUZZ_MAX_PIXELS if rng.random() < 0.9 else ops.DEFAULT_MAX_PIXELS // 64
+    window = None
+    if height and width and rng.random() < 0.5:
+        top, left = rng.randrange(height), rng.randrange(width)
+        window = [top, left, rng.randint(1, height - top), rng.randint(1, width - left)]
+    try:
+        out = ops.decode_jpeg(t, window, scale_denom=scale, channels=channels, max_pixels=max_pixels)
+    except RuntimeError as error:
+        message = str(error)
+        assert message.startswith("fastload.decode_jpeg: expected a"), message
+        return "error"
+    # It decoded: then the header parsed, and the size is the announced one.
+    assert height is not None
+    top, left, h, w = window or [0, 0, height, width]
+    expected = (-(-(top + h) // scale) - top // scale, -(-(left + w) // scale) - left // scale, channels)
+    assert tuple(out.shape) == expected, (tuple(out.shape), expected)
+    return "decoded"
+
+
+def test_mutated_jpegs_decode_or_raise():
+    outcomes = {"decoded": 0, "error": 0}
+    for i in range(CASES):
+        data, rng = make_case(SEED, i)
+        try:
+            outcomes[run_case(data, rng)] += 1
+        except AssertionError as failure:
+            raise AssertionError(f"case {i} (make_case({SEED}, {i})): {failure}") from failure
+    # Both outcomes must occur, else the mutations are not exercising anything.
+    assert outcomes["error"] > CASES // 10 and outcomes["decoded"] > CASES // 10, outcomes
+
+
+def test_unmutated_bases_decode():
+    for data in BASES:
+        assert run_case(data, random.Random(0)) == "decoded"
+
+
+@pytest.mark.parametrize("base", range(len(BASES)))
+def test_every_truncation_point_raises(base):
+    # Every cut of the file, header and scan data alike, is an error (never grey pixels).
+    data = BASES[base]
+    for cut in range(0, len(data) - 1, 7):
+        with pytest.raises(RuntimeError, match=r"^fastload\.decode_jpeg: expected a"):
+            ops.decode_jpeg(js.as_tensor(data[:cut]))
