@@ -181,16 +181,20 @@ def run_in_subprocess(config: MeasureConfig, timeout: float = 600.0, forward_std
         peak_rss = peak_pss = polls = 0
         start = time.perf_counter()
         timed_out = False
-        while child.poll() is None:
-            peak_rss = max(peak_rss, tree.rss_bytes())
-            if polls % PSS_EVERY == 0:
-                peak_pss = max(peak_pss, tree.pss_bytes())
-            polls += 1
-            if time.perf_counter() - start > timeout:
-                timed_out = True
-                _kill_group(child)
-                break
-            time.sleep(POLL_S)
+        try:
+            while child.poll() is None:
+                peak_rss = max(peak_rss, tree.rss_bytes())
+                if polls % PSS_EVERY == 0:
+                    peak_pss = max(peak_pss, tree.pss_bytes())
+                polls += 1
+                if time.perf_counter() - start > timeout:
+                    timed_out = True
+                    _kill_group(child)
+                    break
+                time.sleep(POLL_S)
+        except BaseException:  # Ctrl-C: the child is in its own session and would go on
+            _kill_group(child)
+            raise
         child.wait()
         reader.join(timeout=5)
         result: Optional[Dict[str, Any]] = None
