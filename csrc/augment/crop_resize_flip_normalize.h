@@ -1,0 +1,204 @@
+// Per-pixel math of the fused augment kernel, shared by the CPU and CUDA kernels.
+//
+// Everything here is FASTLOAD_HD (host and device), pure and small. The CPU kernel calls
+// these functions once per output row and column to build its tap tables; the CUDA kernel
+// calls them once per output pixel. So the CPU test suite checks the very code the GPU runs.
+//
+// Semantics, per axis: Pillow's BILINEAR resample (antialiased), which is also torch's
+// interpolate(mode="bilinear", antialias=True, align_corners=False):
+//   scale   = box_size / out_size
+//   centre  = box_start + (i + 0.5) * scale          source coordinate of output index i
+//   support = max(scale, 1)                           the triangle widens when shrinking
+//   taps j  = [int(centre - support + 0.5), int(centre + support + 0.5)) clamped to
+//             [0, in_size) -- the image, not the box (Pillow and torch do the same)
+//   weight  = triangle((j + 0.5 - centre) / support), normalised to sum 1
+// An output pixel whose centre lies outside [0, in_size) on either axis is padding: its
+// resampled value is 0 (torchvision's CenterCrop pads with 0 before Normalize).
+// Then value = v * alpha[c] + beta[c] (alpha = scale / std, beta = -mean / std), cast to
+// the output dtype: uint8 rounds half away from zero and saturates; float16/bfloat16
+// round to nearest even.
+#pragma once
+
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "../host_device.h"
+
+namespace fastload::augment {
+
+// The mapping of one output axis onto the source image.
+struct Axis {
+  float start;        // box start (top or left), source pixels
+  float scale;        // box_size / out_size: source pixels per output pixel
+  float support;      // max(scale, 1): half-width of the triangle filter
+  float inv_support;  // 1 / support (Pillow and torch multiply by it too)
+  int in_size;        // image extent on this axis; taps clamp to [0, in_size)
+};
+
+FASTLOAD_HD Axis make_axis(float box_start, float box_size, int in_size, int out_size) {
+  Axis axis;
+  axis.start = box_start;
+  axis.scale = box_size / static_cast<float>(out_size);
+  axis.support = axis.scale > 1.0f ? axis.scale : 1.0f;
+  axis.inv_support = 1.0f / axis.support;
+  axis.in_size = in_size;
+  return axis;
+}
+
+// Source coordinate of the centre of output index i, rounded once to float. The product
+// (i + 0.5) * scale is exact in double and so is the sum for any real image size, so
+// the host's double expression and the device's fmaf give the same float, and
+// fastload/reference.py reproduces it bit for bit (float64, then one cast).
+FASTLOAD_HD float source_centre(const Axis& axis, int i) {
+#if defined(__CUDA_ARCH__)
+  return fmaf(static_cast<float>(i) + 0.5f, axis.scale, axis.start);
+#else
+  return static_cast<float>(static_cast<double>(axis.start) +
+                            (static_cast<double>(i) + 0.5) * static_cast<double>(axis.scale));
+#endif
+}
+
+// Padding rule: the output pixel exists only where its centre falls on the image.
+FASTLOAD_HD bool centre_inside(const Axis& axis, float centre) {
+  return centre >= 0.0f && centre < static_cast<float>(axis.in_size);
+}
+
+// Pillow's triangle ("bilinear") filter.
+FASTLOAD_HD float triangle(float x) {
+  x = fabsf(x);
+  return x < 1.0f ? 1.0f - x : 0.0f;
+}
+
+// Unnormalised weight of source pixel j for an output pixel centred at `centre`.
+FASTLOAD_HD float tap_weight(const Axis& axis, float centre, int j) {
+  return triangle((static_cast<float>(j) + 0.5f - centre) * axis.inv_support);
+}
+
+// The taps of one output coordinate: source pixels [first, first + count), weights
+// tap_weight(...) * norm. count == 0 marks padding (centre outside the image).
+struct Taps {
+  float centre;
+  int first;
+  int count;
+  float norm;  // 1 / sum of the weights
+};
+
+FASTLOAD_HD Taps compute_taps(const Axis& axis, int i) {
+  Taps taps;
+  taps.centre = source_centre(axis, i);
+  taps.first = 0;
+  taps.count = 0;
+  taps.norm = 0.0f;
+  if (!centre_inside(axis, taps.centre)) return taps;
+  // Pillow writes (int)(centre -/+ support + 0.5): truncation toward zero, then clamps
+  // to the image. Clamping in float first gives the same integers and cannot overflow
+  // the int cast for huge boxes.
+  float low = taps.centre - axis.support + 0.5f;
+  float high = taps.centre + axis.support + 0.5f;
+  low = low > 0.0f ? low : 0.0f;
+  high = high < static_cast<float>(axis.in_size) ? high : static_cast<float>(axis.in_size);
+  taps.first = static_cast<int>(low);
+  const int last = static_cast<int>(high);
+  taps.count = last > taps.first ? last - taps.first : 0;
+  float sum = 0.0f;
+  for (int k = 0; k < taps.count; ++k) sum += tap_weight(axis, taps.centre, taps.first + k);
+  // The pixel under an inside centre is always a tap, with weight >= 0.5: sum > 0.
+  taps.norm = sum > 0.0f ? 1.0f / sum : 0.0f;
+  return taps;
+}
+
+// ---- casts to the output dtype ---------------------------------------------------------
+// Written as ternaries (not fminf/fmaxf) so that g++ vectorises them into min/max; a NaN
+// (impossible for finite mean/std) becomes 0.
+
+// Saturate to [0, 255], then round half away from zero. Adding the largest float below
+// 0.5 and truncating is exact for every v >= 0 (v + 0.5f would round 0.49999997 to 1).
+FASTLOAD_HD uint8_t to_uint8(float v) {
+  v = v > 0.0f ? v : 0.0f;
+  v = v < 255.0f ? v : 255.0f;
+  return static_cast<uint8_t>(static_cast<int>(v + 0.49999997f));
+}
+
+// Round to nearest even, the same bits as c10::BFloat16(float) and torch's .to(bfloat16),
+// written on integers so that the CPU loops vectorise.
+FASTLOAD_HD uint16_t to_bfloat16_bits(float v) {
+  uint32_t bits;
+  memcpy(&bits, &v, sizeof(bits));
+  if (v != v) return 0x7FC0;  // canonical quiet NaN, as c10
+  return static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+}
+
+// Round to nearest even, the same bits as c10::Half(float) and torch's .to(float16). The
+// device uses the hardware conversion; the host has c10's own bit recipe (Maratyszcza's
+// FP16 library, the one c10 uses without F16C) written so that g++ vectorises the CPU
+// loops (c10's copy does not).
+FASTLOAD_HD uint16_t to_half_bits(float v) {
+#if defined(__CUDA_ARCH__)
+  return c10::Half(v).x;
+#else
+  const uint32_t scale_to_inf_bits = 239u << 23, scale_to_zero_bits = 17u << 23;
+  float scale_to_inf, scale_to_zero;
+  memcpy(&scale_to_inf, &scale_to_inf_bits, sizeof(float));
+  memcpy(&scale_to_zero, &scale_to_zero_bits, sizeof(float));
+  uint32_t w;
+  memcpy(&w, &v, sizeof(w));
+  const uint32_t abs_bits = w & 0x7FFFFFFFu;
+  float abs_v;
+  memcpy(&abs_v, &abs_bits, sizeof(float));
+  float base = (abs_v * scale_to_inf) * scale_to_zero;
+  const uint32_t shl1_w = w + w;
+  const uint32_t sign = w & 0x80000000u;
+  uint32_t bias = shl1_w & 0xFF000000u;
+  bias = bias < 0x71000000u ? 0x71000000u : bias;
+  const uint32_t bias_bits = (bias >> 1) + 0x07800000u;
+  float bias_v;
+  memcpy(&bias_v, &bias_bits, sizeof(float));
+  base = bias_v + base;
+  uint32_t bits;
+  memcpy(&bits, &base, sizeof(bits));
+  const uint32_t nonsign = ((bits >> 13) & 0x00007C00u) + (bits & 0x00000FFFu);
+  // NaN -> 0x7E00, as a mask: g++ does not if-convert the ternary (control flow).
+  const uint32_t nan_mask = 0u - static_cast<uint32_t>(shl1_w > 0xFF000000u);
+  return static_cast<uint16_t>((sign >> 16) | (nan_mask & 0x7E00u) | (~nan_mask & nonsign));
+#endif
+}
+
+// to_uint8 for |v| < 2^31, where the float -> int conversion is defined: it clamps on
+// integers, which g++ vectorises (the float clamp of to_uint8 it does not). Same results.
+FASTLOAD_HD uint8_t to_uint8_bounded(float v) {
+  int i = static_cast<int>(v + 0.49999997f);
+  i = i > 0 ? i : 0;
+  i = i < 255 ? i : 255;
+  return static_cast<uint8_t>(i);
+}
+
+// Output element types by their storage: the CPU kernel stores through these so the
+// 16-bit casts stay integer code.
+template <typename T>
+struct Cast;
+template <>
+struct Cast<uint8_t> {
+  using Storage = uint8_t;
+  static FASTLOAD_HD Storage apply(float v) { return to_uint8(v); }
+};
+template <>
+struct Cast<float> {
+  using Storage = float;
+  static FASTLOAD_HD Storage apply(float v) { return v; }
+};
+template <>
+struct Cast<c10::Half> {
+  using Storage = uint16_t;
+  static FASTLOAD_HD Storage apply(float v) { return to_half_bits(v); }
+};
+template <>
+struct Cast<c10::BFloat16> {
+  using Storage = uint16_t;
+  static FASTLOAD_HD Storage apply(float v) { return to_bfloat16_bits(v); }
+};
+
+}  // namespace fastload::augment

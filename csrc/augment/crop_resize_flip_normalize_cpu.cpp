@@ -1,0 +1,587 @@
+// CPU kernel of the fused augment: crop -> antialiased bilinear resize -> flip ->
+// normalise -> cast -> strided store, one sample per call (see README.md).
+//
+// Separable, streamed one output row at a time, so the working set stays in L1:
+//   1. tap tables for both axes, once per sample (crop_resize_flip_normalize.h);
+//   2. per output row: vertical pass over the uint8 rows its taps need, only over the
+//      columns the horizontal taps need, into a float row (interleaved channels);
+//   3. horizontal pass from that row, flip already in the table. For RGB each output
+//      pixel reads its taps as 4-float vectors (RGB + one spare lane) and two output
+//      pixels share one 8-float multiply-add, so one instruction serves 2 x 3 channels;
+//      the result is one RGBx row;
+//   4. normalise + cast + store through the output strides (NCHW and channels_last
+//      have their own loops, which g++ vectorises from the RGBx row).
+// Vertical first puts the gather-like pass (3) on out_h rows instead of the crop's rows
+// and lets padding rows skip all reads. The loops are plain C++ (GCC vector extensions
+// for the 4/8-float vectors) compiled twice, for baseline x86-64 and for AVX2+FMA,
+// picked at run time (README.md has the figures).
+#include "augment/crop_resize_flip_normalize_cpu.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
+
+#include "augment/crop_resize_flip_normalize.h"
+#include "augment/crop_resize_flip_normalize_checks.h"
+#include "check.h"
+
+#if defined(__GNUC__) && !defined(__INTEL_COMPILER)
+#define FASTLOAD_VECTOR_EXT 1
+#define FASTLOAD_INLINE __attribute__((always_inline)) inline
+#else
+#define FASTLOAD_INLINE inline
+#endif
+
+namespace fastload {
+namespace {
+
+using augment::Axis;
+using augment::Cast;
+using augment::Taps;
+
+// Per-sample plan: tap tables and buffers, all inside the caller's ResizeScratch.
+struct Plan {
+  int channels, out_h, out_w;
+  int taps_x;  // taps per output column, padded with zero weights to the maximum
+  int span;    // source columns the horizontal taps touch: [col0, col0 + span)
+  int col0;
+  const int* first_x;  // [out_w], relative to col0
+  // RGB: [ceil(out_w / 2)][taps_x][8], the weight of column 2p in lanes 0-3 and of
+  // column 2p+1 in lanes 4-7 (one 8-float load per tap). Gray: [out_w][taps_x].
+  const float* wx;
+  const int* rows_y;  // [out_h * 2]: first source row, tap count (0 = padding row)
+  const float* wy;    // [out_h * taps_y]
+  int taps_y;
+  float* row;   // vertical result, interleaved: [(span + taps_x) * C + 8], zero tail
+  // Source rows converted to float once each: a ring of taps_y rows of span * C floats,
+  // ring_row[slot] = the source row held (-1: none). The rows an output row needs are
+  // consecutive and only move forward, so taps_y slots hold them all.
+  float* ring;
+  int* ring_row;
+  int64_t ring_stride;
+  float* hrow;  // horizontal result: RGBx [out_w + 1][4], or gray [out_w]
+  float alpha[3], beta[3];
+  bool uint8_bounded;  // every output value is below 2^31 in magnitude
+};
+
+void build_plan(const ImageView& in, const Box& box, bool flip, float scale, const float* mean,
+                const float* std, const OutputView& out, ResizeScratch& scratch, Plan& plan) {
+  const int C = in.channels, OH = out.height, OW = out.width;
+  plan.channels = C;
+  plan.out_h = OH;
+  plan.out_w = OW;
+  plan.uint8_bounded = true;
+  for (int c = 0; c < C; ++c) {
+    plan.alpha[c] = scale / std[c];
+    plan.beta[c] = -mean[c] / std[c];
+    // The resampled v lies in [0, 255], so |v * alpha + beta| <= 255 |alpha| + |beta|.
+    plan.uint8_bounded &= 255.0f * std::fabs(plan.alpha[c]) + std::fabs(plan.beta[c]) < 1e9f;
+  }
+
+  // Columns. Flip mirrors the output, so output x takes the taps of column OW-1-x.
+  const Axis ax = augment::make_axis(box.left, box.width, in.width, OW);
+  int col0 = INT_MAX, col1 = 0, taps_x = 0;
+  for (int x = 0; x < OW; ++x) {
+    const Taps t = augment::compute_taps(ax, x);
+    if (t.count > 0) {
+      col0 = std::min(col0, t.first);
+      col1 = std::max(col1, t.first + t.count);
+      taps_x = std::max(taps_x, t.count);
+    }
+  }
+  if (taps_x == 0) col0 = col1 = 0;  // every column is padding
+  plan.taps_x = taps_x;
+  plan.col0 = col0;
+  plan.span = col1 - col0;
+  auto& first_x = scratch.horizontal_first;
+  first_x.resize(static_cast<size_t>(OW));
+  auto& wx = scratch.horizontal_weights;
+  const size_t pairs = (static_cast<size_t>(OW) + 1) / 2;
+  wx.assign(C == 3 ? pairs * taps_x * 8 : static_cast<size_t>(OW) * taps_x, 0.0f);
+  for (int x = 0; x < OW; ++x) {
+    const Taps t = augment::compute_taps(ax, flip ? OW - 1 - x : x);
+    for (int k = 0; k < t.count; ++k) {
+      const float w = augment::tap_weight(ax, t.centre, t.first + k) * t.norm;
+      if (C == 3) {
+        float* lanes = &wx[(static_cast<size_t>(x / 2) * taps_x + k) * 8 + (x % 2) * 4];
+        lanes[0] = lanes[1] = lanes[2] = lanes[3] = w;
+      } else {
+        wx[static_cast<size_t>(x) * taps_x + k] = w;
+      }
+    }
+    // Padding columns keep all-zero weights and read from col0: their value is 0.
+    first_x[x] = t.count > 0 ? t.first - col0 : 0;
+  }
+  plan.first_x = first_x.data();
+  plan.wx = wx.data();
+
+  // Rows.
+  const Axis ay = augment::make_axis(box.top, box.height, in.height, OH);
+  auto& rows_y = scratch.vertical_first;
+  rows_y.resize(2 * static_cast<size_t>(OH));  // + the ring's tags, below
+  int taps_y = 0;
+  for (int y = 0; y < OH; ++y) taps_y = std::max(taps_y, augment::compute_taps(ay, y).count);
+  auto& wy = scratch.vertical_weights;
+  wy.assign(static_cast<size_t>(OH) * std::max(taps_y, 1), 0.0f);
+  for (int y = 0; y < OH; ++y) {
+    const Taps t = augment::compute_taps(ay, y);
+    rows_y[2 * y] = t.first;
+    rows_y[2 * y + 1] = plan.span > 0 ? t.count : 0;
+    for (int k = 0; k < t.count; ++k)
+      wy[static_cast<size_t>(y) * taps_y + k] = augment::tap_weight(ay, t.centre, t.first + k) * t.norm;
+  }
+  rows_y.resize(2 * static_cast<size_t>(OH) + taps_y);
+  std::fill(rows_y.begin() + 2 * static_cast<size_t>(OH), rows_y.end(), -1);
+  plan.rows_y = rows_y.data();
+  plan.ring_row = rows_y.data() + 2 * static_cast<size_t>(OH);
+  plan.wy = wy.data();
+  plan.taps_y = taps_y;
+
+  // Buffers. The tail of `row` beyond span * C stays zero: zero-weight taps of the last
+  // columns and the spare fourth lane read it, and 0 * garbage could be NaN.
+  const size_t row_size = static_cast<size_t>(plan.span + taps_x) * C + 8;
+  auto& buffer = scratch.intermediate;
+  const size_t hrow_size = (static_cast<size_t>(OW) + 1) * 4;
+  plan.ring_stride = (static_cast<int64_t>(plan.span) * C + 15) / 16 * 16;  // 64-byte steps
+  buffer.assign(row_size + hrow_size, 0.0f);
+  buffer.resize(row_size + hrow_size + static_cast<size_t>(plan.ring_stride) * taps_y);
+  plan.row = buffer.data();
+  plan.hrow = buffer.data() + row_size;
+  plan.ring = buffer.data() + row_size + hrow_size;
+}
+
+constexpr int kTapChunk = 16;
+
+// dst[i] = src[i] as float, i < n.
+FASTLOAD_INLINE void convert_row(const uint8_t* __restrict src, int n, float* __restrict dst) {
+  for (int i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]);
+}
+
+// row[i] (+)= sum_k w[k] * src[k][i], i < n: contiguous, vectorised.
+FASTLOAD_INLINE void vertical_pass(const float* const* src, const float* w, int count, int n,
+                                   bool accumulate, float* __restrict row) {
+  int k = 0;
+  if (accumulate) {
+  } else if (count >= 2) {  // two taps per sweep halves the loads and stores of `row`
+    const float* __restrict a = src[0];
+    const float* __restrict b = src[1];
+    const float wa = w[0], wb = w[1];
+    for (int i = 0; i < n; ++i) row[i] = wa * a[i] + wb * b[i];
+    k = 2;
+  } else {
+    const float* __restrict a = src[0];
+    const float wa = w[0];
+    for (int i = 0; i < n; ++i) row[i] = wa * a[i];
+    k = 1;
+  }
+  for (; k + 1 < count; k += 2) {
+    const float* __restrict a = src[k];
+    const float* __restrict b = src[k + 1];
+    const float wa = w[k], wb = w[k + 1];
+    for (int i = 0; i < n; ++i) row[i] += wa * a[i] + wb * b[i];
+  }
+  if (k < count) {
+    const float* __restrict a = src[k];
+    const float wa = w[k];
+    for (int i = 0; i < n; ++i) row[i] += wa * a[i];
+  }
+}
+
+#if defined(FASTLOAD_VECTOR_EXT)
+typedef float Float4 __attribute__((vector_size(16)));
+typedef float Float8 __attribute__((vector_size(32)));
+
+FASTLOAD_INLINE Float4 load4(const float* p) {
+  Float4 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+FASTLOAD_INLINE void load8(Float8& v, const float* p) { std::memcpy(&v, p, sizeof(v)); }
+#endif
+
+// RGB: hrow[4x + c] = sum_k wx[x, k] * row[(first_x[x] + k) * 3 + c], two columns at a
+// time; TAPS > 0 fixes the tap count at compile time (unrolled), 0 reads it from the plan.
+template <int TAPS>
+FASTLOAD_INLINE void horizontal_rgb(const Plan& p) {
+  const int K = TAPS > 0 ? TAPS : p.taps_x;
+  const float* __restrict row = p.row;
+  float* __restrict out = p.hrow;
+  for (int x = 0; x < p.out_w; x += 2) {
+    // An odd last column pairs with column 0's taps and zero weights; lanes 4-7 land in
+    // the spare RGBx slot at the end of hrow.
+    const float* s0 = row + 3 * p.first_x[x];
+    const float* s1 = row + 3 * p.first_x[x + 1 < p.out_w ? x + 1 : 0];
+    const float* w = p.wx + static_cast<size_t>(x / 2) * K * 8;
+#if defined(FASTLOAD_VECTOR_EXT)
+    Float8 acc = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int k = 0; k < K; ++k) {
+      // RGB of tap k (+ R of the next pixel in the spare lane) for both columns.
+      const Float8 v = __builtin_shufflevector(load4(s0 + 3 * k), load4(s1 + 3 * k), 0, 1, 2, 3, 4, 5, 6, 7);
+      Float8 weights;
+      load8(weights, w + 8 * k);
+      acc += weights * v;
+    }
+    std::memcpy(out + 4 * x, &acc, sizeof(acc));
+#else
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int k = 0; k < K; ++k)
+      for (int lane = 0; lane < 4; ++lane) {
+        acc[lane] += w[8 * k + lane] * s0[3 * k + lane];
+        acc[4 + lane] += w[8 * k + 4 + lane] * s1[3 * k + lane];
+      }
+    std::memcpy(out + 4 * x, acc, sizeof(acc));
+#endif
+  }
+}
+
+// Gray: hrow[x] = sum_k wx[x, k] * row[first_x[x] + k].
+template <int TAPS>
+FASTLOAD_INLINE void horizontal_gray(const Plan& p) {
+  const int K = TAPS > 0 ? TAPS : p.taps_x;
+  const float* __restrict row = p.row;
+  float* __restrict out = p.hrow;
+  for (int x = 0; x < p.out_w; ++x) {
+    const float* src = row + p.first_x[x];
+    const float* w = p.wx + static_cast<size_t>(x) * K;
+    float acc = 0.0f;
+    for (int k = 0; k < K; ++k) acc += w[k] * src[k];
+    out[x] = acc;
+  }
+}
+
+// Tap counts up to 8 cover downscaling by up to ~3.5x per axis: unrolled.
+FASTLOAD_INLINE void horizontal_pass(const Plan& p) {
+  if (p.channels == 3) {
+    switch (p.taps_x) {
+      case 1: return horizontal_rgb<1>(p);
+      case 2: return horizontal_rgb<2>(p);
+      case 3: return horizontal_rgb<3>(p);
+      case 4: return horizontal_rgb<4>(p);
+      case 5: return horizontal_rgb<5>(p);
+      case 6: return horizontal_rgb<6>(p);
+      case 7: return horizontal_rgb<7>(p);
+      case 8: return horizontal_rgb<8>(p);
+      default: return horizontal_rgb<0>(p);
+    }
+  }
+  switch (p.taps_x) {
+    case 2: return horizontal_gray<2>(p);
+    case 3: return horizontal_gray<3>(p);
+    case 4: return horizontal_gray<4>(p);
+    default: return horizontal_gray<0>(p);
+  }
+}
+
+// out[c, y, x] = cast(v[c, x] * alpha[c] + beta[c]) through the strides, v from hrow
+// (RGBx or gray). CAST: Cast<T>::apply, or to_uint8_bounded when the plan allows.
+template <typename S, typename CastFn>
+FASTLOAD_INLINE void store_row(const Plan& p, S* dst, int64_t stride_c, int64_t stride_x, CastFn cast) {
+  const int OW = p.out_w;
+  const float* __restrict v = p.hrow;
+  if (p.channels == 3) {
+    const float a0 = p.alpha[0], a1 = p.alpha[1], a2 = p.alpha[2];
+    const float b0 = p.beta[0], b1 = p.beta[1], b2 = p.beta[2];
+    if (stride_x == 1) {  // NCHW: three contiguous runs
+      S* __restrict d0 = dst;
+      S* __restrict d1 = dst + stride_c;
+      S* __restrict d2 = dst + 2 * stride_c;
+      // Pointer steps, not v[4 * x]: the build's -fwrapv (Python's flags) makes int
+      // index arithmetic wrap, which stops g++ from vectorising strided accesses.
+      const float* __restrict vp = v;
+      for (int x = 0; x < OW; ++x, vp += 4) {
+        d0[x] = cast(vp[0] * a0 + b0);
+        d1[x] = cast(vp[1] * a1 + b1);
+        d2[x] = cast(vp[2] * a2 + b2);
+      }
+      return;
+    }
+    if (stride_c == 1 && stride_x == 3) {  // channels_last: RGBx -> RGB
+      S* __restrict d = dst;
+      const float* __restrict vp = v;
+      for (int x = 0; x < OW; ++x, vp += 4, d += 3) {
+        d[0] = cast(vp[0] * a0 + b0);
+        d[1] = cast(vp[1] * a1 + b1);
+        d[2] = cast(vp[2] * a2 + b2);
+      }
+      return;
+    }
+    for (int c = 0; c < 3; ++c) {  // any other strides
+      S* d = dst + c * stride_c;
+      for (int x = 0; x < OW; ++x) d[x * stride_x] = cast(v[4 * x + c] * p.alpha[c] + p.beta[c]);
+    }
+    return;
+  }
+  const float a = p.alpha[0], b = p.beta[0];
+  if (stride_x == 1) {
+    S* __restrict d = dst;
+    for (int x = 0; x < OW; ++x) d[x] = cast(v[x] * a + b);
+  } else {
+    for (int x = 0; x < OW; ++x) dst[x * stride_x] = cast(v[x] * a + b);
+  }
+}
+
+template <typename S, typename CastFn>
+FASTLOAD_INLINE void run_rows(const Plan& p, const ImageView& in, const OutputView& out, CastFn cast) {
+  const int C = p.channels;
+  const int n = p.span * C;
+  const uint8_t* base = in.data + static_cast<int64_t>(p.col0) * C;
+  for (int y = 0; y < p.out_h; ++y) {
+    const int first = p.rows_y[2 * y], count = p.rows_y[2 * y + 1];
+    if (count > 0) {
+      // In chunks of kTapChunk rows (one chunk but for strong downscaling).
+      const float* wy = p.wy + static_cast<size_t>(y) * p.taps_y;
+      for (int k0 = 0; k0 < count; k0 += kTapChunk) {
+        const int chunk = std::min(kTapChunk, count - k0);
+        const float* src[kTapChunk];
+        for (int k = 0; k < chunk; ++k) {
+          const int r = first + k0 + k, slot = r % p.taps_y;
+          float* converted = p.ring + slot * p.ring_stride;
+          if (p.ring_row[slot] != r) {
+            convert_row(base + r * in.row_stride, n, converted);
+            p.ring_row[slot] = r;
+          }
+          src[k] = converted;
+        }
+        vertical_pass(src, wy + k0, chunk, n, k0 > 0, p.row);
+      }
+      horizontal_pass(p);
+    } else {  // padding row: v = 0 everywhere
+      std::fill(p.hrow, p.hrow + static_cast<size_t>(p.out_w) * 4, 0.0f);
+    }
+    store_row(p, static_cast<S*>(out.data) + y * out.stride_y, out.stride_c, out.stride_x, cast);
+  }
+}
+
+template <typename T>
+FASTLOAD_INLINE void run_sample(const Plan& p, const ImageView& in, const OutputView& out) {
+  using S = typename Cast<T>::Storage;
+  if constexpr (std::is_same_v<T, uint8_t>) {
+    if (p.uint8_bounded) return run_rows<S>(p, in, out, [](float v) { return augment::to_uint8_bounded(v); });
+  }
+  run_rows<S>(p, in, out, [](float v) { return Cast<T>::apply(v); });
+}
+
+// The same loops compiled for baseline x86-64 (SSE2) and for AVX2+FMA, chosen at run
+// time: the wheel must run on any x86-64, and -march=native is not an option.
+template <typename T>
+void run_sample_default(const Plan& p, const ImageView& in, const OutputView& out) {
+  run_sample<T>(p, in, out);
+}
+
+#if defined(__x86_64__) && defined(FASTLOAD_VECTOR_EXT)
+#define FASTLOAD_HAVE_AVX2_PATH 1
+template <typename T>
+__attribute__((target("avx2,fma"))) void run_sample_avx2(const Plan& p, const ImageView& in,
+                                                           const OutputView& out) {
+  run_sample<T>(p, in, out);
+}
+
+// FASTLOAD_NO_AVX2=1 forces the baseline loops (tests and benchmarks of that path).
+bool use_avx2() {
+  static const bool use = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                          std::getenv("FASTLOAD_NO_AVX2") == nullptr;
+  return use;
+}
+#endif
+
+template <typename T>
+void dispatch_sample(const Plan& p, const ImageView& in, const OutputView& out) {
+#if defined(FASTLOAD_HAVE_AVX2_PATH)
+  if (use_avx2()) return run_sample_avx2<T>(p, in, out);
+#endif
+  run_sample_default<T>(p, in, out);
+}
+
+}  // namespace
+
+void crop_resize_flip_normalize_cpu(const ImageView& in, const Box& box, bool flip, float scale,
+                                    const float* mean, const float* std, const OutputView& out,
+                                    ResizeScratch& scratch) {
+  if (out.height <= 0 || out.width <= 0) return;
+  Plan plan;
+  build_plan(in, box, flip, scale, mean, std, out, scratch, plan);
+  switch (out.dtype) {
+    case c10::ScalarType::Byte:
+      return dispatch_sample<uint8_t>(plan, in, out);
+    case c10::ScalarType::Float:
+      return dispatch_sample<float>(plan, in, out);
+    case c10::ScalarType::Half:
+      return dispatch_sample<c10::Half>(plan, in, out);
+    case c10::ScalarType::BFloat16:
+      return dispatch_sample<c10::BFloat16>(plan, in, out);
+    default:
+      break;  // the ops validate the dtype; the engine only makes these four
+  }
+}
+
+// ---- the ops ------------------------------------------------------------------------------
+
+namespace {
+
+constexpr const char* kOp = "crop_resize_flip_normalize";
+constexpr const char* kBatchOp = "crop_resize_flip_normalize_batch";
+
+bool supported_dtype(at::ScalarType dtype) {
+  return dtype == at::kByte || dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16;
+}
+
+void check_box(const char* op, float top, float left, float height, float width, int64_t index) {
+  FASTLOAD_CHECK_VALUE(std::isfinite(top) && std::isfinite(left) && std::isfinite(height) &&
+                           std::isfinite(width) && height > 0 && width > 0,
+                       op, "expected a box [top, left, height, width] of finite floats with height > 0 and width > 0, got [",
+                       top, ", ", left, ", ", height, ", ", width, "]",
+                       index >= 0 ? " for sample " + std::to_string(index) : std::string(),
+                       ". Pass the crop in image pixels.");
+}
+
+void check_normalize(const char* op, const float* mean, const float* std, int channels) {
+  for (int c = 0; c < channels; ++c)
+    FASTLOAD_CHECK_VALUE(std::isfinite(mean[c]) && std::isfinite(std[c]) && std[c] != 0, op,
+                         "expected finite mean and non-zero finite std, got mean[", c, "]=", mean[c],
+                         ", std[", c, "]=", std[c], ". Use std=1 for no scaling.");
+}
+
+at::Tensor crop_resize_flip_normalize_op(const at::Tensor& image, at::ArrayRef<double> box,
+                                         at::IntArrayRef size, bool flip, double scale,
+                                         at::ArrayRef<double> mean, at::ArrayRef<double> std,
+                                         at::ScalarType dtype, bool channels_last) {
+  FASTLOAD_CHECK_VALUE(image.scalar_type() == at::kByte && image.dim() == 3, kOp,
+                       "expected a uint8 [H, W, C] image, got ", image.scalar_type(), " of shape ",
+                       image.sizes(), ". Decode to uint8 HWC (fastload.ops.decode_jpeg does).");
+  const int64_t H = image.size(0), W = image.size(1), C = image.size(2);
+  FASTLOAD_CHECK_VALUE(C == 1 || C == 3, kOp, "expected 1 or 3 channels, got ", C,
+                       ". Convert the image to gray or RGB first.");
+  FASTLOAD_CHECK_VALUE(H > 0 && W > 0, kOp, "expected a non-empty image, got shape ", image.sizes(), ".");
+  FASTLOAD_CHECK_VALUE(image.stride(2) == 1 && image.stride(1) == C && image.stride(0) >= W * C, kOp,
+                       "expected packed pixels (strides [row >= W*C, C, 1]), got strides ",
+                       image.strides(), ". Call .contiguous() on the image.");
+  FASTLOAD_CHECK_VALUE(H <= INT_MAX && W <= INT_MAX, kOp, "expected an image under 2^31 pixels per side, got ",
+                       image.sizes(), ".");
+  FASTLOAD_CHECK_VALUE(box.size() == 4, kOp, "expected box = [top, left, height, width], got ", box.size(),
+                       " values.");
+  check_box(kOp, box[0], box[1], box[2], box[3], -1);
+  FASTLOAD_CHECK_VALUE(size.size() == 2 && size[0] >= 0 && size[1] >= 0 && size[0] <= INT_MAX &&
+                           size[1] <= INT_MAX,
+                       kOp, "expected size = [out_height, out_width] >= 0, got ", size, ".");
+  FASTLOAD_CHECK_VALUE(static_cast<int64_t>(mean.size()) == C && static_cast<int64_t>(std.size()) == C, kOp,
+                       "expected mean and std with one value per channel (", C, "), got ", mean.size(),
+                       " and ", std.size(), ".");
+  FASTLOAD_CHECK_VALUE(supported_dtype(dtype), kOp, "expected dtype uint8, float32, float16 or bfloat16, got ",
+                       dtype, ".");
+  FASTLOAD_CHECK_VALUE(std::isfinite(scale), kOp, "expected a finite scale, got ", scale, ".");
+  float mean_f[3], std_f[3];
+  for (int64_t c = 0; c < C; ++c) {
+    mean_f[c] = static_cast<float>(mean[c]);
+    std_f[c] = static_cast<float>(std[c]);
+  }
+  check_normalize(kOp, mean_f, std_f, static_cast<int>(C));
+
+  const int64_t OH = size[0], OW = size[1];
+  // channels_last for [C, H, W]: HWC memory, i.e. strides (1, W*C, C).
+  at::Tensor out = channels_last
+                       ? at::empty_strided({C, OH, OW}, {1, OW * C, C}, image.options().dtype(dtype))
+                       : at::empty({C, OH, OW}, image.options().dtype(dtype));
+  if (out.numel() == 0) return out;
+  ImageView in{image.data_ptr<uint8_t>(), static_cast<int>(H), static_cast<int>(W), static_cast<int>(C),
+               image.stride(0)};
+  OutputView view{out.data_ptr(), dtype, static_cast<int>(C), static_cast<int>(OH), static_cast<int>(OW),
+                  out.stride(0), out.stride(1), out.stride(2)};
+  ResizeScratch scratch;
+  crop_resize_flip_normalize_cpu(in, Box{float(box[0]), float(box[1]), float(box[2]), float(box[3])}, flip,
+                                 static_cast<float>(scale), mean_f, std_f, view, scratch);
+  return out;
+}
+
+}  // namespace
+
+void check_batch_arguments(const at::Tensor& images, const at::Tensor& shapes, const at::Tensor& boxes,
+                           const at::Tensor& flips, const at::Tensor& mean, const at::Tensor& std,
+                           const at::Tensor& out) {
+  FASTLOAD_CHECK_VALUE(out.dim() == 4, kBatchOp, "expected out [N, C, H, W], got shape ", out.sizes(), ".");
+  const int64_t N = out.size(0), C = out.size(1);
+  FASTLOAD_CHECK_VALUE(C == 1 || C == 3, kBatchOp, "expected out with 1 or 3 channels, got ", C, ".");
+  FASTLOAD_CHECK_VALUE(supported_dtype(out.scalar_type()), kBatchOp,
+                       "expected out of dtype uint8, float32, float16 or bfloat16, got ", out.scalar_type(), ".");
+  FASTLOAD_CHECK_VALUE(out.size(2) <= INT_MAX && out.size(3) <= INT_MAX, kBatchOp,
+                       "expected out sides under 2^31, got ", out.sizes(), ".");
+  FASTLOAD_CHECK_VALUE(images.scalar_type() == at::kByte && images.dim() == 1 && images.is_contiguous(),
+                       kBatchOp, "expected images as a contiguous uint8 1-D tensor, got ", images.scalar_type(),
+                       " of shape ", images.sizes(), ". Pack the HWC images with torch.cat([im.flatten() ...]).");
+  FASTLOAD_CHECK_VALUE(shapes.scalar_type() == at::kLong && shapes.dim() == 2 && shapes.size(0) == N &&
+                           shapes.size(1) == 4,
+                       kBatchOp, "expected shapes int64 [", N, ", 4] (offset, height, width, row_stride), got ",
+                       shapes.scalar_type(), " ", shapes.sizes(), ".");
+  FASTLOAD_CHECK_VALUE(boxes.scalar_type() == at::kFloat && boxes.dim() == 2 && boxes.size(0) == N &&
+                           boxes.size(1) == 4,
+                       kBatchOp, "expected boxes float32 [", N, ", 4] (top, left, height, width), got ",
+                       boxes.scalar_type(), " ", boxes.sizes(), ".");
+  FASTLOAD_CHECK_VALUE(flips.scalar_type() == at::kBool && flips.dim() == 1 && flips.size(0) == N, kBatchOp,
+                       "expected flips bool [", N, "], got ", flips.scalar_type(), " ", flips.sizes(), ".");
+  FASTLOAD_CHECK_VALUE(mean.scalar_type() == at::kFloat && std.scalar_type() == at::kFloat && mean.dim() == 1 &&
+                           std.dim() == 1 && mean.size(0) == C && std.size(0) == C,
+                       kBatchOp, "expected mean and std float32 [", C, "], got ", mean.scalar_type(), " ",
+                       mean.sizes(), " and ", std.scalar_type(), " ", std.sizes(), ".");
+  for (const at::Tensor* t : {&images, &shapes, &boxes, &flips, &mean, &std})
+    FASTLOAD_CHECK_VALUE(t->device() == out.device(), kBatchOp, "expected every tensor on ", out.device(),
+                         " (out's device), got one on ", t->device(), ". Move them with .to(out.device).");
+}
+
+namespace {
+
+void crop_resize_flip_normalize_batch_op(const at::Tensor& images, const at::Tensor& shapes_in,
+                                         const at::Tensor& boxes_in, const at::Tensor& flips_in, double scale,
+                                         const at::Tensor& mean_in, const at::Tensor& std_in,
+                                         const at::Tensor& out) {
+  check_batch_arguments(images, shapes_in, boxes_in, flips_in, mean_in, std_in, out);
+  FASTLOAD_CHECK_VALUE(std::isfinite(scale), kBatchOp, "expected a finite scale, got ", scale, ".");
+  const int64_t N = out.size(0), C = out.size(1), OH = out.size(2), OW = out.size(3);
+  const at::Tensor shapes = shapes_in.contiguous(), boxes = boxes_in.contiguous(), flips = flips_in.contiguous();
+  const at::Tensor mean = mean_in.contiguous(), std = std_in.contiguous();
+  const int64_t* shape = shapes.data_ptr<int64_t>();
+  const float* box = boxes.data_ptr<float>();
+  const bool* flip = flips.data_ptr<bool>();
+  check_normalize(kBatchOp, mean.data_ptr<float>(), std.data_ptr<float>(), static_cast<int>(C));
+  // Validate every sample before writing anything: an error leaves `out` untouched.
+  const int64_t numel = images.numel();
+  for (int64_t i = 0; i < N; ++i) {
+    const int64_t offset = shape[4 * i], h = shape[4 * i + 1], w = shape[4 * i + 2], stride = shape[4 * i + 3];
+    FASTLOAD_CHECK_VALUE(offset >= 0 && h > 0 && w > 0 && h <= INT_MAX && w <= INT_MAX && stride >= w * C &&
+                             offset + (h - 1) * stride + w * C <= numel,
+                         kBatchOp, "expected shapes[", i, "] = (offset, height, width, row_stride) of an HWC image with ",
+                         C, " channels inside images (", numel, " bytes), got (", offset, ", ", h, ", ", w, ", ",
+                         stride, "). Check the packing offsets.");
+    check_box(kBatchOp, box[4 * i], box[4 * i + 1], box[4 * i + 2], box[4 * i + 3], i);
+  }
+  if (N == 0 || out.numel() == 0) return;
+  const uint8_t* data = images.data_ptr<uint8_t>();
+  char* out_base = static_cast<char*>(out.data_ptr());
+  const int64_t item = out.element_size();
+  at::parallel_for(0, N, 1, [&](int64_t begin, int64_t end) {
+    ResizeScratch scratch;
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t* s = shape + 4 * i;
+      const float* b = box + 4 * i;
+      ImageView in{data + s[0], static_cast<int>(s[1]), static_cast<int>(s[2]), static_cast<int>(C), s[3]};
+      OutputView view{out_base + i * out.stride(0) * item, out.scalar_type(), static_cast<int>(C),
+                      static_cast<int>(OH), static_cast<int>(OW), out.stride(1), out.stride(2), out.stride(3)};
+      crop_resize_flip_normalize_cpu(in, Box{b[0], b[1], b[2], b[3]}, flip[i], static_cast<float>(scale),
+                                     mean.data_ptr<float>(), std.data_ptr<float>(), view, scratch);
+    }
+  });
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(fastload, CPU, m) {
+  m.impl("crop_resize_flip_normalize", &crop_resize_flip_normalize_op);
+  m.impl("crop_resize_flip_normalize_batch", &crop_resize_flip_normalize_batch_op);
+}
+
+}  // namespace fastload
