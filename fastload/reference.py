@@ -1,0 +1,319 @@
+"""Plain-PyTorch (and PIL) twins of every native op, same signatures as fastload/ops.py.
+
+What they are for: the ground truth of the kernel tests and benchmarks, and the pixel path
+of the generic loader, which must give what the native path gives. Written to be
+obviously right, not fast: the resample builds a dense weight matrix per axis and applies
+it with two matrix products in float64.
+
+Example:
+    >>> import torch
+    >>> from fastload import reference
+    >>> image = torch.arange(12, dtype=torch.uint8).reshape(2, 2, 3)
+    >>> reference.crop_resize_flip_normalize(image, [0, 0, 2, 2], [1, 1], scale=1.0)
+    tensor([[[4.5000]],
+    <BLANKLINE>
+            [[5.5000]],
+    <BLANKLINE>
+            [[6.5000]]])
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+
+from fastload.ops import DEFAULT_MAX_PIXELS
+
+__all__ = [
+    "axis_weights",
+    "crop_resize_flip_normalize",
+    "crop_resize_flip_normalize_batch",
+    "decode_jpeg",
+    "decode_jpeg_cuda",
+    "jpeg_header",
+    "random_flip_params",
+    "random_resized_crop_params",
+]
+
+_DTYPES = (torch.uint8, torch.float32, torch.float16, torch.bfloat16)
+
+
+# ---- augment ------------------------------------------------------------------------------
+
+
+def axis_weights(start: float, size: float, in_size: int, out_size: int) -> torch.Tensor:
+    """The resample of one axis as a float64 matrix [out_size, in_size].
+
+    Pillow's BILINEAR resample with antialias (== torch interpolate(mode="bilinear",
+    antialias=True, align_corners=False)) over the box [start, start + size): output i
+    is centred at start + (i + 0.5) * size / out_size; support = max(scale, 1); taps
+    from int(centre - support + 0.5) to int(centre + support + 0.5), clamped to the
+    image [0, in_size); triangle weights normalised to sum 1. A row whose centre is
+    outside [0, in_size) is all zero (padding).
+
+    The arithmetic follows csrc/augment/crop_resize_flip_normalize.h step for step in
+    float32 (the kernel's precision), so the padding decisions and tap ranges match the
+    kernel exactly; only the weights' rounding differs.
+    """
+    f32 = torch.float32
+    scale = torch.tensor(size, dtype=f32) / out_size
+    support = torch.clamp(scale, min=1.0)
+    inv_support = 1.0 / support
+    i = torch.arange(out_size, dtype=torch.float64)
+    # start + (i + 0.5) * scale is exact in float64; one rounding to float32, as fmaf.
+    centre = (torch.tensor(start, dtype=f32).double() + (i + 0.5) * scale.double()).to(f32)
+    inside = (centre >= 0) & (centre < in_size)
+    # Pillow's (int) truncates toward zero; clamping to the image first is the same.
+    low = (centre - support + 0.5).clamp(min=0).trunc()
+    high = (centre + support + 0.5).clamp(max=float(in_size)).trunc()
+    j = torch.arange(in_size, dtype=f32)
+    weights = (1.0 - ((j[None, :] + 0.5 - centre[:, None]) * inv_support).abs()).clamp(min=0)
+    taps = (j[None, :] >= low[:, None]) & (j[None, :] < high[:, None]) & inside[:, None]
+    weights = torch.where(taps, weights, torch.zeros((), dtype=f32)).double()
+    total = weights.sum(dim=1, keepdim=True)
+    return torch.where(total > 0, weights / total.clamp(min=1e-300), torch.zeros((), dtype=torch.float64))
+
+
+def _cast(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """float64 -> dtype: uint8 rounds half away from zero and saturates; floats round to
+    nearest even (torch's .to)."""
+    if dtype == torch.uint8:
+        rounded = torch.where(values >= 0, torch.floor(values + 0.5), torch.ceil(values - 0.5))
+        return rounded.clamp(0, 255).to(torch.uint8)
+    return values.to(torch.float32).to(dtype) if dtype != torch.float32 else values.to(torch.float32)
+
+
+def crop_resize_flip_normalize(
+    image: torch.Tensor,
+    box: Sequence[float],
+    size: Sequence[int],
+    flip: bool = False,
+    scale: float = 1.0 / 255.0,
+    mean: Sequence[float] = (0.0, 0.0, 0.0),
+    std: Sequence[float] = (1.0, 1.0, 1.0),
+    dtype: torch.dtype = torch.float32,
+    channels_last: bool = False,
+) -> torch.Tensor:
+    """Twin of fastload.ops.crop_resize_flip_normalize.
+
+    Args:
+        image: uint8 [H, W, C] (C = 1 or 3), any strides.
+        box: [top, left, height, width] floats in image pixels.
+        size: [out_height, out_width].
+        flip: mirror the output horizontally.
+        scale, mean, std: value = (v * scale - mean[c]) / std[c], v in [0, 255].
+        dtype: uint8, float32, float16 or bfloat16.
+        channels_last: HWC memory for the [C, H, W] result.
+
+    Returns:
+        [C, out_height, out_width] of `dtype`, on the image's device.
+    """
+    if image.dtype != torch.uint8 or image.dim() != 3 or image.shape[2] not in (1, 3):
+        raise ValueError(
+            f"fastload.crop_resize_flip_normalize: expected a uint8 [H, W, C] image with C in (1, 3), "
+            f"got {image.dtype} of shape {tuple(image.shape)}."
+        )
+    if dtype not in _DTYPES:
+        raise ValueError(f"fastload.crop_resize_flip_normalize: expected dtype in {_DTYPES}, got {dtype}.")
+    height, width, channels = image.shape
+    top, left, box_height, box_width = (float(v) for v in box)
+    out_height, out_width = int(size[0]), int(size[1])
+    rows = axis_weights(top, box_height, height, out_height)  # [OH, H]
+    cols = axis_weights(left, box_width, width, out_width)  # [OW, W]
+    pixels = image.detach().cpu().permute(2, 0, 1).to(torch.float64)  # [C, H, W]
+    values = rows @ pixels @ cols.T  # [C, OH, OW], v in [0, 255]
+    if flip:
+        values = values.flip(-1)
+    mean_t = torch.tensor([float(m) for m in mean], dtype=torch.float64).view(-1, 1, 1)
+    std_t = torch.tensor([float(s) for s in std], dtype=torch.float64).view(-1, 1, 1)
+    if mean_t.numel() != channels or std_t.numel() != channels:
+        raise ValueError(
+            f"fastload.crop_resize_flip_normalize: expected mean and std with {channels} values, "
+            f"got {mean_t.numel()} and {std_t.numel()}."
+        )
+    out = _cast((values * float(scale) - mean_t) / std_t, dtype)
+    if channels_last:
+        out = out.permute(1, 2, 0).contiguous().permute(2, 0, 1)
+    return out.to(image.device)
+
+
+def crop_resize_flip_normalize_batch(
+    images: torch.Tensor,
+    shapes: torch.Tensor,
+    boxes: torch.Tensor,
+    flips: torch.Tensor,
+    scale: float,
+    mean: torch.Tensor,
+    std: torch.Tensor,
+    out: torch.Tensor,
+) -> torch.Tensor:
+    """Twin of fastload.ops.crop_resize_flip_normalize_batch: writes out[i] for each
+    sample i of the packed images (shapes[i] = offset, height, width, row_stride)."""
+    channels = out.shape[1]
+    packed = images.detach().cpu()
+    for i, (offset, height, width, row_stride) in enumerate(shapes.tolist()):
+        image = packed.as_strided((height, width, channels), (row_stride, channels, 1), offset)
+        out[i].copy_(
+            crop_resize_flip_normalize(
+                image, boxes[i].tolist(), list(out.shape[2:]), bool(flips[i]), scale,
+                mean.tolist(), std.tolist(), out.dtype,
+            )
+        )
+    return out
+
+
+# ---- random parameters (csrc/augment/params.h, line for line) -----------------------------
+
+_MASK64 = (1 << 64) - 1
+_STREAM_CROP, _STREAM_FLIP = 1, 2
+
+
+def _splitmix64(x: int) -> int:
+    x = (x + 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+class _SampleRng:
+    """The counter-based generator of params.h: draw k of (seed, epoch, index, stream)."""
+
+    def __init__(self, seed: int, epoch: int, index: int, stream: int):
+        key = _splitmix64(_splitmix64(_splitmix64(seed & _MASK64) ^ (epoch & _MASK64)) ^ (index & _MASK64))
+        self.key = key ^ stream
+        self.counter = 0
+
+    def next_u64(self) -> int:
+        self.counter += 1
+        return _splitmix64((self.key + 0x632BE59BD9B4E019 * self.counter) & _MASK64)
+
+    def uniform(self, low: float = 0.0, high: float = 1.0) -> float:
+        u = (self.next_u64() >> 11) * 2.0**-53
+        return low + (high - low) * u
+
+    def randint(self, low: int, high: int) -> int:
+        return low + self.next_u64() % (high - low)
+
+
+def _random_resized_crop_box(height, width, scale, ratio, rng) -> Tuple[int, int, int, int]:
+    """torchvision's RandomResizedCrop.get_params with _SampleRng draws."""
+    area = float(height) * width
+    log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
+    for _ in range(10):
+        target_area = area * rng.uniform(scale[0], scale[1])
+        aspect_ratio = math.exp(rng.uniform(*log_ratio))
+        w = int(round(math.sqrt(target_area * aspect_ratio)))  # round: half to even, as rint
+        h = int(round(math.sqrt(target_area / aspect_ratio)))
+        if 0 < w <= width and 0 < h <= height:
+            top = rng.randint(0, height - h + 1)
+            left = rng.randint(0, width - w + 1)
+            return top, left, h, w
+    in_ratio = float(width) / height
+    if in_ratio < ratio[0]:
+        w = width
+        h = int(round(w / ratio[0]))
+    elif in_ratio > ratio[1]:
+        h = height
+        w = int(round(h * ratio[1]))
+    else:
+        w, h = width, height
+    return (height - h) // 2, (width - w) // 2, h, w
+
+
+def random_resized_crop_params(
+    sizes: torch.Tensor,
+    indices: torch.Tensor,
+    seed: int,
+    epoch: int,
+    scale: Sequence[float] = (0.08, 1.0),
+    ratio: Sequence[float] = (3.0 / 4.0, 4.0 / 3.0),
+) -> torch.Tensor:
+    """Twin of fastload.ops.random_resized_crop_params: int64 [N, 4] (top, left, h, w)."""
+    boxes = [
+        _random_resized_crop_box(int(h), int(w), scale, ratio, _SampleRng(seed, epoch, int(i), _STREAM_CROP))
+        for (h, w), i in zip(sizes.tolist(), indices.tolist())
+    ]
+    return torch.tensor(boxes, dtype=torch.int64).reshape(-1, 4)
+
+
+def random_flip_params(indices: torch.Tensor, seed: int, epoch: int, p: float = 0.5) -> torch.Tensor:
+    """Twin of fastload.ops.random_flip_params: bool [N]."""
+    flips = [_SampleRng(seed, epoch, int(i), _STREAM_FLIP).uniform() < p for i in indices.tolist()]
+    return torch.tensor(flips, dtype=torch.bool)
+
+
+# ---- decode (PIL) ---------------------------------------------------------------------------
+
+# libjpeg's J_COLOR_SPACE codes.
+_JCS_GRAYSCALE, _JCS_RGB, _JCS_YCBCR, _JCS_CMYK, _JCS_YCCK = 1, 2, 3, 4, 5
+
+
+def _open(data: torch.Tensor):
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(data.numpy().tobytes()))
+    if image.format != "JPEG":
+        raise RuntimeError(f"fastload.decode_jpeg: expected a JPEG, got {image.format} data.")
+    return image
+
+
+def jpeg_header(data: torch.Tensor) -> List[int]:
+    """Twin of fastload.ops.jpeg_header, from PIL's parse of the header:
+    [height, width, components, jpeg_color_space, progressive]."""
+    image = _open(data)
+    components = {"L": 1, "RGB": 3, "YCbCr": 3, "CMYK": 4}[image.mode]
+    adobe = image.info.get("adobe_transform")
+    if components == 1:
+        color_space = _JCS_GRAYSCALE
+    elif components == 3:
+        # libjpeg: JFIF or an Adobe transform 1 -> YCbCr; Adobe transform 0 -> RGB.
+        color_space = _JCS_RGB if ("adobe" in image.info and not adobe) else _JCS_YCBCR
+    else:
+        color_space = _JCS_YCCK if adobe == 2 else _JCS_CMYK
+    progressive = int(bool(image.info.get("progressive") or image.info.get("progression")))
+    return [image.height, image.width, components, color_space, progressive]
+
+
+def decode_jpeg(
+    data: torch.Tensor,
+    window: Optional[Sequence[int]] = None,
+    scale_denom: int = 1,
+    channels: int = 3,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+) -> torch.Tensor:
+    """Twin of fastload.ops.decode_jpeg with PIL: draft() for the DCT scale, convert() to
+    RGB or L, then the window rows floor(top / d) .. ceil((top + height) / d)."""
+    import numpy as np
+
+    if channels not in (1, 3) or scale_denom not in (1, 2, 4, 8):
+        raise ValueError(f"fastload.decode_jpeg: expected channels 1 or 3 and scale_denom 1/2/4/8, "
+                         f"got {channels} and {scale_denom}.")
+    image = _open(data)
+    full_height, full_width = image.height, image.width
+    if max_pixels > 0 and full_height * full_width > max_pixels:
+        raise RuntimeError(f"fastload.decode_jpeg: expected at most {max_pixels} pixels, got "
+                           f"{full_width}x{full_height}.")
+    mode = "RGB" if channels == 3 else "L"
+    if scale_denom > 1:
+        image.draft(mode if image.mode != "CMYK" else None,
+                    (-(-full_width // scale_denom), -(-full_height // scale_denom)))
+    if channels == 1 and image.mode == "CMYK":
+        image = image.convert("RGB")
+    pixels = torch.from_numpy(np.array(image.convert(mode))).reshape(image.height, image.width, channels)
+    if window:
+        top, left, height, width = (int(v) for v in window)
+        d = scale_denom
+        pixels = pixels[top // d: -(-(top + height) // d), left // d: -(-(left + width) // d)]
+    return pixels.contiguous()
+
+
+def decode_jpeg_cuda(
+    datas: Sequence[torch.Tensor], channels: int = 3, device="cuda"
+) -> Tuple[List[torch.Tensor], torch.Tensor]:
+    """Twin of fastload.ops.decode_jpeg_cuda: decode_jpeg on the CPU, then moved to
+    `device`; every sample is reported as CPU-decoded (cpu_fallback all True)."""
+    images = [decode_jpeg(data, channels=channels).to(device) for data in datas]
+    return images, torch.ones(len(images), dtype=torch.bool)
