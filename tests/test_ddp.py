@@ -178,3 +178,30 @@ def test_tar_shards_under_ddp(runs):
     image_of = {lab: h for x in first for b in x["tar_full"] for lab, h in zip(b["labels"], b["sha1"])}
     assert all(image_of[lab] == h for x in three for b in x["tar_rest"] for lab, h in zip(b["labels"], b["sha1"]))
     assert len(set(image_of.values())) == TAR_SAMPLES
+
+
+def test_example_train_ddp_interrupt_and_elastic_resume(tmp_path):
+    """examples/train_ddp.py: 2 ranks stop mid-epoch 1 (checkpoint), 3 ranks resume it."""
+    example = os.path.join(os.path.dirname(HERE), "examples", "train_ddp.py")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("RANK", None)
+    env.pop("WORLD_SIZE", None)
+    subprocess.run([sys.executable, example, "--make-data", str(tmp_path)], check=True, timeout=60,
+                   capture_output=True, env=env)
+    common = ["--data", str(tmp_path / "shards" / "train-{0000..0003}.tar"), "--epochs", "2",
+              "--ckpt", str(tmp_path / "ckpt.pt"), "--save-every", "1"]
+    outputs = []
+    for world, extra in ((2, ["--stop-after", "7"]), (3, ["--resume"])):
+        try:
+            proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                   f"--nproc_per_node={world}", example, *common, *extra],
+                                  capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S, env=env)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"examples/train_ddp.py x{world} did not finish in {LAUNCH_TIMEOUT_S} s")
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+        outputs.append(proc.stdout)
+    # 72 samples, 8 per rank: 5 steps per epoch on 2 ranks; step 7 = 2 steps into epoch 1.
+    assert "epoch 0: 72 samples" in outputs[0] and "stopping after 7 steps" in outputs[0]
+    assert "resumed: epoch 1, 2 batches already consumed (saved by 2 process(es))" in outputs[1]
+    # The rest of epoch 1 (72 - 32 = 40 samples) on 3 ranks, padded to a multiple of 3.
+    assert "epoch 1: 42 samples" in outputs[1]
