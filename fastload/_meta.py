@@ -9,8 +9,10 @@ import torch
 @torch.library.register_fake("fastload::crop_resize_flip_normalize")
 def _crop_resize_flip_normalize(image, box, size, flip, scale, mean, std, dtype, channels_last):
     torch._check(image.dim() == 3, lambda: "image must be [H, W, C]")
-    out = image.new_empty((image.shape[2], size[0], size[1]), dtype=dtype)
-    return out.contiguous(memory_format=torch.channels_last) if channels_last else out
+    channels, height, width = image.shape[2], size[0], size[1]
+    if channels_last:  # HWC memory for the 3-D [C, H, W] result, as the kernel makes it
+        return image.new_empty_strided((channels, height, width), (1, width * channels, channels), dtype=dtype)
+    return image.new_empty((channels, height, width), dtype=dtype)
 
 
 @torch.library.register_fake("fastload::crop_resize_flip_normalize_batch")
