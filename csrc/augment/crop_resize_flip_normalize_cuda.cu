@@ -1,0 +1,229 @@
+// CUDA kernels of the fused augment: crop -> antialiased bilinear resize -> flip ->
+// normalise -> cast -> strided store (see README.md).
+//
+// One thread per output pixel (all channels), grid (x, y, sample): ONE launch per batch
+// over variable-size packed uint8 inputs. Each thread computes its row and column taps
+// with the functions of crop_resize_flip_normalize.h (the ones the CPU kernel and its
+// tests use) and sums the 2-D tap window directly: for RandomResizedCrop-sized boxes
+// that is a few dozen taps, and for strong downscaling it simply loops longer. Current
+// stream, device guard, launch check, no device sync: the contents of `shapes` and
+// `boxes` live on the device, so the kernel checks them itself (device assert).
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+
+#include "augment/crop_resize_flip_normalize.h"
+#include "augment/crop_resize_flip_normalize_checks.h"
+#include "check.h"
+
+namespace fastload {
+namespace {
+
+using augment::Axis;
+using augment::Cast;
+using augment::Taps;
+
+constexpr const char* kOp = "crop_resize_flip_normalize";
+constexpr const char* kBatchOp = "crop_resize_flip_normalize_batch";
+
+// One sample as the kernel sees it.
+struct Sample {
+  const uint8_t* data;
+  int height, width;
+  int64_t row_stride;
+  float top, left, box_height, box_width;
+  bool flip;
+};
+
+// The batch op's inputs, all on the device.
+struct BatchSource {
+  const uint8_t* images;
+  int64_t images_numel;
+  const int64_t* shapes;  // [N, 4] offset, height, width, row_stride
+  const float* boxes;     // [N, 4] top, left, height, width
+  const bool* flips;      // [N]
+  const float* mean;      // [C]
+  const float* std;       // [C]
+  float scale;
+
+  // False for a sample outside `images` or a degenerate box: the host op cannot check
+  // them without a sync, so the kernel asserts (like torch's index checks).
+  __device__ bool sample(int64_t n, int channels, Sample& s) const {
+    const int64_t* shape = shapes + 4 * n;
+    const int64_t offset = shape[0], h = shape[1], w = shape[2], stride = shape[3];
+    const float* box = boxes + 4 * n;
+    const bool ok = offset >= 0 && h > 0 && w > 0 && h <= INT_MAX && w <= INT_MAX && stride >= w * channels &&
+                    offset + (h - 1) * stride + w * channels <= images_numel && isfinite(box[0]) &&
+                    isfinite(box[1]) && box[2] > 0 && box[3] > 0 && isfinite(box[2]) && isfinite(box[3]);
+    if (!ok) return false;
+    s = Sample{images + offset, static_cast<int>(h), static_cast<int>(w), stride, box[0], box[1], box[2], box[3],
+               flips[n]};
+    return true;
+  }
+  // alpha = scale / std, beta = -mean / std: the same float operations as the CPU plan.
+  __device__ float alpha(int c) const { return scale / std[c]; }
+  __device__ float beta(int c) const { return -mean[c] / std[c]; }
+};
+
+// The single-image op: one sample, parameters by value.
+struct SingleSource {
+  Sample s;
+  float alphas[3], betas[3];
+  __device__ bool sample(int64_t, int, Sample& out) const {
+    out = s;
+    return true;
+  }
+  __device__ float alpha(int c) const { return alphas[c]; }
+  __device__ float beta(int c) const { return betas[c]; }
+};
+
+template <typename T, int C, typename Source>
+__global__ void crop_resize_flip_normalize_kernel(Source source, int64_t batch, int out_h, int out_w,
+                                                  typename Cast<T>::Storage* out, int64_t stride_n,
+                                                  int64_t stride_c, int64_t stride_y, int64_t stride_x) {
+  const int x = blockIdx.x * blockDim.x + threadIdx.x;
+  const int y = blockIdx.y * blockDim.y + threadIdx.y;
+  if (x >= out_w || y >= out_h) return;
+  float alpha[C], beta[C];
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    alpha[c] = source.alpha(c);
+    beta[c] = source.beta(c);
+  }
+  for (int64_t n = blockIdx.z; n < batch; n += gridDim.z) {
+    auto* dst = out + n * stride_n + y * stride_y + x * stride_x;
+    Sample s;
+    if (!source.sample(n, C, s)) {
+      CUDA_KERNEL_ASSERT_MSG(false, "fastload.crop_resize_flip_normalize_batch: a sample's shapes row lies "
+                                    "outside images, or its box is not finite with height, width > 0");
+      continue;
+    }
+    const Axis ay = augment::make_axis(s.top, s.box_height, s.height, out_h);
+    const Axis ax = augment::make_axis(s.left, s.box_width, s.width, out_w);
+    const Taps ty = augment::compute_taps(ay, y);
+    const Taps tx = augment::compute_taps(ax, s.flip ? out_w - 1 - x : x);
+    float acc[C];
+#pragma unroll
+    for (int c = 0; c < C; ++c) acc[c] = 0.0f;
+    // count == 0 on either axis: padding, v = 0.
+    for (int ky = 0; ky < ty.count; ++ky) {
+      const float wy = augment::tap_weight(ay, ty.centre, ty.first + ky) * ty.norm;
+      const uint8_t* row = s.data + (ty.first + ky) * s.row_stride + static_cast<int64_t>(tx.first) * C;
+      for (int kx = 0; kx < tx.count; ++kx) {
+        const float w = wy * (augment::tap_weight(ax, tx.centre, tx.first + kx) * tx.norm);
+#pragma unroll
+        for (int c = 0; c < C; ++c) acc[c] += w * static_cast<float>(__ldg(row + kx * C + c));
+      }
+    }
+#pragma unroll
+    for (int c = 0; c < C; ++c) dst[c * stride_c] = Cast<T>::apply(acc[c] * alpha[c] + beta[c]);
+  }
+}
+
+template <typename Source>
+void launch(const Source& source, int64_t batch, int channels, const at::Tensor& out, int64_t stride_n,
+            int64_t stride_c, int64_t stride_y, int64_t stride_x, int out_h, int out_w) {
+  const dim3 block(32, 8);
+  const dim3 grid((out_w + block.x - 1) / block.x, (out_h + block.y - 1) / block.y,
+                  static_cast<unsigned>(std::min<int64_t>(batch, 65535)));
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  auto run = [&](auto type_tag) {
+    using T = decltype(type_tag);
+    using S = typename Cast<T>::Storage;
+    S* data = static_cast<S*>(out.data_ptr());
+    if (channels == 3)
+      crop_resize_flip_normalize_kernel<T, 3><<<grid, block, 0, stream>>>(source, batch, out_h, out_w, data,
+                                                                          stride_n, stride_c, stride_y, stride_x);
+    else
+      crop_resize_flip_normalize_kernel<T, 1><<<grid, block, 0, stream>>>(source, batch, out_h, out_w, data,
+                                                                          stride_n, stride_c, stride_y, stride_x);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  };
+  switch (out.scalar_type()) {
+    case at::kByte: return run(uint8_t{});
+    case at::kFloat: return run(float{});
+    case at::kHalf: return run(c10::Half{});
+    case at::kBFloat16: return run(c10::BFloat16{});
+    default: TORCH_INTERNAL_ASSERT(false, "dtype validated by the op");
+  }
+}
+
+void crop_resize_flip_normalize_batch_cuda(const at::Tensor& images, const at::Tensor& shapes_in,
+                                           const at::Tensor& boxes_in, const at::Tensor& flips_in, double scale,
+                                           const at::Tensor& mean_in, const at::Tensor& std_in,
+                                           const at::Tensor& out) {
+  check_batch_arguments(images, shapes_in, boxes_in, flips_in, mean_in, std_in, out);
+  FASTLOAD_CHECK_VALUE(std::isfinite(scale), kBatchOp, "expected a finite scale, got ", scale, ".");
+  if (out.numel() == 0) return;
+  const c10::cuda::CUDAGuard guard(out.device());
+  // .contiguous() of a device tensor is an async copy on the current stream: no sync.
+  const at::Tensor shapes = shapes_in.contiguous(), boxes = boxes_in.contiguous(), flips = flips_in.contiguous();
+  const at::Tensor mean = mean_in.contiguous(), std = std_in.contiguous();
+  BatchSource source{images.data_ptr<uint8_t>(), images.numel(), shapes.data_ptr<int64_t>(),
+                     boxes.data_ptr<float>(), flips.data_ptr<bool>(), mean.data_ptr<float>(),
+                     std.data_ptr<float>(), static_cast<float>(scale)};
+  launch(source, out.size(0), static_cast<int>(out.size(1)), out, out.stride(0), out.stride(1), out.stride(2),
+         out.stride(3), static_cast<int>(out.size(2)), static_cast<int>(out.size(3)));
+}
+
+at::Tensor crop_resize_flip_normalize_cuda(const at::Tensor& image, at::ArrayRef<double> box, at::IntArrayRef size,
+                                           bool flip, double scale, at::ArrayRef<double> mean,
+                                           at::ArrayRef<double> std, at::ScalarType dtype, bool channels_last) {
+  FASTLOAD_CHECK_VALUE(image.scalar_type() == at::kByte && image.dim() == 3, kOp,
+                       "expected a uint8 [H, W, C] image, got ", image.scalar_type(), " of shape ", image.sizes(),
+                       ". Decode to uint8 HWC (fastload.ops.decode_jpeg_cuda does).");
+  const int64_t H = image.size(0), W = image.size(1), C = image.size(2);
+  FASTLOAD_CHECK_VALUE(C == 1 || C == 3, kOp, "expected 1 or 3 channels, got ", C, ".");
+  FASTLOAD_CHECK_VALUE(H > 0 && W > 0 && H <= INT_MAX && W <= INT_MAX, kOp,
+                       "expected a non-empty image under 2^31 pixels per side, got shape ", image.sizes(), ".");
+  FASTLOAD_CHECK_VALUE(image.stride(2) == 1 && image.stride(1) == C && image.stride(0) >= W * C, kOp,
+                       "expected packed pixels (strides [row >= W*C, C, 1]), got strides ", image.strides(),
+                       ". Call .contiguous() on the image.");
+  FASTLOAD_CHECK_VALUE(box.size() == 4 && std::isfinite(box[0]) && std::isfinite(box[1]) && std::isfinite(box[2]) &&
+                           std::isfinite(box[3]) && box[2] > 0 && box[3] > 0,
+                       kOp, "expected a box [top, left, height, width] of finite floats with height > 0 and "
+                       "width > 0, got ", box, ".");
+  FASTLOAD_CHECK_VALUE(size.size() == 2 && size[0] >= 0 && size[1] >= 0 && size[0] <= INT_MAX && size[1] <= INT_MAX,
+                       kOp, "expected size = [out_height, out_width] >= 0, got ", size, ".");
+  FASTLOAD_CHECK_VALUE(static_cast<int64_t>(mean.size()) == C && static_cast<int64_t>(std.size()) == C, kOp,
+                       "expected mean and std with one value per channel (", C, "), got ", mean.size(), " and ",
+                       std.size(), ".");
+  FASTLOAD_CHECK_VALUE(dtype == at::kByte || dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16,
+                       kOp, "expected dtype uint8, float32, float16 or bfloat16, got ", dtype, ".");
+  FASTLOAD_CHECK_VALUE(std::isfinite(scale), kOp, "expected a finite scale, got ", scale, ".");
+  SingleSource source;
+  for (int64_t c = 0; c < C; ++c) {
+    const float m = static_cast<float>(mean[c]), s = static_cast<float>(std[c]);
+    FASTLOAD_CHECK_VALUE(std::isfinite(m) && std::isfinite(s) && s != 0, kOp,
+                         "expected finite mean and non-zero finite std, got mean[", c, "]=", m, ", std[", c, "]=", s,
+                         ". Use std=1 for no scaling.");
+    source.alphas[c] = static_cast<float>(scale) / s;
+    source.betas[c] = -m / s;
+  }
+  const int64_t OH = size[0], OW = size[1];
+  const c10::cuda::CUDAGuard guard(image.device());
+  at::Tensor out = channels_last ? at::empty_strided({C, OH, OW}, {1, OW * C, C}, image.options().dtype(dtype))
+                                 : at::empty({C, OH, OW}, image.options().dtype(dtype));
+  if (out.numel() == 0) return out;
+  source.s = Sample{image.data_ptr<uint8_t>(), static_cast<int>(H), static_cast<int>(W), image.stride(0),
+                    static_cast<float>(box[0]), static_cast<float>(box[1]), static_cast<float>(box[2]),
+                    static_cast<float>(box[3]), flip};
+  launch(source, 1, static_cast<int>(C), out, 0, out.stride(0), out.stride(1), out.stride(2), static_cast<int>(OH),
+         static_cast<int>(OW));
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(fastload, CUDA, m) {
+  m.impl("crop_resize_flip_normalize", &crop_resize_flip_normalize_cuda);
+  m.impl("crop_resize_flip_normalize_batch", &crop_resize_flip_normalize_batch_cuda);
+}
+
+}  // namespace fastload
