@@ -564,12 +564,16 @@ class DataLoader(torch.utils.data.DataLoader):
         if reason is None and accelerate is False:
             reason = "generic: accelerate=False"
         if reason is None:
-            self._runner, reason = select_path(
-                dataset, batch_size=self.batch_size, collate_fn=collate_fn, num_workers=num_workers,
-                # Batches bound for a GPU are produced in pinned memory, saving a staging copy.
-                pin_memory=pin_memory or (self.device is not None and self.device.type == "cuda"),
-                accelerate=accelerate, dtype=self.dtype, memory_format=self.memory_format,
-                on_error=on_error, seed=seed, device=self.device)
+            # select_path may draw a default augmentation seed from the global RNG; torch's
+            # DataLoader draws nothing at construction, and a draw here would shift the
+            # user's RNG stream (so the permutation and worker seeds would differ from torch's).
+            with torch.random.fork_rng(devices=[]):
+                self._runner, reason = select_path(
+                    dataset, batch_size=self.batch_size, collate_fn=collate_fn, num_workers=num_workers,
+                    # Batches bound for a GPU are produced in pinned memory: no staging copy.
+                    pin_memory=pin_memory or (self.device is not None and self.device.type == "cuda"),
+                    accelerate=accelerate, dtype=self.dtype, memory_format=self.memory_format,
+                    on_error=on_error, seed=seed, device=self.device)
         if accelerate is True and self._runner is None:
             raise ValueError(
                 f"{_PREFIX}: expected a dataset the native pipeline can run (accelerate=True), got "

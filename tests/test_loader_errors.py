@@ -4,6 +4,7 @@ message and name the sample; a dead or stuck worker is an error, never a hang.""
 from __future__ import annotations
 
 import multiprocessing
+import traceback
 
 import pytest
 import torch
@@ -19,8 +20,16 @@ def _error(fn):
     try:
         fn()
     except Exception as error:  # noqa: BLE001 - the test compares what was raised
+        _release(error)
         return type(error), str(error)
     return None
+
+
+def _release(error):
+    """Drops the traceback's frames, so the loader iterator they hold (and its worker
+    processes) goes away now. Left to the cyclic GC, torch's worker shutdown waits for
+    join timeouts (seconds), in whichever later test the collection happens to run."""
+    traceback.clear_frames(error.__traceback__)
 
 
 BAD_ARGUMENTS = {
@@ -104,6 +113,7 @@ def test_worker_exception_keeps_type_message_and_names_the_sample(num_workers):
     loader = DataLoader(Failing(bad=(7,)), batch_size=3, num_workers=num_workers)
     with pytest.raises(ValueError, match="bad sample") as info:
         list(loader)
+    _release(info.value)
     assert "sample index 7" in "".join(info.value.__notes__ if num_workers == 0 else [str(info.value)])
 
 
@@ -120,6 +130,7 @@ def test_key_error_and_unconstructible_exceptions_like_torch(num_workers):
 def test_getitems_error_names_the_batch(num_workers):
     with pytest.raises(KeyError) as info:
         list(DataLoader(BatchFetch(9), batch_size=3, num_workers=num_workers))
+    _release(info.value)
     text = str(info.value) + "".join(getattr(info.value, "__notes__", []))
     assert "no five" in text and "[3, 4, 5]" in text
 
@@ -129,8 +140,9 @@ def test_collate_error_keeps_its_type():
         raise TypeError("cannot collate these")
 
     for num_workers in (0, 2):
-        with pytest.raises(TypeError, match="cannot collate these"):
+        with pytest.raises(TypeError, match="cannot collate these") as info:
             list(DataLoader(Squares(), batch_size=2, collate_fn=collate, num_workers=num_workers))
+        _release(info.value)
 
 
 def test_iteration_goes_on_after_a_worker_error_like_torch():
@@ -142,7 +154,8 @@ def test_iteration_goes_on_after_a_worker_error_like_torch():
                 seen.append(next(it).view(-1).tolist())
             except StopIteration:
                 return seen
-            except ValueError:
+            except ValueError as error:
+                _release(error)
                 seen.append("error")
 
     assert outcomes(DataLoader) == outcomes(TorchLoader) == [[0, 1], "error", [4, 5], [6, 7]]
@@ -151,15 +164,17 @@ def test_iteration_goes_on_after_a_worker_error_like_torch():
 @pytest.mark.timeout(60)
 def test_worker_killed_by_a_signal_is_an_error_not_a_hang():
     loader = DataLoader(Killer(victim=3), batch_size=2, num_workers=2)
-    with pytest.raises(RuntimeError, match=r"DataLoader worker \(pid"):
+    with pytest.raises(RuntimeError, match=r"DataLoader worker \(pid") as info:
         list(loader)
+    _release(info.value)
 
 
 @pytest.mark.timeout(60)
 def test_timeout_is_respected():
-    loader = DataLoader(Stuck(slow=1, seconds=2.0), batch_size=2, num_workers=1, timeout=0.5)
-    with pytest.raises(RuntimeError, match="timed out after 0.5 seconds"):
+    loader = DataLoader(Stuck(slow=1, seconds=1.0), batch_size=2, num_workers=1, timeout=0.25)
+    with pytest.raises(RuntimeError, match="timed out after 0.25 seconds") as info:
         list(loader)
+    _release(info.value)
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
