@@ -64,7 +64,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from torch.utils.data.dataloader import _DatasetKind
 from torch.utils.data.datapipes.datapipe import IterDataPipe, MapDataPipe
 
-from fastload.native import select_path
+from fastload.native import DECODE_ON as _DECODE_ON, select_path
 from fastload.source import sampling
 from fastload.stats import LoaderStats, Stats
 
@@ -425,6 +425,9 @@ class DataLoader(torch.utils.data.DataLoader):
             for them (>= 1; device memory holds that many plus the one in use).
         accelerate: "auto" runs a dataset on the native path when it can, True requires it
             (ValueError saying why not), False always uses the generic path.
+        decode_on: where the native path decodes JPEGs: "cpu", "cpu+gpu" (CPU decodes the
+            crop window, the GPU resizes and normalises), "gpu" (nvJPEG) or "auto" (by what
+            was built and the device; loader.path says which). Ignored on the generic path.
         on_error: "raise" (torch's behaviour) or "skip": a sample whose read raises is left
             out of its batch (native path: replaced by the next good sample) and counted
             in stats()["skipped"]; map-style datasets only.
@@ -488,6 +491,7 @@ class DataLoader(torch.utils.data.DataLoader):
         memory_format: Optional[torch.memory_format] = None,
         prefetch_to_device: int = 2,
         accelerate: Union[str, bool] = "auto",
+        decode_on: str = "auto",
         on_error: str = "raise",
         distributed: Union[str, bool] = "auto",
         uneven: str = "pad",
@@ -511,6 +515,9 @@ class DataLoader(torch.utils.data.DataLoader):
                                              and not isinstance(accelerate, str)):
             raise ValueError(f"{_PREFIX}: expected accelerate='auto', True or False, got {accelerate!r}.")
         self.accelerate = accelerate
+        if decode_on not in _DECODE_ON:
+            raise ValueError(f"{_PREFIX}: expected decode_on in {_DECODE_ON}, got {decode_on!r}.")
+        self.decode_on = decode_on
         if on_error not in _ON_ERROR:
             raise ValueError(f"{_PREFIX}: expected on_error='raise' or 'skip', got {on_error!r}.")
         self.on_error = on_error
@@ -573,7 +580,7 @@ class DataLoader(torch.utils.data.DataLoader):
                     # Batches bound for a GPU are produced in pinned memory: no staging copy.
                     pin_memory=pin_memory or (self.device is not None and self.device.type == "cuda"),
                     accelerate=accelerate, dtype=self.dtype, memory_format=self.memory_format,
-                    on_error=on_error, seed=seed, device=self.device)
+                    on_error=on_error, seed=seed, device=self.device, decode_on=decode_on)
         if accelerate is True and self._runner is None:
             raise ValueError(
                 f"{_PREFIX}: expected a dataset the native pipeline can run (accelerate=True), got "

@@ -378,7 +378,7 @@ def test_cuda_batches_equal_torch_moved(num_workers):
         assert torch.equal(b["x"].cpu(), a["x"].to(torch.bfloat16))
         assert torch.equal(b["image"].cpu(), a["image"]) and b["label"].tolist() == a["label"].tolist()
     stats = loader.stats()
-    assert stats["copy_s"] > 0 and stats["pin_s"] >= 0
+    assert stats["copy_s"] > 0 and stats["pin_s"] > 0  # torch's pin thread, measured
 
 
 @cuda

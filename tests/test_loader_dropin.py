@@ -102,7 +102,7 @@ def test_signature_matches_torch():
         [(p.name, p.kind, p.default) for p in torch_params]
     extras = ours[len(torch_params):]
     assert [p.name for p in extras] == ["device", "dtype", "memory_format", "prefetch_to_device", "accelerate",
-                                        "on_error", "distributed", "uneven", "seed"]
+                                        "decode_on", "on_error", "distributed", "uneven", "seed"]
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in extras)
 
 
@@ -158,6 +158,17 @@ def test_persistent_workers_across_epochs():
     def pids(persistent):
         loader = DataLoader(Pids(), batch_size=1, num_workers=2, persistent_workers=persistent)
         return [{int(b) for b in loader} for _ in range(2)]
+
+    def abandon_then_full(cls):
+        torch.manual_seed(0)
+        loader = cls(Squares(10), batch_size=2, num_workers=2, persistent_workers=True, shuffle=True,
+                     generator=_gen(6))
+        it = iter(loader)
+        head = [next(it)]
+        return head + list(loader) + list(loader)
+
+    want, got = abandon_then_full(TorchLoader), abandon_then_full(DataLoader)
+    assert len(want) == len(got) and all(same(a, b) for a, b in zip(want, got))
 
     first, second = pids(True)
     assert first == second  # the same worker processes served both epochs

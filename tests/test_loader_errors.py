@@ -87,6 +87,7 @@ def test_zero_prefetch_factor_fails_at_iteration_like_torch():
     (dict(accelerate="yes"), ValueError, "accelerate='auto', True or False"),
     (dict(accelerate=1), ValueError, "accelerate='auto', True or False"),
     (dict(on_error="ignore"), ValueError, "on_error='raise' or 'skip'"),
+    (dict(decode_on="tpu"), ValueError, "expected decode_on in"),
     (dict(distributed="maybe"), ValueError, "distributed='auto', True or False"),
     (dict(uneven="spread"), ValueError, "uneven in"),
     (dict(seed="1"), TypeError, "seed=None or an int"),
