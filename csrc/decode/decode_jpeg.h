@@ -22,7 +22,7 @@ struct JpegInfo {
   bool progressive = false;
 };
 
-// True when the data starts with a JPEG SOI marker (cheap format sniffing).
+// True when the data starts with a JPEG SOI marker and another marker (FF D8 FF).
 bool is_jpeg(const uint8_t* data, size_t size);
 
 // Reads only the header. Throws DecodeError.
@@ -42,18 +42,25 @@ struct DecodedWindow {
 };
 
 // Decodes at least the full-resolution window [top, top+height) x [left, left+width)
-// (clamped to the image) at 1/scale_denom (1, 2, 4 or 8). The result may start left of
-// the window and be wider (libjpeg crops at iMCU boundaries); `out.top/left` say where
-// it lies. height/width <= 0 mean the whole image. channels: 3 (RGB; gray and CMYK
-// are converted as Pillow's convert("RGB") does) or 1 (luma). Throws DecodeError when
-// the image has more than max_pixels pixels (max_pixels <= 0: no limit), or the data
-// is corrupt, truncated or not a JPEG. `out` is reused to avoid reallocations.
+// (clamped to the image) at 1/scale_denom (1, 2, 4 or 8): scaled rows floor(top/d) ..
+// ceil((top+height)/d) exactly, and columns that may start left of the window and be
+// wider (libjpeg crops at iMCU boundaries); `out.top/left` say where it lies. Every
+// pixel returned is bit-identical to the same pixel of a full decode at that scale.
+// height/width <= 0 mean the whole image. channels: 3 (RGB; gray and CMYK/YCCK are
+// converted as Pillow's convert("RGB") does) or 1 (luma: the Y plane; CMYK: Pillow's
+// convert("L")). Rows below the window are never read.
+// Throws DecodeError when the data is empty, not a JPEG, corrupt or truncated where
+// the window needs it (any libjpeg warning counts), or the image has more than
+// max_pixels pixels (checked from the header; max_pixels <= 0: no limit). Throws
+// std::invalid_argument for a bad scale_denom or channels, or a window that misses the
+// image. `out` is reused to avoid reallocations.
 void decode_jpeg_window(const uint8_t* data, size_t size, int top, int left, int height,
                         int width, int scale_denom, int channels, int64_t max_pixels,
                         DecodedWindow& out);
 
 // Largest DCT scale denominator in {1, 2, 4, 8} at which a crop of crop_h x crop_w
-// full-resolution pixels still covers out_h x out_w output pixels.
+// full-resolution pixels still covers out_h x out_w output pixels:
+// ceil(crop / d) >= out in both dimensions (out <= 0 constrains nothing).
 int choose_scale_denom(int crop_h, int crop_w, int out_h, int out_w);
 
 }  // namespace fastload
