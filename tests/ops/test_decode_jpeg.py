@@ -402,9 +402,11 @@ def test_decode_jpeg_cuda_checks_arguments():
 
 
 # nvJPEG's IDCT and chroma upsampling are not libjpeg's: a few levels apart on average,
-# more at sharp chroma edges (the hardware decoder upsamples chroma without smoothing).
-CUDA_MEAN_ABS_TOLERANCE = 2.0
-CUDA_MAX_ABS_TOLERANCE = 64
+# more at sharp chroma edges, where libjpeg's fancy upsampling blends a quarter of the
+# neighbouring chroma sample and nvJPEG may replicate it (a quarter of a ~180-level chroma
+# step is ~45 levels of chroma, ~65 of R or B). Not yet calibrated on a GPU.
+CUDA_MEAN_ABS_TOLERANCE = 3.0
+CUDA_MAX_ABS_TOLERANCE = 96
 
 
 @pytest.mark.cuda
