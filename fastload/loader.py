@@ -435,8 +435,14 @@ class DataLoader(torch.utils.data.DataLoader):
             torchrun's RANK/WORLD_SIZE are set), True (require it) or False.
         uneven: when the dataset does not split evenly across ranks: "pad", "drop" or
             "exact" (see fastload.source.sampling).
-        seed: base seed of the distributed permutation and of the native path's random
-            augmentation (None: 0, so that every rank agrees).
+        seed: base seed of the distributed permutation (None: 0, so that every rank
+            agrees) and of the native path's random augmentation (None: drawn from torch's
+            global generator at construction, without advancing it, so torch.manual_seed
+            makes it reproducible; saved in state_dict()).
+        exact: native path only: never decode at a reduced DCT scale, so outputs follow a
+            full decode to within rounding (default False: decode the crop window at the
+            largest 1/2, 1/4, 1/8 scale that still covers the output, much faster on large
+            images).
 
     Yields:
         What torch's DataLoader yields for the same arguments (same order, same values);
@@ -496,6 +502,7 @@ class DataLoader(torch.utils.data.DataLoader):
         distributed: Union[str, bool] = "auto",
         uneven: str = "pad",
         seed: Optional[int] = None,
+        exact: bool = False,
     ) -> None:
         # torch validates its own arguments first, with its own exceptions and messages.
         super().__init__(
@@ -580,7 +587,7 @@ class DataLoader(torch.utils.data.DataLoader):
                     # Batches bound for a GPU are produced in pinned memory: no staging copy.
                     pin_memory=pin_memory or (self.device is not None and self.device.type == "cuda"),
                     accelerate=accelerate, dtype=self.dtype, memory_format=self.memory_format,
-                    on_error=on_error, seed=seed, device=self.device, decode_on=decode_on)
+                    on_error=on_error, seed=seed, device=self.device, decode_on=decode_on, exact=exact)
         if accelerate is True and self._runner is None:
             raise ValueError(
                 f"{_PREFIX}: expected a dataset the native pipeline can run (accelerate=True), got "
@@ -649,13 +656,15 @@ class DataLoader(torch.utils.data.DataLoader):
         """Where the loader is: plain Python data for a checkpoint (see the class docstring).
 
         Returns:
-            {"version": 1, "epoch": int, "batches_consumed": int, "order": dict or None}
+            {"version": 1, "epoch": int, "batches_consumed": int, "order": dict or None,
+             "native_seed": int or None (the native path's augmentation seed)}
         """
         current = self._pass
         if current is None:
             if self._loaded is not None:
                 return copy.deepcopy(self._loaded)
-            return {"version": STATE_VERSION, "epoch": self._next_epoch(), "batches_consumed": 0, "order": None}
+            return {"version": STATE_VERSION, "epoch": self._next_epoch(), "batches_consumed": 0, "order": None,
+                    "native_seed": self._native_seed()}
         finished = current.finished or (current.total is not None and current.delivered >= current.total)
         order_state = None
         if self._order is not None and current.total is not None:
@@ -664,7 +673,11 @@ class DataLoader(torch.utils.data.DataLoader):
             epoch, consumed = current.epoch + 1, 0
         else:
             epoch, consumed = current.epoch, current.offset + current.delivered
-        return {"version": STATE_VERSION, "epoch": epoch, "batches_consumed": consumed, "order": order_state}
+        return {"version": STATE_VERSION, "epoch": epoch, "batches_consumed": consumed, "order": order_state,
+                "native_seed": self._native_seed()}
+
+    def _native_seed(self) -> Optional[int]:
+        return self._runner.plan.seed if self._runner is not None else None
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Restores a state_dict(); the next iteration continues after its last batch.
@@ -683,6 +696,9 @@ class DataLoader(torch.utils.data.DataLoader):
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{where}: expected a non-negative int {name}, got {value!r}.")
         order_state = state_dict.get("order")
+        native_seed = state_dict.get("native_seed")
+        if self._runner is not None and native_seed is not None:
+            self._runner.set_seed(native_seed)  # the same crops and flips as before the restart
         self._resume = None
         if self._order is not None and order_state is not None:
             self._order.load_state_dict(order_state)

@@ -94,6 +94,11 @@ class NativeRunner:
         self._stats = {"images": 0, "batches": 0, "skipped": 0, "pil_fallback": 0, "gpu_cpu_fallback": 0,
                        "engine_seconds": 0.0, "wait_seconds": 0.0}
 
+    def set_seed(self, seed: int) -> None:
+        """Sets the base of every random parameter (the loader restores it on resume)."""
+        self.plan.seed = int(seed)
+        self._engine.set_plan(self.plan.config())
+
     @property
     def num_threads(self) -> int:
         return self._engine.num_threads
@@ -291,7 +296,7 @@ def _nvjpeg_decode(datas: List[torch.Tensor], channels: int, device: torch.devic
 
 
 def _looks_like_jpeg(data: torch.Tensor) -> bool:
-    return data.numel() >= 3 and data[0].item() == 0xFF and data[1].item() == 0xD8
+    return data.numel() >= 3 and data[:3].tolist() == [0xFF, 0xD8, 0xFF]  # SOI + a marker
 
 
 def _default_collate(collate_fn: Any) -> bool:
@@ -354,14 +359,14 @@ def select_path(
         return None, "generic: custom collate_fn"
     if decode_on not in DECODE_ON:
         raise ValueError(f"fastload.DataLoader: expected decode_on in {DECODE_ON}, got {decode_on!r}")
-    if seed is None:  # like torch's own augmentation randomness: from the global generator
-        seed = int(torch.empty((), dtype=torch.int64).random_().item())
     try:
-        index, plan, description = native_pipeline(dataset, dtype=dtype, seed=seed)
+        index, plan, description = native_pipeline(dataset, dtype=dtype, seed=0)
     except UnsupportedPipeline as error:
         return None, f"generic: {error}"
     if not _ext.has_ops():
         return None, "generic: fastload._C is not built (make build)"
+    # None: like torch's own augmentation randomness, from the global generator.
+    plan.seed = int(torch.empty((), dtype=torch.int64).random_().item()) if seed is None else int(seed)
     plan.exact = bool(exact or getattr(dataset, "exact", False))
     decode_on, why = _resolve_decode_on(decode_on, device)
     runner = NativeRunner(index, plan, num_threads=max(1, num_workers), pin_memory=pin_memory,

@@ -265,3 +265,34 @@ def test_device_modes_apply_error_policy(bad_folder, decode_on):
     images, _ = runner.result(runner.submit([0, 1, 4], 0))
     assert torch.equal(images[1], images[0]) and runner.stats()["skipped"] == 3
     runner.close()
+
+
+def test_native_loader_resumes_bit_for_bit_with_a_drawn_seed(folder):
+    """seed=None draws the augmentation seed; the state carries it, so a new process
+    (whose global RNG differs) resumes with the same crops and flips."""
+    from resume_helpers import check_resume_at_every_position
+
+    dataset = fastload.ImageFolder(folder, ops=TRAIN)
+
+    def make():
+        # The helper builds the reference, then per position a run to interrupt (odd
+        # calls) and a fresh process to resume in (even calls): only the last one starts
+        # from another global seed, so only the state can give it the same augmentation.
+        call = len(make.calls)
+        make.calls.append(call)
+        torch.manual_seed(0 if call == 0 or call % 2 else 1000 + call)
+        return fastload.DataLoader(dataset, batch_size=3, shuffle=True, num_workers=2,
+                                   generator=torch.Generator().manual_seed(0))
+    make.calls = []
+    reference = check_resume_at_every_position(make)
+    assert len(reference) == 4 and reference[0][0].dtype == torch.float32
+
+
+def test_loader_exact_option_reaches_the_engine(tmp_path):
+    (tmp_path / "c").mkdir()
+    save(tmp_path / "c" / "big.jpg", photo(640, 800, 1))
+    dataset = fastload.ImageFolder(str(tmp_path), ops=[ops.Resize(64), ops.CenterCrop(56)])
+    scaled = next(iter(fastload.DataLoader(dataset, batch_size=1)))[0]
+    exact = next(iter(fastload.DataLoader(dataset, batch_size=1, exact=True)))[0]
+    (expected, _), _ = run(dataset, [0], exact=True)
+    assert torch.equal(exact, expected) and not torch.equal(scaled, exact)
