@@ -115,7 +115,7 @@ def test_process_tree_sums_worker_memory():
         f"block = bytearray(b'x' * {block})\n"
         "for _ in range(2):\n"
         "    if os.fork() == 0:\n"
-        f"        mine = bytearray(b'y' * {block}); print('child', flush=True); time.sleep(30); os._exit(0)\n"
+        f"        mine = bytearray(b'y' * {block}); os.write(1, b'child\\n'); time.sleep(30); os._exit(0)\n"
         "time.sleep(30)\n"
     )
     child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, start_new_session=True)
