@@ -208,7 +208,9 @@ FASTLOAD_INLINE void load8(Float8& v, const float* p) { std::memcpy(&v, p, sizeo
 
 // RGB: hrow[4x + c] = sum_k wx[x, k] * row[(first_x[x] + k) * 3 + c], two columns at a
 // time; TAPS > 0 fixes the tap count at compile time (unrolled), 0 reads it from the plan.
-template <int TAPS>
+// WIDE: one 8-float vector for both columns (AVX); otherwise two 4-float vectors (SSE2
+// has no 8-float registers, and g++ lowers the 8-float shuffle through scalars there).
+template <int TAPS, bool WIDE>
 FASTLOAD_INLINE void horizontal_rgb(const Plan& p) {
   const int K = TAPS > 0 ? TAPS : p.taps_x;
   const float* __restrict row = p.row;
@@ -220,6 +222,16 @@ FASTLOAD_INLINE void horizontal_rgb(const Plan& p) {
     const float* s1 = row + 3 * p.first_x[x + 1 < p.out_w ? x + 1 : 0];
     const float* w = p.wx + static_cast<size_t>(x / 2) * K * 8;
 #if defined(FASTLOAD_VECTOR_EXT)
+    if (!WIDE) {
+      Float4 acc0 = {0, 0, 0, 0}, acc1 = {0, 0, 0, 0};
+      for (int k = 0; k < K; ++k) {
+        acc0 += load4(w + 8 * k) * load4(s0 + 3 * k);
+        acc1 += load4(w + 8 * k + 4) * load4(s1 + 3 * k);
+      }
+      std::memcpy(out + 4 * x, &acc0, sizeof(acc0));
+      std::memcpy(out + 4 * x + 4, &acc1, sizeof(acc1));
+      continue;
+    }
     Float8 acc = {0, 0, 0, 0, 0, 0, 0, 0};
     for (int k = 0; k < K; ++k) {
       // RGB of tap k (+ R of the next pixel in the spare lane) for both columns.
@@ -257,18 +269,19 @@ FASTLOAD_INLINE void horizontal_gray(const Plan& p) {
 }
 
 // Tap counts up to 8 cover downscaling by up to ~3.5x per axis: unrolled.
+template <bool WIDE>
 FASTLOAD_INLINE void horizontal_pass(const Plan& p) {
   if (p.channels == 3) {
     switch (p.taps_x) {
-      case 1: return horizontal_rgb<1>(p);
-      case 2: return horizontal_rgb<2>(p);
-      case 3: return horizontal_rgb<3>(p);
-      case 4: return horizontal_rgb<4>(p);
-      case 5: return horizontal_rgb<5>(p);
-      case 6: return horizontal_rgb<6>(p);
-      case 7: return horizontal_rgb<7>(p);
-      case 8: return horizontal_rgb<8>(p);
-      default: return horizontal_rgb<0>(p);
+      case 1: return horizontal_rgb<1, WIDE>(p);
+      case 2: return horizontal_rgb<2, WIDE>(p);
+      case 3: return horizontal_rgb<3, WIDE>(p);
+      case 4: return horizontal_rgb<4, WIDE>(p);
+      case 5: return horizontal_rgb<5, WIDE>(p);
+      case 6: return horizontal_rgb<6, WIDE>(p);
+      case 7: return horizontal_rgb<7, WIDE>(p);
+      case 8: return horizontal_rgb<8, WIDE>(p);
+      default: return horizontal_rgb<0, WIDE>(p);
     }
   }
   switch (p.taps_x) {
@@ -327,7 +340,7 @@ FASTLOAD_INLINE void store_row(const Plan& p, S* dst, int64_t stride_c, int64_t 
   }
 }
 
-template <typename S, typename CastFn>
+template <bool WIDE, typename S, typename CastFn>
 FASTLOAD_INLINE void run_rows(const Plan& p, const ImageView& in, const OutputView& out, CastFn cast) {
   const int C = p.channels;
   const int n = p.span * C;
@@ -351,7 +364,7 @@ FASTLOAD_INLINE void run_rows(const Plan& p, const ImageView& in, const OutputVi
         }
         vertical_pass(src, wy + k0, chunk, n, k0 > 0, p.row);
       }
-      horizontal_pass(p);
+      horizontal_pass<WIDE>(p);
     } else {  // padding row: v = 0 everywhere
       std::fill(p.hrow, p.hrow + static_cast<size_t>(p.out_w) * 4, 0.0f);
     }
@@ -359,20 +372,21 @@ FASTLOAD_INLINE void run_rows(const Plan& p, const ImageView& in, const OutputVi
   }
 }
 
-template <typename T>
+template <bool WIDE, typename T>
 FASTLOAD_INLINE void run_sample(const Plan& p, const ImageView& in, const OutputView& out) {
   using S = typename Cast<T>::Storage;
   if constexpr (std::is_same_v<T, uint8_t>) {
-    if (p.uint8_bounded) return run_rows<S>(p, in, out, [](float v) { return augment::to_uint8_bounded(v); });
+    if (p.uint8_bounded)
+      return run_rows<WIDE, S>(p, in, out, [](float v) { return augment::to_uint8_bounded(v); });
   }
-  run_rows<S>(p, in, out, [](float v) { return Cast<T>::apply(v); });
+  run_rows<WIDE, S>(p, in, out, [](float v) { return Cast<T>::apply(v); });
 }
 
 // The same loops compiled for baseline x86-64 (SSE2) and for AVX2+FMA, chosen at run
 // time: the wheel must run on any x86-64, and -march=native is not an option.
 template <typename T>
 void run_sample_default(const Plan& p, const ImageView& in, const OutputView& out) {
-  run_sample<T>(p, in, out);
+  run_sample<false, T>(p, in, out);
 }
 
 #if defined(__x86_64__) && defined(FASTLOAD_VECTOR_EXT)
@@ -380,7 +394,7 @@ void run_sample_default(const Plan& p, const ImageView& in, const OutputView& ou
 template <typename T>
 __attribute__((target("avx2,fma"))) void run_sample_avx2(const Plan& p, const ImageView& in,
                                                            const OutputView& out) {
-  run_sample<T>(p, in, out);
+  run_sample<true, T>(p, in, out);
 }
 
 // FASTLOAD_NO_AVX2=1 forces the baseline loops (tests and benchmarks of that path).
