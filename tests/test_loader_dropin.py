@@ -11,6 +11,8 @@ import os
 import warnings
 
 import pytest
+import types
+
 import torch
 from torch.utils.data import (BatchSampler, DataLoader as TorchLoader, SequentialSampler,
                               SubsetRandomSampler, WeightedRandomSampler)
@@ -102,7 +104,7 @@ def test_signature_matches_torch():
         [(p.name, p.kind, p.default) for p in torch_params]
     extras = ours[len(torch_params):]
     assert [p.name for p in extras] == ["device", "dtype", "memory_format", "prefetch_to_device", "accelerate",
-                                        "decode_on", "on_error", "distributed", "uneven", "seed"]
+                                        "decode_on", "on_error", "distributed", "uneven", "seed", "exact"]
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in extras)
 
 
@@ -372,6 +374,10 @@ class FakeRunner:
         self.calls = []
         self.pending = {}
         self.closed = False
+        self.plan = types.SimpleNamespace(seed=0)  # the augmentation seed the loader saves
+
+    def set_seed(self, seed):
+        self.plan.seed = seed
 
     def submit(self, indices, epoch):
         ticket = len(self.calls)
