@@ -4,9 +4,11 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_PINS := torch==2.14.1 torchvision==0.29.1
-DEPS := numpy pillow tqdm fsspec webdataset ninja pytest pytest-xdist pytest-timeout nvidia-dali-cuda120
-# nvJPEG for the GPU decode op (headers + library), matching torch's CUDA 13.
-NVJPEG := nvidia-nvjpeg==13.2.3.58
+DEPS := numpy pillow tqdm fsspec webdataset ninja pytest pytest-xdist pytest-timeout
+# Optional, x86-64 wheels: nvJPEG for the GPU decode op (headers + library, matching
+# torch's CUDA 13) and DALI, a contender of fastload-bench. A failed install only
+# disables what needs them.
+OPTIONAL := nvidia-nvjpeg==13.2.3.58 nvidia-dali-cuda120==2.4.0
 NATIVE_SOURCES := $(shell find csrc -name '*.cpp' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh') setup.py
 BUILT := $(VENV)/.fastload-built
 PYTEST_ARGS ?= -n 2
@@ -22,7 +24,7 @@ $(VENV)/.deps: $(PY) Makefile
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH_PINS)
 	$(PY) -m pip install -q $(DEPS)
-	-$(PY) -m pip install -q $(NVJPEG)
+	-$(PY) -m pip install -q $(OPTIONAL)
 	touch $@
 
 # The editable install compiles fastload._C; ninja recompiles only what changed. The
