@@ -24,7 +24,7 @@ $(VENV)/.deps: $(PY) Makefile
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH_PINS)
 	$(PY) -m pip install -q $(DEPS)
-	-$(PY) -m pip install -q $(OPTIONAL)
+	for package in $(OPTIONAL); do $(PY) -m pip install -q $$package || echo "optional $$package not installed"; done
 	touch $@
 
 # The editable install compiles fastload._C; ninja recompiles only what changed. The
