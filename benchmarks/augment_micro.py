@@ -84,6 +84,16 @@ def fastload_rows(image: torch.Tensor, iters: int, rounds: int):
                 ops.crop_resize_flip_normalize_batch(packed, shapes, boxes, flips, scale, m, s, batch[i % SLOTS : i % SLOTS + 1])
 
             rows.append((f"fastload {str(dtype).replace('torch.', '')} {layout}", *measure(run, iters, rounds)))
+    # RandomResizedCrop's other extremes, float32 NCHW: a small crop (upscaled) and the
+    # largest square one (1.8x down).
+    batch = torch.empty(SLOTS, 3, *SIZE)
+    for name, box in (("130x130 crop", (100.25, 150.5, 130, 130)), ("400x400 crop", (0, 35, 400, 400))):
+        other = torch.tensor([box], dtype=torch.float32)
+
+        def run(i, other=other):
+            ops.crop_resize_flip_normalize_batch(packed, shapes, other, flips, 1 / 255, mean, std, batch[i % SLOTS : i % SLOTS + 1])
+
+        rows.append((f"fastload float32 NCHW, {name}", *measure(run, iters, rounds)))
     return rows
 
 

@@ -46,6 +46,12 @@ using augment::Axis;
 using augment::Cast;
 using augment::Taps;
 
+// The vertical pass sums at most this many rows per sweep (one sweep but for strong
+// downscaling); the ring of converted rows has at least this many slots.
+constexpr int kTapChunk = 16;
+// The ring's size cap, in floats (4 MB): reached only by strong downscaling of big images.
+constexpr int64_t kRingFloats = int64_t{1} << 20;
+
 // Per-sample plan: tap tables and buffers, all inside the caller's ResizeScratch.
 struct Plan {
   int channels, out_h, out_w;
@@ -60,11 +66,13 @@ struct Plan {
   const float* wy;    // [out_h * taps_y]
   int taps_y;
   float* row;   // vertical result, interleaved: [(span + taps_x) * C + 8], zero tail
-  // Source rows converted to float once each: a ring of taps_y rows of span * C floats,
-  // ring_row[slot] = the source row held (-1: none). The rows an output row needs are
-  // consecutive and only move forward, so taps_y slots hold them all.
+  // Source rows converted to float once each: a ring of ring_rows rows of span * C
+  // floats, ring_row[slot] = the source row held (-1: none). The rows an output row
+  // needs are consecutive and only move forward, so taps_y slots hold them all; strong
+  // downscaling caps the ring (rows then may be converted twice).
   float* ring;
   int* ring_row;
+  int ring_rows;
   int64_t ring_stride;
   float* hrow;  // horizontal result: RGBx [out_w + 1][4], or gray [out_w]
   float alpha[3], beta[3];
@@ -137,7 +145,11 @@ void build_plan(const ImageView& in, const Box& box, bool flip, float scale, con
     for (int k = 0; k < t.count; ++k)
       wy[static_cast<size_t>(y) * taps_y + k] = augment::tap_weight(ay, t.centre, t.first + k) * t.norm;
   }
-  rows_y.resize(2 * static_cast<size_t>(OH) + taps_y);
+  const int64_t ring_stride = (static_cast<int64_t>(plan.span) * C + 15) / 16 * 16;  // 64-byte steps
+  plan.ring_stride = ring_stride;
+  plan.ring_rows = static_cast<int>(std::min<int64_t>(
+      taps_y, std::max<int64_t>(kTapChunk, kRingFloats / std::max<int64_t>(ring_stride, 1))));
+  rows_y.resize(2 * static_cast<size_t>(OH) + plan.ring_rows);
   std::fill(rows_y.begin() + 2 * static_cast<size_t>(OH), rows_y.end(), -1);
   plan.rows_y = rows_y.data();
   plan.ring_row = rows_y.data() + 2 * static_cast<size_t>(OH);
@@ -149,15 +161,13 @@ void build_plan(const ImageView& in, const Box& box, bool flip, float scale, con
   const size_t row_size = static_cast<size_t>(plan.span + taps_x) * C + 8;
   auto& buffer = scratch.intermediate;
   const size_t hrow_size = (static_cast<size_t>(OW) + 1) * 4;
-  plan.ring_stride = (static_cast<int64_t>(plan.span) * C + 15) / 16 * 16;  // 64-byte steps
   buffer.assign(row_size + hrow_size, 0.0f);
-  buffer.resize(row_size + hrow_size + static_cast<size_t>(plan.ring_stride) * taps_y);
+  buffer.resize(row_size + hrow_size + static_cast<size_t>(plan.ring_stride) * plan.ring_rows);
   plan.row = buffer.data();
   plan.hrow = buffer.data() + row_size;
   plan.ring = buffer.data() + row_size + hrow_size;
 }
 
-constexpr int kTapChunk = 16;
 
 // dst[i] = src[i] as float, i < n.
 FASTLOAD_INLINE void convert_row(const uint8_t* __restrict src, int n, float* __restrict dst) {
@@ -354,7 +364,7 @@ FASTLOAD_INLINE void run_rows(const Plan& p, const ImageView& in, const OutputVi
         const int chunk = std::min(kTapChunk, count - k0);
         const float* src[kTapChunk];
         for (int k = 0; k < chunk; ++k) {
-          const int r = first + k0 + k, slot = r % p.taps_y;
+          const int r = first + k0 + k, slot = r % p.ring_rows;
           float* converted = p.ring + slot * p.ring_stride;
           if (p.ring_row[slot] != r) {
             convert_row(base + r * in.row_stride, n, converted);

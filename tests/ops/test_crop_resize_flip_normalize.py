@@ -122,6 +122,16 @@ def test_matches_reference(case, dtype, channels_last, flip, channels):
         assert out.is_contiguous()
 
 
+@pytest.mark.parametrize("channels", [3, 1])
+def test_strong_downscale_of_a_big_image(channels):
+    """~500 taps per axis: the vertical pass sums in chunks and the ring of converted rows
+    is capped (rows re-converted across output rows)."""
+    image = make_image(1500, 1400, channels, seed=5)
+    for box, size in (([0, 0, 1500, 1400], [3, 4]), ([-100.5, 20.25, 1400, 1300], [7, 5])):
+        out, want = run_op(image, box, size, True, torch.float32)
+        assert_matches(out, want, torch.float32)
+
+
 def test_identity_is_exact():
     """Box == image, out == image size: every weight is 1 or 0, so values are exact."""
     image = make_image(23, 31)
