@@ -168,7 +168,6 @@ void build_plan(const ImageView& in, const Box& box, bool flip, float scale, con
   plan.ring = buffer.data() + row_size + hrow_size;
 }
 
-
 // dst[i] = src[i] as float, i < n.
 FASTLOAD_INLINE void convert_row(const uint8_t* __restrict src, int n, float* __restrict dst) {
   for (int i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]);
