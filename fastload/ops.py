@@ -151,18 +151,43 @@ def crop_resize_flip_normalize(
 ) -> torch.Tensor:
     """Fused crop -> antialiased bilinear resize -> flip -> normalise -> cast, one image.
 
+    The resample is Pillow's BILINEAR with antialias (torch's ``interpolate(mode=
+    "bilinear", antialias=True)``) over a float box: output pixel (y, x) is centred at
+    ``top + (y + 0.5) * height / out_height`` (same for x); taps clamp to the image, not
+    the box (like PIL's ``resize(box=...)``). Semantics and design:
+    csrc/augment/README.md; plain-PyTorch twin: ``fastload.reference``.
+
     Args:
-        image: uint8 [H, W, C] (C = 1 or 3), packed pixels, any row stride.
-        box: [top, left, height, width] floats in image pixels; taps clamp to the image,
-            output pixels whose centre falls outside the image are 0 (padding).
+        image: uint8 [H, W, C] (C = 1 or 3), packed pixels, any row stride (a crop view
+            of a bigger image is fine), CPU or CUDA.
+        box: [top, left, height, width] floats in image pixels (height, width > 0);
+            output pixels whose centre falls outside the image are 0 (padding), then
+            normalised.
         size: [out_height, out_width].
         flip: mirror the output horizontally.
-        scale, mean, std: value = (v * scale - mean[c]) / std[c] with v in [0, 255].
-        dtype: uint8 (rounded, saturated), float32, float16 or bfloat16.
-        channels_last: channels-last memory for the [C, H, W] result.
+        scale, mean, std: value = (v * scale - mean[c]) / std[c] with v the resampled
+            value in [0, 255] (not rounded); mean, std: C values each.
+        dtype: uint8 (round half away from zero, saturate), float32, float16 or bfloat16
+            (round to nearest even).
+        channels_last: HWC memory (strides (1, W*C, C)) for the [C, H, W] result.
 
     Returns:
-        [C, out_height, out_width] tensor of `dtype`.
+        [C, out_height, out_width] tensor of `dtype`, on the image's device.
+
+    Raises:
+        ValueError: "fastload.crop_resize_flip_normalize: expected ..., got ...": wrong
+            dtype, channels or strides, an empty or non-finite box, mean/std lengths.
+
+    Example:
+        >>> import torch
+        >>> image = torch.arange(48, dtype=torch.uint8).reshape(4, 4, 3)
+        >>> crop_resize_flip_normalize(image, [0, 0, 4, 4], [2, 2], scale=1.0)[0]
+        tensor([[10.7143, 15.4286],
+                [29.5714, 34.2857]])
+        >>> # Centred on pixel (1, 1), symmetric taps: that pixel's RGB.
+        >>> crop_resize_flip_normalize(image, [0.5, 0.5, 2, 2], [1, 1], flip=True, scale=1.0,
+        ...                            dtype=torch.uint8).flatten().tolist()
+        [15, 16, 17]
     """
     return _ops().crop_resize_flip_normalize(
         image, [float(v) for v in box], list(size), flip, scale, list(mean), list(std), dtype, channels_last
@@ -181,16 +206,38 @@ def crop_resize_flip_normalize_batch(
 ) -> torch.Tensor:
     """Batched, in-place crop_resize_flip_normalize (CPU or CUDA, by the inputs' device).
 
+    CPU: every sample is validated before anything is written, then the samples run on
+    torch's intra-op threads. CUDA: one kernel launch for the whole batch on the current
+    stream, no sync; the contents of `shapes` and `boxes` are checked in the kernel (a
+    device-side assert, like torch's index checks).
+
     Args:
-        images: packed uint8 1-D tensor holding N HWC images.
-        shapes: int64 [N, 4]: (offset, height, width, row_stride) of each image in `images`.
-        boxes: float32 [N, 4]: (top, left, height, width).
+        images: packed uint8 1-D contiguous tensor holding N HWC images.
+        shapes: int64 [N, 4]: (offset, height, width, row_stride) of each image in
+            `images` (offset and row_stride in bytes; row_stride >= width * C).
+        boxes: float32 [N, 4]: (top, left, height, width) in each image's pixels.
         flips: bool [N].
+        scale: value = (v * scale - mean[c]) / std[c], v in [0, 255].
         mean, std: float32 [C].
-        out: [N, C, H, W] of uint8/float32/float16/bfloat16, any strides (channels_last ok).
+        out: [N, C, H, W] of uint8/float32/float16/bfloat16, any strides (channels_last,
+            a slice of a bigger batch...); C (1 or 3) is the images' channel count.
 
     Returns:
-        out.
+        out, with out[i] == crop_resize_flip_normalize(image_i, boxes[i], [H, W],
+        flips[i], scale, mean, std, out.dtype).
+
+    Example:
+        >>> import torch
+        >>> a = torch.full((4, 6, 3), 10, dtype=torch.uint8)
+        >>> b = torch.full((3, 5, 3), 200, dtype=torch.uint8)
+        >>> images = torch.cat([a.flatten(), b.flatten()])
+        >>> shapes = torch.tensor([[0, 4, 6, 18], [72, 3, 5, 15]])
+        >>> boxes = torch.tensor([[0.0, 0.0, 4.0, 6.0], [0.5, 0.5, 2.0, 4.0]])
+        >>> out = torch.empty(2, 3, 2, 2)
+        >>> _ = crop_resize_flip_normalize_batch(images, shapes, boxes, torch.tensor([False, True]),
+        ...                                      1.0, torch.zeros(3), torch.ones(3), out)
+        >>> [round(v, 4) for v in out[:, 0, 0, 0].tolist()]
+        [10.0, 200.0]
     """
     _ops().crop_resize_flip_normalize_batch(images, shapes, boxes, flips, scale, mean, std, out)
     return out
