@@ -38,6 +38,13 @@
 #else
 #define FASTLOAD_INLINE inline
 #endif
+// g++ >= 12 and clang: the 8-float horizontal pass (assembling it through memory instead
+// is 4x slower: store-forwarding stalls); older compilers take the 4-float one.
+#if defined(FASTLOAD_VECTOR_EXT) && defined(__has_builtin)
+#if __has_builtin(__builtin_shufflevector)
+#define FASTLOAD_SHUFFLEVECTOR 1
+#endif
+#endif
 
 namespace fastload {
 namespace {
@@ -230,26 +237,28 @@ FASTLOAD_INLINE void horizontal_rgb(const Plan& p) {
     const float* s0 = row + 3 * p.first_x[x];
     const float* s1 = row + 3 * p.first_x[x + 1 < p.out_w ? x + 1 : 0];
     const float* w = p.wx + static_cast<size_t>(x / 2) * K * 8;
-#if defined(FASTLOAD_VECTOR_EXT)
-    if (!WIDE) {
-      Float4 acc0 = {0, 0, 0, 0}, acc1 = {0, 0, 0, 0};
+#if defined(FASTLOAD_SHUFFLEVECTOR)
+    if (WIDE) {
+      Float8 acc = {0, 0, 0, 0, 0, 0, 0, 0};
       for (int k = 0; k < K; ++k) {
-        acc0 += load4(w + 8 * k) * load4(s0 + 3 * k);
-        acc1 += load4(w + 8 * k + 4) * load4(s1 + 3 * k);
+        // RGB of tap k (+ R of the next pixel in the spare lane) for both columns.
+        const Float8 v = __builtin_shufflevector(load4(s0 + 3 * k), load4(s1 + 3 * k), 0, 1, 2, 3, 4, 5, 6, 7);
+        Float8 weights;
+        load8(weights, w + 8 * k);
+        acc += weights * v;
       }
-      std::memcpy(out + 4 * x, &acc0, sizeof(acc0));
-      std::memcpy(out + 4 * x + 4, &acc1, sizeof(acc1));
+      std::memcpy(out + 4 * x, &acc, sizeof(acc));
       continue;
     }
-    Float8 acc = {0, 0, 0, 0, 0, 0, 0, 0};
+#endif
+#if defined(FASTLOAD_VECTOR_EXT)
+    Float4 acc0 = {0, 0, 0, 0}, acc1 = {0, 0, 0, 0};
     for (int k = 0; k < K; ++k) {
-      // RGB of tap k (+ R of the next pixel in the spare lane) for both columns.
-      const Float8 v = __builtin_shufflevector(load4(s0 + 3 * k), load4(s1 + 3 * k), 0, 1, 2, 3, 4, 5, 6, 7);
-      Float8 weights;
-      load8(weights, w + 8 * k);
-      acc += weights * v;
+      acc0 += load4(w + 8 * k) * load4(s0 + 3 * k);
+      acc1 += load4(w + 8 * k + 4) * load4(s1 + 3 * k);
     }
-    std::memcpy(out + 4 * x, &acc, sizeof(acc));
+    std::memcpy(out + 4 * x, &acc0, sizeof(acc0));
+    std::memcpy(out + 4 * x + 4, &acc1, sizeof(acc1));
 #else
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     for (int k = 0; k < K; ++k)
