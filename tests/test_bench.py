@@ -228,6 +228,21 @@ def test_scaling_compares_one_worker_with_many(monkeypatch):
     table = report.format_table(rows, micro.SCALING_COLUMNS)
     assert "1.87x" in table.splitlines()[2]
 
+    # Repeats alternate 1 and N workers and keep the fastest run of each.
+    seen.clear()
+    speeds = iter([90.0, 150.0, 100.0, 120.0])
+    monkeypatch.setattr(measure, "run_in_subprocess", lambda config, timeout, forward_stderr: (
+        seen.append(config.workers) or {"status": "ok", "images_per_s": next(speeds), "path": "p", "others_cpu_pct": 0.0}))
+    (row,) = micro.scaling_benchmark(["baseline"], {"root": "/x"}, 2, 60, progress=False, repeat=2)
+    assert seen == [1, 2, 1, 2] and row["one"] == 100.0 and row["many"] == 150.0
+
+
+def test_best_run_keeps_the_fastest_success():
+    runs = [{"status": "ok", "images_per_s": 10.0}, {"status": "failed", "reason": "x"}, {"status": "ok", "images_per_s": 30.0}]
+    best = report.best_run(runs)
+    assert best["images_per_s"] == 30.0 and best["runs_images_per_s"] == [10.0, None, 30.0]
+    assert report.best_run([{"status": "failed", "reason": "x"}])["status"] == "failed"
+
 
 def test_a_failing_contender_is_a_row(tmp_path, monkeypatch):
     class Broken(registry.Contender):

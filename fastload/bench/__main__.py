@@ -33,6 +33,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--classes", type=int, default=10, help="classes to generate without --data (10)")
     p.add_argument("--seed", type=int, default=0, help="seed of the generated data and of the loaders (0)")
     p.add_argument("--images", type=int, default=1536, help="images timed per contender, after warm-up (1536)")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="runs per contender, round-robin; the table keeps each one's fastest (1)")
     p.add_argument("--warmup-batches", type=int, default=1, help="batches taken before timing (1)")
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
@@ -62,7 +64,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     for suite in args.suite:
         if suite not in SUITES:
             p.error(f"unknown suite {suite!r}: expected one of {', '.join(SUITES)}")
-    for name in ("images", "batch_size", "warmup_batches", "dataset_images", "classes", "decode_images", "shards"):
+    for name in ("images", "repeat", "batch_size", "warmup_batches", "dataset_images", "classes", "decode_images", "shards"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.workers < 0:
@@ -100,15 +102,23 @@ def main(argv: Optional[List[str]] = None) -> int:
     record = {"machine": machine, "data": vars(bench_data), "args": {k: v for k, v in vars(args).items()}}
 
     if "main" in args.suite:
-        rows = []
-        for pipeline in pipelines:
-            for name in args.contenders:
-                rows.append(_measure(name, dict(base, pipeline=pipeline, shards=shards), args))
+        # Repeats go round-robin over every contender, so a burst of load from other
+        # processes hits one run of several contenders rather than every run of one.
+        runs = {}
+        for repeat in range(args.repeat):
+            if args.repeat > 1:
+                _say(f"round {repeat + 1} of {args.repeat}")
+            for pipeline in pipelines:
+                for name in args.contenders:
+                    result = _measure(name, dict(base, pipeline=pipeline, shards=shards), args)
+                    runs.setdefault((pipeline, name), []).append(result)
+        rows = [report.best_run(r) for r in runs.values()]
         report.add_ratios(rows)
         record["results"] = rows
         _say()
         _say(f"batch {args.batch_size}, {args.workers} workers/threads, {args.images} timed images after "
-             f"{args.warmup_batches} warm-up batch(es), float32 output; peak memory summed over the process tree")
+             f"{args.warmup_batches} warm-up batch(es), float32 output; peak memory summed over the process tree"
+             + (f"; best of {args.repeat} runs" if args.repeat > 1 else ""))
         _say(report.format_table(rows))
         noisy = [r for r in rows if r.get("others_cpu_pct", 0) > report.NOISY_OTHERS_PCT]
         if noisy:
@@ -126,7 +136,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         workers = max(2, args.workers)
         rows = micro.scaling_benchmark(
             args.scaling_contenders, dict(base, pipeline=pipelines[0]), workers, args.timeout,
-            progress=not args.no_progress,
+            progress=not args.no_progress, repeat=args.repeat,
         )
         record["scaling"] = rows
         _say()
