@@ -624,12 +624,7 @@ class DataLoader(torch.utils.data.DataLoader):
         Args:
             reset: start counting afresh after returning the numbers.
         """
-        native = None
-        if self._runner is not None:
-            try:
-                native = self._runner.stats()
-            except NotImplementedError:
-                native = None
+        native = self._runner.stats(reset=reset) if self._runner is not None else None
         out = self._stats.as_dict(self._path, native)
         if reset:
             self._stats.reset()

@@ -275,9 +275,13 @@ class NativeRunner:
         self._stats["pil_fallback"] += 1
         return self._run_one(slot, sample, out, epoch, predecoded=image)
 
-    def stats(self) -> Dict[str, Any]:
-        """Counters: images, batches, skipped, pil_fallback; engine and wait seconds."""
-        return dict(self._stats, threads=self.num_threads)
+    def stats(self, reset: bool = False) -> Dict[str, Any]:
+        """Counters: images, batches, skipped, pil_fallback, gpu_cpu_fallback; engine and
+        wait seconds; `reset` starts them afresh after returning them."""
+        out = dict(self._stats, threads=self.num_threads)
+        if reset:
+            self._stats.update({key: type(value)() for key, value in self._stats.items()})
+        return out
 
     def close(self) -> None:
         self._engine.close()

@@ -132,7 +132,8 @@ class LoaderStats:
             epochs=self.epochs,
             batches=self.batches,
             samples=self.samples,
-            skipped=self.skipped,
+            # The native engine replaces bad samples itself and counts them there.
+            skipped=self.skipped + (native or {}).get("skipped", 0),
             **{f"{stage}_s": self.times[stage] for stage in STAGES},
             first_batch_s=self.first_batch_s,
             loop_s=self.loop_s,

@@ -389,7 +389,7 @@ class FakeRunner:
         self.calls.append(("result", ticket, len(self.pending)))
         return torch.utils.data.default_collate([self.dataset[i] for i in self.pending.pop(ticket)])
 
-    def stats(self):
+    def stats(self, reset=False):
         return {"decoded": sum(1 for c in self.calls if c[0] == "submit")}
 
     def close(self):

@@ -187,6 +187,11 @@ def test_bad_input_skip_keeps_batch_size_and_counts(bad_folder):
     assert torch.equal(images[1], images[4]) and torch.equal(images[0], images[4])
     runner.close()
 
+    loader = fastload.DataLoader(dataset, batch_size=3, on_error="skip")
+    assert [len(labels) for _, labels in loader] == [3, 2]
+    # Batch [0, 1, 2] meets bad files 1, 2, 3 (as replacements); batch [3, 4] meets 3 again.
+    assert loader.stats(reset=True)["skipped"] == 4 and loader.stats()["skipped"] == 0
+
 
 def test_decompression_bomb_limit(tmp_path):
     (tmp_path / "a").mkdir()
