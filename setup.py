@@ -86,8 +86,9 @@ def find_libjpeg():
     return include_dirs, library_dirs, ["jpeg"], version
 
 
-def find_nvjpeg(cuda_home):
-    """Returns (include_dir, library_dir, library_file) of nvJPEG, or None."""
+def find_nvjpeg(cuda_home, cuda_major):
+    """Returns (include_dir, library_dir, library_file) of an nvJPEG built for CUDA
+    `cuda_major` (other wheels, e.g. DALI's CUDA 12 one, may sit beside it), or None."""
     prefixes = []
     if os.environ.get("FASTLOAD_NVJPEG_PREFIX"):
         prefixes.append(os.environ["FASTLOAD_NVJPEG_PREFIX"])
@@ -103,7 +104,7 @@ def find_nvjpeg(cuda_home):
     for prefix in prefixes:
         header = os.path.join(prefix, "include", "nvjpeg.h")
         for libdir in (os.path.join(prefix, "lib64"), os.path.join(prefix, "lib")):
-            libs = sorted(glob.glob(os.path.join(libdir, "libnvjpeg.so*")))
+            libs = sorted(glob.glob(os.path.join(libdir, f"libnvjpeg.so.{cuda_major}*")))
             if os.path.exists(header) and libs:
                 return os.path.dirname(header), libdir, os.path.basename(libs[0])
     return None
@@ -158,7 +159,7 @@ def extensions():
         define_macros.append(("FASTLOAD_WITH_CUDA", "1"))
         os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;9.0+PTX")
         log(f"TORCH_CUDA_ARCH_LIST={os.environ['TORCH_CUDA_ARCH_LIST']}")
-        nvjpeg = find_nvjpeg(cuda_home)
+        nvjpeg = find_nvjpeg(cuda_home, torch.version.cuda.split(".")[0])
         if nvjpeg:
             nvjpeg_include, nvjpeg_libdir, nvjpeg_lib = nvjpeg
             include_dirs.append(nvjpeg_include)
