@@ -32,6 +32,7 @@ _LAZY = {
     "FileList": ("fastload.source.folder", "FileList"),
     "TarShards": ("fastload.source.tar", "TarShards"),
     "write_shards": ("fastload.source.write", "write_shards"),
+    "TarShardError": ("fastload.source.tar", "TarShardError"),
     "NativeDataset": ("fastload.source.base", "NativeDataset"),
 }
 
