@@ -65,6 +65,7 @@ from torch.utils.data.dataloader import _DatasetKind
 from torch.utils.data.datapipes.datapipe import IterDataPipe, MapDataPipe
 
 from fastload.native import DECODE_ON as _DECODE_ON, select_path
+from fastload.source.base import NativeDataset
 from fastload.source import sampling
 from fastload.stats import LoaderStats, Stats
 
@@ -742,6 +743,10 @@ class DataLoader(torch.utils.data.DataLoader):
             source: Iterator[Tuple[Any, Any]] = _NativeSource(
                 self._runner, iter(_OrderBatches(self)), epoch, depth)
         else:
+            if isinstance(self._user_dataset, NativeDataset):
+                # A native dataset on the generic path draws the same parameters as the
+                # native path would (workers get this copy when their iterator starts).
+                self._user_dataset.set_epoch(epoch)
             source = _TorchSource(iter(self._inner_loader()), self._stats)
 
         from fastload.transfer import DevicePrefetcher, make_convert

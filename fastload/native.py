@@ -369,8 +369,13 @@ def select_path(
         return None, f"generic: {error}"
     if not _ext.has_ops():
         return None, "generic: fastload._C is not built (make build)"
-    # None: like torch's own augmentation randomness, from the global generator.
-    plan.seed = int(torch.empty((), dtype=torch.int64).random_().item()) if seed is None else int(seed)
+    if seed is None:
+        # A native dataset carries its own seed (reproducible by default, and the one its
+        # generic twin uses); else like torch's own augmentation randomness, from the
+        # global generator.
+        dataset_seed = getattr(dataset, "seed", None)
+        seed = dataset_seed if isinstance(dataset_seed, int) else int(torch.empty((), dtype=torch.int64).random_().item())
+    plan.seed = int(seed)
     plan.exact = bool(exact or getattr(dataset, "exact", False))
     decode_on, why = _resolve_decode_on(decode_on, device)
     runner = NativeRunner(index, plan, num_threads=max(1, num_workers), pin_memory=pin_memory,

@@ -301,3 +301,24 @@ def test_loader_exact_option_reaches_the_engine(tmp_path):
     exact = next(iter(fastload.DataLoader(dataset, batch_size=1, exact=True)))[0]
     (expected, _), _ = run(dataset, [0], exact=True)
     assert torch.equal(exact, expected) and not torch.equal(scaled, exact)
+
+
+def test_generic_twin_of_a_native_dataset_gives_the_native_batches(folder):
+    """accelerate=False runs dataset[i] (PIL + reference) with the epoch and the seed the
+    native path uses: the same batches, to float rounding."""
+    dataset = fastload.ImageFolder(folder, ops=[ops.RandomResizedCrop(24), ops.RandomHorizontalFlip(),
+                                                ops.Normalize(MEAN, STD)], seed=11)
+
+    def epochs(accelerate):
+        loader = fastload.DataLoader(dataset, batch_size=4, accelerate=accelerate, exact=True)
+        assert loader.path.startswith("native" if accelerate else "generic")
+        out = []
+        for epoch in range(2):
+            loader.set_epoch(epoch)
+            out.append(list(loader))
+        return out
+
+    for native_epoch, generic_epoch in zip(epochs("auto"), epochs(False)):
+        for (images, labels), (twin_images, twin_labels) in zip(native_epoch, generic_epoch):
+            torch.testing.assert_close(twin_images, images, atol=FLOAT_ATOL, rtol=0)
+            assert torch.equal(twin_labels, labels)
