@@ -437,9 +437,10 @@ class DataLoader(torch.utils.data.DataLoader):
         uneven: when the dataset does not split evenly across ranks: "pad", "drop" or
             "exact" (see fastload.source.sampling).
         seed: base seed of the distributed permutation (None: 0, so that every rank
-            agrees) and of the native path's random augmentation (None: drawn from torch's
-            global generator at construction, without advancing it, so torch.manual_seed
-            makes it reproducible; saved in state_dict()).
+            agrees) and of the native path's random augmentation (None: a fastload dataset's
+            own `seed`; for other datasets drawn from torch's global generator at
+            construction, without advancing it, so torch.manual_seed makes it
+            reproducible; saved in state_dict()).
         exact: native path only: never decode at a reduced DCT scale, so outputs follow a
             full decode to within rounding (default False: decode the crop window at the
             largest 1/2, 1/4, 1/8 scale that still covers the output, much faster on large
