@@ -338,6 +338,15 @@ class _NativeSource:
         self.position += 1
         return self._runner.result(ticket), (samples, self.position)
 
+    def close(self) -> None:
+        """Releases the batches still in flight (a `break` out of the epoch)."""
+        self._done = True
+        while self._tickets:
+            self._runner.discard(self._tickets.popleft()[0])
+
+    def __del__(self):
+        self.close()
+
 
 class _HostConvert:
     """dtype/memory_format on the CPU, for device=None or "cpu"."""

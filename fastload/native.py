@@ -150,6 +150,14 @@ class NativeRunner:
         stats["wait_seconds"] += finished - started
         return [out, self._labels[samples]]
 
+    def discard(self, ticket: int) -> None:
+        """Drops a submitted batch nobody will take (an abandoned epoch), so that its
+        engine job and output buffer are released."""
+        with self._lock:
+            self._pending.pop(ticket, None)
+        if ticket >= 0:  # an engine job (the nvJPEG mode does its work in result())
+            self._engine.wait(ticket)
+
     def _device_stream(self):
         return torch.cuda.stream(self._stream) if self._stream is not None else contextlib.nullcontext()
 
@@ -160,6 +168,12 @@ class NativeRunner:
         from fastload import ops
 
         device, plan = self.device, self.plan
+        if self._stream is not None:
+            # Inputs already on the device (nvJPEG's images) were made on the current stream.
+            self._stream.wait_stream(torch.cuda.current_stream(device))
+            for tensor in (packed, shapes, boxes, flips):
+                if tensor.device.type == "cuda":
+                    tensor.record_stream(self._stream)
         with self._device_stream():
             out = torch.empty((len(shapes), plan.channels, *plan.out_size), dtype=plan.dtype, device=device,
                               memory_format=self.memory_format)

@@ -379,6 +379,10 @@ class FakeRunner:
     def set_seed(self, seed):
         self.plan.seed = seed
 
+    def discard(self, ticket):
+        self.calls.append(("discard", ticket))
+        self.pending.pop(ticket)
+
     def submit(self, indices, epoch):
         ticket = len(self.calls)
         self.calls.append(("submit", list(indices), epoch))

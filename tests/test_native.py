@@ -322,3 +322,14 @@ def test_generic_twin_of_a_native_dataset_gives_the_native_batches(folder):
         for (images, labels), (twin_images, twin_labels) in zip(native_epoch, generic_epoch):
             torch.testing.assert_close(twin_images, images, atol=FLOAT_ATOL, rtol=0)
             assert torch.equal(twin_labels, labels)
+
+
+def test_breaking_out_of_an_epoch_releases_the_batches_in_flight(folder):
+    dataset = fastload.ImageFolder(folder, ops=TRAIN)
+    loader = fastload.DataLoader(dataset, batch_size=2, num_workers=2, prefetch_factor=2)
+    for epoch in range(3):
+        for _ in loader:
+            break  # 4 batches were submitted ahead
+    runner = loader._runner
+    assert runner._pending == {}  # nothing left holding engine jobs or output buffers
+    assert len(list(loader)) == len(loader)

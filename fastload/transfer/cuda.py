@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional, Tuple
 
 import torch
 
-from fastload.transfer.tree import tree_map
+from fastload.transfer.tree import tree_map, tree_tensors
 
 
 class _CopyEvents:
@@ -65,6 +65,10 @@ class CudaTransport:
             return convert(out) if convert is not None else out
 
         with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
+            if any(t.device == self.device for t in tree_tensors(batch)):
+                # Tensors made on the device (the native GPU paths) were produced on the
+                # current stream: convert them only once it got there.
+                self.stream.wait_stream(torch.cuda.current_stream(self.device))
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
             start.record(self.stream)
