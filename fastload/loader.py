@@ -708,8 +708,10 @@ class DataLoader(torch.utils.data.DataLoader):
         self._resume = None
         if self._order is not None and order_state is not None:
             self._order.load_state_dict(order_state)
-            if len(self._order) == 0 and consumed == 0:
-                self._order.set_epoch(epoch)  # a finished epoch: start the next one afresh
+            if consumed == 0:
+                # The start of an epoch (a finished one's successor, or nothing consumed
+                # yet): nothing to skip; a user's sampler gets that epoch too.
+                self._order.set_epoch(epoch)
             else:
                 self._resume = (epoch, consumed)
         self._pending_epoch = epoch
