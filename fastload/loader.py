@@ -82,6 +82,8 @@ _PREFIX = "fastload.DataLoader"
 def _add_note(error: BaseException, note: str) -> None:
     if hasattr(error, "add_note"):  # Python >= 3.11; the note travels in the traceback text
         error.add_note(note)
+    elif error.args and isinstance(error.args[0], str):  # older Pythons: into the message
+        error.args = (f"{error.args[0]} ({note})",) + error.args[1:]
 
 
 class _Skipped:
@@ -584,6 +586,12 @@ class DataLoader(torch.utils.data.DataLoader):
             else:
                 reason = "generic: the dataset has no __len__ (order left to torch)"
 
+        if distributed is True and self._order is None and not self._user_sampler:
+            raise ValueError(
+                f"{_PREFIX}: expected a map-style dataset with __len__ and automatic batching for "
+                f"distributed=True, got {reason.split(': ', 1)[1]}. Shard such data yourself (e.g. "
+                "by rank in the dataset's __iter__), or pass distributed='auto' or False.")
+
         # The path: native when the dataset can run on the C++ engine.
         self._runner: Any = None
         if reason is None and accelerate is False:
@@ -757,8 +765,12 @@ class DataLoader(torch.utils.data.DataLoader):
         else:
             if isinstance(self._user_dataset, NativeDataset):
                 # A native dataset on the generic path draws the same parameters as the
-                # native path would (workers get this copy when their iterator starts).
+                # native path would (workers get this copy when their iterator starts;
+                # persistent workers keep their first copy: give such loaders a seed per
+                # run instead, or use the native path).
                 self._user_dataset.set_epoch(epoch)
+                if self.seed is not None:
+                    self._user_dataset.seed = self.seed
             source = _TorchSource(iter(self._inner_loader()), self._stats)
 
         from fastload.transfer import DevicePrefetcher, make_convert

@@ -338,8 +338,9 @@ def native_pipeline(dataset: Any, *, dtype: Optional[torch.dtype], seed: int) ->
             raise UnsupportedPipeline(str(error)) from None
         origin = f"torchvision {type(dataset).__name__}"
     plan = build_plan(specs, seed=seed)
-    if dtype is not None and plan.dtype.is_floating_point:
+    if dtype in (torch.float32, torch.float16, torch.bfloat16) and plan.dtype.is_floating_point:
         plan.dtype = dtype  # e.g. bfloat16 for AMP, written directly by the kernel
+    # (other dtypes, e.g. float64, are converted after the batch, as on the generic path)
     return index, plan, f"native: {origin} [{plan.description}]"
 
 

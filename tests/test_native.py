@@ -333,3 +333,21 @@ def test_breaking_out_of_an_epoch_releases_the_batches_in_flight(folder):
     runner = loader._runner
     assert runner._pending == {}  # nothing left holding engine jobs or output buffers
     assert len(list(loader)) == len(loader)
+
+
+def test_dtypes_the_engine_cannot_write_fall_back_or_convert(folder):
+    transform = v2.Compose([v2.CenterCrop(8), v2.ToImage(), v2.ToDtype(torch.float64, scale=True)])
+    loader = fastload.DataLoader(torchvision.datasets.ImageFolder(folder, transform=transform), batch_size=4)
+    assert "float64" in loader.path and next(iter(loader))[0].dtype == torch.float64
+    dataset = fastload.ImageFolder(folder, ops=[ops.CenterCrop(8), ops.Normalize(MEAN, STD)])
+    loader = fastload.DataLoader(dataset, batch_size=4, dtype=torch.float64)
+    assert loader.path.startswith("native") and next(iter(loader))[0].dtype == torch.float64
+
+
+def test_distributed_true_refuses_data_it_cannot_shard():
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(range(4))
+
+    with pytest.raises(ValueError, match="distributed=True.*IterableDataset"):
+        fastload.DataLoader(Stream(), batch_size=2, distributed=True)

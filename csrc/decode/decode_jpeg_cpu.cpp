@@ -9,6 +9,7 @@
 #include <cstdio>  // jpeglib.h needs FILE and size_t declared first
 #include <cstring>
 #include <jpeglib.h>
+#include <jerror.h>  // JWRN_* warning codes
 
 #include <algorithm>
 #include <memory>
@@ -53,11 +54,23 @@ extern "C" void on_error_exit(j_common_ptr cinfo) {
 }
 
 // msg_level -1 is a warning: corrupt entropy data, premature end of file (libjpeg then
-// pads with grey), extraneous bytes, bogus progression... Every one of them means the
-// pixels are not what the file was meant to hold, so all are errors here: a training
-// sample must never silently be half grey. Levels >= 0 are trace messages: ignored.
+// pads with grey), bogus progression... Those mean the pixels are not what the file was
+// meant to hold, so they are errors here: a training sample must never silently be half
+// grey. A few warnings leave the pixels intact (junk bytes between markers, an unknown
+// JFIF revision or Adobe transform code, a bad ICC marker); Pillow, hence torchvision,
+// loads such files, and so do we. Levels >= 0 are trace messages: ignored.
 extern "C" void on_emit_message(j_common_ptr cinfo, int msg_level) {
-  if (msg_level < 0) on_error_exit(cinfo);
+  if (msg_level >= 0) return;
+  switch (cinfo->err->msg_code) {
+    case JWRN_EXTRANEOUS_DATA:
+    case JWRN_JFIF_MAJOR:
+    case JWRN_ADOBE_XFORM:
+    case JWRN_BOGUS_ICC:
+      cinfo->err->num_warnings++;
+      return;
+    default:
+      on_error_exit(cinfo);
+  }
 }
 
 extern "C" void on_progress(j_common_ptr cinfo) {

@@ -233,8 +233,15 @@ std::tuple<std::vector<at::Tensor>, at::Tensor> decode_with_nvjpeg(at::TensorLis
     // nvJPEG does not say which sample it rejected: the CPU decodes the whole batch.
     for (size_t i : gpu_index) fallback[i] = true;
   }
-  for (size_t i = 0; i < n; ++i) {
-    if (fallback[i]) outputs[i] = decode_on_cpu(datas[i], channels, i, target);
+  try {
+    for (size_t i = 0; i < n; ++i) {
+      if (fallback[i]) outputs[i] = decode_on_cpu(datas[i], channels, i, target);
+    }
+  } catch (...) {
+    // The GPU decode of the others may still be running into nvJPEG's staging buffers,
+    // which the next call reuses: let it finish before the error leaves.
+    cudaStreamSynchronize(stream);
+    throw;
   }
   // nvJPEG reuses its pinned staging buffers on the next call with this state: wait for
   // this batch on our stream only (no device-wide synchronisation).

@@ -7,6 +7,7 @@
 #include "engine/batch.h"
 
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
 #include <fcntl.h>
 #include <pybind11/stl.h>
 #include <sys/stat.h>
@@ -244,6 +245,14 @@ Plan plan_from_config(const py::dict& config) {
                        plan.std.size(), " for ", plan.channels, " channels.");
   FASTLOAD_CHECK_VALUE(plan.out_height > 0 && plan.out_width > 0, op, "expected a positive output size, got ",
                        plan.out_height, "x", plan.out_width, ".");
+  FASTLOAD_CHECK_VALUE(std::isfinite(plan.scale_min) && std::isfinite(plan.scale_max) && 0 <= plan.scale_min &&
+                           plan.scale_min <= plan.scale_max && std::isfinite(plan.ratio_min) &&
+                           std::isfinite(plan.ratio_max) && 0 < plan.ratio_min && plan.ratio_min <= plan.ratio_max,
+                       op, "expected finite 0 <= scale_min <= scale_max and 0 < ratio_min <= ratio_max, got scale (",
+                       plan.scale_min, ", ", plan.scale_max, "), ratio (", plan.ratio_min, ", ", plan.ratio_max, ").");
+  FASTLOAD_CHECK_VALUE((plan.resize_height > 0) == (plan.resize_width > 0), op,
+                       "expected both or neither of resize_height and resize_width, got ", plan.resize_height,
+                       " and ", plan.resize_width, ".");
   return plan;
 }
 
@@ -341,6 +350,23 @@ class BatchEngine {
     }
     FASTLOAD_CHECK_VALUE(path_bytes.scalar_type() == at::kByte && path_bytes.is_contiguous(),
                          "BatchEngine.set_index", "expected path bytes as contiguous uint8.");
+    const char* op = "BatchEngine.set_index";
+    const int64_t n = file_ids.numel();
+    FASTLOAD_CHECK_VALUE(offsets.numel() == n && sizes.numel() == n, op,
+                         "expected file_ids, offsets and sizes of one length, got ", n, ", ",
+                         offsets.numel(), " and ", sizes.numel(), ".");
+    const int64_t files = path_offsets.numel() - 1;
+    FASTLOAD_CHECK_VALUE(files >= 0 && (n == 0 || (file_ids.min().item<int64_t>() >= 0 &&
+                                                    file_ids.max().item<int64_t>() < files)),
+                         op, "expected file ids in [0, ", files, "). The sample index is corrupt: rebuild it.");
+    FASTLOAD_CHECK_VALUE(files < 0 || (path_offsets.diff().min().item<int64_t>() >= 0 &&
+                                       path_offsets[0].item<int64_t>() >= 0 &&
+                                       path_offsets[files].item<int64_t>() <= path_bytes.numel()) ||
+                             files == 0,
+                         op, "expected increasing path offsets within the path bytes. The sample index is corrupt: rebuild it.");
+    for (const auto* t : {&path_bytes, &path_offsets, &file_ids, &offsets, &sizes}) {
+      FASTLOAD_CHECK_VALUE(t->device().is_cpu(), op, "expected CPU arrays, got one on ", t->device(), ".");
+    }
     auto index = std::make_shared<Index>();
     *index = Index{path_bytes, path_offsets, file_ids, offsets, sizes};
     index_ = std::move(index);
@@ -354,6 +380,9 @@ class BatchEngine {
                          op, "expected out of shape [", batch, ", ", plan_->channels, ", ",
                          plan_->out_height, ", ", plan_->out_width, "] on the CPU, got ", out.sizes(),
                          " on ", out.device(), ".");
+    FASTLOAD_CHECK_VALUE(at::has_internal_overlap(out) != at::MemOverlap::Yes, op,
+                         "expected an out tensor whose elements do not overlap (threads write it "
+                         "concurrently), got strides ", out.strides(), ". Pass a fresh tensor.");
     const auto dtype = out.scalar_type();
     FASTLOAD_CHECK_VALUE(dtype == at::kByte || dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16,
                          op, "expected out of dtype uint8, float32, float16 or bfloat16, got ", dtype, ".");
@@ -371,8 +400,9 @@ class BatchEngine {
     FASTLOAD_CHECK(plan_ != nullptr, op, "expected set_plan() before submit().");
     FASTLOAD_CHECK(index_ != nullptr || predecoded.size() == static_cast<size_t>(samples.numel()),
                    op, "expected set_index() before submit().");
-    FASTLOAD_CHECK_VALUE(samples.dim() == 1 && samples.scalar_type() == at::kLong, op,
-                         "expected samples as 1-D int64, got ", samples.sizes(), " ", samples.scalar_type(), ".");
+    FASTLOAD_CHECK_VALUE(samples.dim() == 1 && samples.scalar_type() == at::kLong && samples.device().is_cpu(), op,
+                         "expected samples as 1-D int64 on the CPU, got ", samples.sizes(), " ",
+                         samples.scalar_type(), " on ", samples.device(), ".");
     if (out.has_value()) check_output(*out, samples.size(0));
     auto job = std::make_shared<Job>();
     job->index = index_;
@@ -386,8 +416,9 @@ class BatchEngine {
       }
     }
     for (const auto& [slot, image] : predecoded) {
-      FASTLOAD_CHECK_VALUE(0 <= slot && slot < samples.size(0) && image.dim() == 3 &&
-                               image.scalar_type() == at::kByte && image.size(2) == plan_->channels,
+      FASTLOAD_CHECK_VALUE(0 <= slot && slot < samples.size(0) && image.dim() == 3 && image.device().is_cpu() &&
+                               image.scalar_type() == at::kByte && image.size(2) == plan_->channels &&
+                               image.size(0) > 0 && image.size(1) > 0,
                            op, "expected predecoded images as uint8 [H, W, ", plan_->channels, "].");
       job->predecoded.emplace(slot, image.contiguous());
     }
@@ -440,16 +471,22 @@ class BatchEngine {
       }
       if (!job->out.defined()) pack_windows(*job, packed, shapes, boxes, flips);
     }
+    // Drop the job's Python-made tensors here, with the GIL: a worker may hold the last
+    // reference to the job a moment longer, and must not free them.
+    job->predecoded.clear();
+    const at::Tensor out = std::move(job->out);
+    job->out = at::Tensor();
     const int64_t batch = static_cast<int64_t>(job->status.size());
     auto status = at::from_blob(job->status.data(), {batch}, at::kInt).clone();
-    if (job->out.defined()) return py::make_tuple(status, job->message);
+    if (out.defined()) return py::make_tuple(status, job->message);
     return py::make_tuple(status, job->message, packed, shapes, boxes, flips);
   }
 
   // The encoded bytes of samples (for decoders that run elsewhere, e.g. nvJPEG), read
   // on the calling thread with the GIL released; a failed read gives an empty tensor.
   std::pair<std::vector<at::Tensor>, std::vector<std::string>> read_samples(const at::Tensor& samples) {
-    FASTLOAD_CHECK(index_ != nullptr, "BatchEngine.read_samples", "expected set_index() first.");
+    const std::shared_ptr<const Index> index = index_;  // kept alive while the GIL is released
+    FASTLOAD_CHECK(index != nullptr, "BatchEngine.read_samples", "expected set_index() first.");
     const auto samples_c = samples.to(at::kLong).contiguous();
     const int64_t n = samples_c.numel();
     std::vector<at::Tensor> datas(static_cast<size_t>(n));
@@ -459,10 +496,10 @@ class BatchEngine {
     for (int64_t i = 0; i < n; ++i) {
       const int64_t sample = samples_c.data_ptr<int64_t>()[i];
       try {
-        FASTLOAD_CHECK_VALUE(0 <= sample && sample < index_->file_ids.numel(), "BatchEngine.read_samples",
+        FASTLOAD_CHECK_VALUE(0 <= sample && sample < index->file_ids.numel(), "BatchEngine.read_samples",
                              "sample ", sample, " out of range.");
-        read_file(index_->path(sample), index_->offsets.data_ptr<int64_t>()[sample],
-                  index_->sizes.data_ptr<int64_t>()[sample], bytes);
+        read_file(index->path(sample), index->offsets.data_ptr<int64_t>()[sample],
+                  index->sizes.data_ptr<int64_t>()[sample], bytes);
         datas[i] = at::empty({static_cast<int64_t>(bytes.size())}, at::kByte);
         std::memcpy(datas[i].data_ptr<uint8_t>(), bytes.data(), bytes.size());
       } catch (const std::exception& error) {

@@ -65,10 +65,14 @@ def convert_transform(transform: Any) -> List[Any]:
     if _is_torchvision(transform, "PILToTensor", "ToImage", "ToPureTensor"):
         return []  # uint8 CHW tensors are what the native pipeline produces
     if _is_torchvision(transform, "ConvertImageDtype"):
+        if transform.dtype not in (torch.uint8, torch.float32, torch.float16, torch.bfloat16):
+            raise NotConvertible(f"{transform} outputs {transform.dtype} (native: uint8, float32, float16, bfloat16)")
         return [specs.ToDtype(transform.dtype, scale=True)]
     if _is_torchvision(transform, "ToDtype"):
         if isinstance(transform.dtype, dict):
             raise NotConvertible(f"{transform} converts per tv_tensor type (a dict of dtypes)")
+        if transform.dtype not in (torch.uint8, torch.float32, torch.float16, torch.bfloat16):
+            raise NotConvertible(f"{transform} outputs {transform.dtype} (native: uint8, float32, float16, bfloat16)")
         return [specs.ToDtype(transform.dtype, scale=bool(transform.scale))]
     if _is_torchvision(transform, "Normalize"):
         return [specs.Normalize(transform.mean, transform.std)]

@@ -436,3 +436,16 @@ def test_decode_jpeg_cuda_matches_cpu_decode():
     bad = js.as_tensor(GOOD[: len(GOOD) // 2])
     with pytest.raises(RuntimeError, match=r"fastload\.decode_jpeg_cuda: sample 1: .*Premature end of JPEG file"):
         ops.decode_jpeg_cuda([datas[0], bad])
+
+
+def test_junk_between_markers_decodes_like_pil():
+    """libjpeg warns about extraneous bytes before a marker but the pixels are intact;
+    Pillow (so torchvision) loads such files, and so must the native path."""
+    clean = io.BytesIO()
+    Image.fromarray(js.photo(24, 32, 3)).save(clean, "JPEG", quality=90)
+    data = clean.getvalue()
+    dqt = data.index(b"\xff\xdb")  # the first quantisation table marker
+    junk = data[:dqt] + b"\x00\x13\x37" + data[dqt:]
+    expected = np.asarray(Image.open(io.BytesIO(junk)).convert("RGB"))
+    decoded = ops.decode_jpeg(torch.frombuffer(bytearray(junk), dtype=torch.uint8))
+    assert np.array_equal(decoded.numpy(), expected)
