@@ -82,6 +82,8 @@ def find_libjpeg():
     if match is None:
         sys.exit(f"error: {jconfig} is plain libjpeg, not libjpeg-turbo (no crop/skip scanline API). {JPEG_HELP}")
     version = match.group(1)
+    if tuple(int(part) for part in re.findall(r"\d+", version)[:2]) < (1, 5):
+        sys.exit(f"error: libjpeg-turbo {version} is too old (the crop/skip scanline API needs >= 1.5). {JPEG_HELP}")
     log(f"libjpeg-turbo {version} from {origin} ({jconfig})")
     return include_dirs, library_dirs, ["jpeg"], version
 
@@ -183,7 +185,8 @@ def extensions():
             libraries=libraries,
             define_macros=define_macros,
             extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags},
-            extra_link_args=extra_link_args,
+            # The libjpeg found at build time is the one loaded at run time.
+            extra_link_args=extra_link_args + [f"-Wl,-rpath,{d}" for d in library_dirs],
         )
     ]
 

@@ -259,15 +259,16 @@ class _WorkerInit:
 class _Pass:
     """Bookkeeping of one iteration (epoch pass), for state_dict()."""
 
-    __slots__ = ("epoch", "offset", "delivered", "total", "finished", "set_epoch")
+    __slots__ = ("epoch", "offset", "delivered", "total", "finished", "set_epoch", "resumed_from")
 
-    def __init__(self, epoch: int, offset: int, set_epoch: Optional[int]):
+    def __init__(self, epoch: int, offset: int, set_epoch: Optional[int], resumed_from: Optional[dict] = None):
         self.epoch = epoch
         self.offset = offset  # batches of this epoch consumed before a resume
         self.delivered = 0  # order positions delivered by __next__ in this pass
         self.total: Optional[int] = None  # batches this pass yields, once known
         self.finished = False
         self.set_epoch = set_epoch  # epoch to select in the order when the pass starts
+        self.resumed_from = resumed_from  # the loaded state this pass continues, if any
 
 
 class _OrderBatches:
@@ -295,9 +296,10 @@ class _OrderBatches:
 class _TorchSource:
     """(batch, (samples, position)) from torch's iterator; records the worker timings."""
 
-    def __init__(self, torch_iter: Iterator[Any], stats: LoaderStats):
+    def __init__(self, torch_iter: Iterator[Any], stats: LoaderStats, keep_batch_count: bool = False):
         self._it = torch_iter
         self._stats = stats
+        self._keep_batch_count = keep_batch_count  # DDP: every rank must yield as many batches
         self.position = 0
 
     def __iter__(self) -> "_TorchSource":
@@ -312,6 +314,12 @@ class _TorchSource:
             self._stats.add_worker(item.fetch_s, item.collate_s, item.pin_s, item.skipped)
             if not item.empty:
                 return item.batch, (item.samples, self.position)
+            if self._keep_batch_count:
+                raise RuntimeError(
+                    f"fastload.DataLoader: every sample of batch {self.position} failed and "
+                    "on_error='skip' dropped them all; under DDP a rank cannot drop a batch without "
+                    "hanging the others' collectives. Fix or remove the files (loader.stats() counts "
+                    "them), or use a fastload dataset, whose native path replaces bad samples.")
 
 
 class _NativeSource:
@@ -679,6 +687,13 @@ class DataLoader(torch.utils.data.DataLoader):
                 return copy.deepcopy(self._loaded)
             return {"version": STATE_VERSION, "epoch": self._next_epoch(), "batches_consumed": 0, "order": None,
                     "native_seed": self._native_seed()}
+        if current.total is None and not current.finished:
+            # iter() ran but the pass has not drawn its order yet: the state is still the
+            # one it started from.
+            if current.resumed_from is not None:
+                return copy.deepcopy(current.resumed_from)
+            return {"version": STATE_VERSION, "epoch": current.epoch, "batches_consumed": 0, "order": None,
+                    "native_seed": self._native_seed()}
         finished = current.finished or (current.total is not None and current.delivered >= current.total)
         order_state = None
         if self._order is not None and current.total is not None:
@@ -747,9 +762,10 @@ class DataLoader(torch.utils.data.DataLoader):
         set_epoch = None
         if self._order is not None and resume is None and (self._explicit_epoch or not self._user_sampler):
             set_epoch = epoch
+        loaded = self._loaded if resume is not None else None
         self._pending_epoch, self._explicit_epoch, self._resume, self._loaded = None, False, None, None
         self._last_epoch = epoch
-        current = _Pass(epoch, resume[1] if resume else 0, set_epoch)
+        current = _Pass(epoch, resume[1] if resume else 0, set_epoch, loaded)
         self._pass = current
         self._stats.start_epoch()
 
@@ -771,7 +787,8 @@ class DataLoader(torch.utils.data.DataLoader):
                 self._user_dataset.set_epoch(epoch)
                 if self.seed is not None:
                     self._user_dataset.seed = self.seed
-            source = _TorchSource(iter(self._inner_loader()), self._stats)
+            source = _TorchSource(iter(self._inner_loader()), self._stats,
+                                  keep_batch_count=getattr(self._order, "world_size", 1) > 1)
 
         from fastload.transfer import DevicePrefetcher, make_convert
 

@@ -437,3 +437,21 @@ def test_native_loop_keeps_batches_in_flight_in_order(fake_native, num_workers, 
 
 def test_native_loop_resume(fake_native):
     check_resume_at_every_position(lambda: DataLoader(Squares(10), batch_size=3, shuffle=True, generator=_gen(2)))
+
+
+def test_state_between_iter_and_first_next_keeps_the_resume_point():
+    dataset = torch.utils.data.TensorDataset(torch.arange(20))
+
+    def make():
+        return DataLoader(dataset, batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(0))
+
+    reference = [b[0].tolist() for b in make()]
+    first = make()
+    it = iter(first)
+    next(it), next(it)
+    resumed = make()
+    resumed.load_state_dict(first.state_dict())
+    it = iter(resumed)  # iterator made, nothing drawn yet
+    again = make()
+    again.load_state_dict(resumed.state_dict())
+    assert [b[0].tolist() for b in again] == reference[2:]

@@ -206,3 +206,26 @@ def test_bad_states_and_epochs():
         loader.set_epoch(-1)
     with pytest.raises(TypeError, match="an int epoch"):
         loader.set_epoch("1")
+
+
+def test_ddp_rank_never_drops_a_whole_batch_silently(monkeypatch):
+    """on_error='skip' on the generic path: a batch whose samples all failed cannot be
+    dropped on one rank (the other ranks would hang in their next collective)."""
+    class Broken(torch.utils.data.Dataset):
+        def __len__(self):
+            return 8
+
+        def __getitem__(self, i):
+            if i % 2 == 0:
+                raise OSError(f"unreadable sample {i}")
+            return torch.tensor(i)
+
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    loader = DataLoader(Broken(), batch_size=1, on_error="skip")  # rank 0 gets samples 0, 2, 4, 6
+    with pytest.raises(RuntimeError, match="under DDP a rank cannot drop a batch"):
+        next(iter(loader))
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("RANK", "0")
+    single = DataLoader(Broken(), batch_size=1, on_error="skip")
+    assert [int(b) for b in single] == [1, 3, 5, 7]  # one process: dropping is fine
