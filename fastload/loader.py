@@ -673,6 +673,8 @@ class DataLoader(torch.utils.data.DataLoader):
         self._resume = None
         self._pending_epoch = epoch
         self._explicit_epoch = True
+        if self._order is not None:
+            self._order.set_epoch(epoch)  # len(loader) is that epoch's from now on
 
     def state_dict(self) -> dict:
         """Where the loader is: plain Python data for a checkpoint (see the class docstring).

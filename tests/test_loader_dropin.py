@@ -455,3 +455,15 @@ def test_state_between_iter_and_first_next_keeps_the_resume_point():
     again = make()
     again.load_state_dict(resumed.state_dict())
     assert [b[0].tolist() for b in again] == reference[2:]
+
+
+def test_len_follows_set_epoch_after_a_resumed_epoch():
+    dataset = torch.utils.data.TensorDataset(torch.arange(20))
+    first = DataLoader(dataset, batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(0))
+    it = iter(first)
+    next(it), next(it)
+    resumed = DataLoader(dataset, batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(0))
+    resumed.load_state_dict(first.state_dict())
+    assert len(resumed) == 3 and len(list(resumed)) == 3
+    resumed.set_epoch(1)
+    assert len(resumed) == 5 and len(list(resumed)) == 5
