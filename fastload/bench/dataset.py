@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import glob
 import io
 import json
 import os
 import shutil
-import tarfile
 from concurrent.futures import ProcessPoolExecutor
 from typing import List, Optional, Tuple
 
@@ -78,9 +78,11 @@ class BenchDataset:
 
 
 def default_cache_dir() -> str:
-    """$FASTLOAD_CACHE/bench, else ~/.cache/fastload/bench."""
-    base = os.environ.get("FASTLOAD_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "fastload")
-    return os.path.join(base, "bench")
+    """The bench/ folder of fastload's cache ($FASTLOAD_CACHE, $XDG_CACHE_HOME/fastload or
+    ~/.cache/fastload)."""
+    from fastload.source.tar import default_cache_dir as fastload_cache_dir
+
+    return os.path.join(fastload_cache_dir(), "bench")
 
 
 def image_size(rng: np.random.Generator) -> Tuple[int, int]:
@@ -281,13 +283,11 @@ def describe_folder(root: str) -> BenchDataset:
 
 
 def list_samples(root: str) -> List[Tuple[str, int]]:
-    """(path, label) in torchvision ImageFolder order: sorted classes, sorted files."""
-    classes = sorted(e.name for e in os.scandir(root) if e.is_dir())
-    samples = []
-    for label, c in enumerate(classes):
-        folder = os.path.join(root, c)
-        samples += [(os.path.join(folder, n), label) for n in sorted(os.listdir(folder))]
-    return samples
+    """(path, label) in torchvision ImageFolder order (fastload.source.folder's scan)."""
+    from fastload.source.folder import find_classes, scan_folder
+
+    paths, labels = scan_folder(root, find_classes(root)[1])
+    return list(zip(paths, labels))
 
 
 def ensure_shards(dataset: BenchDataset, shards: int = 8) -> List[str]:
@@ -300,23 +300,16 @@ def ensure_shards(dataset: BenchDataset, shards: int = 8) -> List[str]:
     marker = os.path.join(base, "complete")
     samples = list_samples(dataset.root)
     shards = max(1, min(shards, len(samples)))
-    paths = [os.path.join(base, f"train-{s:04d}.tar") for s in range(shards)]
     if os.path.exists(marker):
-        return paths
+        return sorted(glob.glob(os.path.join(base, "train-*.tar")))
     staging = f"{base}.tmp-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     os.makedirs(staging)
-    bounds = np.linspace(0, len(samples), shards + 1).astype(int)
-    for s in range(shards):
-        with tarfile.open(os.path.join(staging, os.path.basename(paths[s])), "w") as tar:
-            for i in range(bounds[s], bounds[s + 1]):
-                path, label = samples[i]
-                key = f"{i:08d}"
-                tar.add(path, arcname=f"{key}.jpg")
-                data = str(label).encode()
-                info = tarfile.TarInfo(f"{key}.cls")
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
+    from fastload.source.write import write_shards
+
+    written = write_shards(dataset.root, os.path.join(staging, "train-%04d.tar"),
+                           maxcount=-(-len(samples) // shards), maxsize=float("inf"))
+    paths = [os.path.join(base, os.path.basename(p)) for p in written]
     open(os.path.join(staging, "complete"), "w").close()
     shutil.rmtree(base, ignore_errors=True)
     try:
