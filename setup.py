@@ -44,26 +44,26 @@ def pkg_config(package, *flags):
     return result.stdout.split() if result.returncode == 0 else None
 
 
-def find_jconfig(include_dirs):
-    """Returns the path of jconfig.h (which holds the libjpeg-turbo version)."""
-    candidates = list(include_dirs) + ["/usr/include", "/usr/local/include", "/opt/homebrew/include"]
+SYSTEM_INCLUDE_DIRS = ["/usr/include", "/usr/local/include", "/opt/homebrew/include"]
+
+
+def find_header(name, include_dirs):
+    """Path of header `name` in include_dirs (and their multiarch subfolders), or None."""
     multiarch = sysconfig.get_config_var("MULTIARCH")
-    if multiarch:
-        candidates += [f"/usr/include/{multiarch}"]
-    for directory in candidates:
-        for name in ("jconfig.h", f"{multiarch}/jconfig.h" if multiarch else None):
-            if name and os.path.exists(os.path.join(directory, name)):
-                return os.path.join(directory, name)
+    for directory in include_dirs:
+        for folder in (directory, os.path.join(directory, multiarch) if multiarch else None):
+            if folder and os.path.exists(os.path.join(folder, name)):
+                return os.path.join(folder, name)
     return None
 
 
 def find_libjpeg():
     """Returns (include_dirs, library_dirs, libraries, version) for libjpeg-turbo."""
     prefix = os.environ.get("FASTLOAD_JPEG_PREFIX")
-    if prefix:
+    if prefix:  # an explicit prefix is the only place looked at
         include_dirs = [os.path.join(prefix, "include")]
         library_dirs = [d for d in (os.path.join(prefix, "lib"), os.path.join(prefix, "lib64")) if os.path.isdir(d)]
-        origin = f"FASTLOAD_JPEG_PREFIX={prefix}"
+        search, origin = include_dirs, f"FASTLOAD_JPEG_PREFIX={prefix}"
     else:
         cflags = pkg_config("libjpeg", "--cflags")
         libs = pkg_config("libjpeg", "--libs")
@@ -73,11 +73,10 @@ def find_libjpeg():
             origin = "pkg-config libjpeg"
         else:
             include_dirs, library_dirs, origin = [], [], "default compiler paths"
-    jconfig = find_jconfig(include_dirs)
-    if jconfig is None or not any(
-        os.path.exists(os.path.join(d, "jpeglib.h")) for d in include_dirs + [os.path.dirname(jconfig)] + ["/usr/include", "/usr/local/include"]
-    ):
-        sys.exit(f"error: libjpeg-turbo headers not found ({origin}). {JPEG_HELP}")
+        search = include_dirs + SYSTEM_INCLUDE_DIRS
+    jconfig, jpeglib = find_header("jconfig.h", search), find_header("jpeglib.h", search)
+    if jconfig is None or jpeglib is None:
+        sys.exit(f"error: libjpeg-turbo headers (jpeglib.h, jconfig.h) not found ({origin}). {JPEG_HELP}")
     match = re.search(r"#define\s+LIBJPEG_TURBO_VERSION\s+(\S+)", open(jconfig).read())
     if match is None:
         sys.exit(f"error: {jconfig} is plain libjpeg, not libjpeg-turbo (no crop/skip scanline API). {JPEG_HELP}")

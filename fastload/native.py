@@ -383,6 +383,10 @@ def select_path(
     except UnsupportedPipeline as error:
         return None, f"generic: {error}"
     if not _ext.has_ops():
+        from fastload.source.base import NativeDataset
+
+        if isinstance(dataset, NativeDataset):  # its geometry is C++ on every path: fail now
+            _ext.require_ops()
         return None, "generic: fastload._C is not built (make build)"
     if seed is None:
         # A native dataset carries its own seed (reproducible by default, and the one its

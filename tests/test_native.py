@@ -351,3 +351,15 @@ def test_distributed_true_refuses_data_it_cannot_shard():
 
     with pytest.raises(ValueError, match="distributed=True.*IterableDataset"):
         fastload.DataLoader(Stream(), batch_size=2, distributed=True)
+
+
+def test_without_the_extension_native_datasets_fail_early_and_torchvision_falls_back(folder, monkeypatch):
+    from fastload import _ext
+
+    monkeypatch.setattr(_ext, "_load", lambda: (None, ImportError("fastload._C not built")))
+    with pytest.raises(_ext.NotBuiltError, match="make build"):
+        fastload.DataLoader(fastload.ImageFolder(folder, ops=TRAIN), batch_size=4)
+    transform = v2.Compose([v2.CenterCrop(8), v2.ToImage(), v2.ToDtype(torch.float32, scale=True)])
+    loader = fastload.DataLoader(torchvision.datasets.ImageFolder(folder, transform=transform), batch_size=4)
+    assert loader.path == "generic: fastload._C is not built (make build)"
+    assert next(iter(loader))[0].shape == (4, 3, 8, 8)
