@@ -363,3 +363,24 @@ def test_without_the_extension_native_datasets_fail_early_and_torchvision_falls_
     loader = fastload.DataLoader(torchvision.datasets.ImageFolder(folder, transform=transform), batch_size=4)
     assert loader.path == "generic: fastload._C is not built (make build)"
     assert next(iter(loader))[0].shape == (4, 3, 8, 8)
+
+
+def test_batch_memory_is_reused_only_once_nobody_holds_it(folder):
+    dataset = fastload.ImageFolder(folder, ops=TRAIN)
+    runner = NativeRunner(dataset.index, build_plan(dataset.ops))
+    first, _ = runner.result(runner.submit([0, 1], 0))
+    view = first[1, 0]  # a view keeps the memory as surely as the batch does
+    address = first.data_ptr()
+    del first
+    second, _ = runner.result(runner.submit([2, 3], 0))
+    assert second.data_ptr() != address
+    expected = view.clone()
+    del second
+    third, _ = runner.result(runner.submit([4, 5], 0))
+    assert torch.equal(view, expected)  # never overwritten while held
+    del view
+    third_address = third.data_ptr()
+    del third
+    fourth, _ = runner.result(runner.submit([0, 1], 0))
+    assert fourth.data_ptr() in (address, third_address)  # dropped memory comes back
+    runner.close()
