@@ -7,8 +7,8 @@ exception when it is wrong. Extras are keyword-only, after torch's arguments.
 Two paths produce the batches (`loader.path` says which one ran, and why):
 
 - native: a fastload dataset (or a torchvision one the compat layer recognises) runs on the
-  C++ engine, one call per batch (fastload/native.py); this module keeps
-  `prefetch_factor * max(1, num_workers)` batches submitted and takes them in order.
+  C++ engine, one call per batch (fastload/native.py), num_workers engine threads; this
+  module keeps `prefetch_factor` (at least 2) batches submitted and takes them in order.
 - generic: anything else runs on torch's own DataLoader machinery (worker processes,
   get_worker_info, worker_init_fn, timeout, persistent workers, in_order, pin memory),
   which this module configures but does not reimplement.
@@ -777,7 +777,10 @@ class DataLoader(torch.utils.data.DataLoader):
                 # drawing it here too keeps the permutation equal to torch's.
                 torch.empty((), dtype=torch.int64).random_(generator=self.generator)
                 self._drew_base_seed = True
-            depth = (self.prefetch_factor or 2) * max(1, self.num_workers)
+            # Every engine thread works on every batch (one queue), so prefetch_factor
+            # batches in flight keep them all busy; torch's per-worker multiple would only
+            # hold more batch memory.
+            depth = max(2, self.prefetch_factor or 2)
             source: Iterator[Tuple[Any, Any]] = _NativeSource(
                 self._runner, iter(_OrderBatches(self)), epoch, depth)
         else:

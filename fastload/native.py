@@ -123,9 +123,9 @@ class NativeRunner:
         )
         self._engine.set_plan(plan.config())
         self._labels = torch.from_numpy(np.ascontiguousarray(index.labels))
-        # Batches in flight (the loader keeps prefetch_factor * workers) plus a few the
-        # training loop may still hold.
-        self._buffers = BatchBuffers(capacity=2 * max(1, int(num_threads)) + 4)
+        # The batches in flight (the loader keeps prefetch_factor, 2 by default) plus the
+        # few the training loop may still hold.
+        self._buffers = BatchBuffers(capacity=6)
         self._mean = torch.tensor(plan.mean, dtype=torch.float32)
         self._std = torch.tensor(plan.std, dtype=torch.float32)
         # nvJPEG batched decode; tests substitute the CPU decoder to check the packing.
