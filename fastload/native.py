@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 import sys
 import threading
 import time
@@ -117,6 +118,7 @@ class NativeRunner:
         self.memory_format = memory_format or torch.contiguous_format
         self.description = description
         self._engine = module.BatchEngine(max(1, int(num_threads)))
+        self._owner_pid = os.getpid()
         self._engine.set_index(
             torch.from_numpy(index.files.data), torch.from_numpy(index.files.offsets),
             torch.from_numpy(index.file_ids), torch.from_numpy(index.offsets), torch.from_numpy(index.sizes),
@@ -197,6 +199,8 @@ class NativeRunner:
     def discard(self, ticket: int) -> None:
         """Drops a submitted batch nobody will take (an abandoned epoch), so that its
         engine job and output buffer are released."""
+        if os.getpid() != self._owner_pid:
+            return  # a forked child (e.g. collecting garbage in a DataLoader worker): no engine threads here
         with self._lock:
             self._pending.pop(ticket, None)
         if ticket >= 0:  # an engine job (the nvJPEG mode does its work in result())

@@ -384,3 +384,37 @@ def test_batch_memory_is_reused_only_once_nobody_holds_it(folder):
     fourth, _ = runner.result(runner.submit([0, 1], 0))
     assert fourth.data_ptr() in (address, third_address)  # dropped memory comes back
     runner.close()
+
+
+def test_a_forked_child_can_drop_the_engine_without_hanging(folder):
+    """DataLoader workers are forked: an engine (or a batch in flight) collected there must
+    neither join threads that do not exist in the child nor wait for their jobs."""
+    import gc
+    import time
+
+    dataset = fastload.ImageFolder(folder, ops=TRAIN)
+    runner = NativeRunner(dataset.index, build_plan(dataset.ops), num_threads=2)
+    batch = list(range(len(dataset))) * 300  # long enough to be in flight at the fork
+    ticket = runner.submit(batch, 0)
+    pid = os.fork()
+    if pid == 0:  # the child: drop everything, as garbage collection in a worker would
+        try:
+            runner.discard(ticket)
+            runner.close()
+            gc.collect()
+        finally:
+            os._exit(0)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child hung dropping the engine")
+    assert os.WEXITSTATUS(status) == 0
+    images, _ = runner.result(ticket)  # the parent's engine is untouched
+    assert images.shape[0] == len(batch)
+    runner.close()

@@ -334,6 +334,10 @@ class BatchEngine {
     for (int i = 0; i < num_threads; ++i) workers_.emplace_back([this] { work(); });
   }
 
+  // True in a process forked from the one that started the threads (a DataLoader worker):
+  // the threads do not exist there, and a mutex may have been copied locked.
+  bool forked() const { return ::getpid() != owner_pid_; }
+
   ~BatchEngine() { close(); }
 
   BatchEngine(const BatchEngine&) = delete;
@@ -397,6 +401,8 @@ class BatchEngine {
   int64_t submit(const at::Tensor& samples, std::optional<at::Tensor> out, int64_t epoch,
                  const std::unordered_map<int64_t, at::Tensor>& predecoded, bool pin_memory) {
     const char* op = "BatchEngine.submit";
+    FASTLOAD_CHECK(!forked(), op, "expected the process that made the engine, got a forked child "
+                   "(its threads do not exist here). Make fastload loaders inside the worker instead.");
     FASTLOAD_CHECK(plan_ != nullptr, op, "expected set_plan() before submit().");
     FASTLOAD_CHECK(index_ != nullptr || predecoded.size() == static_cast<size_t>(samples.numel()),
                    op, "expected set_index() before submit().");
@@ -511,6 +517,12 @@ class BatchEngine {
   }
 
   void close() {
+    if (forked()) {
+      // Neither join (no such threads here) nor lock: leave the copies to the process's exit.
+      new std::vector<std::thread>(std::move(workers_));  // never destroyed: no std::terminate
+      workers_.clear();
+      return;
+    }
     {
       std::lock_guard<std::mutex> lock(queue_mutex_);
       if (closed_) return;
@@ -571,6 +583,7 @@ class BatchEngine {
   std::unordered_map<int64_t, std::shared_ptr<Job>> jobs_;
   int64_t next_ticket_ = 0;
   bool closed_ = false;
+  const pid_t owner_pid_ = ::getpid();
   std::shared_ptr<const Index> index_;
   std::shared_ptr<const Plan> plan_;
 };
