@@ -99,3 +99,15 @@ def test_bad_arguments():
         ops.random_resized_crop_params(torch.ones(1, 2, dtype=torch.long), torch.arange(1), 0, 0, (1.0, 0.5))
     with pytest.raises(ValueError, match="positive image sizes"):
         ops.random_resized_crop_params(torch.zeros(1, 2, dtype=torch.long), torch.arange(1), 0, 0)
+
+
+def test_opcheck():
+    """Schemas, fake kernels (torch.compile) and dispatcher registration of both ops."""
+    from fastload import _ext
+
+    _ext.require_ops()
+    sizes = torch.tensor([[375, 500], [20, 30]])
+    indices = torch.tensor([3, 7])
+    torch.library.opcheck(torch.ops.fastload.random_resized_crop_params.default,
+                          (sizes, indices, 1, 2, [0.08, 1.0], [0.75, 4 / 3]))
+    torch.library.opcheck(torch.ops.fastload.random_flip_params.default, (indices, 1, 2, 0.5))
