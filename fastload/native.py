@@ -157,6 +157,8 @@ class NativeRunner:
         return torch.empty((batch, self.plan.channels, *self.plan.out_size), dtype=self.plan.dtype)
 
     def submit(self, indices: List[int], epoch: int) -> int:
+        """Queues the batch of these sample indices (epoch picks the random parameters);
+        returns a ticket for result()."""
         samples = torch.as_tensor(indices, dtype=torch.int64)
         if self.decode_on == "cpu":
             out = self._allocate(len(samples))
@@ -172,6 +174,7 @@ class NativeRunner:
         return ticket
 
     def result(self, ticket: int) -> List[torch.Tensor]:
+        """Waits for a submitted batch (GIL released); returns [images, labels]."""
         with self._lock:
             samples, out, epoch, submitted = self._pending.pop(ticket)
         started = time.perf_counter()
@@ -194,7 +197,8 @@ class NativeRunner:
         stats["batches"] += 1
         stats["engine_seconds"] += finished - submitted
         stats["wait_seconds"] += finished - started
-        return [out, self._labels[samples]]
+        labels = self._labels[samples]
+        return [out, labels.pin_memory() if self.pin_memory else labels]  # pinned like torch's batches
 
     def discard(self, ticket: int) -> None:
         """Drops a submitted batch nobody will take (an abandoned epoch), so that its
