@@ -448,7 +448,7 @@ def select_path(
         dataset_seed = getattr(dataset, "seed", None)
         seed = dataset_seed if isinstance(dataset_seed, int) else int(torch.empty((), dtype=torch.int64).random_().item())
     plan.seed = int(seed)
-    plan.exact = bool(exact or getattr(dataset, "exact", False))
+    plan.exact = bool(exact)
     decode_on, why = _resolve_decode_on(decode_on, device)
     runner = NativeRunner(index, plan, num_threads=max(1, num_workers), pin_memory=pin_memory,
                           memory_format=memory_format, on_error=on_error, decode_on=decode_on,

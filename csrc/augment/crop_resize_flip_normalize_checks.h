@@ -10,7 +10,7 @@ namespace fastload {
 // the contents of shapes/boxes, so the CUDA op runs it without a device sync. Raises
 // ValueError "fastload.crop_resize_flip_normalize_batch: expected ..., got ...".
 void check_batch_arguments(const at::Tensor& images, const at::Tensor& shapes, const at::Tensor& boxes,
-                           const at::Tensor& flips, const at::Tensor& mean, const at::Tensor& std,
+                           const at::Tensor& flips, double scale, const at::Tensor& mean, const at::Tensor& std,
                            const at::Tensor& out);
 
 }  // namespace fastload

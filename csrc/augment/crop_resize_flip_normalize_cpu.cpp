@@ -534,8 +534,9 @@ at::Tensor crop_resize_flip_normalize_op(const at::Tensor& image, at::ArrayRef<d
 }  // namespace
 
 void check_batch_arguments(const at::Tensor& images, const at::Tensor& shapes, const at::Tensor& boxes,
-                           const at::Tensor& flips, const at::Tensor& mean, const at::Tensor& std,
+                           const at::Tensor& flips, double scale, const at::Tensor& mean, const at::Tensor& std,
                            const at::Tensor& out) {
+  FASTLOAD_CHECK_VALUE(std::isfinite(scale), kBatchOp, "expected a finite scale, got ", scale, ".");
   FASTLOAD_CHECK_VALUE(out.dim() == 4, kBatchOp, "expected out [N, C, H, W], got shape ", out.sizes(), ".");
   const int64_t N = out.size(0), C = out.size(1);
   FASTLOAD_CHECK_VALUE(C == 1 || C == 3, kBatchOp, "expected out with 1 or 3 channels, got ", C, ".");
@@ -571,8 +572,7 @@ void crop_resize_flip_normalize_batch_op(const at::Tensor& images, const at::Ten
                                          const at::Tensor& boxes_in, const at::Tensor& flips_in, double scale,
                                          const at::Tensor& mean_in, const at::Tensor& std_in,
                                          const at::Tensor& out) {
-  check_batch_arguments(images, shapes_in, boxes_in, flips_in, mean_in, std_in, out);
-  FASTLOAD_CHECK_VALUE(std::isfinite(scale), kBatchOp, "expected a finite scale, got ", scale, ".");
+  check_batch_arguments(images, shapes_in, boxes_in, flips_in, scale, mean_in, std_in, out);
   const int64_t N = out.size(0), C = out.size(1), OH = out.size(2), OW = out.size(3);
   const at::Tensor shapes = shapes_in.contiguous(), boxes = boxes_in.contiguous(), flips = flips_in.contiguous();
   const at::Tensor mean = mean_in.contiguous(), std = std_in.contiguous();

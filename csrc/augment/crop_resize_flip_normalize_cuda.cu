@@ -158,8 +158,7 @@ void crop_resize_flip_normalize_batch_cuda(const at::Tensor& images, const at::T
                                            const at::Tensor& boxes_in, const at::Tensor& flips_in, double scale,
                                            const at::Tensor& mean_in, const at::Tensor& std_in,
                                            const at::Tensor& out) {
-  check_batch_arguments(images, shapes_in, boxes_in, flips_in, mean_in, std_in, out);
-  FASTLOAD_CHECK_VALUE(std::isfinite(scale), kBatchOp, "expected a finite scale, got ", scale, ".");
+  check_batch_arguments(images, shapes_in, boxes_in, flips_in, scale, mean_in, std_in, out);
   if (out.numel() == 0) return;
   const c10::cuda::CUDAGuard guard(out.device());
   // .contiguous() of a device tensor is an async copy on the current stream: no sync.
