@@ -35,6 +35,7 @@ def collect() -> dict:
     info["ops: CPU"] = module is not None
     info["ops: CUDA"] = built.get("cuda", False)
     info["ops: nvJPEG"] = built.get("nvjpeg", False)
+    info["augment CPU path"] = built.get("augment_cpu_path")  # "avx2" or "baseline", picked at run time
     info["libjpeg-turbo"] = built.get("libjpeg_turbo")
     info["compiler"] = built.get("compiler")
     info["flags"] = built.get("flags")

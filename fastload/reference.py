@@ -65,13 +65,15 @@ def axis_weights(start: float, size: float, in_size: int, out_size: int) -> torc
     i = torch.arange(out_size, dtype=torch.float64)
     # start + (i + 0.5) * scale is exact in float64; one rounding to float32, as fmaf.
     centre = (torch.tensor(start, dtype=f32).double() + (i + 0.5) * scale.double()).to(f32)
-    inside = (centre >= 0) & (centre < in_size)
+    # Compared and clamped in float64: float32(in_size) rounds (up, too) above 2^24.
+    inside = (centre.double() >= 0) & (centre.double() < in_size)
     # Pillow's (int) truncates toward zero; clamping to the image first is the same.
-    low = (centre - support + 0.5).clamp(min=0).trunc()
-    high = (centre + support + 0.5).clamp(max=float(in_size)).trunc()
+    low = (centre - support + 0.5).double().clamp(min=0).trunc()
+    high = (centre + support + 0.5).double().clamp(max=float(in_size)).trunc()
     j = torch.arange(in_size, dtype=f32)
     weights = (1.0 - ((j[None, :] + 0.5 - centre[:, None]) * inv_support).abs()).clamp(min=0)
-    taps = (j[None, :] >= low[:, None]) & (j[None, :] < high[:, None]) & inside[:, None]
+    index = torch.arange(in_size, dtype=torch.float64)
+    taps = (index[None, :] >= low[:, None]) & (index[None, :] < high[:, None]) & inside[:, None]
     weights = torch.where(taps, weights, torch.zeros((), dtype=f32)).double()
     total = weights.sum(dim=1, keepdim=True)
     return torch.where(total > 0, weights / total.clamp(min=1e-300), torch.zeros((), dtype=torch.float64))

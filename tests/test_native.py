@@ -386,11 +386,26 @@ def test_batch_memory_is_reused_only_once_nobody_holds_it(folder):
     runner.close()
 
 
+def wait_for_child(pid, timeout=30.0):
+    """The exit code of a forked child (negative: killed by that signal); fails the test
+    if the child is still running after `timeout` seconds (a hang)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    pytest.fail(f"the forked child hung (killed after {timeout} s)")
+
+
 def test_a_forked_child_can_drop_the_engine_without_hanging(folder):
     """DataLoader workers are forked: an engine (or a batch in flight) collected there must
     neither join threads that do not exist in the child nor wait for their jobs."""
     import gc
-    import time
 
     dataset = fastload.ImageFolder(folder, ops=TRAIN)
     runner = NativeRunner(dataset.index, build_plan(dataset.ops), num_threads=2)
@@ -398,23 +413,39 @@ def test_a_forked_child_can_drop_the_engine_without_hanging(folder):
     ticket = runner.submit(batch, 0)
     pid = os.fork()
     if pid == 0:  # the child: drop everything, as garbage collection in a worker would
+        code = 1  # an exception in the child must fail the test, not exit 0
         try:
             runner.discard(ticket)
             runner.close()
             gc.collect()
+            code = 0
         finally:
-            os._exit(0)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        time.sleep(0.05)
-    else:
-        os.kill(pid, 9)
-        os.waitpid(pid, 0)
-        pytest.fail("the forked child hung dropping the engine")
-    assert os.WEXITSTATUS(status) == 0
+            os._exit(code)
+    assert wait_for_child(pid) == 0
     images, _ = runner.result(ticket)  # the parent's engine is untouched
     assert images.shape[0] == len(batch)
+    runner.close()
+
+
+def test_a_forked_child_can_destroy_an_inherited_idle_engine(folder):
+    """A loader made before the fork, its threads idle (waiting for work) at the fork:
+    the child drops its copy (as a DataLoader worker's garbage collection would), so the
+    engine is destroyed there, and must not wait on what the parent's threads wait on."""
+    import gc
+
+    dataset = fastload.ImageFolder(folder, ops=TRAIN)
+    runner = NativeRunner(dataset.index, build_plan(dataset.ops), num_threads=3)
+    runner.result(runner.submit([0, 1, 2], 0))  # the workers ran, and now wait idle
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            del runner  # the last reference: ~BatchEngine runs here
+            gc.collect()
+            code = 0
+        finally:
+            os._exit(code)
+    assert wait_for_child(pid) == 0
+    images, _ = runner.result(runner.submit([3, 4], 0))  # the parent's engine still works
+    assert images.shape[0] == 2
     runner.close()

@@ -82,3 +82,197 @@ def test_torchvision_eval_and_uint8_transforms_convert():
 def test_torchvision_unknown_transforms_say_why(transform, reason):
     with pytest.raises(NotConvertible, match=reason):
         convert_transform(transform)
+
+
+# ---- the engine's geometry on extreme images and boxes ------------------------------------
+
+import io  # noqa: E402
+import math  # noqa: E402
+
+import numpy as np  # noqa: E402
+from PIL import Image  # noqa: E402
+
+import fastload  # noqa: E402
+from fastload import _ext, ops, reference  # noqa: E402
+from fastload.errors import DecodeError  # noqa: E402
+
+needs_ops = pytest.mark.skipif(not _ext.has_ops(), reason="fastload._C not built")
+
+
+def test_resize_max_size_not_above_the_size_is_refused_like_torchvision():
+    """torchvision refuses it on the first image, in these words; a plan refuses it once."""
+    with pytest.raises(ValueError, match=r"max_size = 5 must be strictly greater than the requested size for "
+                                         r"the smaller edge size = \[1000\]"):
+        specs.Resize(1000, max_size=5)
+    with pytest.raises(ValueError, match="max_size = 256 must be strictly greater"):
+        specs.Resize(256, max_size=256)
+    with pytest.raises(ValueError, match="max_size should only be passed if size specifies the length of the "
+                                         "smaller edge"):
+        specs.Resize((20, 30), max_size=40)
+    assert specs.Resize(256, max_size=257).max_size == 257
+    with pytest.raises(ValueError, match="max_size = 5 must be strictly greater"):  # torchvision's own words
+        T.Resize(1000, max_size=5)(torch.zeros(3, 8, 8))
+
+
+def smooth_jpeg(height, width, seed=0, colour=None):
+    """JPEG bytes of a smooth RGB image (or a solid colour): DCT scaling keeps it close."""
+    rng = np.random.default_rng(seed)
+    if colour is not None:
+        array = np.broadcast_to(np.array(colour, np.uint8), (height, width, 3))
+    else:
+        y, x = np.mgrid[0:height, 0:width].astype(np.float32)
+        phase = rng.uniform(0, 6, 3)
+        array = np.stack([128 + 90 * np.sin(x / (width + 3) * 2 + y / (height + 3) + p) for p in phase], -1)
+    buffer = io.BytesIO()
+    Image.fromarray(np.ascontiguousarray(array).astype(np.uint8)).save(buffer, "JPEG", quality=95)
+    return buffer.getvalue()
+
+
+def make_folder(root, jpegs):
+    (root / "c").mkdir(parents=True, exist_ok=True)
+    for i, data in enumerate(jpegs):
+        (root / "c" / f"{i:03d}.jpg").write_bytes(data)
+    return str(root)
+
+
+def scale_denom(box_height, box_width, out_height, out_width):
+    """The engine's DCT scale (csrc/decode/decode_jpeg.h choose_scale_denom): the largest
+    d with ceil(crop / d) >= out on both axes."""
+    for d in (8, 4, 2):
+        if -(-int(box_height) // d) >= out_height and -(-int(box_width) // d) >= out_width:
+            return d
+    return 1
+
+
+def window_reference(data, plan, epoch, index):
+    """What the engine must compute, from a full decode at the engine's DCT scale 1/d:
+    scaled pixel k holds full-resolution pixels [k d, k d + d), so a box maps by 1/d;
+    the clamp region rounded outwards is the view whose taps the kernel clamps to."""
+    height, width = ops.jpeg_header(data)[:2]
+    (top, left, box_h, box_w), (c_top, c_left, c_h, c_w), flip = _ext.require_ops().plan_region(
+        plan.config(), height, width, epoch, index)
+    out_h, out_w = plan.out_size
+    d = 1 if plan.exact else scale_denom(box_h, box_w, out_h, out_w)
+    scaled = ops.decode_jpeg(data, scale_denom=d)
+    assert scaled.shape[:2] == (-(-height // d), -(-width // d))  # libjpeg: ceil(h / d) rows
+    r0 = min(max(0, math.floor(c_top / d + 1e-6)), scaled.shape[0] - 1)
+    c0 = min(max(0, math.floor(c_left / d + 1e-6)), scaled.shape[1] - 1)
+    r1 = max(min(scaled.shape[0], math.ceil((c_top + c_h) / d - 1e-6)), r0 + 1)
+    c1 = max(min(scaled.shape[1], math.ceil((c_left + c_w) / d - 1e-6)), c0 + 1)
+    box = [top / d - r0, left / d - c0, box_h / d, box_w / d]
+    return reference.crop_resize_flip_normalize(scaled[r0:r1, c0:c1], box, [out_h, out_w], flip, scale=1.0,
+                                                dtype=torch.uint8)
+
+
+TINY_SIZES = [(1, 1), (1, 2), (2, 1), (3, 5), (8, 8), (9, 17), (17, 9), (16, 16), (15, 31), (33, 7)]
+
+
+@needs_ops
+@pytest.mark.parametrize("decode_on", ["cpu", "cpu+gpu"])
+@pytest.mark.parametrize("pipeline", [
+    [specs.RandomResizedCrop(1)],
+    [specs.RandomResizedCrop(1, scale=(1e-4, 1e-3))],  # 1x1 crops anywhere, at every edge
+    [specs.RandomResizedCrop((2, 3), scale=(1e-3, 1.0), ratio=(0.2, 5.0))],
+    [specs.RandomResizedCrop(5, scale=(0.5, 1.0))],  # upscaling tiny crops
+    [specs.CenterCrop(3)],
+    [specs.Resize((2, 7)), specs.CenterCrop(3)],
+    [specs.Resize(4), specs.CenterCrop((5, 2))],  # crops larger than the resized image: padding
+])
+def test_dct_scaled_windows_of_tiny_images_map_every_box_inside_the_decoded_pixels(tmp_path, pipeline, decode_on):
+    """Crop boxes map onto DCT-scaled windows by exactly 1/d (libjpeg's ceil(h / d) rows
+    hold the image's h / d): every output equals the kernel on the full decode at that
+    scale, so no view starts past the buffer or reads an earlier image's pixels. A big
+    image first, in the same worker, leaves stale pixels a misplaced view would read."""
+    jpegs = [smooth_jpeg(300, 260, seed=99, colour=(250, 10, 130))]
+    jpegs += [smooth_jpeg(h, w, seed=i) for i, (h, w) in enumerate(TINY_SIZES)]
+    root = make_folder(tmp_path, jpegs)
+    dataset = fastload.ImageFolder(root, ops=pipeline)
+    plan = build_plan(pipeline, seed=3)
+    runner = fastload.native.NativeRunner(dataset.index, plan, num_threads=1, decode_on=decode_on, device="cpu")
+    try:
+        for epoch in range(4):
+            indices = list(range(len(jpegs)))
+            images, _ = runner.result(runner.submit(indices, epoch))
+            for i in indices:
+                want = window_reference(torch.frombuffer(bytearray(jpegs[i]), dtype=torch.uint8), plan, epoch, i)
+                diff = (images[i].int() - want.int()).abs().max().item()
+                assert diff <= 1, (i, epoch, images[i], want)
+    finally:
+        runner.close()
+
+
+@needs_ops
+@pytest.mark.parametrize("size, ratio", [((1000, 2), (1e-3, 1e-3)), ((2, 1000), (1e3, 1e3)), ((17, 9), (0.9, 1.1))])
+def test_extreme_ratios_stay_close_to_a_full_decode_crop_and_resize(tmp_path, size, ratio):
+    """The DCT-scaled window path vs the plain reference: full decode, crop, resize."""
+    jpegs = [smooth_jpeg(*size, seed=s) for s in range(3)]
+    root = make_folder(tmp_path, jpegs)
+    pipeline = [specs.RandomResizedCrop((3, 2), scale=(0.05, 1.0), ratio=ratio)]
+    dataset = fastload.ImageFolder(root, ops=pipeline)
+    plan = build_plan(pipeline, seed=5)
+    runner = fastload.native.NativeRunner(dataset.index, plan, num_threads=1)
+    try:
+        images, _ = runner.result(runner.submit([0, 1, 2], 0))
+    finally:
+        runner.close()
+    for i, data in enumerate(jpegs):
+        full = ops.decode_jpeg(torch.frombuffer(bytearray(data), dtype=torch.uint8))
+        box, _, flip = _ext.require_ops().plan_region(plan.config(), *size, 0, i)
+        top, left, h, w = (int(v) for v in box)
+        crop = full[top:top + h, left:left + w]
+        want = reference.crop_resize_flip_normalize(crop, [0, 0, h, w], [3, 2], flip, scale=1.0, dtype=torch.uint8)
+        assert (images[i].int() - want.int()).abs().max().item() <= 12, (i, images[i], want)
+
+
+@needs_ops
+@pytest.mark.parametrize("decode_on", ["cpu", "cpu+gpu"])
+@pytest.mark.parametrize("pipeline, size, message", [
+    ([specs.Resize(256, max_size=300), specs.CenterCrop(8)], (3, 2000), "fastload.Resize: expected a resized image"),
+    ([specs.Resize(256, max_size=300), specs.CenterCrop(8)], (2000, 3), "got 300x0 for a 2000x3 image"),
+    # Ratios the 40x40 images of the batch meet (1x40 and 40x1 crops), the thin one not.
+    ([specs.RandomResizedCrop(4, ratio=(50, 50))], (17, 9), "RandomResizedCrop: expected a crop .* got 0x9 "
+                                                            "for a 17x9 image with ratio \\(50, 50\\)"),
+    ([specs.RandomResizedCrop(4, ratio=(0.02, 0.02))], (9, 17), "got 9x0 for a 9x17 image"),
+])
+def test_degenerate_geometry_is_an_error_through_the_policy_never_zeros(tmp_path, pipeline, size, message,
+                                                                        decode_on):
+    """torchvision fails on these images (a 0-pixel resize or crop): under "raise" the
+    loader raises naming the sample, under "skip" the sample is replaced, never a batch
+    of zeros; and the other samples of the batch are unaffected."""
+    jpegs = [smooth_jpeg(40, 40, seed=0), smooth_jpeg(*size, seed=1), smooth_jpeg(40, 40, seed=2)]
+    root = make_folder(tmp_path, jpegs)
+    dataset = fastload.ImageFolder(root, ops=pipeline)
+    plan = build_plan(pipeline, seed=1)
+    runner = fastload.native.NativeRunner(dataset.index, plan, num_threads=2, decode_on=decode_on, device="cpu")
+    try:
+        with pytest.raises(DecodeError, match=message) as raised:
+            runner.result(runner.submit([0, 1, 2], 0))
+        assert raised.value.index == 1 and "001.jpg" in raised.value.source
+        runner.on_error = "skip"
+        images, _ = runner.result(runner.submit([0, 1, 2], 0))
+        assert runner.stats()["skipped"] == 1
+        assert torch.equal(images[1], images[2])  # replaced by the next readable sample
+        assert images[0].float().std() > 0 and images[2].float().std() > 0
+    finally:
+        runner.close()
+    with pytest.raises(ValueError, match=message):  # the geometry Python asks for says it too
+        _ext.require_ops().plan_region(plan.config(), *size, 0, 1)
+
+
+@needs_ops
+def test_resize_of_a_1x9000000_image_is_not_zeros():
+    """Resize(256) of a 1 x 9,000,000 image is 256 x 2,304,000,000: past the int range,
+    computed in int64. The centre crop lies on the boundary of a 50 and a 250 half."""
+    width = 9_000_000
+    image = torch.full((1, width, 3), 50, dtype=torch.uint8)
+    image[:, width // 2:] = 250
+    plan = build_plan([specs.Resize(256), specs.CenterCrop(8)])
+    engine = _ext.require_ops().BatchEngine(1)
+    engine.set_plan(plan.config())
+    out = torch.zeros(1, 3, 8, 8, dtype=torch.uint8)
+    status, messages = engine.wait(engine.submit(torch.tensor([0]), out, 0, {0: image}))
+    engine.close()
+    assert status.tolist() == [0], messages
+    # torchvision's value there: the two halves' pixels, interpolated at their boundary.
+    assert out.min() >= 140 and out.max() <= 160, out
+    assert (out == out[:, :, :1]).all()  # every row the same (a 1-row source)

@@ -63,8 +63,20 @@ FASTLOAD_HD float source_centre(const Axis& axis, int i) {
 }
 
 // Padding rule: the output pixel exists only where its centre falls on the image.
+// Compared in double: float(in_size) rounds (up, too) above 2^24.
 FASTLOAD_HD bool centre_inside(const Axis& axis, float centre) {
-  return centre >= 0.0f && centre < static_cast<float>(axis.in_size);
+  return centre >= 0.0f && static_cast<double>(centre) < static_cast<double>(axis.in_size);
+}
+
+// Pillow's (int)v (truncation toward zero) for a tap bound, clamped to [0, in_size) on
+// integers. A float clamp to float(in_size) is wrong above 2^24 px, where that float
+// rounds up and lets the last tap read one pixel past the image; v beyond the int range
+// (huge boxes) or NaN must not reach the float -> int conversion either.
+FASTLOAD_HD int tap_bound(float v, int in_size) {
+  if (!(v > 0.0f)) return 0;                         // negative, zero or NaN
+  if (v >= 2147483648.0f) return in_size;            // 2^31: beyond every int
+  const int i = static_cast<int>(v);
+  return i < in_size ? i : in_size;
 }
 
 // Pillow's triangle ("bilinear") filter.
@@ -95,14 +107,9 @@ FASTLOAD_HD Taps compute_taps(const Axis& axis, int i) {
   taps.norm = 0.0f;
   if (!centre_inside(axis, taps.centre)) return taps;
   // Pillow writes (int)(centre -/+ support + 0.5): truncation toward zero, then clamps
-  // to the image. Clamping in float first gives the same integers and cannot overflow
-  // the int cast for huge boxes.
-  float low = taps.centre - axis.support + 0.5f;
-  float high = taps.centre + axis.support + 0.5f;
-  low = low > 0.0f ? low : 0.0f;
-  high = high < static_cast<float>(axis.in_size) ? high : static_cast<float>(axis.in_size);
-  taps.first = static_cast<int>(low);
-  const int last = static_cast<int>(high);
+  // to the image (tap_bound: on integers, so never past the image).
+  taps.first = tap_bound(taps.centre - axis.support + 0.5f, axis.in_size);
+  const int last = tap_bound(taps.centre + axis.support + 0.5f, axis.in_size);
   taps.count = last > taps.first ? last - taps.first : 0;
   float sum = 0.0f;
   for (int k = 0; k < taps.count; ++k) sum += tap_weight(axis, taps.centre, taps.first + k);

@@ -1,8 +1,14 @@
 // Argument checks shared by the CPU and CUDA batch ops of crop_resize_flip_normalize
-// (defined in crop_resize_flip_normalize_cpu.cpp).
+// (check_batch_arguments is defined in crop_resize_flip_normalize_cpu.cpp).
 #pragma once
 
 #include <ATen/core/Tensor.h>
+
+#include <climits>
+#include <cstdint>
+
+#include "check.h"
+#include "host_device.h"
 
 namespace fastload {
 
@@ -12,5 +18,33 @@ namespace fastload {
 void check_batch_arguments(const at::Tensor& images, const at::Tensor& shapes, const at::Tensor& boxes,
                            const at::Tensor& flips, double scale, const at::Tensor& mean, const at::Tensor& std,
                            const at::Tensor& out);
+
+// x - x is 0 for every finite float and NaN for inf and NaN: std::isfinite for host and
+// device alike.
+FASTLOAD_HD bool finite_float(float x) { return x - x == 0.0f; }
+
+// A box [top, left, height, width] the kernel can map: finite, height and width > 0.
+FASTLOAD_HD bool box_valid(float top, float left, float height, float width) {
+  return finite_float(top) && finite_float(left) && finite_float(height) && finite_float(width) &&
+         height > 0.0f && width > 0.0f;
+}
+
+// One row of the batch op's `shapes` (offset, height, width, row_stride): true when the
+// image lies inside the `numel` bytes of `images` (checked arithmetic: a stride or
+// offset near 2^63 must not wrap around and pass) and its sides and its row of bytes
+// fit the kernels' int indices.
+FASTLOAD_HD bool batch_image_valid(const int64_t* shape, int64_t channels, int64_t numel) {
+  const int64_t offset = shape[0], height = shape[1], width = shape[2], row_stride = shape[3];
+  int64_t row_bytes = 0;
+  return height <= INT_MAX && width <= INT_MAX && checked_mul(width, channels, &row_bytes) &&
+         row_bytes <= INT_MAX && image_inside(offset, height, width, row_stride, channels, numel);
+}
+
+// A whole sample of the batch op: its image and its box [top, left, height, width]. The
+// CPU op raises on false, the CUDA kernel asserts: one definition, so both backends
+// accept exactly the same inputs.
+FASTLOAD_HD bool batch_sample_valid(const int64_t* shape, const float* box, int64_t channels, int64_t numel) {
+  return batch_image_valid(shape, channels, numel) && box_valid(box[0], box[1], box[2], box[3]);
+}
 
 }  // namespace fastload

@@ -433,6 +433,13 @@ void dispatch_sample(const Plan& p, const ImageView& in, const OutputView& out) 
 
 }  // namespace
 
+const char* crop_resize_flip_normalize_cpu_path() {
+#if defined(FASTLOAD_HAVE_AVX2_PATH)
+  if (use_avx2()) return "avx2";
+#endif
+  return "baseline";
+}
+
 void crop_resize_flip_normalize_cpu(const ImageView& in, const Box& box, bool flip, float scale,
                                     const float* mean, const float* std, const OutputView& out,
                                     ResizeScratch& scratch) {
@@ -494,8 +501,8 @@ at::Tensor crop_resize_flip_normalize_op(const at::Tensor& image, at::ArrayRef<d
   FASTLOAD_CHECK_VALUE(image.stride(2) == 1 && image.stride(1) == C && image.stride(0) >= W * C, kOp,
                        "expected packed pixels (strides [row >= W*C, C, 1]), got strides ",
                        image.strides(), ". Call .contiguous() on the image.");
-  FASTLOAD_CHECK_VALUE(H <= INT_MAX && W <= INT_MAX, kOp, "expected an image under 2^31 pixels per side, got ",
-                       image.sizes(), ".");
+  FASTLOAD_CHECK_VALUE(H <= INT_MAX && W * C <= INT_MAX, kOp,
+                       "expected an image under 2^31 rows and 2^31 bytes per row, got ", image.sizes(), ".");
   FASTLOAD_CHECK_VALUE(box.size() == 4, kOp, "expected box = [top, left, height, width], got ", box.size(),
                        " values.");
   check_box(kOp, box[0], box[1], box[2], box[3], -1);
@@ -584,11 +591,11 @@ void crop_resize_flip_normalize_batch_op(const at::Tensor& images, const at::Ten
   const int64_t numel = images.numel();
   for (int64_t i = 0; i < N; ++i) {
     const int64_t offset = shape[4 * i], h = shape[4 * i + 1], w = shape[4 * i + 2], stride = shape[4 * i + 3];
-    FASTLOAD_CHECK_VALUE(offset >= 0 && h > 0 && w > 0 && h <= INT_MAX && w <= INT_MAX && stride >= w * C &&
-                             offset + (h - 1) * stride + w * C <= numel,
-                         kBatchOp, "expected shapes[", i, "] = (offset, height, width, row_stride) of an HWC image with ",
-                         C, " channels inside images (", numel, " bytes), got (", offset, ", ", h, ", ", w, ", ",
-                         stride, "). Check the packing offsets.");
+    FASTLOAD_CHECK_VALUE(batch_image_valid(shape + 4 * i, C, numel), kBatchOp, "expected shapes[", i,
+                         "] = (offset, height, width, row_stride) of an HWC image with ", C,
+                         " channels inside images (", numel, " bytes; offset >= 0, height, width > 0, "
+                         "width * channels < 2^31, row_stride >= width * channels), got (", offset, ", ", h,
+                         ", ", w, ", ", stride, "). Check the packing offsets.");
     check_box(kBatchOp, box[4 * i], box[4 * i + 1], box[4 * i + 2], box[4 * i + 3], i);
   }
   if (N == 0 || out.numel() == 0) return;

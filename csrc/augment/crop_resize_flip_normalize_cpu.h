@@ -55,4 +55,8 @@ void crop_resize_flip_normalize_cpu(const ImageView& in, const Box& box, bool fl
                                     float scale, const float* mean, const float* std,
                                     const OutputView& out, ResizeScratch& scratch);
 
+// Which build of the CPU loops this process runs: "avx2" (AVX2 + FMA, when the CPU has
+// them and FASTLOAD_NO_AVX2 is unset) or "baseline" (x86-64 SSE2, or a non-x86 build).
+const char* crop_resize_flip_normalize_cpu_path();
+
 }  // namespace fastload

@@ -56,14 +56,11 @@ struct BatchSource {
   // them without a sync, so the kernel asserts (like torch's index checks).
   __device__ bool sample(int64_t n, int channels, Sample& s) const {
     const int64_t* shape = shapes + 4 * n;
-    const int64_t offset = shape[0], h = shape[1], w = shape[2], stride = shape[3];
     const float* box = boxes + 4 * n;
-    const bool ok = offset >= 0 && h > 0 && w > 0 && h <= INT_MAX && w <= INT_MAX && stride >= w * channels &&
-                    offset + (h - 1) * stride + w * channels <= images_numel && isfinite(box[0]) &&
-                    isfinite(box[1]) && box[2] > 0 && box[3] > 0 && isfinite(box[2]) && isfinite(box[3]);
-    if (!ok) return false;
-    s = Sample{images + offset, static_cast<int>(h), static_cast<int>(w), stride, box[0], box[1], box[2], box[3],
-               flips[n]};
+    // The CPU op's check, the same function (checked arithmetic, no wrap-around).
+    if (!batch_sample_valid(shape, box, channels, images_numel)) return false;
+    s = Sample{images + shape[0], static_cast<int>(shape[1]), static_cast<int>(shape[2]), shape[3], box[0], box[1],
+               box[2], box[3], flips[n]};
     return true;
   }
   // alpha = scale / std, beta = -mean / std: the same float operations as the CPU plan.
@@ -179,8 +176,9 @@ at::Tensor crop_resize_flip_normalize_cuda(const at::Tensor& image, at::ArrayRef
                        ". Decode to uint8 HWC (fastload.ops.decode_jpeg_cuda does).");
   const int64_t H = image.size(0), W = image.size(1), C = image.size(2);
   FASTLOAD_CHECK_VALUE(C == 1 || C == 3, kOp, "expected 1 or 3 channels, got ", C, ".");
-  FASTLOAD_CHECK_VALUE(H > 0 && W > 0 && H <= INT_MAX && W <= INT_MAX, kOp,
-                       "expected a non-empty image under 2^31 pixels per side, got shape ", image.sizes(), ".");
+  FASTLOAD_CHECK_VALUE(H > 0 && W > 0 && H <= INT_MAX && W * C <= INT_MAX, kOp,
+                       "expected a non-empty image under 2^31 rows and 2^31 bytes per row, got shape ",
+                       image.sizes(), ".");
   FASTLOAD_CHECK_VALUE(image.stride(2) == 1 && image.stride(1) == C && image.stride(0) >= W * C, kOp,
                        "expected packed pixels (strides [row >= W*C, C, 1]), got strides ", image.strides(),
                        ". Call .contiguous() on the image.");

@@ -64,9 +64,11 @@ FASTLOAD_HD CropBox random_resized_crop_box(int height, int width, double scale_
     const double target_area = area * rng.uniform(scale_min, scale_max);
     const double aspect_ratio = exp(rng.uniform(log_ratio_min, log_ratio_max));
     // Python's round() is round-half-even, as is rint in the default rounding mode.
-    const int w = static_cast<int>(rint(sqrt(target_area * aspect_ratio)));
-    const int h = static_cast<int>(rint(sqrt(target_area / aspect_ratio)));
-    if (0 < w && w <= width && 0 < h && h <= height) {
+    // Compared as doubles: an extreme ratio gives sides far outside the int range.
+    const double w_real = rint(sqrt(target_area * aspect_ratio));
+    const double h_real = rint(sqrt(target_area / aspect_ratio));
+    if (0 < w_real && w_real <= width && 0 < h_real && h_real <= height) {
+      const int w = static_cast<int>(w_real), h = static_cast<int>(h_real);
       const int top = static_cast<int>(rng.randint(0, height - h + 1));
       const int left = static_cast<int>(rng.randint(0, width - w + 1));
       return {top, left, h, w};
@@ -75,6 +77,8 @@ FASTLOAD_HD CropBox random_resized_crop_box(int height, int width, double scale_
   // Fallback to a central crop, exactly as torchvision.
   const double in_ratio = static_cast<double>(width) / height;
   int w, h;
+  // Both fallback sides stay within the image (w / ratio_min < height, h * ratio_max <
+  // width), but can round to 0: the caller refuses an empty crop.
   if (in_ratio < ratio_min) {
     w = width;
     h = static_cast<int>(rint(w / ratio_min));

@@ -31,6 +31,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "augment/crop_resize_flip_normalize_checks.h"
 #include "augment/crop_resize_flip_normalize_cpu.h"
 #include "check.h"
 #include "decode/decode_jpeg.h"
@@ -41,8 +42,10 @@ namespace py = pybind11;
 namespace fastload::engine {
 namespace {
 
-// Per-sample outcome, mirrored by fastload/native.py.
-enum Status : int32_t { kOk = 0, kDecodeError = 1, kNotJpeg = 2, kReadError = 3 };
+// Per-sample outcome, mirrored by fastload/native.py. kBadGeometry: the plan gives this
+// image no pixels to sample (e.g. a resize to 0 rows, an empty crop), which torchvision
+// refuses too; like a decode error it goes through the loader's on_error policy.
+enum Status : int32_t { kOk = 0, kDecodeError = 1, kNotJpeg = 2, kReadError = 3, kBadGeometry = 4 };
 
 // Where samples' bytes live: views of the SampleIndex's numpy arrays (kept alive here).
 struct Index {
@@ -126,27 +129,46 @@ OutputView output_slot(const at::Tensor& out, int64_t slot) {
 }
 
 // Finishes one sample from its decoded (possibly scaled, windowed) pixels: `scale_y/x`
-// map full-resolution coordinates to the decoded image's, whose pixel (0, 0) is at
-// (origin_top, origin_left) of the scaled whole image. Augment mode runs the kernel into
-// the sample's slot; windows mode keeps the clamp view and its box for the device.
+// map full-resolution coordinates to the decoded image's (1/d at DCT scale 1/d: scaled
+// pixel k covers full-resolution pixels [k d, k d + d), the last one partly, so the
+// image's ceil(h / d) scaled rows hold [0, h / d) -- not scaled_h / h), and pixel (0, 0)
+// of `pixels` is at (origin_top, origin_left) of the scaled whole image. Augment mode
+// runs the kernel into the sample's slot; windows mode keeps the clamp view and its box
+// for the device. Throws GeometryError for a box the kernel cannot map.
 void finish(Job& job, int64_t slot, const SourceRegion& region, const uint8_t* pixels, int height,
             int width, int channels, double scale_y, double scale_x, int origin_top,
             int origin_left, ResizeScratch& scratch) {
   const Plan& plan = *job.plan;
-  // The clamp region in decoded pixels, rounded outwards, within the decoded pixels.
-  const double clamp_top = region.clamp.top * scale_y - origin_top;
-  const double clamp_left = region.clamp.left * scale_x - origin_left;
-  const int row0 = std::max(0, static_cast<int>(std::floor(clamp_top + 1e-6)));
-  const int col0 = std::max(0, static_cast<int>(std::floor(clamp_left + 1e-6)));
-  const int row1 = std::min(height, static_cast<int>(std::ceil((region.clamp.top + region.clamp.height) * scale_y - origin_top - 1e-6)));
-  const int col1 = std::min(width, static_cast<int>(std::ceil((region.clamp.left + region.clamp.width) * scale_x - origin_left - 1e-6)));
+  // The clamp region in decoded pixels, rounded outwards, then clamped so that the view
+  // is never empty and never starts or ends outside the decoded pixels, whatever the
+  // rounding of the region (its taps then clamp to what was decoded).
+  const auto first_index = [](double v, int size) {
+    return static_cast<int>(std::clamp(std::floor(v + 1e-6), 0.0, static_cast<double>(size - 1)));
+  };
+  const auto end_index = [](double v, int begin, int size) {
+    return static_cast<int>(std::clamp(std::ceil(v - 1e-6), static_cast<double>(begin + 1), static_cast<double>(size)));
+  };
+  const double clamp_top = static_cast<double>(region.clamp.top) * scale_y - origin_top;
+  const double clamp_left = static_cast<double>(region.clamp.left) * scale_x - origin_left;
+  const double clamp_bottom =
+      (static_cast<double>(region.clamp.top) + region.clamp.height) * scale_y - origin_top;
+  const double clamp_right =
+      (static_cast<double>(region.clamp.left) + region.clamp.width) * scale_x - origin_left;
+  const int row0 = first_index(clamp_top, height), col0 = first_index(clamp_left, width);
+  const int row1 = end_index(clamp_bottom, row0, height), col1 = end_index(clamp_right, col0, width);
   const int64_t row_stride = static_cast<int64_t>(width) * channels;
-  ImageView view{pixels + row0 * row_stride + col0 * channels, std::max(1, row1 - row0),
-                 std::max(1, col1 - col0), channels, row_stride};
+  ImageView view{pixels + row0 * row_stride + static_cast<int64_t>(col0) * channels, row1 - row0, col1 - col0,
+                 channels, row_stride};
   Box box{static_cast<float>(region.box.top * scale_y - origin_top - row0),
           static_cast<float>(region.box.left * scale_x - origin_left - col0),
           static_cast<float>(region.box.height * scale_y),
           static_cast<float>(region.box.width * scale_x)};
+  if (!box_valid(box.top, box.left, box.height, box.width)) {
+    throw GeometryError(
+        "fastload.BatchEngine: expected a finite crop box with height, width > 0 in the decoded image, got [" +
+        std::to_string(box.top) + ", " + std::to_string(box.left) + ", " + std::to_string(box.height) + ", " +
+        std::to_string(box.width) + "]. The plan's crop is too small for this image");
+  }
   if (job.out.defined()) {
     crop_resize_flip_normalize_cpu(view, box, region.flip, plan.value_scale, plan.mean.data(),
                                    plan.std.data(), output_slot(job.out, slot), scratch);
@@ -210,9 +232,7 @@ void process_sample(Job& job, int64_t slot, ThreadState& state) {
   decode_jpeg_window(data, size, win_top, win_left, win_height, win_width, denom, plan.channels,
                      plan.max_pixels, window);
   finish(job, slot, region, window.pixels.data(), window.height, window.width, window.channels,
-         static_cast<double>(window.scaled_height) / info.height,
-         static_cast<double>(window.scaled_width) / info.width, window.top, window.left,
-         state.scratch);
+         1.0 / window.scale_denom, 1.0 / window.scale_denom, window.top, window.left, state.scratch);
 }
 
 Plan plan_from_config(const py::dict& config) {
@@ -250,6 +270,10 @@ Plan plan_from_config(const py::dict& config) {
                            std::isfinite(plan.ratio_max) && 0 < plan.ratio_min && plan.ratio_min <= plan.ratio_max,
                        op, "expected finite 0 <= scale_min <= scale_max and 0 < ratio_min <= ratio_max, got scale (",
                        plan.scale_min, ", ", plan.scale_max, "), ratio (", plan.ratio_min, ", ", plan.ratio_max, ").");
+  // torchvision refuses this when resizing; the plan refuses it once, up front.
+  FASTLOAD_CHECK_VALUE(plan.max_size <= 0 || plan.resize_short <= 0 || plan.max_size > plan.resize_short, op,
+                       "expected max_size strictly greater than the requested size for the smaller edge, got "
+                       "max_size = ", plan.max_size, " and size = ", plan.resize_short, ".");
   FASTLOAD_CHECK_VALUE((plan.resize_height > 0) == (plan.resize_width > 0), op,
                        "expected both or neither of resize_height and resize_width, got ", plan.resize_height,
                        " and ", plan.resize_width, ".");
@@ -338,7 +362,17 @@ class BatchEngine {
   // the threads do not exist there, and a mutex may have been copied locked.
   bool forked() const { return ::getpid() != owner_pid_; }
 
-  ~BatchEngine() { close(); }
+  ~BatchEngine() {
+    close();
+    if (forked()) {
+      // The parent's idle workers were blocked in queue_->cv.wait() at the fork: glibc's
+      // copy of the condition variable still counts them as waiters, so destroying it
+      // here would block forever; a copied mutex may be locked; a job's `done` may have a
+      // parent thread waiting in wait(). None of these may be destroyed in the child:
+      // leak them all (the process's exit reclaims the memory).
+      queue_.release();
+    }
+  }
 
   BatchEngine(const BatchEngine&) = delete;
   BatchEngine& operator=(const BatchEngine&) = delete;
@@ -445,13 +479,13 @@ class BatchEngine {
 
     int64_t ticket;
     {
-      std::lock_guard<std::mutex> lock(queue_mutex_);
-      FASTLOAD_CHECK(!closed_, op, "the engine is closed.");
-      ticket = next_ticket_++;
-      jobs_.emplace(ticket, job);
-      for (int64_t slot = 0; slot < job->remaining; ++slot) tasks_.push_back({job, slot});
+      std::lock_guard<std::mutex> lock(queue_->mutex);
+      FASTLOAD_CHECK(!queue_->closed, op, "the engine is closed.");
+      ticket = queue_->next_ticket++;
+      queue_->jobs.emplace(ticket, job);
+      for (int64_t slot = 0; slot < job->remaining; ++slot) queue_->tasks.push_back({job, slot});
     }
-    queue_cv_.notify_all();
+    queue_->cv.notify_all();
     return ticket;
   }
 
@@ -460,13 +494,17 @@ class BatchEngine {
   // width, row_stride), boxes float32 [B, 4], flips bool [B]): the inputs of
   // crop_resize_flip_normalize_batch.
   py::tuple wait(int64_t ticket) {
+    // In a forked child no worker would ever finish the job: refuse rather than hang.
+    FASTLOAD_CHECK(!forked(), "BatchEngine.wait", "expected the process that made the engine, got a forked "
+                   "child (its threads do not exist here). Make fastload loaders inside the worker instead.");
     std::shared_ptr<Job> job;
     {
-      std::lock_guard<std::mutex> lock(queue_mutex_);
-      auto it = jobs_.find(ticket);
-      FASTLOAD_CHECK_VALUE(it != jobs_.end(), "BatchEngine.wait", "unknown or already collected ticket ", ticket, ".");
+      std::lock_guard<std::mutex> lock(queue_->mutex);
+      auto it = queue_->jobs.find(ticket);
+      FASTLOAD_CHECK_VALUE(it != queue_->jobs.end(), "BatchEngine.wait", "unknown or already collected ticket ",
+                           ticket, ".");
       job = it->second;
-      jobs_.erase(it);
+      queue_->jobs.erase(it);
     }
     at::Tensor packed, shapes, boxes, flips;
     {
@@ -518,17 +556,18 @@ class BatchEngine {
 
   void close() {
     if (forked()) {
-      // Neither join (no such threads here) nor lock: leave the copies to the process's exit.
+      // Neither join (no such threads here) nor lock: leave the copies to the process's
+      // exit (the destructor leaks the queue too, see there).
       new std::vector<std::thread>(std::move(workers_));  // never destroyed: no std::terminate
       workers_.clear();
       return;
     }
     {
-      std::lock_guard<std::mutex> lock(queue_mutex_);
-      if (closed_) return;
-      closed_ = true;
+      std::lock_guard<std::mutex> lock(queue_->mutex);
+      if (queue_->closed) return;
+      queue_->closed = true;
     }
-    queue_cv_.notify_all();
+    queue_->cv.notify_all();
     // Workers never take the GIL, but callers of close() may hold it: let other Python
     // threads run while joining (the destructor can run without it, at shutdown).
     if (PyGILState_Check()) {
@@ -550,15 +589,18 @@ class BatchEngine {
     for (;;) {
       Task task;
       {
-        std::unique_lock<std::mutex> lock(queue_mutex_);
-        queue_cv_.wait(lock, [&] { return closed_ || !tasks_.empty(); });
-        if (tasks_.empty()) return;  // closed and drained
-        task = std::move(tasks_.front());
-        tasks_.pop_front();
+        std::unique_lock<std::mutex> lock(queue_->mutex);
+        queue_->cv.wait(lock, [&] { return queue_->closed || !queue_->tasks.empty(); });
+        if (queue_->tasks.empty()) return;  // closed and drained
+        task = std::move(queue_->tasks.front());
+        queue_->tasks.pop_front();
       }
       Job& job = *task.job;
       try {
         process_sample(job, task.slot, state);
+      } catch (const GeometryError& error) {
+        job.status[task.slot] = kBadGeometry;
+        job.message[task.slot] = error.what();
       } catch (const DecodeError& error) {
         job.status[task.slot] = kDecodeError;
         job.message[task.slot] = error.what();
@@ -576,14 +618,20 @@ class BatchEngine {
     }
   }
 
-  std::vector<std::thread> workers_;
-  std::mutex queue_mutex_;
-  std::condition_variable queue_cv_;
-  std::deque<Task> tasks_;
-  std::unordered_map<int64_t, std::shared_ptr<Job>> jobs_;
-  int64_t next_ticket_ = 0;
-  bool closed_ = false;
+  // What the workers share, and wait on. Held by pointer so that a forked child can
+  // leak it instead of destroying it (see ~BatchEngine).
+  struct Queue {
+    std::mutex mutex;
+    std::condition_variable cv;
+    std::deque<Task> tasks;
+    std::unordered_map<int64_t, std::shared_ptr<Job>> jobs;
+    int64_t next_ticket = 0;
+    bool closed = false;
+  };
+
   const pid_t owner_pid_ = ::getpid();
+  std::unique_ptr<Queue> queue_ = std::make_unique<Queue>();
+  std::vector<std::thread> workers_;
   std::shared_ptr<const Index> index_;
   std::shared_ptr<const Plan> plan_;
 };
@@ -605,6 +653,8 @@ py::dict build_info() {
   info["nvjpeg"] = false;
 #endif
   info["flags"] = FASTLOAD_BUILD_FLAGS;
+  // Chosen at run time (CPU features, FASTLOAD_NO_AVX2), not at build time.
+  info["augment_cpu_path"] = crop_resize_flip_normalize_cpu_path();
 #if defined(__clang__)
   info["compiler"] = "clang " __clang_version__;
 #elif defined(__GNUC__)

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 #include <vector>
 
 #include "augment/crop_resize_flip_normalize_cpu.h"
@@ -42,7 +43,17 @@ struct SourceRegion {
   bool flip = false;
 };
 
-// Geometry of one sample: a pure function of (plan, image size, epoch, index).
+// The plan gives an image no pixels to sample: a resize to 0 rows or columns (e.g.
+// Resize(256, max_size=300) of a 3x2000 image), an empty crop (an extreme ratio). The
+// engine reports it per sample (the loader's on_error policy applies); pybind11 raises
+// it as ValueError.
+class GeometryError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+// Geometry of one sample: a pure function of (plan, image size, epoch, index). Throws
+// GeometryError where torchvision would fail on that image.
 SourceRegion plan_region(const Plan& plan, int height, int width, int64_t epoch, int64_t index);
 
 }  // namespace fastload::engine

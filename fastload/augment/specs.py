@@ -65,6 +65,10 @@ class Resize:
 
     Natively batchable only when the output size is fixed: (height, width), or followed
     by a CenterCrop.
+
+    Raises:
+        ValueError: where torchvision's resize would refuse every image: max_size not
+            strictly greater than the shorter-side size, or max_size with (height, width).
     """
 
     size: Size
@@ -79,6 +83,19 @@ class Resize:
         elif not isinstance(size, int) or size <= 0:
             raise ValueError(f"fastload.ops.Resize: expected a positive int or (height, width), got {self.size!r}")
         object.__setattr__(self, "size", size)
+        # torchvision checks these when resizing (so on the first image); a native plan
+        # is fixed for the loader's lifetime, so refuse them here, in torchvision's words.
+        if self.max_size is not None:
+            if not isinstance(size, int):
+                raise ValueError(
+                    "fastload.ops.Resize: max_size should only be passed if size specifies the length of the "
+                    f"smaller edge, i.e. size should be an int, got size={self.size!r}, max_size={self.max_size!r}"
+                )
+            if self.max_size <= size:
+                raise ValueError(
+                    f"fastload.ops.Resize: max_size = {self.max_size} must be strictly greater than the "
+                    f"requested size for the smaller edge size = {[size]}"
+                )
 
 
 @dataclass(frozen=True)

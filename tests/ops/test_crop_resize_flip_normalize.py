@@ -389,16 +389,17 @@ def test_batch_threads_give_identical_results():
 
 def test_baseline_x86_path_matches_avx2_path():
     """FASTLOAD_NO_AVX2=1 runs the baseline (SSE2) build of the loops; both agree with
-    the reference, and with each other up to FMA rounding."""
+    the reference, and with each other up to FMA rounding. Each run reports the path it
+    took: on a CPU without AVX2 both would be the baseline, a comparison of nothing."""
     script = (
-        "import torch, sys; from fastload import ops\n"
+        "import torch, sys; from fastload import _ext, ops\n"
         "torch.manual_seed(0); im = torch.randint(0, 256, (97, 131, 3), dtype=torch.uint8)\n"
         "outs = [ops.crop_resize_flip_normalize(im[:, :, :c].contiguous(), [3.5, -2.25, 90, 140], [45, 61], True,"
         " 1/255, [0.4] * c, [0.2] * c, d, cl) for c in (1, 3) for d in (torch.float32, torch.uint8, torch.float16,"
         " torch.bfloat16) for cl in (False, True)]\n"
-        "torch.save(outs, sys.argv[1])\n"
+        "torch.save((_ext.build_info()['augment_cpu_path'], outs), sys.argv[1])\n"
     )
-    results = []
+    results, paths = [], []
     for avx2 in (True, False):
         path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"crfn_{os.getpid()}_{int(avx2)}.pt")
         env = dict(os.environ)
@@ -406,10 +407,105 @@ def test_baseline_x86_path_matches_avx2_path():
         if not avx2:
             env["FASTLOAD_NO_AVX2"] = "1"
         subprocess.run([sys.executable, "-c", script, path], check=True, env=env, timeout=120)
-        results.append(torch.load(path))
+        kernel_path, outs = torch.load(path)
         os.remove(path)
+        paths.append(kernel_path)
+        results.append(outs)
+    assert paths[1] == "baseline"  # FASTLOAD_NO_AVX2=1 is obeyed
+    if paths[0] != "avx2":
+        pytest.skip(f"this CPU has no AVX2 + FMA: both runs took the {paths[0]!r} path, nothing to compare")
     for fast, base in zip(*results):
         assert_matches(fast, base, base.dtype)
+
+
+def test_build_info_names_the_cpu_path_this_process_runs():
+    info = _ext.build_info()
+    assert info["augment_cpu_path"] in ("avx2", "baseline")
+    if os.environ.get("FASTLOAD_NO_AVX2"):
+        assert info["augment_cpu_path"] == "baseline"
+
+
+# ---- hostile geometry ---------------------------------------------------------------------
+
+BIG = 2**63 - 1
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        (0, 2, 4, BIG),  # (height - 1) * row_stride + width * C wraps past 2^63
+        (0, 3, 4, 2**62),  # (height - 1) * row_stride is exactly 2^63
+        (0, 2**31 - 1, 4, 2**33),  # a product far beyond the buffer that wraps
+        (BIG, 1, 1, 3),  # offset + width * C wraps
+        (BIG - 2, 1, 1, 3),  # offset + width * C is exactly 2^63
+        (2**62, 2, 1, 2**62),  # offset + (height - 1) * row_stride wraps
+        (-(2**63), 1, 1, 3),  # most negative offset
+        (0, 1, 2**31 - 1, 2**33),  # width * C past the kernels' int row
+        (0, 1, 4, -(2**62)),  # negative row stride
+        (0, 2**31, 1, 3),  # height past the int range
+    ],
+)
+@pytest.mark.parametrize("channels", [1, 3])
+def test_batch_shapes_near_2_to_the_63_are_refused_not_read(shape, channels):
+    """The bounds check is computed without wrap-around: a stride or offset whose product
+    or sum passes 2^63 must not wrap to a small number and pass."""
+    packed = torch.zeros(64, dtype=torch.uint8)
+    shapes = torch.tensor([list(shape)], dtype=torch.int64)
+    boxes = torch.tensor([[0.0, 0.0, 1.0, 1.0]])
+    out = torch.full((1, channels, 2, 2), -1.0)
+    with pytest.raises(ValueError, match=r"crop_resize_flip_normalize_batch: expected shapes\[0\] = "):
+        ops.crop_resize_flip_normalize_batch(packed, shapes, boxes, torch.tensor([False]), 1.0,
+                                             torch.zeros(channels), torch.ones(channels), out)
+    assert torch.equal(out, torch.full((1, channels, 2, 2), -1.0))
+
+
+def test_batch_shape_that_exactly_fills_the_buffer_is_accepted():
+    """The checked bound is exact: the last byte of the buffer is inside."""
+    image = make_image(3, 4)
+    packed = torch.cat([torch.zeros(7, dtype=torch.uint8), image.flatten()])
+    shapes = torch.tensor([[7, 3, 4, 12]])
+    out = torch.empty(1, 3, 3, 4)
+    ops.crop_resize_flip_normalize_batch(packed, shapes, torch.tensor([[0.0, 0.0, 3.0, 4.0]]), torch.tensor([False]),
+                                         1.0, torch.zeros(3), torch.ones(3), out)
+    assert torch.equal(out[0], image.permute(2, 0, 1).float())
+    with pytest.raises(ValueError, match="inside images"):
+        ops.crop_resize_flip_normalize_batch(packed, shapes + torch.tensor([[1, 0, 0, 0]]),
+                                             torch.tensor([[0.0, 0.0, 3.0, 4.0]]), torch.tensor([False]), 1.0,
+                                             torch.zeros(3), torch.ones(3), out)
+
+
+@pytest.mark.parametrize("box, size", [
+    ([-5e29, -5e29, 1e30, 1e30], [1, 1]),  # centre 0, a support past every int: the mean
+    ([-1e30, -1e30, 2e30, 2e30], [3, 2]),
+    ([1e30, 1e30, 1.0, 1.0], [3, 2]),  # every centre far outside: padding
+    ([0.0, 0.0, 1e-30, 1e-30], [3, 2]),  # a vanishing box on the first pixel
+    ([3.0, 3.0, 3.4e38, 3.4e38], [3, 2]),  # near FLT_MAX
+    ([-3.4e38, -3.4e38, 3.4e38, 3.4e38], [1, 1]),
+])
+def test_huge_and_tiny_boxes_stay_inside_the_image(box, size):
+    """Tap bounds far outside the int range are clamped on integers, never converted."""
+    image = make_image(6, 7)
+    out = ops.crop_resize_flip_normalize(image, box, size, scale=1.0)
+    want = reference.crop_resize_flip_normalize(image, box, size, scale=1.0)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out, want.float(), rtol=0, atol=1e-3)
+
+
+def test_taps_of_an_image_wider_than_2_to_the_24_stay_inside_it():
+    """Above 2^24 px float(width) rounds up: a tap clamp in float let the last output
+    column read the pixel just past the image. Here that pixel is 255 and the image 0."""
+    width = 2**24 + 3
+    for box, size in (([0.0, width - 120.0, 1.0, 120.0], [1, 4]), ([0.0, width - 5.0, 1.0, 5.0], [1, 5])):
+        row = torch.zeros(1, width + 1, 3, dtype=torch.uint8)
+        row[0, width] = 255  # just past the image (the view's row stride covers it)
+        out = ops.crop_resize_flip_normalize(row[:, :width], box, size, scale=1.0)
+        assert torch.equal(out, torch.zeros_like(out)), out
+        del row
+        column = torch.zeros(width + 1, 1, 3, dtype=torch.uint8)  # the same along the rows
+        column[width] = 255
+        out = ops.crop_resize_flip_normalize(column[:width], [box[1], 0.0, box[3], 1.0], size[::-1], scale=1.0)
+        assert torch.equal(out, torch.zeros_like(out)), out
+        del column
 
 
 # ---- errors -------------------------------------------------------------------------------
