@@ -24,7 +24,7 @@ from fastload.errors import DecodeError
 from fastload.source.index import SampleIndex
 
 # Per-sample status codes of csrc/engine/batch.cpp.
-OK, DECODE_ERROR, NOT_JPEG, READ_ERROR = 0, 1, 2, 3
+OK, DECODE_ERROR, NOT_JPEG, READ_ERROR, BAD_GEOMETRY = 0, 1, 2, 3, 4  # BAD_GEOMETRY: no pixels to sample
 ON_ERROR = ("raise", "skip")
 # Where decoding and augmenting run:
 #   "cpu":     the engine decodes and augments into the (pinned) batch; uint8 or float
