@@ -34,6 +34,10 @@ INT_MAX, INT64_MAX = 2**31 - 1, 2**63 - 1
 # Values from the edges of float32 and int64, mixed into the fuzzed inputs.
 EXTREME_FLOATS = [0.0, -0.0, -1.0, 1e-30, 1e-45, 1e30, 3.4e38, -3.4e38, 1e39, float("nan"), float("inf"),
                   float("-inf"), 0.5, 2**24 + 1.0]
+# (offset, height, width, row_stride) whose bound offset + (height - 1) * row_stride +
+# width * C wraps around in int64 arithmetic.
+WRAPPING_SHAPES = [(0, 2, 4, INT64_MAX), (0, 3, 4, 2**62), (INT64_MAX, 1, 1, 3), (2**62, 2, 1, 2**62),
+                   (0, 2**31 - 1, 4, 2**33), (INT64_MAX - 2, 1, 1, 3)]
 EXTREME_INTS = [0, -1, 1, 2, INT_MAX, INT_MAX + 1, 2**32, 2**62, INT64_MAX, INT64_MAX - 2, -(2**63), -(2**62)]
 
 
@@ -155,6 +159,8 @@ def test_kernel_batch_op_fuzz():
             offset += length
             if rng.random() < 0.1:  # a hostile field
                 shape[rng.integers(0, 4)] = EXTREME_INTS[rng.integers(0, len(EXTREME_INTS))]
+            elif rng.random() < 0.05:  # sums and products that wrap past 2^63 unless checked
+                shape = list(WRAPPING_SHAPES[rng.integers(0, len(WRAPPING_SHAPES))])
             shapes.append(shape)
             boxes.append(fuzz_box(rng, im.shape[0], im.shape[1]))
         size = (int(rng.integers(0, 6)), int(rng.integers(0, 6)))
