@@ -185,6 +185,10 @@ void finish(Job& job, int64_t slot, const SourceRegion& region, const uint8_t* p
   job.flips[slot] = region.flip;
 }
 
+// A box side as an int for the DCT-scale choice: a Resize to far fewer pixels than the
+// image has makes boxes of more than 2^31 source pixels, beyond the int conversion.
+int int_side(float side) { return static_cast<int>(std::min(static_cast<double>(side), 2147483647.0)); }
+
 void process_sample(Job& job, int64_t slot, ThreadState& state) {
   const Plan& plan = *job.plan;
   const int64_t sample = job.samples[slot];
@@ -225,8 +229,7 @@ void process_sample(Job& job, int64_t slot, ThreadState& state) {
   const int win_height = std::max(1, static_cast<int>(std::ceil(bottom)) - win_top);
   const int win_width = std::max(1, static_cast<int>(std::ceil(right)) - win_left);
   const int denom = plan.exact ? 1
-                               : choose_scale_denom(static_cast<int>(region.box.height),
-                                                    static_cast<int>(region.box.width),
+                               : choose_scale_denom(int_side(region.box.height), int_side(region.box.width),
                                                     plan.out_height, plan.out_width);
   DecodedWindow& window = state.window;
   decode_jpeg_window(data, size, win_top, win_left, win_height, win_width, denom, plan.channels,

@@ -164,6 +164,37 @@ def test_batch_cuda_out_of_range_sample_raises_device_assert():
     assert "device-side assert" in result.stderr or "CUDA error" in result.stderr
 
 
+@pytest.mark.parametrize("shape", [(0, 2, 4, 2**63 - 1), (0, 3, 4, 2**62), (2**63 - 1, 1, 1, 3), (2**62, 2, 1, 2**62)])
+def test_batch_cuda_shapes_that_wrap_past_2_to_the_63_are_a_device_assert_not_a_wild_read(shape):
+    """The kernel's check is the CPU op's function (checked int64 arithmetic): a bound
+    that wraps around must trip the assert, not pass and read far outside the buffer."""
+    script = (
+        "import torch; from fastload import ops\n"
+        "packed = torch.zeros(100, dtype=torch.uint8, device='cuda')\n"
+        f"shapes = torch.tensor([{list(shape)}], device='cuda')\n"
+        "boxes = torch.tensor([[0., 0., 1., 1.]], device='cuda')\n"
+        "out = torch.empty(1, 3, 4, 4, device='cuda')\n"
+        "ops.crop_resize_flip_normalize_batch(packed, shapes, boxes, torch.zeros(1, dtype=torch.bool, device='cuda'),"
+        " 1.0, torch.zeros(3, device='cuda'), torch.ones(3, device='cuda'), out)\n"
+        "torch.cuda.synchronize()\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    assert "device-side assert" in result.stderr, result.stderr[-2000:]
+    assert "illegal memory access" not in result.stderr
+
+
+def test_cuda_taps_of_an_image_wider_than_2_to_the_24_stay_inside_it():
+    """The shared tap math clamps on integers: float(width) rounds up above 2^24, and a
+    float clamp let the last column read the pixel past the image (255 here)."""
+    width = 2**24 + 3
+    row = torch.zeros(1, width + 1, 3, dtype=torch.uint8, device="cuda")
+    row[0, width] = 255
+    for box, size in (([0.0, width - 120.0, 1.0, 120.0], [1, 4]), ([0.0, width - 5.0, 1.0, 5.0], [1, 5])):
+        out = ops.crop_resize_flip_normalize(row[:, :width], box, size, scale=1.0)
+        assert torch.equal(out.cpu(), torch.zeros(3, *size)), out
+
+
 def test_opcheck_cuda():
     image = make_image(21, 17).cuda()
     torch.library.opcheck(
