@@ -17,6 +17,7 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <climits>
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>  // jpeglib.h needs FILE
@@ -148,6 +149,16 @@ void finish(Job& job, int64_t slot, const SourceRegion& region, const uint8_t* p
   const auto end_index = [](double v, int begin, int size) {
     return static_cast<int>(std::clamp(std::ceil(v - 1e-6), static_cast<double>(begin + 1), static_cast<double>(size)));
   };
+  if (static_cast<int64_t>(width) * channels > INT_MAX) {  // the kernel indexes a row with int
+    throw GeometryError("fastload.BatchEngine: expected a decoded row under 2^31 bytes, got " +
+                        std::to_string(width) + " pixels of " + std::to_string(channels) +
+                        " channels. Resize such images before loading");
+  }
+  if (!box_valid(region.clamp.top, region.clamp.left, region.clamp.height, region.clamp.width)) {
+    throw GeometryError("fastload.BatchEngine: expected a finite clamp region with height, width > 0, got [" +
+                        std::to_string(region.clamp.top) + ", " + std::to_string(region.clamp.left) + ", " +
+                        std::to_string(region.clamp.height) + ", " + std::to_string(region.clamp.width) + "]");
+  }
   const double clamp_top = static_cast<double>(region.clamp.top) * scale_y - origin_top;
   const double clamp_left = static_cast<double>(region.clamp.left) * scale_x - origin_left;
   const double clamp_bottom =
