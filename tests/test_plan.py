@@ -171,7 +171,8 @@ TINY_SIZES = [(1, 1), (1, 2), (2, 1), (3, 5), (8, 8), (9, 17), (17, 9), (16, 16)
 @pytest.mark.parametrize("decode_on", ["cpu", "cpu+gpu"])
 @pytest.mark.parametrize("pipeline", [
     [specs.RandomResizedCrop(1)],
-    [specs.RandomResizedCrop(1, scale=(1e-4, 1e-3))],  # 1x1 crops anywhere, at every edge
+    [specs.RandomResizedCrop(1, scale=(1e-4, 1e-3))],  # too small: torchvision's central fallback
+    [specs.RandomResizedCrop(1, scale=(0.005, 0.02))],  # crops of a few pixels anywhere
     [specs.RandomResizedCrop((2, 3), scale=(1e-3, 1.0), ratio=(0.2, 5.0))],
     [specs.RandomResizedCrop(5, scale=(0.5, 1.0))],  # upscaling tiny crops
     [specs.CenterCrop(3)],
@@ -276,3 +277,31 @@ def test_resize_of_a_1x9000000_image_is_not_zeros():
     # torchvision's value there: the two halves' pixels, interpolated at their boundary.
     assert out.min() >= 140 and out.max() <= 160, out
     assert (out == out[:, :, :1]).all()  # every row the same (a 1-row source)
+
+
+@needs_ops
+@pytest.mark.parametrize("decode_on", ["cpu", "cpu+gpu"])
+def test_one_pixel_crops_on_every_edge_of_thin_images_match_the_scaled_decode(tmp_path, decode_on):
+    """1x1 crops of 17x9 and 9x17 JPEGs (DCT scale 1/8: 3x2 and 2x3 scaled pixels, the
+    last ones partial) drawn at every edge, through one worker, vs the reference."""
+    jpegs = [smooth_jpeg(17, 9, seed=1)] * 40 + [smooth_jpeg(9, 17, seed=2)] * 40
+    root = make_folder(tmp_path, jpegs)
+    pipeline = [specs.RandomResizedCrop(1, scale=(1 / 153, 2 / 153))]  # 1 or 2 of the 153 pixels
+    dataset = fastload.ImageFolder(root, ops=pipeline)
+    plan = build_plan(pipeline, seed=11)
+    runner = fastload.native.NativeRunner(dataset.index, plan, num_threads=1, decode_on=decode_on, device="cpu")
+    edges = set()
+    try:
+        for epoch in range(2):
+            images, _ = runner.result(runner.submit(list(range(len(jpegs))), epoch))
+            for i, data in enumerate(jpegs):
+                height, width = (17, 9) if i < 40 else (9, 17)
+                (top, left, _, _), _, _ = _ext.require_ops().plan_region(plan.config(), height, width, epoch, i)
+                edges |= {(i < 40, edge) for edge, on in (("top", top == 0), ("left", left == 0),
+                                                          ("bottom", top == height - 1),
+                                                          ("right", left == width - 1)) if on}
+                want = window_reference(torch.frombuffer(bytearray(data), dtype=torch.uint8), plan, epoch, i)
+                assert (images[i].int() - want.int()).abs().max().item() <= 1, (i, epoch, images[i], want)
+    finally:
+        runner.close()
+    assert len(edges) == 8, edges  # every edge of both images was drawn
