@@ -97,8 +97,9 @@ def test_getitem_decodes_members_like_pil(folder, shards):
 def test_expand_urls():
     assert expand_urls("a/s-{00..02}.tar") == ["a/s-00.tar", "a/s-01.tar", "a/s-02.tar"]
     assert expand_urls(["x.tar", "y-{1,3}.tar::z.tar"]) == ["x.tar", "y-1.tar", "y-3.tar", "z.tar"]
+    assert expand_urls([]) == []  # a split or rank with no files
     with pytest.raises(ValueError, match="at least one shard"):
-        expand_urls([])
+        expand_urls("::")
 
 
 def test_keys_group_by_name_up_to_first_dot_with_dirs(tmp_path):
@@ -271,8 +272,9 @@ def test_missing_label_or_image_and_bad_labels(tmp_path):
         ("k5.json", 'expected an integer label, got a JSON object without "label" or "cls"'),
     ]
     assert all(s.shard == path for s in ds.skipped)
-    with pytest.raises(TarShardError, match="got none"):
-        TarShards(_tar(tmp_path / "e.tar", [("a.jpg", b"x")]), cache_dir=str(tmp_path), on_error="skip")
+    with pytest.warns(UserWarning, match=r"got none \(1 skipped\): the dataset is empty"):
+        empty = TarShards(_tar(tmp_path / "e.tar", [("a.jpg", b"x")]), cache_dir=str(tmp_path), on_error="skip")
+    assert len(empty) == 0 and len(empty.skipped) == 1
     with pytest.raises(ValueError, match="on_error"):
         TarShards(path, on_error="ignore")
 
