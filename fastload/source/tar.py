@@ -368,6 +368,7 @@ def _walk_headers(path: str, shard_size: int):
         pos = 0
         long_name: Optional[str] = None
         pax: Dict[str, str] = {}
+        pax_at = 0  # where the pax header of the next member is
         pending = False  # an extended header (L, x) waits for its member
         while True:
             header = read(pos, 512)
@@ -386,11 +387,11 @@ def _walk_headers(path: str, shard_size: int):
                 if pending:
                     walk.problems.append([walk.last, f"truncated {walk.where()}: an extended header "
                                                      "without its member"])
-                elif pos == 0:
-                    walk.problems.append([None, "truncated or unreadable tar at its start: empty header"])
                 else:
                     tail = read(pos, 1024)
-                    if len(tail) < 1024 or tail.count(0) != 1024:
+                    if pos == 0 and (len(tail) < 1024 or tail.count(0) != 1024):
+                        walk.problems.append([None, "truncated or unreadable tar at its start: empty header"])
+                    elif len(tail) < 1024 or tail.count(0) != 1024:
                         walk.problems.append([walk.last, f"truncated {walk.where()}: the shard ends at byte "
                                                          f"{shard_size} without the tar end-of-archive marker"])
                 break
@@ -429,7 +430,7 @@ def _walk_headers(path: str, shard_size: int):
                 if kind == b"L":  # GNU long name of the next member
                     long_name = payload.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
                 elif kind in (b"x", b"X"):  # pax records of the next member
-                    pax = records
+                    pax, pax_at = records, data - 512
                 elif kind == b"g" and set(records) & {"path", "size"}:
                     raise _Unsupported("global pax path/size")
                 pending = pending or kind in (b"L", b"x", b"X", b"K")
@@ -446,10 +447,14 @@ def _walk_headers(path: str, shard_size: int):
                 try:
                     size = _pax_size(pax["size"])
                 except ValueError as e:
-                    walk.problems.append([name, f"unreadable tar header at byte {pos} {walk.where()}: {e}"])
+                    walk.problems.append([name, f"unreadable tar header at byte {pax_at} {walk.where()}: {e}"])
                     break
             pos = data + (size + 511) // 512 * 512  # size >= 0: always forward
             long_name, pax, pending = None, {}, False
+            if data + size > shard_size and kind not in _REGULAR:  # (members say it themselves)
+                walk.problems.append([name, f"truncated: the member needs bytes up to {data + size}, "
+                                            f"the shard has {shard_size}"])
+                break
             if kind in _REGULAR:
                 if name.endswith("/") and kind == b"\0":
                     continue  # an old-style directory
