@@ -496,14 +496,16 @@ def _parse_pax(buf: bytes) -> Dict[str, str]:
 
 
 class _BoundedReads:
-    """A file for tarfile whose reads are refused beyond MAX_EXTENDED_BYTES.
+    """A file for tarfile whose reads beyond MAX_EXTENDED_BYTES and seeks outside the shard
+    are refused (tarfile.ReadError).
 
     tarfile reads an extended header's whole payload (and, for a negative size, the rest
-    of the file) in one call; while walking headers nothing legitimate is that large.
+    of the file) in one call, and seeks wherever a size field points; while walking
+    headers nothing legitimate is that large or leaves the file.
     """
 
-    def __init__(self, f):
-        self._f = f
+    def __init__(self, f, size: int):
+        self._f, self._size = f, size
 
     def read(self, n: int = -1) -> bytes:
         if n is None or n < 0 or n > MAX_EXTENDED_BYTES:
@@ -511,8 +513,8 @@ class _BoundedReads:
         return self._f.read(n)
 
     def seek(self, offset: int, whence: int = 0) -> int:
-        if offset < 0 and whence == 0:
-            raise tarfile.ReadError(f"a header moving to byte {offset}")
+        if whence == 0 and not 0 <= offset <= self._size:
+            raise tarfile.ReadError(f"a header moving to byte {offset} of a {self._size}-byte shard")
         return self._f.seek(offset, whence)
 
     def tell(self) -> int:
@@ -532,7 +534,7 @@ def _walk_tarfile(path: str, shard_size: int):
             return f.read(size)
         previous = -1
         try:
-            with tarfile.open(fileobj=_BoundedReads(f), mode="r:") as tf:
+            with tarfile.open(fileobj=_BoundedReads(f, shard_size), mode="r:") as tf:
                 for m in tf:
                     if m.offset <= previous or m.size < 0 or m.offset_data < m.offset:
                         walk.problems.append([m.name, f"unreadable tar header at byte {m.offset} "
