@@ -571,3 +571,23 @@ def test_empty_shard_list_or_shards_without_samples_give_an_empty_dataset(tmp_pa
         assert len(loader) == 0
         assert list(loader) == []
         assert list(torch.utils.data.DataLoader(dataset, batch_size=4)) == []
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("hostile", [
+    pax_header(pax_record(b"size", b"-1536")) + raw_member(b"b.jpg", b"B"),
+    raw_header(b"././@LongLink", kind=b"L", size_field=_base256(1 << 62)) + raw_member(b"b.jpg", b"B"),
+    raw_header(b"b.jpg", kind=b"S", size_field=_base256(1 << 62)),
+    raw_header(b"b.jpg", kind=b"5", size_field=_base256(-1536)),
+    pax_header(b"x" * 600) + raw_member(b"b.jpg", b"B"),
+], ids=["pax-negative", "gnu-2^62", "sparse-2^62", "negative", "garbage-pax"])
+@pytest.mark.filterwarnings("ignore:.*superseded")
+def test_tarfile_walk_of_unusual_shards_is_bounded_too(tmp_path, hostile):
+    # A global pax path sends the shard to tarfile's walk, which reads whatever size a
+    # header announces and seeks wherever it points.
+    glob = raw_member(b"pax_global_header", pax_record(b"path", b"g.jpg"), kind=b"g")
+    path = _write(tmp_path, "s.tar", glob + GOOD + hostile + GOOD.replace(b"a.", b"c.") + END)
+    with pytest.raises(TarShardError, match=r"shard '.*s\.tar': (truncated|unreadable)"):
+        TarShards(path, cache_dir=str(tmp_path / "c"))
+    ds = TarShards(path, cache_dir=str(tmp_path / "c"), on_error="skip")
+    assert len(ds.skipped) >= 1 and all(ds.index.read(i) for i in range(len(ds)))
