@@ -458,7 +458,7 @@ def test_pax_path_with_nul_is_refused_and_the_walk_goes_on(tmp_path):
 
 @pytest.mark.parametrize("text, reason", [
     (b"99999999999999999999", r"a label 99999999999999999999 beyond int64"),
-    (b"-3", r"a negative label -3 \(expected a class index >= 0\)"),
+    (b"-3", r"a negative label -3 \(class indices are >= 0, as torch's cross-entropy expects\)"),
     (b'{"label": -1}', r"a negative label -1"),
     (b'{"cls": "-7"}', r"a negative label -7"),
     (b"[" * 60_000, r"a JSON label nested too deeply"),  # within MAX_LABEL_BYTES
@@ -490,7 +490,8 @@ def test_duplicate_member_last_copy_wins_and_is_counted(tmp_path):
     with tarfile.open(path) as tf:  # what tar -x leaves on disk
         assert tf.extractfile(tf.getmember("a.cls")).read() == b"6"
     clean = _tar(tmp_path / "t.tar", [("a.jpg", b"A"), ("a.cls", b"1")])
-    assert TarShards([clean, path], cache_dir=str(tmp_path / "c")).duplicates == [0, 3]
+    with pytest.warns(UserWarning, match="superseded"):
+        assert TarShards([clean, path], cache_dir=str(tmp_path / "c")).duplicates == [0, 3]
 
 
 def _rewrite_in_place(path, at: int, new: bytes):
@@ -581,7 +582,7 @@ def test_empty_shard_list_or_shards_without_samples_give_an_empty_dataset(tmp_pa
     raw_header(b"b.jpg", kind=b"5", size_field=_base256(-1536)),
     pax_header(b"x" * 600) + raw_member(b"b.jpg", b"B"),
 ], ids=["pax-negative", "gnu-2^62", "sparse-2^62", "negative", "garbage-pax"])
-@pytest.mark.filterwarnings("ignore:.*superseded")
+@pytest.mark.filterwarnings("ignore:.*superseded", "ignore:.*the dataset is empty")
 def test_tarfile_walk_of_unusual_shards_is_bounded_too(tmp_path, hostile):
     # A global pax path sends the shard to tarfile's walk, which reads whatever size a
     # header announces and seeks wherever it points.

@@ -9,10 +9,11 @@ or "cls"; txt: an integer as text); other members are ignored.
 Instead of streaming shards through a shuffle buffer, an index of (offset, size) of every
 member is built once per shard by walking the tar headers, cached (beside the shard, or in
 cache_dir when that is read-only or the shard is remote) and validated against the shard's
-size, mtime, ctime, inode and a hash of a few of its blocks; a stale or corrupt index is rebuilt, never trusted. With it, every image is
-a (shard, offset, size) triple in a SampleIndex: the C++ engine reads it with one pread, and
-shuffling is global. Remote shards (http(s)://, or any fsspec URL) are downloaded once into
-cache_dir, with a tqdm progress bar, then read locally.
+size, mtime, ctime, inode and a hash of a few of its blocks; a stale or corrupt index is
+rebuilt, never trusted. With it, every image is a (shard, offset, size) triple in a
+SampleIndex: the C++ engine reads it with one pread, and shuffling is global. Remote
+shards (http(s)://, or any fsspec URL) are downloaded once into cache_dir, with a tqdm
+progress bar, then read locally.
 """
 
 from __future__ import annotations
@@ -610,8 +611,9 @@ def load_index(path: str, cache_dir: str) -> Tuple[Dict[str, Any], str]:
     """(index record, "cached" | "built") for one local shard.
 
     A cached index is used only if it parses, matches the shard's size, mtime, ctime and
-    inode and the fingerprint of a few of its blocks, and is self-consistent; otherwise the shard is scanned again and the index rewritten (beside
-    the shard if its folder is writable, else in cache_dir).
+    inode and the fingerprint of a few of its blocks, and is self-consistent; otherwise the
+    shard is scanned again and the index rewritten (beside the shard if its folder is
+    writable, else in cache_dir).
     """
     st = os.stat(path)
     candidates = _index_paths(path, cache_dir)
@@ -687,9 +689,9 @@ def _class_index(value: int) -> int:
     # Labels are class indices in an int64 tensor: torch's cross-entropy rejects negatives
     # (other than its ignore_index, which a dataset should not hold) deep inside training.
     if value < 0:
-        raise ValueError(f"a negative label {value} (expected a class index >= 0)")
+        raise ValueError(f"a negative label {value} (class indices are >= 0, as torch's cross-entropy expects)")
     if value > MAX_LABEL:
-        raise ValueError(f"a label {_short(value)} beyond int64 (expected a class index >= 0 and < 2**63)")
+        raise ValueError(f"a label {_short(value)} beyond int64 (class indices are < 2**63)")
     return value
 
 
@@ -719,8 +721,8 @@ class TarShards(NativeDataset):
         index: the SampleIndex (shard, offset, size, label per sample) the engine reads.
         skipped: a list of Skipped(shard, member, reason) left out by on_error="skip".
         index_status: "cached" or "built" per shard, for this construction.
-        duplicates: per shard, how many member copies were superseded by a later member of
-            the same name. As `tar -x` does, the last copy wins (an appended correction
+        duplicates: per shard, how many image or label members were superseded by a later
+            member of the same name. As `tar -x` does, the last copy wins (an appended correction
             replaces the original); a UserWarning says so once per shard that has any.
 
     An empty list of shards, or shards without a single sample, give an empty dataset

@@ -88,8 +88,8 @@ def _pax_payload(rng: random.Random, t) -> bytes:
         body = b" path=b.jpg\n"
         return str(rng.choice([0, 1, 2, 3, len(body) - 1, len(body) + 5, 10**6, -5])).encode() + body
     if choice == 6:  # no newline, no '=', no space, garbage
-        return rng.choice([b"13 path=b.jpg!", b"12 pathb.jpg\n", b"12path=b.jpg\n", bytes(rng.randrange(256)
-                                                                                      for _ in range(rng.randrange(1, 40)))])
+        garbage = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 40)))
+        return rng.choice([b"13 path=b.jpg!", b"12 pathb.jpg\n", b"12path=b.jpg\n", garbage])
     if choice == 7:
         return t.pax_record(b"hdrcharset", b"BINARY") + t.pax_record(b"path", b"b.jpg")
     if choice == 8:
