@@ -487,6 +487,7 @@ def test_duplicate_member_last_copy_wins_and_is_counted(tmp_path):
     assert ds.keys.tolist() == ["a", "b"] and ds.targets == [6, 2]
     assert ds.index.read(0) == b"A-new"
     assert ds.duplicates == [3]
+    assert "3 superseded duplicates" in repr(ds)
     with tarfile.open(path) as tf:  # what tar -x leaves on disk
         assert tf.extractfile(tf.getmember("a.cls")).read() == b"6"
     clean = _tar(tmp_path / "t.tar", [("a.jpg", b"A"), ("a.cls", b"1")])

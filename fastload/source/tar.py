@@ -836,5 +836,6 @@ class TarShards(NativeDataset):
         return rows, members, keys, labels
 
     def __repr__(self) -> str:
+        superseded = f"{sum(self.duplicates)} superseded duplicates, " if any(self.duplicates) else ""
         return (f"fastload.TarShards({len(self.urls)} shards, {len(self)} samples, "
-                f"{len(self.skipped)} skipped, ops={self.ops})")
+                f"{len(self.skipped)} skipped, {superseded}ops={self.ops})")
