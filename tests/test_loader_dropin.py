@@ -374,10 +374,14 @@ class FakeRunner:
         self.calls = []
         self.pending = {}
         self.closed = False
+        self.passes = 0
         self.plan = types.SimpleNamespace(seed=0)  # the augmentation seed the loader saves
 
     def set_seed(self, seed):
         self.plan.seed = seed
+
+    def start_pass(self):
+        self.passes += 1
 
     def discard(self, ticket):
         self.calls.append(("discard", ticket))

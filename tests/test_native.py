@@ -189,8 +189,29 @@ def test_bad_input_skip_keeps_batch_size_and_counts(bad_folder):
 
     loader = fastload.DataLoader(dataset, batch_size=3, on_error="skip")
     assert [len(labels) for _, labels in loader] == [3, 2]
-    # Batch [0, 1, 2] meets bad files 1, 2, 3 (as replacements); batch [3, 4] meets 3 again.
-    assert loader.stats(reset=True)["skipped"] == 4 and loader.stats()["skipped"] == 0
+    # Batch [0, 1, 2] meets bad files 1, 2, 3 (as replacements); batch [3, 4] meets 3 again:
+    # each bad file counts once.
+    assert loader.stats(reset=True)["skipped"] == 3 and loader.stats()["skipped"] == 0
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_skip_counts_each_bad_sample_once_per_epoch(tmp_path, shuffle):
+    """Runs of bad files longer than a batch and across batch boundaries: the replacement
+    searches of many batches pass the same bad files, each is still counted once."""
+    good = io.BytesIO()
+    Image.fromarray(photo(20, 20, 0)).save(good, "JPEG")
+    cls = tmp_path / "c"
+    cls.mkdir()
+    bad = set(range(3, 13)) | set(range(20, 34)) | {40, 41, 45} | set(range(60, 65))  # 32 bad of 72
+    for i in range(72):
+        (cls / f"{i:03d}.jpg").write_bytes(b"not a jpeg at all" if i in bad else good.getvalue())
+    assert len(bad) == 32
+    dataset = fastload.ImageFolder(str(tmp_path), ops=[ops.CenterCrop(8)])
+    loader = fastload.DataLoader(dataset, batch_size=8, shuffle=shuffle, on_error="skip",
+                                 generator=torch.Generator().manual_seed(0))
+    for epoch in range(2):
+        assert sum(len(labels) for _, labels in loader) == 72  # bad slots are replaced
+        assert loader.stats(reset=True)["skipped"] == 32, f"epoch {epoch}"
 
 
 def test_decompression_bomb_limit(tmp_path):
