@@ -109,6 +109,32 @@ def test_cuda_device_without_cuda_fails_at_construction():
         DataLoader(Squares(), device="cuda")
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on machines without CUDA")
+def test_cuda_device_without_cuda_fails_at_construction_with_a_native_dataset(tmp_path):
+    pytest.importorskip("PIL")
+    from PIL import Image
+
+    import fastload
+    from fastload import ops
+
+    (tmp_path / "a").mkdir()
+    Image.new("RGB", (8, 8)).save(tmp_path / "a" / "x.jpg")
+    dataset = fastload.ImageFolder(str(tmp_path), ops=[ops.CenterCrop(4)])
+    for device in ("cuda", "cuda:1", torch.device("cuda", 0)):
+        with pytest.raises(RuntimeError, match=r"expected an available CUDA device .*"
+                                               r"torch\.cuda\.is_available\(\) == False.*Pass device=None"):
+            DataLoader(dataset, batch_size=1, device=device)
+
+
+def test_cuda_device_index_out_of_range_fails_at_construction(monkeypatch):
+    # As a machine with one GPU would answer (nothing here touches CUDA).
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(RuntimeError, match=r"expected a CUDA device index below torch\.cuda\.device_count\(\) "
+                                           r"== 1, got device='cuda:3'"):
+        DataLoader(Squares(), batch_size=2, device="cuda:3")
+
+
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_worker_exception_keeps_type_message_and_names_the_sample(num_workers):
     loader = DataLoader(Failing(bad=(7,)), batch_size=3, num_workers=num_workers)
