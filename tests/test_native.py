@@ -214,6 +214,32 @@ def test_skip_counts_each_bad_sample_once_per_epoch(tmp_path, shuffle):
         assert loader.stats(reset=True)["skipped"] == 32, f"epoch {epoch}"
 
 
+@pytest.mark.parametrize("api", ["v1", "v2"])
+def test_torchvision_transforms_in_a_fastload_dataset_become_fastload_ops(folder, api):
+    T = torchvision.transforms if api == "v1" else v2
+    transforms = [T.Compose([T.RandomResizedCrop(32), T.RandomHorizontalFlip()]), T.ToTensor() if api == "v1"
+                  else T.Compose([T.ToImage(), T.ToDtype(torch.float32, scale=True)]), T.Normalize(MEAN, STD)]
+    converted = fastload.ImageFolder(folder, ops=transforms, seed=3)
+    native = fastload.ImageFolder(folder, ops=TRAIN[:2] + [ops.ToDtype(torch.float32, scale=True), TRAIN[2]],
+                                  seed=3)
+    assert converted.ops == native.ops
+    loader = fastload.DataLoader(converted, batch_size=4)
+    assert loader.path.startswith("native"), loader.path
+    for (images, labels), (want_images, want_labels) in zip(loader, fastload.DataLoader(native, batch_size=4),
+                                                            strict=True):
+        assert torch.equal(images, want_images) and torch.equal(labels, want_labels)
+
+
+def test_a_transform_without_fastload_equivalent_is_refused_at_construction(folder):
+    with pytest.raises(fastload.UnsupportedPipeline, match=r"ops\[1\] is the torchvision transform Grayscale.*"
+                                                         r"fastload\.ops\.Resize.*torchvision\.datasets\.ImageFolder"):
+        fastload.ImageFolder(folder, ops=[ops.CenterCrop(8), v2.Grayscale()])
+    with pytest.raises(fastload.UnsupportedPipeline, match="NEAREST"):
+        fastload.FileList([], ops=[torchvision.transforms.Resize(8, interpolation=v2.InterpolationMode.NEAREST)])
+    with pytest.raises(TypeError, match=r"expected ops made of fastload's ops .* at ops\[0\]"):
+        fastload.ImageFolder(folder, ops=[lambda image: image])
+
+
 def test_decompression_bomb_limit(tmp_path):
     (tmp_path / "a").mkdir()
     save(tmp_path / "a" / "big.jpg", photo(300, 400, 0))
