@@ -955,21 +955,26 @@ def _check_device(device: Any) -> Optional[torch.device]:
         raise ValueError(f"{_PREFIX}: expected device=None, 'cpu', 'cuda' or 'cuda:N' (or a torch.device), "
                          f"got {device!r}.") from None
     if checked.type == "cuda":
-        # Checked before anything is built for the device (the native engine's CUDA stream
-        # would otherwise fail with torch's opaque "invalid argument to exchangeDevice").
-        if not torch.cuda.is_available():
-            raise RuntimeError(
-                f"{_PREFIX}: expected an available CUDA device for device={str(checked)!r}, got "
-                "torch.cuda.is_available() == False (no GPU visible, or a CPU-only build of torch). "
-                "Pass device=None (batches stay on the CPU) or run on a machine with a GPU and a "
-                "CUDA build of torch.")
-        count = torch.cuda.device_count()
-        if checked.index is not None and checked.index >= count:
-            raise RuntimeError(
-                f"{_PREFIX}: expected a CUDA device index below torch.cuda.device_count() == {count}, got "
-                f"device={str(checked)!r}. Pass device='cuda' (the current device) or 'cuda:0'..'cuda:{count - 1}' "
-                "(CUDA_VISIBLE_DEVICES renumbers the visible GPUs from 0).")
+        _require_cuda_device(checked)
     return checked
+
+
+def _require_cuda_device(device: torch.device) -> None:
+    """Refuses a CUDA device that is absent or out of range, at construction: before
+    anything is built for it (the native engine's CUDA stream would otherwise fail with
+    torch's opaque "invalid argument to exchangeDevice")."""
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            f"{_PREFIX}: expected an available CUDA device for device={str(device)!r}, got "
+            "torch.cuda.is_available() == False (no GPU visible, or a CPU-only build of torch). "
+            "Pass device=None (batches stay on the CPU) or run on a machine with a GPU and a "
+            "CUDA build of torch.")
+    count = torch.cuda.device_count()
+    if device.index is not None and device.index >= count:
+        raise RuntimeError(
+            f"{_PREFIX}: expected a CUDA device index below torch.cuda.device_count() == {count}, got "
+            f"device={str(device)!r}. Pass device='cuda' (the current device) or 'cuda:0'..'cuda:{count - 1}' "
+            "(CUDA_VISIBLE_DEVICES renumbers the visible GPUs from 0).")
 
 
 def _check_dtype(dtype: Any) -> Optional[torch.dtype]:

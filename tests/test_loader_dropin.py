@@ -34,7 +34,7 @@ def same(a, b):
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
     return batches_equal(a, b)
 
 
@@ -51,9 +51,9 @@ def _run(cls, make_dataset, make_kwargs, epochs, seed=0):
 def _assert_same(make_dataset, make_kwargs, epochs=1):
     want, ref = _run(TorchLoader, make_dataset, make_kwargs, epochs)
     got, ours = _run(DataLoader, make_dataset, make_kwargs, epochs)
-    for e, (w, g) in enumerate(zip(want, got)):
+    for e, (w, g) in enumerate(zip(want, got, strict=True)):
         assert len(g) == len(w), f"epoch {e}: {len(g)} batches, torch gave {len(w)}"
-        for i, (a, b) in enumerate(zip(w, g)):
+        for i, (a, b) in enumerate(zip(w, g, strict=True)):
             assert same(a, b), f"epoch {e} batch {i}: {b!r} != torch's {a!r}"
     return ours
 
@@ -170,7 +170,7 @@ def test_persistent_workers_across_epochs():
         return head + list(loader) + list(loader)
 
     want, got = abandon_then_full(TorchLoader), abandon_then_full(DataLoader)
-    assert len(want) == len(got) and all(same(a, b) for a, b in zip(want, got))
+    assert len(want) == len(got) and all(same(a, b) for a, b in zip(want, got, strict=True))
 
     first, second = pids(True)
     assert first == second  # the same worker processes served both epochs
@@ -426,7 +426,7 @@ def test_native_loop_keeps_batches_in_flight_in_order(fake_native, num_workers, 
     got = list(loader)
     runner = fake_native[0]
     assert loader.path == "native: fake runner" and loader._inner is None  # no torch iterator
-    assert len(got) == len(want) and all(batches_equal(a, b) for a, b in zip(want, got))
+    assert len(got) == len(want) and all(batches_equal(a, b) for a, b in zip(want, got, strict=True))
     depth = max(2, prefetch_factor or 2)  # engine threads share every batch: no per-worker multiple
     in_flight = [c[2] for c in runner.calls if c[0] == "result"]
     assert max(in_flight) == min(depth, len(want))  # `depth` submitted before the first result

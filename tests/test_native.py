@@ -365,8 +365,8 @@ def test_generic_twin_of_a_native_dataset_gives_the_native_batches(folder):
             out.append(list(loader))
         return out
 
-    for native_epoch, generic_epoch in zip(epochs("auto"), epochs(False)):
-        for (images, labels), (twin_images, twin_labels) in zip(native_epoch, generic_epoch):
+    for native_epoch, generic_epoch in zip(epochs("auto"), epochs(False), strict=True):
+        for (images, labels), (twin_images, twin_labels) in zip(native_epoch, generic_epoch, strict=True):
             torch.testing.assert_close(twin_images, images, atol=FLOAT_ATOL, rtol=0)
             assert torch.equal(twin_labels, labels)
 
