@@ -465,3 +465,23 @@ def test_a_forked_child_can_drop_the_engine_without_hanging(folder):
     images, _ = runner.result(ticket)  # the parent's engine is untouched
     assert images.shape[0] == len(batch)
     runner.close()
+
+
+@pytest.mark.parametrize("kwargs", [dict(), dict(drop_last=True), dict(num_workers=2), dict(accelerate=False),
+                                    dict(accelerate=False, num_workers=2)])
+def test_an_empty_file_list_yields_nothing(kwargs):
+    """A split or a rank without files: no batch, len() == 0, like torch."""
+    dataset = fastload.FileList([], ops=[ops.Resize(8), ops.CenterCrop(8)])
+    loader = fastload.DataLoader(dataset, batch_size=4, **kwargs)
+    assert loader.path.startswith("generic" if kwargs.get("accelerate") is False else "native"), loader.path
+    for _ in range(2):
+        assert len(loader) == 0 and list(loader) == []
+    assert loader.stats()["batches"] == 0
+
+
+def test_an_empty_file_list_yields_nothing_on_every_rank(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for rank in (0, 1):
+        monkeypatch.setenv("RANK", str(rank))
+        loader = fastload.DataLoader(fastload.FileList([], ops=[ops.CenterCrop(8)]), batch_size=4)
+        assert loader.path.startswith("native") and len(loader) == 0 and list(loader) == []
