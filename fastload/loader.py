@@ -55,7 +55,8 @@ import collections
 import copy
 import time
 import warnings
-from typing import Any, Callable, Deque, Iterator, List, Optional, Tuple, Union
+import weakref
+from typing import Any, Callable, Deque, Iterator, List, Optional, Tuple, TypeVar, Union
 
 import torch
 import torch.utils.data
@@ -73,6 +74,7 @@ STATE_VERSION = 1
 _ACCELERATE = ("auto", True, False)
 _ON_ERROR = ("raise", "skip")
 _PREFIX = "fastload.DataLoader"
+T_co = TypeVar("T_co", covariant=True)
 
 
 # ---------------------------------------------------------------------------------------
@@ -280,7 +282,20 @@ class _OrderBatches:
     """
 
     def __init__(self, loader: "DataLoader"):
-        self._loader = loader
+        # A weak reference: torch's DataLoader (kept by persistent workers) holds this
+        # batch sampler, and a strong one back would make loader and workers a reference
+        # cycle. The garbage collector then closes the workers' index queues (weakref
+        # finalizers run before __del__) before torch's iterator can send them the
+        # shutdown message, and torch waits 5 s per worker before killing it.
+        self._loader_ref = weakref.ref(loader)
+
+    @property
+    def _loader(self) -> "DataLoader":
+        loader = self._loader_ref()
+        if loader is None:
+            raise RuntimeError(f"{_PREFIX}: the loader this batch sampler belongs to was garbage-collected; "
+                               "keep a reference to the DataLoader while iterating.")
+        return loader
 
     def __iter__(self) -> Iterator[List[int]]:
         order, current = self._loader._order, self._loader._pass
@@ -327,6 +342,7 @@ class _NativeSource:
 
     def __init__(self, runner: Any, batches: Iterator[List[int]], epoch: int, depth: int):
         self._runner, self._batches, self._epoch, self._depth = runner, batches, epoch, depth
+        runner.start_pass()
         self._tickets: Deque[Tuple[int, int]] = collections.deque()
         self._done = False
         self.position = 0
@@ -385,15 +401,47 @@ def _count_samples(batch: Any) -> int:
     return int(tensors[0].shape[0]) if tensors and tensors[0].dim() > 0 else 1
 
 
-class _LoaderIter:
-    """What iter(loader) returns: batches in order, on the loader's device."""
+# torch iterator attributes that hold the loader's objects, and the loader attribute
+# holding the user's object that fastload wrapped there.
+_USERS_OBJECTS = {"_dataset": "dataset", "_collate_fn": "collate_fn", "_worker_init_fn": "worker_init_fn"}
 
-    def __init__(self, loader: "DataLoader", current: _Pass, feed: Iterator[Tuple[Any, Any]], length: Any):
+
+class _LoaderIter:
+    """What iter(loader) returns: batches in order, on the loader's device.
+
+    On the generic path it also answers for torch's iterator that produces the batches
+    (`torch_iter`): attributes it does not have itself (`_workers`, `_shutdown_workers`,
+    `_num_workers`, `_sampler_iter`, ...) are read from that iterator, so tools that
+    inspect torch's iterators keep working; `_dataset`, `_collate_fn` and
+    `_worker_init_fn` are the user's objects, as on torch's iterator, not fastload's
+    timing wrappers around them.
+    """
+
+    def __init__(self, loader: "DataLoader", current: _Pass, feed: Iterator[Tuple[Any, Any]], length: Any,
+                 torch_iter: Any = None):
         self._loader = loader
         self._pass = current
         self._feed = feed
         self._stats = loader._stats
         self._length = length
+        self._torch_iter = torch_iter
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached when the normal lookup failed. Dunder names are never forwarded
+        # (copy/pickle probe them on half-built objects).
+        torch_iter = self.__dict__.get("_torch_iter")
+        if torch_iter is None or (name.startswith("__") and name.endswith("__")):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        value = getattr(torch_iter, name)
+        if name in _USERS_OBJECTS:  # torch's iterator holds fastload's wrapper there
+            return getattr(self._loader, _USERS_OBJECTS[name])
+        return value
+
+    def __dir__(self) -> List[str]:
+        names = set(object.__dir__(self))
+        if self._torch_iter is not None:
+            names.update(n for n in dir(self._torch_iter) if not (n.startswith("__") and n.endswith("__")))
+        return sorted(names)
 
     def __iter__(self) -> "_LoaderIter":
         return self
@@ -423,7 +471,7 @@ class _LoaderIter:
 # ---------------------------------------------------------------------------------------
 
 
-class DataLoader(torch.utils.data.DataLoader):
+class DataLoader(torch.utils.data.DataLoader[T_co]):
     """A drop-in torch.utils.data.DataLoader that can deliver batches on the GPU, resume
     mid-epoch, shard under DDP, run fastload datasets natively, and say where time goes.
 
@@ -754,11 +802,13 @@ class DataLoader(torch.utils.data.DataLoader):
 
     # -- torch's protocol -----------------------------------------------------------------
     def __len__(self) -> int:
+        self._follow_dataset_len(starting=False)
         if self._order is not None:
             return len(self._order)
         return super().__len__()
 
     def __iter__(self) -> _LoaderIter:  # type: ignore[override]
+        self._follow_dataset_len(starting=True)
         epoch = self._next_epoch()
         resume = self._resume if self._resume is not None and self._resume[0] == epoch else None
         set_epoch = None
@@ -806,9 +856,27 @@ class DataLoader(torch.utils.data.DataLoader):
             feed = _HostConvert(source, convert, self._stats)
         else:
             feed = source
-        return _LoaderIter(self, current, feed, self.__len__)
+        return _LoaderIter(self, current, feed, self.__len__,
+                           torch_iter=source._it if isinstance(source, _TorchSource) else None)
 
     # -- internals ------------------------------------------------------------------------
+    def _follow_dataset_len(self, starting: bool) -> None:
+        """torch's RandomSampler and SequentialSampler re-read len(dataset) at every len()
+        and iter(), so a map-style dataset that grows (or shrinks) between epochs is
+        followed; fastload's own single-process order does the same. Not while an epoch
+        runs, is abandoned or waits to be resumed (its order and resume state are drawn
+        for the length it started with; the next iter() takes the new one), not under DDP
+        (every rank must agree, and DistributedSampler fixes its length too), and not on
+        the native path (the engine's sample index is built once)."""
+        order = self._order
+        if self._runner is not None or not isinstance(order, sampling._Order) or order.distributed:
+            return
+        if self._resume is not None or (not starting and self._pass is not None and not self._pass.finished):
+            return
+        dataset_len = len(self.dataset)
+        if dataset_len != order.dataset_len:
+            order.dataset_len = dataset_len
+
     def _next_epoch(self) -> int:
         if self._pending_epoch is not None:
             return self._pending_epoch
@@ -882,10 +950,31 @@ def _check_device(device: Any) -> Optional[torch.device]:
     if device is None:
         return None
     try:
-        return torch.device(device)
+        checked = torch.device(device)
     except (RuntimeError, TypeError, ValueError):
         raise ValueError(f"{_PREFIX}: expected device=None, 'cpu', 'cuda' or 'cuda:N' (or a torch.device), "
                          f"got {device!r}.") from None
+    if checked.type == "cuda":
+        _require_cuda_device(checked)
+    return checked
+
+
+def _require_cuda_device(device: torch.device) -> None:
+    """Refuses a CUDA device that is absent or out of range, at construction: before
+    anything is built for it (the native engine's CUDA stream would otherwise fail with
+    torch's opaque "invalid argument to exchangeDevice")."""
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            f"{_PREFIX}: expected an available CUDA device for device={str(device)!r}, got "
+            "torch.cuda.is_available() == False (no GPU visible, or a CPU-only build of torch). "
+            "Pass device=None (batches stay on the CPU) or run on a machine with a GPU and a "
+            "CUDA build of torch.")
+    count = torch.cuda.device_count()
+    if device.index is not None and device.index >= count:
+        raise RuntimeError(
+            f"{_PREFIX}: expected a CUDA device index below torch.cuda.device_count() == {count}, got "
+            f"device={str(device)!r}. Pass device='cuda' (the current device) or 'cuda:0'..'cuda:{count - 1}' "
+            "(CUDA_VISIBLE_DEVICES renumbers the visible GPUs from 0).")
 
 
 def _check_dtype(dtype: Any) -> Optional[torch.dtype]:
