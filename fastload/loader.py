@@ -700,7 +700,9 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             reset: start counting afresh after returning the numbers.
         """
         native = self._runner.stats(reset=reset) if self._runner is not None else None
-        out = self._stats.as_dict(self._path, native)
+        left_out = getattr(self.dataset, "skipped", None)  # fastload sources list them
+        out = self._stats.as_dict(self._path, native,
+                                  skipped_at_index=len(left_out) if isinstance(left_out, list) else 0)
         if reset:
             self._stats.reset()
         return out

@@ -272,6 +272,8 @@ def test_missing_label_or_image_and_bad_labels(tmp_path):
         ("k5.json", 'expected an integer label, got a JSON object without "label" or "cls"'),
     ]
     assert all(s.shard == path for s in ds.skipped)
+    stats = fastload.DataLoader(ds, batch_size=2).stats()
+    assert stats["skipped_at_index"] == 4 and "(+4 at index time)" in str(stats)
     with pytest.warns(UserWarning, match=r"got none \(1 skipped\): the dataset is empty"):
         empty = TarShards(_tar(tmp_path / "e.tar", [("a.jpg", b"x")]), cache_dir=str(tmp_path), on_error="skip")
     assert len(empty) == 0 and len(empty.skipped) == 1
