@@ -184,8 +184,9 @@ def test_resume_every_position_one_process(with_generator, drop_last):
         gen = torch.Generator().manual_seed(2) if with_generator else None
         return make_order(dataset_len=11, batch_size=3, shuffle=True, drop_last=drop_last,
                           generator=gen, distributed=False)
-    # The next epoch is drawn from the global RNG without a generator: not replayable.
-    check_resume_at_every_position(make, check_next_epoch=with_generator, max_state_bytes=8000)
+    # Without a generator the next epoch is drawn from the global RNG; the state carries
+    # that RNG's stream, so the resumed order goes on with the uninterrupted run's seeds.
+    check_resume_at_every_position(make, max_state_bytes=8000)
 
 
 def test_resume_replays_the_generator_for_later_epochs():
@@ -362,7 +363,7 @@ def test_load_state_validates():
     o = make_order(dataset_len=10, batch_size=2, shuffle=True, drop_last=False, distributed=False)
     list(itertools.islice(iter(o), 1))
     good = o.state_dict(1)
-    with pytest.raises(ValueError, match="expected state version 1, got 99"):
+    with pytest.raises(ValueError, match="expected state version 1 or 2, got 99"):
         o.load_state_dict({**good, "version": 99})
     with pytest.raises(ValueError, match="dataset of 12 samples, got one saved with 10 samples"):
         make_order(dataset_len=12, batch_size=2, shuffle=True, drop_last=False, distributed=False).load_state_dict(good)
@@ -375,6 +376,76 @@ def test_load_state_validates():
         o.state_dict(99)
     o.load_state_dict(good)  # still loads after the failed attempts
     assert len(o) == 4
+
+
+def test_refused_state_leaves_the_order_as_it_was():
+    def make():
+        o = make_order(dataset_len=10, batch_size=2, shuffle=True, drop_last=False, distributed=False)
+        list(itertools.islice(iter(o), 2))
+        return o
+    torch.manual_seed(5)
+    o = make()
+    good = o.state_dict(2)
+    torch.manual_seed(6)
+    other = make()
+    before = json.dumps(other.state_dict(2))
+    # Each bad part comes after parts that are fine: nothing may be applied before it.
+    bad_states = [
+        {**good, "epoch": 4, "rng": "not base64 state"},
+        {**good, "epoch": 4, "segments": [{**good["segments"][0], "steps": 6}]},
+        {**good, "epoch": 4, "segments": [{**good["segments"][0], "world_size": 11, "uneven": "exact"}]},
+    ]
+    for bad in bad_states:
+        with pytest.raises(ValueError):
+            other.load_state_dict(bad)
+        assert json.dumps(other.state_dict(2)) == before
+
+
+def test_version_1_state_without_rng_still_loads():
+    torch.manual_seed(0)
+    o = make_order(dataset_len=10, batch_size=3, shuffle=True, drop_last=False, distributed=False)
+    reference = list(o)
+    torch.manual_seed(0)
+    o = make_order(dataset_len=10, batch_size=3, shuffle=True, drop_last=False, distributed=False)
+    list(itertools.islice(iter(o), 1))
+    state = o.state_dict(1)
+    assert "rng" in state and state["version"] == STATE_VERSION == 2
+    old = {k: v for k, v in state.items() if k != "rng"}
+    old["version"] = 1
+    resumed = make_order(dataset_len=10, batch_size=3, shuffle=True, drop_last=False, distributed=False)
+    resumed.load_state_dict(old)
+    assert list(resumed) == reference[1:]
+
+
+def test_epochs_after_a_resume_without_generator_follow_the_uninterrupted_run():
+    # Several epochs on, and with the loader's base-seed draw between epochs (as under
+    # torch's DataLoader iterator): the resumed order keeps drawing the saved run's seeds.
+    def make(seed):
+        torch.manual_seed(seed)
+        o = make_order(dataset_len=9, batch_size=2, shuffle=True, drop_last=False, distributed=False)
+        o.base_seed_draws = 1
+        return o
+
+    def epoch(o):
+        torch.empty((), dtype=torch.int64).random_()  # the loader's base seed
+        return list(o)
+    ref = make(0)
+    want = [epoch(ref) for _ in range(4)]
+    first = make(0)
+    epoch(first)
+    torch.empty((), dtype=torch.int64).random_()
+    it = iter(first)
+    head = [next(it) for _ in range(3)]
+    state = json.loads(json.dumps(first.state_dict(3)))
+    resumed = make(123)  # a new process whose global RNG is elsewhere
+    resumed.load_state_dict(state)
+    got = [epoch(resumed) for _ in range(3)]
+    assert head + got[0] == want[1] and got[1:] == want[2:]
+    # and a resume of the resumed run, at an epoch's end
+    again = make(77)
+    again.load_state_dict(json.loads(json.dumps(resumed.state_dict(len(got[-1])))))
+    resumed_next = epoch(resumed)
+    assert epoch(again) == resumed_next
 
 
 def test_argument_errors_like_torch():
