@@ -7,6 +7,7 @@ multi-process checks are in test_ddp.py.
 from __future__ import annotations
 
 import itertools
+import os
 import json
 from collections import Counter
 
@@ -475,9 +476,12 @@ def test_resolve_distributed(monkeypatch):
         resolve_distributed("yes")
 
 
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("shuffle", [True, False])
 @pytest.mark.parametrize("with_generator", [True, False])
-def test_resume_helper_on_fastload_dataloader(with_generator):
-    # The same helper on the loader itself (generic path, torch's DataLoader under our order).
+def test_resume_helper_on_fastload_dataloader(with_generator, shuffle, num_workers):
+    # The same helper on the loader itself (generic path, torch's DataLoader under our
+    # order), the epoch after the resumed one included: without a generator too.
     import fastload
 
     ds = TensorDataset(torch.arange(13) * 10)
@@ -485,6 +489,139 @@ def test_resume_helper_on_fastload_dataloader(with_generator):
     def make():
         torch.manual_seed(0)
         gen = torch.Generator().manual_seed(4) if with_generator else None
-        return fastload.DataLoader(ds, batch_size=3, shuffle=True, generator=gen, distributed=False)
-    ref = check_resume_at_every_position(make, check_next_epoch=with_generator)
+        return fastload.DataLoader(ds, batch_size=3, shuffle=shuffle, generator=gen, distributed=False,
+                                   num_workers=num_workers)
+    positions = None if num_workers == 0 else [1, 3, 5]
+    ref = check_resume_at_every_position(make, positions=positions)
     assert sorted(int(v) for b in ref for v in b[0]) == list(range(0, 130, 10))
+
+
+def test_epochs_after_a_resumed_one_follow_the_uninterrupted_run_with_persistent_workers():
+    import fastload
+
+    ds = TensorDataset(torch.arange(10))
+
+    def make(seed):
+        torch.manual_seed(seed)
+        return fastload.DataLoader(ds, batch_size=3, shuffle=True, num_workers=1, persistent_workers=True)
+
+    want = [[b[0].tolist() for b in loader] for loader in [make(0)] for _ in range(3)]
+    first = make(0)
+    head = [b[0].tolist() for b in first]  # epoch 0, then stop in epoch 1
+    it = iter(first)
+    head.append(next(it)[0].tolist())
+    state = json.loads(json.dumps(first.state_dict()))
+    del it, first
+    resumed = make(99)
+    resumed.load_state_dict(state)
+    got = [[b[0].tolist() for b in resumed] for _ in range(2)]
+    assert head[:4] == want[0] and [head[4]] + got[0] == want[1] and got[1] == want[2]
+
+
+# ---------------------------------------------------------------------------------------
+# The loader's state: a refused load changes nothing; states of other datasets are refused
+
+
+def _jpeg_folder(root, classes=2, per_class=4, seed=0):
+    from jpeg_samples import write_image_folder
+
+    write_image_folder(root, classes=classes, per_class=per_class, size=(24, 32), seed=seed)
+    return str(root)
+
+
+def _native_loader(root, seed):
+    import fastload
+    from fastload import ops
+
+    dataset = fastload.ImageFolder(root, ops=[ops.RandomResizedCrop(16), ops.RandomHorizontalFlip()])
+    return fastload.DataLoader(dataset, batch_size=3, shuffle=True, generator=torch.Generator().manual_seed(1),
+                               seed=seed, num_workers=0)
+
+
+def _images(loader):
+    return [b[0] for b in loader]
+
+
+def test_refused_state_leaves_the_loader_as_it_was(tmp_path):
+    root = _jpeg_folder(tmp_path / "data")
+    saver = _native_loader(root, seed=5)
+    assert saver.path.startswith("native"), saver.path
+    next(iter(saver))
+    good = json.loads(json.dumps(saver.state_dict()))
+    assert good["native_seed"] == 5 and good["batches_consumed"] == 1
+    bad_states = [
+        {**good, "order": {**good["order"], "segments": [{**good["order"]["segments"][0], "steps": 99}]}},
+        {**good, "order": {**good["order"], "version": 99}},
+        {**good, "dataset": {"len": good["dataset"]["len"], "keys": "0" * 16}},
+        {**good, "dataset": {"len": 1000, "keys": None}},
+        {**good, "dataset": "somewhere"},
+        {**good, "native_seed": 2 ** 70},
+    ]
+    expected = _images(_native_loader(root, seed=7))
+    for bad in bad_states:
+        loader = _native_loader(root, seed=7)
+        before = loader.state_dict()
+        with pytest.raises(ValueError):
+            loader.load_state_dict(bad)
+        assert loader.state_dict() == before
+        got = _images(loader)
+        assert len(got) == len(expected) and all(torch.equal(a, b) for a, b in zip(got, expected)), (
+            "a refused state changed what the loader yields")
+    loader = _native_loader(root, seed=7)
+    loader.load_state_dict(good)  # the good state still loads, with its augmentation seed
+    assert loader.state_dict()["native_seed"] == 5
+
+
+def test_state_of_another_dataset_of_the_same_length_is_refused(tmp_path):
+    import fastload
+
+    a = _jpeg_folder(tmp_path / "a", seed=0)
+    b = tmp_path / "b"
+    _jpeg_folder(b, seed=0)
+    os.rename(b / "class_1", b / "class_9")  # same length, another last sample
+    moved = tmp_path / "moved"
+    os.rename(a, moved)  # the same data under another root still resumes
+    saver = _native_loader(str(moved), seed=5)
+    next(iter(saver))
+    state = json.loads(json.dumps(saver.state_dict()))
+    assert state["dataset"]["len"] == 8 and isinstance(state["dataset"]["keys"], str)
+    with pytest.raises(ValueError, match=r"another dataset of the same length \(8 samples\).*class_9"):
+        _native_loader(str(b), seed=5).load_state_dict(state)
+    resumed = _native_loader(str(moved), seed=5)
+    resumed.load_state_dict(state)
+    assert len(list(resumed)) == len(resumed) - 1
+    # Forcing it: without the fingerprint the state loads (as a state saved before it existed).
+    forced = _native_loader(str(b), seed=5)
+    forced.load_state_dict({k: v for k, v in state.items() if k != "dataset"})
+    # A generic dataset: only its length is fingerprinted.
+    ds = fastload.DataLoader(TensorDataset(torch.arange(6)), batch_size=2)
+    assert ds.state_dict()["dataset"] == {"len": 6, "keys": None}
+    # torchvision-style (path, label) samples are fingerprinted too.
+    tv = pytest.importorskip("torchvision")
+    tva = fastload.DataLoader(tv.datasets.ImageFolder(str(moved)), batch_size=2, collate_fn=list, accelerate=False)
+    tvb = fastload.DataLoader(tv.datasets.ImageFolder(str(b)), batch_size=2, collate_fn=list, accelerate=False)
+    with pytest.raises(ValueError, match="another dataset of the same length"):
+        tvb.load_state_dict(tva.state_dict())
+
+
+def test_version_1_loader_state_without_fingerprint_still_loads():
+    import fastload
+
+    def make():
+        return fastload.DataLoader(TensorDataset(torch.arange(10)), batch_size=3, shuffle=True,
+                                   generator=torch.Generator().manual_seed(3))
+    reference = [b[0].tolist() for b in make()]
+    first = make()
+    it = iter(first)
+    next(it)
+    state = first.state_dict()
+    assert state["version"] == 2
+    old = {k: v for k, v in state.items() if k != "dataset"}
+    old["version"] = 1
+    old["order"] = {k: v for k, v in old["order"].items() if k != "rng"}
+    old["order"]["version"] = 1
+    resumed = make()
+    resumed.load_state_dict(old)
+    assert [b[0].tolist() for b in resumed] == reference[1:]
+    with pytest.raises(ValueError, match="expected version 1 or 2, got 3"):
+        make().load_state_dict({**state, "version": 3})
