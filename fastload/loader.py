@@ -707,7 +707,10 @@ class DataLoader(torch.utils.data.DataLoader):
             # one it started from.
             if current.resumed_from is not None:
                 return copy.deepcopy(current.resumed_from)
-            return {"version": STATE_VERSION, "epoch": current.epoch, "batches_consumed": 0, "order": None,
+            # The order still describes the pass before: its state carries the stream that
+            # draws this epoch's shuffle seed (the epoch itself is restarted on load).
+            order_state = self._order.state_dict(0) if self._order is not None else None
+            return {"version": STATE_VERSION, "epoch": current.epoch, "batches_consumed": 0, "order": order_state,
                     "native_seed": self._native_seed()}
         finished = current.finished or (current.total is not None and current.delivered >= current.total)
         order_state = None

@@ -496,6 +496,30 @@ def test_resume_helper_on_fastload_dataloader(with_generator, shuffle, num_worke
     assert sorted(int(v) for b in ref for v in b[0]) == list(range(0, 130, 10))
 
 
+@pytest.mark.parametrize("window", ["after_the_epoch", "after_iter_before_next"])
+def test_state_between_epochs_without_generator_resumes_the_uninterrupted_runs_next_epochs(window):
+    import fastload
+
+    ds = TensorDataset(torch.arange(10))
+
+    def make(seed):
+        torch.manual_seed(seed)
+        return fastload.DataLoader(ds, batch_size=4, shuffle=True)
+
+    ref = make(0)
+    want = [[b[0].tolist() for b in ref] for _ in range(4)]
+    first = make(0)
+    for _ in range(2):
+        list(first)
+    if window == "after_iter_before_next":
+        it = iter(first)  # epoch 2 begun, nothing drawn yet
+    state = json.loads(json.dumps(first.state_dict()))
+    assert (state["epoch"], state["batches_consumed"]) == (2, 0)
+    resumed = make(42)
+    resumed.load_state_dict(state)
+    assert [[b[0].tolist() for b in resumed] for _ in range(2)] == want[2:]
+
+
 def test_epochs_after_a_resumed_one_follow_the_uninterrupted_run_with_persistent_workers():
     import fastload
 
