@@ -208,6 +208,14 @@ def test_resume_replays_the_generator_for_later_epochs():
     got = epochs_of(DataLoader(ds, batch_sampler=order2, generator=g2), 3)
     assert head + got[0] == want[0]
     assert got[1:] == want[1:]
+    # An end-of-epoch state restores the generator; a malformed one is refused before
+    # anything is applied.
+    end = order2.state_dict(len(got[-1]))
+    g3 = torch.Generator().manual_seed(5)
+    order3 = make_order(dataset_len=11, batch_size=3, shuffle=True, drop_last=False, generator=g3, distributed=False)
+    with pytest.raises(ValueError, match="'generator' to be a saved CPU generator state"):
+        order3.load_state_dict({**end, "epoch": 9, "generator": "AAAA"})
+    assert order3.epoch == 0 and torch.equal(g3.get_state(), torch.Generator().manual_seed(5).get_state())
 
 
 def test_resume_sequential_and_user_samplers():
@@ -393,6 +401,7 @@ def test_refused_state_leaves_the_order_as_it_was():
     # Each bad part comes after parts that are fine: nothing may be applied before it.
     bad_states = [
         {**good, "epoch": 4, "rng": "not base64 state"},
+        {**good, "epoch": 4, "rng": "AAAA"},
         {**good, "epoch": 4, "segments": [{**good["segments"][0], "steps": 6}]},
         {**good, "epoch": 4, "segments": [{**good["segments"][0], "world_size": 11, "uneven": "exact"}]},
     ]

@@ -474,9 +474,10 @@ class _Order:
             if seg["steps"] > lay.steps:
                 raise _state_error(f"segment {seg!r} has more steps than its epoch had ({lay.steps})")
             start += min(lay.consumed(seg["steps"]), self.dataset_len - start)
-        for key in ("rng", "generator"):
-            if key in state:
-                _check_rng_state(state[key], key)
+        if "rng" in state:
+            _check_rng_state(state["rng"], "rng", torch.Generator())
+        if "generator" in state and perm is None and self.generator is not None and not self.distributed:
+            _check_rng_state(state["generator"], "generator", torch.Generator(device=self.generator.device))
         self._current_layout(segments)  # raises now if the rest cannot be dealt to this world
 
     def load_state_dict(self, state: dict) -> None:
@@ -500,15 +501,16 @@ class _Order:
             self._stream, self._rng_after = None, None
 
 
-def _check_rng_state(value: Any, key: str) -> None:
+def _check_rng_state(value: Any, key: str, scratch: torch.Generator) -> None:
+    """Raises unless `value` is a generator state that `scratch` (like the one it is for) takes."""
     if isinstance(value, str):
         try:
-            torch.Generator().set_state(_unb64(value))
+            scratch.set_state(_unb64(value))
             return
         except (ValueError, RuntimeError, TypeError):
             pass
-    raise _state_error(f"expected {key!r} to be a saved CPU generator state (base64 text), got "
-                       f"{str(value)[:40]!r}")
+    raise _state_error(f"expected {key!r} to be a saved {scratch.device.type.upper()} generator state (base64 "
+                       f"text), got {str(value)[:40]!r}")
 
 
 # ---------------------------------------------------------------------------------------
