@@ -961,6 +961,11 @@ class DataLoader(torch.utils.data.DataLoader):
 # Dataset fingerprint (resume)
 
 
+def _last_parts(path: str) -> str:
+    """"class/file.jpg" of a path: the same on every machine and under any data root."""
+    return f"{os.path.basename(os.path.dirname(path))}/{os.path.basename(path)}"
+
+
 def _sample_names(dataset: Any, n: int) -> Optional[Tuple[str, str]]:
     """Names and labels of the first and last samples, from memory only (or None)."""
     index = getattr(dataset, "index", None) if isinstance(dataset, NativeDataset) else None
@@ -971,7 +976,7 @@ def _sample_names(dataset: Any, n: int) -> Optional[Tuple[str, str]]:
                 if index.members is not None:  # a tar shard: its file name and the member
                     where = f"{os.path.basename(path)}:{index.members[i]}"
                 else:
-                    where = os.path.join(os.path.basename(os.path.dirname(path)), os.path.basename(path))
+                    where = _last_parts(path)
                 return f"{where} (label {int(index.labels[i])})"
             return name(0), name(n - 1)
         samples = getattr(dataset, "samples", None)
@@ -979,8 +984,7 @@ def _sample_names(dataset: Any, n: int) -> Optional[Tuple[str, str]]:
             def name_of(item: Any) -> Optional[str]:
                 if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str):
                     path = item[0]
-                    return f"{os.path.join(os.path.basename(os.path.dirname(path)), os.path.basename(path))} " \
-                           f"(label {item[1]!r})"
+                    return f"{_last_parts(path)} (label {item[1]!r})"
                 return None
             first, last = name_of(samples[0]), name_of(samples[-1])
             if first is not None and last is not None:

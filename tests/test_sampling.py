@@ -637,6 +637,28 @@ def test_state_of_another_dataset_of_the_same_length_is_refused(tmp_path):
         tvb.load_state_dict(tva.state_dict())
 
 
+def test_state_of_other_tar_shards_of_the_same_length_is_refused(tmp_path):
+    import fastload
+    from fastload.source.write import write_shards
+
+    gen = torch.Generator().manual_seed(0)
+    images = [torch.randint(0, 256, (3, 10, 12), dtype=torch.uint8, generator=gen) for _ in range(6)]
+    for name, labels in (("a", [0, 1, 0, 1, 0, 1]), ("b", [0, 1, 0, 1, 0, 0])):
+        (tmp_path / name).mkdir()
+        write_shards(list(zip(images, labels)), str(tmp_path / name / "s-%02d.tar"), maxcount=4)
+
+    def loader(name):
+        ds = fastload.TarShards(str(tmp_path / name / "s-{00..01}.tar"), ops=[fastload.ops.RandomResizedCrop(8)],
+                                cache_dir=str(tmp_path / f"cache-{name}"), progress=False)
+        return fastload.DataLoader(ds, batch_size=2, shuffle=True, generator=torch.Generator().manual_seed(0))
+    saver = loader("a")
+    next(iter(saver))
+    state = saver.state_dict()
+    with pytest.raises(ValueError, match=r"another dataset of the same length \(6 samples\).*s-01.tar:"):
+        loader("b").load_state_dict(state)
+    loader("a").load_state_dict(state)
+
+
 def test_version_1_loader_state_without_fingerprint_still_loads():
     import fastload
 
