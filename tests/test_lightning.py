@@ -9,6 +9,7 @@ epochs. Tiny data, CPU, num_workers=0, no logger or progress bar.
 
 from __future__ import annotations
 
+import gc
 import warnings
 
 import pytest
@@ -52,6 +53,10 @@ def _fit(make_loader, root, ckpt_path=None):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # num_workers / log-every-n-steps hints
         trainer.fit(model, train_dataloaders=loader, ckpt_path=ckpt_path)
+    # Engine threads end here, and Lightning's reference cycles are collected in this
+    # process: not in a forked worker of a later test.
+    loader.close()
+    gc.collect()
     return model.seen, trainer
 
 
