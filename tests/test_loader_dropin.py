@@ -260,9 +260,9 @@ def test_resume_with_global_seed_and_drop_last():
         torch.manual_seed(11)
         return DataLoader(Squares(11), batch_size=2, shuffle=True, drop_last=True)
 
-    # The resumed epoch is exact (its seed is in the state); the epochs after it draw from
-    # the global RNG, whose state belongs to the user's process, as with torch.
-    check_resume_at_every_position(make, check_next_epoch=False)
+    # The resumed epoch is exact (its seed is in the state), and so is the next one (the
+    # state carries the global RNG's stream the uninterrupted run drew it from).
+    check_resume_at_every_position(make)
 
 
 @pytest.mark.parametrize("kwargs", [dict(batch_size=3, sampler=list(range(9, -1, -1))),
@@ -468,7 +468,7 @@ def test_len_follows_set_epoch_after_a_resumed_epoch():
     next(it), next(it)
     resumed = DataLoader(dataset, batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(0))
     resumed.load_state_dict(first.state_dict())
-    assert len(resumed) == 3 and len(list(resumed)) == 3
+    assert len(resumed) == 5 and len(list(resumed)) == 3  # len: the whole epoch, as torch's
     resumed.set_epoch(1)
     assert len(resumed) == 5 and len(list(resumed)) == 5
 
