@@ -34,6 +34,10 @@ _LAZY = {
     "write_shards": ("fastload.source.write", "write_shards"),
     "TarShardError": ("fastload.source.tar", "TarShardError"),
     "NativeDataset": ("fastload.source.base", "NativeDataset"),
+    # Every exception type fastload raises to its users, so that it can be caught by name.
+    "NotBuiltError": ("fastload._ext", "NotBuiltError"),
+    "UnsupportedPipeline": ("fastload.augment.plan", "UnsupportedPipeline"),
+    "NotConvertible": ("fastload.compat.torchvision", "NotConvertible"),
 }
 
 __all__ = ["DataLoader", "DecodeError", "__version__", *_LAZY]

@@ -53,9 +53,12 @@ from __future__ import annotations
 
 import collections
 import copy
+import hashlib
+import os
 import time
 import warnings
-from typing import Any, Callable, Deque, Iterator, List, Optional, Tuple, Union
+import weakref
+from typing import Any, Callable, Deque, Iterator, List, Optional, Tuple, TypeVar, Union
 
 import torch
 import torch.utils.data
@@ -69,10 +72,14 @@ from fastload.source.base import NativeDataset
 from fastload.source import sampling
 from fastload.stats import LoaderStats, Stats
 
-STATE_VERSION = 1
+# 2 added "dataset" (a fingerprint of the data the state was saved over); version 1
+# states still load, without that check.
+STATE_VERSION = 2
+_STATE_VERSIONS = (1, 2)
 _ACCELERATE = ("auto", True, False)
 _ON_ERROR = ("raise", "skip")
 _PREFIX = "fastload.DataLoader"
+T_co = TypeVar("T_co", covariant=True)
 
 
 # ---------------------------------------------------------------------------------------
@@ -280,7 +287,20 @@ class _OrderBatches:
     """
 
     def __init__(self, loader: "DataLoader"):
-        self._loader = loader
+        # A weak reference: torch's DataLoader (kept by persistent workers) holds this
+        # batch sampler, and a strong one back would make loader and workers a reference
+        # cycle. The garbage collector then closes the workers' index queues (weakref
+        # finalizers run before __del__) before torch's iterator can send them the
+        # shutdown message, and torch waits 5 s per worker before killing it.
+        self._loader_ref = weakref.ref(loader)
+
+    @property
+    def _loader(self) -> "DataLoader":
+        loader = self._loader_ref()
+        if loader is None:
+            raise RuntimeError(f"{_PREFIX}: the loader this batch sampler belongs to was garbage-collected; "
+                               "keep a reference to the DataLoader while iterating.")
+        return loader
 
     def __iter__(self) -> Iterator[List[int]]:
         order, current = self._loader._order, self._loader._pass
@@ -327,6 +347,7 @@ class _NativeSource:
 
     def __init__(self, runner: Any, batches: Iterator[List[int]], epoch: int, depth: int):
         self._runner, self._batches, self._epoch, self._depth = runner, batches, epoch, depth
+        runner.start_pass()
         self._tickets: Deque[Tuple[int, int]] = collections.deque()
         self._done = False
         self.position = 0
@@ -385,15 +406,47 @@ def _count_samples(batch: Any) -> int:
     return int(tensors[0].shape[0]) if tensors and tensors[0].dim() > 0 else 1
 
 
-class _LoaderIter:
-    """What iter(loader) returns: batches in order, on the loader's device."""
+# torch iterator attributes that hold the loader's objects, and the loader attribute
+# holding the user's object that fastload wrapped there.
+_USERS_OBJECTS = {"_dataset": "dataset", "_collate_fn": "collate_fn", "_worker_init_fn": "worker_init_fn"}
 
-    def __init__(self, loader: "DataLoader", current: _Pass, feed: Iterator[Tuple[Any, Any]], length: Any):
+
+class _LoaderIter:
+    """What iter(loader) returns: batches in order, on the loader's device.
+
+    On the generic path it also answers for torch's iterator that produces the batches
+    (`torch_iter`): attributes it does not have itself (`_workers`, `_shutdown_workers`,
+    `_num_workers`, `_sampler_iter`, ...) are read from that iterator, so tools that
+    inspect torch's iterators keep working; `_dataset`, `_collate_fn` and
+    `_worker_init_fn` are the user's objects, as on torch's iterator, not fastload's
+    timing wrappers around them.
+    """
+
+    def __init__(self, loader: "DataLoader", current: _Pass, feed: Iterator[Tuple[Any, Any]], length: Any,
+                 torch_iter: Any = None):
         self._loader = loader
         self._pass = current
         self._feed = feed
         self._stats = loader._stats
         self._length = length
+        self._torch_iter = torch_iter
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached when the normal lookup failed. Dunder names are never forwarded
+        # (copy/pickle probe them on half-built objects).
+        torch_iter = self.__dict__.get("_torch_iter")
+        if torch_iter is None or (name.startswith("__") and name.endswith("__")):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        value = getattr(torch_iter, name)
+        if name in _USERS_OBJECTS:  # torch's iterator holds fastload's wrapper there
+            return getattr(self._loader, _USERS_OBJECTS[name])
+        return value
+
+    def __dir__(self) -> List[str]:
+        names = set(object.__dir__(self))
+        if self._torch_iter is not None:
+            names.update(n for n in dir(self._torch_iter) if not (n.startswith("__") and n.endswith("__")))
+        return sorted(names)
 
     def __iter__(self) -> "_LoaderIter":
         return self
@@ -423,7 +476,7 @@ class _LoaderIter:
 # ---------------------------------------------------------------------------------------
 
 
-class DataLoader(torch.utils.data.DataLoader):
+class DataLoader(torch.utils.data.DataLoader[T_co]):
     """A drop-in torch.utils.data.DataLoader that can deliver batches on the GPU, resume
     mid-epoch, shard under DDP, run fastload datasets natively, and say where time goes.
 
@@ -475,10 +528,14 @@ class DataLoader(torch.utils.data.DataLoader):
     batch_sampler is never driven by the automatic count (call `sampler.set_epoch` as with
     torch, or `loader.set_epoch`, which forwards to it).
 
-    Resume: `state_dict()` is plain data ({"version", "epoch", "batches_consumed", "order"})
-    counting the batches delivered by __next__ (not those prefetched); after
-    `load_state_dict(sd)` the next iteration continues right after the last delivered
-    batch. A state saved after an epoch's last batch resumes at the next epoch's start.
+    Resume: `state_dict()` is plain data ({"version", "epoch", "batches_consumed", "order",
+    "native_seed", "dataset"}) counting the batches delivered by __next__ (not those
+    prefetched); after `load_state_dict(sd)` the next iteration continues right after the
+    last delivered batch, and len(loader) stays the whole epoch's batch count (as torch's),
+    so a resumed epoch yields len(loader) - batches_consumed batches. A state saved after
+    an epoch's last batch resumes at the next epoch's start. Without a generator, the
+    epochs after a resumed one are shuffled with the seeds the uninterrupted run drew from
+    the global RNG (the state carries that RNG's stream), not from the new process's.
     IterableDataset and batch_size=None leave the order to torch: their state only counts
     epochs (a resumed epoch restarts from its beginning). With in_order=False the count is
     of batches received, so a resume may repeat or skip the few batches that were
@@ -652,7 +709,9 @@ class DataLoader(torch.utils.data.DataLoader):
             reset: start counting afresh after returning the numbers.
         """
         native = self._runner.stats(reset=reset) if self._runner is not None else None
-        out = self._stats.as_dict(self._path, native)
+        left_out = getattr(self.dataset, "skipped", None)  # fastload sources list them
+        out = self._stats.as_dict(self._path, native,
+                                  skipped_at_index=len(left_out) if isinstance(left_out, list) else 0)
         if reset:
             self._stats.reset()
         return out
@@ -674,15 +733,19 @@ class DataLoader(torch.utils.data.DataLoader):
         self._pending_epoch = epoch
         self._explicit_epoch = True
         if self._order is not None:
-            self._order.set_epoch(epoch)  # len(loader) is that epoch's from now on
+            self._order.set_epoch(epoch)  # a pending resume of another epoch is dropped
 
     def state_dict(self) -> dict:
         """Where the loader is: plain Python data for a checkpoint (see the class docstring).
 
         Returns:
-            {"version": 1, "epoch": int, "batches_consumed": int, "order": dict or None,
-             "native_seed": int or None (the native path's augmentation seed)}
+            {"version": 2, "epoch": int, "batches_consumed": int, "order": dict or None,
+             "native_seed": int or None (the native path's augmentation seed),
+             "dataset": {"len": int, "keys": str or None} or None (see load_state_dict)}
         """
+        return self._with_dataset(self._position_state())
+
+    def _position_state(self) -> dict:
         current = self._pass
         if current is None:
             if self._loaded is not None:
@@ -694,7 +757,10 @@ class DataLoader(torch.utils.data.DataLoader):
             # one it started from.
             if current.resumed_from is not None:
                 return copy.deepcopy(current.resumed_from)
-            return {"version": STATE_VERSION, "epoch": current.epoch, "batches_consumed": 0, "order": None,
+            # The order still describes the pass before: its state carries the stream that
+            # draws this epoch's shuffle seed (the epoch itself is restarted on load).
+            order_state = self._order.state_dict(0) if self._order is not None else None
+            return {"version": STATE_VERSION, "epoch": current.epoch, "batches_consumed": 0, "order": order_state,
                     "native_seed": self._native_seed()}
         finished = current.finished or (current.total is not None and current.delivered >= current.total)
         order_state = None
@@ -707,31 +773,96 @@ class DataLoader(torch.utils.data.DataLoader):
         return {"version": STATE_VERSION, "epoch": epoch, "batches_consumed": consumed, "order": order_state,
                 "native_seed": self._native_seed()}
 
+    def _with_dataset(self, state: dict) -> dict:
+        # A loaded state handed back before its epoch starts is re-saved as this version's.
+        state["version"] = STATE_VERSION
+        state["dataset"] = self._dataset_fingerprint()
+        return state
+
     def _native_seed(self) -> Optional[int]:
         return self._runner.plan.seed if self._runner is not None else None
+
+    def _dataset_fingerprint(self) -> Optional[dict]:
+        """{"len": N, "keys": hash of the first and last samples' names and labels, or None}.
+
+        Names come only from what is already in memory: a fastload dataset's index (the
+        last two parts of a file's path, e.g. "dog/001.jpg", or a tar shard's file name and
+        member), or a torchvision-style `samples` list of (path, label). Other datasets get
+        only their length: reading samples to fingerprint them could cost a lot (remote
+        storage, decoding) and need not be deterministic. Paths are cut to their last parts
+        so that moving the data to another root still resumes. None without a len().
+        """
+        dataset = self._user_dataset
+        try:
+            n = len(dataset)
+        except TypeError:
+            return None
+        names = _sample_names(dataset, n) if n > 0 else None
+        keys = hashlib.sha256("\0".join(names).encode("utf-8", "surrogateescape")).hexdigest()[:16] if names else None
+        return {"len": n, "keys": keys}
+
+    def _check_dataset(self, saved: Any, where: str) -> None:
+        if saved is None:
+            return
+        if not (isinstance(saved, dict) and isinstance(saved.get("len"), int)
+                and (saved.get("keys") is None or isinstance(saved.get("keys"), str))):
+            raise ValueError(f"{where}: expected 'dataset' to be None or {{'len': int, 'keys': str or None}}, got "
+                             f"{saved!r}. Load a state saved by fastload.DataLoader.state_dict().")
+        current = self._dataset_fingerprint()
+        if current is None:
+            return
+        fix = ("Resume with the dataset the state was saved over (the same samples in the same order), or start "
+               "afresh without load_state_dict; to resume over this data anyway, delete the state's 'dataset' entry.")
+        if saved["len"] != current["len"]:
+            raise ValueError(f"{where}: the state was saved over a dataset of {saved['len']} samples, this loader's "
+                             f"has {current['len']}. {fix}")
+        if saved["keys"] is not None and current["keys"] is not None and saved["keys"] != current["keys"]:
+            first, last = _sample_names(self._user_dataset, current["len"])
+            raise ValueError(f"{where}: the state was saved over another dataset of the same length "
+                             f"({current['len']} samples): its first and last samples differ from this dataset's "
+                             f"(now {first!r} and {last!r}; fingerprint {saved['keys']} saved, {current['keys']} "
+                             f"now). {fix}")
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Restores a state_dict(); the next iteration continues after its last batch.
 
         Call it between iterations (before `iter(loader)`), with a loader built with the
-        same arguments over the same dataset.
+        same arguments over the same dataset. The whole state is checked before any of it
+        is applied: a refused state (ValueError/TypeError saying what is wrong) leaves the
+        loader exactly as it was. A state saved over another dataset is refused: one of
+        another length, or, for fastload datasets and torchvision-style ones with a
+        `samples` list, one whose first or last sample differs (see `state_dict`'s
+        "dataset"); states of fastload versions before the fingerprint load without it.
         """
         where = f"{_PREFIX}.load_state_dict"
         if not isinstance(state_dict, dict):
             raise TypeError(f"{where}: expected a dict from state_dict(), got {type(state_dict).__name__}.")
-        if state_dict.get("version") != STATE_VERSION:
-            raise ValueError(f"{where}: expected version {STATE_VERSION}, got {state_dict.get('version')!r}. "
+        version = state_dict.get("version")
+        if version not in _STATE_VERSIONS or isinstance(version, bool):
+            raise ValueError(f"{where}: expected version {' or '.join(map(str, _STATE_VERSIONS))}, got {version!r}. "
                              "Resume with the fastload version that saved the state.")
         epoch, consumed = state_dict.get("epoch"), state_dict.get("batches_consumed")
         for name, value in (("epoch", epoch), ("batches_consumed", consumed)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{where}: expected a non-negative int {name}, got {value!r}.")
-        order_state = state_dict.get("order")
         native_seed = state_dict.get("native_seed")
+        if native_seed is not None and (not isinstance(native_seed, int) or isinstance(native_seed, bool)
+                                        or not -2 ** 63 <= native_seed < 2 ** 63):
+            raise ValueError(f"{where}: expected native_seed to be None or a 64-bit int, got {native_seed!r}.")
+        self._check_dataset(state_dict.get("dataset"), where)
+        order_state = state_dict.get("order")
+        if self._order is not None and order_state is not None:
+            self._order.check_state_dict(order_state)
+
+        # Checked: apply it.
         if self._runner is not None and native_seed is not None:
             self._runner.set_seed(native_seed)  # the same crops and flips as before the restart
         self._resume = None
         if self._order is not None and order_state is not None:
+            if hasattr(self._order, "base_seed_draws"):
+                # Draws from the global RNG before each epoch's shuffle: torch's iterator
+                # (or the native loop) draws a base seed per epoch, once with persistent workers.
+                self._order.base_seed_draws = 0 if self.persistent_workers else 1
             self._order.load_state_dict(order_state)
             if consumed == 0:
                 # The start of an epoch (a finished one's successor, or nothing consumed
@@ -754,11 +885,15 @@ class DataLoader(torch.utils.data.DataLoader):
 
     # -- torch's protocol -----------------------------------------------------------------
     def __len__(self) -> int:
+        self._follow_dataset_len(starting=False)
         if self._order is not None:
-            return len(self._order)
+            # The whole epoch's batch count, also while a resumed epoch yields only its
+            # rest (as torch's and torchdata's): training loops size an epoch with it.
+            return self._order.epoch_batches()
         return super().__len__()
 
     def __iter__(self) -> _LoaderIter:  # type: ignore[override]
+        self._follow_dataset_len(starting=True)
         epoch = self._next_epoch()
         resume = self._resume if self._resume is not None and self._resume[0] == epoch else None
         set_epoch = None
@@ -806,9 +941,27 @@ class DataLoader(torch.utils.data.DataLoader):
             feed = _HostConvert(source, convert, self._stats)
         else:
             feed = source
-        return _LoaderIter(self, current, feed, self.__len__)
+        return _LoaderIter(self, current, feed, self.__len__,
+                           torch_iter=source._it if isinstance(source, _TorchSource) else None)
 
     # -- internals ------------------------------------------------------------------------
+    def _follow_dataset_len(self, starting: bool) -> None:
+        """torch's RandomSampler and SequentialSampler re-read len(dataset) at every len()
+        and iter(), so a map-style dataset that grows (or shrinks) between epochs is
+        followed; fastload's own single-process order does the same. Not while an epoch
+        runs, is abandoned or waits to be resumed (its order and resume state are drawn
+        for the length it started with; the next iter() takes the new one), not under DDP
+        (every rank must agree, and DistributedSampler fixes its length too), and not on
+        the native path (the engine's sample index is built once)."""
+        order = self._order
+        if self._runner is not None or not isinstance(order, sampling._Order) or order.distributed:
+            return
+        if self._resume is not None or (not starting and self._pass is not None and not self._pass.finished):
+            return
+        dataset_len = len(self.dataset)
+        if dataset_len != order.dataset_len:
+            order.dataset_len = dataset_len
+
     def _next_epoch(self) -> int:
         if self._pending_epoch is not None:
             return self._pending_epoch
@@ -875,6 +1028,43 @@ class DataLoader(torch.utils.data.DataLoader):
 
 
 # ---------------------------------------------------------------------------------------
+# Dataset fingerprint (resume)
+
+
+def _last_parts(path: str) -> str:
+    """"class/file.jpg" of a path: the same on every machine and under any data root."""
+    return f"{os.path.basename(os.path.dirname(path))}/{os.path.basename(path)}"
+
+
+def _sample_names(dataset: Any, n: int) -> Optional[Tuple[str, str]]:
+    """Names and labels of the first and last samples, from memory only (or None)."""
+    index = getattr(dataset, "index", None) if isinstance(dataset, NativeDataset) else None
+    try:
+        if index is not None and len(index) == n:
+            def name(i: int) -> str:
+                path = index.files[int(index.file_ids[i])]
+                if index.members is not None:  # a tar shard: its file name and the member
+                    where = f"{os.path.basename(path)}:{index.members[i]}"
+                else:
+                    where = _last_parts(path)
+                return f"{where} (label {int(index.labels[i])})"
+            return name(0), name(n - 1)
+        samples = getattr(dataset, "samples", None)
+        if isinstance(samples, (list, tuple)) and len(samples) == n:
+            def name_of(item: Any) -> Optional[str]:
+                if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str):
+                    path = item[0]
+                    return f"{_last_parts(path)} (label {item[1]!r})"
+                return None
+            first, last = name_of(samples[0]), name_of(samples[-1])
+            if first is not None and last is not None:
+                return first, last
+    except Exception:  # a fingerprint is a check, never a new way to fail a resume
+        return None
+    return None
+
+
+# ---------------------------------------------------------------------------------------
 # Argument checks for the extras
 
 
@@ -882,10 +1072,31 @@ def _check_device(device: Any) -> Optional[torch.device]:
     if device is None:
         return None
     try:
-        return torch.device(device)
+        checked = torch.device(device)
     except (RuntimeError, TypeError, ValueError):
         raise ValueError(f"{_PREFIX}: expected device=None, 'cpu', 'cuda' or 'cuda:N' (or a torch.device), "
                          f"got {device!r}.") from None
+    if checked.type == "cuda":
+        _require_cuda_device(checked)
+    return checked
+
+
+def _require_cuda_device(device: torch.device) -> None:
+    """Refuses a CUDA device that is absent or out of range, at construction: before
+    anything is built for it (the native engine's CUDA stream would otherwise fail with
+    torch's opaque "invalid argument to exchangeDevice")."""
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            f"{_PREFIX}: expected an available CUDA device for device={str(device)!r}, got "
+            "torch.cuda.is_available() == False (no GPU visible, or a CPU-only build of torch). "
+            "Pass device=None (batches stay on the CPU) or run on a machine with a GPU and a "
+            "CUDA build of torch.")
+    count = torch.cuda.device_count()
+    if device.index is not None and device.index >= count:
+        raise RuntimeError(
+            f"{_PREFIX}: expected a CUDA device index below torch.cuda.device_count() == {count}, got "
+            f"device={str(device)!r}. Pass device='cuda' (the current device) or 'cuda:0'..'cuda:{count - 1}' "
+            "(CUDA_VISIBLE_DEVICES renumbers the visible GPUs from 0).")
 
 
 def _check_dtype(dtype: Any) -> Optional[torch.dtype]:

@@ -119,10 +119,13 @@ class NativeRunner:
         self.description = description
         self._engine = module.BatchEngine(max(1, int(num_threads)))
         self._owner_pid = os.getpid()
-        self._engine.set_index(
-            torch.from_numpy(index.files.data), torch.from_numpy(index.files.offsets),
-            torch.from_numpy(index.file_ids), torch.from_numpy(index.offsets), torch.from_numpy(index.sizes),
-        )
+        if len(index):
+            # An empty dataset (a split or rank without files) never submits a batch, and
+            # the engine's index checks need at least one file.
+            self._engine.set_index(
+                torch.from_numpy(index.files.data), torch.from_numpy(index.files.offsets),
+                torch.from_numpy(index.file_ids), torch.from_numpy(index.offsets), torch.from_numpy(index.sizes),
+            )
         self._engine.set_plan(plan.config())
         self._labels = torch.from_numpy(np.ascontiguousarray(index.labels))
         # The batches in flight (the loader keeps prefetch_factor, 2 by default) plus the
@@ -137,6 +140,16 @@ class NativeRunner:
         self._lock = threading.Lock()
         self._stats = {"images": 0, "batches": 0, "skipped": 0, "pil_fallback": 0, "gpu_cpu_fallback": 0,
                        "engine_seconds": 0.0, "wait_seconds": 0.0}
+        # The unreadable samples already counted in "skipped" this epoch: a replacement
+        # search may pass the same bad sample from several batches (or slots).
+        self._skipped_seen: set = set()
+        self._skipped_epoch: Optional[int] = None
+
+    def start_pass(self) -> None:
+        """A new pass over the data begins (the loader calls it at each iter()): its bad
+        samples are counted afresh, even when it repeats an epoch number."""
+        self._skipped_seen = set()
+        self._skipped_epoch = None
 
     def set_seed(self, seed: int) -> None:
         """Sets the base of every random parameter (the loader restores it on resume)."""
@@ -191,8 +204,11 @@ class NativeRunner:
         failed: set = set()  # distinct unreadable samples met while filling this batch
         for slot in torch.nonzero(status != OK).flatten().tolist():
             self._repair(slot, int(samples[slot]), int(status[slot]), messages[slot], samples, out, epoch, failed)
+        if epoch != self._skipped_epoch:
+            self._skipped_seen, self._skipped_epoch = set(), epoch
         stats = self._stats
-        stats["skipped"] += len(failed)
+        stats["skipped"] += len(failed - self._skipped_seen)
+        self._skipped_seen |= failed
         stats["images"] += len(samples)
         stats["batches"] += 1
         stats["engine_seconds"] += finished - submitted

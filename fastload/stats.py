@@ -16,7 +16,10 @@ Keys of the dict (seconds are float, counts int):
     epochs          iterations started (each __iter__)
     batches         batches delivered by __next__
     samples         samples in those batches (images for an image dataset)
-    skipped         samples skipped by on_error="skip"
+    skipped         samples skipped by on_error="skip" while reading or decoding
+    skipped_at_index
+                    samples the dataset left out while indexing (on_error="skip" on a
+                    malformed tar member or label; `dataset.skipped` lists them)
     fetch_s         worker time reading samples (dataset __getitem__/__getitems__)
     collate_s       worker time in collate_fn
     pin_s           time copying batches into pinned host memory
@@ -126,7 +129,8 @@ class LoaderStats:
         self._last_return = now
 
     # -- consumers -----------------------------------------------------------------------
-    def as_dict(self, path: str, native: Optional[Dict[str, Any]] = None) -> Stats:
+    def as_dict(self, path: str, native: Optional[Dict[str, Any]] = None,
+                skipped_at_index: int = 0) -> Stats:
         out = Stats(
             path=path,
             epochs=self.epochs,
@@ -134,6 +138,7 @@ class LoaderStats:
             samples=self.samples,
             # The native engine replaces bad samples itself and counts them there.
             skipped=self.skipped + (native or {}).get("skipped", 0),
+            skipped_at_index=skipped_at_index,
             **{f"{stage}_s": self.times[stage] for stage in STAGES},
             first_batch_s=self.first_batch_s,
             loop_s=self.loop_s,
@@ -160,7 +165,8 @@ def report(stats: Dict[str, Any]) -> str:
     batches = g("batches") or 0
     lines = [f"fastload.DataLoader stats ({g('path', '?')})"]
     lines.append(f"  epochs {g('epochs', 0)}, batches {batches}, samples {g('samples', 0)}, "
-                 f"skipped {g('skipped', 0)}")
+                 f"skipped {g('skipped', 0)}"
+                 + (f" (+{g('skipped_at_index')} at index time)" if g("skipped_at_index") else ""))
     sps = g("samples_per_s")
     lines.append(f"  throughput {'-' if sps is None else f'{sps:,.1f}'} samples/s over "
                  f"{_fmt(g('loop_s'))}; first batch {_fmt(g('first_batch_s'))}")

@@ -5,8 +5,11 @@ Works for anything resumable: a fastload.DataLoader (`state_dict()`), or a sampl
 object as a new process would, consumes k batches, saves the state (through JSON, so it
 must be plain data), loads it into another fresh object and checks that exactly the rest
 of the epoch comes out, batch for batch, bit for bit; then (optionally) that the next
-epoch equals the uninterrupted run's next epoch. A state saved after the last batch of an
-epoch resumes at the start of the next epoch.
+epoch equals the uninterrupted run's next epoch, also when the order is drawn from torch's
+global RNG (no generator: `make` seeds it as a new process would, and the resumed object
+must go on with the uninterrupted run's draws). A state saved after the last batch of an
+epoch resumes at the start of the next epoch. For loaders (state_dict() without
+arguments), len() must stay the whole epoch's batch count after a load, as torch's.
 
 Example (in a test):
     from resume_helpers import check_resume_at_every_position
@@ -79,6 +82,11 @@ def check_resume_at_every_position(
         del it, obj  # the interrupted run is gone, as in a crash
         resumed = make()
         resumed.load_state_dict(json.loads(text))
+        if _is_loader(resumed):
+            # Training loops size an epoch with len(loader): the whole epoch, not the rest.
+            assert len(resumed) == len(reference), (
+                f"position {k}: len() after load_state_dict is {len(resumed)}, expected the whole epoch's "
+                f"{len(reference)}")
         rest = list(resumed)
         if k == len(reference):
             # A state saved after the last batch resumes at the start of the next epoch
@@ -96,6 +104,10 @@ def check_resume_at_every_position(
             assert _equal_list(list(resumed), ref_next, equal), (
                 f"position {k}: the epoch after the resumed one differs from the uninterrupted run's")
     return reference
+
+
+def _is_loader(obj: Any) -> bool:
+    return hasattr(obj, "__len__") and not inspect.signature(obj.state_dict).parameters
 
 
 def _equal_list(a: List[Any], b: List[Any], equal: Callable[[Any, Any], bool]) -> bool:

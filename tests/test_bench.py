@@ -20,6 +20,7 @@ import pytest
 import torch
 from PIL import Image
 
+from fastload import _ext
 from fastload.bench import contenders as registry
 from fastload.bench import dataset as data
 from fastload.bench import measure, report
@@ -61,7 +62,7 @@ def test_dataset_layout_determinism_and_cache(tiny, tmp_path):
     assert not again.generated and again.root == ds.root  # cache hit
 
     other = data.ensure_dataset(data.DatasetSpec(images=8, classes=2, seed=3), cache_dir=str(tmp_path), processes=1)
-    for (a, _), (b, _) in zip(samples, data.list_samples(other.root)):
+    for (a, _), (b, _) in zip(samples, data.list_samples(other.root), strict=True):
         assert open(a, "rb").read() == open(b, "rb").read()  # pure function of (seed, index)
     different = data.draw_image(4, 0)
     assert different.shape != data.draw_image(3, 0).shape or (different != data.draw_image(3, 0)).any()
@@ -166,6 +167,9 @@ def test_every_contender_runs_and_agrees(tiny, tmp_path, monkeypatch):
         (c, p) for p in ("train", "eval") for c in registry.CONTENDERS
     ]
     for r in rows:
+        if r["contender"].startswith("fastload") and _ext.has_ops():
+            # fastload's own rows are never optional where the extension is built.
+            assert registry.get(r["contender"]).unavailable() is None, r
         if registry.get(r["contender"]).unavailable():
             assert r["status"] == "unavailable" and r["reason"]
             continue
@@ -202,6 +206,16 @@ def test_every_contender_runs_and_agrees(tiny, tmp_path, monkeypatch):
     decode = {r["method"]: r for r in record["decode"]}
     pil = decode["PIL open+convert"]
     assert pil["status"] == "ok" and pil["images"] == 4
+    fastload_rows = [name for name in decode if name.startswith("fastload")]
+    assert len(fastload_rows) == 3, sorted(decode)
+    for name in fastload_rows:
+        if _ext.has_ops():  # a decoder that fails must fail this test, not drop its row
+            assert decode[name]["status"] == "ok" and decode[name]["images"] == 4, decode[name]
+        else:
+            assert decode[name]["status"] == "unavailable" and decode[name]["reason"], decode[name]
+    # torchvision's decoder is an optional contender: absent, its row says why.
+    tv = decode["torchvision.io.decode_jpeg"]
+    assert tv["status"] == "ok" or (tv["status"] == "unavailable" and tv["reason"]), tv
     for name in ("torchvision.io.decode_jpeg", "fastload decode_jpeg full"):
         if decode[name]["status"] == "ok":  # a full decode has every pixel
             assert decode[name]["mean_pixels"] == pil["mean_pixels"], name

@@ -34,7 +34,7 @@ def same(a, b):
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
     return batches_equal(a, b)
 
 
@@ -51,9 +51,9 @@ def _run(cls, make_dataset, make_kwargs, epochs, seed=0):
 def _assert_same(make_dataset, make_kwargs, epochs=1):
     want, ref = _run(TorchLoader, make_dataset, make_kwargs, epochs)
     got, ours = _run(DataLoader, make_dataset, make_kwargs, epochs)
-    for e, (w, g) in enumerate(zip(want, got)):
+    for e, (w, g) in enumerate(zip(want, got, strict=True)):
         assert len(g) == len(w), f"epoch {e}: {len(g)} batches, torch gave {len(w)}"
-        for i, (a, b) in enumerate(zip(w, g)):
+        for i, (a, b) in enumerate(zip(w, g, strict=True)):
             assert same(a, b), f"epoch {e} batch {i}: {b!r} != torch's {a!r}"
     return ours
 
@@ -170,7 +170,7 @@ def test_persistent_workers_across_epochs():
         return head + list(loader) + list(loader)
 
     want, got = abandon_then_full(TorchLoader), abandon_then_full(DataLoader)
-    assert len(want) == len(got) and all(same(a, b) for a, b in zip(want, got))
+    assert len(want) == len(got) and all(same(a, b) for a, b in zip(want, got, strict=True))
 
     first, second = pids(True)
     assert first == second  # the same worker processes served both epochs
@@ -260,9 +260,9 @@ def test_resume_with_global_seed_and_drop_last():
         torch.manual_seed(11)
         return DataLoader(Squares(11), batch_size=2, shuffle=True, drop_last=True)
 
-    # The resumed epoch is exact (its seed is in the state); the epochs after it draw from
-    # the global RNG, whose state belongs to the user's process, as with torch.
-    check_resume_at_every_position(make, check_next_epoch=False)
+    # The resumed epoch is exact (its seed is in the state), and so is the next one (the
+    # state carries the global RNG's stream the uninterrupted run drew it from).
+    check_resume_at_every_position(make)
 
 
 @pytest.mark.parametrize("kwargs", [dict(batch_size=3, sampler=list(range(9, -1, -1))),
@@ -374,10 +374,14 @@ class FakeRunner:
         self.calls = []
         self.pending = {}
         self.closed = False
+        self.passes = 0
         self.plan = types.SimpleNamespace(seed=0)  # the augmentation seed the loader saves
 
     def set_seed(self, seed):
         self.plan.seed = seed
+
+    def start_pass(self):
+        self.passes += 1
 
     def discard(self, ticket):
         self.calls.append(("discard", ticket))
@@ -422,7 +426,7 @@ def test_native_loop_keeps_batches_in_flight_in_order(fake_native, num_workers, 
     got = list(loader)
     runner = fake_native[0]
     assert loader.path == "native: fake runner" and loader._inner is None  # no torch iterator
-    assert len(got) == len(want) and all(batches_equal(a, b) for a, b in zip(want, got))
+    assert len(got) == len(want) and all(batches_equal(a, b) for a, b in zip(want, got, strict=True))
     depth = max(2, prefetch_factor or 2)  # engine threads share every batch: no per-worker multiple
     in_flight = [c[2] for c in runner.calls if c[0] == "result"]
     assert max(in_flight) == min(depth, len(want))  # `depth` submitted before the first result
@@ -464,6 +468,164 @@ def test_len_follows_set_epoch_after_a_resumed_epoch():
     next(it), next(it)
     resumed = DataLoader(dataset, batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(0))
     resumed.load_state_dict(first.state_dict())
-    assert len(resumed) == 3 and len(list(resumed)) == 3
+    assert len(resumed) == 5 and len(list(resumed)) == 3  # len: the whole epoch, as torch's
     resumed.set_epoch(1)
     assert len(resumed) == 5 and len(list(resumed)) == 5
+
+
+# -- what code written against torch's DataLoader relies on -----------------------------------
+
+
+def test_is_generic_in_its_batch_type_like_torch():
+    import typing
+
+    alias = DataLoader[list[torch.Tensor]]
+    assert typing.get_origin(alias) is DataLoader and typing.get_args(alias) == (list[torch.Tensor],)
+    assert TorchLoader[list[torch.Tensor]] is not None  # what the annotation mirrors
+
+
+class Growing(torch.utils.data.Dataset):
+    """A map-style dataset that grows (or shrinks) between epochs."""
+
+    def __init__(self, n):
+        self.items = list(range(n))
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        return self.items[i]
+
+
+@pytest.mark.parametrize("kwargs", [dict(batch_size=2), dict(batch_size=2, drop_last=True), dict(batch_size=2, shuffle=True),
+                                    dict(batch_size=3, shuffle=True, generator="seeded")])
+def test_len_and_batches_follow_a_dataset_that_changes_size(kwargs):
+    def run(cls):
+        torch.manual_seed(0)
+        make = dict(kwargs, generator=_gen(1)) if kwargs.get("generator") else kwargs
+        dataset = Growing(5)
+        loader = cls(dataset, **make)
+        seen = [(len(loader), [b.tolist() for b in loader])]
+        dataset.items += [10, 11, 12, 13]
+        seen.append((len(loader), [b.tolist() for b in loader]))
+        del dataset.items[1:7]
+        seen.append((len(loader), [b.tolist() for b in loader]))
+        return seen
+
+    want, got = run(TorchLoader), run(DataLoader)
+    assert got == want
+    assert [length for length, _ in got] == [len(batches) for _, batches in got]
+
+
+# torch iterator attributes whose values differ on fastload's iterator, and why.
+ITERATOR_DIFFERENCES = {
+    "_index_sampler": "fastload's order (exact resume, DDP split) instead of torch's BatchSampler; same batches",
+    "_dataset_fetcher": "reads through fastload's timing wrapper of the dataset",
+    # Runtime state of the multi-process iterator: how many batches the workers got to
+    # prefetch depends on timing, not on the loader.
+    "_tasks_outstanding": "timing", "_send_idx": "timing", "_rcvd_idx": "timing", "_task_info": "timing",
+    "_workers_status": "timing",
+}
+# Names only fastload's iterator has: its own state, plus __getattr__, which answers for torch's.
+ITERATOR_EXTRAS = {"__getattr__", "_feed", "_length", "_loader", "_pass", "_stats", "_torch_iter"}
+# Names of torch's iterator fastload's does not answer for: `__del__` (the wrapped torch
+# iterator keeps its own, which runs when fastload's iterator drops it; forwarding it would
+# shut persistent workers down while the loader still keeps them for the next epoch).
+ITERATOR_MISSING = {0: set(), 2: {"__del__"}}
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_iterator_has_torchs_iterator_attributes(num_workers):
+    dataset = Squares(12)
+    iterators = []
+    for cls in (TorchLoader, DataLoader):
+        torch.manual_seed(0)
+        it = iter(cls(dataset, batch_size=2, shuffle=True, num_workers=num_workers))
+        next(it)
+        iterators.append(it)
+    want, got = iterators
+    assert set(dir(want)) - set(dir(got)) == ITERATOR_MISSING[num_workers]
+    assert set(dir(got)) - set(dir(want)) == ITERATOR_EXTRAS
+    compared = 0
+    for name in sorted(set(dir(want)) - ITERATOR_MISSING[num_workers]):
+        assert hasattr(got, name), name
+        if name.startswith("__") or name in ITERATOR_DIFFERENCES:
+            continue
+        a, b = getattr(want, name), getattr(got, name)
+        if isinstance(a, (bool, int, float, str, type(None))):
+            assert a == b, name
+        elif inspect.ismethod(a):
+            assert a.__func__ is b.__func__, name  # torch's own method, on torch's iterator
+        elif name in ("_dataset", "_collate_fn", "_worker_init_fn"):
+            assert a is b, name  # the user's objects, not fastload's wrappers
+        elif isinstance(a, (list, tuple)):
+            assert type(a) is type(b) and len(a) == len(b), name
+        else:
+            assert type(a) is type(b), name
+        compared += 1
+    assert compared > (10 if num_workers == 0 else 30)
+    if num_workers:
+        assert len(got._workers) == 2 and all(w.pid and w.is_alive() for w in got._workers)
+        got._shutdown_workers()  # what tools call on torch's iterator
+        assert not any(w.is_alive() for w in got._workers)
+        want._shutdown_workers()
+    assert got._num_yielded == 1 and got._dataset is dataset
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("collect", [True, False])
+def test_dropping_a_loader_mid_epoch_lets_persistent_workers_exit(monkeypatch, collect):
+    """Its workers must get torch's shutdown message and exit on their own, not be killed
+    (terminate()) after torch's join timeout of 5 s per worker. Without the garbage
+    collector, dropping the last reference must be enough, as with torch (no reference
+    cycle keeps the workers)."""
+    import gc
+    import multiprocessing.process
+
+    killed = []
+    terminate = multiprocessing.process.BaseProcess.terminate
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "terminate",
+                        lambda self: (killed.append(self.pid), terminate(self))[1])
+    loader = DataLoader(Squares(40), batch_size=2, num_workers=2, persistent_workers=True)
+    it = iter(loader)
+    next(it)
+    workers = list(it._workers)
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        del it, loader
+        if collect:
+            gc.collect()
+        for worker in workers:
+            worker.join(timeout=30)
+    finally:
+        if enabled:
+            gc.enable()
+    assert not any(worker.is_alive() for worker in workers)
+    assert killed == []
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("kwargs", [dict(), dict(drop_last=True), dict(sampler=[]), dict(batch_size=None)])
+def test_empty_dataset_yields_nothing(num_workers, kwargs):
+    for cls in (TorchLoader, DataLoader):
+        loader = cls(Squares(0), **dict(dict(batch_size=4), **kwargs), num_workers=num_workers)
+        assert len(loader) == 0 and list(loader) == []
+
+
+def test_empty_dataset_with_shuffle_is_refused_like_torch():
+    # torch's RandomSampler refuses an empty dataset at construction; so does the drop-in.
+    with pytest.raises(ValueError) as want:
+        TorchLoader(Squares(0), batch_size=4, shuffle=True)
+    with pytest.raises(ValueError) as got:
+        DataLoader(Squares(0), batch_size=4, shuffle=True)
+    assert str(got.value) == str(want.value)
+
+
+def test_empty_dataset_under_ddp_yields_nothing_on_every_rank(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for rank in (0, 1):
+        monkeypatch.setenv("RANK", str(rank))
+        for uneven in ("pad", "drop", "exact"):
+            loader = DataLoader(Squares(0), batch_size=2, uneven=uneven)
+            assert len(loader) == 0 and list(loader) == []

@@ -109,6 +109,32 @@ def test_cuda_device_without_cuda_fails_at_construction():
         DataLoader(Squares(), device="cuda")
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on machines without CUDA")
+def test_cuda_device_without_cuda_fails_at_construction_with_a_native_dataset(tmp_path):
+    pytest.importorskip("PIL")
+    from PIL import Image
+
+    import fastload
+    from fastload import ops
+
+    (tmp_path / "a").mkdir()
+    Image.new("RGB", (8, 8)).save(tmp_path / "a" / "x.jpg")
+    dataset = fastload.ImageFolder(str(tmp_path), ops=[ops.CenterCrop(4)])
+    for device in ("cuda", "cuda:1", torch.device("cuda", 0)):
+        with pytest.raises(RuntimeError, match=r"expected an available CUDA device .*"
+                                               r"torch\.cuda\.is_available\(\) == False.*Pass device=None"):
+            DataLoader(dataset, batch_size=1, device=device)
+
+
+def test_cuda_device_index_out_of_range_fails_at_construction(monkeypatch):
+    # As a machine with one GPU would answer (nothing here touches CUDA).
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(RuntimeError, match=r"expected a CUDA device index below torch\.cuda\.device_count\(\) "
+                                           r"== 1, got device='cuda:3'"):
+        DataLoader(Squares(), batch_size=2, device="cuda:3")
+
+
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_worker_exception_keeps_type_message_and_names_the_sample(num_workers):
     loader = DataLoader(Failing(bad=(7,)), batch_size=3, num_workers=num_workers)
@@ -229,3 +255,37 @@ def test_ddp_rank_never_drops_a_whole_batch_silently(monkeypatch):
     monkeypatch.setenv("RANK", "0")
     single = DataLoader(Broken(), batch_size=1, on_error="skip")
     assert [int(b) for b in single] == [1, 3, 5, 7]  # one process: dropping is fine
+
+
+def test_every_exception_type_fastload_raises_is_importable_from_fastload():
+    import importlib
+    import inspect
+    import pathlib
+    import re
+
+    import fastload
+    from fastload import _ext
+
+    root = pathlib.Path(fastload.__file__).parent
+    if _ext.has_ops():
+        importlib.import_module("fastload._C")  # fastload._meta registers on its ops
+    found = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root).with_suffix("").parts
+        if parts[-1] == "__main__" or (parts == ("_meta",) and not _ext.has_ops()):
+            continue
+        name = ".".join(("fastload",) + parts).removesuffix(".__init__")
+        module = importlib.import_module(name)
+        for attr, value in vars(module).items():
+            if inspect.isclass(value) and issubclass(value, BaseException) and value.__module__ == name:
+                found[attr] = value
+        # Also by the source text, for classes a module only defines under a condition.
+        for match in re.finditer(r"^\s*class (\w+)\(([\w., ]*(?:Error|Exception|Warning)[\w., ]*)\)",
+                                 path.read_text(), re.MULTILINE):
+            found.setdefault(match.group(1), None)
+    # Private ones (e.g. source.tar's _Unsupported) are caught where they are raised.
+    public = {name: cls for name, cls in found.items() if not name.startswith("_")}
+    assert {"DecodeError", "TarShardError", "NotBuiltError", "UnsupportedPipeline", "NotConvertible"} <= set(public)
+    for name, cls in public.items():
+        assert name in fastload.__all__, name
+        assert cls is None or getattr(fastload, name) is cls, name

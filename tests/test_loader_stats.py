@@ -14,7 +14,7 @@ from loader_datasets import Sleepy, Squares
 
 pytestmark = pytest.mark.timeout(120)
 
-KEYS = {"path", "epochs", "batches", "samples", "skipped", "fetch_s", "collate_s", "pin_s", "transfer_s",
+KEYS = {"path", "epochs", "batches", "samples", "skipped", "skipped_at_index", "fetch_s", "collate_s", "pin_s", "transfer_s",
         "copy_s", "wait_s", "first_batch_s", "loop_s", "samples_per_s", "stall_fraction"}
 
 

@@ -189,8 +189,55 @@ def test_bad_input_skip_keeps_batch_size_and_counts(bad_folder):
 
     loader = fastload.DataLoader(dataset, batch_size=3, on_error="skip")
     assert [len(labels) for _, labels in loader] == [3, 2]
-    # Batch [0, 1, 2] meets bad files 1, 2, 3 (as replacements); batch [3, 4] meets 3 again.
-    assert loader.stats(reset=True)["skipped"] == 4 and loader.stats()["skipped"] == 0
+    # Batch [0, 1, 2] meets bad files 1, 2, 3 (as replacements); batch [3, 4] meets 3 again:
+    # each bad file counts once.
+    assert loader.stats(reset=True)["skipped"] == 3 and loader.stats()["skipped"] == 0
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_skip_counts_each_bad_sample_once_per_epoch(tmp_path, shuffle):
+    """Runs of bad files longer than a batch and across batch boundaries: the replacement
+    searches of many batches pass the same bad files, each is still counted once."""
+    good = io.BytesIO()
+    Image.fromarray(photo(20, 20, 0)).save(good, "JPEG")
+    cls = tmp_path / "c"
+    cls.mkdir()
+    bad = set(range(3, 13)) | set(range(20, 34)) | {40, 41, 45} | set(range(60, 65))  # 32 bad of 72
+    for i in range(72):
+        (cls / f"{i:03d}.jpg").write_bytes(b"not a jpeg at all" if i in bad else good.getvalue())
+    assert len(bad) == 32
+    dataset = fastload.ImageFolder(str(tmp_path), ops=[ops.CenterCrop(8)])
+    loader = fastload.DataLoader(dataset, batch_size=8, shuffle=shuffle, on_error="skip",
+                                 generator=torch.Generator().manual_seed(0))
+    for epoch in range(2):
+        assert sum(len(labels) for _, labels in loader) == 72  # bad slots are replaced
+        assert loader.stats(reset=True)["skipped"] == 32, f"epoch {epoch}"
+
+
+@pytest.mark.parametrize("api", ["v1", "v2"])
+def test_torchvision_transforms_in_a_fastload_dataset_become_fastload_ops(folder, api):
+    T = torchvision.transforms if api == "v1" else v2
+    transforms = [T.Compose([T.RandomResizedCrop(32), T.RandomHorizontalFlip()]), T.ToTensor() if api == "v1"
+                  else T.Compose([T.ToImage(), T.ToDtype(torch.float32, scale=True)]), T.Normalize(MEAN, STD)]
+    converted = fastload.ImageFolder(folder, ops=transforms, seed=3)
+    native = fastload.ImageFolder(folder, ops=TRAIN[:2] + [ops.ToDtype(torch.float32, scale=True), TRAIN[2]],
+                                  seed=3)
+    assert converted.ops == native.ops
+    loader = fastload.DataLoader(converted, batch_size=4)
+    assert loader.path.startswith("native"), loader.path
+    for (images, labels), (want_images, want_labels) in zip(loader, fastload.DataLoader(native, batch_size=4),
+                                                            strict=True):
+        assert torch.equal(images, want_images) and torch.equal(labels, want_labels)
+
+
+def test_a_transform_without_fastload_equivalent_is_refused_at_construction(folder):
+    with pytest.raises(fastload.UnsupportedPipeline, match=r"ops\[1\] is the torchvision transform Grayscale.*"
+                                                         r"fastload\.ops\.Resize.*torchvision\.datasets\.ImageFolder"):
+        fastload.ImageFolder(folder, ops=[ops.CenterCrop(8), v2.Grayscale()])
+    with pytest.raises(fastload.UnsupportedPipeline, match="NEAREST"):
+        fastload.FileList([], ops=[torchvision.transforms.Resize(8, interpolation=v2.InterpolationMode.NEAREST)])
+    with pytest.raises(TypeError, match=r"expected ops made of fastload's ops .* at ops\[0\]"):
+        fastload.ImageFolder(folder, ops=[lambda image: image])
 
 
 def test_decompression_bomb_limit(tmp_path):
@@ -318,8 +365,8 @@ def test_generic_twin_of_a_native_dataset_gives_the_native_batches(folder):
             out.append(list(loader))
         return out
 
-    for native_epoch, generic_epoch in zip(epochs("auto"), epochs(False)):
-        for (images, labels), (twin_images, twin_labels) in zip(native_epoch, generic_epoch):
+    for native_epoch, generic_epoch in zip(epochs("auto"), epochs(False), strict=True):
+        for (images, labels), (twin_images, twin_labels) in zip(native_epoch, generic_epoch, strict=True):
             torch.testing.assert_close(twin_images, images, atol=FLOAT_ATOL, rtol=0)
             assert torch.equal(twin_labels, labels)
 
@@ -449,3 +496,23 @@ def test_a_forked_child_can_destroy_an_inherited_idle_engine(folder):
     images, _ = runner.result(runner.submit([3, 4], 0))  # the parent's engine still works
     assert images.shape[0] == 2
     runner.close()
+
+
+@pytest.mark.parametrize("kwargs", [dict(), dict(drop_last=True), dict(num_workers=2), dict(accelerate=False),
+                                    dict(accelerate=False, num_workers=2)])
+def test_an_empty_file_list_yields_nothing(kwargs):
+    """A split or a rank without files: no batch, len() == 0, like torch."""
+    dataset = fastload.FileList([], ops=[ops.Resize(8), ops.CenterCrop(8)])
+    loader = fastload.DataLoader(dataset, batch_size=4, **kwargs)
+    assert loader.path.startswith("generic" if kwargs.get("accelerate") is False else "native"), loader.path
+    for _ in range(2):
+        assert len(loader) == 0 and list(loader) == []
+    assert loader.stats()["batches"] == 0
+
+
+def test_an_empty_file_list_yields_nothing_on_every_rank(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for rank in (0, 1):
+        monkeypatch.setenv("RANK", str(rank))
+        loader = fastload.DataLoader(fastload.FileList([], ops=[ops.CenterCrop(8)]), batch_size=4)
+        assert loader.path.startswith("native") and len(loader) == 0 and list(loader) == []

@@ -7,6 +7,7 @@ multi-process checks are in test_ddp.py.
 from __future__ import annotations
 
 import itertools
+import os
 import json
 from collections import Counter
 
@@ -184,8 +185,9 @@ def test_resume_every_position_one_process(with_generator, drop_last):
         gen = torch.Generator().manual_seed(2) if with_generator else None
         return make_order(dataset_len=11, batch_size=3, shuffle=True, drop_last=drop_last,
                           generator=gen, distributed=False)
-    # The next epoch is drawn from the global RNG without a generator: not replayable.
-    check_resume_at_every_position(make, check_next_epoch=with_generator, max_state_bytes=8000)
+    # Without a generator the next epoch is drawn from the global RNG; the state carries
+    # that RNG's stream, so the resumed order goes on with the uninterrupted run's seeds.
+    check_resume_at_every_position(make, max_state_bytes=8000)
 
 
 def test_resume_replays_the_generator_for_later_epochs():
@@ -206,6 +208,14 @@ def test_resume_replays_the_generator_for_later_epochs():
     got = epochs_of(DataLoader(ds, batch_sampler=order2, generator=g2), 3)
     assert head + got[0] == want[0]
     assert got[1:] == want[1:]
+    # An end-of-epoch state restores the generator; a malformed one is refused before
+    # anything is applied.
+    end = order2.state_dict(len(got[-1]))
+    g3 = torch.Generator().manual_seed(5)
+    order3 = make_order(dataset_len=11, batch_size=3, shuffle=True, drop_last=False, generator=g3, distributed=False)
+    with pytest.raises(ValueError, match="'generator' to be a saved CPU generator state"):
+        order3.load_state_dict({**end, "epoch": 9, "generator": "AAAA"})
+    assert order3.epoch == 0 and torch.equal(g3.get_state(), torch.Generator().manual_seed(5).get_state())
 
 
 def test_resume_sequential_and_user_samplers():
@@ -362,7 +372,7 @@ def test_load_state_validates():
     o = make_order(dataset_len=10, batch_size=2, shuffle=True, drop_last=False, distributed=False)
     list(itertools.islice(iter(o), 1))
     good = o.state_dict(1)
-    with pytest.raises(ValueError, match="expected state version 1, got 99"):
+    with pytest.raises(ValueError, match="expected state version 1 or 2, got 99"):
         o.load_state_dict({**good, "version": 99})
     with pytest.raises(ValueError, match="dataset of 12 samples, got one saved with 10 samples"):
         make_order(dataset_len=12, batch_size=2, shuffle=True, drop_last=False, distributed=False).load_state_dict(good)
@@ -375,6 +385,77 @@ def test_load_state_validates():
         o.state_dict(99)
     o.load_state_dict(good)  # still loads after the failed attempts
     assert len(o) == 4
+
+
+def test_refused_state_leaves_the_order_as_it_was():
+    def make():
+        o = make_order(dataset_len=10, batch_size=2, shuffle=True, drop_last=False, distributed=False)
+        list(itertools.islice(iter(o), 2))
+        return o
+    torch.manual_seed(5)
+    o = make()
+    good = o.state_dict(2)
+    torch.manual_seed(6)
+    other = make()
+    before = json.dumps(other.state_dict(2))
+    # Each bad part comes after parts that are fine: nothing may be applied before it.
+    bad_states = [
+        {**good, "epoch": 4, "rng": "not base64 state"},
+        {**good, "epoch": 4, "rng": "AAAA"},
+        {**good, "epoch": 4, "segments": [{**good["segments"][0], "steps": 6}]},
+        {**good, "epoch": 4, "segments": [{**good["segments"][0], "world_size": 11, "uneven": "exact"}]},
+    ]
+    for bad in bad_states:
+        with pytest.raises(ValueError):
+            other.load_state_dict(bad)
+        assert json.dumps(other.state_dict(2)) == before
+
+
+def test_version_1_state_without_rng_still_loads():
+    torch.manual_seed(0)
+    o = make_order(dataset_len=10, batch_size=3, shuffle=True, drop_last=False, distributed=False)
+    reference = list(o)
+    torch.manual_seed(0)
+    o = make_order(dataset_len=10, batch_size=3, shuffle=True, drop_last=False, distributed=False)
+    list(itertools.islice(iter(o), 1))
+    state = o.state_dict(1)
+    assert "rng" in state and state["version"] == STATE_VERSION == 2
+    old = {k: v for k, v in state.items() if k != "rng"}
+    old["version"] = 1
+    resumed = make_order(dataset_len=10, batch_size=3, shuffle=True, drop_last=False, distributed=False)
+    resumed.load_state_dict(old)
+    assert list(resumed) == reference[1:]
+
+
+def test_epochs_after_a_resume_without_generator_follow_the_uninterrupted_run():
+    # Several epochs on, and with the loader's base-seed draw between epochs (as under
+    # torch's DataLoader iterator): the resumed order keeps drawing the saved run's seeds.
+    def make(seed):
+        torch.manual_seed(seed)
+        o = make_order(dataset_len=9, batch_size=2, shuffle=True, drop_last=False, distributed=False)
+        o.base_seed_draws = 1
+        return o
+
+    def epoch(o):
+        torch.empty((), dtype=torch.int64).random_()  # the loader's base seed
+        return list(o)
+    ref = make(0)
+    want = [epoch(ref) for _ in range(4)]
+    first = make(0)
+    epoch(first)
+    torch.empty((), dtype=torch.int64).random_()
+    it = iter(first)
+    head = [next(it) for _ in range(3)]
+    state = json.loads(json.dumps(first.state_dict(3)))
+    resumed = make(123)  # a new process whose global RNG is elsewhere
+    resumed.load_state_dict(state)
+    got = [epoch(resumed) for _ in range(3)]
+    assert head + got[0] == want[1] and got[1:] == want[2:]
+    # and a resume of the resumed run, at an epoch's end
+    again = make(77)
+    again.load_state_dict(json.loads(json.dumps(resumed.state_dict(len(got[-1])))))
+    resumed_next = epoch(resumed)
+    assert epoch(again) == resumed_next
 
 
 def test_argument_errors_like_torch():
@@ -404,9 +485,12 @@ def test_resolve_distributed(monkeypatch):
         resolve_distributed("yes")
 
 
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("shuffle", [True, False])
 @pytest.mark.parametrize("with_generator", [True, False])
-def test_resume_helper_on_fastload_dataloader(with_generator):
-    # The same helper on the loader itself (generic path, torch's DataLoader under our order).
+def test_resume_helper_on_fastload_dataloader(with_generator, shuffle, num_workers):
+    # The same helper on the loader itself (generic path, torch's DataLoader under our
+    # order), the epoch after the resumed one included: without a generator too.
     import fastload
 
     ds = TensorDataset(torch.arange(13) * 10)
@@ -414,6 +498,185 @@ def test_resume_helper_on_fastload_dataloader(with_generator):
     def make():
         torch.manual_seed(0)
         gen = torch.Generator().manual_seed(4) if with_generator else None
-        return fastload.DataLoader(ds, batch_size=3, shuffle=True, generator=gen, distributed=False)
-    ref = check_resume_at_every_position(make, check_next_epoch=with_generator)
+        return fastload.DataLoader(ds, batch_size=3, shuffle=shuffle, generator=gen, distributed=False,
+                                   num_workers=num_workers)
+    positions = None if num_workers == 0 else [1, 3, 5]
+    ref = check_resume_at_every_position(make, positions=positions)
     assert sorted(int(v) for b in ref for v in b[0]) == list(range(0, 130, 10))
+
+
+@pytest.mark.parametrize("window", ["after_the_epoch", "after_iter_before_next"])
+def test_state_between_epochs_without_generator_resumes_the_uninterrupted_runs_next_epochs(window):
+    import fastload
+
+    ds = TensorDataset(torch.arange(10))
+
+    def make(seed):
+        torch.manual_seed(seed)
+        return fastload.DataLoader(ds, batch_size=4, shuffle=True)
+
+    ref = make(0)
+    want = [[b[0].tolist() for b in ref] for _ in range(4)]
+    first = make(0)
+    for _ in range(2):
+        list(first)
+    if window == "after_iter_before_next":
+        it = iter(first)  # epoch 2 begun, nothing drawn yet
+    state = json.loads(json.dumps(first.state_dict()))
+    assert (state["epoch"], state["batches_consumed"]) == (2, 0)
+    resumed = make(42)
+    resumed.load_state_dict(state)
+    assert [[b[0].tolist() for b in resumed] for _ in range(2)] == want[2:]
+
+
+def test_epochs_after_a_resumed_one_follow_the_uninterrupted_run_with_persistent_workers():
+    import fastload
+
+    ds = TensorDataset(torch.arange(10))
+
+    def make(seed):
+        torch.manual_seed(seed)
+        return fastload.DataLoader(ds, batch_size=3, shuffle=True, num_workers=1, persistent_workers=True)
+
+    want = [[b[0].tolist() for b in loader] for loader in [make(0)] for _ in range(3)]
+    first = make(0)
+    head = [b[0].tolist() for b in first]  # epoch 0, then stop in epoch 1
+    it = iter(first)
+    head.append(next(it)[0].tolist())
+    state = json.loads(json.dumps(first.state_dict()))
+    del it, first
+    resumed = make(99)
+    resumed.load_state_dict(state)
+    got = [[b[0].tolist() for b in resumed] for _ in range(2)]
+    assert head[:4] == want[0] and [head[4]] + got[0] == want[1] and got[1] == want[2]
+
+
+# ---------------------------------------------------------------------------------------
+# The loader's state: a refused load changes nothing; states of other datasets are refused
+
+
+def _jpeg_folder(root, classes=2, per_class=4, seed=0):
+    from jpeg_samples import write_image_folder
+
+    write_image_folder(root, classes=classes, per_class=per_class, size=(24, 32), seed=seed)
+    return str(root)
+
+
+def _native_loader(root, seed):
+    import fastload
+    from fastload import ops
+
+    dataset = fastload.ImageFolder(root, ops=[ops.RandomResizedCrop(16), ops.RandomHorizontalFlip()])
+    return fastload.DataLoader(dataset, batch_size=3, shuffle=True, generator=torch.Generator().manual_seed(1),
+                               seed=seed, num_workers=0)
+
+
+def _images(loader):
+    return [b[0] for b in loader]
+
+
+def test_refused_state_leaves_the_loader_as_it_was(tmp_path):
+    root = _jpeg_folder(tmp_path / "data")
+    saver = _native_loader(root, seed=5)
+    assert saver.path.startswith("native"), saver.path
+    next(iter(saver))
+    good = json.loads(json.dumps(saver.state_dict()))
+    assert good["native_seed"] == 5 and good["batches_consumed"] == 1
+    bad_states = [
+        {**good, "order": {**good["order"], "segments": [{**good["order"]["segments"][0], "steps": 99}]}},
+        {**good, "order": {**good["order"], "version": 99}},
+        {**good, "dataset": {"len": good["dataset"]["len"], "keys": "0" * 16}},
+        {**good, "dataset": {"len": 1000, "keys": None}},
+        {**good, "dataset": "somewhere"},
+        {**good, "native_seed": 2 ** 70},
+    ]
+    expected = _images(_native_loader(root, seed=7))
+    for bad in bad_states:
+        loader = _native_loader(root, seed=7)
+        before = loader.state_dict()
+        with pytest.raises(ValueError):
+            loader.load_state_dict(bad)
+        assert loader.state_dict() == before
+        got = _images(loader)
+        assert len(got) == len(expected) and all(torch.equal(a, b) for a, b in zip(got, expected)), (
+            "a refused state changed what the loader yields")
+    loader = _native_loader(root, seed=7)
+    loader.load_state_dict(good)  # the good state still loads, with its augmentation seed
+    assert loader.state_dict()["native_seed"] == 5
+
+
+def test_state_of_another_dataset_of_the_same_length_is_refused(tmp_path):
+    import fastload
+
+    a = _jpeg_folder(tmp_path / "a", seed=0)
+    b = tmp_path / "b"
+    _jpeg_folder(b, seed=0)
+    os.rename(b / "class_1", b / "class_9")  # same length, another last sample
+    moved = tmp_path / "moved"
+    os.rename(a, moved)  # the same data under another root still resumes
+    saver = _native_loader(str(moved), seed=5)
+    next(iter(saver))
+    state = json.loads(json.dumps(saver.state_dict()))
+    assert state["dataset"]["len"] == 8 and isinstance(state["dataset"]["keys"], str)
+    with pytest.raises(ValueError, match=r"another dataset of the same length \(8 samples\).*class_9"):
+        _native_loader(str(b), seed=5).load_state_dict(state)
+    resumed = _native_loader(str(moved), seed=5)
+    resumed.load_state_dict(state)
+    assert len(list(resumed)) == len(resumed) - 1
+    # Forcing it: without the fingerprint the state loads (as a state saved before it existed).
+    forced = _native_loader(str(b), seed=5)
+    forced.load_state_dict({k: v for k, v in state.items() if k != "dataset"})
+    # A generic dataset: only its length is fingerprinted.
+    ds = fastload.DataLoader(TensorDataset(torch.arange(6)), batch_size=2)
+    assert ds.state_dict()["dataset"] == {"len": 6, "keys": None}
+    # torchvision-style (path, label) samples are fingerprinted too.
+    tv = pytest.importorskip("torchvision")
+    tva = fastload.DataLoader(tv.datasets.ImageFolder(str(moved)), batch_size=2, collate_fn=list, accelerate=False)
+    tvb = fastload.DataLoader(tv.datasets.ImageFolder(str(b)), batch_size=2, collate_fn=list, accelerate=False)
+    with pytest.raises(ValueError, match="another dataset of the same length"):
+        tvb.load_state_dict(tva.state_dict())
+
+
+def test_state_of_other_tar_shards_of_the_same_length_is_refused(tmp_path):
+    import fastload
+    from fastload.source.write import write_shards
+
+    gen = torch.Generator().manual_seed(0)
+    images = [torch.randint(0, 256, (3, 10, 12), dtype=torch.uint8, generator=gen) for _ in range(6)]
+    for name, labels in (("a", [0, 1, 0, 1, 0, 1]), ("b", [0, 1, 0, 1, 0, 0])):
+        (tmp_path / name).mkdir()
+        write_shards(list(zip(images, labels)), str(tmp_path / name / "s-%02d.tar"), maxcount=4)
+
+    def loader(name):
+        ds = fastload.TarShards(str(tmp_path / name / "s-{00..01}.tar"), ops=[fastload.ops.RandomResizedCrop(8)],
+                                cache_dir=str(tmp_path / f"cache-{name}"), progress=False)
+        return fastload.DataLoader(ds, batch_size=2, shuffle=True, generator=torch.Generator().manual_seed(0))
+    saver = loader("a")
+    next(iter(saver))
+    state = saver.state_dict()
+    with pytest.raises(ValueError, match=r"another dataset of the same length \(6 samples\).*s-01.tar:"):
+        loader("b").load_state_dict(state)
+    loader("a").load_state_dict(state)
+
+
+def test_version_1_loader_state_without_fingerprint_still_loads():
+    import fastload
+
+    def make():
+        return fastload.DataLoader(TensorDataset(torch.arange(10)), batch_size=3, shuffle=True,
+                                   generator=torch.Generator().manual_seed(3))
+    reference = [b[0].tolist() for b in make()]
+    first = make()
+    it = iter(first)
+    next(it)
+    state = first.state_dict()
+    assert state["version"] == 2
+    old = {k: v for k, v in state.items() if k != "dataset"}
+    old["version"] = 1
+    old["order"] = {k: v for k, v in old["order"].items() if k != "rng"}
+    old["order"]["version"] = 1
+    resumed = make()
+    resumed.load_state_dict(old)
+    assert [b[0].tolist() for b in resumed] == reference[1:]
+    with pytest.raises(ValueError, match="expected version 1 or 2, got 3"):
+        make().load_state_dict({**state, "version": 3})

@@ -97,8 +97,9 @@ def test_getitem_decodes_members_like_pil(folder, shards):
 def test_expand_urls():
     assert expand_urls("a/s-{00..02}.tar") == ["a/s-00.tar", "a/s-01.tar", "a/s-02.tar"]
     assert expand_urls(["x.tar", "y-{1,3}.tar::z.tar"]) == ["x.tar", "y-1.tar", "y-3.tar", "z.tar"]
+    assert expand_urls([]) == []  # a split or rank with no files
     with pytest.raises(ValueError, match="at least one shard"):
-        expand_urls([])
+        expand_urls("::")
 
 
 def test_keys_group_by_name_up_to_first_dot_with_dirs(tmp_path):
@@ -271,8 +272,11 @@ def test_missing_label_or_image_and_bad_labels(tmp_path):
         ("k5.json", 'expected an integer label, got a JSON object without "label" or "cls"'),
     ]
     assert all(s.shard == path for s in ds.skipped)
-    with pytest.raises(TarShardError, match="got none"):
-        TarShards(_tar(tmp_path / "e.tar", [("a.jpg", b"x")]), cache_dir=str(tmp_path), on_error="skip")
+    stats = fastload.DataLoader(ds, batch_size=2).stats()
+    assert stats["skipped_at_index"] == 4 and "(+4 at index time)" in str(stats)
+    with pytest.warns(UserWarning, match=r"got none \(1 skipped\): the dataset is empty"):
+        empty = TarShards(_tar(tmp_path / "e.tar", [("a.jpg", b"x")]), cache_dir=str(tmp_path), on_error="skip")
+    assert len(empty) == 0 and len(empty.skipped) == 1
     with pytest.raises(ValueError, match="on_error"):
         TarShards(path, on_error="ignore")
 
@@ -335,3 +339,259 @@ def test_fast_header_walk_equals_tarfile(tmp_path, fmt, shards):
     tmp, paths = shards  # webdataset's writer (pax headers)
     for p in paths:
         assert tarmod._walk_headers(p, os.path.getsize(p)) == tarmod._walk_tarfile(p, os.path.getsize(p))
+
+
+# ---------------------------------------------------------------------------------------
+# Hostile and malformed shards, built block by block (tarfile refuses to write most of them).
+
+
+def raw_header(name: bytes, size: int = 0, kind: bytes = b"0", size_field: bytes = None) -> bytes:
+    """One 512-byte ustar header with a valid checksum; size_field replaces the size bytes."""
+    h = bytearray(512)
+    h[0:len(name[:100])] = name[:100]
+    h[100:108], h[108:116], h[116:124] = b"0000644\0", b"0000000\0", b"0000000\0"
+    h[124:136] = size_field if size_field is not None else b"%011o\0" % size
+    h[136:148] = b"00000000000\0"
+    h[156:157] = kind
+    h[257:265] = b"ustar\x0000"
+    h[148:156] = b" " * 8
+    h[148:156] = b"%06o\0 " % sum(h)
+    return bytes(h)
+
+
+def raw_member(name: bytes, data: bytes, **kw) -> bytes:
+    """A header and its data padded to whole blocks."""
+    return raw_header(name, len(data), **kw) + data + b"\0" * (-len(data) % 512)
+
+
+def pax_record(key: bytes, value: bytes) -> bytes:
+    """One well-formed pax record: "<length> key=value\\n", the length counting itself."""
+    body = b" " + key + b"=" + value + b"\n"
+    length = len(body) + 1
+    while len(str(length)) + len(body) != length:
+        length += 1
+    return str(length).encode() + body
+
+
+def pax_header(payload: bytes) -> bytes:
+    """An 'x' header carrying the given raw records."""
+    return raw_member(b"PaxHeaders/x", payload, kind=b"x")
+
+
+END = b"\0" * 1024
+GOOD = raw_member(b"a.jpg", b"A") + raw_member(b"a.cls", b"1")  # one whole sample
+
+
+def _write(tmp_path, name, data):
+    path = tmp_path / name
+    path.write_bytes(data)
+    return str(path)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("value", [b"-1536", b"-512", b"abc", b"+5", b"1_0", b" 7", b"9" * 30, b""])
+def test_pax_negative_or_non_decimal_size_is_refused_not_looped(tmp_path, value):
+    path = _write(tmp_path, "s.tar", GOOD + pax_header(pax_record(b"size", value))
+                  + raw_member(b"b.jpg", b"B" * 600) + raw_member(b"b.cls", b"2") + END)
+    with pytest.raises(TarShardError, match=r"member 'b\.jpg' of shard '.*s\.tar': unreadable tar header at "
+                                            r"byte 2048 after member 'a\.cls': a pax size .* \(expected a "
+                                            "non-negative decimal number\\)") as err:
+        TarShards(path, cache_dir=str(tmp_path / "c"))
+    assert err.value.member == "b.jpg"
+    ds = TarShards(path, cache_dir=str(tmp_path / "c"), on_error="skip")
+    assert ds.keys.tolist() == ["a"] and ds.targets == [1]
+    assert [s.member for s in ds.skipped] == ["b.jpg"]
+
+
+def _base256(value: int) -> bytes:
+    """A 12-byte GNU base-256 number field (negative: two's complement with 0xff lead)."""
+    return ((1 << 95) | value).to_bytes(12, "big") if value >= 0 else (value % (1 << 96)).to_bytes(12, "big")
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("kind", [b"L", b"x", b"K", b"0", b"5"])
+@pytest.mark.parametrize("size_field", [_base256(1 << 62), _base256((1 << 88) - 1), _base256(-1536), b"0000000012x\0",
+                                        b"-0000001000\0", b"0o000000017\0"], ids=["2^62", "2^88-1", "neg", "nonoctal",
+                                                                                   "sign", "prefix"])
+def test_hostile_header_size_is_refused_without_allocating(tmp_path, kind, size_field):
+    path = _write(tmp_path, "s.tar", GOOD + raw_header(b"././@LongLink" if kind == b"L" else b"b.jpg", kind=kind,
+                                                       size_field=size_field) + b"B" * 1024 + END)
+    with pytest.raises(TarShardError, match=r"shard '.*s\.tar': (unreadable tar header at byte 2048 after member "
+                                            r"'a\.cls'|truncated)"):
+        TarShards(path, cache_dir=str(tmp_path / "c"))
+    ds = TarShards(path, cache_dir=str(tmp_path / "c"), on_error="skip")
+    assert ds.keys.tolist() == ["a"] and len(ds.skipped) == 1
+
+
+def test_gnu_long_name_of_2_62_bytes_is_a_tar_shard_error(tmp_path):
+    path = _write(tmp_path, "s.tar", GOOD + raw_header(b"././@LongLink", kind=b"L", size_field=_base256(1 << 62))
+                  + raw_member(b"b.jpg", b"B") + END)
+    with pytest.raises(TarShardError, match=r"unreadable tar header at byte 2048 after member 'a\.cls': an "
+                                            r"extended header of 4611686018427387904 bytes \(at most 1048576\)"):
+        TarShards(path, cache_dir=str(tmp_path / "c"))
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("payload, reason", [
+    (b"30 path=missing-newline.jpg!", "bad length"),
+    (b"99 path=b.jpg\n", "bad length"),
+    (b"4 path=b.jpg\n", "bad length"),
+    (b"-5 path=b.jpg\n", "without its length"),
+    (b"x5 path=b.jpg\n", "without its length"),
+    (b"15 path_b.jpg!\n", "without 'key='"),
+    (b"12345678901234567890123 a=b\n", "without its length"),
+])
+def test_malformed_pax_record_is_refused(tmp_path, payload, reason):
+    path = _write(tmp_path, "s.tar", GOOD + pax_header(payload) + raw_member(b"b.jpg", b"B") + END)
+    with pytest.raises(TarShardError, match=rf"unreadable tar header at byte 2048 after member 'a\.cls': a pax "
+                                            rf"record .*{reason}"):
+        TarShards(path, cache_dir=str(tmp_path / "c"))
+    assert TarShards(path, cache_dir=str(tmp_path / "c"), on_error="skip").keys.tolist() == ["a"]
+
+
+def test_pax_path_with_nul_is_refused_and_the_walk_goes_on(tmp_path):
+    path = _write(tmp_path, "s.tar", GOOD + pax_header(pax_record(b"path", b"b\0evil.jpg"))
+                  + raw_member(b"b.jpg", b"B") + raw_member(b"c.jpg", b"C") + raw_member(b"c.cls", b"3") + END)
+    with pytest.raises(TarShardError, match=r"member 'b\\x00evil\.jpg' of shard .*: a member name with a NUL byte"):
+        TarShards(path, cache_dir=str(tmp_path / "c"))
+    ds = TarShards(path, cache_dir=str(tmp_path / "c"), on_error="skip")
+    assert ds.keys.tolist() == ["a", "c"] and [s.member for s in ds.skipped] == ["b\0evil.jpg"]
+
+
+@pytest.mark.parametrize("text, reason", [
+    (b"99999999999999999999", r"a label 99999999999999999999 beyond int64"),
+    (b"-3", r"a negative label -3 \(class indices are >= 0, as torch's cross-entropy expects\)"),
+    (b'{"label": -1}', r"a negative label -1"),
+    (b'{"cls": "-7"}', r"a negative label -7"),
+    (b"[" * 60_000, r"a JSON label nested too deeply"),  # within MAX_LABEL_BYTES
+    (b'{"label": ' * 6_000, r"a JSON label nested too deeply"),
+    (b"1" * 5000, r"a non-integer label"),
+])
+def test_out_of_range_or_pathological_labels_are_tar_shard_errors(tmp_path, text, reason):
+    ext = b"json" if text[:1] in b"[{" else b"cls"
+    path = _tar(tmp_path / "s.tar", [("a.jpg", b"A"), ("a.cls", b"1"), ("b.jpg", b"B"), ("b." + ext.decode(), text)])
+    with pytest.raises(TarShardError, match=rf"member 'b\.{ext.decode()}' of shard '.*s\.tar': expected an integer "
+                                            rf"label, got {reason}") as err:
+        TarShards(path, cache_dir=str(tmp_path / "c"))
+    assert err.value.shard == path and err.value.member == "b." + ext.decode()
+    ds = TarShards(path, cache_dir=str(tmp_path / "c"), on_error="skip")
+    assert ds.keys.tolist() == ["a"] and [s.member for s in ds.skipped] == ["b." + ext.decode()]
+    big = _tar(tmp_path / "big.tar", [("a.jpg", b"A"), ("a.cls", str((1 << 63) - 1).encode())])
+    assert TarShards(big, cache_dir=str(tmp_path / "c")).targets == [(1 << 63) - 1]
+
+
+def test_duplicate_member_last_copy_wins_and_is_counted(tmp_path):
+    path = _tar(tmp_path / "s.tar", [("a.jpg", b"A-old"), ("a.cls", b"1"), ("b.jpg", b"B"), ("b.cls", b"2"),
+                                     ("a.cls", b"5"), ("a.jpg", b"A-new"), ("a.cls", b"6")])
+    with pytest.warns(UserWarning, match=r"shard '.*s\.tar': 3 member\(s\) superseded by a later member of the "
+                                         r"same name \(e\.g\. 'a\.cls'\); the last copy of each is used"):
+        ds = TarShards(path, cache_dir=str(tmp_path / "c"))
+    assert ds.keys.tolist() == ["a", "b"] and ds.targets == [6, 2]
+    assert ds.index.read(0) == b"A-new"
+    assert ds.duplicates == [3]
+    assert "3 superseded duplicates" in repr(ds)
+    with tarfile.open(path) as tf:  # what tar -x leaves on disk
+        assert tf.extractfile(tf.getmember("a.cls")).read() == b"6"
+    clean = _tar(tmp_path / "t.tar", [("a.jpg", b"A"), ("a.cls", b"1")])
+    with pytest.warns(UserWarning, match="superseded"):
+        assert TarShards([clean, path], cache_dir=str(tmp_path / "c")).duplicates == [0, 3]
+
+
+def _rewrite_in_place(path, at: int, new: bytes):
+    """Overwrites bytes of the shard and puts its mtime back (as rsync, tar -x, touch -r can)."""
+    st = os.stat(path)
+    with open(path, "r+b") as f:
+        f.seek(at)
+        f.write(new)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert os.stat(path).st_size == st.st_size and os.stat(path).st_mtime_ns == st.st_mtime_ns
+
+
+def _data_offset(path, member):
+    with tarfile.open(path) as tf:
+        return tf.getmember(member).offset_data
+
+
+def test_cached_index_is_rebuilt_when_shard_is_rewritten_with_its_mtime_restored(tmp_path):
+    path = _tar(tmp_path / "s.tar", [("a.jpg", b"A"), ("a.cls", b"1"), ("b.jpg", b"B"), ("b.cls", b"2")])
+    cache = str(tmp_path / "c")
+    assert TarShards(path, cache_dir=cache).targets == [1, 2]
+    assert TarShards(path, cache_dir=cache).index_status == ["cached"]
+    _rewrite_in_place(path, _data_offset(path, "a.cls"), b"7")  # ctime changes, size and mtime do not
+    ds = TarShards(path, cache_dir=cache)
+    assert ds.index_status == ["built"] and ds.targets == [7, 2]
+
+    # Replaced by another file (new inode) of the same size, mtime set back.
+    st = os.stat(path)
+    other = _tar(tmp_path / "o.tar", [("a.jpg", b"A"), ("a.cls", b"3"), ("b.jpg", b"B"), ("b.cls", b"2")])
+    os.replace(other, path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert os.stat(path).st_size == st.st_size
+    ds = TarShards(path, cache_dir=cache)
+    assert ds.index_status == ["built"] and ds.targets == [3, 2]
+
+
+def test_cached_index_fingerprint_catches_a_rewrite_where_ctime_and_inode_say_nothing(tmp_path, monkeypatch):
+    # Some file systems keep no meaningful ctime/inode (FAT: ctime is the creation time).
+    monkeypatch.setattr(tarmod, "_identity", lambda st: {"shard_size": st.st_size, "shard_mtime_ns": st.st_mtime_ns})
+    path = _tar(tmp_path / "s.tar", [("a.jpg", b"A"), ("a.cls", b"1"), ("b.jpg", b"B"), ("b.cls", b"2")])
+    cache = str(tmp_path / "c")
+    assert TarShards(path, cache_dir=cache).targets == [1, 2]
+    assert TarShards(path, cache_dir=cache).index_status == ["cached"]
+    # a.cls renamed to a.txt in its header (checksum fixed): same size, same mtime.
+    data = bytearray(open(path, "rb").read())
+    at = data.index(b"a.cls\0")
+    data[at:at + 5] = b"a.txt"
+    data[at + 148:at + 156] = b" " * 8
+    data[at + 148:at + 156] = b"%06o\0 " % sum(data[at:at + 512])
+    _rewrite_in_place(path, at, bytes(data[at:at + 512]))
+    ds = TarShards(path, cache_dir=cache)
+    assert ds.index_status == ["built"] and ds.index.members.tolist() == ["a.jpg", "b.jpg"]
+
+
+def test_old_index_format_version_is_rebuilt_not_misread(tmp_path):
+    path = _tar(tmp_path / "s.tar", [("a.jpg", b"A"), ("a.cls", b"1")])
+    st = os.stat(path)
+    old = {"format": "fastload-tar-index", "version": 1, "shard_size": st.st_size, "shard_mtime_ns": st.st_mtime_ns,
+           "names": ["a.jpg", "a.cls"], "offsets": [512, 1536], "sizes": [1, 1], "labels_text": {"1": "4"},
+           "problems": []}
+    json.dump(old, open(path + ".idx.json", "w"))
+    ds = TarShards(path, cache_dir=str(tmp_path / "c"))
+    assert ds.index_status == ["built"] and ds.targets == [1]
+    assert json.load(open(path + ".idx.json"))["version"] == tarmod.INDEX_VERSION > 1
+
+
+def test_empty_shard_list_or_shards_without_samples_give_an_empty_dataset(tmp_path):
+    empty = TarShards([], cache_dir=str(tmp_path / "c"))
+    assert len(empty) == 0 and empty.shards == [] and empty.targets == [] and empty.duplicates == []
+    no_members = _write(tmp_path, "none.tar", END)
+    with pytest.warns(UserWarning, match=r"in 1 shard\(s\), got none \(0 skipped\): the dataset is empty"):
+        ds = TarShards(no_members, cache_dir=str(tmp_path / "c"))
+    assert len(ds) == 0 and ds.index_status == ["built"]
+    with pytest.warns(UserWarning, match="the dataset is empty"):
+        assert len(TarShards(no_members, cache_dir=str(tmp_path / "c"))) == 0  # and from its cached index
+    for dataset in (empty, ds):
+        loader = fastload.DataLoader(dataset, batch_size=4)
+        assert len(loader) == 0
+        assert list(loader) == []
+        assert list(torch.utils.data.DataLoader(dataset, batch_size=4)) == []
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("hostile", [
+    pax_header(pax_record(b"size", b"-1536")) + raw_member(b"b.jpg", b"B"),
+    raw_header(b"././@LongLink", kind=b"L", size_field=_base256(1 << 62)) + raw_member(b"b.jpg", b"B"),
+    raw_header(b"b.jpg", kind=b"S", size_field=_base256(1 << 62)),
+    raw_header(b"b.jpg", kind=b"5", size_field=_base256(-1536)),
+    pax_header(b"x" * 600) + raw_member(b"b.jpg", b"B"),
+], ids=["pax-negative", "gnu-2^62", "sparse-2^62", "negative", "garbage-pax"])
+@pytest.mark.filterwarnings("ignore:.*superseded", "ignore:.*the dataset is empty")
+def test_tarfile_walk_of_unusual_shards_is_bounded_too(tmp_path, hostile):
+    # A global pax path sends the shard to tarfile's walk, which reads whatever size a
+    # header announces and seeks wherever it points.
+    glob = raw_member(b"pax_global_header", pax_record(b"path", b"g.jpg"), kind=b"g")
+    path = _write(tmp_path, "s.tar", glob + GOOD + hostile + GOOD.replace(b"a.", b"c.") + END)
+    with pytest.raises(TarShardError, match=r"shard '.*s\.tar': (truncated|unreadable)"):
+        TarShards(path, cache_dir=str(tmp_path / "c"))
+    ds = TarShards(path, cache_dir=str(tmp_path / "c"), on_error="skip")
+    assert len(ds.skipped) >= 1 and all(ds.index.read(i) for i in range(len(ds)))

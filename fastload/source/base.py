@@ -8,11 +8,45 @@ ops in plain PyTorch, with the same random parameters: a slow but faithful twin.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
 
 from fastload.source.index import SampleIndex
+
+
+def native_ops(ops: Optional[Sequence[Any]], owner: str = "fastload") -> List[Any]:
+    """fastload.ops specs for `ops`: specs are kept, torchvision transforms (v1 or v2,
+    Compose flattened) become their fastload equivalents, anything else is refused now
+    rather than at the first batch.
+
+    Raises:
+        UnsupportedPipeline: a torchvision transform without a fastload equivalent.
+        TypeError: an op that is neither a fastload spec nor a torchvision transform.
+    """
+    from fastload.augment.plan import UnsupportedPipeline
+    from fastload.augment.specs import SPECS
+
+    names = ", ".join(f"fastload.ops.{spec.__name__}" for spec in SPECS)
+    out: List[Any] = []
+    for position, op in enumerate(list(ops or [])):
+        if isinstance(op, SPECS):
+            out.append(op)
+        elif type(op).__module__.startswith("torchvision."):
+            from fastload.compat.torchvision import NotConvertible, convert_transform
+
+            try:
+                out.extend(convert_transform(op))
+            except NotConvertible as error:
+                raise UnsupportedPipeline(
+                    f"{owner}: ops[{position}] is the torchvision transform {op!r}, which fastload cannot "
+                    f"run ({error}). Use fastload's ops ({names}), or keep this transform in a "
+                    "torchvision.datasets.ImageFolder(root, transform=...): fastload.DataLoader runs that "
+                    "on its generic path.") from None
+        else:
+            raise TypeError(f"{owner}: expected ops made of fastload's ops ({names}) or torchvision transforms "
+                            f"they map to, got {op!r} at ops[{position}].")
+    return out
 
 
 class NativeDataset(torch.utils.data.Dataset):
@@ -20,14 +54,15 @@ class NativeDataset(torch.utils.data.Dataset):
 
     Args:
         index: where each sample's bytes are, and its label.
-        ops: transform specs from fastload.ops (RandomResizedCrop, Normalize, ...).
+        ops: transform specs from fastload.ops (RandomResizedCrop, Normalize, ...);
+            torchvision transforms with a fastload equivalent are converted to it.
         seed: the base of every random parameter (crop, flip): parameters are a pure
             function of (seed, epoch, sample index). The loader overrides it with its own.
     """
 
     def __init__(self, index: SampleIndex, ops: Optional[Sequence[Any]] = None, seed: int = 0):
         self.index = index
-        self.ops = list(ops or [])
+        self.ops = native_ops(ops, f"fastload.{type(self).__name__}")
         self.seed = seed
         self.epoch = 0
 

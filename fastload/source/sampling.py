@@ -39,7 +39,10 @@ from typing import Any, Dict, Iterator, List, Optional, Protocol, Tuple, Union
 import numpy as np
 import torch
 
-STATE_VERSION = 1
+# 2 added "rng" (the stream that draws the next epoch's shuffle seed when there is no
+# generator); version 1 states, without it, still load.
+STATE_VERSION = 2
+_STATE_VERSIONS = (1, 2)
 UNEVEN_MODES = ("pad", "drop", "exact")
 
 
@@ -57,6 +60,13 @@ class IndexOrder(Protocol):
 
     def __len__(self) -> int:
         """Batches this rank yields by __iter__ in the current epoch (after a resume: the rest)."""
+
+    def epoch_batches(self, dataset_len: Optional[int] = None) -> int:
+        """Batches this rank yields in a whole epoch (from its start) over `dataset_len`
+        samples (default: the length the order was made for); what len(loader) reports."""
+
+    def check_state_dict(self, state: dict) -> None:
+        """Raises ValueError if `state` cannot be loaded; changes nothing."""
 
     def state_dict(self, batches_consumed: int) -> dict:
         """Plain-Python state after `batches_consumed` batches of the current __iter__."""
@@ -221,9 +231,9 @@ def _check_common(state: Any, dataset_len: int, kind: str) -> None:
     if not isinstance(state, dict):
         raise _state_error(f"expected a dict, got {type(state).__name__}")
     version = state.get("version")
-    if version != STATE_VERSION:
+    if version not in _STATE_VERSIONS or isinstance(version, bool):
         raise _state_error(
-            f"expected state version {STATE_VERSION}, got {version!r}",
+            f"expected state version {' or '.join(map(str, _STATE_VERSIONS))}, got {version!r}",
             "The state was saved by another fastload version; resume with the version that saved it.",
         )
     if state.get("kind") != kind:
@@ -249,7 +259,17 @@ def _check_common(state: Any, dataset_len: int, kind: str) -> None:
 
 class _Order:
     """The order when the user gave no sampler: torch's semantics on one process, a seeded
-    global permutation dealt to ranks when distributed. See the module docstring."""
+    global permutation dealt to ranks when distributed. See the module docstring.
+
+    Without a generator, each shuffled epoch's seed comes from torch's global RNG, as in
+    torch's RandomSampler. The state then keeps that RNG's state right after the draw
+    ("rng"), and a resumed order draws its later epochs' seeds from a private copy of it:
+    so the epochs after a resumed one are the ones the uninterrupted run drew (when nothing
+    else drew from the global RNG between epochs, as in a plain training loop), whatever
+    the new process's global RNG is. `base_seed_draws` is how many draws the loader makes
+    from the global RNG before each epoch's shuffle (torch's iterator draws its workers'
+    base seed first); the private copy replays them so its seeds stay the ones drawn there.
+    """
 
     def __init__(self, *, dataset_len: int, batch_size: int, shuffle: bool, drop_last: bool,
                  generator: Optional[torch.Generator], rank: int, world_size: int,
@@ -270,6 +290,11 @@ class _Order:
         self._history: List[Dict[str, Any]] = []  # segments consumed before this iteration
         self._perm_source: Optional[Dict[str, Any]] = None  # how this epoch's perm was drawn
         self._started = False  # an __iter__ began for (epoch, history) -> next one advances
+        self.base_seed_draws = 0
+        # After a resume without a generator: the saved run's global RNG stream, which draws
+        # the next epochs' seeds (None: torch's global RNG, as torch does).
+        self._stream: Optional[torch.Generator] = None
+        self._rng_after: Optional[str] = None  # that stream's state right after this epoch's draw
         # Fail at construction on impossible configurations (e.g. "exact" with N < W).
         self._current_layout()
 
@@ -284,22 +309,28 @@ class _Order:
         self._epoch = epoch
         self._history = []
         self._perm_source = None
+        self._rng_after = None
         self._started = False
 
     # -- layout ---------------------------------------------------------------------------
-    def _start(self) -> int:
+    def _start(self, history: Optional[List[Dict[str, Any]]] = None) -> int:
         """Samples of this epoch's perm already consumed by the history segments."""
         start = 0
-        for seg in self._history:
+        for seg in self._history if history is None else history:
             lay = _layout(self.dataset_len - start, seg["world_size"], seg["batch_size"], seg["uneven"], seg["drop_last"])
             start += min(lay.consumed(seg["steps"]), self.dataset_len - start)
         return start
 
-    def _current_layout(self) -> _Layout:
-        return _layout(self.dataset_len - self._start(), self.world_size, self.batch_size, self.uneven, self.drop_last)
+    def _current_layout(self, history: Optional[List[Dict[str, Any]]] = None) -> _Layout:
+        return _layout(self.dataset_len - self._start(history), self.world_size, self.batch_size, self.uneven,
+                       self.drop_last)
 
     def __len__(self) -> int:
         return self._current_layout().steps
+
+    def epoch_batches(self, dataset_len: Optional[int] = None) -> int:
+        n = self.dataset_len if dataset_len is None else dataset_len
+        return _layout(n, self.world_size, self.batch_size, self.uneven, self.drop_last).steps
 
     # -- the permutation -------------------------------------------------------------------
     def _draw_source(self) -> Dict[str, Any]:
@@ -309,8 +340,15 @@ class _Order:
         if self.distributed:
             return {"kind": "seed", "seed": self.seed + self._epoch}
         if self.generator is None:
-            # torch's RandomSampler draws its seed from the global RNG at __iter__.
-            return {"kind": "seed", "seed": int(torch.empty((), dtype=torch.int64).random_().item())}
+            # torch's RandomSampler draws its seed from the global RNG at __iter__ (after a
+            # resume: from the saved run's stream, where the loader's draws come first).
+            stream = self._stream
+            if stream is not None:
+                for _ in range(self.base_seed_draws):
+                    torch.empty((), dtype=torch.int64).random_(generator=stream)
+            seed = int(torch.empty((), dtype=torch.int64).random_(generator=stream).item())
+            self._rng_after = _b64(stream.get_state() if stream is not None else torch.get_rng_state())
+            return {"kind": "seed", "seed": seed}
         return {"kind": "generator", "state": _b64(self.generator.get_state())}
 
     def _perm(self, source: Dict[str, Any]) -> np.ndarray:
@@ -395,6 +433,10 @@ class _Order:
             "perm": dict(self._perm_source) if self._perm_source is not None else None,
             "segments": [dict(s) for s in self._history],
         }
+        rng = self._rng_after if self._perm_source is not None else (
+            _b64(self._stream.get_state()) if self._stream is not None else None)
+        if rng is not None:
+            state["rng"] = rng
         if batches_consumed == layout.steps and self._started and self._perm_source is not None:
             # The epoch is complete: the state is "the next epoch, from its start", so a
             # resumed training loop does not get an empty epoch first.
@@ -409,7 +451,7 @@ class _Order:
             })
         return state
 
-    def load_state_dict(self, state: dict) -> None:
+    def check_state_dict(self, state: dict) -> None:
         _check_common(state, self.dataset_len, "order")
         perm, segments = state.get("perm"), state.get("segments")
         if perm is not None and not (isinstance(perm, dict) and (
@@ -432,6 +474,15 @@ class _Order:
             if seg["steps"] > lay.steps:
                 raise _state_error(f"segment {seg!r} has more steps than its epoch had ({lay.steps})")
             start += min(lay.consumed(seg["steps"]), self.dataset_len - start)
+        if "rng" in state:
+            _check_rng_state(state["rng"], "rng", torch.Generator())
+        if "generator" in state and perm is None and self.generator is not None and not self.distributed:
+            _check_rng_state(state["generator"], "generator", torch.Generator(device=self.generator.device))
+        self._current_layout(segments)  # raises now if the rest cannot be dealt to this world
+
+    def load_state_dict(self, state: dict) -> None:
+        self.check_state_dict(state)  # all of it first: a refused state changes nothing
+        perm, segments = state.get("perm"), state.get("segments")
         self._epoch = state["epoch"]
         self._history = [dict(s) for s in segments]
         self._perm_source = dict(perm) if perm is not None else None
@@ -439,7 +490,27 @@ class _Order:
         if perm is None and "generator" in state and self.generator is not None and not self.distributed:
             # Saved at an epoch's end: the next epoch is drawn from where the generator was.
             self.generator.set_state(_unb64(state["generator"]))
-        self._current_layout()  # raises now if the rest cannot be dealt to this world
+        rng = state.get("rng")
+        if rng is not None and self.shuffle and self.generator is None and not self.distributed:
+            self._stream = torch.Generator()
+            self._stream.set_state(_unb64(rng))
+            self._rng_after = rng if perm is not None else None
+        else:
+            # A state without it (version 1, or saved before any draw): the next epochs
+            # draw from the global RNG, as torch does.
+            self._stream, self._rng_after = None, None
+
+
+def _check_rng_state(value: Any, key: str, scratch: torch.Generator) -> None:
+    """Raises unless `value` is a generator state that `scratch` (like the one it is for) takes."""
+    if isinstance(value, str):
+        try:
+            scratch.set_state(_unb64(value))
+            return
+        except (ValueError, RuntimeError, TypeError):
+            pass
+    raise _state_error(f"expected {key!r} to be a saved {scratch.device.type.upper()} generator state (base64 "
+                       f"text), got {str(value)[:40]!r}")
 
 
 # ---------------------------------------------------------------------------------------
@@ -484,6 +555,9 @@ class _UserOrder:
     def __len__(self) -> int:
         return max(0, len(self.batch_sampler) - self._skip)
 
+    def epoch_batches(self, dataset_len: Optional[int] = None) -> int:
+        return len(self.batch_sampler)  # the user's sampler knows its dataset
+
     def __iter__(self) -> Iterator[List[int]]:
         if self._started:
             # No automatic epoch counting here: the user may drive sampler.set_epoch itself.
@@ -508,11 +582,15 @@ class _UserOrder:
         return {"version": STATE_VERSION, "kind": "sampler", "dataset_len": self.dataset_len,
                 "epoch": epoch, "batches_consumed": consumed}
 
-    def load_state_dict(self, state: dict) -> None:
+    def check_state_dict(self, state: dict) -> None:
         _check_common(state, self.dataset_len, "sampler")
         consumed = state.get("batches_consumed")
-        if not isinstance(consumed, int) or consumed < 0:
+        if not isinstance(consumed, int) or isinstance(consumed, bool) or consumed < 0:
             raise _state_error(f"expected a non-negative int batches_consumed, got {consumed!r}")
+
+    def load_state_dict(self, state: dict) -> None:
+        self.check_state_dict(state)
+        consumed = state["batches_consumed"]
         self.set_epoch(state["epoch"])
         self._skip = consumed
 

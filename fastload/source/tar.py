@@ -9,10 +9,11 @@ or "cls"; txt: an integer as text); other members are ignored.
 Instead of streaming shards through a shuffle buffer, an index of (offset, size) of every
 member is built once per shard by walking the tar headers, cached (beside the shard, or in
 cache_dir when that is read-only or the shard is remote) and validated against the shard's
-size and mtime; a stale or corrupt index is rebuilt, never trusted. With it, every image is
-a (shard, offset, size) triple in a SampleIndex: the C++ engine reads it with one pread, and
-shuffling is global. Remote shards (http(s)://, or any fsspec URL) are downloaded once into
-cache_dir, with a tqdm progress bar, then read locally.
+size, mtime, ctime, inode and a hash of a few of its blocks; a stale or corrupt index is
+rebuilt, never trusted. With it, every image is a (shard, offset, size) triple in a
+SampleIndex: the C++ engine reads it with one pread, and shuffling is global. Remote
+shards (http(s)://, or any fsspec URL) are downloaded once into cache_dir, with a tqdm
+progress bar, then read locally.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
+import warnings
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -39,11 +41,19 @@ IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")  # preference order when a key has s
 LABEL_EXTS = ("cls", "json", "txt")
 ON_ERROR = ("raise", "skip")
 INDEX_FORMAT = "fastload-tar-index"
-INDEX_VERSION = 1
+# 2: the shard's inode, ctime and a fingerprint of sampled header blocks are checked too.
+INDEX_VERSION = 2
 INDEX_SUFFIX = ".idx.json"
 # Label members are read while indexing and their text kept in the index; anything longer
 # than this is not a label (a caption, a whole metadata record) and is refused.
 MAX_LABEL_BYTES = 64 * 1024
+# Extended headers (GNU long names, pax records) are read whole while indexing; real ones
+# hold a path and a few numbers, so anything larger is a corrupt or hostile size field.
+MAX_EXTENDED_BYTES = 1 << 20
+# Labels are stored as int64 and used as class indices (torch's cross-entropy wants >= 0).
+MAX_LABEL = (1 << 63) - 1
+# Member header blocks hashed into the index's fingerprint (plus the first and last blocks).
+FINGERPRINT_MEMBERS = 16
 DOWNLOAD_CHUNK = 1 << 20
 DOWNLOAD_TIMEOUT_S = 60
 
@@ -88,6 +98,9 @@ def default_cache_dir() -> str:
 def expand_urls(urls: Union[str, Sequence[str]]) -> List[str]:
     """Brace patterns and "::"-separated lists (WebDataset's conventions) to a flat list.
 
+    An empty list gives no shards (a split or a rank with no files); a pattern that expands
+    to nothing is a mistake (ValueError).
+
     Example:
         >>> expand_urls("data/train-{000..002}.tar::extra.tar")
         ['data/train-000.tar', 'data/train-001.tar', 'data/train-002.tar', 'extra.tar']
@@ -96,6 +109,10 @@ def expand_urls(urls: Union[str, Sequence[str]]) -> List[str]:
 
     if isinstance(urls, (str, os.PathLike)):
         urls = [os.fspath(urls)]
+    else:
+        urls = list(urls)
+        if not urls:
+            return []
     out: List[str] = []
     for url in urls:
         url = os.fspath(url)
@@ -229,10 +246,44 @@ def scan_shard(path: str) -> Dict[str, Any]:
         walk = _walk_tarfile(path, st.st_size)
     names, offsets, sizes, labels_text, problems = walk
     return {
-        "format": INDEX_FORMAT, "version": INDEX_VERSION, "shard_size": st.st_size,
-        "shard_mtime_ns": st.st_mtime_ns, "names": names, "offsets": offsets, "sizes": sizes,
+        "format": INDEX_FORMAT, "version": INDEX_VERSION, **_identity(st),
+        "fingerprint": _fingerprint(path, offsets), "names": names, "offsets": offsets, "sizes": sizes,
         "labels_text": labels_text, "problems": problems,
     }
+
+
+def _identity(st: os.stat_result) -> Dict[str, int]:
+    """What a cached index must match of its shard's stat.
+
+    Size and mtime alone miss a shard rewritten with its mtime restored (tar -x, rsync,
+    touch -r): a rewrite in place changes the ctime, which no one can set back, and a new
+    file put in its place has a new inode. A copied shard (new inode) is indexed again.
+    """
+    return {"shard_size": st.st_size, "shard_mtime_ns": st.st_mtime_ns, "shard_ctime_ns": st.st_ctime_ns,
+            "shard_inode": st.st_ino}
+
+
+def _fingerprint(path: str, offsets: Sequence[int]) -> str:
+    """A hash of a few blocks of the shard, for where ctime says nothing (some file systems).
+
+    The first block, the last 1024 bytes (the end-of-archive marker) and, for up to
+    FINGERPRINT_MEMBERS members spread over the shard, the header block just before the
+    member's data and its first data block: a renamed, resized, moved or relabelled
+    sampled member changes it. About 20 small preads per shard.
+    """
+    n = len(offsets)
+    picks = sorted({i * (n - 1) // (FINGERPRINT_MEMBERS - 1) for i in range(FINGERPRINT_MEMBERS)}) if n else []
+    digest = hashlib.sha256()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        digest.update(os.pread(fd, 512, 0))
+        for i in picks:
+            digest.update(os.pread(fd, 1024, max(0, int(offsets[i]) - 512)))
+        digest.update(os.pread(fd, 1024, max(0, size - 1024)))
+    finally:
+        os.close(fd)
+    return digest.hexdigest()
 
 
 class _Walk:
@@ -248,6 +299,10 @@ class _Walk:
 
     def member(self, name: str, offset: int, size: int, shard_size: int, read) -> bool:
         """Records one regular member; False when it is cut (the walk stops)."""
+        if size < 0 or offset < 0:
+            self.problems.append([name, f"unreadable tar header {self.where()}: a member of {size} bytes "
+                                        f"at byte {offset}"])
+            return False
         if offset + size > shard_size:
             self.problems.append([name, f"truncated: the member needs bytes up to {offset + size}, "
                                         f"the shard has {shard_size}"])
@@ -274,15 +329,28 @@ class _Unsupported(Exception):
     """A tar feature the fast walk leaves to tarfile."""
 
 
-_REGULAR, _DIRECTORY_AND_LINKS = (b"0", b"\0", b"7"), (b"1", b"2", b"3", b"4", b"5", b"6")
+_REGULAR = (b"0", b"\0", b"7")
+_EXTENDED = (b"L", b"K", b"x", b"X", b"g")  # X: Solaris' pax header, read like x (as tarfile does)
+_OCTAL_DIGITS = frozenset(b"01234567")
 
 
 def _octal(field: bytes) -> int:
+    """A numeric header field: octal text, or GNU base-256; ValueError when neither."""
     if field[:1] and field[0] & 0x80:  # GNU base-256 (sizes of 8 GiB and more)
         value = int.from_bytes(field[1:], "big")
         return value - (1 << (8 * len(field) - 8)) if field[0] & 0x40 else value
     text = field.split(b"\0", 1)[0].strip(b" ")
+    # int(text, 8) alone would also take a sign, "0o" and underscores.
+    if not _OCTAL_DIGITS.issuperset(text):
+        raise ValueError(f"a non-octal number field {text[:12]!r}")
     return int(text, 8) if text else 0
+
+
+def _pax_size(text: str) -> int:
+    # pax sizes are decimal; a sign or anything else would move the walk backwards or nowhere.
+    if not (text.isascii() and text.isdigit()) or len(text) > 20:
+        raise ValueError(f"a pax size {text[:40]!r} (expected a non-negative decimal number)")
+    return int(text)
 
 
 def _walk_headers(path: str, shard_size: int):
@@ -290,6 +358,9 @@ def _walk_headers(path: str, shard_size: int):
 
     Follows what tarfile reads (ustar prefix, GNU long names, pax path/size records) and
     raises _Unsupported for anything else; the result is checked against tarfile in tests.
+    Every size is checked before it is used (non-negative, inside the shard, extended
+    headers at most MAX_EXTENDED_BYTES), so the walk always moves forward and never reads
+    more than the shard holds: a hostile header ends the walk with a problem, nothing else.
     """
     walk = _Walk()
     fd = os.open(path, os.O_RDONLY)
@@ -298,6 +369,7 @@ def _walk_headers(path: str, shard_size: int):
         pos = 0
         long_name: Optional[str] = None
         pax: Dict[str, str] = {}
+        pax_at = 0  # where the pax header of the next member is
         pending = False  # an extended header (L, x) waits for its member
         while True:
             header = read(pos, 512)
@@ -316,11 +388,11 @@ def _walk_headers(path: str, shard_size: int):
                 if pending:
                     walk.problems.append([walk.last, f"truncated {walk.where()}: an extended header "
                                                      "without its member"])
-                elif pos == 0:
-                    walk.problems.append([None, "truncated or unreadable tar at its start: empty header"])
                 else:
                     tail = read(pos, 1024)
-                    if len(tail) < 1024 or tail.count(0) != 1024:
+                    if pos == 0 and (len(tail) < 1024 or tail.count(0) != 1024):
+                        walk.problems.append([None, "truncated or unreadable tar at its start: empty header"])
+                    elif len(tail) < 1024 or tail.count(0) != 1024:
                         walk.problems.append([walk.last, f"truncated {walk.where()}: the shard ends at byte "
                                                          f"{shard_size} without the tar end-of-archive marker"])
                 break
@@ -339,27 +411,31 @@ def _walk_headers(path: str, shard_size: int):
                 break
             kind = header[156:157]
             data = pos + 512
-            if kind in (b"L", b"x", b"g", b"K"):  # extended headers: their payload is small
+            if kind in _EXTENDED:  # their payload is read whole: bounded first
+                if size > MAX_EXTENDED_BYTES:
+                    walk.problems.append([walk.last, f"unreadable tar header at byte {pos} {walk.where()}: "
+                                                     f"an extended header of {size} bytes (at most "
+                                                     f"{MAX_EXTENDED_BYTES})"])
+                    break
                 payload = read(data, size)
                 if len(payload) < size:
                     walk.problems.append([walk.last, f"truncated {walk.where()}: an extended header "
                                                      "without its member"])
                     break
                 try:
-                    records = _parse_pax(payload) if kind in (b"x", b"g") else {}
-                except ValueError:
-                    walk.problems.append([walk.last, f"unreadable tar header at byte {pos} {walk.where()}"])
+                    records = _parse_pax(payload) if kind in (b"x", b"X", b"g") else {}
+                except ValueError as e:
+                    walk.problems.append([walk.last, f"unreadable tar header at byte {pos} {walk.where()}: {e}"])
                     break
                 pos = data + (size + 511) // 512 * 512
                 if kind == b"L":  # GNU long name of the next member
                     long_name = payload.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
-                elif kind == b"x":  # pax records of the next member
-                    pax = records
+                elif kind in (b"x", b"X"):  # pax records of the next member
+                    pax, pax_at = records, data - 512
                 elif kind == b"g" and set(records) & {"path", "size"}:
                     raise _Unsupported("global pax path/size")
-                pending = pending or kind in (b"L", b"x", b"K")
+                pending = pending or kind in (b"L", b"x", b"X", b"K")
                 continue
-            pos = data + (size + 511) // 512 * 512
             name = header[0:100].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
             prefix = header[345:500].split(b"\0", 1)[0]
             if prefix and header[257:263] == b"ustar\0":  # POSIX: the name is prefix/name
@@ -369,52 +445,108 @@ def _walk_headers(path: str, shard_size: int):
             if "path" in pax:
                 name = pax["path"]
             if "size" in pax:
-                size = int(pax["size"])
-                pos = data + (size + 511) // 512 * 512
+                try:
+                    size = _pax_size(pax["size"])
+                except ValueError as e:
+                    walk.problems.append([name, f"unreadable tar header at byte {pax_at} {walk.where()}: {e}"])
+                    break
+            pos = data + (size + 511) // 512 * 512  # size >= 0: always forward
             long_name, pax, pending = None, {}, False
+            if data + size > shard_size and kind not in _REGULAR:  # (members say it themselves)
+                walk.problems.append([name, f"truncated: the member needs bytes up to {data + size}, "
+                                            f"the shard has {shard_size}"])
+                break
             if kind in _REGULAR:
                 if name.endswith("/") and kind == b"\0":
                     continue  # an old-style directory
+                if "\0" in name:  # only a pax path can hold one; no file system takes it
+                    walk.problems.append([name, "a member name with a NUL byte"])
+                    continue
                 if not walk.member(name, data, size, shard_size, read):
                     break
-            elif kind not in _DIRECTORY_AND_LINKS:
-                raise _Unsupported(f"member type {kind!r}")
+            elif kind == b"S":
+                raise _Unsupported("GNU sparse member")
+            # Links, directories and unknown types (skipped by their size, as tarfile does)
+            # are not samples.
     finally:
         os.close(fd)
     return walk.result()
 
 
 def _parse_pax(buf: bytes) -> Dict[str, str]:
+    """The records ("<length> <key>=<value>\\n") of a pax header; ValueError when malformed."""
     records: Dict[str, str] = {}
     pos = 0
     while pos < len(buf) and buf[pos] != 0:
-        space = buf.index(b" ", pos)
-        length = int(buf[pos:space])
-        if length <= 0:
-            raise _Unsupported("malformed pax record")
-        key, _, value = buf[space + 1:pos + length - 1].partition(b"=")
+        space = buf.find(b" ", pos, pos + 21)
+        digits = buf[pos:space]
+        if space < 0 or not digits.isdigit():
+            raise ValueError(f"a pax record without its length at byte {pos} of the header")
+        length = int(digits)
+        end = pos + length
+        if end > len(buf) or length < len(digits) + 3 or buf[end - 1] != 0x0A:
+            raise ValueError(f"a pax record of a bad length ({length}) at byte {pos} of the header")
+        key, eq, value = buf[space + 1:end - 1].partition(b"=")
+        if not eq or not key:
+            raise ValueError(f"a pax record without 'key=' at byte {pos} of the header")
         if key == b"hdrcharset":
             raise _Unsupported("pax hdrcharset")
         records[key.decode("utf-8")] = value.decode("utf-8", "surrogateescape")
-        pos += length
+        pos = end
     return records
 
 
+class _BoundedReads:
+    """A file for tarfile whose reads beyond MAX_EXTENDED_BYTES and seeks outside the shard
+    are refused (tarfile.ReadError).
+
+    tarfile reads an extended header's whole payload (and, for a negative size, the rest
+    of the file) in one call, and seeks wherever a size field points; while walking
+    headers nothing legitimate is that large or leaves the file.
+    """
+
+    def __init__(self, f, size: int):
+        self._f, self._size = f, size
+
+    def read(self, n: int = -1) -> bytes:
+        if n is None or n < 0 or n > MAX_EXTENDED_BYTES:
+            raise tarfile.ReadError(f"a header announcing {n} bytes")
+        return self._f.read(n)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        if whence == 0 and not 0 <= offset <= self._size:
+            raise tarfile.ReadError(f"a header moving to byte {offset} of a {self._size}-byte shard")
+        return self._f.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._f.tell()
+
+
 def _walk_tarfile(path: str, shard_size: int):
-    """The general walk (Python's tarfile): every format tarfile reads."""
+    """The general walk (Python's tarfile): every format tarfile reads.
+
+    Bounded like the fast walk: reads are capped, and a member that does not move the walk
+    forward, or has a negative size, ends it with a problem.
+    """
     walk = _Walk()
     with open(path, "rb") as f:
         def read(offset, size):
             f.seek(offset)
             return f.read(size)
+        previous = -1
         try:
-            with tarfile.open(fileobj=f, mode="r:") as tf:
+            with tarfile.open(fileobj=_BoundedReads(f, shard_size), mode="r:") as tf:
                 for m in tf:
+                    if m.offset <= previous or m.size < 0 or m.offset_data < m.offset:
+                        walk.problems.append([m.name, f"unreadable tar header at byte {m.offset} "
+                                                      f"{walk.where()}: a size of {m.size}"])
+                        break
+                    previous = m.offset
                     if m.isreg() and not walk.member(m.name, m.offset_data, m.size, shard_size, read):
                         break
                 else:
                     _check_end_of_archive(f, tf.offset, shard_size, walk.last, walk.problems)
-        except (tarfile.TarError, EOFError) as e:
+        except (tarfile.TarError, EOFError, ValueError, OverflowError, RecursionError) as e:
             walk.problems.append([walk.last, f"truncated or unreadable tar {walk.where()}: {e}"])
     return walk.result()
 
@@ -441,11 +573,11 @@ def _split_key(name: str) -> Tuple[str, str]:
     return name[:dot], name[dot + 1:].lower()
 
 
-def _valid_index(record: Any, st: os.stat_result) -> bool:
+def _valid_index(record: Any, st: os.stat_result, path: str) -> bool:
     try:
         if not (isinstance(record, dict) and record.get("format") == INDEX_FORMAT
-                and record.get("version") == INDEX_VERSION and record.get("shard_size") == st.st_size
-                and record.get("shard_mtime_ns") == st.st_mtime_ns):
+                and record.get("version") == INDEX_VERSION
+                and all(record.get(k) == v for k, v in _identity(st).items())):
             return False
         names, offsets, sizes = record["names"], record["offsets"], record["sizes"]
         if not (isinstance(names, list) and isinstance(offsets, list) and isinstance(sizes, list)
@@ -462,8 +594,10 @@ def _valid_index(record: Any, st: os.stat_result) -> bool:
                                                  for k, v in labels.items())):
             return False
         problems = record["problems"]
-        return isinstance(problems, list) and all(isinstance(p, list) and len(p) == 2 for p in problems)
-    except (KeyError, TypeError, ValueError, OverflowError):
+        if not (isinstance(problems, list) and all(isinstance(p, list) and len(p) == 2 for p in problems)):
+            return False
+        return record["fingerprint"] == _fingerprint(path, offsets)
+    except (KeyError, TypeError, ValueError, OverflowError, OSError):
         return False
 
 
@@ -476,9 +610,10 @@ def _index_paths(path: str, cache_dir: str) -> List[str]:
 def load_index(path: str, cache_dir: str) -> Tuple[Dict[str, Any], str]:
     """(index record, "cached" | "built") for one local shard.
 
-    A cached index is used only if it parses, matches the shard's size and mtime and is
-    self-consistent; otherwise the shard is scanned again and the index rewritten (beside
-    the shard if its folder is writable, else in cache_dir).
+    A cached index is used only if it parses, matches the shard's size, mtime, ctime and
+    inode and the fingerprint of a few of its blocks, and is self-consistent; otherwise the
+    shard is scanned again and the index rewritten (beside the shard if its folder is
+    writable, else in cache_dir).
     """
     st = os.stat(path)
     candidates = _index_paths(path, cache_dir)
@@ -486,9 +621,9 @@ def load_index(path: str, cache_dir: str) -> Tuple[Dict[str, Any], str]:
         try:
             with open(candidate, "r", encoding="utf-8") as f:
                 record = json.load(f)
-        except (OSError, ValueError, UnicodeDecodeError):
+        except (OSError, ValueError, RecursionError):
             continue
-        if _valid_index(record, st):
+        if _valid_index(record, st, path):
             return record, "cached"
     record = scan_shard(path)
     for candidate in candidates:
@@ -518,8 +653,12 @@ def _write_atomic(target: str, record: Dict[str, Any]) -> bool:
 
 
 def _parse_label(text: str, ext: str) -> int:
+    """The class index a label member holds; ValueError saying why when there is none."""
     if ext == "json":
-        value = json.loads(text)
+        try:
+            value = json.loads(text)
+        except RecursionError:
+            raise ValueError("a JSON label nested too deeply") from None
         if isinstance(value, dict):
             for field in ("label", "cls"):
                 if field in value:
@@ -528,15 +667,32 @@ def _parse_label(text: str, ext: str) -> int:
             else:
                 raise ValueError('a JSON object without "label" or "cls"')
         if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-                return int(value)
-            raise ValueError(f"a non-integer label {value!r}")
-        return value
+            stripped = value.strip() if isinstance(value, str) else ""
+            if stripped.lstrip("-").isascii() and stripped.lstrip("-").isdigit():
+                return _class_index(int(stripped))
+            raise ValueError(f"a non-integer label {_short(value)}")
+        return _class_index(value)
     stripped = text.strip()
     try:
-        return int(stripped)
+        value = int(stripped)
     except ValueError:
-        raise ValueError(f"a non-integer label {stripped[:40]!r}") from None
+        raise ValueError(f"a non-integer label {_short(stripped)}") from None
+    return _class_index(value)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 42 else text[:40] + "..."
+
+
+def _class_index(value: int) -> int:
+    # Labels are class indices in an int64 tensor: torch's cross-entropy rejects negatives
+    # (other than its ignore_index, which a dataset should not hold) deep inside training.
+    if value < 0:
+        raise ValueError(f"a negative label {value} (class indices are >= 0, as torch's cross-entropy expects)")
+    if value > MAX_LABEL:
+        raise ValueError(f"a label {_short(value)} beyond int64 (class indices are < 2**63)")
+    return value
 
 
 # ---------------------------------------------------------------------------------------
@@ -565,6 +721,12 @@ class TarShards(NativeDataset):
         index: the SampleIndex (shard, offset, size, label per sample) the engine reads.
         skipped: a list of Skipped(shard, member, reason) left out by on_error="skip".
         index_status: "cached" or "built" per shard, for this construction.
+        duplicates: per shard, how many image or label members were superseded by a later
+            member of the same name. As `tar -x` does, the last copy wins (an appended correction
+            replaces the original); a UserWarning says so once per shard that has any.
+
+    An empty list of shards, or shards without a single sample, give an empty dataset
+    (len 0, as torch's loaders expect for a split or rank with no files); the latter warns.
 
     Example:
         >>> import fastload
@@ -584,11 +746,12 @@ class TarShards(NativeDataset):
         self.on_error = on_error
         self.skipped: List[Skipped] = []
         self.index_status: List[str] = []
+        self.duplicates: List[int] = []
         self.shards = [fetch_shard(url, self.cache_dir, progress) for url in self.urls]
 
-        file_ids: List[np.ndarray] = []
-        offsets: List[np.ndarray] = []
-        sizes: List[np.ndarray] = []
+        file_ids: List[np.ndarray] = [np.zeros(0, dtype=np.int64)]  # the empty dataset's arrays
+        offsets: List[np.ndarray] = [np.zeros(0, dtype=np.int64)]
+        sizes: List[np.ndarray] = [np.zeros(0, dtype=np.int64)]
         labels: List[int] = []
         members: List[str] = []
         keys: List[str] = []
@@ -602,12 +765,12 @@ class TarShards(NativeDataset):
             labels.extend(shard_labels)
             members.extend(shard_members)
             keys.extend(shard_keys)
-        if not labels:
-            raise TarShardError(
+        if not labels and self.urls:
+            warnings.warn(
                 f"fastload.TarShards: expected samples (an image and a label per key) in "
-                f"{len(self.urls)} shard(s), got none ({len(self.skipped)} skipped). Check the "
-                f"shards' layout: image {'/'.join(IMAGE_EXTS)} + label {'/'.join(LABEL_EXTS)}.",
-                self.urls[0], None, "no samples")
+                f"{len(self.urls)} shard(s), got none ({len(self.skipped)} skipped): the dataset is "
+                f"empty. Check the shards' layout: image {'/'.join(IMAGE_EXTS)} + label "
+                f"{'/'.join(LABEL_EXTS)}.", UserWarning, stacklevel=2)
         index = SampleIndex(
             files=FlatStrings.from_list(self.shards), file_ids=np.concatenate(file_ids),
             offsets=np.concatenate(offsets), sizes=np.concatenate(sizes),
@@ -627,11 +790,23 @@ class TarShards(NativeDataset):
         for member, reason in record["problems"]:
             self._problem(url, member, reason, "Re-create or re-download the shard, or " + skip_fix[0].lower() + skip_fix[1:])
         names, offs, sizs, texts = record["names"], record["offsets"], record["sizes"], record["labels_text"]
-        groups: Dict[str, Dict[str, int]] = {}
+        groups: Dict[str, Dict[str, int]] = {}  # samples in the order their keys first appear
+        superseded: Dict[str, int] = {}
         for i, name in enumerate(names):
             key, ext = _split_key(name)
             if ext in IMAGE_EXTS or ext in LABEL_EXTS:
-                groups.setdefault(key, {}).setdefault(ext, i)
+                exts = groups.setdefault(key, {})
+                if ext in exts:
+                    superseded[name] = superseded.get(name, 0) + 1
+                exts[ext] = i  # the last copy wins, as tar -x leaves it
+        self.duplicates.append(sum(superseded.values()))
+        if superseded:
+            example = next(iter(superseded))
+            warnings.warn(
+                f"fastload.TarShards: shard {url!r}: {sum(superseded.values())} member(s) superseded by "
+                f"a later member of the same name (e.g. {example!r}); the last copy of each is used, as "
+                "tar -x would. Rewrite the shard without the stale copies to silence this.",
+                UserWarning, stacklevel=3)
         rows, members, keys, labels = [], [], [], []
         for key, exts in groups.items():
             image = next((exts[e] for e in IMAGE_EXTS if e in exts), None)
@@ -661,5 +836,6 @@ class TarShards(NativeDataset):
         return rows, members, keys, labels
 
     def __repr__(self) -> str:
+        superseded = f"{sum(self.duplicates)} superseded duplicates, " if any(self.duplicates) else ""
         return (f"fastload.TarShards({len(self.urls)} shards, {len(self)} samples, "
-                f"{len(self.skipped)} skipped, ops={self.ops})")
+                f"{len(self.skipped)} skipped, {superseded}ops={self.ops})")
