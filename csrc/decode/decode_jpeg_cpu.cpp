@@ -150,6 +150,18 @@ struct Request {
 
 enum class Status { kOk, kLibjpegError, kOverLimit, kEmptyWindow };
 
+enum class Limit { kNone, kPixels, kScans };
+
+// Which decompression-bomb limit the file exceeds, if any (jpeg_limit_error words it).
+// Allocates nothing, so run_libjpeg's frame stays free of C++ objects.
+Limit exceeded_limit(const uint8_t* data, size_t size, const JpegInfo& info, int64_t max_pixels) {
+  if (max_pixels > 0 && static_cast<int64_t>(info.height) * info.width > max_pixels) return Limit::kPixels;
+  if (info.progressive && count_jpeg_scans(data, size, kMaxProgressiveScans) > kMaxProgressiveScans) {
+    return Limit::kScans;
+  }
+  return Limit::kNone;
+}
+
 // Pillow's CMYK -> RGB after its "CMYK;I" unpacking (Adobe files store inverted ink):
 // ink = 255 - raw; r = (255 - ink_k) - ink_c * (255 - ink_k) / 255 (rounded like
 // Pillow's MULDIV255). Written in raw values: nk = raw_k, ink_c = 255 - raw_c.
@@ -201,7 +213,7 @@ Status run_libjpeg(Decompressor* d, const Request* req, JpegInfo* info, DecodedW
   if (req->header_only) return Status::kOk;
 
   // Decompression bombs: refuse before anything is allocated for the pixels.
-  if (!jpeg_limit_error(req->data, req->size, *info, req->max_pixels).empty()) return Status::kOverLimit;
+  if (exceeded_limit(req->data, req->size, *info, req->max_pixels) != Limit::kNone) return Status::kOverLimit;
 
   const bool cmyk = cinfo->jpeg_color_space == JCS_CMYK || cinfo->jpeg_color_space == JCS_YCCK;
   if (cmyk) {
@@ -399,16 +411,18 @@ int count_jpeg_scans(const uint8_t* data, size_t size, int stop_after) {
 }
 
 std::string jpeg_limit_error(const uint8_t* data, size_t size, const JpegInfo& info, int64_t max_pixels) {
-  const int64_t pixels = static_cast<int64_t>(info.height) * info.width;
-  if (max_pixels > 0 && pixels > max_pixels) {
-    return "expected at most " + std::to_string(max_pixels) + " pixels, got a " + std::to_string(info.height) +
-           "x" + std::to_string(info.width) + " image (" + std::to_string(pixels) +
-           " pixels; a decompression bomb?). If the file is trusted, raise max_pixels (<= 0 disables the limit)";
-  }
-  if (info.progressive && count_jpeg_scans(data, size, kMaxProgressiveScans) > kMaxProgressiveScans) {
-    return "expected at most " + std::to_string(kMaxProgressiveScans) +
-           " scans in a progressive JPEG, got more (a decompression bomb?: decoding cost grows with every "
-           "scan; real encoders write about 10). Re-encode the file";
+  switch (exceeded_limit(data, size, info, max_pixels)) {
+    case Limit::kPixels:
+      return "expected at most " + std::to_string(max_pixels) + " pixels, got a " + std::to_string(info.height) +
+             "x" + std::to_string(info.width) + " image (" +
+             std::to_string(static_cast<int64_t>(info.height) * info.width) +
+             " pixels; a decompression bomb?). If the file is trusted, raise max_pixels (<= 0 disables the limit)";
+    case Limit::kScans:
+      return "expected at most " + std::to_string(kMaxProgressiveScans) +
+             " scans in a progressive JPEG, got more (a decompression bomb?: decoding cost grows with every "
+             "scan; real encoders write about 10). Re-encode the file";
+    case Limit::kNone:
+      break;
   }
   return "";
 }
