@@ -22,6 +22,11 @@ Main entry points:
     pil_decode(data, mode)             PIL's decode: Image.open(...).convert(mode)
     pil_draft(data, scale_denom, mode) PIL's DCT-scaled decode (draft), or None
     make_ycck(data), make_adobe_rgb(data)  re-labelled files for the other colour spaces
+    encode_sampled(pixels, sampling, ...)  any sampling factors (LUMA_SAMPLINGS: every luma
+                                       pair libjpeg reads), 1 to 4 components,
+                                       baseline or progressive, restart markers
+    progressive_with_scans(n)          a valid progressive file with exactly n scans
+    ARITHMETIC_JPEGS                   arithmetic-coded files (SOF9, SOF10)
     write_image_folder(root, ...)      an ImageFolder tree of JPEG files on disk
 """
 
