@@ -297,6 +297,17 @@ def test_window_of_subsampled_cmyk_matches_full_decode():
             assert_equal(decode(data, window, scale_denom=d), scaled_slice(full, window, d), f"1/{d} {window}")
 
 
+@pytest.mark.parametrize("name", sorted(js.ARITHMETIC_JPEGS))
+def test_arithmetic_coded_jpeg_matches_pil_and_windows_are_exact(name):
+    data = js.ARITHMETIC_JPEGS[name]
+    assert_equal(decode(data), js.pil_decode(data), name)
+    h, w = decode(data).shape[:2]
+    for d in (1, 2, 4):
+        full = decode(data, scale_denom=d)
+        for window in edge_windows(h, w)[::5]:
+            assert_equal(decode(data, window, scale_denom=d), scaled_slice(full, window, d), f"{name} 1/{d} {window}")
+
+
 # ---- threads ---------------------------------------------------------------------------
 
 
