@@ -64,7 +64,8 @@ def _bases():
 
 
 BASES = _bases()
-# Valid files the decoder refuses (libjpeg has no colour conversion for them): mutated too.
+# Files refused by design (no colour conversion for 2 components; more blocks per MCU than
+# libjpeg's 10): mutated too.
 UNDECODABLE_BASES = [
     js.encode_sampled(js.photo(19, 27, seed=8)[..., :2], [(2, 1), (1, 1)]),  # 2 components
     js.encode_sampled(js.photo(19, 27, seed=8), [(4, 2), (2, 1), (2, 1)]),  # 12 blocks per MCU (10 at most)
