@@ -20,9 +20,10 @@ TORCH_LIBRARY(fastload, m) {
       "int max_pixels=178956970) -> Tensor");
   // nvJPEG batched decode of whole images (CPU bytes in): uint8 [H, W, channels] CUDA
   // tensors on the current stream, and a bool [N] CPU tensor: True where nvJPEG could not
-  // take the sample and the CPU decoder did it (uploaded).
+  // take the sample and the CPU decoder did it (uploaded). Same limits as decode_jpeg.
   m.def(
-      "decode_jpeg_cuda(Tensor[] datas, int channels=3, Device device=\"cuda\") -> (Tensor[], Tensor)");
+      "decode_jpeg_cuda(Tensor[] datas, int channels=3, Device device=\"cuda\", "
+      "int max_pixels=178956970) -> (Tensor[], Tensor)");
 
   // ---- augment (csrc/augment) -----------------------------------------------
   // image: uint8 HWC (channel and column strides packed, any row stride).

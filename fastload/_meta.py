@@ -39,7 +39,7 @@ def _decode_jpeg(data, window=(), scale_denom=1, channels=3, max_pixels=17895697
 
 
 @torch.library.register_fake("fastload::decode_jpeg_cuda")
-def _decode_jpeg_cuda(datas, channels=3, device="cuda"):
+def _decode_jpeg_cuda(datas, channels=3, device="cuda", max_pixels=178956970):
     ctx = torch.library.get_ctx()
     images = [
         torch.empty((ctx.new_dynamic_size(), ctx.new_dynamic_size(), channels), dtype=torch.uint8, device=device)

@@ -8,6 +8,7 @@ and augments every image of a batch straight into its slot of the output tensor.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import os
 import sys
@@ -134,7 +135,7 @@ class NativeRunner:
         self._mean = torch.tensor(plan.mean, dtype=torch.float32)
         self._std = torch.tensor(plan.std, dtype=torch.float32)
         # nvJPEG batched decode; tests substitute the CPU decoder to check the packing.
-        self._gpu_decoder = _nvjpeg_decode
+        self._gpu_decoder = functools.partial(_nvjpeg_decode, max_pixels=plan.max_pixels)
         self._gpu_tickets = itertools.count(-1, -1)  # apart from the engine's tickets (>= 0)
         self._pending: Dict[int, Tuple[torch.Tensor, torch.Tensor, int, float]] = {}
         self._lock = threading.Lock()
@@ -375,11 +376,12 @@ class NativeRunner:
             engine.close()
 
 
-def _nvjpeg_decode(datas: List[torch.Tensor], channels: int, device: torch.device):
-    """(images on device, cpu_fallback bool [N]); raises when a sample is undecodable."""
+def _nvjpeg_decode(datas: List[torch.Tensor], channels: int, device: torch.device, max_pixels: int):
+    """(images on device, cpu_fallback bool [N]); raises when a sample is undecodable or
+    over the plan's limits."""
     from fastload import ops
 
-    return ops.decode_jpeg_cuda(datas, channels, device)
+    return ops.decode_jpeg_cuda(datas, channels, device, max_pixels=max_pixels)
 
 
 def _looks_like_jpeg(data: torch.Tensor) -> bool:

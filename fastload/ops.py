@@ -95,7 +95,7 @@ def decode_jpeg(
 
 
 def decode_jpeg_cuda(
-    datas: Sequence[torch.Tensor], channels: int = 3, device="cuda"
+    datas: Sequence[torch.Tensor], channels: int = 3, device="cuda", max_pixels: int = DEFAULT_MAX_PIXELS
 ) -> Tuple[List[torch.Tensor], torch.Tensor]:
     """Decodes whole JPEGs with nvJPEG (one batched call; the hardware decoder where the
     GPU has one).
@@ -110,6 +110,9 @@ def decode_jpeg_cuda(
         datas: N uint8 1-D contiguous CPU tensors, one file's bytes each.
         channels: 3 (RGB) or 1 (luma).
         device: the CUDA device for the outputs (its current stream is used).
+        max_pixels: refuse images with more pixels, checked from the header before
+            any decoding, as decode_jpeg does (<= 0: no limit). Progressive files with
+            more than 500 scans are refused too.
 
     Returns:
         (images, cpu_fallback): N uint8 [H, W, channels] tensors on `device`, and a bool
@@ -117,8 +120,8 @@ def decode_jpeg_cuda(
 
     Raises:
         NotBuiltError: built without CUDA or nvJPEG (the message says how to fix it).
-        RuntimeError: a sample that neither nvJPEG nor libjpeg can decode (the message
-            names the sample index), or an nvJPEG / CUDA failure.
+        RuntimeError: a sample that neither nvJPEG nor libjpeg can decode, or over the
+            limits (the message names the sample index), or an nvJPEG / CUDA failure.
 
     Example:
         >>> images, cpu_fallback = decode_jpeg_cuda([data], device="cuda")  # doctest: +SKIP
@@ -134,7 +137,7 @@ def decode_jpeg_cuda(
     datas = list(datas)
     if not datas:  # the dispatcher needs a tensor argument to pick the kernel
         return [], torch.zeros(0, dtype=torch.bool)
-    images, cpu_fallback = _ops().decode_jpeg_cuda(datas, channels, torch.device(device))
+    images, cpu_fallback = _ops().decode_jpeg_cuda(datas, channels, torch.device(device), max_pixels)
     return list(images), cpu_fallback
 
 

@@ -22,11 +22,17 @@ Main entry points:
     pil_decode(data, mode)             PIL's decode: Image.open(...).convert(mode)
     pil_draft(data, scale_denom, mode) PIL's DCT-scaled decode (draft), or None
     make_ycck(data), make_adobe_rgb(data)  re-labelled files for the other colour spaces
+    encode_sampled(pixels, sampling, ...)  any sampling factors (LUMA_SAMPLINGS: every luma
+                                       pair libjpeg reads), 1 to 4 components,
+                                       baseline or progressive, restart markers
+    progressive_with_scans(n)          a valid progressive file with exactly n scans
+    ARITHMETIC_JPEGS                   arithmetic-coded files (SOF9, SOF10)
     write_image_folder(root, ...)      an ImageFolder tree of JPEG files on disk
 """
 
 from __future__ import annotations
 
+import base64
 import functools
 import io
 import math
@@ -51,6 +57,10 @@ __all__ = [
     "pil_decode",
     "pil_draft",
     "write_image_folder",
+    "LUMA_SAMPLINGS",
+    "encode_sampled",
+    "progressive_with_scans",
+    "ARITHMETIC_JPEGS",
 ]
 
 # PIL's `subsampling=` values, by name.
@@ -320,3 +330,263 @@ def write_image_folder(
                 f.write(encode(photo(h, w, seed=seed * 1000 + c * 100 + i), **encode_options))
             paths.append(path)
     return sorted(paths)
+
+
+# ---- a small baseline / progressive JPEG writer for any sampling factors ----------------
+#
+# PIL (libjpeg's cjpeg defaults) only writes 4:4:4, 4:2:2 and 4:2:0. libjpeg reads any
+# sampling factors from 1 to 4 with at most 10 blocks per MCU (4x2 or 2x4 luma, 3x1,
+# 1x4, subsampled CMYK, 2-component files...), and its crop and DCT-scaling paths
+# differ for each, so the tests write such files themselves. The writer is plain
+# sequential Huffman JPEG (or progressive with spectral selection only); exactness of
+# the codec does not matter here (tests compare our decodes with each other or with
+# PIL's decode of the same file), only that libjpeg reads the file without a warning.
+
+# Every luma (h, v) sampling pair libjpeg accepts with 1x1 chroma (h * v + 2 <= 10 blocks
+# per MCU, each factor 1..4).
+LUMA_SAMPLINGS = [(h, v) for h in range(1, 5) for v in range(1, 5) if h * v + 2 <= 10]
+
+
+def _zigzag() -> np.ndarray:
+    order = sorted(((y, x) for y in range(8) for x in range(8)),
+                   key=lambda p: (p[0] + p[1], p[0] if (p[0] + p[1]) % 2 else p[1]))
+    return np.array([y * 8 + x for y, x in order])
+
+
+_ZIGZAG = _zigzag()
+_DCT = np.array([[(math.sqrt(0.125) if u == 0 else 0.5) * math.cos((2 * x + 1) * u * math.pi / 16)
+                  for x in range(8)] for u in range(8)])
+# Huffman tables: every DC size category (0..11) at 4 bits and every AC run/size symbol
+# (EOB, ZRL, runs 0..15 x sizes 1..10) at 8 bits; valid canonical codes, no all-ones code.
+_DC_SYMBOLS = list(range(12))
+_AC_SYMBOLS = [0x00, 0xF0] + [(r << 4) | s for r in range(16) for s in range(1, 11)]
+
+
+def _huffman_segment(table_class: int, table_id: int, symbols: List[int], length: int) -> bytes:
+    counts = [0] * 16
+    counts[length - 1] = len(symbols)
+    body = bytes([(table_class << 4) | table_id]) + bytes(counts) + bytes(symbols)
+    return b"\xff\xc4" + (len(body) + 2).to_bytes(2, "big") + body
+
+
+def _codes(symbols: List[int], length: int) -> Dict[int, tuple]:
+    return {s: (i, length) for i, s in enumerate(symbols)}
+
+
+_DC_CODES, _AC_CODES = _codes(_DC_SYMBOLS, 4), _codes(_AC_SYMBOLS, 8)
+
+
+class _BitWriter:
+    def __init__(self):
+        self.out = bytearray()
+        self.acc = 0
+        self.bits = 0
+
+    def put(self, value: int, bits: int):
+        self.acc = (self.acc << bits) | (value & ((1 << bits) - 1))
+        self.bits += bits
+        while self.bits >= 8:
+            self.bits -= 8
+            byte = (self.acc >> self.bits) & 0xFF
+            self.out.append(byte)
+            if byte == 0xFF:
+                self.out.append(0)  # byte stuffing
+        self.acc &= (1 << self.bits) - 1
+
+    def flush(self):
+        if self.bits:
+            self.put((1 << (8 - self.bits)) - 1, 8 - self.bits)  # pad with 1 bits
+
+
+def _magnitude(v: int) -> tuple:
+    size = int(abs(v)).bit_length()
+    return size, (v if v >= 0 else v + (1 << size) - 1)
+
+
+def _put_value(w: _BitWriter, code: tuple, v: int):
+    size, bits = _magnitude(v)
+    w.put(*code)
+    if size:
+        w.put(bits, size)
+
+
+def _put_ac(w: _BitWriter, zz: np.ndarray, start: int, end: int):
+    run = 0
+    for k in range(start, end + 1):
+        v = int(zz[k])
+        if v == 0:
+            run += 1
+            continue
+        while run > 15:
+            w.put(*_AC_CODES[0xF0])
+            run -= 16
+        size, bits = _magnitude(v)
+        w.put(*_AC_CODES[(run << 4) | size])
+        w.put(bits, size)
+        run = 0
+    if run:
+        w.put(*_AC_CODES[0x00])  # EOB
+
+
+def encode_sampled(
+    pixels: np.ndarray,
+    sampling: Sequence[Sequence[int]] = ((2, 2), (1, 1), (1, 1)),
+    *,
+    quality: int = 90,
+    restart_interval: int = 0,
+    progressive: bool = False,
+    color_transform: Optional[int] = None,
+) -> bytes:
+    """Writes a JPEG with any sampling factors (libjpeg accepts 1..4 each, at most 10
+    blocks per MCU; every component's factors must divide the largest ones).
+
+    Args:
+        pixels: uint8 [H, W] (one component), [H, W, 3] RGB (stored as YCbCr unless
+            color_transform=0), or [H, W, C] stored as is (C = 2 or 4: CMYK ink values).
+        sampling: (h, v) per component.
+        quality: 1..100 (a flat quantisation table, coarser with lower quality).
+        restart_interval: DRI in MCUs (RSTn markers); 0: none.
+        progressive: SOF2 with a DC scan and one AC scan per component (spectral
+            selection only), else baseline SOF0.
+        color_transform: write an Adobe APP14 segment with this transform (0: none,
+            1: YCbCr, 2: YCCK); None: JFIF for 1 and 3 components, Adobe 0 for 4.
+
+    Returns:
+        The JPEG file's bytes.
+    """
+    planes = pixels[..., None] if pixels.ndim == 2 else pixels
+    height, width, ncomp = planes.shape
+    assert len(sampling) == ncomp, "one (h, v) per component"
+    data = planes.astype(np.float64)
+    if ncomp == 3 and color_transform in (None, 1):
+        r, g, b = data[..., 0], data[..., 1], data[..., 2]
+        data = np.stack([0.299 * r + 0.587 * g + 0.114 * b,
+                         128 - 0.168736 * r - 0.331264 * g + 0.5 * b,
+                         128 + 0.5 * r - 0.418688 * g - 0.081312 * b], axis=2)
+    if ncomp == 4 and color_transform is None:
+        color_transform = 0
+    hmax = max(h for h, _ in sampling)
+    vmax = max(v for _, v in sampling)
+    mcus_x, mcus_y = -(-width // (8 * hmax)), -(-height // (8 * vmax))
+    step = max(1, (100 - quality) // 4)
+    qtable = np.array([min(255, 1 + step * (1 + (k // 8 + k % 8) // 2)) for k in range(64)])  # zigzag order
+
+    # Each component: downsampled by box averaging, padded to whole MCUs by replication,
+    # then quantised DCT blocks [rows, cols, 64] in zigzag order.
+    blocks, block_dims = [], []
+    for c, (h, v) in enumerate(sampling):
+        fy, fx = vmax // v, hmax // h
+        comp_h, comp_w = -(-height * v // vmax), -(-width * h // hmax)
+        padded = np.pad(data[..., c], ((0, comp_h * fy - height), (0, comp_w * fx - width)), mode="edge")
+        plane = padded.reshape(comp_h, fy, comp_w, fx).mean(axis=(1, 3))
+        rows, cols = mcus_y * v * 8, mcus_x * h * 8
+        plane = np.pad(plane, ((0, rows - comp_h), (0, cols - comp_w)), mode="edge") - 128
+        tiles = plane.reshape(rows // 8, 8, cols // 8, 8).transpose(0, 2, 1, 3)
+        coef = np.einsum("ux,abxy,vy->abuv", _DCT, tiles, _DCT).reshape(rows // 8, cols // 8, 64)
+        blocks.append(np.clip(np.rint(coef[..., _ZIGZAG] / qtable), -1023, 1023).astype(np.int64))
+        block_dims.append((-(-comp_h // 8), -(-comp_w // 8)))  # blocks of a non-interleaved scan
+
+    def segment(marker: int, body: bytes) -> bytes:
+        return bytes([0xFF, marker]) + (len(body) + 2).to_bytes(2, "big") + body
+
+    out = bytearray(b"\xff\xd8")
+    if color_transform is None:
+        out += segment(0xE0, b"JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00")
+    else:
+        out += segment(0xEE, b"Adobe\x00\x64\x00\x00\x00\x00" + bytes([color_transform]))
+    out += segment(0xDB, b"\x00" + bytes(int(q) for q in qtable))
+    sof = bytes([8]) + height.to_bytes(2, "big") + width.to_bytes(2, "big") + bytes([ncomp])
+    for c, (h, v) in enumerate(sampling):
+        sof += bytes([c + 1, (h << 4) | v, 0])
+    out += segment(0xC2 if progressive else 0xC0, sof)
+    out += _huffman_segment(0, 0, _DC_SYMBOLS, 4) + _huffman_segment(1, 0, _AC_SYMBOLS, 8)
+    if restart_interval:
+        out += segment(0xDD, restart_interval.to_bytes(2, "big"))
+
+    def scan(components: List[int], start: int, end: int):
+        out.extend(segment(0xDA, bytes([len(components)]) + b"".join(bytes([c + 1, 0x00]) for c in components)
+                           + bytes([start, end, 0])))
+        w = _BitWriter()
+        pred = [0] * ncomp
+        if len(components) > 1:  # interleaved: MCU by MCU
+            units = [[(c, my * sampling[c][1] + by, mx * sampling[c][0] + bx)
+                      for c in components for by in range(sampling[c][1]) for bx in range(sampling[c][0])]
+                     for my in range(mcus_y) for mx in range(mcus_x)]
+        else:  # one component: its own blocks in raster order, one block per MCU
+            c = components[0]
+            units = [[(c, by, bx)] for by in range(block_dims[c][0]) for bx in range(block_dims[c][1])]
+        for i, unit in enumerate(units):
+            if restart_interval and i and i % restart_interval == 0:
+                w.flush()
+                out.extend(w.out)
+                out.extend(bytes([0xFF, 0xD0 + (i // restart_interval - 1) % 8]))
+                w.out.clear()
+                pred = [0] * ncomp
+            for c, by, bx in unit:
+                zz = blocks[c][by, bx]
+                if start == 0:
+                    _put_value(w, _DC_CODES[_magnitude(int(zz[0]) - pred[c])[0]], int(zz[0]) - pred[c])
+                    pred[c] = int(zz[0])
+                if end > 0:
+                    _put_ac(w, zz, max(start, 1), end)
+        w.flush()
+        out.extend(w.out)
+
+    if progressive:
+        scan(list(range(ncomp)), 0, 0)
+        for c in range(ncomp):
+            scan([c], 1, 63)
+    else:
+        scan(list(range(ncomp)), 0, 63)
+    out += b"\xff\xd9"
+    return bytes(out)
+
+
+def progressive_with_scans(scans: int) -> bytes:
+    """A valid 8x8 gray progressive JPEG with exactly `scans` scans (2..694): a DC scan,
+    then for each AC coefficient a first scan at Al=10 and refinements down to Al=0 (a
+    flat image: every scan is one byte of data). The shape of a scan-count bomb: each
+    scan is legal, and libjpeg re-reads the whole coefficient buffer for each.
+    """
+    assert 1 <= scans <= 1 + 63 * 11
+
+    def segment(marker: int, body: bytes) -> bytes:
+        return bytes([0xFF, marker]) + (len(body) + 2).to_bytes(2, "big") + body
+
+    out = bytearray(b"\xff\xd8")
+    out += segment(0xE0, b"JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00")
+    out += segment(0xDB, b"\x00" + bytes([1] * 64))
+    out += segment(0xC2, bytes([8, 0, 8, 0, 8, 1, 1, 0x11, 0]))
+    out += _huffman_segment(0, 0, _DC_SYMBOLS, 4) + _huffman_segment(1, 0, _AC_SYMBOLS, 8)
+    out += segment(0xDA, bytes([1, 1, 0x00, 0, 0, 0x00])) + b"\x0f"  # DC diff 0 (4 bits), padding
+    bands = [(k, ah, al) for k in range(1, 64) for ah, al in [(0, 10)] + [(a + 1, a) for a in range(9, -1, -1)]]
+    for k, ah, al in bands[: scans - 1]:
+        out += segment(0xDA, bytes([1, 1, 0x00, k, k, (ah << 4) | al])) + b"\x00"  # EOB0 (8 bits)
+    out += b"\xff\xd9"
+    return bytes(out)
+
+
+# Arithmetic-coded JPEGs (SOF9 / SOF10), which neither PIL nor encode_sampled writes:
+# made once with libjpeg-turbo 2.1.5 (arith_code = TRUE), a 24x40 sine / stripe pattern.
+#   baseline_420_restart2: SOF9, 4:2:0, restart interval 2 MCUs, 40 wide x 24 high.
+#   progressive_Y4x2: SOF10, jpeg_simple_progression, 4x2 luma / 1x1 chroma, 24 x 40 high.
+ARITHMETIC_JPEGS: Dict[str, bytes] = {
+    "baseline_420_restart2": base64.b64decode(
+        "/9j/2wBDAAgGBgcGBQgHBwcJCQgKDBQNDAsLDBkSEw8UHRofHh0aHBwgJC4nICIsIxwcKDcpLDAxNDQ0Hyc5PTgyPC4zNDL/2wBD"
+        "AQkJCQwLDBgNDRgyIRwhMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjL/yQARCAAYACgD"
+        "ASIAAhEBAxEB/8wACgAQEAUBEBEF/90ABAAC/9oADAMBAAIRAxEAPwD/AHLJKMd8v5jsJaZ7MVsrjquUQWIlaPjelmkl9XF+Mpm/"
+        "TpfYF0pcHpV0Ux8RMIAcO7gVF9Z90rVaM3o8iUeaMXwyvY4G327R7gPdt2iDTHH+Ef5JzDIqarlAiTr9qfErAEL7vehaXeShci+v"
+        "gJc+RgncexQRBJdPA2qbG61PqRYOKqQk0dydS3T5pN9DeARgCbXGrSbv/v6J31e11P/Q/cDkhakwmNX9RE8+TUx9jIrMtQ3iws3Y"
+        "BP8AWEeQshdofbLmclu8Jv6pnmlIR9QQvtMbsHiCLWEBi11nO82p9ibpeA+Z/UjFdI49t0lA1h+sEuS9PnXFbEYQyqECZscdGXGH"
+        "cfEf6yv+teKnF1SnHv/R0WaBR9WNLfD/AP3xVQAOdE50PPP4mnpprPWx8noF2UCc/XtIxOEK1cF65H/ak6UchEJLOu5aIclEWRfe"
+        "sjt53Q+9dCO9T/5mq7O+Sk/JuQ4CkLreCpcO3FEgnNGA/9k="),
+    "progressive_Y4x2": base64.b64decode(
+        "/9j/2wBDAAgGBgcGBQgHBwcJCQgKDBQNDAsLDBkSEw8UHRofHh0aHBwgJC4nICIsIxwcKDcpLDAxNDQ0Hyc5PTgyPC4zNDL/2wBD"
+        "AQkJCQwLDBgNDRgyIRwhMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjL/ygARCAAoABgD"
+        "AUIAAhEBAxEB/8wABgAQARD/2gAMAwEAAhADEAAAAf7mP/EWAgQP9mt6P1fYq/3Qo6t1MG4yEv/MAAQQBf/aAAgBAQABBQIUMsw+"
+        "L6a+gXhpgtCVCUH0SDPkkxYJ4GjbL0A8/8wABBEF/9oACAEDAQE/ASSKAzXQdUiMUkjkiRy+L//MAAQRBf/aAAgBAgEBPwE1e4kY"
+        "MvAegBCXA53Yg343j+vcsLcVGqNbjY+q8P/MAAQQBf/aAAgBAQAGPwJn3b8ukUGDiCzGQP/MAAQQBf/aAAgBAQABPyE4IRWaTOgI"
+        "Wrgqn2RI1ORk7ulCawgDnybw3QVquPpim+lUpNhx/9oADAMBAAIAAwAAABAcEaBc/8wABBEF/9oACAEDAQE/EOPZWsD1fiYg/8wA"
+        "BBEF/9oACAECAQE/ENdX7rt5wPclWlsYzeLksEgVZkpmkPx3TPtQ/8wABBAF/9oACAEBAAE/EKaKsp3eOQm9GJPBdwSyZzWvHpdb"
+        "fW/8L13X5M5pR3qMOzXLwohdjzYJ1w44LlpVjykxb3C+EXHiXtPEHhiUU+dwbas0p8lSiqJy/9k="),
+}

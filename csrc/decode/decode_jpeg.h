@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace fastload {
@@ -27,6 +28,22 @@ bool is_jpeg(const uint8_t* data, size_t size);
 
 // Reads only the header. Throws DecodeError.
 JpegInfo read_jpeg_info(const uint8_t* data, size_t size);
+
+// A progressive file can hold any number of scans, and libjpeg re-reads the whole
+// coefficient buffer for each: a few kilobytes of crafted scans can cost minutes. Real
+// encoders write about 10; libjpeg-turbo's own fuzzers stop at 500.
+constexpr int kMaxProgressiveScans = 500;
+
+// Start-of-scan markers in the file, counted by walking its markers and entropy-coded
+// segments (no decoding); stops counting once past stop_after. A malformed marker
+// structure ends the walk (libjpeg reports it when decoding).
+int count_jpeg_scans(const uint8_t* data, size_t size, int stop_after);
+
+// The decompression-bomb limits every decoder applies before decoding (the CPU decoder,
+// nvJPEG and its CPU fallback): more than max_pixels pixels from the header (<= 0: no
+// limit), or a progressive file with more than kMaxProgressiveScans scans. Returns ""
+// when the file is within them, else the error message (says how to raise the limit).
+std::string jpeg_limit_error(const uint8_t* data, size_t size, const JpegInfo& info, int64_t max_pixels);
 
 // A decoded window of a JPEG, possibly DCT-scaled.
 struct DecodedWindow {
@@ -50,8 +67,8 @@ struct DecodedWindow {
 // converted as Pillow's convert("RGB") does) or 1 (luma: the Y plane; CMYK: Pillow's
 // convert("L")). Rows below the window are never read.
 // Throws DecodeError when the data is empty, not a JPEG, corrupt or truncated where
-// the window needs it (any libjpeg warning counts), or the image has more than
-// max_pixels pixels (checked from the header; max_pixels <= 0: no limit). Throws
+// the window needs it (any libjpeg warning counts), or over jpeg_limit_error's limits
+// (checked before decoding). Throws
 // std::invalid_argument for a bad scale_denom or channels, or a window that misses the
 // image. `out` is reused to avoid reallocations.
 void decode_jpeg_window(const uint8_t* data, size_t size, int top, int left, int height,

@@ -22,11 +22,6 @@
 namespace fastload {
 namespace {
 
-// A progressive file can hold any number of scans, and libjpeg re-reads the whole
-// coefficient buffer for each: a few kilobytes of crafted scans can cost minutes. Real
-// encoders write about 10; libjpeg-turbo's own fuzzers stop at 500.
-constexpr int kMaxScans = 500;
-
 // libjpeg reports errors through this. error_exit and warnings longjmp back to the
 // setjmp in run_libjpeg(), whose frame holds only POD locals, so no C++ destructor is
 // ever skipped. The message is formatted before the jump, while cinfo is intact.
@@ -75,11 +70,48 @@ extern "C" void on_emit_message(j_common_ptr cinfo, int msg_level) {
 
 extern "C" void on_progress(j_common_ptr cinfo) {
   auto* dinfo = reinterpret_cast<j_decompress_ptr>(cinfo);
-  if (dinfo->input_scan_number > kMaxScans) {
+  // Scans are counted from the markers before decoding (jpeg_limit_error); this catches
+  // whatever that walk missed.
+  if (dinfo->input_scan_number > kMaxProgressiveScans) {
     char buffer[128];
-    std::snprintf(buffer, sizeof(buffer), "more than %d progressive scans (crafted file?)", kMaxScans);
+    std::snprintf(buffer, sizeof(buffer), "more than %d progressive scans (crafted file?)", kMaxProgressiveScans);
     fail_with(cinfo, buffer);
   }
+}
+
+// jpeg_crop_scanline before libjpeg-turbo 3.0.1 sets each component's downsampled width
+// to ceil(output_width * h_samp / max_h_samp), ignoring that DCT scaling may give a
+// component a larger DCT_scaled_size than the luma's (libjpeg-turbo does so to upsample
+// less). Where that component still needs upsampling (4x2 or 2x4 luma with 1x1 chroma at
+// 1/2, 1/4, 1/8), the upsampler then reads a too-narrow chroma row and the crop's pixels
+// are wrong (by up to ~250 levels). Fixed upstream in 3.0.1 by scaling that width by
+// DCT_scaled_size / min_DCT_scaled_size. True when this decode would hit it: the caller
+// then decodes full-width rows and crops in memory. Called after jpeg_start_decompress
+// (which sets the scaled sizes). The version is the headers' (jconfig.h): libjpeg.so.62
+// does not report its own at run time; an older run-time library than the headers
+// would bring the bug back, which test_window_of_every_luma_sampling_matches_full_decode
+// catches on that install.
+bool crop_scanline_miscomputes_width(j_decompress_ptr cinfo) {
+#if defined(LIBJPEG_TURBO_VERSION_NUMBER) && LIBJPEG_TURBO_VERSION_NUMBER >= 3000001
+  (void)cinfo;
+  return false;
+#else
+  for (int ci = 0; ci < cinfo->num_components; ++ci) {
+    const jpeg_component_info& comp = cinfo->comp_info[ci];
+#if JPEG_LIB_VERSION >= 70
+    const int size_h = comp.DCT_h_scaled_size, size_v = comp.DCT_v_scaled_size;
+    const int min_h = cinfo->min_DCT_h_scaled_size, min_v = cinfo->min_DCT_v_scaled_size;
+#else
+    const int size_h = comp.DCT_scaled_size, size_v = comp.DCT_scaled_size;
+    const int min_h = cinfo->min_DCT_scaled_size, min_v = cinfo->min_DCT_scaled_size;
+#endif
+    if (size_h == min_h) continue;  // the old and the fixed width agree
+    const bool upsampled = comp.h_samp_factor * size_h != cinfo->max_h_samp_factor * min_h ||
+                           comp.v_samp_factor * size_v != cinfo->max_v_samp_factor * min_v;
+    if (upsampled) return true;
+  }
+  return false;
+#endif
 }
 
 // Owns one jpeg_decompress_struct: destroyed on every path, including exceptions.
@@ -116,7 +148,19 @@ struct Request {
   int64_t max_pixels;
 };
 
-enum class Status { kOk, kLibjpegError, kTooManyPixels, kEmptyWindow };
+enum class Status { kOk, kLibjpegError, kOverLimit, kEmptyWindow };
+
+enum class Limit { kNone, kPixels, kScans };
+
+// Which decompression-bomb limit the file exceeds, if any (jpeg_limit_error words it).
+// Allocates nothing, so run_libjpeg's frame stays free of C++ objects.
+Limit exceeded_limit(const uint8_t* data, size_t size, const JpegInfo& info, int64_t max_pixels) {
+  if (max_pixels > 0 && static_cast<int64_t>(info.height) * info.width > max_pixels) return Limit::kPixels;
+  if (info.progressive && count_jpeg_scans(data, size, kMaxProgressiveScans) > kMaxProgressiveScans) {
+    return Limit::kScans;
+  }
+  return Limit::kNone;
+}
 
 // Pillow's CMYK -> RGB after its "CMYK;I" unpacking (Adobe files store inverted ink):
 // ink = 255 - raw; r = (255 - ink_k) - ink_c * (255 - ink_k) / 255 (rounded like
@@ -169,8 +213,7 @@ Status run_libjpeg(Decompressor* d, const Request* req, JpegInfo* info, DecodedW
   if (req->header_only) return Status::kOk;
 
   // Decompression bombs: refuse before anything is allocated for the pixels.
-  const int64_t pixels = static_cast<int64_t>(cinfo->image_height) * cinfo->image_width;
-  if (req->max_pixels > 0 && pixels > req->max_pixels) return Status::kTooManyPixels;
+  if (exceeded_limit(req->data, req->size, *info, req->max_pixels) != Limit::kNone) return Status::kOverLimit;
 
   const bool cmyk = cinfo->jpeg_color_space == JCS_CMYK || cinfo->jpeg_color_space == JCS_YCCK;
   if (cmyk) {
@@ -213,9 +256,16 @@ Status run_libjpeg(Decompressor* d, const Request* req, JpegInfo* info, DecodedW
   // every column we return is then bit-identical to the full decode. libjpeg also
   // switches from fancy to box upsampling when a component is at most 2 samples wide,
   // so the crop is kept wider than 2 chroma samples (2 * max_h_samp_factor pixels).
+  // Where libjpeg's crop is broken (see crop_scanline_miscomputes_width), whole rows are
+  // decoded into a scratch row and only the window's columns are kept.
   int x0 = 0, x1 = scaled_w;  // decoded columns
   int keep0 = 0, keep1 = scaled_w;  // exact columns among them
-  if (s_left > 0 || s_right < scaled_w) {
+  const bool cropped = s_left > 0 || s_right < scaled_w;
+  const bool crop_in_memory = cropped && crop_scanline_miscomputes_width(cinfo);
+  if (crop_in_memory) {
+    keep0 = s_left;
+    keep1 = s_right;
+  } else if (cropped) {
     int want0 = std::max(s_left - 1, 0);
     int want1 = std::min(s_right + 1, scaled_w);
     const int min_width = std::min(2 * cinfo->max_h_samp_factor + 1, scaled_w);
@@ -246,7 +296,8 @@ Status run_libjpeg(Decompressor* d, const Request* req, JpegInfo* info, DecodedW
   out->width = keep_w;
   // Room for the decoded (wider) rows; compacted to keep_w in place below.
   const size_t decoded_stride = static_cast<size_t>(decoded_w) * ch;
-  out->pixels.resize(static_cast<size_t>(rows) * decoded_stride);
+  const size_t keep_stride = static_cast<size_t>(keep_w) * ch;
+  out->pixels.resize(static_cast<size_t>(rows) * (crop_in_memory ? keep_stride : decoded_stride));
 
   // Rows above the window: skipped (entropy-decoded only where libjpeg must; no IDCT).
   if (s_top > 0) {
@@ -266,6 +317,16 @@ Status run_libjpeg(Decompressor* d, const Request* req, JpegInfo* info, DecodedW
       convert_cmyk_row(scratch[0] + static_cast<size_t>(keep0 - x0) * 4, base + static_cast<size_t>(y) * keep_w * ch,
                        keep_w, ch);
     }
+  } else if (crop_in_memory) {
+    JSAMPARRAY scratch = (*cinfo->mem->alloc_sarray)(reinterpret_cast<j_common_ptr>(cinfo), JPOOL_IMAGE,
+                                                     static_cast<JDIMENSION>(decoded_stride), 1);
+    for (int y = 0; y < rows; ++y) {
+      if (jpeg_read_scanlines(cinfo, scratch, 1) != 1) {
+        fail_with(reinterpret_cast<j_common_ptr>(cinfo), "libjpeg returned no scanline");
+      }
+      std::memcpy(base + static_cast<size_t>(y) * keep_stride, scratch[0] + static_cast<size_t>(keep0) * ch,
+                  keep_stride);
+    }
   } else {
     for (int y = 0; y < rows; ++y) {
       JSAMPROW row = base + static_cast<size_t>(y) * decoded_stride;
@@ -275,7 +336,6 @@ Status run_libjpeg(Decompressor* d, const Request* req, JpegInfo* info, DecodedW
     }
     if (keep_w != decoded_w) {
       // In place, front to back: row y's destination ends before row y+1's source begins.
-      const size_t keep_stride = static_cast<size_t>(keep_w) * ch;
       const size_t offset = static_cast<size_t>(keep0 - x0) * ch;
       for (int y = 0; y < rows; ++y) {
         std::memmove(base + y * keep_stride, base + y * decoded_stride + offset, keep_stride);
@@ -320,6 +380,53 @@ bool is_jpeg(const uint8_t* data, size_t size) {
   return size >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF;
 }
 
+int count_jpeg_scans(const uint8_t* data, size_t size, int stop_after) {
+  int scans = 0;
+  size_t i = 2;  // after SOI
+  while (i + 1 < size) {
+    if (data[i] != 0xFF) {  // junk between markers (libjpeg skips it too) or scan data
+      const void* next = std::memchr(data + i, 0xFF, size - i);
+      if (next == nullptr) break;
+      i = static_cast<size_t>(static_cast<const uint8_t*>(next) - data);
+      continue;
+    }
+    const uint8_t marker = data[i + 1];
+    if (marker == 0xFF) {  // fill byte
+      ++i;
+      continue;
+    }
+    // Stuffed zero, RSTn, TEM: no segment, part of or between entropy-coded data.
+    if (marker == 0x00 || (marker >= 0xD0 && marker <= 0xD7) || marker == 0x01) {
+      i += 2;
+      continue;
+    }
+    if (marker == 0xD9) break;  // EOI
+    if (i + 3 >= size) break;
+    const size_t length = (static_cast<size_t>(data[i + 2]) << 8) | data[i + 3];
+    if (length < 2) break;
+    if (marker == 0xDA && ++scans > stop_after) break;
+    i += 2 + length;  // the scan data after an SOS is walked byte by byte above
+  }
+  return scans;
+}
+
+std::string jpeg_limit_error(const uint8_t* data, size_t size, const JpegInfo& info, int64_t max_pixels) {
+  switch (exceeded_limit(data, size, info, max_pixels)) {
+    case Limit::kPixels:
+      return "expected at most " + std::to_string(max_pixels) + " pixels, got a " + std::to_string(info.height) +
+             "x" + std::to_string(info.width) + " image (" +
+             std::to_string(static_cast<int64_t>(info.height) * info.width) +
+             " pixels; a decompression bomb?). If the file is trusted, raise max_pixels (<= 0 disables the limit)";
+    case Limit::kScans:
+      return "expected at most " + std::to_string(kMaxProgressiveScans) +
+             " scans in a progressive JPEG, got more (a decompression bomb?: decoding cost grows with every "
+             "scan; real encoders write about 10). Re-encode the file";
+    case Limit::kNone:
+      break;
+  }
+  return "";
+}
+
 JpegInfo read_jpeg_info(const uint8_t* data, size_t size) {
   check_jpeg_bytes(data, size);
   Decompressor d;
@@ -346,12 +453,8 @@ void decode_jpeg_window(const uint8_t* data, size_t size, int top, int left, int
       return;
     case Status::kLibjpegError:
       throw DecodeError(libjpeg_error(d));
-    case Status::kTooManyPixels:
-      throw DecodeError("expected at most " + std::to_string(max_pixels) + " pixels, got a " +
-                        std::to_string(info.height) + "x" + std::to_string(info.width) + " image (" +
-                        std::to_string(static_cast<int64_t>(info.height) * info.width) +
-                        " pixels; a decompression bomb?). If the file is trusted, raise max_pixels "
-                        "(<= 0 disables the limit)");
+    case Status::kOverLimit:
+      throw DecodeError(jpeg_limit_error(data, size, info, max_pixels));
     case Status::kEmptyWindow:
       throw std::invalid_argument("expected a window inside the " + std::to_string(info.height) + "x" +
                                   std::to_string(info.width) + " image, got [top=" + std::to_string(top) +

@@ -2,7 +2,8 @@
 //
 // Registered for the CPU dispatch key: its inputs are CPU bytes (nvJPEG parses them on the
 // host); its outputs are uint8 [H, W, channels] tensors on `device`, written on that
-// device's current stream. Samples nvJPEG cannot take (CMYK, Adobe RGB, what the hardware
+// device's current stream. Files over the CPU decoder's limits (max_pixels, progressive
+// scan count: jpeg_limit_error) are refused the same way. Samples nvJPEG cannot take (CMYK, Adobe RGB, what the hardware
 // decoder rejects, a batch nvJPEG fails on) are decoded by the CPU decoder
 // (decode_jpeg_cpu.cpp) and uploaded; the second output says which ones.
 //
@@ -101,20 +102,14 @@ class NvjpegDecoder {
     parser_.reset(stream);
   }
 
-  // True when nvjpegDecodeBatched can take these bytes, judged from the header only.
-  bool accepts(const uint8_t* data, size_t size, int* height, int* width) {
-    if (!is_jpeg(data, size)) return false;
-    JpegInfo info;
-    try {
-      info = read_jpeg_info(data, size);  // libjpeg: also validates the header
-    } catch (const DecodeError&) {
-      return false;  // the CPU decoder raises the precise error
-    }
+  // True when nvjpegDecodeBatched can take these bytes, judged from the header only
+  // (`info`: libjpeg's reading of it, already checked against the limits).
+  bool accepts(const uint8_t* data, size_t size, const JpegInfo& info, int* height, int* width) {
     // nvJPEG assumes YCbCr or gray; CMYK/YCCK and Adobe RGB go through the CPU decoder,
-    // which converts them exactly as Pillow does. Oversized images too (its pixel limit).
+    // which converts them exactly as Pillow does.
     const bool color_ok = (info.components == 3 && info.color_space == 3 /* JCS_YCbCr */) ||
                           (info.components == 1 && info.color_space == 1 /* JCS_GRAYSCALE */);
-    if (!color_ok || static_cast<int64_t>(info.height) * info.width > kDefaultMaxPixels) return false;
+    if (!color_ok) return false;
     int components = 0;
     nvjpegChromaSubsampling_t subsampling = NVJPEG_CSS_UNKNOWN;
     int widths[NVJPEG_MAX_COMPONENT] = {0};
@@ -178,11 +173,12 @@ NvjpegDecoder& decoder_for(int device_index) {
   return *decoders[device_index];
 }
 
-at::Tensor decode_on_cpu(const at::Tensor& data, int channels, size_t index, const c10::Device& device) {
+at::Tensor decode_on_cpu(const at::Tensor& data, int channels, int64_t max_pixels, size_t index,
+                         const c10::Device& device) {
   auto window = std::make_unique<DecodedWindow>();
   try {
     decode_jpeg_window(data.data_ptr<uint8_t>(), static_cast<size_t>(data.numel()), 0, 0, 0, 0, 1, channels,
-                       kDefaultMaxPixels, *window);
+                       max_pixels, *window);
   } catch (const DecodeError& e) {
     FASTLOAD_CHECK(false, kOp, "sample ", index, ": ", e.what(), ". Fix or remove the file.");
   }
@@ -196,7 +192,7 @@ at::Tensor decode_on_cpu(const at::Tensor& data, int channels, size_t index, con
 }
 
 std::tuple<std::vector<at::Tensor>, at::Tensor> decode_with_nvjpeg(at::TensorList datas, int channels,
-                                                                   c10::Device device) {
+                                                                   c10::Device device, int64_t max_pixels) {
   const size_t n = datas.size();
   const c10::cuda::CUDAGuard guard(device);
   const int device_index = c10::cuda::current_device();
@@ -216,7 +212,21 @@ std::tuple<std::vector<at::Tensor>, at::Tensor> decode_with_nvjpeg(at::TensorLis
     const auto* bytes = datas[i].data_ptr<uint8_t>();
     const auto size = static_cast<size_t>(datas[i].numel());
     int height = 0, width = 0;
-    if (!decoder.accepts(bytes, size, &height, &width)) {
+    JpegInfo info;
+    bool parsed = false;
+    try {
+      info = read_jpeg_info(bytes, size);  // libjpeg: also validates the header
+      parsed = true;
+    } catch (const DecodeError&) {
+      // The CPU decoder raises the precise error.
+    }
+    if (parsed) {
+      // The CPU decoder's limits, for nvJPEG too (its default backend decodes progressive
+      // files): refused here, before any GPU work of this call is queued.
+      const std::string over_limit = jpeg_limit_error(bytes, size, info, max_pixels);
+      FASTLOAD_CHECK(over_limit.empty(), kOp, "sample ", i, ": ", over_limit, ".");
+    }
+    if (!parsed || !decoder.accepts(bytes, size, info, &height, &width)) {
       fallback[i] = true;
       continue;
     }
@@ -235,7 +245,7 @@ std::tuple<std::vector<at::Tensor>, at::Tensor> decode_with_nvjpeg(at::TensorLis
   }
   try {
     for (size_t i = 0; i < n; ++i) {
-      if (fallback[i]) outputs[i] = decode_on_cpu(datas[i], channels, i, target);
+      if (fallback[i]) outputs[i] = decode_on_cpu(datas[i], channels, max_pixels, i, target);
     }
   } catch (...) {
     // The GPU decode of the others may still be running into nvJPEG's staging buffers,
@@ -254,7 +264,7 @@ std::tuple<std::vector<at::Tensor>, at::Tensor> decode_with_nvjpeg(at::TensorLis
 #endif  // FASTLOAD_WITH_CUDA && FASTLOAD_WITH_NVJPEG
 
 std::tuple<std::vector<at::Tensor>, at::Tensor> decode_jpeg_cuda_op(at::TensorList datas, int64_t channels,
-                                                                    c10::Device device) {
+                                                                    c10::Device device, int64_t max_pixels) {
   FASTLOAD_CHECK_VALUE(channels == 1 || channels == 3, kOp, "expected channels 1 (luma) or 3 (RGB), got ",
                        channels, ".");
   FASTLOAD_CHECK_VALUE(device.is_cuda(), kOp, "expected a CUDA device, got ", device,
@@ -270,7 +280,7 @@ std::tuple<std::vector<at::Tensor>, at::Tensor> decode_jpeg_cuda_op(at::TensorLi
                    "). The file is empty: re-create or remove it.");
   }
 #if defined(FASTLOAD_WITH_CUDA) && defined(FASTLOAD_WITH_NVJPEG)
-  return decode_with_nvjpeg(datas, static_cast<int>(channels), device);
+  return decode_with_nvjpeg(datas, static_cast<int>(channels), device, max_pixels);
 #else
   FASTLOAD_CHECK(false, kOp, "built without nvJPEG; pip install nvidia-nvjpeg and rebuild (make build)");
   return {};
