@@ -289,9 +289,24 @@ class NativeRunner:
                     except RuntimeError as error:
                         status[slot], messages[slot] = DECODE_ERROR, str(error)
         for slot, image in enumerate(images):
+            if image is not None and not self._geometry_ok(image, int(samples[slot]), epoch, slot, status, messages):
+                image = None
             if image is None:  # a failed slot: one black pixel keeps the batched kernel valid
                 images[slot] = torch.zeros((1, 1, self.plan.channels), dtype=torch.uint8, device=self.device)
         return status, messages, self._augment_decoded(images, samples, epoch)
+
+    def _geometry_ok(self, image: torch.Tensor, sample: int, epoch: int, slot: int, status: torch.Tensor,
+                     messages: List[str]) -> bool:
+        """Whether the plan's geometry has pixels to sample in this decoded image; if not,
+        marks the slot BAD_GEOMETRY so that the error policy handles this one sample
+        (as the CPU modes do) instead of the batch's plan_regions call failing."""
+        size = torch.tensor([[image.shape[0], image.shape[1]]], dtype=torch.int64)
+        try:
+            _ext.require_ops().plan_regions(self.plan.config(), size, torch.tensor([sample]), epoch)
+        except ValueError as error:
+            status[slot], messages[slot] = BAD_GEOMETRY, str(error)
+            return False
+        return True
 
     def _augment_decoded(self, images: List[torch.Tensor], samples: torch.Tensor, epoch: int) -> torch.Tensor:
         """Packs whole decoded uint8 HWC images (on the device) with their plan geometry:

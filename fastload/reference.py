@@ -313,9 +313,9 @@ def decode_jpeg(
 
 
 def decode_jpeg_cuda(
-    datas: Sequence[torch.Tensor], channels: int = 3, device="cuda"
+    datas: Sequence[torch.Tensor], channels: int = 3, device="cuda", max_pixels: int = DEFAULT_MAX_PIXELS
 ) -> Tuple[List[torch.Tensor], torch.Tensor]:
-    """Twin of fastload.ops.decode_jpeg_cuda: decode_jpeg on the CPU, then moved to
-    `device`; every sample is reported as CPU-decoded (cpu_fallback all True)."""
-    images = [decode_jpeg(data, channels=channels).to(device) for data in datas]
+    """Twin of fastload.ops.decode_jpeg_cuda: decode_jpeg on the CPU (the same limits),
+    then moved to `device`; every sample is reported as CPU-decoded (cpu_fallback all True)."""
+    images = [decode_jpeg(data, channels=channels, max_pixels=max_pixels).to(device) for data in datas]
     return images, torch.ones(len(images), dtype=torch.bool)

@@ -128,7 +128,7 @@ def test_worker_processes_keep_the_split(runs):
 def test_resume_same_world_bit_for_bit(runs):
     first, resumed = runs["first"], runs["resume2"]
     k = cfg.RESUME_STEPS
-    for a, b in zip(first, resumed):
+    for a, b in zip(first, resumed, strict=True):
         assert a["head"] == a["full"][:k]
         assert b["rest"] == a["full"][k:]  # the remaining batches, in order, on the same rank
         assert b["next"] == a["full_next"]  # and the following epoch as if never interrupted
@@ -167,7 +167,7 @@ def test_tar_shards_under_ddp(runs):
         assert sorted(labels) == list(range(TAR_SAMPLES + 1))  # exact: each sample once
     # Resume on the same world: the same pixels, bit for bit (sha1 of each image).
     k = cfg.TAR_STEPS
-    for a, b in zip(first, two):
+    for a, b in zip(first, two, strict=True):
         assert a["tar_head"] == a["tar_full"][:k]
         assert b["tar_rest"] == a["tar_full"][k:]
     # Elastic: every remaining sample once, with the images it would have had.
@@ -175,8 +175,10 @@ def test_tar_shards_under_ddp(runs):
     after = [lab for x in three for b in x["tar_rest"] for lab in b["labels"]]
     assert len({len(x["tar_rest"]) for x in three}) == 1
     assert sorted(before + after) == list(range(TAR_SAMPLES))
-    image_of = {lab: h for x in first for b in x["tar_full"] for lab, h in zip(b["labels"], b["sha1"])}
-    assert all(image_of[lab] == h for x in three for b in x["tar_rest"] for lab, h in zip(b["labels"], b["sha1"]))
+    image_of = {lab: h for x in first for b in x["tar_full"]
+                for lab, h in zip(b["labels"], b["sha1"], strict=True)}
+    assert all(image_of[lab] == h for x in three for b in x["tar_rest"]
+               for lab, h in zip(b["labels"], b["sha1"], strict=True))
     assert len(set(image_of.values())) == TAR_SAMPLES
 
 

@@ -225,8 +225,13 @@ def test_extreme_ratios_stay_close_to_a_full_decode_crop_and_resize(tmp_path, si
         assert (images[i].int() - want.int()).abs().max().item() <= 12, (i, images[i], want)
 
 
+def _cpu_stand_in_for_nvjpeg(datas, channels, device):
+    """ops.decode_jpeg_cuda's contract (whole images), decoded on the CPU."""
+    return [ops.decode_jpeg(d, channels=channels) for d in datas], torch.zeros(len(datas), dtype=torch.bool)
+
+
 @needs_ops
-@pytest.mark.parametrize("decode_on", ["cpu", "cpu+gpu"])
+@pytest.mark.parametrize("decode_on", ["cpu", "cpu+gpu", "gpu"])
 @pytest.mark.parametrize("pipeline, size, message", [
     ([specs.Resize(256, max_size=300), specs.CenterCrop(8)], (3, 2000), "fastload.Resize: expected a resized image"),
     ([specs.Resize(256, max_size=300), specs.CenterCrop(8)], (2000, 3), "got 300x0 for a 2000x3 image"),
@@ -245,6 +250,7 @@ def test_degenerate_geometry_is_an_error_through_the_policy_never_zeros(tmp_path
     dataset = fastload.ImageFolder(root, ops=pipeline)
     plan = build_plan(pipeline, seed=1)
     runner = fastload.native.NativeRunner(dataset.index, plan, num_threads=2, decode_on=decode_on, device="cpu")
+    runner._gpu_decoder = _cpu_stand_in_for_nvjpeg  # the nvJPEG mode's device step, on the CPU
     try:
         with pytest.raises(DecodeError, match=message) as raised:
             runner.result(runner.submit([0, 1, 2], 0))

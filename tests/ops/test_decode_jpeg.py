@@ -450,6 +450,15 @@ def test_decode_jpeg_cuda_takes_the_cpu_limits():
     assert "max_pixels" in inspect.signature(ops.decode_jpeg_cuda).parameters
 
 
+def test_reference_twin_of_decode_jpeg_cuda_takes_the_limits_too():
+    from fastload import reference
+
+    images, cpu_fallback = reference.decode_jpeg_cuda([js.as_tensor(GOOD)], device="cpu")
+    assert images[0].shape == (97, 131, 3) and cpu_fallback.tolist() == [True]
+    with pytest.raises(RuntimeError, match="expected at most 12706 pixels"):
+        reference.decode_jpeg_cuda([js.as_tensor(GOOD)], device="cpu", max_pixels=12706)
+
+
 def test_gpu_decode_path_passes_the_plans_max_pixels(tmp_path, monkeypatch):
     # The loader's nvJPEG path hands the plan's limit to the op (a CPU stand-in records it).
     import fastload
