@@ -162,8 +162,11 @@ def extensions():
     cxx_flags = ["-O0", "-g"] if debug else ["-O3", "-DNDEBUG"]
     if sanitize:
         # -O1 keeps the run bearable and the stacks readable. Python's own flags bring
-        # -fwrapv, which makes signed overflow defined and so invisible to UBSan.
-        cxx_flags = ["-O1", "-g", "-fno-omit-frame-pointer", "-fno-wrapv", f"-fsanitize={sanitize}"]
+        # -fwrapv, which makes signed overflow defined and so invisible to UBSan. The
+        # libstdc++ macros make std::vector tell ASan its size (a read past size() but
+        # within capacity, e.g. of a reused decode buffer, is reported) and bound-check [].
+        cxx_flags = ["-O1", "-g", "-fno-omit-frame-pointer", "-fno-wrapv", f"-fsanitize={sanitize}",
+                     "-D_GLIBCXX_SANITIZE_VECTOR", "-D_GLIBCXX_ASSERTIONS"]
     # torch's headers choose the C++ standard (C++20 for torch >= 2.10).
     cxx_flags += ["-fvisibility=hidden", "-Wall", "-Wno-unused-function"]
     define_macros = [("FASTLOAD_JPEG_VERSION", f'"{jpeg_version}"')]

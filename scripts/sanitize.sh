@@ -11,6 +11,8 @@
 #    the run and is printed, as does a test failure, a crash or running past the time.
 #
 # Usage: scripts/sanitize.sh [pytest arguments]     (default: $DEFAULT_TESTS below)
+#        scripts/sanitize.sh --run COMMAND [ARGS]   any command under the same set-up,
+#                                                   e.g. `--run python repro.py`
 # Environment:
 #   PY                   Python with torch (default: .venv/bin/python)
 #   SANITIZERS           the -fsanitize= list (default: address,undefined,float-cast-overflow)
@@ -61,12 +63,16 @@ case ",$SANITIZERS," in *,undefined,*) grep -q "__ubsan_handle_" <<< "$symbols" 
 PRELOAD=$(ldd "$MODULE" | awk '/lib(asan|ubsan)\.so/ {print $3}' | tr '\n' ' ')
 [ -n "$PRELOAD" ] || fail "ldd finds no sanitizer runtime for $MODULE"
 
-REPORTS="$ROOT/$OUT/reports"
-rm -rf "$REPORTS" && mkdir -p "$REPORTS"
+# Per run (concurrent runs do not mix): sanitizer reports, and the fuzz case each test
+# process last started (tests/fuzz/conftest.py's fuzz_trace), to name the case of a crash.
+RUN="$ROOT/$OUT/runs/$$"
+REPORTS="$RUN/reports"
+rm -rf "$RUN" && mkdir -p "$REPORTS" "$RUN/trace"
+export FASTLOAD_FUZZ_TRACE="$RUN/trace"
 # detect_leaks=0: CPython and torch keep allocations alive to exit by design.
 # abort_on_error=1 / halt_on_error=1: the first report stops the process (non-zero).
-# log_path: reports go to files (pid appended), so one in a worker or subprocess, or one
-# whose stderr pytest captured, is still seen and fails the run.
+# log_path: ASan reports go to files (pid appended), so one in a worker or subprocess, or
+# one whose stderr a test captured, is still seen and fails the run.
 export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:halt_on_error=1:log_path=$REPORTS/asan${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:abort_on_error=1:log_path=$REPORTS/ubsan${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
 export FASTLOAD_SANITIZED_C="$MODULE"
@@ -81,6 +87,17 @@ show_reports() {
     echo "======== $(basename "$report") ========" >&2
     cat "$report" >&2
   done
+  # GCC's UBSan ignores log_path when ASan is loaded too: its reports are on stderr.
+  if grep -q "runtime error:" "$RUN/output.log" 2>/dev/null; then
+    found=1
+    echo "======== UBSan (from the output) ========" >&2
+    grep -A 16 "runtime error:" "$RUN/output.log" >&2
+  fi
+  if [ $found = 1 ]; then
+    for trace in "$RUN/trace"/*; do
+      [ -f "$trace" ] && echo "[sanitize] process $(basename "$trace") last started: $(cat "$trace")" >&2
+    done
+  fi
   return $found
 }
 
@@ -100,21 +117,32 @@ ctypes.CDLL(None)["__asan_init"]  # raises when the ASan runtime is not loaded
 print(f"[sanitize] self-check: fastload._C = {loaded.__file__} ({flags})")
 EOF
 
-TESTS=("$@")
-[ ${#TESTS[@]} -gt 0 ] || read -r -a TESTS <<< "$DEFAULT_TESTS"
-echo "[sanitize] pytest ${TESTS[*]} (FASTLOAD_FUZZ_CASES=${FASTLOAD_FUZZ_CASES:-default}, limit ${TIMEOUT} s)"
 start=$(date +%s)
-# faulthandler dumps every thread's stack shortly before the limit: a hang shows where.
-dump_after=$(( TIMEOUT > 20 ? TIMEOUT - 10 : 0 ))
-LD_PRELOAD="$PRELOAD" timeout --kill-after=10 "$TIMEOUT" "$PY_PATH" -m pytest -q -p no:cacheprovider \
-  -o faulthandler_timeout="$dump_after" --durations=5 "${TESTS[@]}"
-rc=$?
+if [ "${1:-}" = "--run" ]; then
+  shift
+  [ "${1:-}" = "python" ] && set -- "$PY_PATH" "${@:2}"
+  echo "[sanitize] $* (limit ${TIMEOUT} s)"
+  LD_PRELOAD="$PRELOAD" timeout --kill-after=10 "$TIMEOUT" "$@" 2>&1 | tee "$RUN/output.log"
+  rc=${PIPESTATUS[0]}
+else
+  TESTS=("$@")
+  [ ${#TESTS[@]} -gt 0 ] || read -r -a TESTS <<< "$DEFAULT_TESTS"
+  echo "[sanitize] pytest ${TESTS[*]} (FASTLOAD_FUZZ_CASES=${FASTLOAD_FUZZ_CASES:-default}, limit ${TIMEOUT} s)"
+  # faulthandler dumps every thread's stack shortly before the limit: a hang shows where.
+  # --capture=sys: pytest captures Python's output only, so what the sanitizers write to
+  # file descriptor 2 reaches the log even when they abort the process.
+  dump_after=$(( TIMEOUT > 20 ? TIMEOUT - 10 : 0 ))
+  LD_PRELOAD="$PRELOAD" timeout --kill-after=10 "$TIMEOUT" "$PY_PATH" -m pytest -q -p no:cacheprovider \
+    --capture=sys -o faulthandler_timeout="$dump_after" --durations=5 "${TESTS[@]}" 2>&1 | tee "$RUN/output.log"
+  rc=${PIPESTATUS[0]}
+fi
 elapsed=$(( $(date +%s) - start ))
 if ! show_reports; then
-  fail "sanitizer report(s) above (tests: rc $rc, ${elapsed} s)"
+  fail "sanitizer report(s) above (exit status $rc after ${elapsed} s; kept in $REPORTS)"
 fi
 if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
   fail "the tests ran past SANITIZE_TIMEOUT=$TIMEOUT s (a hang, or a long run that needs a larger limit)"
 fi
-[ $rc -eq 0 ] || fail "pytest exited with $rc after ${elapsed} s"
-echo "[sanitize] clean: no sanitizer reports, tests passed in ${elapsed} s"
+[ $rc -eq 0 ] || fail "exit status $rc after ${elapsed} s"
+rm -rf "$RUN"
+echo "[sanitize] clean: no sanitizer reports, passed in ${elapsed} s"

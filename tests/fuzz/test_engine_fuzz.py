@@ -351,11 +351,12 @@ def check_case(case: Case, index: SampleIndex, where: str) -> Dict[str, int]:
     return counts
 
 
-def test_engine_batches_match_samples_alone_and_the_reference(tmp_path):
+def test_engine_batches_match_samples_alone_and_the_reference(tmp_path, fuzz_trace):
     totals = {"ok": 0, "failed": 0, "raised": 0, "invalid": 0}
     for i in range(CASES):
-        case, index = make_case(SEED, i, str(tmp_path))
         where = f"case {i} (make_case({SEED}, {i}, root))"
+        fuzz_trace(where)
+        case, index = make_case(SEED, i, str(tmp_path))
         try:
             counts = check_case(case, index, where)
         except AssertionError as failure:
