@@ -15,9 +15,11 @@ Properties:
     file; "skip" fills the slot with the next readable sample and counts the failures;
   * an unmodified file under an exact plan equals the reference pipeline (PIL decode +
     fastload.reference), within the kernel tests' tolerances;
+  * decode_on="cpu+gpu" (decoded windows packed for the batched kernel, run here on the
+    CPU) gives the CPU mode's batches;
   * invalid indices and invalid engine arguments raise a clean error.
 
-Case i is rebuilt by `make_case(SEED, i)`. FASTLOAD_FUZZ_CASES sets the number of cases
+Case i is rebuilt by `make_case(SEED, i, root)` (root: a folder for its files). FASTLOAD_FUZZ_CASES sets the number of cases
 (default: about 10 s on one core with the normal build).
 """
 
@@ -221,6 +223,7 @@ class Case:
     on_error: str
     epoch: int
     batches: List[List[int]]
+    windows: bool  # also run the batches in decode_on="cpu+gpu" (device: the CPU)
     rng: random.Random
 
 
@@ -231,7 +234,8 @@ def make_case(seed: int, i: int, root: str):
     plan = random_plan(rng)
     batches = [random_batch(rng, len(samples)) for _ in range(rng.randint(1, 3))]
     case = Case(samples, plan, threads=rng.randint(1, 3), channels_last=rng.random() < 0.4,
-                on_error=rng.choice(["raise", "skip"]), epoch=rng.randrange(5), batches=batches, rng=rng)
+                on_error=rng.choice(["raise", "skip"]), epoch=rng.randrange(5), batches=batches,
+                windows=rng.random() < 0.3, rng=rng)
     return case, index
 
 
@@ -267,18 +271,23 @@ def check_reference(case: Case, sample: int, image: torch.Tensor, where: str):
     if decoded.dim() == 2:
         decoded = decoded.unsqueeze(-1)
     expected = apply_plan_reference(plan, decoded, epoch=case.epoch, index=sample)
-    assert expected.shape == image.shape, (where, expected.shape, image.shape)
-    if plan.dtype == torch.uint8:
-        diff = (image.int() - expected.int()).abs().max().item()
-        assert diff <= UINT8_MAX_DIFF, f"{where}: uint8 off by {diff} from the reference"
+    assert_close_as_kernels(image, expected, f"{where}, vs the reference")
+
+
+def assert_close_as_kernels(got: torch.Tensor, want: torch.Tensor, where: str):
+    """Equal up to the arithmetic of two implementations of the same resample."""
+    assert got.shape == want.shape and got.dtype == want.dtype, (where, got.shape, want.shape, got.dtype, want.dtype)
+    if got.numel() == 0:
+        return
+    if got.dtype == torch.uint8:
+        diff = (got.int() - want.int()).abs().max().item()
+        assert diff <= UINT8_MAX_DIFF, f"{where}: uint8 off by {diff}"
+    elif got.dtype == torch.float32:
+        span = max(1.0, (want.max() - want.min()).item())
+        torch.testing.assert_close(got, want, atol=FLOAT32_RANGE_TOL * span, rtol=0, msg=where)
     else:
-        got, want = image.double(), expected.double()
-        if plan.dtype == torch.float32:
-            span = max(1.0, (want.max() - want.min()).item())
-            torch.testing.assert_close(got, want, atol=FLOAT32_RANGE_TOL * span, rtol=0, msg=where)
-        else:
-            rtol = HALF_RTOL if plan.dtype == torch.float16 else BFLOAT16_RTOL
-            torch.testing.assert_close(got, want, atol=1e-3, rtol=rtol, msg=where)
+        rtol = HALF_RTOL if got.dtype == torch.float16 else BFLOAT16_RTOL
+        torch.testing.assert_close(got.double(), want.double(), atol=1e-3, rtol=rtol, msg=where)
 
 
 def check_case(case: Case, index: SampleIndex, where: str) -> Dict[str, int]:
@@ -297,12 +306,15 @@ def check_case(case: Case, index: SampleIndex, where: str) -> Dict[str, int]:
         # Every batch in flight at once, collected in a random order.
         tickets = [(batch, runner.submit(batch, case.epoch)) for batch in case.batches]
         case.rng.shuffle(tickets)
+        results = []  # (batch, [images, labels] or the DecodeError)
         for batch, ticket in tickets:
             at = f"{where}, batch {batch}"
             skipped_before = runner.stats()["skipped"]
             try:
                 images, labels = runner.result(ticket)
+                results.append((batch, (images, labels)))
             except DecodeError as error:
+                results.append((batch, error))
                 if case.on_error == "skip":  # only when no sample of the index is readable
                     assert all(isinstance(solo(s), DecodeError) for s in range(n)), f"{at}: unexpected {error}"
                     assert "consecutive samples failed" in str(error), (at, str(error))
@@ -333,6 +345,8 @@ def check_case(case: Case, index: SampleIndex, where: str) -> Dict[str, int]:
                 counts["ok"] += 1
             counts["failed"] += len(failed)
             assert runner.stats()["skipped"] - skipped_before == len(failed), at
+        if case.windows:
+            check_windows_mode(case, index, results, where)
         # Every sample the batches met, alone: valid, and like the reference where exact.
         for sample, outcome in sorted(solo.outcomes.items()):
             at = f"{where}, sample {sample} ({case.samples[sample].kind})"
@@ -349,6 +363,27 @@ def check_case(case: Case, index: SampleIndex, where: str) -> Dict[str, int]:
         runner.close()
         solo.close()
     return counts
+
+
+def check_windows_mode(case: Case, index: SampleIndex, results, where: str):
+    """decode_on="cpu+gpu": the engine keeps each sample's decoded window and packs them;
+    the batched kernel (here on the CPU) gives what the per-sample path gave."""
+    runner = NativeRunner(index, case.plan, num_threads=case.threads, on_error=case.on_error,
+                          decode_on="cpu+gpu", device="cpu")
+    try:
+        for batch, expected in results:
+            at = f"{where}, batch {batch}, windows mode"
+            try:
+                images, labels = runner.result(runner.submit(batch, case.epoch))
+            except DecodeError as error:
+                assert isinstance(expected, DecodeError), f"{at}: unexpected {error}"
+                assert error.index == expected.index, (at, error.index, expected.index)
+                continue
+            assert not isinstance(expected, DecodeError), f"{at}: no error, the CPU mode raised {expected}"
+            assert torch.equal(labels, expected[1]), at
+            assert_close_as_kernels(images, expected[0], at)
+    finally:
+        runner.close()
 
 
 def test_engine_batches_match_samples_alone_and_the_reference(tmp_path, fuzz_trace):
