@@ -13,7 +13,7 @@ NATIVE_SOURCES := $(shell find csrc -name '*.cpp' -o -name '*.h' -o -name '*.cu'
 BUILT := $(VENV)/.fastload-built
 PYTEST_ARGS ?= -n 2
 
-.PHONY: all setup build test bench clean info
+.PHONY: all setup build test bench clean info sanitize
 
 all: test
 
@@ -44,6 +44,15 @@ test: $(BUILT)
 
 bench: $(BUILT)
 	$(PY) -m fastload.bench
+
+# Developer check, not a set-up step: fastload._C with AddressSanitizer + UBSan, built
+# apart in build-sanitize/ (build/ and fastload/_C*.so untouched), then the fuzzers and
+# kernel tests under it. Short by default (CI); a long run:
+#   make sanitize FUZZ_CASES=100000 SANITIZE_TIMEOUT=0
+FUZZ_CASES ?= 100
+SANITIZE_TIMEOUT ?= 240
+sanitize: $(VENV)/.deps
+	PY=$(PY) FASTLOAD_FUZZ_CASES=$(FUZZ_CASES) SANITIZE_TIMEOUT=$(SANITIZE_TIMEOUT) scripts/sanitize.sh
 
 clean:
 	rm -rf build *.egg-info fastload/_C*.so $(BUILT)

@@ -9,6 +9,11 @@ Configuration (environment variables):
                          nvidia-nvjpeg pip package. Without it the GPU decode op raises.
   TORCH_CUDA_ARCH_LIST   GPU architectures (default here: "8.0;9.0+PTX").
   FASTLOAD_DEBUG=1       -O0 -g and asserts.
+  FASTLOAD_SANITIZE      e.g. "address,undefined": a CPU-only build instrumented with
+                         -fsanitize=<value> (-O1 -g, frame pointers) into
+                         build-sanitize/ (objects in temp/, the module in lib/), so the
+                         normal build/ and fastload/_C*.so stay as they are. Run it with
+                         `make sanitize` (scripts/sanitize.sh), which loads it.
 
 The build prints its configuration; a missing optional piece degrades the build
 (reported by `python -m fastload.info`), a missing libjpeg-turbo stops it with the fix.
@@ -143,16 +148,29 @@ def extensions():
     from torch.utils import cpp_extension
 
     debug = os.environ.get("FASTLOAD_DEBUG") == "1"
+    sanitize = sanitizers()
     include_dirs, library_dirs, libraries, jpeg_version = find_libjpeg()
     cuda_home = cpp_extension.CUDA_HOME
+    if sanitize and os.environ.get("FASTLOAD_CUDA", "auto") == "1":
+        sys.exit("error: FASTLOAD_SANITIZE builds are CPU only; unset FASTLOAD_CUDA or set it to 0")
+    if sanitize:
+        log(f"sanitizers: {sanitize} (into {SANITIZE_BUILD})")
+        os.environ["FASTLOAD_CUDA"] = "0"  # nvcc objects are not instrumented
     with_cuda = want_cuda(torch, cuda_home)
 
     sources = sorted(glob.glob(os.path.join("csrc", "**", "*.cpp"), recursive=True))
     cxx_flags = ["-O0", "-g"] if debug else ["-O3", "-DNDEBUG"]
+    if sanitize:
+        # -O1 keeps the run bearable and the stacks readable. Python's own flags bring
+        # -fwrapv, which makes signed overflow defined and so invisible to UBSan. The
+        # libstdc++ macros make std::vector tell ASan its size (a read past size() but
+        # within capacity, e.g. of a reused decode buffer, is reported) and bound-check [].
+        cxx_flags = ["-O1", "-g", "-fno-omit-frame-pointer", "-fno-wrapv", f"-fsanitize={sanitize}",
+                     "-D_GLIBCXX_SANITIZE_VECTOR", "-D_GLIBCXX_ASSERTIONS"]
     # torch's headers choose the C++ standard (C++20 for torch >= 2.10).
     cxx_flags += ["-fvisibility=hidden", "-Wall", "-Wno-unused-function"]
     define_macros = [("FASTLOAD_JPEG_VERSION", f'"{jpeg_version}"')]
-    extra_link_args = []
+    extra_link_args = [f"-fsanitize={sanitize}"] if sanitize else []
     nvcc_flags = ["-O3", "--expt-relaxed-constexpr"]
 
     if with_cuda:
@@ -190,6 +208,17 @@ def extensions():
     ]
 
 
+def sanitizers():
+    """The FASTLOAD_SANITIZE value ("address,undefined"), or "" for a normal build."""
+    value = os.environ.get("FASTLOAD_SANITIZE", "").strip()
+    if value and not re.fullmatch(r"[a-z-]+(,[a-z-]+)*", value):
+        sys.exit(f"error: FASTLOAD_SANITIZE must be a -fsanitize= list such as address,undefined; got {value!r}")
+    return value
+
+
+SANITIZE_BUILD = os.path.join(ROOT, "build-sanitize")
+
+
 def build_ext_class():
     from torch.utils.cpp_extension import BuildExtension
 
@@ -200,6 +229,10 @@ def build_ext_class():
         def finalize_options(self):
             super().finalize_options()
             self.build_temp = os.path.join(ROOT, "build", "temp")
+            if sanitizers():  # never over the normal objects or fastload/_C*.so
+                self.build_temp = os.path.join(SANITIZE_BUILD, "temp")
+                self.build_lib = os.path.join(SANITIZE_BUILD, "lib")
+                self.inplace = False
 
     return IncrementalBuildExtension.with_options(use_ninja=shutil.which("ninja") is not None or _has_ninja_module())
 
