@@ -55,4 +55,4 @@ sanitize: $(VENV)/.deps
 	PY=$(PY) FASTLOAD_FUZZ_CASES=$(FUZZ_CASES) SANITIZE_TIMEOUT=$(SANITIZE_TIMEOUT) scripts/sanitize.sh
 
 clean:
-	rm -rf build *.egg-info fastload/_C*.so $(BUILT)
+	rm -rf build build-sanitize *.egg-info fastload/_C*.so $(BUILT)

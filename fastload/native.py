@@ -288,31 +288,31 @@ class NativeRunner:
                         self._stats["gpu_cpu_fallback"] += 1
                     except RuntimeError as error:
                         status[slot], messages[slot] = DECODE_ERROR, str(error)
-        for slot, image in enumerate(images):
-            if image is not None and not self._geometry_ok(image, int(samples[slot]), epoch, slot, status, messages):
-                image = None
-            if image is None:  # a failed slot: one black pixel keeps the batched kernel valid
-                images[slot] = torch.zeros((1, 1, self.plan.channels), dtype=torch.uint8, device=self.device)
-        return status, messages, self._augment_decoded(images, samples, epoch)
+        return status, messages, self._augment_decoded(images, samples, epoch, status, messages)
 
-    def _geometry_ok(self, image: torch.Tensor, sample: int, epoch: int, slot: int, status: torch.Tensor,
-                     messages: List[str]) -> bool:
-        """Whether the plan's geometry has pixels to sample in this decoded image; if not,
-        marks the slot BAD_GEOMETRY so that the error policy handles this one sample
-        (as the CPU modes do) instead of the batch's plan_regions call failing."""
-        size = torch.tensor([[image.shape[0], image.shape[1]]], dtype=torch.int64)
-        try:
-            _ext.require_ops().plan_regions(self.plan.config(), size, torch.tensor([sample]), epoch)
-        except ValueError as error:
-            status[slot], messages[slot] = BAD_GEOMETRY, str(error)
-            return False
-        return True
-
-    def _augment_decoded(self, images: List[torch.Tensor], samples: torch.Tensor, epoch: int) -> torch.Tensor:
+    def _augment_decoded(self, images: List[Optional[torch.Tensor]], samples: torch.Tensor, epoch: int,
+                         status: torch.Tensor, messages: List[str]) -> torch.Tensor:
         """Packs whole decoded uint8 HWC images (on the device) with their plan geometry:
-        the clamp region becomes a strided view (offset, row stride) of the packed buffer."""
+        the clamp region becomes a strided view (offset, row stride) of the packed buffer.
+        A failed slot (no image, or geometry without pixels to sample, marked BAD_GEOMETRY
+        here as the CPU modes do) gets one black pixel, so the batched kernel stays valid
+        and the error policy handles that sample alone."""
+        config, ops = self.plan.config(), _ext.require_ops()
+        try:
+            boxes, clamps, flips = self._regions_of(images, samples, epoch)
+        except ValueError:  # some box has no pixels: find which, so that only they fail
+            for slot, image in enumerate(images):
+                if image is None:
+                    continue
+                try:
+                    ops.plan_region(config, image.shape[0], image.shape[1], epoch, int(samples[slot]))
+                except ValueError as error:
+                    status[slot], messages[slot], images[slot] = BAD_GEOMETRY, str(error), None
+            boxes, clamps, flips = self._regions_of(images, samples, epoch)
+        for slot, image in enumerate(images):
+            if image is None:
+                images[slot] = torch.zeros((1, 1, self.plan.channels), dtype=torch.uint8, device=self.device)
         sizes = torch.tensor([[im.shape[0], im.shape[1]] for im in images], dtype=torch.int64)
-        boxes, clamps, flips = _ext.require_ops().plan_regions(self.plan.config(), sizes, samples, epoch)
         channels = self.plan.channels
         lengths = sizes[:, 0] * sizes[:, 1] * channels
         starts = torch.cumsum(lengths, 0) - lengths
@@ -328,6 +328,18 @@ class NativeRunner:
         relative[:, 1] -= left.float()
         packed = torch.cat([im.reshape(-1) for im in images]) if images else torch.empty(0, dtype=torch.uint8)
         return self._augment_on_device(packed, shapes, relative, flips)
+
+    def _regions_of(self, images: List[Optional[torch.Tensor]], samples: torch.Tensor, epoch: int):
+        """plan_regions of the images there are; a missing one gets the box of its
+        one-pixel stand-in."""
+        boxes = torch.tensor([[0.0, 0.0, 1.0, 1.0]]).repeat(len(images), 1)
+        clamps, flips = boxes.clone(), torch.zeros(len(images), dtype=torch.bool)
+        present = [slot for slot, image in enumerate(images) if image is not None]
+        if present:
+            sizes = torch.tensor([[images[s].shape[0], images[s].shape[1]] for s in present], dtype=torch.int64)
+            boxes[present], clamps[present], flips[present] = _ext.require_ops().plan_regions(
+                self.plan.config(), sizes, samples[present], epoch)
+        return boxes, clamps, flips
 
     def _repair(self, slot: int, sample: int, status: int, message: str, samples: torch.Tensor,
                 out: torch.Tensor, epoch: int, failed: set) -> None:
