@@ -36,7 +36,8 @@ FLOAT32_RANGE_TOL = 1e-4
 # 2^-7) apart at most.
 HALF_RTOL, BFLOAT16_RTOL = 2.0**-10, 2.0**-7
 # uint8: values that land within float32 noise of k + 0.5 may round either way: off by
-# at most 1, and rarely.
+# at most 1, and rarely (one value may always be: a 48-value output at another -O level
+# or FMA contraction can have one such tie).
 UINT8_MAX_DIFF, UINT8_MAX_OFF_FRACTION = 1, 0.01
 # vs torch interpolate (float32 weights and accumulation) on [0, 255] values.
 TORCH_ATOL = 1e-3
@@ -73,7 +74,7 @@ def assert_matches(out, want, dtype):
     if dtype == torch.uint8:
         diff = (out.int() - want.int()).abs()
         assert diff.max().item() <= UINT8_MAX_DIFF
-        assert (diff > 0).float().mean().item() <= UINT8_MAX_OFF_FRACTION
+        assert (diff > 0).sum().item() <= max(1, UINT8_MAX_OFF_FRACTION * diff.numel())
     elif dtype == torch.float32:
         span = max(1.0, want.abs().max().item())
         torch.testing.assert_close(out, want, rtol=0, atol=FLOAT32_RANGE_TOL * span)
