@@ -267,6 +267,14 @@ def test_degenerate_geometry_is_an_error_through_the_policy_never_zeros(tmp_path
 
 
 @needs_ops
+def test_plan_regions_refuse_image_sizes_past_the_int_range():
+    # 2^32 + 5 rows must not be planned as 5 (an int64 -> int truncation).
+    config = build_plan([specs.Resize(8), specs.CenterCrop(4)]).config()
+    with pytest.raises(ValueError, match=r"fastload\.plan_regions: expected image sizes in \[1, 2\^31\), got 4294967301x100"):
+        _ext.require_ops().plan_regions(config, torch.tensor([[2**32 + 5, 100]]), torch.tensor([0]), 0)
+
+
+@needs_ops
 def test_resize_of_a_1x9000000_image_is_not_zeros():
     """Resize(256) of a 1 x 9,000,000 image is 256 x 2,304,000,000: past the int range,
     computed in int64. The centre crop lies on the boundary of a 50 and a 250 half."""

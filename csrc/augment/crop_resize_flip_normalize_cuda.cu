@@ -182,9 +182,11 @@ at::Tensor crop_resize_flip_normalize_cuda(const at::Tensor& image, at::ArrayRef
   FASTLOAD_CHECK_VALUE(image.stride(2) == 1 && image.stride(1) == C && image.stride(0) >= W * C, kOp,
                        "expected packed pixels (strides [row >= W*C, C, 1]), got strides ", image.strides(),
                        ". Call .contiguous() on the image.");
-  FASTLOAD_CHECK_VALUE(box.size() == 4 && std::isfinite(box[0]) && std::isfinite(box[1]) && std::isfinite(box[2]) &&
-                           std::isfinite(box[3]) && box[2] > 0 && box[3] > 0,
-                       kOp, "expected a box [top, left, height, width] of finite floats with height > 0 and "
+  // Checked as the float32 values the kernel gets (as the CPU op does): a double such as
+  // 1e39 or 1e-46 is finite and positive but becomes inf or 0 as a float.
+  FASTLOAD_CHECK_VALUE(box.size() == 4 && box_valid(static_cast<float>(box[0]), static_cast<float>(box[1]),
+                                                    static_cast<float>(box[2]), static_cast<float>(box[3])),
+                       kOp, "expected a box [top, left, height, width] of finite float32 values with height > 0 and "
                        "width > 0, got ", box, ".");
   FASTLOAD_CHECK_VALUE(size.size() == 2 && size[0] >= 0 && size[1] >= 0 && size[0] <= INT_MAX && size[1] <= INT_MAX,
                        kOp, "expected size = [out_height, out_width] >= 0, got ", size, ".");

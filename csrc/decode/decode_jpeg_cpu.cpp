@@ -403,7 +403,10 @@ int count_jpeg_scans(const uint8_t* data, size_t size, int stop_after) {
     if (marker == 0xD9) break;  // EOI
     if (i + 3 >= size) break;
     const size_t length = (static_cast<size_t>(data[i + 2]) << 8) | data[i + 3];
-    if (length < 2) break;
+    if (length < 2) {  // libjpeg skips such a segment's length bytes and reads on: so does the count
+      i += 4;
+      continue;
+    }
     if (marker == 0xDA && ++scans > stop_after) break;
     i += 2 + length;  // the scan data after an SOS is walked byte by byte above
   }

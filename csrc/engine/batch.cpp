@@ -198,7 +198,8 @@ void finish(Job& job, int64_t slot, const SourceRegion& region, const uint8_t* p
 
 // A box side as an int for the DCT-scale choice: a Resize to far fewer pixels than the
 // image has makes boxes of more than 2^31 source pixels, beyond the int conversion.
-int int_side(float side) { return static_cast<int>(std::min(static_cast<double>(side), 2147483647.0)); }
+// Capped at INT_MAX - 7 so that choose_scale_denom's ceil(side / d) cannot overflow.
+int int_side(float side) { return static_cast<int>(std::min(static_cast<double>(side), INT_MAX - 7.0)); }
 
 void process_sample(Job& job, int64_t slot, ThreadState& state) {
   const Plan& plan = *job.plan;
@@ -351,10 +352,12 @@ py::tuple regions_of(const py::dict& config, const at::Tensor& sizes, const at::
   auto clamps = at::empty({n, 4}, at::kFloat);
   auto flips = at::empty({n}, at::kBool);
   for (int64_t i = 0; i < n; ++i) {
-    const int height = static_cast<int>(sizes_c.data_ptr<int64_t>()[2 * i]);
-    const int width = static_cast<int>(sizes_c.data_ptr<int64_t>()[2 * i + 1]);
-    FASTLOAD_CHECK_VALUE(height > 0 && width > 0, op, "expected positive image sizes, got ", height, "x", width, ".");
-    const SourceRegion region = plan_region(plan, height, width, epoch, samples_c.data_ptr<int64_t>()[i]);
+    const int64_t height = sizes_c.data_ptr<int64_t>()[2 * i];
+    const int64_t width = sizes_c.data_ptr<int64_t>()[2 * i + 1];
+    FASTLOAD_CHECK_VALUE(height > 0 && width > 0 && height <= INT_MAX && width <= INT_MAX, op,
+                         "expected image sizes in [1, 2^31), got ", height, "x", width, ".");
+    const SourceRegion region = plan_region(plan, static_cast<int>(height), static_cast<int>(width), epoch,
+                                            samples_c.data_ptr<int64_t>()[i]);
     const float b[8] = {region.box.top, region.box.left, region.box.height, region.box.width,
                         region.clamp.top, region.clamp.left, region.clamp.height, region.clamp.width};
     std::copy(b, b + 4, boxes.data_ptr<float>() + 4 * i);
@@ -472,8 +475,10 @@ class BatchEngine {
     for (const auto& [slot, image] : predecoded) {
       FASTLOAD_CHECK_VALUE(0 <= slot && slot < samples.size(0) && image.dim() == 3 && image.device().is_cpu() &&
                                image.scalar_type() == at::kByte && image.size(2) == plan_->channels &&
-                               image.size(0) > 0 && image.size(1) > 0,
-                           op, "expected predecoded images as uint8 [H, W, ", plan_->channels, "].");
+                               image.size(0) > 0 && image.size(1) > 0 && image.size(0) <= INT_MAX &&
+                               image.size(1) <= INT_MAX,
+                           op, "expected predecoded images as uint8 [H, W, ", plan_->channels,
+                           "] with 0 < H, W < 2^31, got ", image.sizes(), ".");
       job->predecoded.emplace(slot, image.contiguous());
     }
     const size_t batch = job->samples.size();

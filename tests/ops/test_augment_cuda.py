@@ -195,6 +195,13 @@ def test_cuda_taps_of_an_image_wider_than_2_to_the_24_stay_inside_it():
         assert torch.equal(out.cpu(), torch.zeros(3, *size)), out
 
 
+@pytest.mark.parametrize("box", [[0, 0, 1e39, 4], [0, 0, 1e-46, 4], [0, float("inf"), 4, 4]])
+def test_cuda_box_is_checked_as_the_float32_values_the_kernel_gets(box):
+    image = torch.zeros(4, 4, 3, dtype=torch.uint8, device="cuda")
+    with pytest.raises(ValueError, match=r"^fastload\.crop_resize_flip_normalize: expected a box"):
+        ops.crop_resize_flip_normalize(image, box, [2, 2])
+
+
 def test_opcheck_cuda():
     image = make_image(21, 17).cuda()
     torch.library.opcheck(

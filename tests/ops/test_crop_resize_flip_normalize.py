@@ -520,6 +520,8 @@ def test_taps_of_an_image_wider_than_2_to_the_24_stay_inside_it():
         (dict(image=torch.zeros(3, 4, 4, dtype=torch.uint8).permute(1, 2, 0)[:, :, :3]), "expected packed pixels"),
         (dict(box=[0, 0, 0, 4]), "height > 0 and width > 0, got \\[0, 0, 0, 4\\]"),
         (dict(box=[0, float("nan"), 4, 4]), "expected a box"),
+        (dict(box=[0, 0, 1e39, 4]), "expected a box"),  # finite as a double, inf as the kernel's float32
+        (dict(box=[0, 0, 1e-46, 4]), "expected a box"),  # positive as a double, 0 as a float32
         (dict(box=[0, 0, 4]), "expected box = \\[top, left, height, width\\], got 3 values"),
         (dict(size=[4, -1]), "expected size = \\[out_height, out_width\\] >= 0"),
         (dict(mean=[0.0, 0.0]), "one value per channel \\(3\\)"),

@@ -437,6 +437,11 @@ def test_progressive_scan_bomb_is_refused_from_its_markers():
     for scans in (2, 40, 500):  # up to the limit they decode, like PIL
         data = js.progressive_with_scans(scans)
         assert_equal(decode(data, channels=1)[..., 0], js.pil_decode(data, "L"), f"{scans} scans")
+    # A comment segment with a length under 2 is skipped by libjpeg, which decodes on: the
+    # marker walk must count the scans after it too (nvJPEG has no other scan limit).
+    hidden = bomb[:2] + b"\xff\xfe\x00\x00" + bomb[2:]
+    with pytest.raises(RuntimeError, match=message):
+        decode(hidden)
 
 
 def test_decode_jpeg_cuda_takes_the_cpu_limits():
