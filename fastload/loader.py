@@ -906,6 +906,12 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         self._pass = current
         self._stats.start_epoch()
 
+        # The order draws later epochs' seeds from a resumed run's stream only while nobody
+        # else touches the global RNG; its own draws here (the base seed; with workers, the
+        # shuffle seed) do not count.
+        order_draws = self._order if isinstance(self._order, sampling._Order) else None
+        if order_draws is not None:
+            order_draws.begin_global_draws()
         if self._runner is not None:
             if not (self.persistent_workers and self._drew_base_seed):
                 # torch's iterator draws its workers' base seed before the permutation;
@@ -915,6 +921,8 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             # Every engine thread works on every batch (one queue), so prefetch_factor
             # batches in flight keep them all busy; torch's per-worker multiple would only
             # hold more batch memory.
+            if order_draws is not None:
+                order_draws.end_global_draws()
             depth = max(2, self.prefetch_factor or 2)
             source: Iterator[Tuple[Any, Any]] = _NativeSource(
                 self._runner, iter(_OrderBatches(self)), epoch, depth)
@@ -927,8 +935,12 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
                 self._user_dataset.set_epoch(epoch)
                 if self.seed is not None:
                     self._user_dataset.seed = self.seed
-            source = _TorchSource(iter(self._inner_loader()), self._stats,
-                                  keep_batch_count=getattr(self._order, "world_size", 1) > 1)
+            try:
+                source = _TorchSource(iter(self._inner_loader()), self._stats,
+                                      keep_batch_count=getattr(self._order, "world_size", 1) > 1)
+            finally:
+                if order_draws is not None:
+                    order_draws.end_global_draws()
 
         from fastload.transfer import DevicePrefetcher, make_convert
 

@@ -451,10 +451,12 @@ def test_epochs_after_a_resume_without_generator_follow_the_uninterrupted_run():
     resumed.load_state_dict(state)
     got = [epoch(resumed) for _ in range(3)]
     assert head + got[0] == want[1] and got[1:] == want[2:]
-    # and a resume of the resumed run, at an epoch's end
-    again = make(77)
-    again.load_state_dict(json.loads(json.dumps(resumed.state_dict(len(got[-1])))))
+    # and a resume of the resumed run, at an epoch's end (the resumed run goes on first:
+    # make() re-seeds the global RNG, which would make the resumed run draw from it)
+    state = json.loads(json.dumps(resumed.state_dict(len(got[-1]))))
     resumed_next = epoch(resumed)
+    again = make(77)
+    again.load_state_dict(state)
     assert epoch(again) == resumed_next
 
 
@@ -549,6 +551,92 @@ def test_epochs_after_a_resumed_one_follow_the_uninterrupted_run_with_persistent
     resumed.load_state_dict(state)
     got = [[b[0].tolist() for b in resumed] for _ in range(2)]
     assert head[:4] == want[0] and [head[4]] + got[0] == want[1] and got[1] == want[2]
+
+
+def _epochs_of(loader, n):
+    return [[b[0].tolist() for b in loader] for _ in range(n)]
+
+
+@pytest.mark.parametrize("num_workers", [0, 1])
+def test_a_loop_that_reseeds_the_global_rng_each_epoch_gets_the_uninterrupted_order_after_a_resume(num_workers):
+    import fastload
+
+    ds = TensorDataset(torch.arange(10))
+
+    def make():
+        return fastload.DataLoader(ds, batch_size=3, shuffle=True, num_workers=num_workers)
+
+    def run(loader, start, stop=None):
+        out = []
+        for epoch in range(start, 3):
+            torch.manual_seed(1000 + epoch)
+            out.append([])
+            for b in loader:
+                out[-1].append(b[0].tolist())
+                if stop == (epoch, len(out[-1])):
+                    return out, json.loads(json.dumps(loader.state_dict()))
+        return out, None
+
+    want, _ = run(make(), 0)
+    for stop in [(0, 4), (1, 2)]:  # at an epoch's end, and mid-epoch
+        head, state = run(make(), 0, stop)
+        torch.manual_seed(7)  # a new process
+        resumed = make()
+        resumed.load_state_dict(state)
+        if stop[1] == 4:
+            got, _ = run(resumed, stop[0] + 1)
+            assert got == want[stop[0] + 1:]
+        else:
+            rest = [b[0].tolist() for b in resumed]  # the rest of the resumed epoch: no re-seed
+            got, _ = run(resumed, stop[0] + 1)
+            assert head[-1] + rest == want[stop[0]] and got == want[stop[0] + 1:]
+
+
+def test_restoring_the_global_rng_with_the_checkpoint_gets_the_uninterrupted_order_after_a_resume():
+    # As Accelerate's save_state/load_state: the loader's state and torch's RNG state are
+    # checkpointed together, and the RNG is restored after load_state_dict.
+    import fastload
+
+    ds = TensorDataset(torch.arange(10))
+
+    def epoch(loader):
+        return [(b[0].tolist(), torch.rand(1).item()) for b in loader]  # the model draws too
+
+    torch.manual_seed(0)
+    ref = fastload.DataLoader(ds, batch_size=3, shuffle=True)
+    want = [epoch(ref) for _ in range(3)]
+    torch.manual_seed(0)
+    first = fastload.DataLoader(ds, batch_size=3, shuffle=True)
+    got = [epoch(first)]
+    checkpoint = {"loader": json.loads(json.dumps(first.state_dict())), "rng": torch.get_rng_state()}
+    torch.manual_seed(777)  # a new process
+    resumed = fastload.DataLoader(ds, batch_size=3, shuffle=True)
+    resumed.load_state_dict(checkpoint["loader"])
+    torch.set_rng_state(checkpoint["rng"])
+    got += [epoch(resumed) for _ in range(2)]
+    assert got == want
+
+
+def test_drawing_from_the_global_rng_between_epochs_after_a_resume_shuffles_like_torch():
+    # Nobody restores the RNG, but the loop draws from it: the order then follows the
+    # global RNG, as torch's DataLoader does with the same RNG state.
+    import fastload
+
+    ds = TensorDataset(torch.arange(10))
+    torch.manual_seed(0)
+    first = fastload.DataLoader(ds, batch_size=3, shuffle=True)
+    list(first)
+    state = json.loads(json.dumps(first.state_dict()))
+    torch.manual_seed(5)  # a new process
+    resumed = fastload.DataLoader(ds, batch_size=3, shuffle=True)
+    resumed.load_state_dict(state)
+    reference = torch.utils.data.DataLoader(ds, batch_size=3, shuffle=True)
+    for _ in range(3):
+        torch.rand(3)  # e.g. a random augmentation or dropout on the CPU
+        rng = torch.get_rng_state()
+        ours = _epochs_of(resumed, 1)
+        torch.set_rng_state(rng)
+        assert ours == _epochs_of(reference, 1)
 
 
 # ---------------------------------------------------------------------------------------
