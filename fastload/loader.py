@@ -768,6 +768,13 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             order_state = self._order.state_dict(current.delivered)
         if finished:
             epoch, consumed = current.epoch + 1, 0
+            if order_state is not None and order_state.get("segments", []) == [] and not order_state.get("perm"):
+                # The next epoch from its start: nothing in it depends on the finished pass's
+                # length, so it is labelled with the dataset's length now, as the fingerprint is
+                # (a dataset that grew between epochs still resumes).
+                now = self._current_dataset_len()
+                if now is not None:
+                    order_state["dataset_len"] = now
         else:
             epoch, consumed = current.epoch, current.offset + current.delivered
         return {"version": STATE_VERSION, "epoch": epoch, "batches_consumed": consumed, "order": order_state,
@@ -793,13 +800,21 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         so that moving the data to another root still resumes. None without a len().
         """
         dataset = self._user_dataset
-        try:
-            n = len(dataset)
-        except TypeError:
+        n = self._current_dataset_len()
+        if n is None:
             return None
         names = _sample_names(dataset, n) if n > 0 else None
         keys = hashlib.sha256("\0".join(names).encode("utf-8", "surrogateescape")).hexdigest()[:16] if names else None
         return {"len": n, "keys": keys}
+
+    def _current_dataset_len(self) -> Optional[int]:
+        """len(dataset), or None when it has none that works (an IterableDataset's __len__ may
+        raise anything, e.g. NotImplementedError): a resume check is never a new way to fail."""
+        try:
+            n = len(self._user_dataset)
+        except Exception:
+            return None
+        return n if isinstance(n, int) and n >= 0 else None
 
     def _check_dataset(self, saved: Any, where: str) -> None:
         if saved is None:
@@ -885,11 +900,12 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
 
     # -- torch's protocol -----------------------------------------------------------------
     def __len__(self) -> int:
-        self._follow_dataset_len(starting=False)
         if self._order is not None:
             # The whole epoch's batch count, also while a resumed epoch yields only its
             # rest (as torch's and torchdata's): training loops size an epoch with it.
-            return self._order.epoch_batches()
+            # Over the dataset's current length when the next iter() will adopt it, without
+            # adopting it here: the pass before still counts against its own length.
+            return self._order.epoch_batches(self._dataset_len_to_follow(starting=False))
         return super().__len__()
 
     def __iter__(self) -> _LoaderIter:  # type: ignore[override]
@@ -965,14 +981,18 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         for the length it started with; the next iter() takes the new one), not under DDP
         (every rank must agree, and DistributedSampler fixes its length too), and not on
         the native path (the engine's sample index is built once)."""
+        dataset_len = self._dataset_len_to_follow(starting)
+        if dataset_len is not None and dataset_len != self._order.dataset_len:
+            self._order.dataset_len = dataset_len
+
+    def _dataset_len_to_follow(self, starting: bool) -> Optional[int]:
+        """The dataset's length if the order follows it now (see _follow_dataset_len), else None."""
         order = self._order
         if self._runner is not None or not isinstance(order, sampling._Order) or order.distributed:
-            return
+            return None
         if self._resume is not None or (not starting and self._pass is not None and not self._pass.finished):
-            return
-        dataset_len = len(self.dataset)
-        if dataset_len != order.dataset_len:
-            order.dataset_len = dataset_len
+            return None
+        return len(self.dataset)
 
     def _next_epoch(self) -> int:
         if self._pending_epoch is not None:
