@@ -819,7 +819,7 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
     def _check_dataset(self, saved: Any, where: str) -> None:
         if saved is None:
             return
-        if not (isinstance(saved, dict) and isinstance(saved.get("len"), int)
+        if not (isinstance(saved, dict) and type(saved.get("len")) is int
                 and (saved.get("keys") is None or isinstance(saved.get("keys"), str))):
             raise ValueError(f"{where}: expected 'dataset' to be None or {{'len': int, 'keys': str or None}}, got "
                              f"{saved!r}. Load a state saved by fastload.DataLoader.state_dict().")
@@ -853,7 +853,7 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         if not isinstance(state_dict, dict):
             raise TypeError(f"{where}: expected a dict from state_dict(), got {type(state_dict).__name__}.")
         version = state_dict.get("version")
-        if version not in _STATE_VERSIONS or isinstance(version, bool):
+        if type(version) is not int or version not in _STATE_VERSIONS:
             raise ValueError(f"{where}: expected version {' or '.join(map(str, _STATE_VERSIONS))}, got {version!r}. "
                              "Resume with the fastload version that saved the state.")
         epoch, consumed = state_dict.get("epoch"), state_dict.get("batches_consumed")

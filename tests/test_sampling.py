@@ -387,6 +387,50 @@ def test_load_state_validates():
     assert len(o) == 4
 
 
+def _edited(state, path, value):
+    state = json.loads(json.dumps(state))
+    *parents, last = path
+    target = state
+    for key in parents:
+        target = target[key]
+    target[last] = value
+    return state
+
+
+@pytest.mark.parametrize("path,value", [
+    (("order", "perm", "seed"), 2 ** 70), (("order", "perm", "seed"), True), (("order", "perm", "seed"), 1.5),
+    (("order", "perm"), {"kind": "generator", "state": "xx"}),
+    (("order", "segments", 0, "steps"), True), (("order", "segments", 0, "world_size"), True),
+    (("order", "segments", 0, "batch_size"), True), (("order", "epoch"), False),
+    (("version",), 2.0), (("order", "version"), 2.0), (("dataset", "len"), True),
+])
+def test_hand_edited_loader_state_is_refused_with_a_value_error_before_anything_is_applied(path, value):
+    import fastload
+
+    ds = TensorDataset(torch.arange(10))
+    torch.manual_seed(0)
+    loader = fastload.DataLoader(ds, batch_size=3, shuffle=True)
+    it = iter(loader)
+    next(it), next(it)
+    good = json.loads(json.dumps(loader.state_dict()))
+    fresh = fastload.DataLoader(ds, batch_size=3, shuffle=True)
+    before = fresh.state_dict()
+    with pytest.raises(ValueError, match="fastload.DataLoader.load_state_dict: expected"):
+        fresh.load_state_dict(_edited(good, path, value))
+    assert fresh.state_dict() == before
+    fresh.load_state_dict(good)
+    assert len(list(fresh)) == 2
+
+
+def test_seeds_manual_seed_takes_are_accepted_in_a_state():
+    o = make_order(dataset_len=10, batch_size=3, shuffle=True, drop_last=False, distributed=False)
+    list(itertools.islice(iter(o), 1))
+    state = o.state_dict(1)
+    for seed in (2 ** 64 - 1, -2 ** 63, 0):
+        o.load_state_dict(_edited(state, ("perm", "seed"), seed))
+        assert len(list(o)) == 3
+
+
 def test_refused_state_leaves_the_order_as_it_was():
     def make():
         o = make_order(dataset_len=10, batch_size=2, shuffle=True, drop_last=False, distributed=False)

@@ -231,7 +231,7 @@ def _check_common(state: Any, dataset_len: int, kind: str) -> None:
     if not isinstance(state, dict):
         raise _state_error(f"expected a dict, got {type(state).__name__}")
     version = state.get("version")
-    if version not in _STATE_VERSIONS or isinstance(version, bool):
+    if type(version) is not int or version not in _STATE_VERSIONS:
         raise _state_error(
             f"expected state version {' or '.join(map(str, _STATE_VERSIONS))}, got {version!r}",
             "The state was saved by another fastload version; resume with the version that saved it.",
@@ -249,7 +249,7 @@ def _check_common(state: Any, dataset_len: int, kind: str) -> None:
             "Resume with the same dataset, or start the epoch afresh without load_state_dict.",
         )
     epoch = state.get("epoch")
-    if not isinstance(epoch, int) or epoch < 0:
+    if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
         raise _state_error(f"expected a non-negative int epoch, got {epoch!r}")
 
 
@@ -504,16 +504,21 @@ class _Order:
         perm, segments = state.get("perm"), state.get("segments")
         if perm is not None and not (isinstance(perm, dict) and (
                 perm.get("kind") == "sequential"
-                or (perm.get("kind") == "seed" and isinstance(perm.get("seed"), int))
+                or (perm.get("kind") == "seed" and _is_seed(perm.get("seed")))
                 or (perm.get("kind") == "generator" and isinstance(perm.get("state"), str)))):
-            raise _state_error(f"expected 'perm' to be None or a known permutation source, got {perm!r}")
+            raise _state_error(f"expected 'perm' to be None or a known permutation source (a seed is an int that "
+                               f"torch.Generator.manual_seed takes), got {perm!r}")
+        if perm is not None and perm["kind"] == "generator":
+            user_device = self.generator is not None and not self.distributed
+            _check_rng_state(perm["state"], "perm", torch.Generator(device=self.generator.device) if user_device
+                             else torch.Generator())
         if not isinstance(segments, list):
             raise _state_error(f"expected 'segments' to be a list, got {segments!r}")
         if segments and perm is None:
             raise _state_error("expected a permutation source for a partly consumed epoch, got perm=None")
         start = 0
         for seg in segments:
-            ok = (isinstance(seg, dict) and all(isinstance(seg.get(k), int) and seg.get(k) > 0
+            ok = (isinstance(seg, dict) and all(type(seg.get(k)) is int and seg.get(k) > 0
                                                 for k in ("world_size", "batch_size", "steps"))
                   and seg.get("uneven") in UNEVEN_MODES and isinstance(seg.get("drop_last"), bool))
             if not ok:
@@ -548,6 +553,11 @@ class _Order:
             # A state without it (version 1, or saved before any draw): the next epochs
             # draw from the global RNG, as torch does.
             self._stream, self._rng_after, self._global_left = None, None, None
+
+
+def _is_seed(value: Any) -> bool:
+    """An int torch.Generator.manual_seed takes (the int64 and uint64 ranges)."""
+    return type(value) is int and -2 ** 63 <= value < 2 ** 64
 
 
 def _check_rng_state(value: Any, key: str, scratch: torch.Generator) -> None:
