@@ -294,6 +294,15 @@ class _OrderBatches:
         # shutdown message, and torch waits 5 s per worker before killing it.
         self._loader_ref = weakref.ref(loader)
 
+    def __deepcopy__(self, memo: dict) -> "_OrderBatches":
+        # A copy of the loader (copy.deepcopy after iterating, with the kept inner torch
+        # loader) must iterate its own order, not keep pointing at the original.
+        loader = self._loader_ref()
+        copied = object.__new__(_OrderBatches)
+        memo[id(self)] = copied
+        copied._loader_ref = weakref.ref(copy.deepcopy(loader, memo)) if loader is not None else self._loader_ref
+        return copied
+
     @property
     def _loader(self) -> "DataLoader":
         loader = self._loader_ref()

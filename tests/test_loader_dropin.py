@@ -567,6 +567,23 @@ def test_state_of_an_iterable_dataset_whose_len_raises_saves_and_loads():
     assert [b.tolist() for b in again] == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]
 
 
+def test_a_deep_copy_of_a_loader_that_iterated_iterates_its_own_order():
+    import copy
+    import gc
+
+    loader = DataLoader(Growing(10), batch_size=3, shuffle=True, generator=torch.Generator().manual_seed(2))
+    list(loader)
+    twin = copy.deepcopy(loader)
+    want = [b.tolist() for b in copy.deepcopy(loader)]
+    list(loader)  # the original goes on to its next epoch: the copy's order must not move
+    del loader
+    gc.collect()
+    # The torch loader the copy keeps (reused as is with persistent workers) serves the
+    # copy's order, not the original's, which is gone.
+    assert twin._inner.batch_sampler._loader is twin and len(twin._inner) == 4
+    assert [b.tolist() for b in twin] == want
+
+
 # torch iterator attributes whose values differ on fastload's iterator, and why.
 ITERATOR_DIFFERENCES = {
     "_index_sampler": "fastload's order (exact resume, DDP split) instead of torch's BatchSampler; same batches",
