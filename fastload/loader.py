@@ -294,6 +294,15 @@ class _OrderBatches:
         # shutdown message, and torch waits 5 s per worker before killing it.
         self._loader_ref = weakref.ref(loader)
 
+    def __deepcopy__(self, memo: dict) -> "_OrderBatches":
+        # A copy of the loader (copy.deepcopy after iterating, with the kept inner torch
+        # loader) must iterate its own order, not keep pointing at the original.
+        loader = self._loader_ref()
+        copied = object.__new__(_OrderBatches)
+        memo[id(self)] = copied
+        copied._loader_ref = weakref.ref(copy.deepcopy(loader, memo)) if loader is not None else self._loader_ref
+        return copied
+
     @property
     def _loader(self) -> "DataLoader":
         loader = self._loader_ref()
@@ -768,6 +777,13 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             order_state = self._order.state_dict(current.delivered)
         if finished:
             epoch, consumed = current.epoch + 1, 0
+            if order_state is not None and order_state.get("segments", []) == [] and not order_state.get("perm"):
+                # The next epoch from its start: nothing in it depends on the finished pass's
+                # length, so it is labelled with the dataset's length now, as the fingerprint is
+                # (a dataset that grew between epochs still resumes).
+                now = self._current_dataset_len()
+                if now is not None:
+                    order_state["dataset_len"] = now
         else:
             epoch, consumed = current.epoch, current.offset + current.delivered
         return {"version": STATE_VERSION, "epoch": epoch, "batches_consumed": consumed, "order": order_state,
@@ -793,18 +809,26 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         so that moving the data to another root still resumes. None without a len().
         """
         dataset = self._user_dataset
-        try:
-            n = len(dataset)
-        except TypeError:
+        n = self._current_dataset_len()
+        if n is None:
             return None
         names = _sample_names(dataset, n) if n > 0 else None
         keys = hashlib.sha256("\0".join(names).encode("utf-8", "surrogateescape")).hexdigest()[:16] if names else None
         return {"len": n, "keys": keys}
 
+    def _current_dataset_len(self) -> Optional[int]:
+        """len(dataset), or None when it has none that works (an IterableDataset's __len__ may
+        raise anything, e.g. NotImplementedError): a resume check is never a new way to fail."""
+        try:
+            n = len(self._user_dataset)
+        except Exception:
+            return None
+        return n if isinstance(n, int) and n >= 0 else None
+
     def _check_dataset(self, saved: Any, where: str) -> None:
         if saved is None:
             return
-        if not (isinstance(saved, dict) and isinstance(saved.get("len"), int)
+        if not (isinstance(saved, dict) and type(saved.get("len")) is int
                 and (saved.get("keys") is None or isinstance(saved.get("keys"), str))):
             raise ValueError(f"{where}: expected 'dataset' to be None or {{'len': int, 'keys': str or None}}, got "
                              f"{saved!r}. Load a state saved by fastload.DataLoader.state_dict().")
@@ -838,7 +862,7 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         if not isinstance(state_dict, dict):
             raise TypeError(f"{where}: expected a dict from state_dict(), got {type(state_dict).__name__}.")
         version = state_dict.get("version")
-        if version not in _STATE_VERSIONS or isinstance(version, bool):
+        if type(version) is not int or version not in _STATE_VERSIONS:
             raise ValueError(f"{where}: expected version {' or '.join(map(str, _STATE_VERSIONS))}, got {version!r}. "
                              "Resume with the fastload version that saved the state.")
         epoch, consumed = state_dict.get("epoch"), state_dict.get("batches_consumed")
@@ -885,11 +909,12 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
 
     # -- torch's protocol -----------------------------------------------------------------
     def __len__(self) -> int:
-        self._follow_dataset_len(starting=False)
         if self._order is not None:
             # The whole epoch's batch count, also while a resumed epoch yields only its
             # rest (as torch's and torchdata's): training loops size an epoch with it.
-            return self._order.epoch_batches()
+            # Over the dataset's current length when the next iter() will adopt it, without
+            # adopting it here: the pass before still counts against its own length.
+            return self._order.epoch_batches(self._dataset_len_to_follow(starting=False))
         return super().__len__()
 
     def __iter__(self) -> _LoaderIter:  # type: ignore[override]
@@ -906,6 +931,12 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         self._pass = current
         self._stats.start_epoch()
 
+        # The order draws later epochs' seeds from a resumed run's stream only while nobody
+        # else touches the global RNG; its own draws here (the base seed; with workers, the
+        # shuffle seed) do not count.
+        order_draws = self._order if isinstance(self._order, sampling._Order) else None
+        if order_draws is not None:
+            order_draws.begin_global_draws()
         if self._runner is not None:
             if not (self.persistent_workers and self._drew_base_seed):
                 # torch's iterator draws its workers' base seed before the permutation;
@@ -915,6 +946,8 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             # Every engine thread works on every batch (one queue), so prefetch_factor
             # batches in flight keep them all busy; torch's per-worker multiple would only
             # hold more batch memory.
+            if order_draws is not None:
+                order_draws.end_global_draws()
             depth = max(2, self.prefetch_factor or 2)
             source: Iterator[Tuple[Any, Any]] = _NativeSource(
                 self._runner, iter(_OrderBatches(self)), epoch, depth)
@@ -927,8 +960,12 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
                 self._user_dataset.set_epoch(epoch)
                 if self.seed is not None:
                     self._user_dataset.seed = self.seed
-            source = _TorchSource(iter(self._inner_loader()), self._stats,
-                                  keep_batch_count=getattr(self._order, "world_size", 1) > 1)
+            try:
+                source = _TorchSource(iter(self._inner_loader()), self._stats,
+                                      keep_batch_count=getattr(self._order, "world_size", 1) > 1)
+            finally:
+                if order_draws is not None:
+                    order_draws.end_global_draws()
 
         from fastload.transfer import DevicePrefetcher, make_convert
 
@@ -953,14 +990,18 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         for the length it started with; the next iter() takes the new one), not under DDP
         (every rank must agree, and DistributedSampler fixes its length too), and not on
         the native path (the engine's sample index is built once)."""
+        dataset_len = self._dataset_len_to_follow(starting)
+        if dataset_len is not None and dataset_len != self._order.dataset_len:
+            self._order.dataset_len = dataset_len
+
+    def _dataset_len_to_follow(self, starting: bool) -> Optional[int]:
+        """The dataset's length if the order follows it now (see _follow_dataset_len), else None."""
         order = self._order
         if self._runner is not None or not isinstance(order, sampling._Order) or order.distributed:
-            return
+            return None
         if self._resume is not None or (not starting and self._pass is not None and not self._pass.finished):
-            return
-        dataset_len = len(self.dataset)
-        if dataset_len != order.dataset_len:
-            order.dataset_len = dataset_len
+            return None
+        return len(self.dataset)
 
     def _next_epoch(self) -> int:
         if self._pending_epoch is not None:

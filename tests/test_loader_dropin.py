@@ -517,6 +517,73 @@ def test_len_and_batches_follow_a_dataset_that_changes_size(kwargs):
     assert [length for length, _ in got] == [len(batches) for _, batches in got]
 
 
+@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize("new_len", [4, 16])
+def test_state_at_an_epochs_end_after_the_dataset_changed_size_loads_over_the_new_dataset(shuffle, new_len):
+    torch.manual_seed(0)
+    dataset = Growing(10)
+    loader = DataLoader(dataset, batch_size=3, shuffle=shuffle)
+    list(loader)
+    dataset.items = list(range(new_len))  # new data arrived (or some left) between epochs
+    state = json.loads(json.dumps(loader.state_dict()))
+    assert state["dataset"]["len"] == state["order"]["dataset_len"] == new_len
+    resumed = DataLoader(Growing(new_len), batch_size=3, shuffle=shuffle)
+    resumed.load_state_dict(state)
+    got = [b.tolist() for b in resumed]
+    assert sorted(v for b in got for v in b) == list(range(new_len))
+    assert len(got) == len(list(loader)) == -(-new_len // 3)  # the same as the loader going on
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize("new_len", [4, 16])
+def test_len_after_the_dataset_changed_size_changes_no_state(shuffle, new_len):
+    dataset = Growing(10)
+    loader = DataLoader(dataset, batch_size=3, shuffle=shuffle, generator=torch.Generator().manual_seed(3))
+    list(loader)
+    before = loader.state_dict()
+    dataset.items = list(range(new_len))
+    assert len(loader) == -(-new_len // 3)
+    state = loader.state_dict()  # the finished pass still counts against its own length
+    assert (state["epoch"], state["batches_consumed"]) == (1, 0)
+    assert state["order"].get("generator") == before["order"].get("generator")
+
+
+class _LengthUnknown(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        return iter(range(10))
+
+    def __len__(self):
+        raise NotImplementedError("the length of this stream is unknown")
+
+
+def test_state_of_an_iterable_dataset_whose_len_raises_saves_and_loads():
+    loader = DataLoader(_LengthUnknown(), batch_size=3)
+    assert sum(1 for _ in loader) == 4
+    state = json.loads(json.dumps(loader.state_dict()))
+    assert state["dataset"] is None
+    again = DataLoader(_LengthUnknown(), batch_size=3)
+    again.load_state_dict(state)
+    again.load_state_dict(dict(state, dataset={"len": 10, "keys": None}))  # length unknown: not checked
+    assert [b.tolist() for b in again] == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]
+
+
+def test_a_deep_copy_of_a_loader_that_iterated_iterates_its_own_order():
+    import copy
+    import gc
+
+    loader = DataLoader(Growing(10), batch_size=3, shuffle=True, generator=torch.Generator().manual_seed(2))
+    list(loader)
+    twin = copy.deepcopy(loader)
+    want = [b.tolist() for b in copy.deepcopy(loader)]
+    list(loader)  # the original goes on to its next epoch: the copy's order must not move
+    del loader
+    gc.collect()
+    # The torch loader the copy keeps (reused as is with persistent workers) serves the
+    # copy's order, not the original's, which is gone.
+    assert twin._inner.batch_sampler._loader is twin and len(twin._inner) == 4
+    assert [b.tolist() for b in twin] == want
+
+
 # torch iterator attributes whose values differ on fastload's iterator, and why.
 ITERATOR_DIFFERENCES = {
     "_index_sampler": "fastload's order (exact resume, DDP split) instead of torch's BatchSampler; same batches",

@@ -387,6 +387,50 @@ def test_load_state_validates():
     assert len(o) == 4
 
 
+def _edited(state, path, value):
+    state = json.loads(json.dumps(state))
+    *parents, last = path
+    target = state
+    for key in parents:
+        target = target[key]
+    target[last] = value
+    return state
+
+
+@pytest.mark.parametrize("path,value", [
+    (("order", "perm", "seed"), 2 ** 70), (("order", "perm", "seed"), True), (("order", "perm", "seed"), 1.5),
+    (("order", "perm"), {"kind": "generator", "state": "xx"}),
+    (("order", "segments", 0, "steps"), True), (("order", "segments", 0, "world_size"), True),
+    (("order", "segments", 0, "batch_size"), True), (("order", "epoch"), False),
+    (("version",), 2.0), (("order", "version"), 2.0), (("dataset", "len"), True),
+])
+def test_hand_edited_loader_state_is_refused_with_a_value_error_before_anything_is_applied(path, value):
+    import fastload
+
+    ds = TensorDataset(torch.arange(10))
+    torch.manual_seed(0)
+    loader = fastload.DataLoader(ds, batch_size=3, shuffle=True)
+    it = iter(loader)
+    next(it), next(it)
+    good = json.loads(json.dumps(loader.state_dict()))
+    fresh = fastload.DataLoader(ds, batch_size=3, shuffle=True)
+    before = fresh.state_dict()
+    with pytest.raises(ValueError, match="fastload.DataLoader.load_state_dict: expected"):
+        fresh.load_state_dict(_edited(good, path, value))
+    assert fresh.state_dict() == before
+    fresh.load_state_dict(good)
+    assert len(list(fresh)) == 2
+
+
+def test_seeds_manual_seed_takes_are_accepted_in_a_state():
+    o = make_order(dataset_len=10, batch_size=3, shuffle=True, drop_last=False, distributed=False)
+    list(itertools.islice(iter(o), 1))
+    state = o.state_dict(1)
+    for seed in (2 ** 64 - 1, -2 ** 63, 0):
+        o.load_state_dict(_edited(state, ("perm", "seed"), seed))
+        assert len(list(o)) == 3
+
+
 def test_refused_state_leaves_the_order_as_it_was():
     def make():
         o = make_order(dataset_len=10, batch_size=2, shuffle=True, drop_last=False, distributed=False)
@@ -451,10 +495,12 @@ def test_epochs_after_a_resume_without_generator_follow_the_uninterrupted_run():
     resumed.load_state_dict(state)
     got = [epoch(resumed) for _ in range(3)]
     assert head + got[0] == want[1] and got[1:] == want[2:]
-    # and a resume of the resumed run, at an epoch's end
-    again = make(77)
-    again.load_state_dict(json.loads(json.dumps(resumed.state_dict(len(got[-1])))))
+    # and a resume of the resumed run, at an epoch's end (the resumed run goes on first:
+    # make() re-seeds the global RNG, which would make the resumed run draw from it)
+    state = json.loads(json.dumps(resumed.state_dict(len(got[-1]))))
     resumed_next = epoch(resumed)
+    again = make(77)
+    again.load_state_dict(state)
     assert epoch(again) == resumed_next
 
 
@@ -549,6 +595,92 @@ def test_epochs_after_a_resumed_one_follow_the_uninterrupted_run_with_persistent
     resumed.load_state_dict(state)
     got = [[b[0].tolist() for b in resumed] for _ in range(2)]
     assert head[:4] == want[0] and [head[4]] + got[0] == want[1] and got[1] == want[2]
+
+
+def _epochs_of(loader, n):
+    return [[b[0].tolist() for b in loader] for _ in range(n)]
+
+
+@pytest.mark.parametrize("num_workers", [0, 1])
+def test_a_loop_that_reseeds_the_global_rng_each_epoch_gets_the_uninterrupted_order_after_a_resume(num_workers):
+    import fastload
+
+    ds = TensorDataset(torch.arange(10))
+
+    def make():
+        return fastload.DataLoader(ds, batch_size=3, shuffle=True, num_workers=num_workers)
+
+    def run(loader, start, stop=None):
+        out = []
+        for epoch in range(start, 3):
+            torch.manual_seed(1000 + epoch)
+            out.append([])
+            for b in loader:
+                out[-1].append(b[0].tolist())
+                if stop == (epoch, len(out[-1])):
+                    return out, json.loads(json.dumps(loader.state_dict()))
+        return out, None
+
+    want, _ = run(make(), 0)
+    for stop in [(0, 4), (1, 2)]:  # at an epoch's end, and mid-epoch
+        head, state = run(make(), 0, stop)
+        torch.manual_seed(7)  # a new process
+        resumed = make()
+        resumed.load_state_dict(state)
+        if stop[1] == 4:
+            got, _ = run(resumed, stop[0] + 1)
+            assert got == want[stop[0] + 1:]
+        else:
+            rest = [b[0].tolist() for b in resumed]  # the rest of the resumed epoch: no re-seed
+            got, _ = run(resumed, stop[0] + 1)
+            assert head[-1] + rest == want[stop[0]] and got == want[stop[0] + 1:]
+
+
+def test_restoring_the_global_rng_with_the_checkpoint_gets_the_uninterrupted_order_after_a_resume():
+    # As Accelerate's save_state/load_state: the loader's state and torch's RNG state are
+    # checkpointed together, and the RNG is restored after load_state_dict.
+    import fastload
+
+    ds = TensorDataset(torch.arange(10))
+
+    def epoch(loader):
+        return [(b[0].tolist(), torch.rand(1).item()) for b in loader]  # the model draws too
+
+    torch.manual_seed(0)
+    ref = fastload.DataLoader(ds, batch_size=3, shuffle=True)
+    want = [epoch(ref) for _ in range(3)]
+    torch.manual_seed(0)
+    first = fastload.DataLoader(ds, batch_size=3, shuffle=True)
+    got = [epoch(first)]
+    checkpoint = {"loader": json.loads(json.dumps(first.state_dict())), "rng": torch.get_rng_state()}
+    torch.manual_seed(777)  # a new process
+    resumed = fastload.DataLoader(ds, batch_size=3, shuffle=True)
+    resumed.load_state_dict(checkpoint["loader"])
+    torch.set_rng_state(checkpoint["rng"])
+    got += [epoch(resumed) for _ in range(2)]
+    assert got == want
+
+
+def test_drawing_from_the_global_rng_between_epochs_after_a_resume_shuffles_like_torch():
+    # Nobody restores the RNG, but the loop draws from it: the order then follows the
+    # global RNG, as torch's DataLoader does with the same RNG state.
+    import fastload
+
+    ds = TensorDataset(torch.arange(10))
+    torch.manual_seed(0)
+    first = fastload.DataLoader(ds, batch_size=3, shuffle=True)
+    list(first)
+    state = json.loads(json.dumps(first.state_dict()))
+    torch.manual_seed(5)  # a new process
+    resumed = fastload.DataLoader(ds, batch_size=3, shuffle=True)
+    resumed.load_state_dict(state)
+    reference = torch.utils.data.DataLoader(ds, batch_size=3, shuffle=True)
+    for _ in range(3):
+        torch.rand(3)  # e.g. a random augmentation or dropout on the CPU
+        rng = torch.get_rng_state()
+        ours = _epochs_of(resumed, 1)
+        torch.set_rng_state(rng)
+        assert ours == _epochs_of(reference, 1)
 
 
 # ---------------------------------------------------------------------------------------

@@ -231,7 +231,7 @@ def _check_common(state: Any, dataset_len: int, kind: str) -> None:
     if not isinstance(state, dict):
         raise _state_error(f"expected a dict, got {type(state).__name__}")
     version = state.get("version")
-    if version not in _STATE_VERSIONS or isinstance(version, bool):
+    if type(version) is not int or version not in _STATE_VERSIONS:
         raise _state_error(
             f"expected state version {' or '.join(map(str, _STATE_VERSIONS))}, got {version!r}",
             "The state was saved by another fastload version; resume with the version that saved it.",
@@ -249,7 +249,7 @@ def _check_common(state: Any, dataset_len: int, kind: str) -> None:
             "Resume with the same dataset, or start the epoch afresh without load_state_dict.",
         )
     epoch = state.get("epoch")
-    if not isinstance(epoch, int) or epoch < 0:
+    if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
         raise _state_error(f"expected a non-negative int epoch, got {epoch!r}")
 
 
@@ -269,6 +269,12 @@ class _Order:
     the new process's global RNG is. `base_seed_draws` is how many draws the loader makes
     from the global RNG before each epoch's shuffle (torch's iterator draws its workers'
     base seed first); the private copy replays them so its seeds stay the ones drawn there.
+
+    The private copy is used only while nobody else touched the global RNG since the order
+    (or its loader, see `begin_global_draws`) last left it: its state is noted after a load
+    and after each epoch's draws, and if it differs at the next epoch's draw (the training
+    loop re-seeded it, restored a checkpointed RNG state, or drew from it), the copy is
+    dropped for good and the seeds come from the global RNG, exactly as torch draws them.
     """
 
     def __init__(self, *, dataset_len: int, batch_size: int, shuffle: bool, drop_last: bool,
@@ -295,6 +301,9 @@ class _Order:
         # the next epochs' seeds (None: torch's global RNG, as torch does).
         self._stream: Optional[torch.Generator] = None
         self._rng_after: Optional[str] = None  # that stream's state right after this epoch's draw
+        # The global RNG's state when the order (or its loader) last left it, while there is
+        # a stream; None inside the loader's own draws (begin/end_global_draws).
+        self._global_left: Optional[torch.Tensor] = None
         # Fail at construction on impossible configurations (e.g. "exact" with N < W).
         self._current_layout()
 
@@ -351,6 +360,38 @@ class _Order:
             return {"kind": "seed", "seed": seed}
         return {"kind": "generator", "state": _b64(self.generator.get_state())}
 
+    # -- who else draws from the global RNG -------------------------------------------------
+    def _global_rng_untouched(self, draws: Tuple[int, ...]) -> bool:
+        """Whether the global RNG is where it was left, or that many int64 draws on (the
+        loader's own base-seed draws, which the stream replays)."""
+        now = torch.get_rng_state()
+        for n in sorted(set(draws)):
+            g = torch.Generator()
+            g.set_state(self._global_left)
+            for _ in range(n):
+                torch.empty((), dtype=torch.int64).random_(generator=g)
+            if torch.equal(g.get_state(), now):
+                return True
+        return False
+
+    def _drop_stream(self) -> None:
+        # Someone else drives the global RNG (a re-seed per epoch, a restored RNG state):
+        # from now on its draws are the ones torch would make.
+        self._stream, self._global_left = None, None
+
+    def begin_global_draws(self) -> None:
+        """A loader's iter() is about to draw from the global RNG (its base seed; with worker
+        processes, the epoch's shuffle seed too): drops the stream if anyone touched the
+        global RNG since it was left, and trusts it until end_global_draws."""
+        if self._stream is not None and self._global_left is not None and not self._global_rng_untouched((0,)):
+            self._drop_stream()
+        self._global_left = None
+
+    def end_global_draws(self) -> None:
+        """The loader's iter() drew what it draws: the global RNG is left as it is now."""
+        if self._stream is not None:
+            self._global_left = torch.get_rng_state()
+
     def _perm(self, source: Dict[str, Any]) -> np.ndarray:
         n = self.dataset_len
         kind = source["kind"]
@@ -389,6 +430,13 @@ class _Order:
         if self._started:  # automatic epoch counting: a new pass is the next epoch
             self.set_epoch(self._epoch + 1)
         self._started = True
+        if self._stream is not None and self._global_left is not None:
+            # A pass (outside a loader's iter(), which checks itself): the global RNG must be
+            # where it was left, give or take the loader's base-seed draws.
+            if self._global_rng_untouched((0, self.base_seed_draws)):
+                self._global_left = torch.get_rng_state()
+            else:
+                self._drop_stream()
         layout = self._current_layout()
         if self._perm_source is None:
             self._perm_source = self._draw_source()
@@ -456,16 +504,21 @@ class _Order:
         perm, segments = state.get("perm"), state.get("segments")
         if perm is not None and not (isinstance(perm, dict) and (
                 perm.get("kind") == "sequential"
-                or (perm.get("kind") == "seed" and isinstance(perm.get("seed"), int))
+                or (perm.get("kind") == "seed" and _is_seed(perm.get("seed")))
                 or (perm.get("kind") == "generator" and isinstance(perm.get("state"), str)))):
-            raise _state_error(f"expected 'perm' to be None or a known permutation source, got {perm!r}")
+            raise _state_error(f"expected 'perm' to be None or a known permutation source (a seed is an int that "
+                               f"torch.Generator.manual_seed takes), got {perm!r}")
+        if perm is not None and perm["kind"] == "generator":
+            user_device = self.generator is not None and not self.distributed
+            _check_rng_state(perm["state"], "perm", torch.Generator(device=self.generator.device) if user_device
+                             else torch.Generator())
         if not isinstance(segments, list):
             raise _state_error(f"expected 'segments' to be a list, got {segments!r}")
         if segments and perm is None:
             raise _state_error("expected a permutation source for a partly consumed epoch, got perm=None")
         start = 0
         for seg in segments:
-            ok = (isinstance(seg, dict) and all(isinstance(seg.get(k), int) and seg.get(k) > 0
+            ok = (isinstance(seg, dict) and all(type(seg.get(k)) is int and seg.get(k) > 0
                                                 for k in ("world_size", "batch_size", "steps"))
                   and seg.get("uneven") in UNEVEN_MODES and isinstance(seg.get("drop_last"), bool))
             if not ok:
@@ -495,10 +548,16 @@ class _Order:
             self._stream = torch.Generator()
             self._stream.set_state(_unb64(rng))
             self._rng_after = rng if perm is not None else None
+            self._global_left = torch.get_rng_state()
         else:
             # A state without it (version 1, or saved before any draw): the next epochs
             # draw from the global RNG, as torch does.
-            self._stream, self._rng_after = None, None
+            self._stream, self._rng_after, self._global_left = None, None, None
+
+
+def _is_seed(value: Any) -> bool:
+    """An int torch.Generator.manual_seed takes (the int64 and uint64 ranges)."""
+    return type(value) is int and -2 ** 63 <= value < 2 ** 64
 
 
 def _check_rng_state(value: Any, key: str, scratch: torch.Generator) -> None:
