@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -297,18 +298,25 @@ def test_engine_fuzz_files_bad_indices_and_outputs(tmp_path):
     good = (tmp_path / "c" / "6.jpg").read_bytes()
     (tmp_path / "c" / "7_truncated.jpg").write_bytes(good[: len(good) // 2])
     (tmp_path / "c" / "8_text.jpg").write_bytes(b"not an image at all")
+    # The same folder with the whole file under the truncated one's name (same indices):
+    # a truncated file may decode only where its window's rows are all in the file.
     index = fastload.ImageFolder(str(tmp_path), ops=[fastload.ops.CenterCrop(2)]).index
+    whole_root = tmp_path / "whole"  # made after the index: not a class of it
+    shutil.copytree(tmp_path / "c", whole_root / "c")
+    (whole_root / "c" / "7_truncated.jpg").write_bytes(good)
+    whole_index = fastload.ImageFolder(str(whole_root), ops=[fastload.ops.CenterCrop(2)]).index
     module = _ext.require_ops()
-    engine = module.BatchEngine(2)
-    engine.set_index(torch.from_numpy(index.files.data), torch.from_numpy(index.files.offsets),
-                     torch.from_numpy(index.file_ids), torch.from_numpy(index.offsets),
-                     torch.from_numpy(index.sizes))
+    engine, whole_engine = module.BatchEngine(2), module.BatchEngine(1)
+    for e, i in ((engine, index), (whole_engine, whole_index)):
+        e.set_index(torch.from_numpy(i.files.data), torch.from_numpy(i.files.offsets),
+                    torch.from_numpy(i.file_ids), torch.from_numpy(i.offsets), torch.from_numpy(i.sizes))
     count = len(index)
     try:
         for case in range(max(1, CASES // 5)):
             plan = fuzz_plan(rng)
             plan.exact = bool(rng.random() < 0.5)
             engine.set_plan(plan.config())
+            whole_engine.set_plan(plan.config())
             n = int(rng.integers(1, 6))
             if rng.random() < 0.2:  # out of range: refused before anything runs
                 bad = torch.from_numpy(rng.integers(0, count, n))
@@ -326,13 +334,18 @@ def test_engine_fuzz_files_bad_indices_and_outputs(tmp_path):
                 continue
             samples = torch.from_numpy(rng.integers(0, count, n))
             out = fuzz_out(rng, n, plan.channels, plan.out_size, plan.dtype)
-            status, messages = engine.wait(engine.submit(samples, out, int(rng.integers(0, 3))))
+            epoch = int(rng.integers(0, 3))
+            status, messages = engine.wait(engine.submit(samples, out, epoch))
             for slot in range(n):
                 name = os.path.basename(index.source(int(samples[slot])))
                 info = dict(case=case, name=name, status=int(status[slot]), message=messages[slot],
                             config=plan.config())
                 if "truncated" in name:  # its header is whole: the geometry may fail first
-                    assert int(status[slot]) in (1, 4), info
+                    assert int(status[slot]) in (0, 1, 4), info
+                    if int(status[slot]) == 0:  # the window ends above the cut: the whole file's pixels
+                        whole = torch.empty_like(out[slot:slot + 1], memory_format=torch.contiguous_format)
+                        whole_status, _ = whole_engine.wait(whole_engine.submit(samples[slot:slot + 1], whole, epoch))
+                        assert int(whole_status[0]) == 0 and torch.equal(whole, out[slot:slot + 1]), info
                 elif "text" in name:
                     assert int(status[slot]) == 2, info  # not a JPEG: Python's PIL fallback takes it
                 else:
@@ -341,3 +354,4 @@ def test_engine_fuzz_files_bad_indices_and_outputs(tmp_path):
                         assert torch.isfinite(out[slot].float()).all(), info
     finally:
         engine.close()
+        whole_engine.close()
