@@ -145,21 +145,26 @@ def test_batch_cuda_rejects_mixed_devices():
                                              torch.zeros(3, device="cuda"), torch.ones(3, device="cuda"), out)
 
 
-def test_batch_cuda_out_of_range_sample_raises_device_assert():
-    """shapes live on the device, so the kernel checks them (a sync would cost the
-    pipeline): an image outside the buffer is a device-side assert, never a silent read.
-    In a subprocess: the assert poisons the CUDA context."""
+def run_batch_op_in_a_subprocess(shape, box):
+    """One sample of 100 packed bytes with this (offset, height, width, row_stride) and box
+    through the CUDA batch op, in a subprocess: a device-side assert poisons the CUDA context."""
     script = (
         "import torch; from fastload import ops\n"
         "packed = torch.zeros(100, dtype=torch.uint8, device='cuda')\n"
-        "shapes = torch.tensor([[90, 10, 10, 30]], device='cuda')\n"
-        "boxes = torch.tensor([[0., 0., 10., 10.]], device='cuda')\n"
+        f"shapes = torch.tensor([{list(shape)}], device='cuda')\n"
+        f"boxes = torch.tensor([{[float(v) for v in box]}], device='cuda')\n"
         "out = torch.empty(1, 3, 4, 4, device='cuda')\n"
         "ops.crop_resize_flip_normalize_batch(packed, shapes, boxes, torch.zeros(1, dtype=torch.bool, device='cuda'),"
         " 1.0, torch.zeros(3, device='cuda'), torch.ones(3, device='cuda'), out)\n"
         "torch.cuda.synchronize()\n"
     )
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+
+
+def test_batch_cuda_out_of_range_sample_raises_device_assert():
+    """shapes live on the device, so the kernel checks them (a sync would cost the
+    pipeline): an image outside the buffer is a device-side assert, never a silent read."""
+    result = run_batch_op_in_a_subprocess((90, 10, 10, 30), (0, 0, 10, 10))
     assert result.returncode != 0
     assert "device-side assert" in result.stderr or "CUDA error" in result.stderr
 
@@ -168,17 +173,7 @@ def test_batch_cuda_out_of_range_sample_raises_device_assert():
 def test_batch_cuda_shapes_that_wrap_past_2_to_the_63_are_a_device_assert_not_a_wild_read(shape):
     """The kernel's check is the CPU op's function (checked int64 arithmetic): a bound
     that wraps around must trip the assert, not pass and read far outside the buffer."""
-    script = (
-        "import torch; from fastload import ops\n"
-        "packed = torch.zeros(100, dtype=torch.uint8, device='cuda')\n"
-        f"shapes = torch.tensor([{list(shape)}], device='cuda')\n"
-        "boxes = torch.tensor([[0., 0., 1., 1.]], device='cuda')\n"
-        "out = torch.empty(1, 3, 4, 4, device='cuda')\n"
-        "ops.crop_resize_flip_normalize_batch(packed, shapes, boxes, torch.zeros(1, dtype=torch.bool, device='cuda'),"
-        " 1.0, torch.zeros(3, device='cuda'), torch.ones(3, device='cuda'), out)\n"
-        "torch.cuda.synchronize()\n"
-    )
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    result = run_batch_op_in_a_subprocess(shape, (0, 0, 1, 1))
     assert result.returncode != 0
     assert "device-side assert" in result.stderr, result.stderr[-2000:]
     assert "illegal memory access" not in result.stderr
