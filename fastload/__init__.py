@@ -36,7 +36,8 @@ _LAZY = {
     "NativeDataset": ("fastload.source.base", "NativeDataset"),
     # Every exception type fastload raises to its users, so that it can be caught by name.
     "NotBuiltError": ("fastload._ext", "NotBuiltError"),
-    "UnsupportedPipeline": ("fastload.augment.plan", "UnsupportedPipeline"),
+    "ErrorPolicy": ("fastload.errors", "ErrorPolicy"),
+    "UnsupportedPipeline": ("fastload.errors", "UnsupportedPipeline"),
     "NotConvertible": ("fastload.compat.torchvision", "NotConvertible"),
 }
 

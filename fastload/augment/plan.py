@@ -14,15 +14,12 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 import torch
 
 from fastload.augment import specs
+from fastload.errors import UnsupportedPipeline  # noqa: F401  (raised here; re-exported)
 from fastload.ops import DEFAULT_MAX_PIXELS
 
 # Mirrors csrc/engine/plan.h Geometry.
 RANDOM_RESIZED_CROP = 0
 RESIZE_CENTER_CROP = 1
-
-
-class UnsupportedPipeline(ValueError):
-    """The transforms cannot run on the native pipeline; the message says why."""
 
 
 @dataclass
