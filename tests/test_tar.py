@@ -7,6 +7,7 @@ import http.server
 import io
 import json
 import os
+import pickle
 import socket
 import tarfile
 import threading
@@ -18,6 +19,7 @@ from PIL import Image
 from torchvision.transforms.functional import center_crop
 
 import fastload
+from fastload.errors import ErrorPolicy
 from fastload.source import tar as tarmod
 from fastload.source.tar import TarShardError, TarShards, expand_urls
 from fastload.source.write import write_shards
@@ -277,8 +279,18 @@ def test_missing_label_or_image_and_bad_labels(tmp_path):
     with pytest.warns(UserWarning, match=r"got none \(1 skipped\): the dataset is empty"):
         empty = TarShards(_tar(tmp_path / "e.tar", [("a.jpg", b"x")]), cache_dir=str(tmp_path), on_error="skip")
     assert len(empty) == 0 and len(empty.skipped) == 1
-    with pytest.raises(ValueError, match="on_error"):
-        TarShards(path, on_error="ignore")
+
+
+def test_tar_on_error_goes_through_the_error_policy(tmp_path):
+    path = _tar(tmp_path / "s.tar", [("k1.jpg", b"1"), ("k1.cls", b"0"), ("k2.jpg", b"2")])
+    with pytest.raises(ValueError, match=r"^fastload\.TarShards: expected on_error='raise' or 'skip', got 'ignore'\.$"):
+        TarShards(path, cache_dir=str(tmp_path), on_error="ignore")
+    ds = TarShards(path, cache_dir=str(tmp_path), on_error=ErrorPolicy("skip", owner="test"))
+    # on_error reads as the string it stands for, whatever was passed.
+    assert type(ds.on_error) is str and ds.on_error == "skip" and ds.error_policy.skips
+    assert len(ds) == 1 and [s.member for s in ds.skipped] == ["k2.jpg"]
+    assert "1 skipped" in repr(ds) and "ErrorPolicy" not in repr(ds)
+    assert pickle.loads(pickle.dumps(ds)).on_error == "skip"
 
 
 def test_write_shards_from_datasets(tmp_path, folder):

@@ -32,6 +32,7 @@ from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tu
 
 import numpy as np
 
+from fastload.errors import ErrorPolicy
 from fastload.source.base import NativeDataset
 from fastload.source.index import FlatStrings, SampleIndex
 
@@ -39,7 +40,6 @@ IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")  # preference order when a key has s
 # Preference order when a key has several; the first that holds an integer label wins
 # (a txt member is often a caption, a json member often metadata without a label).
 LABEL_EXTS = ("cls", "json", "txt")
-ON_ERROR = ("raise", "skip")
 INDEX_FORMAT = "fastload-tar-index"
 # 2: the shard's inode, ctime and a fingerprint of sampled header blocks are checked too.
 INDEX_VERSION = 2
@@ -710,7 +710,8 @@ class TarShards(NativeDataset):
             shard's folder is read-only (default: $FASTLOAD_CACHE or ~/.cache/fastload).
         on_error: "raise": a truncated shard, an image without a label (or the reverse),
             a bad label raise TarShardError naming the shard and member. "skip": such
-            samples are left out and listed in `skipped`.
+            samples are left out and listed in `skipped`. An ErrorPolicy is taken as its
+            choice; `dataset.on_error` is then the choice's string.
         seed: base of the random augmentation parameters (the loader overrides it).
         progress: show a tqdm bar while downloading.
 
@@ -737,13 +738,12 @@ class TarShards(NativeDataset):
     """
 
     def __init__(self, urls: Union[str, Sequence[str]], ops: Optional[Sequence[Any]] = None, *,
-                 cache_dir: Optional[str] = None, on_error: str = "raise", seed: int = 0,
+                 cache_dir: Optional[str] = None, on_error: Union[str, ErrorPolicy] = "raise", seed: int = 0,
                  progress: bool = True):
-        if on_error not in ON_ERROR:
-            raise ValueError(f"fastload.TarShards: expected on_error in {ON_ERROR}, got {on_error!r}.")
+        self.error_policy = ErrorPolicy(on_error, owner="fastload.TarShards")
+        self.on_error = self.error_policy.mode  # the plain string, as given
         self.urls = expand_urls(urls)
         self.cache_dir = os.fspath(cache_dir) if cache_dir is not None else default_cache_dir()
-        self.on_error = on_error
         self.skipped: List[Skipped] = []
         self.index_status: List[str] = []
         self.duplicates: List[int] = []
@@ -779,9 +779,8 @@ class TarShards(NativeDataset):
         super().__init__(index, ops, seed)
 
     def _problem(self, url: str, member: Optional[str], reason: str, fix: str) -> None:
-        if self.on_error == "raise":
-            where = f"member {member!r} of shard {url!r}" if member else f"shard {url!r}"
-            raise TarShardError(f"fastload.TarShards: {where}: {reason}. {fix}", url, member, reason)
+        where = f"member {member!r} of shard {url!r}" if member else f"shard {url!r}"
+        self.error_policy.handle(TarShardError(f"fastload.TarShards: {where}: {reason}. {fix}", url, member, reason))
         self.skipped.append(Skipped(url, member, reason))
 
     def _samples_of(self, url: str, record: Dict[str, Any]):
