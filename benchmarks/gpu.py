@@ -27,10 +27,10 @@ MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 def fastload_batches(root: str, decode_on: str, args) -> Iterator[torch.Tensor]:
     import fastload
-    from fastload import ops
+    from fastload import transforms as T
 
-    dataset = fastload.ImageFolder(root, ops=[ops.RandomResizedCrop(224), ops.RandomHorizontalFlip(),
-                                              ops.Normalize(MEAN, STD)])
+    dataset = fastload.ImageFolder(root, transforms=[T.RandomResizedCrop(224), T.RandomHorizontalFlip(),
+                                                     T.Normalize(MEAN, STD)])
     loader = fastload.DataLoader(dataset, batch_size=args.batch_size, shuffle=True, num_workers=args.threads,
                                  drop_last=True, device="cuda", dtype=torch.bfloat16, decode_on=decode_on)
     print(f"  fastload {decode_on}: {loader.path}", file=sys.stderr)

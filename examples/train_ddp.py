@@ -29,7 +29,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import fastload
-from fastload import ops
+from fastload import transforms as T
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 
@@ -99,12 +99,12 @@ def main() -> None:
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     log = print if rank == 0 else (lambda *a, **k: None)
 
-    train_ops = [ops.RandomResizedCrop(args.size), ops.RandomHorizontalFlip(), ops.Normalize(MEAN, STD)]
+    train_transforms = [T.RandomResizedCrop(args.size), T.RandomHorizontalFlip(), T.Normalize(MEAN, STD)]
     if ".tar" in args.data:
-        dataset = fastload.TarShards(args.data, ops=train_ops, progress=rank == 0)
+        dataset = fastload.TarShards(args.data, transforms=train_transforms, progress=rank == 0)
         classes = int(dataset.index.labels.max()) + 1
     else:
-        dataset = fastload.ImageFolder(args.data, ops=train_ops)
+        dataset = fastload.ImageFolder(args.data, transforms=train_transforms)
         classes = len(dataset.classes)
     # distributed="auto": each rank gets its share of a global per-epoch permutation, with
     # the same number of batches on every rank (uneven=...), so no collective can hang.

@@ -12,7 +12,8 @@ Example:
     [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
 
 Native datasets: fastload.ImageFolder, fastload.FileList, fastload.TarShards, with
-transform specs from fastload.ops. `python -m fastload.info` says what was built.
+their transforms from fastload.transforms (`transforms=[T.RandomResizedCrop(224), ...]`).
+`python -m fastload.info` says what was built.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from fastload.loader import DataLoader
 
 # Imported on first use, so `import fastload` stays light.
 _LAZY = {
+    "transforms": ("fastload.transforms", None),
     "ops": ("fastload.ops", None),
     "ImageFolder": ("fastload.source.folder", "ImageFolder"),
     "FileList": ("fastload.source.folder", "FileList"),

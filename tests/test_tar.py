@@ -7,6 +7,7 @@ import http.server
 import io
 import json
 import os
+import pickle
 import socket
 import tarfile
 import threading
@@ -18,6 +19,7 @@ from PIL import Image
 from torchvision.transforms.functional import center_crop
 
 import fastload
+from fastload.errors import SKIP_HINT, ErrorPolicy
 from fastload.source import tar as tarmod
 from fastload.source.tar import TarShardError, TarShards, expand_urls
 from fastload.source.write import write_shards
@@ -277,8 +279,18 @@ def test_missing_label_or_image_and_bad_labels(tmp_path):
     with pytest.warns(UserWarning, match=r"got none \(1 skipped\): the dataset is empty"):
         empty = TarShards(_tar(tmp_path / "e.tar", [("a.jpg", b"x")]), cache_dir=str(tmp_path), on_error="skip")
     assert len(empty) == 0 and len(empty.skipped) == 1
-    with pytest.raises(ValueError, match="on_error"):
-        TarShards(path, on_error="ignore")
+
+
+def test_tar_on_error_goes_through_the_error_policy(tmp_path):
+    path = _tar(tmp_path / "s.tar", [("k1.jpg", b"1"), ("k1.cls", b"0"), ("k2.jpg", b"2")])
+    with pytest.raises(ValueError, match=r"^fastload\.TarShards: expected on_error='raise' or 'skip', got 'ignore'\.$"):
+        TarShards(path, cache_dir=str(tmp_path), on_error="ignore")
+    ds = TarShards(path, cache_dir=str(tmp_path), on_error=ErrorPolicy("skip", owner="test"))
+    # on_error reads as the string it stands for, whatever was passed.
+    assert type(ds.on_error) is str and ds.on_error == "skip" and ds.error_policy.skips
+    assert len(ds) == 1 and [s.member for s in ds.skipped] == ["k2.jpg"]
+    assert "1 skipped" in repr(ds) and "ErrorPolicy" not in repr(ds)
+    assert pickle.loads(pickle.dumps(ds)).on_error == "skip"
 
 
 def test_write_shards_from_datasets(tmp_path, folder):
@@ -595,3 +607,38 @@ def test_tarfile_walk_of_unusual_shards_is_bounded_too(tmp_path, hostile):
         TarShards(path, cache_dir=str(tmp_path / "c"))
     ds = TarShards(path, cache_dir=str(tmp_path / "c"), on_error="skip")
     assert len(ds.skipped) >= 1 and all(ds.index.read(i) for i in range(len(ds)))
+
+
+def _engine_error(dataset):
+    """The DecodeError the native loader raises for the dataset's first sample."""
+    loader = fastload.DataLoader(dataset, batch_size=1)
+    assert loader.path.startswith("native"), loader.path
+    with pytest.raises(fastload.DecodeError) as err:
+        next(iter(loader))
+    return err.value
+
+
+def test_python_read_says_what_the_engine_read_says(tmp_path, folder):
+    # A missing file: the same OSError subclass as before, with the engine's words.
+    missing = str(tmp_path / "gone.jpg")
+    ds = fastload.FileList([missing], transforms=[fastload.transforms.CenterCrop(4)])
+    with pytest.raises(FileNotFoundError) as err:
+        ds.index.read(0)
+    assert err.value.errno == 2
+    assert str(err.value) == (f"fastload: cannot read sample 0, {missing}: cannot open: No such file or directory. "
+                              f"Fix or remove the file, or {SKIP_HINT}.")
+    engine = _engine_error(ds)
+    assert engine.source == missing and engine.reason == "cannot open: No such file or directory"
+
+    # A shard cut after it was indexed: the member's bytes end early.
+    path = write_shards(folder, str(tmp_path / "s-%02d.tar"))[0]
+    ds = TarShards(path, transforms=[fastload.transforms.CenterCrop(4)], cache_dir=str(tmp_path / "c"))
+    offset, size = int(ds.index.offsets[0]), int(ds.index.sizes[0])
+    with open(path, "r+b") as f:
+        f.truncate(offset + 3)
+    with pytest.raises(EOFError) as err:
+        ds.index.read(0)
+    what = f"expected {size} bytes at offset {offset}, file ends after 3 (truncated?)"
+    assert str(err.value) == f"fastload: cannot read sample 0, {ds.index.source(0)}: {what}. Fix or remove the file, or {SKIP_HINT}."
+    engine = _engine_error(ds)
+    assert engine.source == ds.index.source(0) and engine.reason == what

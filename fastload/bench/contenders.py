@@ -177,19 +177,19 @@ class FastloadDropIn(Baseline):
 def _native_missing(*names: str) -> Optional[str]:
     """Why fastload's explicit native API cannot run yet (None when it can).
 
-    `names` are attributes of fastload (datasets) that must exist besides the ops specs and
+    `names` are attributes of fastload (datasets) that must exist besides the transforms and
     a DataLoader of fastload's own (until it lands, fastload.DataLoader is torch's and a
     native dataset would run its slow per-sample PyTorch twin: not worth timing).
     """
     try:
         import fastload
-        from fastload import ops
+        from fastload import transforms
 
         missing = [n for n in names if not hasattr(fastload, n)]
         missing += [
-            f"ops.{n}"
+            f"transforms.{n}"
             for n in ("RandomResizedCrop", "RandomHorizontalFlip", "Resize", "CenterCrop", "Normalize")
-            if not hasattr(ops, n)
+            if not hasattr(transforms, n)
         ]
     except Exception as error:  # noqa: BLE001 -- a half-written module: say so in the row
         return f"not available yet (import failed: {type(error).__name__}: {error})"[:200]
@@ -200,15 +200,15 @@ def _native_missing(*names: str) -> Optional[str]:
     return None
 
 
-def _native_ops(config: RunConfig) -> list:
-    from fastload import ops
+def _native_transforms(config: RunConfig) -> list:
+    from fastload import transforms as T
 
     if config.train:
-        geometry = [ops.RandomResizedCrop(CROP), ops.RandomHorizontalFlip()]
+        geometry = [T.RandomResizedCrop(CROP), T.RandomHorizontalFlip()]
     else:
-        geometry = [ops.Resize(RESIZE), ops.CenterCrop(CROP)]
+        geometry = [T.Resize(RESIZE), T.CenterCrop(CROP)]
     # Normalize alone makes float32 in [0, 1] first, as ToTensor would.
-    return geometry + [ops.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
+    return geometry + [T.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
 
 
 def _native_loader(dataset, config: RunConfig):
@@ -226,7 +226,7 @@ def _native_loader(dataset, config: RunConfig):
 @register
 class FastloadNative(Contender):
     name = "fastload-native"
-    summary = "fastload.ImageFolder(root, ops=[...]) + fastload.DataLoader (explicit native API)"
+    summary = "fastload.ImageFolder(root, transforms=[...]) + fastload.DataLoader (explicit native API)"
 
     def unavailable(self):
         return _native_missing("ImageFolder")
@@ -234,7 +234,7 @@ class FastloadNative(Contender):
     def dataset(self, config):
         import fastload
 
-        return fastload.ImageFolder(config.root, ops=_native_ops(config))
+        return fastload.ImageFolder(config.root, transforms=_native_transforms(config))
 
     def loader(self, dataset, config):
         return _native_loader(dataset, config)
@@ -246,7 +246,7 @@ class FastloadNative(Contender):
 @register
 class FastloadTar(FastloadNative):
     name = "fastload-tar"
-    summary = "fastload.TarShards(shards, ops=[...]) + fastload.DataLoader (WebDataset tar layout)"
+    summary = "fastload.TarShards(shards, transforms=[...]) + fastload.DataLoader (WebDataset tar layout)"
     needs_shards = True
 
     def unavailable(self):
@@ -255,7 +255,7 @@ class FastloadTar(FastloadNative):
     def dataset(self, config):
         import fastload
 
-        return fastload.TarShards(list(config.shards), ops=_native_ops(config))
+        return fastload.TarShards(list(config.shards), transforms=_native_transforms(config))
 
 
 @register

@@ -45,7 +45,8 @@ def _size(size: Any) -> Any:
 
 
 def convert_transform(transform: Any) -> List[Any]:
-    """fastload specs equivalent to one torchvision transform (a Compose is flattened)."""
+    """fastload.transforms specs equivalent to one torchvision transform (a Compose is
+    flattened)."""
     if transform is None:
         return []
     if _is_torchvision(transform, "Compose"):
@@ -80,7 +81,8 @@ def convert_transform(transform: Any) -> List[Any]:
 
 
 def convert_dataset(dataset: Any) -> Tuple[SampleIndex, List[Any]]:
-    """(sample index, specs) for a torchvision ImageFolder, or NotConvertible."""
+    """(sample index, fastload.transforms specs) for a torchvision ImageFolder, or
+    NotConvertible."""
     if "torchvision" not in sys.modules:
         raise NotConvertible(f"{type(dataset).__name__} is not a torchvision dataset")
     from torchvision.datasets import DatasetFolder, ImageFolder
@@ -94,9 +96,12 @@ def convert_dataset(dataset: Any) -> Tuple[SampleIndex, List[Any]]:
         raise NotConvertible("the ImageFolder has a custom loader")
     if dataset.target_transform is not None:
         raise NotConvertible("the ImageFolder has a target_transform")
+    # torchvision's `dataset.transforms` is one callable: a StandardTransform wrapping
+    # transform and target_transform, or the user's joint (image, target) transforms.
+    # (fastload's own datasets use `.transforms` for their list of specs.)
     if getattr(dataset, "transforms", None) is not None and type(dataset.transforms).__name__ != "StandardTransform":
         raise NotConvertible("the ImageFolder has joint transforms")
-    ops = convert_transform(dataset.transform)
+    transforms = convert_transform(dataset.transform)
     paths = [path for path, _ in dataset.samples]
     labels = [label for _, label in dataset.samples]
-    return SampleIndex.from_files(paths, labels), ops
+    return SampleIndex.from_files(paths, labels), transforms

@@ -54,8 +54,10 @@ class ImageFolder(NativeDataset):
 
     Args:
         root: folder with one subfolder per class (torchvision's ImageFolder layout).
-        ops: transform specs (fastload.ops.RandomResizedCrop, ...) applied to each image.
+        transforms: specs from fastload.transforms (RandomResizedCrop, ...) applied to each image.
         extensions: file name endings that count as images.
+        seed: base of the random augmentation parameters (the loader overrides it).
+        ops: the older name of `transforms` (same meaning; pass one of the two).
 
     Attributes:
         classes, class_to_idx, targets: as torchvision's ImageFolder.
@@ -63,22 +65,24 @@ class ImageFolder(NativeDataset):
 
     Example:
         >>> import fastload
-        >>> from fastload import ops
-        >>> ds = fastload.ImageFolder("data/train", ops=[ops.RandomResizedCrop(224),
-        ...     ops.RandomHorizontalFlip(), ops.Normalize([0.485, 0.456, 0.406],
+        >>> from fastload import transforms as T
+        >>> ds = fastload.ImageFolder("data/train", transforms=[T.RandomResizedCrop(224),
+        ...     T.RandomHorizontalFlip(), T.Normalize([0.485, 0.456, 0.406],
         ...     [0.229, 0.224, 0.225])])                                  # doctest: +SKIP
         >>> loader = fastload.DataLoader(ds, batch_size=256, shuffle=True, num_workers=8)  # doctest: +SKIP
     """
 
-    def __init__(self, root: str, ops: Optional[Sequence[Any]] = None,
-                 extensions: Sequence[str] = IMG_EXTENSIONS, seed: int = 0):
+    def __init__(self, root: str, transforms: Optional[Sequence[Any]] = None,
+                 extensions: Sequence[str] = IMG_EXTENSIONS, seed: int = 0, *,
+                 ops: Optional[Sequence[Any]] = None):
         self.root = os.fspath(root)
         self.classes, self.class_to_idx = find_classes(self.root)
         paths, labels = scan_folder(self.root, self.class_to_idx, extensions)
-        super().__init__(SampleIndex.from_files(paths, labels), ops, seed)
+        super().__init__(SampleIndex.from_files(paths, labels), transforms, seed, ops=ops)
 
     def __repr__(self) -> str:
-        return f"fastload.ImageFolder({self.root!r}, {len(self)} images, {len(self.classes)} classes, ops={self.ops})"
+        return (f"fastload.ImageFolder({self.root!r}, {len(self)} images, {len(self.classes)} classes, "
+                f"transforms={self.transforms})")
 
 
 class FileList(NativeDataset):
@@ -87,16 +91,22 @@ class FileList(NativeDataset):
     Args:
         paths: image file paths.
         labels: one int per path (default: all 0).
-        ops: transform specs.
+        transforms: specs from fastload.transforms applied to each image.
+        seed: base of the random augmentation parameters (the loader overrides it).
+        ops: the older name of `transforms` (same meaning; pass one of the two).
 
     Example:
-        >>> ds = FileList(["a.jpg", "b.jpg"], [0, 1], ops=[])  # doctest: +SKIP
+        >>> from fastload import transforms as T
+        >>> ds = FileList(["a.jpg", "b.jpg"], [0, 1], transforms=[T.Resize(256), T.CenterCrop(224)])
+        >>> len(ds), ds.targets, ds.transforms[1]
+        (2, [0, 1], CenterCrop(size=(224, 224)))
     """
 
     def __init__(self, paths: Sequence[str], labels: Optional[Sequence[int]] = None,
-                 ops: Optional[Sequence[Any]] = None, seed: int = 0):
+                 transforms: Optional[Sequence[Any]] = None, seed: int = 0, *,
+                 ops: Optional[Sequence[Any]] = None):
         paths = [os.fspath(p) for p in paths]
         labels = [0] * len(paths) if labels is None else list(labels)
         if len(labels) != len(paths):
             raise ValueError(f"fastload.FileList: expected one label per path, got {len(labels)} labels for {len(paths)} paths")
-        super().__init__(SampleIndex.from_files(paths, labels), ops, seed)
+        super().__init__(SampleIndex.from_files(paths, labels), transforms, seed, ops=ops)

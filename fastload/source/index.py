@@ -77,24 +77,56 @@ class SampleIndex:
         return len(self.file_ids)
 
     def source(self, i: int) -> str:
-        """Human-readable origin of sample i for error messages: path or shard:member."""
+        """Where sample i's bytes are, for messages: the file's path, or "shard:member".
+
+        The Python side of the engine's read stage names samples the same way: the native
+        loader's DecodeError carries this as its `source`.
+        """
         path = self.files[int(self.file_ids[i])]
         if self.members is None:
             return path
         return f"{path}:{self.members[i]}"
 
     def read(self, i: int) -> bytes:
-        """The encoded bytes of sample i."""
+        """The encoded bytes of sample i: the Python twin of the engine's read stage.
+
+        The C++ engine reads samples itself (one pread of (offset, size), or the whole file
+        when size is -1); this is the same read for the paths that run in Python (a native
+        dataset indexed directly, the PIL fallback, write_shards), with the engine's error
+        texts: what failed, the sample and its source, and the fix.
+
+        Raises:
+            OSError: the file cannot be opened or read (the OSError subclass and errno of
+                the failure, e.g. FileNotFoundError).
+            EOFError: the file ends before the sample's last byte (a truncated file or
+                shard).
+        """
         path = self.files[int(self.file_ids[i])]
-        size = int(self.sizes[i])
-        if size < 0:
-            with open(path, "rb") as f:
-                return f.read()
-        fd = os.open(path, os.O_RDONLY)
+        size, offset = int(self.sizes[i]), int(self.offsets[i])
         try:
-            data = os.pread(fd, size, int(self.offsets[i]))
-        finally:
-            os.close(fd)
-        if len(data) != size:
-            raise EOFError(f"{self.source(i)}: expected {size} bytes at offset {self.offsets[i]}, got {len(data)} (truncated file?)")
+            f = open(path, "rb")
+        except OSError as error:
+            raise self._read_error(i, error, f"cannot open: {error.strerror or error}") from error
+        with f:
+            try:
+                data = f.read() if size < 0 else os.pread(f.fileno(), size, offset)
+            except OSError as error:
+                raise self._read_error(i, error, f"read failed: {error.strerror or error}") from error
+        if len(data) != size and size >= 0:
+            raise EOFError(self._read_message(
+                i, f"expected {size} bytes at offset {offset}, file ends after {len(data)} (truncated?)"))
         return data
+
+    def _read_message(self, i: int, what: str) -> str:
+        # The engine's read errors reach users as DecodeError(what, i, source); this is
+        # that message, with "read" for "decode".
+        from fastload.errors import SKIP_HINT
+
+        return f"fastload: cannot read sample {i}, {self.source(i)}: {what}. Fix or remove the file, or {SKIP_HINT}."
+
+    def _read_error(self, i: int, error: OSError, what: str) -> OSError:
+        # The same OSError subclass and errno (callers catch FileNotFoundError, ...), the
+        # message of the engine's read.
+        out = type(error)(self._read_message(i, what))
+        out.errno = error.errno
+        return out

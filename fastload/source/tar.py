@@ -32,14 +32,14 @@ from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tu
 
 import numpy as np
 
-from fastload.source.base import NativeDataset
+from fastload.errors import ErrorPolicy
+from fastload.source.base import NativeDataset, transforms_argument
 from fastload.source.index import FlatStrings, SampleIndex
 
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")  # preference order when a key has several
 # Preference order when a key has several; the first that holds an integer label wins
 # (a txt member is often a caption, a json member often metadata without a label).
 LABEL_EXTS = ("cls", "json", "txt")
-ON_ERROR = ("raise", "skip")
 INDEX_FORMAT = "fastload-tar-index"
 # 2: the shard's inode, ctime and a fingerprint of sampled header blocks are checked too.
 INDEX_VERSION = 2
@@ -705,14 +705,16 @@ class TarShards(NativeDataset):
         urls: a path or URL, a brace pattern ("train-{0000..0127}.tar"), "::"-separated
             lists of them, or a list. Local paths, file://, http(s):// and any fsspec URL
             (memory://, s3://, ... with its backend installed).
-        ops: transform specs from fastload.ops, applied to every image.
+        transforms: specs from fastload.transforms, applied to every image.
         cache_dir: where remote shards are downloaded and where indexes go when the
             shard's folder is read-only (default: $FASTLOAD_CACHE or ~/.cache/fastload).
         on_error: "raise": a truncated shard, an image without a label (or the reverse),
             a bad label raise TarShardError naming the shard and member. "skip": such
-            samples are left out and listed in `skipped`.
+            samples are left out and listed in `skipped`. An ErrorPolicy is taken as its
+            choice; `dataset.on_error` is then the choice's string.
         seed: base of the random augmentation parameters (the loader overrides it).
         progress: show a tqdm bar while downloading.
+        ops: the older name of `transforms` (same meaning; pass one of the two).
 
     Attributes:
         shards: the local path of every shard (downloaded copies for remote ones).
@@ -730,20 +732,21 @@ class TarShards(NativeDataset):
 
     Example:
         >>> import fastload
-        >>> from fastload import ops
+        >>> from fastload import transforms as T
         >>> ds = fastload.TarShards("shards/train-{0000..0127}.tar",
-        ...                         ops=[ops.RandomResizedCrop(224), ops.RandomHorizontalFlip()])  # doctest: +SKIP
+        ...                         transforms=[T.RandomResizedCrop(224), T.RandomHorizontalFlip()])  # doctest: +SKIP
         >>> image, label = ds[0]   # image: float32 [3, 224, 224]; label: int    # doctest: +SKIP
     """
 
-    def __init__(self, urls: Union[str, Sequence[str]], ops: Optional[Sequence[Any]] = None, *,
-                 cache_dir: Optional[str] = None, on_error: str = "raise", seed: int = 0,
-                 progress: bool = True):
-        if on_error not in ON_ERROR:
-            raise ValueError(f"fastload.TarShards: expected on_error in {ON_ERROR}, got {on_error!r}.")
+    def __init__(self, urls: Union[str, Sequence[str]], transforms: Optional[Sequence[Any]] = None, *,
+                 cache_dir: Optional[str] = None, on_error: Union[str, ErrorPolicy] = "raise", seed: int = 0,
+                 progress: bool = True, ops: Optional[Sequence[Any]] = None):
+        # Both checked before any shard is fetched or indexed.
+        self.error_policy = ErrorPolicy(on_error, owner="fastload.TarShards")
+        transforms = transforms_argument(transforms, ops, "fastload.TarShards")
+        self.on_error = self.error_policy.mode  # the plain string, as given
         self.urls = expand_urls(urls)
         self.cache_dir = os.fspath(cache_dir) if cache_dir is not None else default_cache_dir()
-        self.on_error = on_error
         self.skipped: List[Skipped] = []
         self.index_status: List[str] = []
         self.duplicates: List[int] = []
@@ -776,12 +779,11 @@ class TarShards(NativeDataset):
             offsets=np.concatenate(offsets), sizes=np.concatenate(sizes),
             labels=np.asarray(labels, dtype=np.int64), members=FlatStrings.from_list(members))
         self.keys = FlatStrings.from_list(keys)
-        super().__init__(index, ops, seed)
+        super().__init__(index, transforms, seed)
 
     def _problem(self, url: str, member: Optional[str], reason: str, fix: str) -> None:
-        if self.on_error == "raise":
-            where = f"member {member!r} of shard {url!r}" if member else f"shard {url!r}"
-            raise TarShardError(f"fastload.TarShards: {where}: {reason}. {fix}", url, member, reason)
+        where = f"member {member!r} of shard {url!r}" if member else f"shard {url!r}"
+        self.error_policy.handle(TarShardError(f"fastload.TarShards: {where}: {reason}. {fix}", url, member, reason))
         self.skipped.append(Skipped(url, member, reason))
 
     def _samples_of(self, url: str, record: Dict[str, Any]):
@@ -838,4 +840,4 @@ class TarShards(NativeDataset):
     def __repr__(self) -> str:
         superseded = f"{sum(self.duplicates)} superseded duplicates, " if any(self.duplicates) else ""
         return (f"fastload.TarShards({len(self.urls)} shards, {len(self)} samples, "
-                f"{len(self.skipped)} skipped, {superseded}ops={self.ops})")
+                f"{len(self.skipped)} skipped, {superseded}transforms={self.transforms})")

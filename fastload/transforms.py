@@ -1,0 +1,37 @@
+"""Transforms: what fastload's native datasets do to every image, torchvision's semantics.
+
+Native datasets (fastload.ImageFolder, fastload.FileList, fastload.TarShards) take a list
+of these as `transforms=[...]`. They hold parameters only, never pixels: the list is fused
+into one plan that the C++ engine runs per sample (decode the crop window, resize
+antialiased bilinear, flip, normalise and cast in one pass). Random parameters (crop box,
+flip) are a pure function of (seed, epoch, sample index).
+
+| transform | torchvision equivalent |
+| --- | --- |
+| `RandomResizedCrop(size, scale, ratio)` | `RandomResizedCrop` (bilinear, antialiased) |
+| `Resize(size, max_size)` | `Resize` (bilinear, antialiased) |
+| `CenterCrop(size)` | `CenterCrop` |
+| `RandomHorizontalFlip(p)` | `RandomHorizontalFlip` |
+| `Normalize(mean, std)` | `Normalize` (on values scaled to [0, 1]) |
+| `ToDtype(dtype, scale)` | `v2.ToDtype` / `ToTensor` (float32, scale=True) |
+
+A dataset without a ToDtype outputs uint8 [C, H, W]; torchvision transforms with a native
+equivalent may be passed too, and are converted to these.
+
+Example:
+    >>> import torch
+    >>> import fastload
+    >>> from fastload import transforms as T
+    >>> train = [T.RandomResizedCrop(224), T.RandomHorizontalFlip(),
+    ...          T.ToDtype(torch.float32, scale=True),
+    ...          T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])]
+    >>> train[0].size
+    (224, 224)
+    >>> ds = fastload.ImageFolder("data/train", transforms=train)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from fastload.augment.specs import CenterCrop, Normalize, RandomHorizontalFlip, RandomResizedCrop, Resize, ToDtype
+
+__all__ = ["RandomResizedCrop", "Resize", "CenterCrop", "RandomHorizontalFlip", "Normalize", "ToDtype"]
