@@ -16,11 +16,14 @@ the order they are checked:
 Example:
     >>> import torch
     >>> from fastload.native import select_path
-    >>> runner, reason = select_path(torch.utils.data.TensorDataset(torch.arange(4)), batch_size=2,
-    ...     collate_fn=None, num_workers=0, pin_memory=False, accelerate="auto", dtype=None,
-    ...     memory_format=None, on_error="raise", seed=None)
-    >>> runner, reason
-    (None, 'generic: TensorDataset is not a torchvision dataset')
+    >>> def path(dataset, **kwargs):
+    ...     args = dict(batch_size=2, collate_fn=None, num_workers=0, pin_memory=False, accelerate="auto",
+    ...                 dtype=None, memory_format=None, on_error="raise", seed=None)
+    ...     return select_path(dataset, **{**args, **kwargs})
+    >>> path(torch.utils.data.TensorDataset(torch.arange(4)), accelerate=False)
+    (None, 'generic: accelerate=False')
+    >>> path(torch.utils.data.TensorDataset(torch.arange(4)), batch_size=None)[1]
+    'generic: batch_size=None (no automatic batching; order left to torch)'
 """
 
 from __future__ import annotations
