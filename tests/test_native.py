@@ -431,6 +431,25 @@ def test_breaking_out_of_an_epoch_releases_the_batches_in_flight(folder):
     assert len(list(loader)) == len(loader)
 
 
+def test_native_feed_yields_the_runners_batches_in_order_and_releases_them_on_close(folder):
+    from fastload.native import NativeFeed
+
+    dataset = fastload.ImageFolder(folder, ops=[ops.CenterCrop(16)])
+    runner = NativeRunner(dataset.index, build_plan(dataset.ops), num_threads=2)
+    batches = [[0, 1, 2], [3, 4], [5, 6, 7], [8]]
+    got = list(NativeFeed(runner, iter(batches), epoch=0, depth=2))
+    assert [tag for _, tag in got] == [(3, 1), (2, 2), (3, 3), (1, 4)]
+    for (images, labels), indices in zip((batch for batch, _ in got), batches, strict=True):
+        want, want_labels = runner.result(runner.submit(indices, 0))
+        assert torch.equal(images, want) and torch.equal(labels, want_labels)
+    feed = NativeFeed(runner, iter(batches), epoch=0, depth=3)
+    next(feed)
+    assert len(runner._pending) == 2  # submitted ahead
+    feed.close()
+    assert runner._pending == {}
+    runner.close()
+
+
 def test_dtypes_the_engine_cannot_write_fall_back_or_convert(folder):
     transform = v2.Compose([v2.CenterCrop(8), v2.ToImage(), v2.ToDtype(torch.float64, scale=True)])
     loader = fastload.DataLoader(torchvision.datasets.ImageFolder(folder, transform=transform), batch_size=4)

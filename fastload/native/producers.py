@@ -153,6 +153,7 @@ class GpuProducer:
 
     def __init__(self, engine: Any, plan: Any, *, pin_memory: bool, memory_format: torch.memory_format,
                  device: torch.device, stats: Dict[str, Any]):
+        # Imported here: decode.nvjpeg takes its status codes from this package.
         from fastload.decode.nvjpeg import NvjpegDecoder
 
         self._plan, self._device = plan, device
