@@ -33,7 +33,13 @@ Keys of the dict (seconds are float, counts int):
     stall_fraction  data-stall fraction: the wait between batches divided by the time
                     between batches, i.e. the share of the loop's steady-state time spent
                     waiting for data (first batch excluded; None before two batches)
-    native          the native engine's counters (native path only)
+    native          the native engine's counters (native path only), a dict:
+                    images, batches (produced by the engine), skipped (distinct samples
+                    replaced under on_error="skip"), pil_fallback (non-JPEG samples PIL
+                    decoded), gpu_cpu_fallback (decode_on="gpu": images nvJPEG rejected
+                    and the CPU decoded), engine_s (submit to result, summed over
+                    batches: several overlap), wait_s (time result() waited for the
+                    engine), threads
 
 Every stage also shows in profiler traces as a `torch.profiler.record_function` range
 named "fastload.<stage>" (fetch and collate in the worker processes' own traces).
@@ -160,6 +166,8 @@ def report(stats: Dict[str, Any]) -> str:
     Example:
         >>> print(report({"path": "generic: test", "batches": 0}).splitlines()[0])
         fastload.DataLoader stats (generic: test)
+        >>> print(report({"path": "native: test", "native": {"images": 8, "engine_s": 0.25}}).splitlines()[-1])
+          native: images=8, engine_s=0.250
     """
     g = stats.get
     batches = g("batches") or 0
@@ -182,5 +190,6 @@ def report(stats: Dict[str, Any]) -> str:
         lines.append(f"  {_STAGE_LABELS[stage]:<20}{seconds:>10.3f}{per:>11}")
     native = g("native")
     if native:
-        lines.append("  native: " + ", ".join(f"{k}={v}" for k, v in native.items()))
+        lines.append("  native: " + ", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
+                                              for k, v in native.items()))
     return "\n".join(lines)

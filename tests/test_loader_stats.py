@@ -88,3 +88,24 @@ def test_profiler_ranges():
     names = {e.name for e in prof.events()}
     for stage in ("fastload.wait", "fastload.fetch", "fastload.collate", "fastload.transfer"):
         assert stage in names, stage
+
+
+NATIVE_KEYS = {"images", "batches", "skipped", "pil_fallback", "gpu_cpu_fallback", "engine_s", "wait_s", "threads"}
+
+
+@pytest.mark.skipif(not fastload._ext.has_ops(), reason="fastload._C not built")
+def test_native_counters_name_seconds_with_s_and_show_in_the_report(tmp_path):
+    import jpeg_samples as js
+
+    js.write_image_folder(tmp_path, classes=2, per_class=3)
+    dataset = fastload.ImageFolder(str(tmp_path), ops=[fastload.ops.Resize(8), fastload.ops.CenterCrop(8)])
+    loader = DataLoader(dataset, batch_size=4, num_workers=2)
+    list(loader)
+    stats = loader.stats()
+    assert loader.path.startswith("native") and set(stats) == KEYS | {"native"}
+    native = stats["native"]
+    assert set(native) == NATIVE_KEYS
+    assert (native["images"], native["batches"], native["threads"]) == (6, 2, 2)
+    assert native["engine_s"] >= native["wait_s"] >= 0.0
+    line = [line for line in fastload.stats.report(stats).splitlines() if line.strip().startswith("native:")]
+    assert line and "engine_s=" in line[0] and "wait_s=" in line[0]

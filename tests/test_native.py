@@ -280,12 +280,19 @@ def cpu_stand_in_for_nvjpeg(datas, channels, device):
     return [ops.decode_jpeg(d, channels=channels) for d in datas], torch.zeros(len(datas), dtype=torch.bool)
 
 
+def on_the_cpu(runner):
+    """The "gpu" mode's batched nvJPEG decode replaced by the CPU decoder (the seam is
+    the producer's NvjpegDecoder.batch_decode); the packing and kernels stay the GPU's."""
+    runner.producer.decoder.batch_decode = cpu_stand_in_for_nvjpeg
+    return runner
+
+
 def run_mode(dataset, indices, decode_on, epoch=0, **plan_options):
     """A runner with the device step on the CPU: the same packing and kernels as on a GPU."""
     runner = NativeRunner(dataset.index, build_plan(dataset.ops, seed=dataset.seed, **plan_options),
                           num_threads=2, decode_on=decode_on, device="cpu")
     if decode_on == "gpu":
-        runner._gpu_decoder = cpu_stand_in_for_nvjpeg
+        on_the_cpu(runner)
     try:
         return runner.result(runner.submit(indices, epoch)), runner.stats()
     finally:
@@ -310,12 +317,54 @@ def test_device_modes_match_the_cpu_mode(folder, decode_on, pipeline):
 def test_device_modes_apply_error_policy(bad_folder, decode_on):
     dataset = fastload.ImageFolder(bad_folder, ops=[ops.CenterCrop(16)])
     runner = NativeRunner(dataset.index, build_plan(dataset.ops), decode_on=decode_on, device="cpu")
-    runner._gpu_decoder = cpu_stand_in_for_nvjpeg
+    if decode_on == "gpu":
+        on_the_cpu(runner)
     with pytest.raises(DecodeError, match="1_truncated.jpg"):
         runner.result(runner.submit([0, 1], 0))
     runner.on_error = "skip"
     images, _ = runner.result(runner.submit([0, 1, 4], 0))
     assert torch.equal(images[1], images[0]) and runner.stats()["skipped"] == 3
+    runner.close()
+
+
+@pytest.mark.parametrize("decode_on, producer", [("cpu", "CpuProducer"), ("cpu+gpu", "CpuGpuProducer"),
+                                                  ("gpu", "GpuProducer")])
+def test_each_decode_on_mode_runs_on_its_own_producer(folder, decode_on, producer):
+    from fastload.decode.nvjpeg import NvjpegDecoder
+
+    dataset = fastload.ImageFolder(folder, ops=[ops.CenterCrop(16)])
+    runner = NativeRunner(dataset.index, build_plan(dataset.ops), decode_on=decode_on, device="cpu")
+    try:
+        assert type(runner.producer).__name__ == producer and runner.decode_on == decode_on
+        assert isinstance(getattr(runner.producer, "decoder", None), NvjpegDecoder) == (decode_on == "gpu")
+    finally:
+        runner.close()
+
+
+def test_runner_arguments_are_checked_with_the_common_messages(folder):
+    dataset = fastload.ImageFolder(folder, ops=[ops.CenterCrop(16)])
+    plan = build_plan(dataset.ops)
+    with pytest.raises(ValueError, match=r"fastload\.NativeRunner: expected on_error='raise' or 'skip', got 'ignore'"):
+        NativeRunner(dataset.index, plan, on_error="ignore")
+    with pytest.raises(ValueError, match=r"fastload\.NativeRunner: expected decode_on in \('cpu', 'cpu\+gpu', 'gpu'\)"):
+        NativeRunner(dataset.index, plan, decode_on="auto")
+    runner = NativeRunner(dataset.index, plan)
+    with pytest.raises(ValueError, match="got 'ignore'"):
+        runner.on_error = "ignore"
+    assert runner.on_error == "raise"
+    runner.close()
+
+
+def test_runner_stats_keys_end_in_s_for_seconds(folder):
+    dataset = fastload.ImageFolder(folder, ops=[ops.CenterCrop(16)])
+    runner = NativeRunner(dataset.index, build_plan(dataset.ops), num_threads=2)
+    runner.result(runner.submit([0, 1, 2], 0))
+    stats = runner.stats(reset=True)
+    assert set(stats) == {"images", "batches", "skipped", "pil_fallback", "gpu_cpu_fallback", "engine_s", "wait_s",
+                          "threads"}
+    assert (stats["images"], stats["batches"], stats["threads"]) == (3, 1, 2)
+    assert stats["engine_s"] >= stats["wait_s"] >= 0.0
+    assert runner.stats() == dict(stats, images=0, batches=0, engine_s=0.0, wait_s=0.0)
     runner.close()
 
 
@@ -380,6 +429,25 @@ def test_breaking_out_of_an_epoch_releases_the_batches_in_flight(folder):
     runner = loader._runner
     assert runner._pending == {}  # nothing left holding engine jobs or output buffers
     assert len(list(loader)) == len(loader)
+
+
+def test_native_feed_yields_the_runners_batches_in_order_and_releases_them_on_close(folder):
+    from fastload.native import NativeFeed
+
+    dataset = fastload.ImageFolder(folder, ops=[ops.CenterCrop(16)])
+    runner = NativeRunner(dataset.index, build_plan(dataset.ops), num_threads=2)
+    batches = [[0, 1, 2], [3, 4], [5, 6, 7], [8]]
+    got = list(NativeFeed(runner, iter(batches), epoch=0, depth=2))
+    assert [tag for _, tag in got] == [(3, 1), (2, 2), (3, 3), (1, 4)]
+    for (images, labels), indices in zip((batch for batch, _ in got), batches, strict=True):
+        want, want_labels = runner.result(runner.submit(indices, 0))
+        assert torch.equal(images, want) and torch.equal(labels, want_labels)
+    feed = NativeFeed(runner, iter(batches), epoch=0, depth=3)
+    next(feed)
+    assert len(runner._pending) == 2  # submitted ahead
+    feed.close()
+    assert runner._pending == {}
+    runner.close()
 
 
 def test_dtypes_the_engine_cannot_write_fall_back_or_convert(folder):

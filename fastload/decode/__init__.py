@@ -1,2 +1,3 @@
-"""Decode stage: JPEG in C++ (libjpeg-turbo, fastload.ops.decode_jpeg), other formats
-through PIL (pillow or pillow-simd), one error type (fastload.DecodeError)."""
+"""Decode stage: JPEG in C++ (libjpeg-turbo, fastload.ops.decode_jpeg; nvJPEG for
+decode_on="gpu", orchestrated by nvjpeg.py), other formats through PIL (pil.py, pillow or
+pillow-simd), one error type (fastload.DecodeError). See README.md."""

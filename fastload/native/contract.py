@@ -1,0 +1,84 @@
+"""The Python side of the engine's contract (fastload._C), each call in one place.
+
+Every name here stands for one piece of the C++ API: per-sample status codes, the plan
+the engine reads, the geometry Python asks for (regions), and the clamp-region arithmetic
+that turns a region into a strided view of decoded pixels. The rest of fastload.native
+goes through these functions only, so a change of the binding changes this file alone.
+
+Example:
+    >>> import torch
+    >>> from fastload.native.contract import OK, sampling_views
+    >>> OK
+    0
+    >>> views, relative = sampling_views(torch.tensor([[1.5, 2.0, 4.0, 3.0]]),
+    ...                                  torch.tensor([[1.0, 1.5, 5.0, 4.0]]),
+    ...                                  torch.tensor([[5, 8]]))
+    >>> views.tolist(), relative.tolist()
+    ([[1, 1, 4, 5]], [[0.5, 1.0, 4.0, 3.0]])
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Tuple
+
+import torch
+
+from fastload import _ext
+
+# Per-sample status codes of the engine (csrc/engine/batch.cpp).
+# transition: _C.Status (OK, DECODE_ERROR, NOT_JPEG, READ_ERROR, BAD_GEOMETRY)
+OK, DECODE_ERROR, NOT_JPEG, READ_ERROR, BAD_GEOMETRY = 0, 1, 2, 3, 4  # BAD_GEOMETRY: no pixels to sample
+
+
+def engine_plan(plan: Any) -> Dict[str, Any]:
+    """What BatchEngine.set_plan takes for `plan`.
+
+    transition: the typed _C.Plan (the plan itself) instead of plan.config().
+    """
+    return plan.config()
+
+
+def region_of(plan: Any, height: int, width: int, epoch: int, index: int) -> Tuple[Any, Any, bool]:
+    """(box, clamp, flip) of sample `index` at `epoch` in a height x width image; raises
+    ValueError (the engine's message) when the geometry has no pixels to sample.
+
+    transition: _C.region_of(plan, height, width, epoch, index).
+    """
+    return _ext.require_ops().plan_region(engine_plan(plan), height, width, epoch, index)
+
+
+def regions_of(plan: Any, sizes: torch.Tensor, samples: torch.Tensor, epoch: int
+               ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(boxes float32 [N, 4], clamps float32 [N, 4], flips bool [N]) for images of
+    `sizes` int64 [N, 2] (height, width); raises ValueError like region_of.
+
+    transition: _C.regions_of(plan, sizes, samples, epoch).
+    """
+    return _ext.require_ops().plan_regions(engine_plan(plan), sizes, samples, epoch)
+
+
+def sampling_views(boxes: torch.Tensor, clamps: torch.Tensor, sizes: torch.Tensor
+                   ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The part of each image its taps may read, and its box relative to that part.
+
+    Args:
+        boxes: float32 [N, 4] (top, left, height, width): what is sampled.
+        clamps: float32 [N, 4], same layout: where taps clamp.
+        sizes: int64 [N, 2]: (height, width) of each image.
+
+    Returns:
+        views: int64 [N, 4] (top, left, height, width): the clamp region on whole pixels,
+            inside the image and at least 1x1.
+        relative_boxes: float32 [N, 4]: `boxes` with the view's top-left as the origin.
+
+    transition: _C.sampling_views(boxes, clamps, sizes), the engine's own arithmetic.
+    """
+    top = clamps[:, 0].floor().clamp(min=0).long()
+    left = clamps[:, 1].floor().clamp(min=0).long()
+    bottom = torch.minimum((clamps[:, 0] + clamps[:, 2]).ceil().long(), sizes[:, 0])
+    right = torch.minimum((clamps[:, 1] + clamps[:, 3]).ceil().long(), sizes[:, 1])
+    views = torch.stack([top, left, (bottom - top).clamp(min=1), (right - left).clamp(min=1)], dim=1)
+    relative = boxes.clone()
+    relative[:, 0] -= top.float()
+    relative[:, 1] -= left.float()
+    return views, relative

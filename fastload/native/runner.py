@@ -1,0 +1,175 @@
+"""NativeRunner: the C++ batch engine's lifecycle and the tickets of the batches in flight."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import numpy as np
+import torch
+
+from fastload import _ext
+from fastload.errors import ErrorPolicy
+from fastload.native.contract import engine_plan
+from fastload.native.producers import PRODUCERS
+from fastload.native.repair import Repair
+from fastload.source.index import SampleIndex
+
+_OWNER = "fastload.NativeRunner"
+# The counters of stats(); "threads" is added when they are read.
+_COUNTERS = {"images": 0, "batches": 0, "skipped": 0, "pil_fallback": 0, "gpu_cpu_fallback": 0,
+             "engine_s": 0.0, "wait_s": 0.0}
+
+
+class NativeRunner:
+    """Produces whole collated batches `[images, labels]` from sample indices.
+
+    submit() queues a batch and returns a ticket at once; result() waits for it (GIL
+    released). images: [B, C, H, W] of the plan's dtype (and memory format), pinned when
+    asked; labels: int64 [B]. Failed samples follow on_error: "raise" raises
+    fastload.DecodeError naming the sample and file; "skip" replaces the sample with the
+    next readable one (in dataset order) so the batch keeps its size, and counts it in
+    stats().
+
+    Args:
+        index: where the samples' bytes are.
+        plan: the fused pipeline.
+        num_threads: engine threads.
+        pin_memory: allocate outputs in pinned (page-locked) memory.
+        memory_format: torch.contiguous_format or torch.channels_last.
+        on_error: "raise" or "skip".
+        decode_on: "cpu", "cpu+gpu" or "gpu" (see fastload.native.producers); the last
+            two produce batches on `device`.
+        device: where "cpu+gpu" and "gpu" batches are produced.
+        description: what runs, for loader.path.
+    """
+
+    def __init__(self, index: SampleIndex, plan: Any, *, num_threads: int = 1, pin_memory: bool = False,
+                 memory_format: Optional[torch.memory_format] = None, on_error: str = "raise",
+                 decode_on: str = "cpu", device: Optional[torch.device] = None, description: str = "native"):
+        policy = ErrorPolicy(on_error, owner=_OWNER)
+        if decode_on not in PRODUCERS:
+            raise ValueError(f"{_OWNER}: expected decode_on in {tuple(PRODUCERS)}, got {decode_on!r}.")
+        self.decode_on = decode_on
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        module = _ext.require_ops()
+        self.index = index
+        self.plan = plan
+        self.pin_memory = bool(pin_memory) and torch.cuda.is_available()
+        self.memory_format = memory_format or torch.contiguous_format
+        self.description = description
+        self._engine = module.BatchEngine(max(1, int(num_threads)))
+        self._owner_pid = os.getpid()
+        if len(index):
+            # An empty dataset (a split or rank without files) never submits a batch, and
+            # the engine's index checks need at least one file.
+            self._engine.set_index(
+                torch.from_numpy(index.files.data), torch.from_numpy(index.files.offsets),
+                torch.from_numpy(index.file_ids), torch.from_numpy(index.offsets), torch.from_numpy(index.sizes),
+            )
+        self._engine.set_plan(engine_plan(plan))
+        self._labels = torch.from_numpy(np.ascontiguousarray(index.labels))
+        self._stats: Dict[str, Any] = dict(_COUNTERS)
+        self.producer = PRODUCERS[decode_on](self._engine, plan, pin_memory=self.pin_memory,
+                                             memory_format=self.memory_format, device=self.device,
+                                             stats=self._stats)
+        self._repair = Repair(self._engine, index, plan, policy, self._stats)
+        self._tickets = itertools.count()
+        # ticket -> (samples, producer handle, epoch, submit time)
+        self._pending: Dict[int, Tuple[torch.Tensor, Any, int, float]] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def on_error(self) -> str:
+        """"raise" or "skip"; may be changed between batches."""
+        return self._repair.policy.mode
+
+    @on_error.setter
+    def on_error(self, on_error: str) -> None:
+        self._repair.policy = ErrorPolicy(on_error, owner=_OWNER)
+
+    @property
+    def _gpu_decoder(self) -> Optional[Callable]:
+        """The "gpu" mode's batched decode (`producer.decoder.batch_decode`), under the
+        name callers set it by; None in the other modes (setting it there does nothing)."""
+        decoder = getattr(self.producer, "decoder", None)
+        return decoder.batch_decode if decoder is not None else None
+
+    @_gpu_decoder.setter
+    def _gpu_decoder(self, batch_decode: Callable) -> None:
+        decoder = getattr(self.producer, "decoder", None)
+        if decoder is not None:
+            decoder.batch_decode = batch_decode
+
+    @property
+    def num_threads(self) -> int:
+        return self._engine.num_threads
+
+    def start_pass(self) -> None:
+        """A new pass over the data begins (the loader calls it at each iter()): its bad
+        samples are counted afresh, even when it repeats an epoch number."""
+        self._repair.start_pass()
+
+    def set_seed(self, seed: int) -> None:
+        """Sets the base of every random parameter (the loader restores it on resume)."""
+        self.plan.seed = int(seed)
+        self._engine.set_plan(engine_plan(self.plan))
+
+    def submit(self, indices: List[int], epoch: int) -> int:
+        """Queues the batch of these sample indices (epoch picks the random parameters);
+        returns a ticket for result()."""
+        samples = torch.as_tensor(indices, dtype=torch.int64)
+        handle = self.producer.submit(samples, epoch)
+        ticket = next(self._tickets)
+        with self._lock:
+            self._pending[ticket] = (samples, handle, epoch, time.perf_counter())
+        return ticket
+
+    def result(self, ticket: int) -> List[torch.Tensor]:
+        """Waits for a submitted batch (GIL released); returns [images, labels]."""
+        with self._lock:
+            samples, handle, epoch, submitted = self._pending.pop(ticket)
+        started = time.perf_counter()
+        with torch.profiler.record_function("fastload.native_batch"):
+            status, messages, out = self.producer.collect(handle)
+        finished = time.perf_counter()
+        samples = self._repair.fill(samples, status, messages, out, epoch)
+        stats = self._stats
+        stats["images"] += len(samples)
+        stats["batches"] += 1
+        stats["engine_s"] += finished - submitted
+        stats["wait_s"] += finished - started
+        labels = self._labels[samples]
+        return [out, labels.pin_memory() if self.pin_memory else labels]  # pinned like torch's batches
+
+    def discard(self, ticket: int) -> None:
+        """Drops a submitted batch nobody will take (an abandoned epoch), so that its
+        engine job and output buffer are released."""
+        if os.getpid() != self._owner_pid:
+            return  # a forked child (e.g. collecting garbage in a DataLoader worker): no engine threads here
+        with self._lock:
+            entry = self._pending.pop(ticket, None)
+        if entry is not None:
+            self.producer.discard(entry[1])
+
+    def stats(self, reset: bool = False) -> Dict[str, Any]:
+        """Counters: images, batches, skipped, pil_fallback, gpu_cpu_fallback; engine_s
+        (submit to result, summed) and wait_s (time result() waited); threads. `reset`
+        starts them afresh after returning them."""
+        out = dict(self._stats, threads=self.num_threads)
+        if reset:
+            self._stats.update(_COUNTERS)
+        return out
+
+    def close(self) -> None:
+        """Stops the engine's threads and drops the reusable batch memory."""
+        self._engine.close()
+        self.producer.close()
+
+    def __del__(self):
+        engine = getattr(self, "_engine", None)
+        if engine is not None:
+            engine.close()

@@ -1,0 +1,211 @@
+"""Which path a loader takes, and why: the one place every "generic: <why>" is decided.
+
+select_path(dataset, ...) returns a NativeRunner when the dataset and the loader's
+arguments can run on the C++ engine, else None and the reason, which is what
+`loader.path` shows: "native: ImageFolder [RandomResizedCrop -> RandomHorizontalFlip ->
+Normalize], decode_on=cpu (auto)" or e.g. "generic: custom collate_fn". The reasons, in
+the order they are checked:
+
+- the order is left to torch (order_left_to_torch): an IterableDataset, batch_size=None,
+  a DataPipe, a dataset without __len__ (and no sampler to order it);
+- accelerate=False; FASTLOAD_NATIVE=0 in the environment;
+- a batch_sampler (the native loop batches by batch_size); a custom collate_fn;
+- the dataset or its transforms have no native pipeline (the converter's reason);
+- fastload._C was not built (a fastload dataset then raises NotBuiltError instead).
+
+Example:
+    >>> import torch
+    >>> from fastload.native import select_path
+    >>> def path(dataset, **kwargs):
+    ...     args = dict(batch_size=2, collate_fn=None, num_workers=0, pin_memory=False, accelerate="auto",
+    ...                 dtype=None, memory_format=None, on_error="raise", seed=None)
+    ...     return select_path(dataset, **{**args, **kwargs})
+    >>> path(torch.utils.data.TensorDataset(torch.arange(4)), accelerate=False)
+    (None, 'generic: accelerate=False')
+    >>> path(torch.utils.data.TensorDataset(torch.arange(4)), batch_size=None)[1]
+    'generic: batch_size=None (no automatic batching; order left to torch)'
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Tuple
+
+import torch
+from torch.utils.data.datapipes.datapipe import IterDataPipe, MapDataPipe
+
+from fastload import _ext
+from fastload.errors import UnsupportedPipeline
+from fastload.native.producers import PRODUCERS
+from fastload.native.runner import NativeRunner
+from fastload.source.index import SampleIndex
+
+# Where decoding and augmenting run (see fastload.native.producers):
+#   "cpu":     the engine decodes and augments into the (pinned) batch; uint8 or float
+#              crosses PCIe as the plan says.
+#   "cpu+gpu": the engine decodes the DCT-scaled crop window to uint8; only those bytes
+#              cross PCIe; the device resizes, flips, normalises and casts.
+#   "gpu":     nvJPEG decodes whole images on the device (the CPU decodes what it
+#              rejects), the device does the rest.
+#   "auto":    "cpu+gpu" for batches bound for a CUDA device when the CUDA kernels were
+#              built, else "cpu".
+DECODE_ON = ("auto", *PRODUCERS)
+_PREFIX = "fastload.DataLoader"
+
+
+def order_left_to_torch(dataset: Any, *, batch_size: Optional[int], sampler: Any = None,
+                        batch_sampler: Any = None) -> Optional[str]:
+    """The reason fastload does not order this dataset's batches itself (torch, or the
+    dataset, does), or None when it does. Such a loader always takes the generic path.
+
+    Args mean what they mean for torch.utils.data.DataLoader (batch_size as torch keeps
+    it: None when a batch_sampler is given).
+    """
+    if isinstance(dataset, torch.utils.data.IterableDataset):
+        return "generic: IterableDataset (order left to the dataset and torch)"
+    if batch_size is None and batch_sampler is None:
+        return "generic: batch_size=None (no automatic batching; order left to torch)"
+    if isinstance(dataset, (IterDataPipe, MapDataPipe)):
+        return "generic: a DataPipe (order left to torch)"
+    if sampler is None and batch_sampler is None:
+        try:
+            len(dataset)
+        except TypeError:
+            return "generic: the dataset has no __len__ (order left to torch)"
+    return None
+
+
+def _default_collate(collate_fn: Any) -> bool:
+    from torch.utils.data import default_collate
+
+    return collate_fn is None or collate_fn is default_collate
+
+
+def native_pipeline(dataset: Any, *, dtype: Optional[torch.dtype], seed: int) -> Tuple[SampleIndex, Any, str]:
+    """(index, plan, description) for a dataset that runs natively, else UnsupportedPipeline."""
+    from fastload.augment.plan import build_plan
+    from fastload.source.base import NativeDataset
+
+    if isinstance(dataset, NativeDataset):
+        index, specs, origin = dataset.index, dataset.ops, type(dataset).__name__
+    else:
+        from fastload.compat.torchvision import NotConvertible, convert_dataset
+
+        try:
+            index, specs = convert_dataset(dataset)
+        except NotConvertible as error:
+            raise UnsupportedPipeline(str(error)) from None
+        origin = f"torchvision {type(dataset).__name__}"
+    plan = build_plan(specs, seed=seed)
+    if dtype in (torch.float32, torch.float16, torch.bfloat16) and plan.dtype.is_floating_point:
+        plan.dtype = dtype  # e.g. bfloat16 for AMP, written directly by the kernel
+    # (other dtypes, e.g. float64, are converted after the batch, as on the generic path)
+    return index, plan, f"native: {origin} [{plan.description}]"
+
+
+def select_path(
+    dataset: Any,
+    *,
+    batch_size: Optional[int],
+    collate_fn: Any,
+    num_workers: int,
+    pin_memory: bool,
+    accelerate: Any,
+    dtype: Optional[torch.dtype],
+    memory_format: Optional[torch.memory_format],
+    on_error: str,
+    seed: Optional[int],
+    device: Optional[torch.device] = None,
+    decode_on: str = "auto",
+    exact: bool = False,
+    dct_scaling: bool = True,
+    sampler: Any = None,
+    batch_sampler: Any = None,
+) -> Tuple[Optional[NativeRunner], str]:
+    """(runner, reason): a runner when the dataset can run natively, else None and why.
+
+    Args:
+        dataset, batch_size, collate_fn, num_workers, pin_memory, sampler, batch_sampler:
+            the loader's (torch's) arguments; batch_size as torch keeps it (None when a
+            batch_sampler is given). num_workers is the engine's thread count.
+        accelerate: "auto", True or False (False: always generic).
+        dtype, memory_format: what the batches should be; a floating dtype the engine can
+            write (float32, float16, bfloat16) is written directly.
+        on_error: "raise" or "skip".
+        seed: base of the random augmentation; None: a fastload dataset's own `seed`,
+            else drawn from torch's global generator without advancing it.
+        device: where batches go (a CUDA device enables the device decode_on modes).
+        decode_on: one of DECODE_ON.
+        dct_scaling: decode at a reduced DCT scale where it still covers the output
+            (False: outputs follow a full decode to within rounding).
+        exact: the inverse of dct_scaling (exact=True is dct_scaling=False).
+
+    Returns:
+        (NativeRunner, "native: <what>, decode_on=<mode>[ (why)]") or
+        (None, "generic: <why>").
+
+    Raises:
+        ValueError: decode_on is not one of DECODE_ON, or a device mode without a CUDA
+            device.
+        fastload.NotBuiltError: a fastload dataset without fastload._C, or a device mode
+            without the CUDA kernels.
+    """
+    reason = order_left_to_torch(dataset, batch_size=batch_size, sampler=sampler, batch_sampler=batch_sampler)
+    if reason is not None:
+        return None, reason
+    if accelerate is False:
+        return None, "generic: accelerate=False"
+    if _ext.native_disabled_by_env():
+        return None, "generic: FASTLOAD_NATIVE=0"
+    if batch_size is None:
+        return None, "generic: a batch_sampler (the native path batches by batch_size)"
+    if not _default_collate(collate_fn):
+        return None, "generic: custom collate_fn"
+    if decode_on not in DECODE_ON:
+        raise ValueError(f"{_PREFIX}: expected decode_on in {DECODE_ON}, got {decode_on!r}")
+    try:
+        index, plan, description = native_pipeline(dataset, dtype=dtype, seed=0)
+    except UnsupportedPipeline as error:
+        return None, f"generic: {error}"
+    if not _ext.has_ops():
+        from fastload.source.base import NativeDataset
+
+        if isinstance(dataset, NativeDataset):  # its geometry is C++ on every path: fail now
+            _ext.require_ops()
+        return None, "generic: fastload._C is not built (make build)"
+    plan.seed = _augmentation_seed(dataset, seed)
+    dct_scaling = bool(dct_scaling) and not exact
+    plan.exact = not dct_scaling  # transition: plan.dct_scaling = dct_scaling (the typed _C.Plan's field)
+    decode_on, why = _resolve_decode_on(decode_on, device)
+    runner = NativeRunner(index, plan, num_threads=max(1, num_workers), pin_memory=pin_memory,
+                          memory_format=memory_format, on_error=on_error, decode_on=decode_on,
+                          device=device, description=description)
+    return runner, f"{description}, decode_on={decode_on}{why}"
+
+
+def _augmentation_seed(dataset: Any, seed: Optional[int]) -> int:
+    """`seed`; else a fastload dataset's own (reproducible by default, and the one its
+    generic twin uses); else, like torch's own augmentation randomness, from the global
+    generator, without advancing it: torch's DataLoader draws nothing at construction, and
+    a draw here would shift the caller's stream (its permutations and worker seeds)."""
+    if seed is not None:
+        return int(seed)
+    dataset_seed = getattr(dataset, "seed", None)
+    if isinstance(dataset_seed, int):
+        return int(dataset_seed)
+    with torch.random.fork_rng(devices=[]):
+        return int(torch.empty((), dtype=torch.int64).random_().item())
+
+
+def _resolve_decode_on(decode_on: str, device: Optional[torch.device]) -> Tuple[str, str]:
+    """(mode, why) for decode_on; "auto" moves resize/normalise to a CUDA device when the
+    CUDA kernels were built, so only uint8 crop windows cross PCIe."""
+    on_cuda = device is not None and torch.device(device).type == "cuda"
+    if decode_on == "auto":
+        if on_cuda and _ext.has_cuda_ops():
+            return "cpu+gpu", " (auto: CUDA kernels built, batches bound for the GPU)"
+        return "cpu", " (auto)" if not on_cuda else " (auto: fastload._C has no CUDA kernels)"
+    if decode_on != "cpu" and not on_cuda:
+        raise ValueError(f"{_PREFIX}: decode_on={decode_on!r} needs device='cuda', got device={device}")
+    if decode_on != "cpu":
+        _ext.require_cuda_ops()
+    return decode_on, ""
