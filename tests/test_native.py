@@ -231,12 +231,12 @@ def test_torchvision_transforms_in_a_fastload_dataset_become_fastload_ops(folder
 
 
 def test_a_transform_without_fastload_equivalent_is_refused_at_construction(folder):
-    with pytest.raises(fastload.UnsupportedPipeline, match=r"ops\[1\] is the torchvision transform Grayscale.*"
-                                                         r"fastload\.ops\.Resize.*torchvision\.datasets\.ImageFolder"):
+    with pytest.raises(fastload.UnsupportedPipeline, match=r"transforms\[1\] is the torchvision transform Grayscale.*"
+                                                         r"fastload\.transforms\.Resize.*torchvision\.datasets\.ImageFolder"):
         fastload.ImageFolder(folder, ops=[ops.CenterCrop(8), v2.Grayscale()])
     with pytest.raises(fastload.UnsupportedPipeline, match="NEAREST"):
         fastload.FileList([], ops=[torchvision.transforms.Resize(8, interpolation=v2.InterpolationMode.NEAREST)])
-    with pytest.raises(TypeError, match=r"expected ops made of fastload's ops .* at ops\[0\]"):
+    with pytest.raises(TypeError, match=r"expected transforms made of fastload's transforms .* at transforms\[0\]"):
         fastload.ImageFolder(folder, ops=[lambda image: image])
 
 
