@@ -104,7 +104,8 @@ def test_signature_matches_torch():
         [(p.name, p.kind, p.default) for p in torch_params]
     extras = ours[len(torch_params):]
     assert [p.name for p in extras] == ["device", "dtype", "memory_format", "prefetch_to_device", "accelerate",
-                                        "decode_on", "on_error", "distributed", "uneven", "seed", "exact"]
+                                        "decode_on", "on_error", "distributed", "uneven", "seed", "dct_scaling",
+                                        "exact"]
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in extras)
 
 
@@ -580,7 +581,7 @@ def test_a_deep_copy_of_a_loader_that_iterated_iterates_its_own_order():
     gc.collect()
     # The torch loader the copy keeps (reused as is with persistent workers) serves the
     # copy's order, not the original's, which is gone.
-    assert twin._inner.batch_sampler._loader is twin and len(twin._inner) == 4
+    assert twin._inner.batch_sampler._cursor is twin._cursor and len(twin._inner) == 4
     assert [b.tolist() for b in twin] == want
 
 
