@@ -4,7 +4,8 @@ The invariant every method below keeps: at any moment, `Cursor.state_dict()` nam
 batch right after the last one `__next__` delivered, as (epoch, batches_consumed, the
 order's state). Prefetched batches do not count; a pass that delivered its last batch
 (or was iterated to its end) names the next epoch's start; a pass that has not drawn its
-order yet names the state it started from. `load_state_dict(sd)` makes the next pass
+order yet names the state it started from; after `set_epoch(e)` between passes, it names
+epoch e's start. `load_state_dict(sd)` makes the next pass
 start exactly there, and a state saved right after that load (before iterating) is `sd`
 again. A refused state changes nothing.
 
@@ -101,6 +102,7 @@ class Cursor:
         self._last_epoch: Optional[int] = None
         self._resume: Optional[Tuple[int, int]] = None  # (epoch, batches consumed) to continue
         self._loaded: Optional[dict] = None  # the loaded state, until its pass starts
+        self._selected: Optional[dict] = None  # the state after set_epoch, until a pass starts
 
     # -- epochs ---------------------------------------------------------------------------
     def next_epoch(self) -> int:
@@ -110,7 +112,8 @@ class Cursor:
         return 0 if self._last_epoch is None else self._last_epoch + 1
 
     def set_epoch(self, epoch: int) -> None:
-        """Selects the next pass's epoch; keeps a pending resume of that epoch, drops another."""
+        """Selects the next pass's epoch; keeps a pending resume of that epoch, drops another.
+        Until the pass starts, state_dict() names that epoch's start."""
         if not isinstance(epoch, int) or isinstance(epoch, bool):
             raise TypeError(f"{_PREFIX}.set_epoch: expected an int epoch, got {epoch!r}.")
         if epoch < 0:
@@ -118,11 +121,21 @@ class Cursor:
         if self._resume is not None and self._resume[0] == epoch:
             self._epoch = epoch
             return
+        before = self._position_state()
         self._resume = None
         self._epoch = epoch
         self._explicit = True
         if self.order is not None:
             self.order.set_epoch(epoch)  # a pending resume of another epoch is dropped
+        if before["batches_consumed"] == 0:
+            # At an epoch's start: the same state (its order part carries the generator or
+            # RNG stream the next epoch draws from), for the selected epoch; a load selects
+            # that epoch in the order.
+            before["epoch"] = epoch
+            self._selected = before
+        else:
+            # An abandoned or loaded epoch's middle: the selected epoch from its start.
+            self._selected = self._state(epoch, 0, self.order.state_dict(0) if self.order is not None else None)
 
     def begin(self) -> Pass:
         """Starts a pass (iter(loader)): adopts the dataset's length if followed, takes the
@@ -134,7 +147,7 @@ class Cursor:
         if self.order is not None and resume is None and (self._explicit or not self.user_sampler):
             set_epoch = epoch
         loaded = self._loaded if resume is not None else None
-        self._epoch, self._explicit, self._resume, self._loaded = None, False, None, None
+        self._epoch, self._explicit, self._resume, self._loaded, self._selected = None, False, None, None, None
         self._last_epoch = epoch
         self.current = Pass(epoch, resume[1] if resume else 0, set_epoch, loaded)
         self.passes += 1
@@ -196,6 +209,8 @@ class Cursor:
         return state
 
     def _position_state(self) -> dict:
+        if self._selected is not None:
+            return copy.deepcopy(self._selected)
         current = self.current
         if current is None:
             if self._loaded is not None:
@@ -271,6 +286,7 @@ class Cursor:
         self._explicit = False
         self.current = None
         self._loaded = copy.deepcopy(state_dict)
+        self._selected = None
 
     # -- the dataset fingerprint ------------------------------------------------------------
     def dataset_fingerprint(self) -> Optional[dict]:
