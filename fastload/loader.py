@@ -333,39 +333,9 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
                 "An iterator cannot go on after it raised; skip bad samples inside the dataset's __iter__."
             )
         self._user_sampler = sampler is not None or batch_sampler is not None
-        order = _fastload_order(
-            dataset, iterable=iterable, auto_collation=self._auto_collation, datapipe=self._datapipe,
-            user_sampler=self._user_sampler, batch_size=batch_size, shuffle=shuffle, drop_last=drop_last,
-            sampler=sampler, batch_sampler=batch_sampler, generator=generator, distributed=distributed,
-            uneven=uneven, seed=seed)
-        reason = _generic_reason(dataset, iterable=iterable, auto_collation=self._auto_collation,
-                                 ordered=order is not None, accelerate=accelerate)
-        if distributed is True and order is None and not self._user_sampler:
-            raise ValueError(
-                f"{_PREFIX}: expected a map-style dataset with __len__ and automatic batching for "
-                f"distributed=True, got {reason.split(': ', 1)[1]}. Shard such data yourself (e.g. "
-                "by rank in the dataset's __iter__), or pass distributed='auto' or False.")
-
-        # The path: native when the dataset can run on the C++ engine.
-        self._runner: Any = None
-        if reason is None:
-            # select_path may draw a default augmentation seed from the global RNG; torch's
-            # DataLoader draws nothing at construction, and a draw here would shift the
-            # user's RNG stream (so the permutation and worker seeds would differ from torch's).
-            with torch.random.fork_rng(devices=[]):
-                self._runner, reason = select_path(
-                    dataset, batch_size=self.batch_size, collate_fn=collate_fn, num_workers=num_workers,
-                    # Batches bound for a GPU are produced in pinned memory: no staging copy.
-                    pin_memory=pin_memory or (self.device is not None and self.device.type == "cuda"),
-                    accelerate=accelerate, dtype=self.dtype, memory_format=self.memory_format,
-                    on_error=self.on_error, seed=seed, device=self.device, decode_on=decode_on,
-                    exact=not self.dct_scaling)
-        if accelerate is True and self._runner is None:
-            raise ValueError(
-                f"{_PREFIX}: expected a dataset the native pipeline can run (accelerate=True), got "
-                f"{reason!r}. Pass accelerate='auto' to fall back to the generic path."
-            )
-        self._path = reason
+        order, self._runner, self._path = _choose_path(
+            self, dataset, iterable=iterable, sampler=sampler, batch_sampler=batch_sampler, shuffle=shuffle,
+            drop_last=drop_last, generator=generator, collate_fn=collate_fn, pin_memory=pin_memory)
 
         # Epochs, resume, the current pass: one owner.
         self._cursor = Cursor(order, dataset, runner=self._runner, user_sampler=self._user_sampler,
@@ -520,6 +490,48 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
 
 # ---------------------------------------------------------------------------------------
 # The order and the path
+
+
+def _choose_path(loader: DataLoader, dataset: Any, *, iterable: bool, sampler: Any, batch_sampler: Any,
+                 shuffle: Optional[bool], drop_last: bool, generator: Optional[torch.Generator],
+                 collate_fn: Any, pin_memory: bool) -> Tuple[Any, Any, str]:
+    """(fastload's order or None, the native runner or None, loader.path) for a loader whose
+    arguments were checked."""
+    accelerate, distributed = loader.accelerate, loader.distributed
+    order = _fastload_order(
+        dataset, iterable=iterable, auto_collation=loader._auto_collation, datapipe=loader._datapipe,
+        user_sampler=loader._user_sampler, batch_size=loader.batch_size, shuffle=shuffle, drop_last=drop_last,
+        sampler=sampler, batch_sampler=batch_sampler, generator=generator, distributed=distributed,
+        uneven=loader.uneven, seed=loader.seed)
+    reason = _generic_reason(dataset, iterable=iterable, auto_collation=loader._auto_collation,
+                             ordered=order is not None, accelerate=accelerate)
+    if distributed is True and order is None and not loader._user_sampler:
+        raise ValueError(
+            f"{_PREFIX}: expected a map-style dataset with __len__ and automatic batching for "
+            f"distributed=True, got {reason.split(': ', 1)[1]}. Shard such data yourself (e.g. "
+            "by rank in the dataset's __iter__), or pass distributed='auto' or False.")
+
+    # The path: native when the dataset can run on the C++ engine.
+    runner: Any = None
+    if reason is None:
+        # select_path may draw a default augmentation seed from the global RNG; torch's
+        # DataLoader draws nothing at construction, and a draw here would shift the
+        # user's RNG stream (so the permutation and worker seeds would differ from torch's).
+        device = loader.device
+        with torch.random.fork_rng(devices=[]):
+            runner, reason = select_path(
+                dataset, batch_size=loader.batch_size, collate_fn=collate_fn, num_workers=loader.num_workers,
+                # Batches bound for a GPU are produced in pinned memory: no staging copy.
+                pin_memory=pin_memory or (device is not None and device.type == "cuda"),
+                accelerate=accelerate, dtype=loader.dtype, memory_format=loader.memory_format,
+                on_error=loader.on_error, seed=loader.seed, device=device, decode_on=loader.decode_on,
+                exact=not loader.dct_scaling)
+    if accelerate is True and runner is None:
+        raise ValueError(
+            f"{_PREFIX}: expected a dataset the native pipeline can run (accelerate=True), got "
+            f"{reason!r}. Pass accelerate='auto' to fall back to the generic path."
+        )
+    return order, runner, reason
 
 
 def _fastload_order(dataset: Any, *, iterable: bool, auto_collation: bool, datapipe: bool, user_sampler: bool,

@@ -4,8 +4,8 @@ The invariant every method below keeps: at any moment, `Cursor.state_dict()` nam
 batch right after the last one `__next__` delivered, as (epoch, batches_consumed, the
 order's state). Prefetched batches do not count; a pass that delivered its last batch
 (or was iterated to its end) names the next epoch's start; a pass that has not drawn its
-order yet names the state it started from; after `set_epoch(e)` between passes, it names
-epoch e's start. `load_state_dict(sd)` makes the next pass
+order yet names the state it started from; after `set_epoch(e)` between passes (before
+the first, after a load or a finished pass), it names epoch e's start. `load_state_dict(sd)` makes the next pass
 start exactly there, and a state saved right after that load (before iterating) is `sd`
 again. A refused state changes nothing.
 
@@ -121,10 +121,18 @@ class Cursor:
         if self._resume is not None and self._resume[0] == epoch:
             self._epoch = epoch
             return
-        before = self._position_state()
+        # Between passes (none yet, a loaded state, or the last one finished) the state
+        # moves to the selected epoch; a pass still in its epoch keeps naming its position
+        # (its iterator may go on: set_epoch takes effect at the next iter()).
+        current = self.current
+        between = current is None or current.finished or (
+            current.total is not None and current.delivered >= current.total)
+        before = self._position_state() if between else None
         self._resume = None
         self._epoch = epoch
         self._explicit = True
+        if before is None:
+            return  # the next begin() selects it in the order (batches() at its first draw)
         if self.order is not None:
             self.order.set_epoch(epoch)  # a pending resume of another epoch is dropped
         if before["batches_consumed"] == 0:
@@ -134,7 +142,7 @@ class Cursor:
             before["epoch"] = epoch
             self._selected = before
         else:
-            # An abandoned or loaded epoch's middle: the selected epoch from its start.
+            # A loaded state in an epoch's middle: the selected epoch from its start.
             self._selected = self._state(epoch, 0, self.order.state_dict(0) if self.order is not None else None)
 
     def begin(self) -> Pass:
@@ -205,7 +213,7 @@ class Cursor:
         state = self._position_state()
         # A loaded state handed back before its epoch starts is re-saved as this version's.
         state["version"] = STATE_VERSION
-        state["dataset"] = self.dataset_fingerprint()
+        state["dataset"] = dataset_fingerprint(self.dataset)
         return state
 
     def _position_state(self) -> dict:
@@ -234,7 +242,7 @@ class Cursor:
             # The next epoch from its start: nothing in it depends on the finished pass's
             # length, so it is labelled with the dataset's length now, as the fingerprint is
             # (a dataset that grew between epochs still resumes).
-            now = self._current_dataset_len()
+            now = _dataset_len(self.dataset)
             if now is not None:
                 order_state["dataset_len"] = now
         return self._state(current.epoch + 1, 0, order_state)
@@ -261,7 +269,7 @@ class Cursor:
         if native_seed is not None and (not isinstance(native_seed, int) or isinstance(native_seed, bool)
                                         or not -2 ** 63 <= native_seed < 2 ** 63):
             raise ValueError(f"{where}: expected native_seed to be None or a 64-bit int, got {native_seed!r}.")
-        self._check_dataset(state_dict.get("dataset"), where)
+        _check_dataset(state_dict.get("dataset"), self.dataset, where)
         order_state = state_dict.get("order")
         if self.order is not None and order_state is not None:
             self.order.check_state_dict(order_state)
@@ -287,55 +295,6 @@ class Cursor:
         self.current = None
         self._loaded = copy.deepcopy(state_dict)
         self._selected = None
-
-    # -- the dataset fingerprint ------------------------------------------------------------
-    def dataset_fingerprint(self) -> Optional[dict]:
-        """{"len": N, "keys": hash of the first and last samples' names and labels, or None}.
-
-        Names come only from what is already in memory: a fastload dataset's index (the
-        last two parts of a file's path, e.g. "dog/001.jpg", or a tar shard's file name and
-        member), or a torchvision-style `samples` list of (path, label). Other datasets get
-        only their length: reading samples to fingerprint them could cost a lot (remote
-        storage, decoding) and need not be deterministic. Paths are cut to their last parts
-        so that moving the data to another root still resumes. None without a len().
-        """
-        n = self._current_dataset_len()
-        if n is None:
-            return None
-        names = _sample_names(self.dataset, n) if n > 0 else None
-        keys = hashlib.sha256("\0".join(names).encode("utf-8", "surrogateescape")).hexdigest()[:16] if names else None
-        return {"len": n, "keys": keys}
-
-    def _current_dataset_len(self) -> Optional[int]:
-        """len(dataset), or None when it has none that works (an IterableDataset's __len__ may
-        raise anything, e.g. NotImplementedError): a resume check is never a new way to fail."""
-        try:
-            n = len(self.dataset)
-        except Exception:
-            return None
-        return n if isinstance(n, int) and n >= 0 else None
-
-    def _check_dataset(self, saved: Any, where: str) -> None:
-        if saved is None:
-            return
-        if not (isinstance(saved, dict) and type(saved.get("len")) is int
-                and (saved.get("keys") is None or isinstance(saved.get("keys"), str))):
-            raise ValueError(f"{where}: expected 'dataset' to be None or {{'len': int, 'keys': str or None}}, got "
-                             f"{saved!r}. Load a state saved by fastload.DataLoader.state_dict().")
-        current = self.dataset_fingerprint()
-        if current is None:
-            return
-        fix = ("Resume with the dataset the state was saved over (the same samples in the same order), or start "
-               "afresh without load_state_dict; to resume over this data anyway, delete the state's 'dataset' entry.")
-        if saved["len"] != current["len"]:
-            raise ValueError(f"{where}: the state was saved over a dataset of {saved['len']} samples, this loader's "
-                             f"has {current['len']}. {fix}")
-        if saved["keys"] is not None and current["keys"] is not None and saved["keys"] != current["keys"]:
-            first, last = _sample_names(self.dataset, current["len"])
-            raise ValueError(f"{where}: the state was saved over another dataset of the same length "
-                             f"({current['len']} samples): its first and last samples differ from this dataset's "
-                             f"(now {first!r} and {last!r}; fingerprint {saved['keys']} saved, {current['keys']} "
-                             f"now). {fix}")
 
 
 class OrderBatches:
@@ -378,7 +337,58 @@ class OrderBatches:
 
 
 # ---------------------------------------------------------------------------------------
-# Names of samples, for the fingerprint
+# The dataset fingerprint
+
+
+def dataset_fingerprint(dataset: Any) -> Optional[dict]:
+    """{"len": N, "keys": hash of the first and last samples' names and labels, or None}.
+
+    Names come only from what is already in memory: a fastload dataset's index (the
+    last two parts of a file's path, e.g. "dog/001.jpg", or a tar shard's file name and
+    member), or a torchvision-style `samples` list of (path, label). Other datasets get
+    only their length: reading samples to fingerprint them could cost a lot (remote
+    storage, decoding) and need not be deterministic. Paths are cut to their last parts
+    so that moving the data to another root still resumes. None without a len().
+    """
+    n = _dataset_len(dataset)
+    if n is None:
+        return None
+    names = _sample_names(dataset, n) if n > 0 else None
+    keys = hashlib.sha256("\0".join(names).encode("utf-8", "surrogateescape")).hexdigest()[:16] if names else None
+    return {"len": n, "keys": keys}
+
+def _dataset_len(dataset: Any) -> Optional[int]:
+    """len(dataset), or None when it has none that works (an IterableDataset's __len__ may
+    raise anything, e.g. NotImplementedError): a resume check is never a new way to fail."""
+    try:
+        n = len(dataset)
+    except Exception:
+        return None
+    return n if isinstance(n, int) and n >= 0 else None
+
+def _check_dataset(saved: Any, dataset: Any, where: str) -> None:
+    if saved is None:
+        return
+    if not (isinstance(saved, dict) and type(saved.get("len")) is int
+            and (saved.get("keys") is None or isinstance(saved.get("keys"), str))):
+        raise ValueError(f"{where}: expected 'dataset' to be None or {{'len': int, 'keys': str or None}}, got "
+                         f"{saved!r}. Load a state saved by fastload.DataLoader.state_dict().")
+    current = dataset_fingerprint(dataset)
+    if current is None:
+        return
+    fix = ("Resume with the dataset the state was saved over (the same samples in the same order), or start "
+           "afresh without load_state_dict; to resume over this data anyway, delete the state's 'dataset' entry.")
+    if saved["len"] != current["len"]:
+        raise ValueError(f"{where}: the state was saved over a dataset of {saved['len']} samples, this loader's "
+                         f"has {current['len']}. {fix}")
+    if saved["keys"] is not None and current["keys"] is not None and saved["keys"] != current["keys"]:
+        first, last = _sample_names(dataset, current["len"])
+        raise ValueError(f"{where}: the state was saved over another dataset of the same length "
+                         f"({current['len']} samples): its first and last samples differ from this dataset's "
+                         f"(now {first!r} and {last!r}; fingerprint {saved['keys']} saved, {current['keys']} "
+                         f"now). {fix}")
+
+
 
 
 def _last_parts(path: str) -> str:

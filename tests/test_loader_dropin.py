@@ -417,6 +417,27 @@ def fake_native(monkeypatch):
     return runners
 
 
+@pytest.mark.parametrize("kwargs,exact", [({}, False), ({"dct_scaling": False}, True), ({"dct_scaling": True}, False),
+                                          ({"exact": True}, True), ({"exact": False}, False),
+                                          ({"dct_scaling": False, "exact": True}, True)])
+def test_dct_scaling_false_means_what_exact_true_meant(monkeypatch, kwargs, exact):
+    seen = []
+
+    def select(dataset, **kw):
+        seen.append(kw["exact"])
+        return FakeRunner(dataset), "native: fake runner"
+
+    monkeypatch.setattr(fastload.loader, "select_path", select)
+    loader = DataLoader(Squares(4), batch_size=2, **kwargs)
+    assert seen == [exact] and loader.dct_scaling is not exact
+
+
+def test_dct_scaling_and_exact_that_disagree_are_refused():
+    with pytest.raises(ValueError, match=r"expected dct_scaling and exact .* to agree, got dct_scaling=False and "
+                                         r"exact=False\. Pass dct_scaling only\."):
+        DataLoader(Squares(4), batch_size=2, dct_scaling=False, exact=False)
+
+
 @pytest.mark.parametrize("num_workers,prefetch_factor", [(0, None), (2, 3)])
 def test_native_loop_keeps_batches_in_flight_in_order(fake_native, num_workers, prefetch_factor):
     kwargs = dict(batch_size=3, shuffle=True, num_workers=num_workers, prefetch_factor=prefetch_factor)
