@@ -104,7 +104,8 @@ def test_signature_matches_torch():
         [(p.name, p.kind, p.default) for p in torch_params]
     extras = ours[len(torch_params):]
     assert [p.name for p in extras] == ["device", "dtype", "memory_format", "prefetch_to_device", "accelerate",
-                                        "decode_on", "on_error", "distributed", "uneven", "seed", "exact"]
+                                        "decode_on", "on_error", "distributed", "uneven", "seed", "dct_scaling",
+                                        "exact"]
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in extras)
 
 
@@ -416,6 +417,27 @@ def fake_native(monkeypatch):
     return runners
 
 
+@pytest.mark.parametrize("kwargs,exact", [({}, False), ({"dct_scaling": False}, True), ({"dct_scaling": True}, False),
+                                          ({"exact": True}, True), ({"exact": False}, False),
+                                          ({"dct_scaling": False, "exact": True}, True)])
+def test_dct_scaling_false_means_what_exact_true_meant(monkeypatch, kwargs, exact):
+    seen = []
+
+    def select(dataset, **kw):
+        seen.append(kw["exact"])
+        return FakeRunner(dataset), "native: fake runner"
+
+    monkeypatch.setattr(fastload.loader, "select_path", select)
+    loader = DataLoader(Squares(4), batch_size=2, **kwargs)
+    assert seen == [exact] and loader.dct_scaling is not exact
+
+
+def test_dct_scaling_and_exact_that_disagree_are_refused():
+    with pytest.raises(ValueError, match=r"expected dct_scaling and exact .* to agree, got dct_scaling=False and "
+                                         r"exact=False\. Pass dct_scaling only\."):
+        DataLoader(Squares(4), batch_size=2, dct_scaling=False, exact=False)
+
+
 @pytest.mark.parametrize("num_workers,prefetch_factor", [(0, None), (2, 3)])
 def test_native_loop_keeps_batches_in_flight_in_order(fake_native, num_workers, prefetch_factor):
     kwargs = dict(batch_size=3, shuffle=True, num_workers=num_workers, prefetch_factor=prefetch_factor)
@@ -580,7 +602,7 @@ def test_a_deep_copy_of_a_loader_that_iterated_iterates_its_own_order():
     gc.collect()
     # The torch loader the copy keeps (reused as is with persistent workers) serves the
     # copy's order, not the original's, which is gone.
-    assert twin._inner.batch_sampler._loader is twin and len(twin._inner) == 4
+    assert twin._inner.batch_sampler._cursor is twin._cursor and len(twin._inner) == 4
     assert [b.tolist() for b in twin] == want
 
 

@@ -1,0 +1,320 @@
+"""The generic path: torch's own DataLoader machinery, configured, never reimplemented.
+
+Any dataset the native engine cannot run goes through torch's DataLoader (worker
+processes, get_worker_info, worker_init_fn, timeout, persistent workers, in_order, pin
+memory). This module builds that inner loader and reads its batches as a feed; what it
+adds runs inside torch's workers, so every class here is module-level (importable and
+picklable under the spawn start method):
+
+- Order. For map-style datasets with automatic batching, the order comes from
+  fastload.source.sampling through the loader's resume cursor; torch's DataLoader gets it
+  as its batch_sampler, so its workers fetch exactly those batches.
+- Fetch wrapper. The dataset torch's workers index is a thin wrapper that times the reads
+  (shipped to the main process with the batch, for stats) and, when a sample raises,
+  attaches "fastload: raised by dataset[i] (sample index i)" to the exception as a note
+  (fastload.errors.add_note), so the type and message are kept and the caller learns the
+  index; under on_error="skip" (fastload.errors.ErrorPolicy) the sample is left out and
+  counted instead. The wrapper is invisible to user code: `loader.dataset` is the user's
+  dataset, and in each worker, before worker_init_fn runs, `get_worker_info().dataset` is
+  set back to the user's dataset object (the one the wrapper reads from), so the common
+  pattern of configuring the worker's dataset copy in worker_init_fn keeps working. We
+  chose this over wrapping collate_fn alone (it never sees which sample failed) and over
+  patching torch's fetcher (a private class that changes between releases).
+- Collate wrapper. collate_fn runs as given, timed; the batch travels back with its
+  timings in a small record that the main process unwraps (GenericFeed). pin_memory=True
+  pins the batch exactly as torch does (torch's pin thread calls the record's pin_memory()).
+- Worker failures are torch's: an exception in a worker is re-raised with its type and
+  message; a worker killed by a signal or a timeout raises RuntimeError, never hangs.
+
+Example:
+    >>> import torch
+    >>> from fastload.errors import ErrorPolicy
+    >>> fetch = _MapFetch([1, 2, 3], ErrorPolicy("raise"))
+    >>> batch = _TimedCollate(torch.utils.data.default_collate, fetch, True)(fetch.__getitems__([0, 2]))
+    >>> batch.batch.tolist(), batch.samples
+    ([1, 3], 2)
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Optional, Tuple
+
+import torch
+import torch.utils.data
+from torch.profiler import record_function
+from torch.utils.data import IterableDataset, get_worker_info
+from torch.utils.data.dataloader import _DatasetKind
+
+from fastload.errors import ErrorPolicy, add_note
+from fastload.stats import LoaderStats
+
+if TYPE_CHECKING:
+    from fastload.loader import DataLoader
+
+# ---------------------------------------------------------------------------------------
+# Worker side: what torch's worker processes run
+
+
+class _Skipped:
+    """What a fetch returns in place of a sample that on_error='skip' dropped."""
+
+
+_SKIPPED = _Skipped()
+
+
+class _WorkerBatch:
+    """A collated batch plus what producing it cost, sent from a worker to the loader.
+
+    `empty` marks a batch whose every sample was skipped (on_error="skip"): the loader
+    counts it and moves on. pin_memory() is what torch's pin-memory thread (or its
+    single-process iterator) calls when pin_memory=True: it pins the batch like torch
+    would and measures it.
+    """
+
+    __slots__ = ("batch", "samples", "fetch_s", "collate_s", "pin_s", "skipped", "empty")
+
+    def __init__(self, batch: Any, samples: int, fetch_s: float, collate_s: float, pin_s: float = 0.0,
+                 skipped: int = 0, empty: bool = False):
+        self.batch, self.samples, self.empty = batch, samples, empty
+        self.fetch_s, self.collate_s, self.pin_s, self.skipped = fetch_s, collate_s, pin_s, skipped
+
+    def __reduce__(self):
+        return (_WorkerBatch, (self.batch, self.samples, self.fetch_s, self.collate_s, self.pin_s,
+                               self.skipped, self.empty))
+
+    def pin_memory(self) -> "_WorkerBatch":
+        from torch.utils.data._utils.pin_memory import pin_memory
+
+        start = time.perf_counter()
+        with record_function("fastload.pin"):
+            batch = self.batch if self.empty else pin_memory(self.batch)
+        return _WorkerBatch(batch, self.samples, self.fetch_s, self.collate_s,
+                            self.pin_s + time.perf_counter() - start, self.skipped, self.empty)
+
+
+class _MapFetch(torch.utils.data.Dataset):
+    """The map-style dataset torch's workers index: reads from the user's dataset, timed,
+    with the sample index attached to any exception (see the module docstring)."""
+
+    def __init__(self, dataset: Any, on_error: ErrorPolicy):
+        self.dataset = dataset
+        self.on_error = ErrorPolicy(on_error)
+        self.fetch_s = 0.0
+        self.skipped = 0
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def take(self) -> Tuple[float, int]:
+        """(fetch seconds, skipped samples) since the last take()."""
+        out = (self.fetch_s, self.skipped)
+        self.fetch_s, self.skipped = 0.0, 0
+        return out
+
+    def _one(self, index: Any) -> Any:
+        try:
+            return self.dataset[index]
+        except Exception as error:
+            self.on_error.handle(error, f"fastload: raised by dataset[{index!r}] (sample index {index!r})")
+            self.skipped += 1
+            return _SKIPPED
+
+    def __getitem__(self, index: Any) -> Any:  # batch_size=None: one sample per fetch
+        start = time.perf_counter()
+        try:
+            with record_function("fastload.fetch"):
+                return self._one(index)
+        finally:
+            self.fetch_s += time.perf_counter() - start
+
+    def __getitems__(self, indices: List[Any]) -> Any:  # automatic batching: one batch
+        start = time.perf_counter()
+        try:
+            with record_function("fastload.fetch"):
+                many = getattr(self.dataset, "__getitems__", None)
+                if many:
+                    try:
+                        return many(indices)
+                    except Exception as error:
+                        # skip: find the bad samples one by one
+                        self.on_error.handle(error, f"fastload: raised by dataset.__getitems__ for sample "
+                                                    f"indices {list(indices)!r}")
+                data = [self._one(i) for i in indices]
+                return [d for d in data if d is not _SKIPPED] if self.on_error.skips else data
+        finally:
+            self.fetch_s += time.perf_counter() - start
+
+
+class _IterFetch(IterableDataset):
+    """The iterable dataset torch's workers iterate: the user's, timed, with the position
+    in this worker's stream attached to any exception."""
+
+    def __init__(self, dataset: Any):
+        self.dataset = dataset
+        self.fetch_s = 0.0
+
+    def take(self) -> Tuple[float, int]:
+        out = (self.fetch_s, 0)
+        self.fetch_s = 0.0
+        return out
+
+    def __iter__(self) -> Iterator[Any]:
+        it = None
+        count = 0
+        while True:
+            start = time.perf_counter()
+            try:
+                with record_function("fastload.fetch"):
+                    if it is None:
+                        it = iter(self.dataset)
+                    item = next(it)
+            except StopIteration:
+                return
+            except Exception as error:
+                info = get_worker_info()
+                where = f"worker {info.id}'s" if info is not None else "the"
+                add_note(error, f"fastload: raised by the IterableDataset's iterator after {count} "
+                                f"samples of {where} stream")
+                raise
+            finally:
+                self.fetch_s += time.perf_counter() - start
+            count += 1
+            yield item
+
+
+class _TimedCollate:
+    """collate_fn as given, timed; returns a _WorkerBatch carrying the timings."""
+
+    def __init__(self, collate_fn: Callable[[Any], Any], fetch: Any, auto_collation: bool):
+        self.collate_fn = collate_fn
+        self.fetch = fetch  # the _MapFetch/_IterFetch this worker reads through (or None)
+        self.auto_collation = auto_collation
+
+    def __call__(self, data: Any) -> _WorkerBatch:
+        fetch_s, skipped = self.fetch.take() if self.fetch is not None else (0.0, 0)
+        if data is _SKIPPED or (skipped and isinstance(data, list) and not data):
+            return _WorkerBatch(None, 0, fetch_s, 0.0, skipped=skipped, empty=True)
+        samples = len(data) if self.auto_collation and hasattr(data, "__len__") else 1
+        start = time.perf_counter()
+        with record_function("fastload.collate"):
+            batch = self.collate_fn(data)
+        return _WorkerBatch(batch, samples, fetch_s, time.perf_counter() - start, skipped=skipped)
+
+
+class _WorkerInit:
+    """Runs first in each worker: makes get_worker_info().dataset the user's dataset again
+    (not the fetch wrapper), then calls the user's worker_init_fn."""
+
+    def __init__(self, worker_init_fn: Optional[Callable[[int], None]]):
+        self.worker_init_fn = worker_init_fn
+
+    def __call__(self, worker_id: int) -> None:
+        info = get_worker_info()
+        if info is not None and isinstance(info.dataset, (_MapFetch, _IterFetch)):
+            # WorkerInfo is a frozen dataclass; this is the one field we restore.
+            object.__setattr__(info, "dataset", info.dataset.dataset)
+        if self.worker_init_fn is not None:
+            self.worker_init_fn(worker_id)
+
+
+# ---------------------------------------------------------------------------------------
+# Main process: the inner torch DataLoader and its feed
+
+
+def inner_loader(loader: "DataLoader", kept: Optional[torch.utils.data.DataLoader],
+                 batch_sampler: Any) -> torch.utils.data.DataLoader:
+    """torch's DataLoader over the wrapped dataset, configured from `loader`'s arguments.
+
+    Built at each iteration, so attributes changed after construction take effect as
+    they would in torch; `kept` (the one built before) is reused with persistent workers
+    (as torch keeps its workers and their configuration). `batch_sampler` is fastload's
+    order (the loader's resume cursor), used when the loader has one.
+    """
+    if loader.persistent_workers and loader.num_workers > 0 and kept is not None:
+        kept._IterableDataset_len_called = loader._IterableDataset_len_called
+        return kept
+    iterable = loader._dataset_kind == _DatasetKind.Iterable
+    if loader._datapipe:
+        fetch: Any = None
+        dataset: Any = loader._user_dataset
+    elif iterable:
+        fetch = dataset = _IterFetch(loader.dataset)
+    else:
+        fetch = dataset = _MapFetch(loader.dataset, loader._errors)
+    collate = _TimedCollate(loader.collate_fn, fetch, loader._auto_collation)
+    cuda = loader.device is not None and loader.device.type == "cuda"
+    common = dict(
+        num_workers=loader.num_workers,
+        collate_fn=collate,
+        # With a CUDA device, torch's pin thread pins in the background (its caching
+        # host allocator does not reuse a block before the copies reading it ended).
+        pin_memory=loader.pin_memory or cuda,
+        timeout=loader.timeout,
+        worker_init_fn=_WorkerInit(loader.worker_init_fn),
+        multiprocessing_context=loader.multiprocessing_context if loader.num_workers > 0 else None,
+        generator=loader.generator,
+        prefetch_factor=loader.prefetch_factor if loader.num_workers > 0 else None,
+        persistent_workers=loader.persistent_workers,
+        pin_memory_device=loader.pin_memory_device,
+        in_order=loader.in_order,
+    )
+    with warnings.catch_warnings():
+        # torch's worker-count warning was already given by the loader's own __init__.
+        warnings.simplefilter("ignore", UserWarning)
+        if iterable:
+            inner = torch.utils.data.DataLoader(dataset, batch_size=loader.batch_size, drop_last=loader.drop_last,
+                                                **common)
+        elif loader._order is not None:
+            inner = torch.utils.data.DataLoader(dataset, batch_sampler=batch_sampler, **common)
+        elif loader._auto_collation:
+            inner = torch.utils.data.DataLoader(dataset, batch_sampler=loader.batch_sampler, **common)
+        else:
+            inner = torch.utils.data.DataLoader(dataset, batch_size=None, sampler=loader.sampler, **common)
+    inner._IterableDataset_len_called = loader._IterableDataset_len_called
+    return inner
+
+
+class GenericFeed:
+    """(batch, (samples, position)) from torch's iterator; records the worker timings.
+
+    Args:
+        torch_iter: iter() of the inner torch DataLoader (kept as `_it`: the loader's
+            iterator answers for its attributes).
+        stats: where worker timings and skipped samples are counted.
+        keep_batch_count: DDP: every rank must yield as many batches, so a batch whose
+            every sample was skipped raises instead of being dropped.
+    """
+
+    def __init__(self, torch_iter: Iterator[Any], stats: LoaderStats, keep_batch_count: bool = False):
+        self._it = torch_iter
+        self._stats = stats
+        self._keep_batch_count = keep_batch_count
+        self.position = 0
+
+    def __iter__(self) -> "GenericFeed":
+        return self
+
+    def __next__(self) -> Tuple[Any, Tuple[int, int]]:
+        while True:
+            item = next(self._it)
+            self.position += 1
+            if not isinstance(item, _WorkerBatch):  # a DataPipe, read without our wrappers
+                return item, (_count_samples(item), self.position)
+            self._stats.add_worker(item.fetch_s, item.collate_s, item.pin_s, item.skipped)
+            if not item.empty:
+                return item.batch, (item.samples, self.position)
+            if self._keep_batch_count:
+                raise RuntimeError(
+                    f"fastload.DataLoader: every sample of batch {self.position} failed and "
+                    "on_error='skip' dropped them all; under DDP a rank cannot drop a batch without "
+                    "hanging the others' collectives. Fix or remove the files (loader.stats() counts "
+                    "them), or use a fastload dataset, whose native path replaces bad samples.")
+
+
+def _count_samples(batch: Any) -> int:
+    from fastload.transfer.tree import tree_tensors
+
+    tensors = tree_tensors(batch)
+    return int(tensors[0].shape[0]) if tensors and tensors[0].dim() > 0 else 1
