@@ -34,9 +34,8 @@ Example:
 
 from __future__ import annotations
 
-import collections
 import time
-from typing import Any, Callable, Deque, Iterator, List, Optional, Tuple, TypeVar, Union
+from typing import Any, Callable, Iterator, List, Optional, Tuple, TypeVar, Union
 
 import torch
 import torch.utils.data
@@ -46,7 +45,8 @@ from torch.utils.data.datapipes.datapipe import IterDataPipe, MapDataPipe
 
 from fastload.errors import ErrorPolicy
 from fastload.generic import GenericFeed, inner_loader
-from fastload.native import DECODE_ON as _DECODE_ON, select_path
+from fastload.native.feed import NativeFeed
+from fastload.native.select import check_decode_on, order_left_to_torch, select_path
 from fastload.resume import STATE_VERSION, Cursor, Pass  # noqa: F401  (STATE_VERSION: public name)
 from fastload.source.base import NativeDataset
 from fastload.source import sampling
@@ -57,49 +57,6 @@ _PREFIX = "fastload.DataLoader"
 T_co = TypeVar("T_co", covariant=True)
 
 
-# ---------------------------------------------------------------------------------------
-# transition: fastload.native.feed.NativeFeed once merged (the merge deletes this block
-# and builds NativeFeed where DataLoader.__iter__ builds _NativeFeed)
-
-
-class _NativeFeed:
-    """The native loop: `depth` batches submitted to the runner, results taken in order."""
-
-    def __init__(self, runner: Any, batches: Iterator[List[int]], epoch: int, depth: int):
-        self._runner, self._batches, self._epoch, self._depth = runner, batches, epoch, depth
-        runner.start_pass()
-        self._tickets: Deque[Tuple[int, int]] = collections.deque()
-        self._done = False
-        self.position = 0
-
-    def __iter__(self) -> "_NativeFeed":
-        return self
-
-    def __next__(self) -> Tuple[Any, Tuple[int, int]]:
-        while len(self._tickets) < self._depth and not self._done:
-            try:
-                indices = next(self._batches)
-            except StopIteration:
-                self._done = True
-                break
-            self._tickets.append((self._runner.submit(indices, self._epoch), len(indices)))
-        if not self._tickets:
-            raise StopIteration
-        ticket, samples = self._tickets.popleft()
-        self.position += 1
-        return self._runner.result(ticket), (samples, self.position)
-
-    def close(self) -> None:
-        """Releases the batches still in flight (a `break` out of the epoch)."""
-        self._done = True
-        while self._tickets:
-            self._runner.discard(self._tickets.popleft()[0])
-
-    def __del__(self):
-        self.close()
-
-
-# end of transition block
 # ---------------------------------------------------------------------------------------
 # Transfer and the iterator
 
@@ -316,7 +273,7 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         self.memory_format = _check_memory_format(memory_format)
         self.prefetch_to_device = _check_prefetch_to_device(prefetch_to_device)
         self.accelerate = _check_accelerate(accelerate)
-        self.decode_on = _check_decode_on(decode_on)
+        self.decode_on = check_decode_on(decode_on)
         self._errors = ErrorPolicy(on_error, owner=_PREFIX)
         self.on_error = self._errors.mode
         self.distributed = _check_distributed(distributed)
@@ -451,7 +408,7 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         # in flight keep them all busy; torch's per-worker multiple would only hold more
         # batch memory.
         depth = max(2, self.prefetch_factor or 2)
-        return _NativeFeed(self._runner, self._cursor.batches(), epoch, depth)
+        return NativeFeed(self._runner, self._cursor.batches(), epoch, depth)
 
     def _generic_feed(self, epoch: int) -> GenericFeed:
         if isinstance(self._user_dataset, NativeDataset):
@@ -503,29 +460,23 @@ def _choose_path(loader: DataLoader, dataset: Any, *, iterable: bool, sampler: A
         user_sampler=loader._user_sampler, batch_size=loader.batch_size, shuffle=shuffle, drop_last=drop_last,
         sampler=sampler, batch_sampler=batch_sampler, generator=generator, distributed=distributed,
         uneven=loader.uneven, seed=loader.seed)
-    reason = _generic_reason(dataset, iterable=iterable, auto_collation=loader._auto_collation,
-                             ordered=order is not None, accelerate=accelerate)
     if distributed is True and order is None and not loader._user_sampler:
+        reason = order_left_to_torch(dataset, batch_size=loader.batch_size, sampler=sampler,
+                                     batch_sampler=batch_sampler)
         raise ValueError(
             f"{_PREFIX}: expected a map-style dataset with __len__ and automatic batching for "
             f"distributed=True, got {reason.split(': ', 1)[1]}. Shard such data yourself (e.g. "
             "by rank in the dataset's __iter__), or pass distributed='auto' or False.")
 
     # The path: native when the dataset can run on the C++ engine.
-    runner: Any = None
-    if reason is None:
-        # select_path may draw a default augmentation seed from the global RNG; torch's
-        # DataLoader draws nothing at construction, and a draw here would shift the
-        # user's RNG stream (so the permutation and worker seeds would differ from torch's).
-        device = loader.device
-        with torch.random.fork_rng(devices=[]):
-            runner, reason = select_path(
-                dataset, batch_size=loader.batch_size, collate_fn=collate_fn, num_workers=loader.num_workers,
-                # Batches bound for a GPU are produced in pinned memory: no staging copy.
-                pin_memory=pin_memory or (device is not None and device.type == "cuda"),
-                accelerate=accelerate, dtype=loader.dtype, memory_format=loader.memory_format,
-                on_error=loader.on_error, seed=loader.seed, device=device, decode_on=loader.decode_on,
-                exact=not loader.dct_scaling)
+    device = loader.device
+    runner, reason = select_path(
+        dataset, batch_size=loader.batch_size, sampler=sampler, batch_sampler=batch_sampler, collate_fn=collate_fn,
+        num_workers=loader.num_workers,
+        # Batches bound for a GPU are produced in pinned memory: no staging copy.
+        pin_memory=pin_memory or (device is not None and device.type == "cuda"),
+        accelerate=accelerate, dtype=loader.dtype, memory_format=loader.memory_format, on_error=loader.on_error,
+        seed=loader.seed, device=device, decode_on=loader.decode_on, dct_scaling=loader.dct_scaling)
     if accelerate is True and runner is None:
         raise ValueError(
             f"{_PREFIX}: expected a dataset the native pipeline can run (accelerate=True), got "
@@ -553,24 +504,6 @@ def _fastload_order(dataset: Any, *, iterable: bool, auto_collation: bool, datap
                                **make_order)
 
 
-# transition: moves to fastload.native.select (whole: select_path then builds every
-# "generic: <why>" reason, and the loader passes it these facts)
-def _generic_reason(dataset: Any, *, iterable: bool, auto_collation: bool, ordered: bool,
-                    accelerate: Any) -> Optional[str]:
-    """Why the generic path runs, when the loader knows it before asking select_path; else None."""
-    if iterable:
-        return "generic: IterableDataset (order left to the dataset and torch)"
-    if not auto_collation:
-        return "generic: batch_size=None (no automatic batching; order left to torch)"
-    if isinstance(dataset, (IterDataPipe, MapDataPipe)):
-        return "generic: a DataPipe (order left to torch)"
-    if not ordered:
-        return "generic: the dataset has no __len__ (order left to torch)"
-    if accelerate is False:
-        return "generic: accelerate=False"
-    return None
-
-
 # ---------------------------------------------------------------------------------------
 # Argument checks for the extras
 
@@ -587,12 +520,6 @@ def _check_accelerate(accelerate: Any) -> Union[str, bool]:
                                          and not isinstance(accelerate, str)):
         raise ValueError(f"{_PREFIX}: expected accelerate='auto', True or False, got {accelerate!r}.")
     return accelerate
-
-
-def _check_decode_on(decode_on: Any) -> str:
-    if decode_on not in _DECODE_ON:
-        raise ValueError(f"{_PREFIX}: expected decode_on in {_DECODE_ON}, got {decode_on!r}.")
-    return decode_on
 
 
 def _check_distributed(distributed: Any) -> Union[str, bool]:

@@ -424,7 +424,7 @@ def test_dct_scaling_false_means_what_exact_true_meant(monkeypatch, kwargs, exac
     seen = []
 
     def select(dataset, **kw):
-        seen.append(kw["exact"])
+        seen.append(not kw["dct_scaling"])
         return FakeRunner(dataset), "native: fake runner"
 
     monkeypatch.setattr(fastload.loader, "select_path", select)

@@ -74,6 +74,13 @@ def order_left_to_torch(dataset: Any, *, batch_size: Optional[int], sampler: Any
     return None
 
 
+def check_decode_on(decode_on: Any) -> str:
+    """decode_on, if it is one of DECODE_ON (else ValueError): the loader's one check."""
+    if not isinstance(decode_on, str) or decode_on not in DECODE_ON:
+        raise ValueError(f"{_PREFIX}: expected decode_on in {DECODE_ON}, got {decode_on!r}.")
+    return decode_on
+
+
 def _default_collate(collate_fn: Any) -> bool:
     from torch.utils.data import default_collate
 
@@ -160,8 +167,7 @@ def select_path(
         return None, "generic: a batch_sampler (the native path batches by batch_size)"
     if not _default_collate(collate_fn):
         return None, "generic: custom collate_fn"
-    if decode_on not in DECODE_ON:
-        raise ValueError(f"{_PREFIX}: expected decode_on in {DECODE_ON}, got {decode_on!r}")
+    check_decode_on(decode_on)
     try:
         index, plan, description = native_pipeline(dataset, dtype=dtype, seed=0)
     except UnsupportedPipeline as error:
