@@ -6,12 +6,13 @@
 // pybind11 class whose blocking calls release the GIL; the plan it runs, the geometry
 // functions Python shares with it, and the per-sample status are bound beside it, each
 // once, so no Python module mirrors them.
-#include <jpeglib.h>  // JPEG_LIB_VERSION for build_info
 #include <pybind11/stl.h>
 #include <torch/extension.h>
 
 #include <climits>
-#include <cstdio>
+#include <cstddef>
+#include <cstdio>  // jpeglib.h needs FILE and size_t
+#include <jpeglib.h>  // JPEG_LIB_VERSION for build_info
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -181,13 +182,23 @@ void bind_plan(py::module_& m) {
   py::enum_<Geometry>(m, "Geometry", "How a plan maps an image onto its output.")
       .value("RANDOM_RESIZED_CROP", Geometry::kRandomResizedCrop, "crop (scale, ratio), then resize to out")
       .value("RESIZE_CENTER_CROP", Geometry::kResizeCenterCrop, "resize (shorter side or fixed), then centre crop");
-  // Arithmetic: BatchEngine.wait's status tensor holds these values as int32.
-  py::enum_<engine::Status>(m, "Status", py::arithmetic(), "Per-sample outcome of a batch (BatchEngine.wait).")
-      .value("OK", engine::Status::kOk)
-      .value("DECODE_ERROR", engine::Status::kDecodeError, "corrupt, truncated or over the limits")
-      .value("NOT_JPEG", engine::Status::kNotJpeg, "not a JPEG: Python's PIL fallback takes it")
-      .value("READ_ERROR", engine::Status::kReadError)
-      .value("BAD_GEOMETRY", engine::Status::kBadGeometry, "the plan gives this image no pixels to sample");
+  // An enum.IntEnum made from the C++ values: BatchEngine.wait's status tensor holds them
+  // as int32, so they compare equal to ints (a py::enum_ compares only with itself), and
+  // no C++ function takes one back.
+  py::list statuses;
+  for (const auto& [name, value] : {std::pair{"OK", engine::Status::kOk},
+                                    std::pair{"DECODE_ERROR", engine::Status::kDecodeError},
+                                    std::pair{"NOT_JPEG", engine::Status::kNotJpeg},
+                                    std::pair{"READ_ERROR", engine::Status::kReadError},
+                                    std::pair{"BAD_GEOMETRY", engine::Status::kBadGeometry}}) {
+    statuses.append(py::make_tuple(name, static_cast<int32_t>(value)));
+  }
+  py::object status = py::module_::import("enum").attr("IntEnum")("Status", statuses);
+  status.attr("__module__") = m.attr("__name__");
+  status.attr("__doc__") = "Per-sample outcome of a batch (BatchEngine.wait): OK, DECODE_ERROR (corrupt, "
+                           "truncated or over the limits), NOT_JPEG (Python's PIL fallback takes it), READ_ERROR, "
+                           "BAD_GEOMETRY (the plan gives the image no pixels to sample).";
+  m.attr("Status") = status;
 
   // No py::dynamic_attr: assigning a misspelt field raises AttributeError.
   py::class_<Plan> plan(m, "Plan",
@@ -267,7 +278,7 @@ void bind_engine(py::module_& m) {
       // flips bool [B]): the inputs of crop_resize_flip_normalize_batch.
       .def(
           "wait",
-          [](BatchEngine& engine, int64_t ticket) {
+          [](BatchEngine& engine, int64_t ticket) -> py::tuple {
             engine::BatchResult result = engine.wait(ticket);
             if (!result.windows.has_value()) return py::make_tuple(result.status, result.messages);
             const engine::PackedWindows& w = *result.windows;

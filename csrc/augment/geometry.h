@@ -4,7 +4,9 @@
 // Stage: augment, before any pixel is touched. Input: a plan, an image's size (from its
 // header, or a decoded image), (epoch, index). Output: a Region in full-resolution
 // pixels, then, once the decoder says at which DCT scale and origin it decoded, the
-// SamplingView the kernel runs on. Pure functions: no state, no allocation.
+// SamplingView the kernel runs on. Pure functions: no state, no allocation. (region_of
+// is declared in plan.h, beside Plan: the CPU kernel includes this header for Box and
+// has a resize plan of its own.)
 #pragma once
 
 #include <cstdint>
@@ -45,13 +47,6 @@ class GeometryError : public std::invalid_argument {
  public:
   using std::invalid_argument::invalid_argument;
 };
-
-struct Plan;
-
-// Geometry of one sample: a pure function of (plan, image size, epoch, index), following
-// torchvision's RandomResizedCrop sampler and Resize/CenterCrop arithmetic to the pixel.
-// Throws GeometryError where torchvision would fail on that image.
-Region region_of(const Plan& plan, int height, int width, int64_t epoch, int64_t index);
 
 // THE clamp-region arithmetic: the region's clamp mapped into decoded pixels, rounded
 // outwards, then clamped so that the view is never empty and never starts or ends

@@ -37,6 +37,11 @@ struct Plan {
   void validate(const char* op) const;
 };
 
+// Geometry of one sample: a pure function of (plan, image size, epoch, index), following
+// torchvision's RandomResizedCrop sampler and Resize/CenterCrop arithmetic to the pixel.
+// Throws GeometryError where torchvision would fail on that image.
+Region region_of(const Plan& plan, int height, int width, int64_t epoch, int64_t index);
+
 #define FASTLOAD_PLAN_FIELDS(X)                                                                    \
   X(geometry) X(out_height) X(out_width) X(scale_min) X(scale_max) X(ratio_min) X(ratio_max)      \
   X(resize_short) X(resize_height) X(resize_width) X(max_size) X(flip_p) X(value_scale) X(mean) \
