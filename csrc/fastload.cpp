@@ -1,12 +1,30 @@
-// fastload._C: every operator schema lives here, in one place.
+// fastload._C: every operator schema, and every pybind11 binding, live here.
 //
-// Backend kernels register with TORCH_LIBRARY_IMPL in their own files
-// (decode/, augment/); fake (meta) kernels live in fastload/_meta.py. The batch
-// engine (engine/batch.cpp) is a stateful thread pool, not a tensor op, so it is
-// exposed as a pybind11 class whose blocking calls release the GIL.
+// Backend kernels register with TORCH_LIBRARY_IMPL in their own files (decode/,
+// augment/); fake (meta) kernels live in fastload/_meta.py. The batch engine
+// (engine/batch.h) is a stateful thread pool, not a tensor op, so it is exposed as a
+// pybind11 class whose blocking calls release the GIL; the plan it runs, the geometry
+// functions Python shares with it, and the per-sample status are bound beside it, each
+// once, so no Python module mirrors them.
+#include <pybind11/stl.h>
 #include <torch/extension.h>
 
+#include <climits>
+#include <cstddef>
+#include <cstdio>  // jpeglib.h needs FILE and size_t
+#include <jpeglib.h>  // JPEG_LIB_VERSION for build_info
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "augment/crop_resize_flip_normalize_cpu.h"
+#include "augment/geometry.h"
+#include "augment/plan.h"
+#include "check.h"
 #include "engine/batch.h"
+#include "engine/sample.h"
+
+namespace py = pybind11;
 
 TORCH_LIBRARY(fastload, m) {
   // ---- decode (csrc/decode) -------------------------------------------------
@@ -41,20 +59,242 @@ TORCH_LIBRARY(fastload, m) {
   m.def(
       "crop_resize_flip_normalize_batch(Tensor images, Tensor shapes, Tensor boxes, "
       "Tensor flips, float scale, Tensor mean, Tensor std, Tensor(a!) out) -> ()");
-
-  // ---- random parameters (csrc/augment/params.h) ------------------------------
-  // RandomResizedCrop boxes [N, 4] (top, left, height, width) for image sizes [N, 2]
-  // (height, width) as a pure function of (seed, epoch, index).
-  m.def(
-      "random_resized_crop_params(Tensor sizes, Tensor indices, int seed, int epoch, "
-      "float[] scale, float[] ratio) -> Tensor");
-  // Horizontal flip draws [N] bool with probability p, pure function of (seed, epoch, index).
-  m.def("random_flip_params(Tensor indices, int seed, int epoch, float p) -> Tensor");
 }
+
+namespace fastload {
+namespace {
+
+py::tuple box_tuple(const Box& b) { return py::make_tuple(b.top, b.left, b.height, b.width); }
+
+// (box, clamp, flip) of one sample: the geometry the engine applies, for Python's
+// generic twin of a plan and for tests.
+py::tuple region_tuple(const Plan& plan, int height, int width, int64_t epoch, int64_t index) {
+  FASTLOAD_CHECK_VALUE(height > 0 && width > 0, "region_of", "expected a positive image size, got ", height, "x",
+                       width, ".");
+  plan.validate("region_of");
+  const Region region = region_of(plan, height, width, epoch, index);
+  return py::make_tuple(box_tuple(region.box), box_tuple(region.clamp), region.flip);
+}
+
+// Geometry of a batch: boxes [N, 4], clamps [N, 4] (float32, full-resolution pixels) and
+// flips [N] for image sizes [N, 2] (height, width) of samples [N].
+py::tuple regions_tuple(const Plan& plan, const at::Tensor& sizes, const at::Tensor& samples, int64_t epoch) {
+  const char* op = "regions_of";
+  FASTLOAD_CHECK_VALUE(sizes.dim() == 2 && sizes.size(1) == 2 && samples.dim() == 1 && samples.size(0) == sizes.size(0),
+                       op, "expected sizes [N, 2] and samples [N], got ", sizes.sizes(), " and ", samples.sizes(), ".");
+  plan.validate(op);
+  const auto sizes_c = sizes.to(at::kLong).contiguous();
+  const auto samples_c = samples.to(at::kLong).contiguous();
+  const int64_t n = samples.size(0);
+  auto boxes = at::empty({n, 4}, at::kFloat);
+  auto clamps = at::empty({n, 4}, at::kFloat);
+  auto flips = at::empty({n}, at::kBool);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t height = sizes_c.data_ptr<int64_t>()[2 * i];
+    const int64_t width = sizes_c.data_ptr<int64_t>()[2 * i + 1];
+    FASTLOAD_CHECK_VALUE(height > 0 && width > 0 && height <= INT_MAX && width <= INT_MAX, op,
+                         "expected image sizes in [1, 2^31), got ", height, "x", width, ".");
+    const Region region = region_of(plan, static_cast<int>(height), static_cast<int>(width), epoch,
+                                    samples_c.data_ptr<int64_t>()[i]);
+    const float b[8] = {region.box.top,   region.box.left,   region.box.height,   region.box.width,
+                        region.clamp.top, region.clamp.left, region.clamp.height, region.clamp.width};
+    std::copy(b, b + 4, boxes.data_ptr<float>() + 4 * i);
+    std::copy(b + 4, b + 8, clamps.data_ptr<float>() + 4 * i);
+    flips.data_ptr<bool>()[i] = region.flip;
+  }
+  return py::make_tuple(boxes, clamps, flips);
+}
+
+// sampling_view for a batch of whole decoded images (scale 1/scale_denom, origin per
+// row or (0, 0)): views int64 [N, 4] (top, left, height, width) and the boxes relative
+// to them, float32 [N, 4].
+py::tuple sampling_views(const at::Tensor& boxes, const at::Tensor& clamps, const at::Tensor& sizes,
+                         int64_t scale_denom, const std::optional<at::Tensor>& origins) {
+  const char* op = "sampling_views";
+  FASTLOAD_CHECK_VALUE(boxes.dim() == 2 && boxes.size(1) == 4 && clamps.dim() == 2 && clamps.size(1) == 4 &&
+                           sizes.dim() == 2 && sizes.size(1) == 2 && clamps.size(0) == boxes.size(0) &&
+                           sizes.size(0) == boxes.size(0),
+                       op, "expected boxes [N, 4], clamps [N, 4] and sizes [N, 2], got ", boxes.sizes(), ", ",
+                       clamps.sizes(), " and ", sizes.sizes(), ".");
+  FASTLOAD_CHECK_VALUE(scale_denom == 1 || scale_denom == 2 || scale_denom == 4 || scale_denom == 8, op,
+                       "expected scale_denom 1, 2, 4 or 8, got ", scale_denom, ".");
+  const int64_t n = boxes.size(0);
+  FASTLOAD_CHECK_VALUE(!origins.has_value() || (origins->dim() == 2 && origins->size(0) == n && origins->size(1) == 2),
+                       op, "expected origins [", n, ", 2] (top, left), got ", origins->sizes(), ".");
+  const auto boxes_c = boxes.to(at::kFloat).contiguous(), clamps_c = clamps.to(at::kFloat).contiguous();
+  const auto sizes_c = sizes.to(at::kLong).contiguous();
+  const auto origins_c = origins.has_value() ? origins->to(at::kLong).contiguous() : at::zeros({n, 2}, at::kLong);
+  auto views = at::empty({n, 4}, at::kLong);
+  auto relative = at::empty({n, 4}, at::kFloat);
+  const double scale = 1.0 / static_cast<double>(scale_denom);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t height = sizes_c.data_ptr<int64_t>()[2 * i], width = sizes_c.data_ptr<int64_t>()[2 * i + 1];
+    const int64_t origin_top = origins_c.data_ptr<int64_t>()[2 * i];
+    const int64_t origin_left = origins_c.data_ptr<int64_t>()[2 * i + 1];
+    FASTLOAD_CHECK_VALUE(height > 0 && width > 0 && height <= INT_MAX && width <= INT_MAX, op,
+                         "expected image sizes in [1, 2^31), got ", height, "x", width, " in row ", i, ".");
+    FASTLOAD_CHECK_VALUE(0 <= origin_top && origin_top <= INT_MAX && 0 <= origin_left && origin_left <= INT_MAX, op,
+                         "expected origins in [0, 2^31), got (", origin_top, ", ", origin_left, ") in row ", i, ".");
+    const float* b = boxes_c.data_ptr<float>() + 4 * i;
+    const float* c = clamps_c.data_ptr<float>() + 4 * i;
+    Region region{Box{b[0], b[1], b[2], b[3]}, Box{c[0], c[1], c[2], c[3]}, false};
+    SamplingView view;
+    try {
+      view = sampling_view(region, static_cast<int>(height), static_cast<int>(width), scale, scale,
+                           static_cast<int>(origin_top), static_cast<int>(origin_left), op);
+    } catch (const GeometryError& error) {
+      throw py::value_error(std::string(error.what()) + " (row " + std::to_string(i) + ")");
+    }
+    const int64_t v[4] = {view.top, view.left, view.height, view.width};
+    std::copy(v, v + 4, views.data_ptr<int64_t>() + 4 * i);
+    const float r[4] = {view.box.top, view.box.left, view.box.height, view.box.width};
+    std::copy(r, r + 4, relative.data_ptr<float>() + 4 * i);
+  }
+  return py::make_tuple(views, relative);
+}
+
+py::dict build_info() {
+  py::dict info;
+  info["libjpeg_turbo"] = FASTLOAD_JPEG_VERSION;
+  info["libjpeg_api"] = JPEG_LIB_VERSION;
+#ifdef FASTLOAD_WITH_CUDA
+  info["cuda"] = true;
+#else
+  info["cuda"] = false;
+#endif
+#ifdef FASTLOAD_WITH_NVJPEG
+  info["nvjpeg"] = true;
+#else
+  info["nvjpeg"] = false;
+#endif
+  info["flags"] = FASTLOAD_BUILD_FLAGS;
+  // Chosen at run time (CPU features, FASTLOAD_NO_AVX2), not at build time.
+  info["augment_cpu_path"] = crop_resize_flip_normalize_cpu_path();
+#if defined(__clang__)
+  info["compiler"] = "clang " __clang_version__;
+#elif defined(__GNUC__)
+  info["compiler"] = "gcc " __VERSION__;
+#endif
+  return info;
+}
+
+void bind_plan(py::module_& m) {
+  py::enum_<Geometry>(m, "Geometry", "How a plan maps an image onto its output.")
+      .value("RANDOM_RESIZED_CROP", Geometry::kRandomResizedCrop, "crop (scale, ratio), then resize to out")
+      .value("RESIZE_CENTER_CROP", Geometry::kResizeCenterCrop, "resize (shorter side or fixed), then centre crop");
+  // An enum.IntEnum made from the C++ values: BatchEngine.wait's status tensor holds them
+  // as int32, so they compare equal to ints (a py::enum_ compares only with itself), and
+  // no C++ function takes one back.
+  py::list statuses;
+  for (const auto& [name, value] : {std::pair{"OK", engine::Status::kOk},
+                                    std::pair{"DECODE_ERROR", engine::Status::kDecodeError},
+                                    std::pair{"NOT_JPEG", engine::Status::kNotJpeg},
+                                    std::pair{"READ_ERROR", engine::Status::kReadError},
+                                    std::pair{"BAD_GEOMETRY", engine::Status::kBadGeometry}}) {
+    statuses.append(py::make_tuple(name, static_cast<int32_t>(value)));
+  }
+  py::object status = py::module_::import("enum").attr("IntEnum")("Status", statuses);
+  status.attr("__module__") = m.attr("__name__");
+  status.attr("__doc__") = "Per-sample outcome of a batch (BatchEngine.wait): OK, DECODE_ERROR (corrupt, "
+                           "truncated or over the limits), NOT_JPEG (Python's PIL fallback takes it), READ_ERROR, "
+                           "BAD_GEOMETRY (the plan gives the image no pixels to sample).";
+  m.attr("Status") = status;
+
+  // No py::dynamic_attr: assigning a misspelt field raises AttributeError.
+  py::class_<Plan> plan(m, "Plan",
+                        "The fused decode + augment plan the engine runs (csrc/augment/plan.h). Built by "
+                        "fastload.augment.plan.build_plan; every field is read-write.");
+  plan.def(py::init<>());
+#define FASTLOAD_BIND_FIELD(name) plan.def_readwrite(#name, &Plan::name);
+  FASTLOAD_PLAN_FIELDS(FASTLOAD_BIND_FIELD)
+#undef FASTLOAD_BIND_FIELD
+  plan.def(
+      "validate", [](const Plan& p) { p.validate("Plan.validate"); },
+      "Raises ValueError (what is wrong, and the value) for a plan the engine cannot run.");
+  plan.def("__repr__", [](py::object self) {
+    const Plan& p = self.cast<const Plan&>();
+    std::string text = py::str(py::type::of(self).attr("__name__")).cast<std::string>() + "(";
+    const char* separator = "";
+#define FASTLOAD_REPR_FIELD(name)                                              \
+  text += separator + std::string(#name "=") + py::repr(py::cast(p.name)).cast<std::string>(); \
+  separator = ", ";
+    FASTLOAD_PLAN_FIELDS(FASTLOAD_REPR_FIELD)
+#undef FASTLOAD_REPR_FIELD
+    return text + ")";
+  });
+  plan.def("__eq__", [](const Plan& a, const Plan& b) {
+    bool same = true;
+#define FASTLOAD_EQ_FIELD(name) same = same && a.name == b.name;
+    FASTLOAD_PLAN_FIELDS(FASTLOAD_EQ_FIELD)
+#undef FASTLOAD_EQ_FIELD
+    return same;
+  });
+  // Pickled by field name, so that a dataset holding a plan can go to worker processes.
+  plan.def(py::pickle(
+      [](const Plan& p) {
+        py::dict state;
+#define FASTLOAD_GET_FIELD(name) state[#name] = p.name;
+        FASTLOAD_PLAN_FIELDS(FASTLOAD_GET_FIELD)
+#undef FASTLOAD_GET_FIELD
+        return state;
+      },
+      [](const py::dict& state) {
+        Plan p;
+#define FASTLOAD_SET_FIELD(name) p.name = state[#name].cast<decltype(p.name)>();
+        FASTLOAD_PLAN_FIELDS(FASTLOAD_SET_FIELD)
+#undef FASTLOAD_SET_FIELD
+        return p;
+      }));
+
+  m.def("region_of", &region_tuple, py::arg("plan"), py::arg("height"), py::arg("width"), py::arg("epoch"),
+        py::arg("index"), "(box, clamp, flip) of one sample under a plan, in full-resolution pixels.");
+  m.def("regions_of", &regions_tuple, py::arg("plan"), py::arg("sizes"), py::arg("samples"), py::arg("epoch"),
+        "Batched region_of: (boxes float32 [N, 4], clamps float32 [N, 4], flips bool [N]).");
+  m.def("sampling_views", &sampling_views, py::arg("boxes"), py::arg("clamps"), py::arg("sizes"),
+        py::arg("scale_denom") = 1, py::arg("origins") = py::none(),
+        "The views (int64 [N, 4]: top, left, height, width) of decoded images (sizes [N, 2]) the taps of "
+        "each region (boxes, clamps from regions_of) can reach, and each box relative to its view "
+        "(float32 [N, 4]). scale_denom: the images were decoded at DCT scale 1/scale_denom; origins "
+        "int64 [N, 2]: where each decoded image starts in the scaled whole image (a window).");
+  // transition: removed once callers use region_of / regions_of
+  m.def("plan_region", &region_tuple, py::arg("plan"), py::arg("height"), py::arg("width"), py::arg("epoch"),
+        py::arg("index"), "Old name of region_of.");
+  m.def("plan_regions", &regions_tuple, py::arg("plan"), py::arg("sizes"), py::arg("samples"), py::arg("epoch"),
+        "Old name of regions_of.");
+}
+
+void bind_engine(py::module_& m) {
+  using engine::BatchEngine;
+  py::class_<BatchEngine>(m, "BatchEngine", "Thread pool that reads, decodes and augments whole batches.")
+      .def(py::init<int>(), py::arg("num_threads"))
+      .def_property_readonly("num_threads", &BatchEngine::num_threads)
+      .def("set_index", &BatchEngine::set_index, py::arg("path_bytes"), py::arg("path_offsets"),
+           py::arg("file_ids"), py::arg("offsets"), py::arg("sizes"))
+      .def("set_plan", &BatchEngine::set_plan, py::arg("plan"))
+      .def("submit", &BatchEngine::submit, py::arg("samples"), py::arg("out"), py::arg("epoch"),
+           py::arg("predecoded") = std::unordered_map<int64_t, at::Tensor>(), py::arg("pin_memory") = false)
+      // (status int32 [B], messages); in cpu+gpu mode (out=None) also (packed uint8,
+      // shapes int64 [B, 4] = (offset, height, width, row_stride), boxes float32 [B, 4],
+      // flips bool [B]): the inputs of crop_resize_flip_normalize_batch.
+      .def(
+          "wait",
+          [](BatchEngine& engine, int64_t ticket) -> py::tuple {
+            engine::BatchResult result = engine.wait(ticket);
+            if (!result.windows.has_value()) return py::make_tuple(result.status, result.messages);
+            const engine::PackedWindows& w = *result.windows;
+            return py::make_tuple(result.status, result.messages, w.packed, w.shapes, w.boxes, w.flips);
+          },
+          py::arg("ticket"))
+      .def("read_samples", &BatchEngine::read_samples, py::arg("samples"))
+      .def("close", &BatchEngine::close);
+}
+
+}  // namespace
+}  // namespace fastload
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.doc() = "fastload native core: ops are in torch.ops.fastload";
-  fastload::engine::bind(module);
-  module.def("build_info", &fastload::engine::build_info,
-             "Compile-time configuration: versions, backends, flags.");
+  fastload::bind_plan(module);
+  fastload::bind_engine(module);
+  module.def("build_info", &fastload::build_info, "Compile-time configuration: versions, backends, flags.");
 }

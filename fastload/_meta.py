@@ -20,16 +20,6 @@ def _crop_resize_flip_normalize_batch(images, shapes, boxes, flips, scale, mean,
     return None
 
 
-@torch.library.register_fake("fastload::random_resized_crop_params")
-def _random_resized_crop_params(sizes, indices, seed, epoch, scale, ratio):
-    return sizes.new_empty((indices.shape[0], 4), dtype=torch.int64)
-
-
-@torch.library.register_fake("fastload::random_flip_params")
-def _random_flip_params(indices, seed, epoch, p):
-    return indices.new_empty((indices.shape[0],), dtype=torch.bool)
-
-
 # Decode: output sizes depend on the bytes, so they are unbacked symbols. The defaults
 # repeat the schema's (the dispatcher leaves defaulted arguments out).
 @torch.library.register_fake("fastload::decode_jpeg")

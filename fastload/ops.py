@@ -246,31 +246,6 @@ def crop_resize_flip_normalize_batch(
     return out
 
 
-def random_resized_crop_params(
-    sizes: torch.Tensor,
-    indices: torch.Tensor,
-    seed: int,
-    epoch: int,
-    scale: Sequence[float] = (0.08, 1.0),
-    ratio: Sequence[float] = (3.0 / 4.0, 4.0 / 3.0),
-) -> torch.Tensor:
-    """RandomResizedCrop boxes as a pure function of (seed, epoch, index).
-
-    Args:
-        sizes: int64 [N, 2] image (height, width).
-        indices: int64 [N] sample indices.
-
-    Returns:
-        int64 [N, 4]: (top, left, height, width), torchvision's sampler semantics.
-    """
-    return _ops().random_resized_crop_params(sizes, indices, seed, epoch, list(scale), list(ratio))
-
-
-def random_flip_params(indices: torch.Tensor, seed: int, epoch: int, p: float = 0.5) -> torch.Tensor:
-    """Horizontal-flip draws, bool [N], pure function of (seed, epoch, index)."""
-    return _ops().random_flip_params(indices, seed, epoch, p)
-
-
 # The transform specs that native datasets take as ops=[...].
 from fastload.augment.specs import (  # noqa: E402
     CenterCrop,

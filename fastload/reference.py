@@ -1,4 +1,4 @@
-"""Plain-PyTorch (and PIL) twins of every native op, same signatures as fastload/ops.py.
+"""Plain-PyTorch (and PIL) twins of the native ops, same signatures as fastload/ops.py.
 
 What they are for: the ground truth of the kernel tests and benchmarks, and the pixel path
 of the generic loader, which must give what the native path gives. Written to be
@@ -20,7 +20,6 @@ Example:
 from __future__ import annotations
 
 import io
-import math
 from typing import List, Optional, Sequence, Tuple
 
 import torch
@@ -33,9 +32,6 @@ __all__ = [
     "crop_resize_flip_normalize_batch",
     "decode_jpeg",
     "decode_jpeg_cuda",
-    "jpeg_header",
-    "random_flip_params",
-    "random_resized_crop_params",
 ]
 
 _DTYPES = (torch.uint8, torch.float32, torch.float16, torch.bfloat16)
@@ -167,91 +163,7 @@ def crop_resize_flip_normalize_batch(
     return out
 
 
-# ---- random parameters (csrc/augment/params.h, line for line) -----------------------------
-
-_MASK64 = (1 << 64) - 1
-_STREAM_CROP, _STREAM_FLIP = 1, 2
-
-
-def _splitmix64(x: int) -> int:
-    x = (x + 0x9E3779B97F4A7C15) & _MASK64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return x ^ (x >> 31)
-
-
-class _SampleRng:
-    """The counter-based generator of params.h: draw k of (seed, epoch, index, stream)."""
-
-    def __init__(self, seed: int, epoch: int, index: int, stream: int):
-        key = _splitmix64(_splitmix64(_splitmix64(seed & _MASK64) ^ (epoch & _MASK64)) ^ (index & _MASK64))
-        self.key = key ^ stream
-        self.counter = 0
-
-    def next_u64(self) -> int:
-        self.counter += 1
-        return _splitmix64((self.key + 0x632BE59BD9B4E019 * self.counter) & _MASK64)
-
-    def uniform(self, low: float = 0.0, high: float = 1.0) -> float:
-        u = (self.next_u64() >> 11) * 2.0**-53
-        return low + (high - low) * u
-
-    def randint(self, low: int, high: int) -> int:
-        return low + self.next_u64() % (high - low)
-
-
-def _random_resized_crop_box(height, width, scale, ratio, rng) -> Tuple[int, int, int, int]:
-    """torchvision's RandomResizedCrop.get_params with _SampleRng draws."""
-    area = float(height) * width
-    log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
-    for _ in range(10):
-        target_area = area * rng.uniform(scale[0], scale[1])
-        aspect_ratio = math.exp(rng.uniform(*log_ratio))
-        w = int(round(math.sqrt(target_area * aspect_ratio)))  # round: half to even, as rint
-        h = int(round(math.sqrt(target_area / aspect_ratio)))
-        if 0 < w <= width and 0 < h <= height:
-            top = rng.randint(0, height - h + 1)
-            left = rng.randint(0, width - w + 1)
-            return top, left, h, w
-    in_ratio = float(width) / height
-    if in_ratio < ratio[0]:
-        w = width
-        h = int(round(w / ratio[0]))
-    elif in_ratio > ratio[1]:
-        h = height
-        w = int(round(h * ratio[1]))
-    else:
-        w, h = width, height
-    return (height - h) // 2, (width - w) // 2, h, w
-
-
-def random_resized_crop_params(
-    sizes: torch.Tensor,
-    indices: torch.Tensor,
-    seed: int,
-    epoch: int,
-    scale: Sequence[float] = (0.08, 1.0),
-    ratio: Sequence[float] = (3.0 / 4.0, 4.0 / 3.0),
-) -> torch.Tensor:
-    """Twin of fastload.ops.random_resized_crop_params: int64 [N, 4] (top, left, h, w)."""
-    boxes = [
-        _random_resized_crop_box(int(h), int(w), scale, ratio, _SampleRng(seed, epoch, int(i), _STREAM_CROP))
-        for (h, w), i in zip(sizes.tolist(), indices.tolist())
-    ]
-    return torch.tensor(boxes, dtype=torch.int64).reshape(-1, 4)
-
-
-def random_flip_params(indices: torch.Tensor, seed: int, epoch: int, p: float = 0.5) -> torch.Tensor:
-    """Twin of fastload.ops.random_flip_params: bool [N]."""
-    flips = [_SampleRng(seed, epoch, int(i), _STREAM_FLIP).uniform() < p for i in indices.tolist()]
-    return torch.tensor(flips, dtype=torch.bool)
-
-
 # ---- decode (PIL) ---------------------------------------------------------------------------
-
-# libjpeg's J_COLOR_SPACE codes.
-_JCS_GRAYSCALE, _JCS_RGB, _JCS_YCBCR, _JCS_CMYK, _JCS_YCCK = 1, 2, 3, 4, 5
-
 
 def _open(data: torch.Tensor):
     from PIL import Image
@@ -260,23 +172,6 @@ def _open(data: torch.Tensor):
     if image.format != "JPEG":
         raise RuntimeError(f"fastload.decode_jpeg: expected a JPEG, got {image.format} data.")
     return image
-
-
-def jpeg_header(data: torch.Tensor) -> List[int]:
-    """Twin of fastload.ops.jpeg_header, from PIL's parse of the header:
-    [height, width, components, jpeg_color_space, progressive]."""
-    image = _open(data)
-    components = {"L": 1, "RGB": 3, "YCbCr": 3, "CMYK": 4}[image.mode]
-    adobe = image.info.get("adobe_transform")
-    if components == 1:
-        color_space = _JCS_GRAYSCALE
-    elif components == 3:
-        # libjpeg: JFIF or an Adobe transform 1 -> YCbCr; Adobe transform 0 -> RGB.
-        color_space = _JCS_RGB if ("adobe" in image.info and not adobe) else _JCS_YCBCR
-    else:
-        color_space = _JCS_YCCK if adobe == 2 else _JCS_CMYK
-    progressive = int(bool(image.info.get("progressive") or image.info.get("progression")))
-    return [image.height, image.width, components, color_space, progressive]
 
 
 def decode_jpeg(

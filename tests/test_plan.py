@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from fastload.augment import specs
-from fastload.augment.plan import RANDOM_RESIZED_CROP, RESIZE_CENTER_CROP, UnsupportedPipeline, build_plan
+from fastload import _ext
+from fastload.augment.plan import UnsupportedPipeline, build_plan
 
 torchvision = pytest.importorskip("torchvision")
 from torchvision import transforms as T  # noqa: E402
@@ -17,17 +18,17 @@ MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 def test_train_pipeline():
     plan = build_plan([specs.RandomResizedCrop(224), specs.RandomHorizontalFlip(), specs.Normalize(MEAN, STD)])
-    assert plan.geometry == RANDOM_RESIZED_CROP and plan.out_size == (224, 224)
+    assert plan.geometry == _ext.require_ops().Geometry.RANDOM_RESIZED_CROP and plan.out_size == (224, 224)
     assert plan.flip_p == 0.5 and plan.value_scale == pytest.approx(1 / 255)
-    assert plan.mean == MEAN and plan.std == STD and plan.dtype == torch.float32
+    assert plan.mean == pytest.approx(MEAN) and plan.std == pytest.approx(STD) and plan.dtype == torch.float32
 
 
 def test_eval_pipeline_and_dtypes():
     plan = build_plan([specs.Resize(256), specs.CenterCrop(224)])
-    assert plan.geometry == RESIZE_CENTER_CROP and plan.resize_short == 256 and plan.out_size == (224, 224)
+    assert plan.geometry == _ext.require_ops().Geometry.RESIZE_CENTER_CROP and plan.resize_short == 256 and plan.out_size == (224, 224)
     assert plan.dtype == torch.uint8 and plan.value_scale == 1.0
     plan = build_plan([specs.Resize((100, 50)), specs.ToDtype(torch.bfloat16, scale=True)])
-    assert plan.resize_size == (100, 50) and plan.out_size == (100, 50)
+    assert (plan.resize_height, plan.resize_width) == (100, 50) and plan.out_size == (100, 50)
     assert plan.dtype == torch.bfloat16 and plan.value_scale == pytest.approx(1 / 255)
     plan = build_plan([specs.CenterCrop(8), specs.ToDtype(torch.float32, scale=False)])
     assert plan.value_scale == 1.0 and plan.dtype == torch.float32
@@ -61,13 +62,13 @@ def test_torchvision_train_transforms_convert(tv):
     to_float = [tv.ToTensor()] if tv is T else [v2.ToImage(), v2.ToDtype(torch.float32, scale=True)]
     transform = tv.Compose([tv.RandomResizedCrop(224), tv.RandomHorizontalFlip(), *to_float, tv.Normalize(MEAN, STD)])
     plan = build_plan(convert_transform(transform))
-    assert plan.geometry == RANDOM_RESIZED_CROP and plan.flip_p == 0.5 and plan.dtype == torch.float32
-    assert plan.value_scale == pytest.approx(1 / 255) and plan.mean == MEAN
+    assert plan.geometry == _ext.require_ops().Geometry.RANDOM_RESIZED_CROP and plan.flip_p == 0.5 and plan.dtype == torch.float32
+    assert plan.value_scale == pytest.approx(1 / 255) and plan.mean == pytest.approx(MEAN)
 
 
 def test_torchvision_eval_and_uint8_transforms_convert():
     plan = build_plan(convert_transform(T.Compose([T.Resize(256), T.CenterCrop(224), T.PILToTensor()])))
-    assert plan.geometry == RESIZE_CENTER_CROP and plan.resize_short == 256 and plan.dtype == torch.uint8
+    assert plan.geometry == _ext.require_ops().Geometry.RESIZE_CENTER_CROP and plan.resize_short == 256 and plan.dtype == torch.uint8
     plan = build_plan(convert_transform(T.Compose([T.Resize(256), T.CenterCrop(224), T.PILToTensor(),
                                                    T.ConvertImageDtype(torch.float32)])))
     assert plan.dtype == torch.float32 and plan.value_scale == pytest.approx(1 / 255)
@@ -93,7 +94,7 @@ import numpy as np  # noqa: E402
 from PIL import Image  # noqa: E402
 
 import fastload  # noqa: E402
-from fastload import _ext, ops, reference  # noqa: E402
+from fastload import ops, reference  # noqa: E402
 from fastload.errors import DecodeError  # noqa: E402
 
 needs_ops = pytest.mark.skipif(not _ext.has_ops(), reason="fastload._C not built")
@@ -149,10 +150,10 @@ def window_reference(data, plan, epoch, index):
     scaled pixel k holds full-resolution pixels [k d, k d + d), so a box maps by 1/d;
     the clamp region rounded outwards is the view whose taps the kernel clamps to."""
     height, width = ops.jpeg_header(data)[:2]
-    (top, left, box_h, box_w), (c_top, c_left, c_h, c_w), flip = _ext.require_ops().plan_region(
-        plan.config(), height, width, epoch, index)
+    (top, left, box_h, box_w), (c_top, c_left, c_h, c_w), flip = _ext.require_ops().region_of(
+        plan, height, width, epoch, index)
     out_h, out_w = plan.out_size
-    d = 1 if plan.exact else scale_denom(box_h, box_w, out_h, out_w)
+    d = 1 if not plan.dct_scaling else scale_denom(box_h, box_w, out_h, out_w)
     scaled = ops.decode_jpeg(data, scale_denom=d)
     assert scaled.shape[:2] == (-(-height // d), -(-width // d))  # libjpeg: ceil(h / d) rows
     r0 = min(max(0, math.floor(c_top / d + 1e-6)), scaled.shape[0] - 1)
@@ -218,7 +219,7 @@ def test_extreme_ratios_stay_close_to_a_full_decode_crop_and_resize(tmp_path, si
         runner.close()
     for i, data in enumerate(jpegs):
         full = ops.decode_jpeg(torch.frombuffer(bytearray(data), dtype=torch.uint8))
-        box, _, flip = _ext.require_ops().plan_region(plan.config(), *size, 0, i)
+        box, _, flip = _ext.require_ops().region_of(plan, *size, 0, i)
         top, left, h, w = (int(v) for v in box)
         crop = full[top:top + h, left:left + w]
         want = reference.crop_resize_flip_normalize(crop, [0, 0, h, w], [3, 2], flip, scale=1.0, dtype=torch.uint8)
@@ -263,15 +264,15 @@ def test_degenerate_geometry_is_an_error_through_the_policy_never_zeros(tmp_path
     finally:
         runner.close()
     with pytest.raises(ValueError, match=message):  # the geometry Python asks for says it too
-        _ext.require_ops().plan_region(plan.config(), *size, 0, 1)
+        _ext.require_ops().region_of(plan, *size, 0, 1)
 
 
 @needs_ops
-def test_plan_regions_refuse_image_sizes_past_the_int_range():
+def test_regions_of_refuses_image_sizes_past_the_int_range():
     # 2^32 + 5 rows must not be planned as 5 (an int64 -> int truncation).
-    config = build_plan([specs.Resize(8), specs.CenterCrop(4)]).config()
-    with pytest.raises(ValueError, match=r"fastload\.plan_regions: expected image sizes in \[1, 2\^31\), got 4294967301x100"):
-        _ext.require_ops().plan_regions(config, torch.tensor([[2**32 + 5, 100]]), torch.tensor([0]), 0)
+    plan = build_plan([specs.Resize(8), specs.CenterCrop(4)])
+    with pytest.raises(ValueError, match=r"fastload\.regions_of: expected image sizes in \[1, 2\^31\), got 4294967301x100"):
+        _ext.require_ops().regions_of(plan, torch.tensor([[2**32 + 5, 100]]), torch.tensor([0]), 0)
 
 
 @needs_ops
@@ -283,7 +284,7 @@ def test_resize_of_a_1x9000000_image_is_not_zeros():
     image[:, width // 2:] = 250
     plan = build_plan([specs.Resize(256), specs.CenterCrop(8)])
     engine = _ext.require_ops().BatchEngine(1)
-    engine.set_plan(plan.config())
+    engine.set_plan(plan)
     out = torch.zeros(1, 3, 8, 8, dtype=torch.uint8)
     status, messages = engine.wait(engine.submit(torch.tensor([0]), out, 0, {0: image}))
     engine.close()
@@ -310,7 +311,7 @@ def test_one_pixel_crops_on_every_edge_of_thin_images_match_the_scaled_decode(tm
             images, _ = runner.result(runner.submit(list(range(len(jpegs))), epoch))
             for i, data in enumerate(jpegs):
                 height, width = (17, 9) if i < 40 else (9, 17)
-                (top, left, _, _), _, _ = _ext.require_ops().plan_region(plan.config(), height, width, epoch, i)
+                (top, left, _, _), _, _ = _ext.require_ops().region_of(plan, height, width, epoch, i)
                 edges |= {(i < 40, edge) for edge, on in (("top", top == 0), ("left", left == 0),
                                                           ("bottom", top == height - 1),
                                                           ("right", left == width - 1)) if on}
@@ -319,3 +320,151 @@ def test_one_pixel_crops_on_every_edge_of_thin_images_match_the_scaled_decode(tm
     finally:
         runner.close()
     assert len(edges) == 8, edges  # every edge of both images was drawn
+
+
+# ---- the typed plan: one definition, in C++ ------------------------------------------------
+
+import copy  # noqa: E402
+import pickle  # noqa: E402
+
+
+def plan_fields():
+    """Every field _C.Plan binds (its read-write properties)."""
+    core = _ext.require_ops().Plan
+    return sorted(name for name, value in vars(core).items() if isinstance(value, property))
+
+
+@needs_ops
+def test_a_mistyped_plan_field_raises_attribute_error_at_the_assignment():
+    from fastload.augment.plan import Plan
+
+    plan = build_plan([specs.CenterCrop(4)])
+    with pytest.raises(AttributeError, match="out_hieght"):
+        plan.out_hieght = 5
+    with pytest.raises(AttributeError, match="dct_scalling"):
+        Plan(dct_scalling=False)
+    with pytest.raises(AttributeError):
+        _ext.require_ops().Plan().exactt = True
+    plan.out_height = 5  # the real field
+    assert plan.out_size == (5, 4) and isinstance(plan, Plan) and isinstance(plan, _ext.require_ops().Plan)
+
+
+@needs_ops
+def test_a_plan_survives_pickle_and_deepcopy_with_every_field():
+    core = _ext.require_ops()
+    plan = build_plan([specs.RandomResizedCrop(9), specs.Normalize(MEAN, STD)], dtype=torch.bfloat16, seed=41)
+    changed = dict(geometry=core.Geometry.RESIZE_CENTER_CROP, out_height=17, out_width=19, scale_min=0.25,
+                   scale_max=0.75, ratio_min=0.5, ratio_max=2.5, resize_short=33, resize_height=-1,
+                   resize_width=-1, max_size=70, flip_p=0.25, value_scale=0.5, mean=[0.25], std=[2.0], channels=1,
+                   dct_scaling=False, max_pixels=12345, seed=2**40 + 3)
+    assert sorted(changed) == plan_fields()  # a new field must be added here too
+    for name, value in changed.items():
+        setattr(plan, name, value)
+    for again in (pickle.loads(pickle.dumps(plan)), copy.deepcopy(plan), copy.copy(plan)):
+        assert type(again) is type(plan) and again == plan and again is not plan
+        for name, value in changed.items():
+            assert getattr(again, name) == value, name
+        assert again.dtype == torch.bfloat16 and again.description == plan.description
+    text = repr(plan)
+    assert text.startswith("Plan(geometry=") and "max_pixels=12345" in text and "dtype=torch.bfloat16" in text
+
+
+@needs_ops
+def test_plan_validate_refuses_what_the_engine_cannot_run():
+    plan = build_plan([specs.CenterCrop(4)])
+    plan.validate()
+    plan.resize_height = 5
+    with pytest.raises(ValueError, match=r"^fastload\.Plan\.validate: expected both or neither of resize_height"):
+        plan.validate()
+    engine = _ext.require_ops().BatchEngine(1)
+    try:
+        with pytest.raises(ValueError, match=r"^fastload\.BatchEngine\.set_plan: expected both or neither"):
+            engine.set_plan(plan)
+    finally:
+        engine.close()
+
+
+@needs_ops
+def test_status_values_are_what_the_engine_writes(tmp_path):
+    from fastload.source.index import SampleIndex
+
+    core = _ext.require_ops()
+    (tmp_path / "a.jpg").write_bytes(smooth_jpeg(8, 8))
+    (tmp_path / "b.jpg").write_bytes(b"plain text, not an image")
+    (tmp_path / "c.jpg").write_bytes(smooth_jpeg(8, 8)[:40])  # the header cut short
+    index = SampleIndex.from_files([str(tmp_path / n) for n in ("a.jpg", "b.jpg", "c.jpg", "missing.jpg")], [0] * 4)
+    engine = core.BatchEngine(2)
+    engine.set_index(torch.from_numpy(index.files.data), torch.from_numpy(index.files.offsets),
+                     torch.from_numpy(index.file_ids), torch.from_numpy(index.offsets), torch.from_numpy(index.sizes))
+    plan = build_plan([specs.CenterCrop(4)])
+    try:
+        engine.set_plan(plan)
+        status, messages = engine.wait(engine.submit(torch.arange(4), torch.zeros(4, 3, 4, 4, dtype=torch.uint8), 0))
+        assert [core.Status(int(s)) for s in status] == [
+            core.Status.OK, core.Status.NOT_JPEG, core.Status.DECODE_ERROR, core.Status.READ_ERROR], messages
+        plan = build_plan([specs.Resize(256, max_size=300), specs.CenterCrop(8)])  # no pixels for a 3x2000 image
+        engine.set_plan(plan)
+        thin = torch.zeros(3, 2000, 3, dtype=torch.uint8)
+        status, messages = engine.wait(engine.submit(torch.tensor([0]), torch.zeros(1, 3, 8, 8), 0, {0: thin}))
+        assert int(status[0]) == core.Status.BAD_GEOMETRY, messages
+    finally:
+        engine.close()
+    assert [int(s) for s in (core.Status.OK, core.Status.DECODE_ERROR, core.Status.NOT_JPEG, core.Status.READ_ERROR,
+                             core.Status.BAD_GEOMETRY)] == [0, 1, 2, 3, 4]
+
+
+def sampling_view_by_hand(box, clamp, size, d=1, origin=(0, 0)):
+    """The clamp region in decoded pixels (scale 1/d, decoded pixel (0, 0) at `origin` of
+    the scaled image), rounded outwards past 1e-6, kept non-empty and inside; the box
+    relative to it."""
+    height, width = size
+    edges = []
+    for start, length, extent, o in ((clamp[0], clamp[2], height, origin[0]), (clamp[1], clamp[3], width, origin[1])):
+        first = min(max(0, math.floor(start / d - o + 1e-6)), extent - 1)
+        end = min(max(first + 1, math.ceil((start + length) / d - o - 1e-6)), extent)
+        edges.append((first, end))
+    (r0, r1), (c0, c1) = edges
+    rel = [box[0] / d - origin[0] - r0, box[1] / d - origin[1] - c0, box[2] / d, box[3] / d]
+    return [r0, c0, r1 - r0, c1 - c0], rel
+
+
+SAMPLING_CASES = [  # (box, clamp, decoded size, d, origin)
+    ([0, 0, 10, 10], [0, 0, 10, 10], (10, 10), 1, (0, 0)),  # the whole image
+    ([2, 3, 4, 5], [2, 3, 4, 5], (10, 10), 1, (0, 0)),  # a RandomResizedCrop: clamp == box
+    ([-3, -2, 16, 14], [0, 0, 10, 10], (10, 10), 1, (0, 0)),  # CenterCrop larger than the image: padding
+    ([0.5, 0.25, 1, 1], [0.5, 0.25, 1, 1], (1, 1), 1, (0, 0)),  # a 1-pixel image
+    ([9.5, 9.5, 3, 3], [9.5, 9.5, 3, 3], (10, 10), 1, (0, 0)),  # starting on the last pixel, ending outside
+    ([12, 14, 2, 2], [12, 14, 2, 2], (10, 10), 1, (0, 0)),  # wholly outside: the last pixel, never empty
+    ([0, 0, 3, 3], [0, 0, 3, 3], (10, 10), 1, (0, 0)),
+    ([8, 4, 16, 24], [8, 4, 16, 24], (9, 13), 2, (0, 0)),  # DCT scale 1/2
+    ([17, 9, 1, 1], [17, 9, 1, 1], (3, 2), 8, (0, 0)),  # 1/8 of a 17x9 image: its last, partial, pixels
+    ([40, 24, 64, 48], [40, 24, 64, 48], (9, 7), 4, (10, 6)),  # a window decoded at 1/4, starting at (10, 6)
+    ([2.000001, 2, 4, 4], [2.0000001, 2, 4, 4], (10, 10), 1, (0, 0)),  # an edge within 1e-6 of a pixel
+]
+
+
+@needs_ops
+@pytest.mark.parametrize("box, clamp, size, d, origin", SAMPLING_CASES)
+def test_sampling_views_match_the_clamp_arithmetic_by_hand(box, clamp, size, d, origin):
+    core = _ext.require_ops()
+    views, relative = core.sampling_views(torch.tensor([box], dtype=torch.float32),
+                                          torch.tensor([clamp], dtype=torch.float32), torch.tensor([size]),
+                                          scale_denom=d, origins=torch.tensor([origin]))
+    # By hand from the float32 values the engine gets.
+    f32 = lambda values: torch.tensor(values, dtype=torch.float32).tolist()  # noqa: E731
+    want_view, want_rel = sampling_view_by_hand(f32(box), f32(clamp), size, d, origin)
+    assert views[0].tolist() == want_view
+    assert relative[0].tolist() == pytest.approx(f32(want_rel), abs=0, rel=1e-7)
+    top, left, height, width = want_view
+    assert 0 <= top < size[0] and 0 <= left < size[1] and height >= 1 and width >= 1
+    assert top + height <= size[0] and left + width <= size[1]
+
+
+@needs_ops
+def test_sampling_views_refuse_boxes_without_pixels_naming_the_row():
+    core = _ext.require_ops()
+    boxes = torch.tensor([[0.0, 0.0, 2.0, 2.0], [0.0, 0.0, 0.0, 2.0]])
+    with pytest.raises(ValueError, match=r"fastload\.sampling_views: expected a finite crop box .*\(row 1\)"):
+        core.sampling_views(boxes, torch.tensor([[0.0, 0.0, 4.0, 4.0]] * 2), torch.tensor([[4, 4]] * 2))
+    with pytest.raises(ValueError, match=r"fastload\.sampling_views: expected a finite clamp region .*\(row 0\)"):
+        core.sampling_views(boxes[:1], torch.tensor([[0.0, 0.0, float("nan"), 4.0]]), torch.tensor([[4, 4]]))

@@ -1,5 +1,6 @@
-// Argument checks shared by the CPU and CUDA batch ops of crop_resize_flip_normalize
-// (check_batch_arguments is defined in crop_resize_flip_normalize_cpu.cpp).
+// Argument checks shared by the CPU and CUDA ops of crop_resize_flip_normalize: the
+// host-side ones are defined once in crop_resize_flip_normalize.cpp; the per-sample ones
+// below are FASTLOAD_HD, for the CUDA kernel's device checks too.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -11,6 +12,21 @@
 #include "host_device.h"
 
 namespace fastload {
+
+// The single-image op's arguments: dtype, channels, strides and size of the image, the
+// box (as the float32 values the kernels get: a double such as 1e39 is finite but
+// becomes inf), the output size, mean/std (one finite value per channel, std != 0), the
+// output dtype and the scale. Writes mean and std as floats into mean_f/std_f (3 each).
+// Raises ValueError "fastload.crop_resize_flip_normalize: expected ..., got .... <fix>".
+void check_arguments(const at::Tensor& image, at::ArrayRef<double> box, at::IntArrayRef size, double scale,
+                     at::ArrayRef<double> mean, at::ArrayRef<double> std, at::ScalarType dtype, float* mean_f,
+                     float* std_f);
+
+// A box of `op` (sample `index` of a batch, or -1): finite, height and width > 0.
+void check_box(const char* op, float top, float left, float height, float width, int64_t index);
+
+// mean/std of `op`: finite, std != 0.
+void check_normalize(const char* op, const float* mean, const float* std, int channels);
 
 // Dtypes, shapes and devices of the batch op's tensors: everything that needs no look at
 // the contents of shapes/boxes, so the CUDA op runs it without a device sync. Raises

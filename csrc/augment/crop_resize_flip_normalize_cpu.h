@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "augment/geometry.h"  // Box: [top, left, height, width] in the view's pixels
+
 namespace fastload {
 
 struct ImageView {
@@ -19,12 +21,6 @@ struct ImageView {
   int width;
   int channels;        // 1 or 3; pixels are packed (column stride == channels)
   int64_t row_stride;  // in bytes
-};
-
-// [top, left, height, width] in the view's pixel coordinates (floats: DCT-scaled and
-// centre-cropped boxes fall between pixels).
-struct Box {
-  float top, left, height, width;
 };
 
 struct OutputView {

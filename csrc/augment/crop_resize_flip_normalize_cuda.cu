@@ -29,9 +29,6 @@ using augment::Axis;
 using augment::Cast;
 using augment::Taps;
 
-constexpr const char* kOp = "crop_resize_flip_normalize";
-constexpr const char* kBatchOp = "crop_resize_flip_normalize_batch";
-
 // One sample as the kernel sees it.
 struct Sample {
   const uint8_t* data;
@@ -171,39 +168,14 @@ void crop_resize_flip_normalize_batch_cuda(const at::Tensor& images, const at::T
 at::Tensor crop_resize_flip_normalize_cuda(const at::Tensor& image, at::ArrayRef<double> box, at::IntArrayRef size,
                                            bool flip, double scale, at::ArrayRef<double> mean,
                                            at::ArrayRef<double> std, at::ScalarType dtype, bool channels_last) {
-  FASTLOAD_CHECK_VALUE(image.scalar_type() == at::kByte && image.dim() == 3, kOp,
-                       "expected a uint8 [H, W, C] image, got ", image.scalar_type(), " of shape ", image.sizes(),
-                       ". Decode to uint8 HWC (fastload.ops.decode_jpeg_cuda does).");
+  // The CPU op's checks, the same function: the same arguments pass, the same messages.
+  float mean_f[3], std_f[3];
+  check_arguments(image, box, size, scale, mean, std, dtype, mean_f, std_f);
   const int64_t H = image.size(0), W = image.size(1), C = image.size(2);
-  FASTLOAD_CHECK_VALUE(C == 1 || C == 3, kOp, "expected 1 or 3 channels, got ", C, ".");
-  FASTLOAD_CHECK_VALUE(H > 0 && W > 0 && H <= INT_MAX && W * C <= INT_MAX, kOp,
-                       "expected a non-empty image under 2^31 rows and 2^31 bytes per row, got shape ",
-                       image.sizes(), ".");
-  FASTLOAD_CHECK_VALUE(image.stride(2) == 1 && image.stride(1) == C && image.stride(0) >= W * C, kOp,
-                       "expected packed pixels (strides [row >= W*C, C, 1]), got strides ", image.strides(),
-                       ". Call .contiguous() on the image.");
-  // Checked as the float32 values the kernel gets (as the CPU op does): a double such as
-  // 1e39 or 1e-46 is finite and positive but becomes inf or 0 as a float.
-  FASTLOAD_CHECK_VALUE(box.size() == 4 && box_valid(static_cast<float>(box[0]), static_cast<float>(box[1]),
-                                                    static_cast<float>(box[2]), static_cast<float>(box[3])),
-                       kOp, "expected a box [top, left, height, width] of finite float32 values with height > 0 and "
-                       "width > 0, got ", box, ".");
-  FASTLOAD_CHECK_VALUE(size.size() == 2 && size[0] >= 0 && size[1] >= 0 && size[0] <= INT_MAX && size[1] <= INT_MAX,
-                       kOp, "expected size = [out_height, out_width] >= 0, got ", size, ".");
-  FASTLOAD_CHECK_VALUE(static_cast<int64_t>(mean.size()) == C && static_cast<int64_t>(std.size()) == C, kOp,
-                       "expected mean and std with one value per channel (", C, "), got ", mean.size(), " and ",
-                       std.size(), ".");
-  FASTLOAD_CHECK_VALUE(dtype == at::kByte || dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16,
-                       kOp, "expected dtype uint8, float32, float16 or bfloat16, got ", dtype, ".");
-  FASTLOAD_CHECK_VALUE(std::isfinite(scale), kOp, "expected a finite scale, got ", scale, ".");
   SingleSource source;
   for (int64_t c = 0; c < C; ++c) {
-    const float m = static_cast<float>(mean[c]), s = static_cast<float>(std[c]);
-    FASTLOAD_CHECK_VALUE(std::isfinite(m) && std::isfinite(s) && s != 0, kOp,
-                         "expected finite mean and non-zero finite std, got mean[", c, "]=", m, ", std[", c, "]=", s,
-                         ". Use std=1 for no scaling.");
-    source.alphas[c] = static_cast<float>(scale) / s;
-    source.betas[c] = -m / s;
+    source.alphas[c] = static_cast<float>(scale) / std_f[c];
+    source.betas[c] = -mean_f[c] / std_f[c];
   }
   const int64_t OH = size[0], OW = size[1];
   const c10::cuda::CUDAGuard guard(image.device());

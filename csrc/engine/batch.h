@@ -1,17 +1,92 @@
-// The batch engine: read + decode + augment a whole batch into its output tensor on a
-// C++ thread pool, with the GIL released. See engine/README.md.
+// The batch engine: a C++ thread pool that runs whole batches of samples (sample.h)
+// with the GIL released. Bound as fastload._C.BatchEngine in fastload.cpp; see
+// engine/README.md.
 #pragma once
 
-#include <torch/extension.h>
+#include <ATen/ATen.h>
+#include <sys/types.h>
 
+#include <deque>
+#include <memory>
+#include <optional>
 #include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "engine/sample.h"
 
 namespace fastload::engine {
 
-// Registers fastload._C.BatchEngine on the extension module.
-void bind(pybind11::module_& module);
+// What wait() hands back: per-sample status (int32 [B], Status values) and messages;
+// in cpu+gpu mode also the packed crop windows.
+struct BatchResult {
+  at::Tensor status;
+  std::vector<std::string> messages;
+  std::optional<PackedWindows> windows;
+};
 
-// Compile-time configuration for `python -m fastload.info`.
-pybind11::dict build_info();
+class BatchEngine {
+ public:
+  explicit BatchEngine(int num_threads);
+  ~BatchEngine();
+  BatchEngine(const BatchEngine&) = delete;
+  BatchEngine& operator=(const BatchEngine&) = delete;
+
+  int num_threads() const { return static_cast<int>(workers_.size()); }
+
+  void set_index(at::Tensor path_bytes, at::Tensor path_offsets, at::Tensor file_ids, at::Tensor offsets,
+                 at::Tensor sizes);
+  // Validates the plan (ValueError "fastload.BatchEngine.set_plan: expected ...") and
+  // keeps a copy of it for the batches submitted from now on.
+  void set_plan(const Plan& plan);
+
+  // Queues a batch of sample indices [B] and returns its ticket at once. With `out`
+  // [B, C, H, W] (any strides) the samples are augmented into it; without (cpu+gpu
+  // mode) each sample's crop window is kept for wait() to pack (pinned when
+  // pin_memory). `predecoded` maps slots to uint8 HWC images decoded elsewhere (PIL),
+  // which skip read + decode.
+  int64_t submit(const at::Tensor& samples, std::optional<at::Tensor> out, int64_t epoch,
+                 const std::unordered_map<int64_t, at::Tensor>& predecoded, bool pin_memory);
+
+  // Waits for a batch, the GIL released (the caller holds it).
+  BatchResult wait(int64_t ticket);
+
+  // The encoded bytes of samples (for decoders that run elsewhere, e.g. nvJPEG), read
+  // on the calling thread with the GIL released; a failed read gives an empty tensor.
+  std::pair<std::vector<at::Tensor>, std::vector<std::string>> read_samples(const at::Tensor& samples);
+
+  void close();
+
+ private:
+  struct Task {
+    std::shared_ptr<Job> job;
+    int64_t slot;
+  };
+
+  // What the workers share, and wait on. Held by pointer so that a forked child can
+  // leak it instead of destroying it (see ~BatchEngine).
+  struct Queue {
+    std::mutex mutex;
+    std::condition_variable cv;
+    std::deque<Task> tasks;
+    std::unordered_map<int64_t, std::shared_ptr<Job>> jobs;
+    int64_t next_ticket = 0;
+    bool closed = false;
+  };
+
+  // True in a process forked from the one that started the threads (a DataLoader worker):
+  // the threads do not exist there, and a mutex may have been copied locked.
+  bool forked() const;
+  void check_output(const at::Tensor& out, int64_t batch) const;
+  void work();
+
+  const pid_t owner_pid_;
+  std::unique_ptr<Queue> queue_ = std::make_unique<Queue>();
+  std::vector<std::thread> workers_;
+  std::shared_ptr<const Index> index_;
+  std::shared_ptr<const Plan> plan_;
+};
 
 }  // namespace fastload::engine

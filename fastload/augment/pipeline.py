@@ -1,11 +1,10 @@
 """Applies transform specs to one decoded image in plain PyTorch (fastload.reference),
-with exactly the random parameters the C++ engine draws: the generic path's twin of the
-native pipeline."""
+with exactly the random parameters and views the C++ engine uses: the generic path's
+twin of the native pipeline."""
 
 from __future__ import annotations
 
 import functools
-import math
 from typing import Any, Sequence
 
 import torch
@@ -21,22 +20,26 @@ def _cached_plan(ops: tuple, channels: int, seed: int) -> Plan:
 
 def region(plan: Plan, height: int, width: int, epoch: int, index: int):
     """(box, clamp, flip) of one sample in full-resolution pixels, from the C++ engine's
-    own geometry code (csrc/engine/plan.cpp), so both paths agree to the bit."""
-    return _ext.require_ops().plan_region(plan.config(), height, width, epoch, index)
+    own geometry code (csrc/augment/geometry.cpp region_of), so both paths agree to the bit."""
+    return _ext.require_ops().region_of(plan, height, width, epoch, index)
 
 
 def apply_plan_reference(plan: Plan, image: torch.Tensor, *, epoch: int, index: int) -> torch.Tensor:
     """Runs a plan on uint8 [H, W, C] with fastload.reference; returns [C, h, w]."""
     from fastload import reference
 
+    core = _ext.require_ops()
     height, width = image.shape[0], image.shape[1]
     box, clamp, flip = region(plan, height, width, epoch, index)
-    top, left = max(0, math.floor(clamp[0])), max(0, math.floor(clamp[1]))
-    bottom, right = min(height, math.ceil(clamp[0] + clamp[2])), min(width, math.ceil(clamp[1] + clamp[3]))
-    view = image[top:bottom, left:right]
-    relative = [box[0] - top, box[1] - left, box[2], box[3]]
+    # The view the engine's kernel would read, and the box relative to it: the engine's
+    # own arithmetic (csrc/augment/geometry.cpp sampling_view).
+    views, relative = core.sampling_views(torch.tensor([box]), torch.tensor([clamp]),
+                                          torch.tensor([[height, width]]))
+    top, left, view_height, view_width = views[0].tolist()
+    view = image[top:top + view_height, left:left + view_width]
     return reference.crop_resize_flip_normalize(
-        view, relative, list(plan.out_size), flip, plan.value_scale, list(plan.mean), list(plan.std), plan.dtype, False
+        view, relative[0].tolist(), list(plan.out_size), flip, plan.value_scale, list(plan.mean), list(plan.std),
+        plan.dtype, False
     )
 
 

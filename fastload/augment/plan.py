@@ -4,68 +4,125 @@ A plan is: one geometry (RandomResizedCrop, or Resize and/or CenterCrop with a f
 output size), an optional flip, and one affine value map (scale, mean, std) with an
 output dtype. Lists that do not reduce to that raise UnsupportedPipeline with the
 reason; the loader then says so in `loader.path` and takes the generic path.
+
+The plan itself is the engine's: `Plan` IS-A `fastload._C.Plan` (csrc/augment/plan.h,
+every field bound once there), and adds only what C++ does not need: `description`
+(str), `dtype` (torch.dtype) and the read-only `out_size`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Dict, Optional, Sequence, Tuple
+import functools
+from typing import Any, Optional, Sequence
 
 import torch
 
+from fastload import _ext
 from fastload.augment import specs
 from fastload.errors import UnsupportedPipeline  # noqa: F401  (raised here; re-exported)
 from fastload.ops import DEFAULT_MAX_PIXELS
 
-# Mirrors csrc/engine/plan.h Geometry.
-RANDOM_RESIZED_CROP = 0
-RESIZE_CENTER_CROP = 1
+
+class _PlanType(type):
+    """`import fastload` must not load fastload._C, yet modules import `Plan` when they
+    load (for annotations): so the class that IS-A fastload._C.Plan is made on first
+    use, and `Plan` stands for it. Calling `Plan` makes a plan; isinstance and
+    issubclass check against that class."""
+
+    def __call__(cls, **fields: Any):
+        return _plan_class()(**fields)
+
+    def __instancecheck__(cls, instance: Any) -> bool:
+        return isinstance(instance, _plan_class())
+
+    def __subclasscheck__(cls, subclass: type) -> bool:
+        return issubclass(subclass, _plan_class())
 
 
-@dataclass
-class Plan:
-    """A fused pipeline. `config()` is what csrc/engine/plan.h reads."""
+class Plan(metaclass=_PlanType):
+    """A fused pipeline: a fastload._C.Plan with `description` and `dtype`.
 
-    geometry: int
-    out_size: Tuple[int, int]
-    scale: Tuple[float, float] = (0.08, 1.0)
-    ratio: Tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0)
-    resize_short: int = -1
-    resize_size: Tuple[int, int] = (-1, -1)
-    max_size: int = -1
-    flip_p: float = 0.0
-    value_scale: float = 1.0
-    mean: Tuple[float, ...] = (0.0, 0.0, 0.0)
-    std: Tuple[float, ...] = (1.0, 1.0, 1.0)
-    dtype: torch.dtype = torch.uint8
-    channels: int = 3
-    exact: bool = False
-    max_pixels: int = DEFAULT_MAX_PIXELS
-    seed: int = 0
-    description: str = field(default="", compare=False)
+    `Plan(**fields)` starts from the C++ defaults and sets the given fields; a
+    misspelt field raises AttributeError, here and on assignment. Needs fastload._C.
 
-    def config(self) -> Dict[str, Any]:
-        return {
-            "geometry": self.geometry,
-            "out_height": self.out_size[0],
-            "out_width": self.out_size[1],
-            "scale_min": self.scale[0],
-            "scale_max": self.scale[1],
-            "ratio_min": self.ratio[0],
-            "ratio_max": self.ratio[1],
-            "resize_short": self.resize_short,
-            "resize_height": self.resize_size[0],
-            "resize_width": self.resize_size[1],
-            "max_size": self.max_size,
-            "flip_p": self.flip_p,
-            "value_scale": self.value_scale,
-            "mean": [float(m) for m in self.mean],
-            "std": [float(s) for s in self.std],
-            "channels": self.channels,
-            "exact": self.exact,
-            "max_pixels": self.max_pixels,
-            "seed": self.seed,
-        }
+    Example:
+        >>> plan = Plan(out_height=8, out_width=6, channels=1, mean=[0.5], std=[0.25])
+        >>> plan.out_size, plan.dct_scaling, plan.dtype
+        ((8, 6), True, torch.uint8)
+        >>> plan.out_hieght = 8
+        Traceback (most recent call last):
+        ...
+        AttributeError: 'Plan' object has no attribute 'out_hieght'
+    """
+
+
+def __getattr__(name: str) -> Any:
+    if name == "_TypedPlan":  # pickle finds plans' class by this name
+        return _plan_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+@functools.lru_cache(maxsize=None)
+def _plan_class() -> type:
+    core = _ext.require_ops().Plan
+
+    class _TypedPlan(core):
+        __slots__ = ("description", "dtype")
+
+        def __init__(self, **fields: Any):
+            super().__init__()
+            self.description = ""
+            self.dtype = torch.uint8
+            for name, value in fields.items():
+                setattr(self, name, value)
+
+        @property
+        def out_size(self):
+            """(out_height, out_width)."""
+            return (self.out_height, self.out_width)
+
+        def __getstate__(self):
+            return core.__getstate__(self), self.description, self.dtype
+
+        def __setstate__(self, state):
+            core.__setstate__(self, state[0])
+            self.description, self.dtype = state[1], state[2]
+
+        def __eq__(self, other):  # the description only describes
+            return isinstance(other, _TypedPlan) and core.__eq__(self, other) and self.dtype == other.dtype
+
+        __hash__ = None  # mutable
+
+        def __repr__(self):
+            return f"{core.__repr__(self)[:-1]}, dtype={self.dtype}, description={self.description!r})"
+
+        # transition: removed once callers use the plan itself, dct_scaling, build_plan(dct_scaling=)
+        def config(self):
+            return self
+
+        @property
+        def exact(self) -> bool:
+            return not self.dct_scaling
+
+        @exact.setter
+        def exact(self, value: bool) -> None:
+            self.dct_scaling = not value
+
+    _TypedPlan.__name__ = "Plan"
+    _TypedPlan.__module__ = __name__
+    _TypedPlan.__qualname__ = "_TypedPlan"
+    return _TypedPlan
+
+
+# transition: removed once select.py checks _ext.has_ops() before it builds a plan.
+class _FusedWithoutCore:
+    """What build_plan returns when fastload._C is not there: the fusion's verdict (a
+    description, the dtype), enough for the loader to say why it takes the generic path."""
+
+    __slots__ = ("description", "dtype")
+
+    def __init__(self, description: str, dtype: torch.dtype):
+        self.description, self.dtype = description, dtype
 
 
 def build_plan(
@@ -73,21 +130,28 @@ def build_plan(
     *,
     channels: int = 3,
     dtype: Optional[torch.dtype] = None,
-    exact: bool = False,
+    dct_scaling: bool = True,
     max_pixels: int = DEFAULT_MAX_PIXELS,
     seed: int = 0,
+    exact: Optional[bool] = None,
 ) -> Plan:
-    """Fuses `ops` (fastload.ops specs, applied in order) into a Plan.
+    """Fuses `ops` (fastload transform specs, applied in order) into a Plan.
 
     Args:
         ops: specs from fastload.augment.specs.
         channels: 3 (RGB) or 1 (grayscale).
         dtype: overrides the output dtype (e.g. torch.bfloat16 for AMP), values unchanged.
-        exact: never decode at a reduced DCT scale (bit-faithful to a full decode).
+        dct_scaling: decode at a reduced DCT scale where the crop allows it; False: never
+            (outputs follow a full decode to rounding).
+        max_pixels: the decoder refuses images with more pixels (<= 0: no limit).
+        seed: the random parameters are a pure function of (seed, epoch, index).
+        exact: the old name of `not dct_scaling`.
 
     Raises:
         UnsupportedPipeline: with the reason, when the list does not fuse.
     """
+    if exact is not None:
+        dct_scaling = not exact
     geometry = []  # the geometric specs, in order
     flip_p = 0.0
     value_scale, mean, std = 1.0, (0.0,) * channels, (1.0,) * channels
@@ -122,34 +186,40 @@ def build_plan(
         else:
             raise UnsupportedPipeline(f"{op!r} has no native equivalent")
 
-    plan = Plan(geometry=RESIZE_CENTER_CROP, out_size=(0, 0), flip_p=flip_p, value_scale=value_scale,
-                mean=mean, std=std, dtype=dtype or out_dtype, channels=channels, exact=exact,
-                max_pixels=max_pixels, seed=seed)
+    fields = dict(flip_p=flip_p, value_scale=value_scale, mean=list(mean), std=list(std), channels=channels,
+                  dct_scaling=dct_scaling, max_pixels=max_pixels, seed=seed)
     kinds = [type(op) for op in geometry]
     if kinds == [specs.RandomResizedCrop]:
         (crop,) = geometry
-        plan.geometry, plan.out_size, plan.scale, plan.ratio = RANDOM_RESIZED_CROP, crop.size, crop.scale, crop.ratio
+        fields.update(geometry="RANDOM_RESIZED_CROP", out_size=crop.size, scale_min=crop.scale[0],
+                      scale_max=crop.scale[1], ratio_min=crop.ratio[0], ratio_max=crop.ratio[1])
     elif kinds in ([specs.Resize, specs.CenterCrop], [specs.CenterCrop], [specs.Resize]):
+        fields.update(geometry="RESIZE_CENTER_CROP")
         resize = geometry[0] if kinds[0] is specs.Resize else None
         crop = geometry[-1] if kinds[-1] is specs.CenterCrop else None
         if resize is not None:
             if isinstance(resize.size, int):
-                plan.resize_short = resize.size
-                plan.max_size = resize.max_size or -1
+                fields.update(resize_short=resize.size, max_size=resize.max_size or -1)
             else:
-                plan.resize_size = resize.size
+                fields.update(resize_height=resize.size[0], resize_width=resize.size[1])
         if crop is not None:
-            plan.out_size = crop.size
+            fields.update(out_size=crop.size)
         elif isinstance(resize.size, int):
             raise UnsupportedPipeline(
                 f"{resize} alone gives a different size per image; add a CenterCrop or give (height, width)"
             )
         else:
-            plan.out_size = resize.size
+            fields.update(out_size=resize.size)
     elif not kinds:
         raise UnsupportedPipeline("no crop or resize: images of different sizes cannot be batched")
     else:
         names = " -> ".join(k.__name__ for k in kinds)
         raise UnsupportedPipeline(f"geometry {names} does not fuse into one crop-resize")
-    plan.description = " -> ".join(type(op).__name__ for op in ops)
+    description = " -> ".join(type(op).__name__ for op in ops)
+    if not _ext.has_ops():  # transition: see _FusedWithoutCore
+        return _FusedWithoutCore(description, dtype or out_dtype)
+    out_height, out_width = fields.pop("out_size")
+    fields["geometry"] = getattr(_ext.require_ops().Geometry, fields["geometry"])
+    plan = Plan(out_height=out_height, out_width=out_width, **fields)
+    plan.dtype, plan.description = dtype or out_dtype, description
     return plan

@@ -222,7 +222,7 @@ def fuzz_plan(rng):
     return plan
 
 
-BAD_PLANS = [  # changes to a valid plan's config that set_plan must refuse
+BAD_PLANS = [  # changes to a valid plan that set_plan must refuse
     {"out_height": 0}, {"out_width": -3}, {"channels": 2}, {"ratio_min": 0.0}, {"ratio_min": float("nan")},
     {"scale_min": -0.5}, {"scale_max": float("inf")}, {"mean": [0.0, 0.0]}, {"std": []},
     {"resize_height": 5, "resize_width": -1}, {"resize_short": 10, "max_size": 10},
@@ -232,10 +232,10 @@ BAD_PLANS = [  # changes to a valid plan's config that set_plan must refuse
 
 def expected_sample(plan, image, epoch, sample):
     """(status, output) the engine must give for a predecoded image: the reference kernel
-    on the clamp region rounded outwards (csrc/engine/batch.cpp finish at scale 1)."""
+    on the clamp region rounded outwards (csrc/augment/geometry.cpp sampling_view at scale 1)."""
     height, width = image.shape[:2]
     try:
-        box, clamp, flip = _ext.require_ops().plan_region(plan.config(), height, width, epoch, sample)
+        box, clamp, flip = _ext.require_ops().region_of(plan, height, width, epoch, sample)
     except ValueError:
         return 4, None  # no pixels to sample: a per-sample status, as torchvision fails
     r0 = min(max(0, math.floor(clamp[0] + 1e-6)), height - 1)
@@ -255,12 +255,12 @@ def test_engine_fuzz_predecoded_batches():
         for case in range(max(1, CASES // 3)):
             plan = fuzz_plan(rng)
             if rng.random() < 0.15:  # a plan the engine must refuse, the old one kept
-                config = plan.config()
-                config.update(BAD_PLANS[rng.integers(0, len(BAD_PLANS))])
+                for name, value in BAD_PLANS[rng.integers(0, len(BAD_PLANS))].items():
+                    setattr(plan, name, value)
                 with pytest.raises((ValueError, RuntimeError)):
-                    engine.set_plan(config)
+                    engine.set_plan(plan)
                 continue
-            engine.set_plan(plan.config())
+            engine.set_plan(plan)
             n = int(rng.integers(1, 6))
             images = [fuzz_image(rng, plan.channels).contiguous() for _ in range(n)]
             samples = torch.from_numpy(rng.integers(-5, 10**6, n))  # no index: any sample id
@@ -269,7 +269,7 @@ def test_engine_fuzz_predecoded_batches():
             status, messages = engine.wait(engine.submit(samples, out, epoch, dict(enumerate(images))))
             for slot in range(n):
                 want_status, want = expected_sample(plan, images[slot], epoch, int(samples[slot]))
-                info = dict(case=case, slot=slot, config=plan.config(), shape=tuple(images[slot].shape),
+                info = dict(case=case, slot=slot, plan=repr(plan), shape=tuple(images[slot].shape),
                             message=messages[slot])
                 assert int(status[slot]) == want_status, info
                 if want_status == 4:
@@ -314,9 +314,9 @@ def test_engine_fuzz_files_bad_indices_and_outputs(tmp_path):
     try:
         for case in range(max(1, CASES // 5)):
             plan = fuzz_plan(rng)
-            plan.exact = bool(rng.random() < 0.5)
-            engine.set_plan(plan.config())
-            whole_engine.set_plan(plan.config())
+            plan.dct_scaling = bool(rng.random() < 0.5)
+            engine.set_plan(plan)
+            whole_engine.set_plan(plan)
             n = int(rng.integers(1, 6))
             if rng.random() < 0.2:  # out of range: refused before anything runs
                 bad = torch.from_numpy(rng.integers(0, count, n))
@@ -339,7 +339,7 @@ def test_engine_fuzz_files_bad_indices_and_outputs(tmp_path):
             for slot in range(n):
                 name = os.path.basename(index.source(int(samples[slot])))
                 info = dict(case=case, name=name, status=int(status[slot]), message=messages[slot],
-                            config=plan.config())
+                            plan=repr(plan))
                 if "truncated" in name:  # its header is whole: the geometry may fail first
                     assert int(status[slot]) in (0, 1, 4), info
                     if int(status[slot]) == 0:  # the window ends above the cut: the whole file's pixels

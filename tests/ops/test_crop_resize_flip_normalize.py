@@ -536,6 +536,47 @@ def test_errors_name_the_op_and_the_fix(kwargs, message):
         ops.crop_resize_flip_normalize(**args)
 
 
+FIX_HINTS = [  # (arguments, the fix the message must end with)
+    (dict(image=torch.zeros(4, 4, 3, dtype=torch.float32)), "Decode to uint8 HWC (fastload.ops.decode_jpeg and "
+                                                            "decode_jpeg_cuda do)."),
+    (dict(image=torch.zeros(4, 4, 2, dtype=torch.uint8)), "Convert the image to gray or RGB first."),
+    (dict(image=torch.zeros(3, 4, 4, dtype=torch.uint8).permute(1, 2, 0)[:, :, :3]), "Call .contiguous() on the image."),
+    (dict(box=[0, 0, 1e39, 4]), "Pass the crop in image pixels."),
+    (dict(std=[1.0, 0.0, 1.0]), "Use std=1 for no scaling."),
+]
+
+
+@pytest.mark.parametrize("kwargs, fix", FIX_HINTS)
+def test_errors_of_the_single_image_op_end_with_the_fix(kwargs, fix):
+    import re
+
+    args = dict(image=torch.zeros(4, 4, 3, dtype=torch.uint8), box=[0, 0, 4, 4], size=[2, 2])
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=re.escape(fix) + "$"):
+        ops.crop_resize_flip_normalize(**args)
+
+
+def test_the_cuda_ops_run_the_cpu_ops_checks():
+    """The CUDA ops (which cannot run here) check their arguments with the very functions
+    the CPU ops use, so their messages keep the same fixes; neither backend writes
+    checks of its own for the single-image op."""
+    csrc = os.path.join(os.path.dirname(__file__), "..", "..", "csrc", "augment")
+
+    def read(name):
+        with open(os.path.join(csrc, name)) as f:
+            return f.read()
+
+    for source in (read("crop_resize_flip_normalize_cuda.cu"), read("crop_resize_flip_normalize_cpu.cpp")):
+        assert "check_arguments(image, box, size, scale, mean, std, dtype, mean_f, std_f);" in source
+        assert "check_batch_arguments(images, shapes_in, boxes_in, flips_in, scale, mean_in, std_in, out);" in source
+        assert "kOp" not in source  # the single-image op's messages are not written here
+    shared = read("crop_resize_flip_normalize.cpp")
+    assert "cuda" not in "".join(line for line in shared.splitlines() if line.startswith("#include")).lower()
+    flat = shared.replace('"\n', "").replace(' "', "")  # joins C++'s adjacent string literals
+    for _, fix in FIX_HINTS:
+        assert fix.split(" (")[0] in flat, fix
+
+
 def test_batch_errors_leave_out_untouched():
     images, packed, shapes, boxes, flips = batch_inputs(3, n=3)
     mean, std = torch.zeros(3), torch.ones(3)

@@ -1,13 +1,17 @@
-// Per-image geometry of a plan, following torchvision's arithmetic to the pixel.
-#include "engine/plan.h"
+// Per-image geometry of a plan, following torchvision's arithmetic to the pixel, and the
+// clamp-region arithmetic that maps it onto decoded pixels.
+#include "augment/geometry.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <string>
 
+#include "augment/crop_resize_flip_normalize_checks.h"
 #include "augment/params.h"
+#include "augment/plan.h"
 
-namespace fastload::engine {
+namespace fastload {
 namespace {
 
 // torchvision's _compute_resized_output_size, in int64: the longer side of a thin image
@@ -51,8 +55,8 @@ std::string number_text(double value) {
 
 }  // namespace
 
-SourceRegion plan_region(const Plan& plan, int height, int width, int64_t epoch, int64_t index) {
-  SourceRegion region;
+Region region_of(const Plan& plan, int height, int width, int64_t epoch, int64_t index) {
+  Region region;
   const Box image{0.f, 0.f, static_cast<float>(height), static_cast<float>(width)};
   if (plan.geometry == Geometry::kRandomResizedCrop) {
     SampleRng rng(plan.seed, epoch, index, ParamStream::kCrop);
@@ -95,4 +99,38 @@ SourceRegion plan_region(const Plan& plan, int height, int width, int64_t epoch,
   return region;
 }
 
-}  // namespace fastload::engine
+SamplingView sampling_view(const Region& region, int height, int width, double scale_y, double scale_x,
+                           int origin_top, int origin_left, const char* op) {
+  const Box& clamp = region.clamp;
+  if (!box_valid(clamp.top, clamp.left, clamp.height, clamp.width)) {
+    throw GeometryError(std::string("fastload.") + op + ": expected a finite clamp region with height, width > 0, got [" +
+                        std::to_string(clamp.top) + ", " + std::to_string(clamp.left) + ", " +
+                        std::to_string(clamp.height) + ", " + std::to_string(clamp.width) + "]");
+  }
+  // The 1e-6 absorbs the float rounding of a clamp edge that lies on a pixel boundary.
+  const auto first_index = [](double v, int size) {
+    return static_cast<int>(std::clamp(std::floor(v + 1e-6), 0.0, static_cast<double>(size - 1)));
+  };
+  const auto end_index = [](double v, int begin, int size) {
+    return static_cast<int>(std::clamp(std::ceil(v - 1e-6), static_cast<double>(begin + 1), static_cast<double>(size)));
+  };
+  const double clamp_top = static_cast<double>(clamp.top) * scale_y - origin_top;
+  const double clamp_left = static_cast<double>(clamp.left) * scale_x - origin_left;
+  const double clamp_bottom = (static_cast<double>(clamp.top) + clamp.height) * scale_y - origin_top;
+  const double clamp_right = (static_cast<double>(clamp.left) + clamp.width) * scale_x - origin_left;
+  const int row0 = first_index(clamp_top, height), col0 = first_index(clamp_left, width);
+  const int row1 = end_index(clamp_bottom, row0, height), col1 = end_index(clamp_right, col0, width);
+  const Box box{static_cast<float>(region.box.top * scale_y - origin_top - row0),
+                static_cast<float>(region.box.left * scale_x - origin_left - col0),
+                static_cast<float>(region.box.height * scale_y), static_cast<float>(region.box.width * scale_x)};
+  if (!box_valid(box.top, box.left, box.height, box.width)) {
+    throw GeometryError(std::string("fastload.") + op +
+                        ": expected a finite crop box with height, width > 0 in the decoded image, got [" +
+                        std::to_string(box.top) + ", " + std::to_string(box.left) + ", " +
+                        std::to_string(box.height) + ", " + std::to_string(box.width) +
+                        "]. The plan's crop is too small for this image");
+  }
+  return SamplingView{row0, col0, row1 - row0, col1 - col0, box};
+}
+
+}  // namespace fastload

@@ -1,0 +1,50 @@
+// A plan: the fused decode + augment of one loader, fixed for its lifetime.
+//
+// Python (fastload/augment/plan.py) reduces a list of transforms (RandomResizedCrop,
+// Resize, CenterCrop, RandomHorizontalFlip, Normalize, ToDtype) to this canonical form
+// and gets it as fastload._C.Plan (every field bound once, from FASTLOAD_PLAN_FIELDS);
+// the engine applies it to every sample. Geometry is resolved per image
+// (geometry.h region_of), once its header says how large it is.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "augment/geometry.h"
+
+namespace fastload {
+
+// Every field is also listed in FASTLOAD_PLAN_FIELDS below: the binding, its pickling
+// and its repr are generated from that list.
+struct Plan {
+  Geometry geometry = Geometry::kRandomResizedCrop;
+  int out_height = 224, out_width = 224;
+  // RandomResizedCrop
+  double scale_min = 0.08, scale_max = 1.0, ratio_min = 3.0 / 4.0, ratio_max = 4.0 / 3.0;
+  // Resize: resize_short > 0 resizes the shorter side to it (max_size caps the longer
+  // side, <= 0: none); else to resize_height x resize_width; both <= 0: no resize.
+  int resize_short = -1, resize_height = -1, resize_width = -1, max_size = -1;
+  double flip_p = 0.0;
+  float value_scale = 1.0f / 255.0f;  // value = (v * value_scale - mean) / std
+  std::vector<float> mean{0.f, 0.f, 0.f}, std{1.f, 1.f, 1.f};
+  int channels = 3;
+  bool dct_scaling = true;  // false: never DCT-scale (outputs follow a full decode to rounding)
+  int64_t max_pixels = 0;   // decompression-bomb limit of the decoder; <= 0: none
+  int64_t seed = 0;
+
+  // Raises ValueError "fastload.<op>: expected ..." for a plan the engine cannot run
+  // (channels, mean/std lengths, output size, scale/ratio ranges, Resize arguments).
+  void validate(const char* op) const;
+};
+
+// Geometry of one sample: a pure function of (plan, image size, epoch, index), following
+// torchvision's RandomResizedCrop sampler and Resize/CenterCrop arithmetic to the pixel.
+// Throws GeometryError where torchvision would fail on that image.
+Region region_of(const Plan& plan, int height, int width, int64_t epoch, int64_t index);
+
+#define FASTLOAD_PLAN_FIELDS(X)                                                                    \
+  X(geometry) X(out_height) X(out_width) X(scale_min) X(scale_max) X(ratio_min) X(ratio_max)      \
+  X(resize_short) X(resize_height) X(resize_width) X(max_size) X(flip_p) X(value_scale) X(mean) \
+  X(std) X(channels) X(dct_scaling) X(max_pixels) X(seed)
+
+}  // namespace fastload

@@ -1,0 +1,170 @@
+// One sample's pipeline, run by a worker thread of the batch engine.
+#include "engine/sample.h"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstring>
+
+#include "augment/geometry.h"
+#include "check.h"
+
+namespace fastload::engine {
+namespace {
+
+constexpr const char* kOp = "BatchEngine";
+
+OutputView output_slot(const at::Tensor& out, int64_t slot) {
+  OutputView view;
+  view.data = static_cast<char*>(out.data_ptr()) + slot * out.stride(0) * out.element_size();
+  view.dtype = out.scalar_type();
+  view.channels = static_cast<int>(out.size(1));
+  view.height = static_cast<int>(out.size(2));
+  view.width = static_cast<int>(out.size(3));
+  view.stride_c = out.stride(1);
+  view.stride_y = out.stride(2);
+  view.stride_x = out.stride(3);
+  return view;
+}
+
+// Finishes one sample from its decoded (possibly scaled, windowed) pixels: `scale_y/x`
+// and the origin place them in the image (see sampling_view). Runs the kernel into the
+// sample's slot, or in cpu+gpu mode keeps the sampling view and its box for the device.
+// Throws GeometryError for a box the kernel cannot map.
+void finish(Job& job, int64_t slot, const Region& region, const uint8_t* pixels, int height, int width,
+            int channels, double scale_y, double scale_x, int origin_top, int origin_left, ResizeScratch& scratch) {
+  const Plan& plan = *job.plan;
+  if (static_cast<int64_t>(width) * channels > INT_MAX) {  // the kernel indexes a row with int
+    throw GeometryError("fastload.BatchEngine: expected a decoded row under 2^31 bytes, got " +
+                        std::to_string(width) + " pixels of " + std::to_string(channels) +
+                        " channels. Resize such images before loading");
+  }
+  const SamplingView sv = sampling_view(region, height, width, scale_y, scale_x, origin_top, origin_left, kOp);
+  const int64_t row_stride = static_cast<int64_t>(width) * channels;
+  const ImageView view{pixels + sv.top * row_stride + static_cast<int64_t>(sv.left) * channels, sv.height,
+                       sv.width, channels, row_stride};
+  if (job.out.defined()) {
+    crop_resize_flip_normalize_cpu(view, sv.box, region.flip, plan.value_scale, plan.mean.data(), plan.std.data(),
+                                   output_slot(job.out, slot), scratch);
+    return;
+  }
+  auto& pixels_out = job.windows[slot];
+  const int64_t packed_row = static_cast<int64_t>(view.width) * channels;
+  pixels_out.resize(static_cast<size_t>(packed_row * view.height));
+  for (int y = 0; y < view.height; ++y) {
+    std::memcpy(pixels_out.data() + y * packed_row, view.data + y * view.row_stride, packed_row);
+  }
+  job.window_sizes[slot] = {view.height, view.width};
+  job.boxes[slot] = sv.box;
+  job.flips[slot] = region.flip;
+}
+
+// A box side as an int for the DCT-scale choice: a Resize to far fewer pixels than the
+// image has makes boxes of more than 2^31 source pixels, beyond the int conversion.
+// Capped at INT_MAX - 7 so that choose_scale_denom's ceil(side / d) cannot overflow.
+int int_side(float side) { return static_cast<int>(std::min(static_cast<double>(side), INT_MAX - 7.0)); }
+
+void process_sample(Job& job, int64_t slot, SampleState& state) {
+  const Plan& plan = *job.plan;
+  const int64_t sample = job.samples[slot];
+
+  auto predecoded = job.predecoded.find(slot);
+  if (predecoded != job.predecoded.end()) {
+    const at::Tensor& image = predecoded->second;  // uint8 HWC, contiguous
+    const int height = static_cast<int>(image.size(0)), width = static_cast<int>(image.size(1));
+    const Region region = region_of(plan, height, width, job.epoch, sample);
+    finish(job, slot, region, image.data_ptr<uint8_t>(), height, width, static_cast<int>(image.size(2)), 1.0, 1.0,
+           0, 0, state.scratch);
+    return;
+  }
+
+  read_file(job.index->path(sample), job.index->offset(sample), job.index->size(sample), state.bytes);
+  const uint8_t* data = state.bytes.data();
+  const size_t size = state.bytes.size();
+  if (!is_jpeg(data, size)) {
+    job.status[slot] = static_cast<int32_t>(Status::kNotJpeg);
+    return;
+  }
+  const JpegInfo info = read_jpeg_info(data, size);
+  const Region region = region_of(plan, info.height, info.width, job.epoch, sample);
+
+  // Decode only what the taps can reach: the clamp region, less whatever lies farther
+  // than the filter's support from the sampled box.
+  const double support_y = std::max(1.0, static_cast<double>(region.box.height) / plan.out_height) + 1.0;
+  const double support_x = std::max(1.0, static_cast<double>(region.box.width) / plan.out_width) + 1.0;
+  const double top = std::max<double>({0.0, region.clamp.top, region.box.top - support_y});
+  const double left = std::max<double>({0.0, region.clamp.left, region.box.left - support_x});
+  const double bottom = std::min<double>({static_cast<double>(info.height), region.clamp.top + region.clamp.height,
+                                          region.box.top + region.box.height + support_y});
+  const double right = std::min<double>({static_cast<double>(info.width), region.clamp.left + region.clamp.width,
+                                         region.box.left + region.box.width + support_x});
+  const int win_top = static_cast<int>(std::floor(top));
+  const int win_left = static_cast<int>(std::floor(left));
+  const int win_height = std::max(1, static_cast<int>(std::ceil(bottom)) - win_top);
+  const int win_width = std::max(1, static_cast<int>(std::ceil(right)) - win_left);
+  const int denom = !plan.dct_scaling ? 1
+                                      : choose_scale_denom(int_side(region.box.height), int_side(region.box.width),
+                                                           plan.out_height, plan.out_width);
+  DecodedWindow& window = state.window;
+  decode_jpeg_window(data, size, win_top, win_left, win_height, win_width, denom, plan.channels, plan.max_pixels,
+                     window);
+  finish(job, slot, region, window.pixels.data(), window.height, window.width, window.channels,
+         1.0 / window.scale_denom, 1.0 / window.scale_denom, window.top, window.left, state.scratch);
+}
+
+void fail(Job& job, int64_t slot, Status status, const char* message) {
+  job.status[slot] = static_cast<int32_t>(status);
+  job.message[slot] = message;
+}
+
+}  // namespace
+
+void run_sample(Job& job, int64_t slot, SampleState& state) noexcept {
+  try {
+    process_sample(job, slot, state);
+  } catch (const GeometryError& error) {
+    fail(job, slot, Status::kBadGeometry, error.what());
+  } catch (const DecodeError& error) {
+    fail(job, slot, Status::kDecodeError, error.what());
+  } catch (const c10::Error& error) {
+    fail(job, slot, Status::kDecodeError, error.what_without_backtrace());
+  } catch (const std::exception& error) {
+    fail(job, slot, Status::kReadError, error.what());
+  }
+}
+
+PackedWindows pack_windows(Job& job) {
+  const int64_t batch = static_cast<int64_t>(job.windows.size());
+  const int64_t channels = job.plan->channels;
+  PackedWindows result;
+  result.shapes = at::empty({batch, 4}, at::kLong);
+  result.boxes = at::empty({batch, 4}, at::kFloat);
+  result.flips = at::empty({batch}, at::kBool);
+  int64_t total = 0;
+  for (int64_t i = 0; i < batch; ++i) {
+    if (job.windows[i].empty()) {  // a failed sample: one black pixel keeps the kernel valid
+      job.windows[i].assign(static_cast<size_t>(channels), 0);
+      job.window_sizes[i] = {1, 1};
+      job.boxes[i] = Box{0.f, 0.f, 1.f, 1.f};
+    }
+    total += static_cast<int64_t>(job.windows[i].size());
+  }
+  result.packed =
+      at::empty({std::max<int64_t>(total, 1)}, at::TensorOptions().dtype(at::kByte).pinned_memory(job.pin_memory));
+  int64_t offset = 0;
+  for (int64_t i = 0; i < batch; ++i) {
+    const auto& window = job.windows[i];
+    std::memcpy(result.packed.data_ptr<uint8_t>() + offset, window.data(), window.size());
+    const auto [height, width] = job.window_sizes[i];
+    const int64_t shape[4] = {offset, height, width, width * channels};
+    std::copy(shape, shape + 4, result.shapes.data_ptr<int64_t>() + 4 * i);
+    const Box& box = job.boxes[i];
+    const float box_values[4] = {box.top, box.left, box.height, box.width};
+    std::copy(box_values, box_values + 4, result.boxes.data_ptr<float>() + 4 * i);
+    result.flips.data_ptr<bool>()[i] = job.flips[i] != 0;
+    offset += static_cast<int64_t>(window.size());
+  }
+  return result;
+}
+
+}  // namespace fastload::engine

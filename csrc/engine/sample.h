@@ -1,0 +1,76 @@
+// One sample's pipeline: read -> header -> region -> window -> decode -> augment into
+// its slot of the batch (or, in cpu+gpu mode, keep the crop window for the device).
+//
+// Input: a Job (the batch: index, plan, sample indices, output or crop-window storage)
+// and a slot. Output: the slot written (or its crop window kept), and its status and
+// message. Must not: take the GIL or call Python; throw (every error is a status);
+// allocate per pixel (buffers live in the worker's SampleState).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <array>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "augment/crop_resize_flip_normalize_cpu.h"
+#include "augment/plan.h"
+#include "decode/decode_jpeg.h"
+#include "engine/read.h"
+
+namespace fastload::engine {
+
+// Per-sample outcome, bound as fastload._C.Status. kBadGeometry: the plan gives this
+// image no pixels to sample (e.g. a resize to 0 rows, an empty crop), which torchvision
+// refuses too; like a decode error it goes through the loader's on_error policy.
+enum class Status : int32_t { kOk = 0, kDecodeError = 1, kNotJpeg = 2, kReadError = 3, kBadGeometry = 4 };
+
+// One submitted batch.
+struct Job {
+  std::shared_ptr<const Index> index;
+  std::shared_ptr<const Plan> plan;
+  std::vector<int64_t> samples;
+  std::unordered_map<int64_t, at::Tensor> predecoded;  // slot -> uint8 HWC (PIL fallback)
+  at::Tensor out;  // [B, C, H, W]; undefined in cpu+gpu mode
+  // cpu+gpu mode: each sample's crop window (the sampling view of its decoded pixels),
+  // its box and flip; the device's kernel resizes and normalises them.
+  std::vector<std::vector<uint8_t>> windows;
+  std::vector<std::array<int64_t, 2>> window_sizes;  // (height, width)
+  std::vector<Box> boxes;
+  std::vector<uint8_t> flips;
+  bool pin_memory = false;
+  int64_t epoch = 0;
+  std::vector<int32_t> status;  // Status values
+  std::vector<std::string> message;
+  int64_t remaining = 0;  // guarded by mutex
+  std::mutex mutex;
+  std::condition_variable done;
+};
+
+// Buffers each worker thread reuses across samples.
+struct SampleState {
+  std::vector<uint8_t> bytes;
+  DecodedWindow window;
+  ResizeScratch scratch;
+};
+
+// Runs one sample of the job and records its status and message. Never throws.
+void run_sample(Job& job, int64_t slot, SampleState& state) noexcept;
+
+// The crop windows of a cpu+gpu-mode job, packed into one uint8 buffer (one copy, pinned
+// if the job asks): the inputs of crop_resize_flip_normalize_batch. A failed sample
+// gets one black pixel, which keeps the kernel's inputs valid.
+struct PackedWindows {
+  at::Tensor packed;  // uint8 1-D
+  at::Tensor shapes;  // int64 [B, 4]: (offset, height, width, row_stride)
+  at::Tensor boxes;   // float32 [B, 4]
+  at::Tensor flips;   // bool [B]
+};
+PackedWindows pack_windows(Job& job);
+
+}  // namespace fastload::engine
