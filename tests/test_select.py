@@ -113,11 +113,11 @@ def test_a_native_dataset_gets_a_runner_and_its_description(folder):
 
 
 @needs_ops
-@pytest.mark.parametrize("kwargs, exact", [(dict(), False), (dict(dct_scaling=False), True), (dict(exact=True), True),
-                                           (dict(dct_scaling=True, exact=True), True)])
-def test_dct_scaling_reaches_the_plan(folder, kwargs, exact):
+@pytest.mark.parametrize("kwargs, dct_scaling", [(dict(), True), (dict(dct_scaling=False), False),
+                                                 (dict(dct_scaling=True), True)])
+def test_dct_scaling_reaches_the_plan(folder, kwargs, dct_scaling):
     runner, _ = select(native_dataset(folder), **kwargs)
-    assert runner.plan.exact is exact
+    assert runner.plan.dct_scaling is dct_scaling
 
 
 @needs_ops

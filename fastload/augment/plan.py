@@ -8,12 +8,22 @@ reason; the loader then says so in `loader.path` and takes the generic path.
 The plan itself is the engine's: `Plan` IS-A `fastload._C.Plan` (csrc/augment/plan.h,
 every field bound once there), and adds only what C++ does not need: `description`
 (str), `dtype` (torch.dtype) and the read-only `out_size`.
+
+Example:
+    >>> from fastload.augment.plan import Plan
+    >>> plan = Plan(out_height=8, out_width=6, channels=1, mean=[0.5], std=[0.25])
+    >>> plan.out_size, plan.dct_scaling, plan.dtype
+    ((8, 6), True, torch.uint8)
+    >>> plan.out_hieght = 8
+    Traceback (most recent call last):
+    ...
+    AttributeError: 'Plan' object has no attribute 'out_hieght'
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Any, Optional, Sequence
+from typing import Any, Dict, NamedTuple, Optional, Sequence
 
 import torch
 
@@ -23,41 +33,10 @@ from fastload.errors import UnsupportedPipeline  # noqa: F401  (raised here; re-
 from fastload.ops import DEFAULT_MAX_PIXELS
 
 
-class _PlanType(type):
-    """`import fastload` must not load fastload._C, yet modules import `Plan` when they
-    load (for annotations): so the class that IS-A fastload._C.Plan is made on first
-    use, and `Plan` stands for it. Calling `Plan` makes a plan; isinstance and
-    issubclass check against that class."""
-
-    def __call__(cls, **fields: Any):
-        return _plan_class()(**fields)
-
-    def __instancecheck__(cls, instance: Any) -> bool:
-        return isinstance(instance, _plan_class())
-
-    def __subclasscheck__(cls, subclass: type) -> bool:
-        return issubclass(subclass, _plan_class())
-
-
-class Plan(metaclass=_PlanType):
-    """A fused pipeline: a fastload._C.Plan with `description` and `dtype`.
-
-    `Plan(**fields)` starts from the C++ defaults and sets the given fields; a
-    misspelt field raises AttributeError, here and on assignment. Needs fastload._C.
-
-    Example:
-        >>> plan = Plan(out_height=8, out_width=6, channels=1, mean=[0.5], std=[0.25])
-        >>> plan.out_size, plan.dct_scaling, plan.dtype
-        ((8, 6), True, torch.uint8)
-        >>> plan.out_hieght = 8
-        Traceback (most recent call last):
-        ...
-        AttributeError: 'Plan' object has no attribute 'out_hieght'
-    """
-
-
 def __getattr__(name: str) -> Any:
-    if name == "_TypedPlan":  # pickle finds plans' class by this name
+    # `Plan` is made on first use: `import fastload` must not load fastload._C, and the
+    # class IS-A fastload._C.Plan. Pickle finds plans' class by this name too.
+    if name == "Plan":
         return _plan_class()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
@@ -66,7 +45,14 @@ def __getattr__(name: str) -> Any:
 def _plan_class() -> type:
     core = _ext.require_ops().Plan
 
-    class _TypedPlan(core):
+    class Plan(core):
+        """A fused pipeline: a fastload._C.Plan with `description` and `dtype`.
+
+        `Plan(**fields)` starts from the C++ defaults and sets the given fields; a
+        misspelt field raises AttributeError, here and on assignment. Needs fastload._C.
+
+        """
+
         __slots__ = ("description", "dtype")
 
         def __init__(self, **fields: Any):
@@ -89,43 +75,43 @@ def _plan_class() -> type:
             self.description, self.dtype = state[1], state[2]
 
         def __eq__(self, other):  # the description only describes
-            return isinstance(other, _TypedPlan) and core.__eq__(self, other) and self.dtype == other.dtype
+            return isinstance(other, Plan) and core.__eq__(self, other) and self.dtype == other.dtype
 
         __hash__ = None  # mutable
 
         def __repr__(self):
             return f"{core.__repr__(self)[:-1]}, dtype={self.dtype}, description={self.description!r})"
 
-        # transition: removed once callers use the plan itself, dct_scaling, build_plan(dct_scaling=)
-        def config(self):
-            return self
-
-        @property
-        def exact(self) -> bool:
-            return not self.dct_scaling
-
-        @exact.setter
-        def exact(self, value: bool) -> None:
-            self.dct_scaling = not value
-
-    _TypedPlan.__name__ = "Plan"
-    _TypedPlan.__module__ = __name__
-    _TypedPlan.__qualname__ = "_TypedPlan"
-    return _TypedPlan
+    Plan.__module__, Plan.__qualname__ = __name__, "Plan"
+    return Plan
 
 
-# transition: removed once select.py checks _ext.has_ops() before it builds a plan.
-class _FusedWithoutCore:
-    """What build_plan returns when fastload._C is not there: the fusion's verdict (a
-    description, the dtype), enough for the loader to say why it takes the generic path."""
+class Fusion(NamedTuple):
+    """What a list of specs fuses into: the Plan's fields, its description and dtype.
+    Pure Python, so the reason a pipeline does not fuse is known without fastload._C."""
 
-    __slots__ = ("description", "dtype")
-
-    def __init__(self, description: str, dtype: torch.dtype):
-        self.description, self.dtype = description, dtype
+    fields: Dict[str, Any]
+    description: str
+    dtype: torch.dtype
 
 
-def build_plan(
+def build_plan(ops: Sequence[Any], **options: Any) -> Any:
+    """Fuses `ops` into a Plan (fastload._C.Plan with description and dtype): fuse(), then
+    make_plan(). Takes fuse()'s arguments; raises UnsupportedPipeline like it."""
+    return make_plan(fuse(ops, **options))
+
+
+def make_plan(fusion: Fusion) -> Any:
+    """The Plan of a Fusion (needs fastload._C)."""
+    fields = dict(fusion.fields)
+    out_height, out_width = fields.pop("out_size")
+    fields["geometry"] = getattr(_ext.require_ops().Geometry, fields["geometry"])
+    plan = _plan_class()(out_height=out_height, out_width=out_width, **fields)
+    plan.dtype, plan.description = fusion.dtype, fusion.description
+    return plan
+
+
+def fuse(
     ops: Sequence[Any],
     *,
     channels: int = 3,
@@ -133,9 +119,8 @@ def build_plan(
     dct_scaling: bool = True,
     max_pixels: int = DEFAULT_MAX_PIXELS,
     seed: int = 0,
-    exact: Optional[bool] = None,
-) -> Plan:
-    """Fuses `ops` (fastload transform specs, applied in order) into a Plan.
+) -> Fusion:
+    """Fuses `ops` (fastload transform specs, applied in order) into one plan's fields.
 
     Args:
         ops: specs from fastload.augment.specs.
@@ -145,13 +130,10 @@ def build_plan(
             (outputs follow a full decode to rounding).
         max_pixels: the decoder refuses images with more pixels (<= 0: no limit).
         seed: the random parameters are a pure function of (seed, epoch, index).
-        exact: the old name of `not dct_scaling`.
 
     Raises:
         UnsupportedPipeline: with the reason, when the list does not fuse.
     """
-    if exact is not None:
-        dct_scaling = not exact
     geometry = []  # the geometric specs, in order
     flip_p = 0.0
     value_scale, mean, std = 1.0, (0.0,) * channels, (1.0,) * channels
@@ -215,11 +197,4 @@ def build_plan(
     else:
         names = " -> ".join(k.__name__ for k in kinds)
         raise UnsupportedPipeline(f"geometry {names} does not fuse into one crop-resize")
-    description = " -> ".join(type(op).__name__ for op in ops)
-    if not _ext.has_ops():  # transition: see _FusedWithoutCore
-        return _FusedWithoutCore(description, dtype or out_dtype)
-    out_height, out_width = fields.pop("out_size")
-    fields["geometry"] = getattr(_ext.require_ops().Geometry, fields["geometry"])
-    plan = Plan(out_height=out_height, out_width=out_width, **fields)
-    plan.dtype, plan.description = dtype or out_dtype, description
-    return plan
+    return Fusion(fields, " -> ".join(type(op).__name__ for op in ops), dtype or out_dtype)

@@ -25,7 +25,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
 
-from fastload.native.contract import DECODE_ERROR, NOT_JPEG, READ_ERROR
+from fastload.native import contract
 
 
 def looks_like_jpeg(data: torch.Tensor) -> bool:
@@ -78,9 +78,9 @@ class NvjpegDecoder:
         decodable = []
         for slot, (data, error) in enumerate(zip(datas, errors)):
             if error:
-                status[slot] = READ_ERROR
+                status[slot] = contract.READ_ERROR
             elif not looks_like_jpeg(data):
-                status[slot] = NOT_JPEG
+                status[slot] = contract.NOT_JPEG
             else:
                 decodable.append(slot)
         images: List[Optional[torch.Tensor]] = [None] * len(samples)
@@ -101,5 +101,5 @@ class NvjpegDecoder:
                                                    max_pixels=self.max_pixels).to(self.device)
                     cpu_fallbacks += 1
                 except RuntimeError as error:
-                    status[slot], messages[slot] = DECODE_ERROR, str(error)
+                    status[slot], messages[slot] = contract.DECODE_ERROR, str(error)
         return status, messages, images, cpu_fallbacks

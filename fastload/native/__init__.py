@@ -12,7 +12,6 @@ and augments every image of a batch straight into its slot of the output tensor.
 - contract.py: the calls across the Python/C++ line, each in one place (status codes).
 """
 
-from fastload.native.contract import BAD_GEOMETRY, DECODE_ERROR, NOT_JPEG, OK, READ_ERROR
 from fastload.native.feed import NativeFeed
 from fastload.native.repair import MAX_SKIP_ATTEMPTS
 from fastload.native.runner import NativeRunner
@@ -20,3 +19,11 @@ from fastload.native.select import DECODE_ON, native_pipeline, order_left_to_tor
 
 __all__ = ["BAD_GEOMETRY", "DECODE_ERROR", "DECODE_ON", "MAX_SKIP_ATTEMPTS", "NOT_JPEG", "OK", "READ_ERROR",
            "NativeFeed", "NativeRunner", "native_pipeline", "order_left_to_torch", "select_path"]
+
+
+def __getattr__(name: str):
+    # The engine's status codes (fastload._C.Status), read when first asked for:
+    # `import fastload` must work without the extension.
+    from fastload.native import contract
+
+    return getattr(contract, name)

@@ -19,47 +19,45 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Dict, Tuple
+from typing import Any, Tuple
 
 import torch
 
 from fastload import _ext
 
-# Per-sample status codes of the engine (csrc/engine/batch.cpp).
-# transition: _C.Status (OK, DECODE_ERROR, NOT_JPEG, READ_ERROR, BAD_GEOMETRY)
-OK, DECODE_ERROR, NOT_JPEG, READ_ERROR, BAD_GEOMETRY = 0, 1, 2, 3, 4  # BAD_GEOMETRY: no pixels to sample
+
+def _core():
+    return _ext.require_ops()
 
 
-def engine_plan(plan: Any) -> Dict[str, Any]:
-    """What BatchEngine.set_plan takes for `plan`.
+def __getattr__(name: str) -> Any:
+    # The engine's per-sample status codes, from fastload._C.Status (an IntEnum of the
+    # values its wait() writes): OK, DECODE_ERROR, NOT_JPEG, READ_ERROR, BAD_GEOMETRY.
+    if name in _STATUS:
+        return getattr(_core().Status, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-    transition: the typed _C.Plan (the plan itself) instead of plan.config().
-    """
-    return plan.config()
+
+_STATUS = ("OK", "DECODE_ERROR", "NOT_JPEG", "READ_ERROR", "BAD_GEOMETRY")
 
 
 def region_of(plan: Any, height: int, width: int, epoch: int, index: int) -> Tuple[Any, Any, bool]:
     """(box, clamp, flip) of sample `index` at `epoch` in a height x width image; raises
-    ValueError (the engine's message) when the geometry has no pixels to sample.
-
-    transition: _C.region_of(plan, height, width, epoch, index).
-    """
-    return _ext.require_ops().plan_region(engine_plan(plan), height, width, epoch, index)
+    ValueError (the engine's message) when the geometry has no pixels to sample."""
+    return _core().region_of(plan, height, width, epoch, index)
 
 
 def regions_of(plan: Any, sizes: torch.Tensor, samples: torch.Tensor, epoch: int
                ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(boxes float32 [N, 4], clamps float32 [N, 4], flips bool [N]) for images of
-    `sizes` int64 [N, 2] (height, width); raises ValueError like region_of.
-
-    transition: _C.regions_of(plan, sizes, samples, epoch).
-    """
-    return _ext.require_ops().plan_regions(engine_plan(plan), sizes, samples, epoch)
+    `sizes` int64 [N, 2] (height, width); raises ValueError like region_of."""
+    return _core().regions_of(plan, sizes, samples, epoch)
 
 
 def sampling_views(boxes: torch.Tensor, clamps: torch.Tensor, sizes: torch.Tensor
                    ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """The part of each image its taps may read, and its box relative to that part.
+    """The part of each image its taps may read, and its box relative to that part: the
+    engine's own arithmetic (csrc/augment/geometry.h sampling_view).
 
     Args:
         boxes: float32 [N, 4] (top, left, height, width): what is sampled.
@@ -70,15 +68,5 @@ def sampling_views(boxes: torch.Tensor, clamps: torch.Tensor, sizes: torch.Tenso
         views: int64 [N, 4] (top, left, height, width): the clamp region on whole pixels,
             inside the image and at least 1x1.
         relative_boxes: float32 [N, 4]: `boxes` with the view's top-left as the origin.
-
-    transition: _C.sampling_views(boxes, clamps, sizes), the engine's own arithmetic.
     """
-    top = clamps[:, 0].floor().clamp(min=0).long()
-    left = clamps[:, 1].floor().clamp(min=0).long()
-    bottom = torch.minimum((clamps[:, 0] + clamps[:, 2]).ceil().long(), sizes[:, 0])
-    right = torch.minimum((clamps[:, 1] + clamps[:, 3]).ceil().long(), sizes[:, 1])
-    views = torch.stack([top, left, (bottom - top).clamp(min=1), (right - left).clamp(min=1)], dim=1)
-    relative = boxes.clone()
-    relative[:, 0] -= top.float()
-    relative[:, 1] -= left.float()
-    return views, relative
+    return _core().sampling_views(boxes, clamps, sizes)

@@ -27,7 +27,8 @@ from typing import Any, Dict, List, Optional, Protocol, Tuple
 
 import torch
 
-from fastload.native.contract import BAD_GEOMETRY, region_of, regions_of, sampling_views
+from fastload.native import contract
+from fastload.native.contract import region_of, regions_of, sampling_views
 from fastload.transfer.buffers import BatchBuffers
 
 Collected = Tuple[torch.Tensor, List[str], torch.Tensor]
@@ -193,7 +194,7 @@ class GpuProducer:
                 try:
                     region_of(self._plan, image.shape[0], image.shape[1], epoch, int(samples[slot]))
                 except ValueError as error:
-                    status[slot], messages[slot], images[slot] = BAD_GEOMETRY, str(error), None
+                    status[slot], messages[slot], images[slot] = contract.BAD_GEOMETRY, str(error), None
             boxes, clamps, flips = self._regions_of(images, samples, epoch)
         channels = self._plan.channels
         for slot, image in enumerate(images):

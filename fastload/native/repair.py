@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 import torch
 
 from fastload.errors import DecodeError, ErrorPolicy
-from fastload.native.contract import DECODE_ERROR, NOT_JPEG, OK
+from fastload.native import contract
 
 # How many replacement candidates on_error="skip" tries for one bad sample before
 # concluding that the dataset is mostly unreadable.
@@ -58,7 +58,7 @@ class Repair:
         """Repairs every slot of `out` whose status is not OK; returns the samples the batch
         now holds (a copy of `samples` when a slot was replaced)."""
         failed: Set[int] = set()  # distinct unreadable samples met while filling this batch
-        slots = torch.nonzero(status != OK).flatten().tolist()
+        slots = torch.nonzero(status != contract.OK).flatten().tolist()
         if slots:
             samples = samples.clone()  # the caller's indices may share its memory
             for slot in slots:
@@ -73,9 +73,9 @@ class Repair:
                 out: torch.Tensor, epoch: int, failed: Set[int]) -> None:
         candidate = sample
         for _ in range(MAX_SKIP_ATTEMPTS):
-            if status == NOT_JPEG:
+            if status == contract.NOT_JPEG:
                 status, message = self._decode_with_pil(slot, candidate, out, epoch)
-                if status == OK:
+                if status == contract.OK:
                     samples[slot] = candidate
                     return
             if not self.policy.skips:
@@ -83,7 +83,7 @@ class Repair:
             failed.add(candidate)
             candidate = (candidate + 1) % len(self._index)
             status, message = self._run_one(slot, candidate, out, epoch)
-            if status == OK:
+            if status == contract.OK:
                 samples[slot] = candidate
                 return
         raise DecodeError(f"{MAX_SKIP_ATTEMPTS} consecutive samples failed to decode; last: {message}",
@@ -99,7 +99,7 @@ class Repair:
             target = torch.empty((1, self._plan.channels, *self._plan.out_size), dtype=self._plan.dtype)
         ticket = self._engine.submit(torch.tensor([sample]), target, epoch, extra)
         status, messages = self._engine.wait(ticket)
-        if out.device.type != "cpu" and int(status[0]) == OK:
+        if out.device.type != "cpu" and int(status[0]) == contract.OK:
             out[slot:slot + 1].copy_(target)
         return int(status[0]), messages[0]
 
@@ -110,6 +110,6 @@ class Repair:
             image = decode_to_tensor(self._index.read(sample), index=sample, source=self._index.source(sample),
                                      channels=self._plan.channels, max_pixels=self._plan.max_pixels)
         except (DecodeError, OSError) as error:
-            return DECODE_ERROR, getattr(error, "reason", str(error))
+            return contract.DECODE_ERROR, getattr(error, "reason", str(error))
         self._stats["pil_fallback"] += 1
         return self._run_one(slot, sample, out, epoch, predecoded=image)

@@ -6,14 +6,13 @@ import itertools
 import os
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
 
 from fastload import _ext
 from fastload.errors import ErrorPolicy
-from fastload.native.contract import engine_plan
 from fastload.native.producers import PRODUCERS
 from fastload.native.repair import Repair
 from fastload.source.index import SampleIndex
@@ -70,7 +69,7 @@ class NativeRunner:
                 torch.from_numpy(index.files.data), torch.from_numpy(index.files.offsets),
                 torch.from_numpy(index.file_ids), torch.from_numpy(index.offsets), torch.from_numpy(index.sizes),
             )
-        self._engine.set_plan(engine_plan(plan))
+        self._engine.set_plan(plan)
         self._labels = torch.from_numpy(np.ascontiguousarray(index.labels))
         self._stats: Dict[str, Any] = dict(_COUNTERS)
         self.producer = PRODUCERS[decode_on](self._engine, plan, pin_memory=self.pin_memory,
@@ -92,19 +91,6 @@ class NativeRunner:
         self._repair.policy = ErrorPolicy(on_error, owner=_OWNER)
 
     @property
-    def _gpu_decoder(self) -> Optional[Callable]:
-        """The "gpu" mode's batched decode (`producer.decoder.batch_decode`), under the
-        name callers set it by; None in the other modes (setting it there does nothing)."""
-        decoder = getattr(self.producer, "decoder", None)
-        return decoder.batch_decode if decoder is not None else None
-
-    @_gpu_decoder.setter
-    def _gpu_decoder(self, batch_decode: Callable) -> None:
-        decoder = getattr(self.producer, "decoder", None)
-        if decoder is not None:
-            decoder.batch_decode = batch_decode
-
-    @property
     def num_threads(self) -> int:
         return self._engine.num_threads
 
@@ -116,7 +102,7 @@ class NativeRunner:
     def set_seed(self, seed: int) -> None:
         """Sets the base of every random parameter (the loader restores it on resume)."""
         self.plan.seed = int(seed)
-        self._engine.set_plan(engine_plan(self.plan))
+        self._engine.set_plan(self.plan)
 
     def submit(self, indices: List[int], epoch: int) -> int:
         """Queues the batch of these sample indices (epoch picks the random parameters);

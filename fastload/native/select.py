@@ -34,6 +34,7 @@ import torch
 from torch.utils.data.datapipes.datapipe import IterDataPipe, MapDataPipe
 
 from fastload import _ext
+from fastload.augment.plan import Fusion, fuse, make_plan
 from fastload.errors import UnsupportedPipeline
 from fastload.native.producers import PRODUCERS
 from fastload.native.runner import NativeRunner
@@ -87,9 +88,9 @@ def _default_collate(collate_fn: Any) -> bool:
     return collate_fn is None or collate_fn is default_collate
 
 
-def native_pipeline(dataset: Any, *, dtype: Optional[torch.dtype], seed: int) -> Tuple[SampleIndex, Any, str]:
-    """(index, plan, description) for a dataset that runs natively, else UnsupportedPipeline."""
-    from fastload.augment.plan import build_plan
+def native_pipeline(dataset: Any, *, dtype: Optional[torch.dtype]) -> Tuple[SampleIndex, Fusion, str]:
+    """(index, fusion, description) for a dataset that runs natively, else UnsupportedPipeline.
+    The fusion becomes the engine's plan (make_plan) once fastload._C is known to be there."""
     from fastload.source.base import NativeDataset
 
     if isinstance(dataset, NativeDataset):
@@ -102,11 +103,11 @@ def native_pipeline(dataset: Any, *, dtype: Optional[torch.dtype], seed: int) ->
         except NotConvertible as error:
             raise UnsupportedPipeline(str(error)) from None
         origin = f"torchvision {type(dataset).__name__}"
-    plan = build_plan(specs, seed=seed)
-    if dtype in (torch.float32, torch.float16, torch.bfloat16) and plan.dtype.is_floating_point:
-        plan.dtype = dtype  # e.g. bfloat16 for AMP, written directly by the kernel
+    fusion = fuse(specs)
+    if dtype in (torch.float32, torch.float16, torch.bfloat16) and fusion.dtype.is_floating_point:
+        fusion = fusion._replace(dtype=dtype)  # e.g. bfloat16 for AMP, written directly by the kernel
     # (other dtypes, e.g. float64, are converted after the batch, as on the generic path)
-    return index, plan, f"native: {origin} [{plan.description}]"
+    return index, fusion, f"native: {origin} [{fusion.description}]"
 
 
 def select_path(
@@ -123,7 +124,6 @@ def select_path(
     seed: Optional[int],
     device: Optional[torch.device] = None,
     decode_on: str = "auto",
-    exact: bool = False,
     dct_scaling: bool = True,
     sampler: Any = None,
     batch_sampler: Any = None,
@@ -144,7 +144,6 @@ def select_path(
         decode_on: one of DECODE_ON.
         dct_scaling: decode at a reduced DCT scale where it still covers the output
             (False: outputs follow a full decode to within rounding).
-        exact: the inverse of dct_scaling (exact=True is dct_scaling=False).
 
     Returns:
         (NativeRunner, "native: <what>, decode_on=<mode>[ (why)]") or
@@ -169,7 +168,7 @@ def select_path(
         return None, "generic: custom collate_fn"
     check_decode_on(decode_on)
     try:
-        index, plan, description = native_pipeline(dataset, dtype=dtype, seed=0)
+        index, fusion, description = native_pipeline(dataset, dtype=dtype)
     except UnsupportedPipeline as error:
         return None, f"generic: {error}"
     if not _ext.has_ops():
@@ -178,9 +177,9 @@ def select_path(
         if isinstance(dataset, NativeDataset):  # its geometry is C++ on every path: fail now
             _ext.require_ops()
         return None, "generic: fastload._C is not built (make build)"
+    plan = make_plan(fusion)
     plan.seed = _augmentation_seed(dataset, seed)
-    dct_scaling = bool(dct_scaling) and not exact
-    plan.exact = not dct_scaling  # transition: plan.dct_scaling = dct_scaling (the typed _C.Plan's field)
+    plan.dct_scaling = bool(dct_scaling)
     decode_on, why = _resolve_decode_on(decode_on, device)
     runner = NativeRunner(index, plan, num_threads=max(1, num_workers), pin_memory=pin_memory,
                           memory_format=memory_format, on_error=on_error, decode_on=decode_on,
