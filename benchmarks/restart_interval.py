@@ -8,8 +8,9 @@ share of the image area (aspect 3/4..4/3, random position, seeded), the same for
 files. Restart intervals finer than an MCU row cannot be prepared by transcode_jpeg
 (decode_jpeg_rows skips rows, not columns); their cost is shown from PIL re-encodes of
 the same pixels (optimised Huffman tables, restart every n MCUs) against the same
-re-encode without restarts. Times: median of `--rounds` rounds over every image and
-window, milliseconds per decode.
+re-encode without restarts. Times: best of `--rounds` passes over every image and
+window, the original's and the prepared file's passes interleaved, CPU milliseconds per decode
+(process time of the one thread).
 
     .venv/bin/python benchmarks/restart_interval.py [--images 8] [--rounds 5]
 """
@@ -28,8 +29,9 @@ import time
 
 import torch
 
-from fastload import _ext
-from fastload.bench.dataset import draw_image
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from fastload import _ext  # noqa: E402
+from fastload.bench.dataset import draw_image  # noqa: E402
 
 _ext.require_ops()
 fl = torch.ops.fastload
@@ -40,15 +42,28 @@ def as_tensor(data: bytes) -> torch.Tensor:
 
 
 def per_call_ms(fn, items, rounds: int) -> float:
+    """Best of `rounds` passes over items, CPU ms per call: process CPU time, not wall
+    time, and the least disturbed pass, so that other work on a shared machine (which
+    only ever adds time) moves the figures less."""
     for item in items[: min(len(items), 5)]:
         fn(item)
     times = []
     for _ in range(rounds):
-        start = time.perf_counter()
+        start = time.process_time()
         for item in items:
             fn(item)
-        times.append((time.perf_counter() - start) / len(items) * 1e3)
-    return statistics.median(times)
+        times.append((time.process_time() - start) / len(items) * 1e3)
+    return min(times)
+
+
+def paired_ms(fn_a, fn_b, items, rounds: int):
+    """(a, b): per_call_ms of two decoders, their passes interleaved so that both see
+    the same machine load."""
+    a, b = [], []
+    for _ in range(rounds):
+        a.append(per_call_ms(fn_a, items, 1))
+        b.append(per_call_ms(fn_b, items, 1))
+    return min(a), min(b)
 
 
 def windows_of_area(h: int, w: int, share: float, count: int, rng: random.Random):
@@ -93,41 +108,38 @@ def main() -> None:
           f"{args.images} images, mean {sum(s[0] for s in sizes) / len(sizes):.0f}x"
           f"{sum(s[1] for s in sizes) / len(sizes):.0f}, mean {size_orig / len(originals) / 1e3:.1f} KB (q90 4:2:0)")
 
-    full_orig = per_call_ms(lambda d: fl.decode_jpeg(d), originals, args.rounds)
-    win_orig = {s: per_call_ms(lambda iw: fl.decode_jpeg(originals[iw[0]], iw[1]), windows[s], args.rounds)
-                for s in shares}
-
     header = "| file | size vs original | full decode ms (original) | " + " | ".join(
         f"{int(s * 100)}% window ms (original)" for s in shares) + " |"
     print(header)
     print("|" + "---|" * (3 + len(shares)))
-    print(f"| original | 1.000 | {full_orig:.3f} | " + " | ".join(f"{win_orig[s]:.3f}" for s in shares) + " |")
     for restart_rows in (1, 2, 4):
         prepared = [fl.transcode_jpeg(d, restart_rows) for d in originals]
         size = sum(p[0].numel() for p in prepared)
-        full = per_call_ms(lambda p: fl.decode_jpeg(p[0]), prepared, args.rounds)
+        indices = list(range(len(originals)))
+        full_orig, full = paired_ms(lambda i: fl.decode_jpeg(originals[i]), lambda i: fl.decode_jpeg(prepared[i][0]),
+                                    indices, args.rounds)
         cells = []
         for s in shares:
-            t = per_call_ms(lambda iw: fl.decode_jpeg_rows(prepared[iw[0]][0], prepared[iw[0]][1], iw[1]), windows[s],
-                            args.rounds)
-            cells.append(f"{t:.3f} ({win_orig[s]:.3f})")
+            orig, t = paired_ms(lambda iw: fl.decode_jpeg(originals[iw[0]], iw[1]),
+                                lambda iw: fl.decode_jpeg_rows(prepared[iw[0]][0], prepared[iw[0]][1], iw[1]),
+                                windows[s], args.rounds)
+            cells.append(f"{t:.3f} ({orig:.3f})")
         print(f"| prepared, restart every {restart_rows} MCU row{'s' if restart_rows > 1 else ''} | "
               f"{size / size_orig:.3f} | {full:.3f} ({full_orig:.3f}) | " + " | ".join(cells) + " |")
 
     # Finer intervals (per MCU) from PIL re-encodes: cost only, no partial decode.
     base = [as_tensor(pil_encode(p, optimize=True)) for p in pixels]
     base_size = sum(d.numel() for d in base)
-    base_full = per_call_ms(lambda d: fl.decode_jpeg(d), base, args.rounds)
     print()
     print("| PIL re-encode, optimised Huffman | size vs no restarts | full decode ms (no restarts) |")
     print("|---|---|---|")
-    print(f"| no restarts | 1.000 | {base_full:.3f} |")
+    indices = list(range(len(pixels)))
     for blocks in (1, 4, 16):
         files = [as_tensor(pil_encode(p, optimize=True, restart_marker_blocks=blocks)) for p in pixels]
-        full = per_call_ms(lambda d: fl.decode_jpeg(d), files, args.rounds)
+        base_full, full = paired_ms(lambda i: fl.decode_jpeg(base[i]), lambda i: fl.decode_jpeg(files[i]), indices,
+                                    args.rounds)
         print(f"| restart every {blocks} MCU{'s' if blocks > 1 else ''} | "
               f"{sum(d.numel() for d in files) / base_size:.3f} | {full:.3f} ({base_full:.3f}) |")
-
 
 if __name__ == "__main__":
     main()

@@ -11,10 +11,12 @@
 // a segment's coefficients do not depend on the segments before it; the IDCT works per
 // block; only chroma upsampling looks across rows. libjpeg's fancy upsampling of a
 // vertically subsampled component (4:2:0, 4:4:0...) reads the chroma row above and
-// below, and at the band's edge it replicates the edge row instead: so the band gets one
-// extra MCU row on each side where such a component exists (an MCU row holds at least
-// one chroma row, at every DCT scale), and those rows are not returned. Without
-// vertical subsampling (4:4:4, 4:2:2, 4:1:1, gray, CMYK) rows are independent.
+// below, and at the band's edge it replicates the edge row instead. That changes only
+// the band's first and last scaled rows, so the band gets one extra MCU row (which
+// holds at least one chroma row at every DCT scale) on the side where the window
+// includes the first or last scaled row of its MCU row, and those rows are not
+// returned. Without vertical subsampling (4:4:4, 4:2:2, 4:1:1, gray, CMYK) rows are
+// independent.
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
@@ -100,8 +102,15 @@ void decode_jpeg_rows(const uint8_t* data, size_t size, const int64_t* seg, int6
   int row0 = top / L.mcu_height;
   int row1 = (bottom + L.mcu_height - 1) / L.mcu_height;
   if (L.vertical_upsampling) {
-    row0 = std::max(row0 - 1, 0);
-    row1 = std::min(row1 + 1, L.mcu_rows);
+    // Only the first and the last scaled row of an MCU row read the neighbouring MCU
+    // row's chroma (the triangle filter spans adjacent chroma rows): a window that
+    // starts below its MCU row's first scaled row, or ends above its last, needs no
+    // context on that side. A scaled row covers scale_denom full-resolution rows.
+    const int d = scale_denom;
+    if (top % L.mcu_height < d) row0 = std::max(row0 - 1, 0);
+    if (bottom % L.mcu_height == 0 || bottom % L.mcu_height > L.mcu_height - d) {
+      row1 = std::min(row1 + 1, L.mcu_rows);
+    }
   }
   const int64_t K = segment_rows - 1;
   const int64_t first = row0 / L.restart_rows;

@@ -188,17 +188,21 @@ def test_rows_decode_equals_decode_jpeg_window_of_the_original(name, restart_row
                 np.testing.assert_array_equal(got, want, err_msg=f"{name} window={window} 1/{scale} c={channels}")
 
 
-@pytest.mark.parametrize("name", ["rgb420_120x161", "sampled_440", "sampled_1x4", "progressive420_97x131"])
-def test_rows_decode_of_every_band_of_two_rows_matches(name):
-    # Every 2-row window (all band boundaries and all positions inside an MCU row):
-    # where chroma is upsampled vertically, a band without its context rows differs
-    # at the window's first or last row.
+@pytest.mark.parametrize("scale", [1, 2, 4])
+@pytest.mark.parametrize("name", ["rgb420_120x161", "sampled_440", "sampled_1x4", "sampled_2x4",
+                                  "progressive420_97x131"])
+def test_rows_decode_of_every_thin_band_matches(name, scale):
+    # Windows of 1 to scale + 1 rows at every position (every band boundary, every row
+    # inside an MCU row): where chroma is upsampled vertically, a band without its
+    # context rows differs at the window's first or last row.
     data = CORPUS[name]
     jpeg, segments = transcode(data, 1)
     h, w = fl.jpeg_header(jpeg)[:2]
-    full = decode(data)
-    for top in range(0, h - 1):
-        np.testing.assert_array_equal(rows(jpeg, segments, (top, 0, 2, w)), full[top:top + 2], err_msg=f"top={top}")
+    for height in (1, scale + 1):
+        for top in range(0, h - height + 1):
+            window = (top, 0, height, w)
+            np.testing.assert_array_equal(rows(jpeg, segments, window, scale), decode(data, window, scale),
+                                          err_msg=f"window={window}")
 
 
 def test_rows_decode_reads_only_the_segments_it_needs():
