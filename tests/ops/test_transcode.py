@@ -110,7 +110,8 @@ def test_segments_index_each_restart_segment(name, restart_rows):
     assert segments.shape[0] == k + 1
     offsets, first_rows = segments[:, 0].tolist(), segments[:, 1].tolist()
     assert first_rows == [restart_rows * i for i in range(k)] + [mcu_rows]
-    assert b[offsets[0] - 14:offsets[0]].find(b"\xff\xda") >= 0 or b.rfind(b"\xff\xda", 0, offsets[0]) > 0
+    sos = b.rfind(b"\xff\xda", 0, offsets[0])  # the header ends with the SOS segment
+    assert sos > 0 and sos + 2 + int.from_bytes(b[sos + 2:sos + 4], "big") == offsets[0]
     for i in range(1, k):
         assert b[offsets[i] - 2:offsets[i]] == bytes([0xFF, 0xD0 + (i - 1) % 8])
     assert offsets[-1] == len(b) and b[-2:] == b"\xff\xd9"
