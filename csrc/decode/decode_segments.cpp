@@ -1,0 +1,197 @@
+// Partial decode of a prepared JPEG: only the restart segments covering a window's rows
+// are entropy-decoded. Op fastload::decode_jpeg_rows (CPU). See transcode.h.
+//
+// The segments needed are put into a small JPEG in memory: the file's header (SOF
+// height patched to the rows kept, APPn/COM other than JFIF and Adobe dropped), the
+// segments with their restart markers renumbered from RST0 (libjpeg expects the
+// sequence to start again), and EOI. That is a valid JPEG of a horizontal band of the
+// image, which decode_jpeg_window decodes (columns, DCT scale, colour) as for any file.
+//
+// Why the band's pixels equal the whole image's: a restart resets the DC predictors, so
+// a segment's coefficients do not depend on the segments before it; the IDCT works per
+// block; only chroma upsampling looks across rows. libjpeg's fancy upsampling of a
+// vertically subsampled component (4:2:0, 4:4:0...) reads the chroma row above and
+// below, and at the band's edge it replicates the edge row instead. That changes only
+// the band's first and last scaled rows, so the band gets one extra MCU row (which
+// holds at least one chroma row at every DCT scale) on the side where the window
+// includes the first or last scaled row of its MCU row, and those rows are not
+// returned. Without vertical subsampling (4:4:4, 4:2:2, 4:1:1, gray, CMYK) rows are
+// independent.
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "check.h"
+#include "decode/transcode.h"
+
+namespace fastload {
+namespace {
+
+// The band [first, last) of segments as a JPEG of its own, into `band`.
+void build_band(const uint8_t* data, const int64_t* seg, const PreparedLayout& L, int64_t first, int64_t last,
+                int band_height, std::vector<uint8_t>& band) {
+  size_t bytes = L.header_end + 2;
+  for (int64_t k = first; k < last; ++k) bytes += static_cast<size_t>(seg[2 * (k + 1)] - seg[2 * k]);
+  band.clear();
+  band.reserve(bytes);
+  band.push_back(0xFF);
+  band.push_back(0xD8);
+  // parse_prepared_header has checked the marker structure up to header_end.
+  size_t i = 2;
+  while (i < L.header_end) {
+    const uint8_t marker = data[i + 1];
+    const size_t length = (static_cast<size_t>(data[i + 2]) << 8) | data[i + 3];
+    const bool app_or_com = (marker >= 0xE0 && marker <= 0xEF) || marker == 0xFE;
+    const bool needed_app = (marker == 0xE0 && length >= 7 && std::memcmp(data + i + 4, "JFIF\0", 5) == 0) ||
+                            (marker == 0xEE && length >= 7 && std::memcmp(data + i + 4, "Adobe", 5) == 0);
+    if (!app_or_com || needed_app) {
+      const size_t at = band.size();
+      band.insert(band.end(), data + i, data + i + 2 + length);
+      if (i == L.sof_offset) {  // frame height: the band's rows
+        band[at + 5] = static_cast<uint8_t>(band_height >> 8);
+        band[at + 6] = static_cast<uint8_t>(band_height & 0xFF);
+      }
+    }
+    i += 2 + length;
+  }
+  for (int64_t k = first; k < last; ++k) {
+    // Segment k's data and, except after the last one, a restart marker in sequence.
+    band.insert(band.end(), data + seg[2 * k], data + seg[2 * (k + 1)] - 2);
+    band.push_back(0xFF);
+    band.push_back(k + 1 < last ? static_cast<uint8_t>(0xD0 + ((k - first) & 7)) : 0xD9);
+  }
+}
+
+}  // namespace
+
+void decode_jpeg_rows(const uint8_t* data, size_t size, const int64_t* seg, int64_t segment_rows, int top, int left,
+                      int height, int width, int scale_denom, int channels, int64_t max_pixels, DecodedWindow& out) {
+  if (scale_denom != 1 && scale_denom != 2 && scale_denom != 4 && scale_denom != 8) {
+    throw std::invalid_argument("expected scale_denom 1, 2, 4 or 8, got " + std::to_string(scale_denom));
+  }
+  if (channels != 1 && channels != 3) {
+    throw std::invalid_argument("expected channels 1 or 3, got " + std::to_string(channels));
+  }
+  if (size < 4 || !is_jpeg(data, size)) throw DecodeError("expected a JPEG (starting with FF D8 FF)");
+  const PreparedLayout L = check_segments(data, size, seg, segment_rows);
+  // The limits apply to the image, not to the smaller band libjpeg will see.
+  JpegInfo info;
+  info.height = L.height;
+  info.width = L.width;
+  info.components = L.components;
+  const std::string limit = jpeg_limit_error(data, size, info, max_pixels);
+  if (!limit.empty()) throw DecodeError(limit);
+
+  if (height <= 0) top = 0, height = L.height;
+  if (width <= 0) left = 0, width = L.width;
+  top = std::max(top, 0);
+  left = std::max(left, 0);
+  const int bottom = std::min(top + height, L.height);
+  if (top >= bottom || left >= L.width) {
+    throw std::invalid_argument("expected a window inside the " + std::to_string(L.height) + "x" +
+                                std::to_string(L.width) + " image, got [top=" + std::to_string(top) +
+                                ", left=" + std::to_string(left) + ", height=" + std::to_string(height) +
+                                ", width=" + std::to_string(width) + "]");
+  }
+  // MCU rows the window touches, widened for the upsampling context, then whole segments.
+  int row0 = top / L.mcu_height;
+  int row1 = (bottom + L.mcu_height - 1) / L.mcu_height;
+  if (L.vertical_upsampling) {
+    // Only the first and the last scaled row of an MCU row read the neighbouring MCU
+    // row's chroma (the triangle filter spans adjacent chroma rows): a window that
+    // starts below its MCU row's first scaled row, or ends above its last, needs no
+    // context on that side. A scaled row covers scale_denom full-resolution rows.
+    const int d = scale_denom;
+    if (top % L.mcu_height < d) row0 = std::max(row0 - 1, 0);
+    if (bottom % L.mcu_height == 0 || bottom % L.mcu_height > L.mcu_height - d) {
+      row1 = std::min(row1 + 1, L.mcu_rows);
+    }
+  }
+  const int64_t K = segment_rows - 1;
+  const int64_t first = row0 / L.restart_rows;
+  const int64_t last = std::min<int64_t>((row1 + L.restart_rows - 1) / L.restart_rows, K);
+  if (first == 0 && last == K) {
+    decode_jpeg_window(data, size, top, left, bottom - top, width, scale_denom, channels, 0, out);
+    return;
+  }
+  const int y0 = static_cast<int>(first) * L.restart_rows * L.mcu_height;
+  const int y1 = std::min(static_cast<int>(last) * L.restart_rows * L.mcu_height, L.height);
+  std::vector<uint8_t> band;
+  build_band(data, seg, L, first, last, y1 - y0, band);
+  decode_jpeg_window(band.data(), band.size(), top - y0, left, bottom - top, width, scale_denom, channels, 0, out);
+  // y0 is a multiple of 8, hence of the scale: band row j is scaled row y0 / d + j.
+  out.top += y0 / scale_denom;
+  out.scaled_height = (L.height + scale_denom - 1) / scale_denom;
+}
+
+// ---- op ---------------------------------------------------------------------------
+namespace {
+
+at::Tensor decode_jpeg_rows_op(const at::Tensor& jpeg, const at::Tensor& segments, c10::IntArrayRef window,
+                               int64_t scale_denom, int64_t channels, int64_t max_pixels) {
+  constexpr const char* op = "decode_jpeg_rows";
+  FASTLOAD_CHECK(jpeg.device().is_cpu() && jpeg.scalar_type() == at::kByte && jpeg.dim() == 1 && jpeg.is_contiguous(),
+                 op, "expected the prepared JPEG's bytes as a contiguous 1-D uint8 CPU tensor, got ",
+                 jpeg.scalar_type(), " of shape ", jpeg.sizes(), " on ", jpeg.device(), ".");
+  FASTLOAD_CHECK(jpeg.numel() > 0, op, "expected a prepared JPEG, got 0 bytes. Re-create it with transcode_jpeg.");
+  FASTLOAD_CHECK(is_jpeg(jpeg.data_ptr<uint8_t>(), static_cast<size_t>(jpeg.numel())), op,
+                 "expected a JPEG (starting with FF D8 FF), got ", jpeg.numel(),
+                 " bytes that are not one. Pass transcode_jpeg's first result.");
+  FASTLOAD_CHECK(segments.device().is_cpu() && segments.scalar_type() == at::kLong && segments.dim() == 2 &&
+                     segments.size(1) == 2,
+                 op, "expected segments as an int64 [K + 1, 2] CPU tensor (transcode_jpeg's second result), got ",
+                 segments.scalar_type(), " of shape ", segments.sizes(), " on ", segments.device(), ".");
+  FASTLOAD_CHECK_VALUE(scale_denom == 1 || scale_denom == 2 || scale_denom == 4 || scale_denom == 8, op,
+                       "expected scale_denom 1, 2, 4 or 8, got ", scale_denom,
+                       ". libjpeg-turbo's other scales take slow paths; resize afterwards instead.");
+  FASTLOAD_CHECK_VALUE(channels == 1 || channels == 3, op, "expected channels 1 (luma) or 3 (RGB), got ", channels,
+                       ".");
+  FASTLOAD_CHECK_VALUE(window.empty() || window.size() == 4, op,
+                       "expected window [] or [top, left, height, width], got ", window.size(), " values.");
+  const at::Tensor seg = segments.contiguous();
+  const auto* bytes = jpeg.data_ptr<uint8_t>();
+  const auto size = static_cast<size_t>(jpeg.numel());
+  int top = 0, left = 0, height = 0, width = 0;
+  auto out = std::make_unique<DecodedWindow>();
+  try {
+    const PreparedLayout L = check_segments(bytes, size, seg.data_ptr<int64_t>(), seg.size(0));
+    if (!window.empty()) {
+      FASTLOAD_CHECK_VALUE(window[0] >= 0 && window[1] >= 0 && window[2] > 0 && window[3] > 0 &&
+                               window[0] + window[2] <= L.height && window[1] + window[3] <= L.width,
+                           op, "expected a window [top, left, height, width] inside the ", L.height, "x", L.width,
+                           " image with height, width > 0, got ", window,
+                           ". Clamp the crop to the image size (see jpeg_header).");
+      top = static_cast<int>(window[0]);
+      left = static_cast<int>(window[1]);
+      height = static_cast<int>(window[2]);
+      width = static_cast<int>(window[3]);
+    }
+    decode_jpeg_rows(bytes, size, seg.data_ptr<int64_t>(), seg.size(0), top, left, height, width,
+                     static_cast<int>(scale_denom), static_cast<int>(channels), max_pixels, *out);
+  } catch (const DecodeError& e) {
+    FASTLOAD_CHECK(false, op, e.what(), ".");
+  } catch (const std::invalid_argument& e) {
+    FASTLOAD_CHECK_VALUE(false, op, e.what(), ".");
+  }
+  // The exact scaled window, as decode_jpeg returns it.
+  const int d = static_cast<int>(scale_denom);
+  const int s_left = window.empty() ? 0 : left / d;
+  const int s_right = window.empty() ? out->scaled_width : (left + width + d - 1) / d;
+  const int64_t h = out->height, w = out->width, c = out->channels;
+  DecodedWindow* raw = out.release();
+  at::Tensor pixels = at::from_blob(
+      raw->pixels.data(), {h, w, c}, [raw](void*) { delete raw; }, at::TensorOptions().dtype(at::kByte));
+  if (s_left == raw->left && s_right - s_left == w) return pixels;
+  return pixels.narrow(1, s_left - raw->left, s_right - s_left).contiguous();
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(fastload, CPU, m) { m.impl("decode_jpeg_rows", &decode_jpeg_rows_op); }
+
+}  // namespace fastload
