@@ -274,10 +274,11 @@ def ks_critical(n, m) -> float:
 
 def chi2_homogeneity(counts_a, counts_b) -> float:
     a, b = np.asarray(counts_a, np.float64), np.asarray(counts_b, np.float64)
+    keep = (a + b) > 0  # cells neither sample has carry no information
+    a, b = a[keep], b[keep]
     total = a + b
     expected_a, expected_b = total * a.sum() / total.sum(), total * b.sum() / total.sum()
-    keep = total > 0
-    return float((((a - expected_a) ** 2 / expected_a) + ((b - expected_b) ** 2 / expected_b))[keep].sum())
+    return float(((a - expected_a) ** 2 / expected_a + (b - expected_b) ** 2 / expected_b).sum())
 
 
 def two_proportion_z(k1, n1, k2, n2) -> float:

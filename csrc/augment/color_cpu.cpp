@@ -281,7 +281,8 @@ at::Tensor erase_cpu(const at::Tensor& image, at::IntArrayRef box, at::ArrayRef<
   check_image(image, op, /*float_only=*/true);
   const int64_t channels = image.size(2);
   FASTLOAD_CHECK_VALUE(box.size() == 4 && box[0] >= 0 && box[1] >= 0 && box[2] >= 0 && box[3] >= 0 &&
-                           box[0] + box[2] <= image.size(0) && box[1] + box[3] <= image.size(1),
+                           box[0] <= image.size(0) && box[2] <= image.size(0) - box[0] &&
+                           box[1] <= image.size(1) && box[3] <= image.size(1) - box[1],
                        op, "expected box (top, left, height, width) inside the ", image.size(0), "x", image.size(1),
                        " image, got ", box, ".");
   FASTLOAD_CHECK_VALUE(value.size() == 0 || value.size() == 1 || static_cast<int64_t>(value.size()) == channels, op,
