@@ -244,7 +244,7 @@ def test_erase_random_values_are_the_samples_normals_in_torchvision_layout():
 
 @needs_ops
 def test_erase_random_values_are_standard_normal():
-    ours = color.erase_normals(1, 0, 5, DRAWS)
+    ours = ops.erase(torch.zeros(1, DRAWS, 1), [0, 0, 1, DRAWS], [], 1, 0, 5).flatten().numpy()
     torch.manual_seed(0)
     theirs = torch.empty(DRAWS).normal_().numpy()
     assert ks_statistic(ours, theirs) < ks_critical(DRAWS, DRAWS)
@@ -342,10 +342,13 @@ def test_random_grayscale_probability_matches_torchvision():
 ERASE_DRAWS = 40_000  # torchvision's get_params costs ~60 us a call here: 40k keep it near 3 s
 
 
-@pytest.fixture(scope="module")
-def erasing_draws():
+# torchvision's defaults, and a ratio range far from symmetric around 1 (where a swap of
+# height and width would show).
+@pytest.fixture(scope="module", params=[dict(p=0.6), dict(p=0.6, scale=(0.05, 0.2), ratio=(1.0, 4.0))],
+                ids=["defaults", "tall"])
+def erasing_draws(request):
     height, width = 32, 24
-    spec = color.RandomErasing(p=0.6)
+    spec = color.RandomErasing(**request.param)
     ours = spec.params(torch.arange(DRAWS), seed=5, epoch=1, height=height, width=width).numpy()
     torch.manual_seed(0)
     image = torch.zeros(3, height, width)
