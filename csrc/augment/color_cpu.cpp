@@ -292,14 +292,15 @@ at::Tensor erase_cpu(const at::Tensor& image, at::IntArrayRef box, at::ArrayRef<
   const auto img = view_of<float>(out);
   const EraseBox b = {static_cast<int>(box[0]), static_cast<int>(box[1]), static_cast<int>(box[2]),
                       static_cast<int>(box[3])};
+  const SampleRng values = augment::color::erase_value_rng(seed, epoch, index);
   for (int64_t y = b.top; y < b.top + b.height; ++y)
     for (int64_t x = b.left; x < b.left + b.width; ++x) {
       float* px = img.pixel(y, x);
       for (int64_t c = 0; c < channels; ++c) {
         if (value.empty()) {
           px[c] = augment::color::erase_normal(
-              seed, epoch, index, augment::color::erase_element(b, static_cast<int>(c), static_cast<int>(y),
-                                                                static_cast<int>(x)));
+              values, augment::color::erase_element(b, static_cast<int>(c), static_cast<int>(y),
+                                                    static_cast<int>(x)));
         } else {
           px[c] = static_cast<float>(value.size() == 1 ? value[0] : value[c]);
         }

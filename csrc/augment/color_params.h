@@ -98,14 +98,22 @@ FASTLOAD_HD EraseBox random_erasing_box(int height, int width, double p, double 
   return random_erasing_box(height, width, p, scale_min, scale_max, ratio_min, ratio_max, rng);
 }
 
+// A sample's value stream, keyed once per sample (a kernel hoists it out of its pixel loop).
+FASTLOAD_HD SampleRng erase_value_rng(int64_t seed, int64_t epoch, int64_t index) {
+  return SampleRng(seed, epoch, index, kEraseValueStream);
+}
+
 // The standard normal of element `element` (erase_element) of a sample's random
 // patch: Box-Muller on uniforms 2k+1 and 2k+2 of the sample's value stream.
-FASTLOAD_HD float erase_normal(int64_t seed, int64_t epoch, int64_t index, int64_t element) {
-  SampleRng rng(seed, epoch, index, kEraseValueStream);
+FASTLOAD_HD float erase_normal(SampleRng rng, int64_t element) {
   rng.counter = 2 * static_cast<uint64_t>(element);
   const double u1 = rng.uniform(), u2 = rng.uniform();
   // 1 - u1 lies in (0, 1]: the log is finite.
   return static_cast<float>(sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586 * u2));
+}
+
+FASTLOAD_HD float erase_normal(int64_t seed, int64_t epoch, int64_t index, int64_t element) {
+  return erase_normal(erase_value_rng(seed, epoch, index), element);
 }
 
 }  // namespace fastload::augment::color
