@@ -43,6 +43,17 @@ TORCH_LIBRARY(fastload, m) {
       "decode_jpeg_cuda(Tensor[] datas, int channels=3, Device device=\"cuda\", "
       "int max_pixels=178956970) -> (Tensor[], Tensor)");
 
+  // ---- prepared JPEGs (csrc/decode/transcode.h) ------------------------------
+  // Lossless DCT-domain transcode to a prepared JPEG: baseline, optimised Huffman
+  // tables, a restart marker every restart_rows MCU rows. Returns (jpeg uint8 [N],
+  // segments int64 [K + 1, 2]); see csrc/decode/transcode.h for the index.
+  m.def("transcode_jpeg(Tensor data, int restart_rows=1, int max_pixels=178956970) -> (Tensor, Tensor)");
+  // decode_jpeg's result for the window of a prepared JPEG, entropy-decoding only the
+  // restart segments its rows need.
+  m.def(
+      "decode_jpeg_rows(Tensor jpeg, Tensor segments, int[] window=[], int scale_denom=1, int channels=3, "
+      "int max_pixels=178956970) -> Tensor");
+
   // ---- augment (csrc/augment) -----------------------------------------------
   // image: uint8 HWC (channel and column strides packed, any row stride).
   // box: [top, left, height, width] floats in image pixels. Output pixel centres map
@@ -59,6 +70,27 @@ TORCH_LIBRARY(fastload, m) {
   m.def(
       "crop_resize_flip_normalize_batch(Tensor images, Tensor shapes, Tensor boxes, "
       "Tensor flips, float scale, Tensor mean, Tensor std, Tensor(a!) out) -> ()");
+
+  // ---- colour (csrc/augment/color.h) ------------------------------------------
+  // image: HWC [H, W, 1 or 3], uint8 (torchvision's PIL semantics) or float32 in [0, 1]
+  // (its tensor semantics); packed pixels, any row stride. Returns a new HWC image.
+  m.def("adjust_brightness(Tensor image, float factor) -> Tensor");
+  m.def("adjust_contrast(Tensor image, float factor) -> Tensor");
+  m.def("adjust_saturation(Tensor image, float factor) -> Tensor");
+  m.def("adjust_hue(Tensor image, float factor) -> Tensor");
+  // ColorJitter with drawn parameters: order = 4 op ids, factors[op] (NaN = off).
+  m.def("color_jitter(Tensor image, int[] order, float[] factors) -> Tensor");
+  m.def("rgb_to_grayscale(Tensor image, int num_output_channels) -> Tensor");
+  // float32 HWC image; box (top, left, height, width); value [] = random normals.
+  m.def("erase(Tensor image, int[] box, float[] value, int seed, int epoch, int index) -> Tensor");
+  // Random parameters, pure functions of (seed, epoch, index):
+  // (order int64 [N, 4], factors float32 [N, 4]); ranges = (min, max) per op, NaN pair = off.
+  m.def("color_jitter_params(Tensor indices, int seed, int epoch, float[] ranges) -> (Tensor, Tensor)");
+  m.def("random_grayscale_params(Tensor indices, int seed, int epoch, float p) -> Tensor");
+  // Boxes int64 [N, 4] (top, left, height, width), zeros = nothing erased.
+  m.def(
+      "random_erasing_params(Tensor indices, int seed, int epoch, int height, int width, "
+      "float p, float[] scale, float[] ratio) -> Tensor");
 }
 
 namespace fastload {
@@ -256,11 +288,6 @@ void bind_plan(py::module_& m) {
         "each region (boxes, clamps from regions_of) can reach, and each box relative to its view "
         "(float32 [N, 4]). scale_denom: the images were decoded at DCT scale 1/scale_denom; origins "
         "int64 [N, 2]: where each decoded image starts in the scaled whole image (a window).");
-  // transition: removed once callers use region_of / regions_of
-  m.def("plan_region", &region_tuple, py::arg("plan"), py::arg("height"), py::arg("width"), py::arg("epoch"),
-        py::arg("index"), "Old name of region_of.");
-  m.def("plan_regions", &regions_tuple, py::arg("plan"), py::arg("sizes"), py::arg("samples"), py::arg("epoch"),
-        "Old name of regions_of.");
 }
 
 void bind_engine(py::module_& m) {

@@ -311,34 +311,6 @@ at::Tensor erase_cpu(const at::Tensor& image, at::IntArrayRef box, at::ArrayRef<
 
 }  // namespace
 
-TORCH_LIBRARY_FRAGMENT(fastload, m) {
-  // schema: moves to fastload.cpp
-  // image: HWC [H, W, 1 or 3], uint8 (torchvision's PIL semantics) or float32 in [0, 1]
-  // (its tensor semantics); packed pixels, any row stride. Returns a new HWC image.
-  m.def("adjust_brightness(Tensor image, float factor) -> Tensor");  // schema: moves to fastload.cpp
-  m.def("adjust_contrast(Tensor image, float factor) -> Tensor");  // schema: moves to fastload.cpp
-  m.def("adjust_saturation(Tensor image, float factor) -> Tensor");  // schema: moves to fastload.cpp
-  m.def("adjust_hue(Tensor image, float factor) -> Tensor");  // schema: moves to fastload.cpp
-  // ColorJitter with drawn parameters: order = 4 op ids, factors[op] (NaN = off).
-  m.def("color_jitter(Tensor image, int[] order, float[] factors) -> Tensor");  // schema: moves to fastload.cpp
-  m.def("rgb_to_grayscale(Tensor image, int num_output_channels) -> Tensor");  // schema: moves to fastload.cpp
-  // float32 HWC image; box (top, left, height, width); value [] = random normals.
-  m.def(
-      "erase(Tensor image, int[] box, float[] value, int seed, int epoch, int index) "
-      "-> Tensor");  // schema: moves to fastload.cpp
-  // Random parameters, pure functions of (seed, epoch, index):
-  // (order int64 [N, 4], factors float32 [N, 4]); ranges = (min, max) per op, NaN pair = off.
-  m.def(
-      "color_jitter_params(Tensor indices, int seed, int epoch, float[] ranges) "
-      "-> (Tensor, Tensor)");  // schema: moves to fastload.cpp
-  m.def(
-      "random_grayscale_params(Tensor indices, int seed, int epoch, float p) "
-      "-> Tensor");  // schema: moves to fastload.cpp
-  // Boxes int64 [N, 4] (top, left, height, width), zeros = nothing erased.
-  m.def(
-      "random_erasing_params(Tensor indices, int seed, int epoch, int height, int width, "
-      "float p, float[] scale, float[] ratio) -> Tensor");  // schema: moves to fastload.cpp
-}
 
 TORCH_LIBRARY_IMPL(fastload, CPU, m) {
   m.impl("adjust_brightness", &adjust_brightness_cpu);

@@ -27,12 +27,6 @@
 
 namespace fastload::augment::color {
 
-// transition: ParamStream entries once merged
-constexpr ParamStream kColorJitterStream = static_cast<ParamStream>(3);
-constexpr ParamStream kGrayscaleStream = static_cast<ParamStream>(4);
-constexpr ParamStream kEraseStream = static_cast<ParamStream>(5);
-constexpr ParamStream kEraseValueStream = static_cast<ParamStream>(6);
-
 // ColorJitter's ranges, per ColorOp; enabled[op] false where torchvision holds None.
 struct JitterRanges {
   double min[4];
@@ -58,12 +52,12 @@ FASTLOAD_HD JitterParams color_jitter_params(const JitterRanges& ranges, SampleR
 
 FASTLOAD_HD JitterParams color_jitter_params(const JitterRanges& ranges, int64_t seed, int64_t epoch,
                                              int64_t index) {
-  SampleRng rng(seed, epoch, index, kColorJitterStream);
+  SampleRng rng(seed, epoch, index, ParamStream::kColorJitter);
   return color_jitter_params(ranges, rng);
 }
 
 FASTLOAD_HD bool random_grayscale(double p, int64_t seed, int64_t epoch, int64_t index) {
-  SampleRng rng(seed, epoch, index, kGrayscaleStream);
+  SampleRng rng(seed, epoch, index, ParamStream::kGrayscale);
   return rng.uniform() < p;
 }
 
@@ -94,13 +88,13 @@ FASTLOAD_HD EraseBox random_erasing_box(int height, int width, double p, double 
 FASTLOAD_HD EraseBox random_erasing_box(int height, int width, double p, double scale_min, double scale_max,
                                         double ratio_min, double ratio_max, int64_t seed, int64_t epoch,
                                         int64_t index) {
-  SampleRng rng(seed, epoch, index, kEraseStream);
+  SampleRng rng(seed, epoch, index, ParamStream::kErase);
   return random_erasing_box(height, width, p, scale_min, scale_max, ratio_min, ratio_max, rng);
 }
 
 // A sample's value stream, keyed once per sample (a kernel hoists it out of its pixel loop).
 FASTLOAD_HD SampleRng erase_value_rng(int64_t seed, int64_t epoch, int64_t index) {
-  return SampleRng(seed, epoch, index, kEraseValueStream);
+  return SampleRng(seed, epoch, index, ParamStream::kEraseValue);
 }
 
 // The standard normal of element `element` (erase_element) of a sample's random

@@ -15,7 +15,14 @@
 namespace fastload {
 
 // Streams keep the draws of different ops independent for one sample.
-enum class ParamStream : uint64_t { kCrop = 1, kFlip = 2 };
+enum class ParamStream : uint64_t {
+  kCrop = 1,
+  kFlip = 2,
+  kColorJitter = 3,
+  kGrayscale = 4,
+  kErase = 5,
+  kEraseValue = 6,
+};
 
 FASTLOAD_HD uint64_t splitmix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;

@@ -402,17 +402,6 @@ std::tuple<at::Tensor, at::Tensor> transcode_jpeg_op(const at::Tensor& data, int
 
 }  // namespace
 
-TORCH_LIBRARY_FRAGMENT(fastload, m) {
-  // Lossless DCT-domain transcode to a prepared JPEG: baseline, optimised Huffman
-  // tables, a restart marker every restart_rows MCU rows. Returns (jpeg uint8 [N],
-  // segments int64 [K + 1, 2]); see csrc/decode/transcode.h for the index.
-  m.def("transcode_jpeg(Tensor data, int restart_rows=1, int max_pixels=178956970) -> (Tensor, Tensor)");  // schema: moves to fastload.cpp
-  // decode_jpeg's result for the window of a prepared JPEG, entropy-decoding only the
-  // restart segments its rows need.
-  m.def(
-      "decode_jpeg_rows(Tensor jpeg, Tensor segments, int[] window=[], int scale_denom=1, int channels=3, "
-      "int max_pixels=178956970) -> Tensor");  // schema: moves to fastload.cpp
-}
 
 TORCH_LIBRARY_IMPL(fastload, CPU, m) { m.impl("transcode_jpeg", &transcode_jpeg_op); }
 
