@@ -276,8 +276,8 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         self.decode_on = check_decode_on(decode_on)
         self._errors = ErrorPolicy(on_error, owner=_PREFIX)
         self.on_error = self._errors.mode
-        self.distributed = _check_distributed(distributed)
-        self.uneven = _check_uneven(uneven)
+        self.distributed = sampling.check_distributed(distributed)
+        self.uneven = sampling.check_uneven(uneven)
         self.seed = _check_seed(seed)
         self.dct_scaling = _check_dct_scaling(dct_scaling, exact)
 
@@ -520,19 +520,6 @@ def _check_accelerate(accelerate: Any) -> Union[str, bool]:
                                          and not isinstance(accelerate, str)):
         raise ValueError(f"{_PREFIX}: expected accelerate='auto', True or False, got {accelerate!r}.")
     return accelerate
-
-
-def _check_distributed(distributed: Any) -> Union[str, bool]:
-    if distributed not in ("auto", True, False) or (isinstance(distributed, (int, float))
-                                                    and not isinstance(distributed, bool)):
-        raise ValueError(f"{_PREFIX}: expected distributed='auto', True or False, got {distributed!r}.")
-    return distributed
-
-
-def _check_uneven(uneven: Any) -> str:
-    if uneven not in sampling.UNEVEN_MODES:
-        raise ValueError(f"{_PREFIX}: expected uneven in {sampling.UNEVEN_MODES}, got {uneven!r}.")
-    return uneven
 
 
 def _check_seed(seed: Any) -> Optional[int]:

@@ -5,7 +5,7 @@ the docstrings, and their fake kernels in fastload/_meta.py. Each op has a plain
 twin in fastload/reference.py.
 
 The transform specs (RandomResizedCrop, ...) that fastload datasets take as `ops=[...]`
-are re-exported here too, so `from fastload import ops` gives both.
+are re-exported here too (their public home is fastload.transforms).
 """
 
 from __future__ import annotations
@@ -246,7 +246,140 @@ def crop_resize_flip_normalize_batch(
     return out
 
 
-# The transform specs that native datasets take as ops=[...].
+# ---- prepared JPEGs ----------------------------------------------------------------
+
+
+def transcode_jpeg(data: torch.Tensor, restart_rows: int = 1, *,
+                   max_pixels: int = DEFAULT_MAX_PIXELS) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Losslessly transcodes a JPEG into a prepared one whose rows decode apart.
+
+    In the DCT domain (no pixel changes): baseline, optimised Huffman tables, a restart
+    marker every `restart_rows` MCU rows, APPn/COM markers kept (EXIF, ICC).
+
+    Args:
+        data: uint8 1-D contiguous CPU tensor with the file's bytes.
+        restart_rows: MCU rows per restart segment, 1..8.
+        max_pixels: refuse images with more pixels (<= 0: no limit).
+
+    Returns:
+        (jpeg uint8 [M], segments int64 [K + 1, 2]): row k < K is (byte offset of restart
+        segment k's entropy data, its first MCU row); row K is (len(jpeg), MCU rows).
+        decode_jpeg(jpeg) equals decode_jpeg(data) bit for bit.
+
+    Raises:
+        RuntimeError: corrupt, over-limit, or progressive data whose scans leave
+            coefficient bits unsent (a baseline copy could not reproduce it).
+
+    Example:
+        >>> import io, PIL.Image, torch
+        >>> buf = io.BytesIO(); PIL.Image.new("RGB", (40, 33), "teal").save(buf, "JPEG")
+        >>> data = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
+        >>> jpeg, segments = transcode_jpeg(data)
+        >>> torch.equal(decode_jpeg(jpeg), decode_jpeg(data)), segments.shape
+        (True, torch.Size([4, 2]))
+    """
+    return tuple(_ops().transcode_jpeg(data, restart_rows, max_pixels))
+
+
+def decode_jpeg_rows(jpeg: torch.Tensor, segments: torch.Tensor, window: Optional[Sequence[int]] = None,
+                     scale_denom: int = 1, channels: int = 3, *,
+                     max_pixels: int = DEFAULT_MAX_PIXELS) -> torch.Tensor:
+    """decode_jpeg(original, window, scale_denom, channels) of a prepared JPEG (from
+    transcode_jpeg), entropy-decoding only the restart segments the window's rows need.
+
+    Args:
+        jpeg, segments: what transcode_jpeg returned.
+        window, scale_denom, channels, max_pixels: as for decode_jpeg.
+
+    Returns:
+        uint8 [h, w, channels], equal to decode_jpeg's result on the original file.
+
+    Raises:
+        RuntimeError: `segments` does not describe `jpeg`, or corrupt data in a segment read.
+        ValueError: window outside the image, scale_denom or channels not allowed.
+
+    Example:
+        >>> import io, PIL.Image, torch
+        >>> buf = io.BytesIO(); PIL.Image.new("RGB", (40, 33), "teal").save(buf, "JPEG")
+        >>> data = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
+        >>> jpeg, segments = transcode_jpeg(data)
+        >>> torch.equal(decode_jpeg_rows(jpeg, segments, [17, 3, 9, 20]), decode_jpeg(data, [17, 3, 9, 20]))
+        True
+    """
+    return _ops().decode_jpeg_rows(jpeg, segments, list(window or []), scale_denom, channels, max_pixels)
+
+
+# ---- colour -------------------------------------------------------------------------
+# image: HWC [H, W, 1 or 3]: uint8 follows torchvision's PIL path (ImageEnhance blends,
+# uint8 after each step), float32 in [0, 1] its tensor path. See fastload/augment/color.py.
+
+
+def adjust_brightness(image: torch.Tensor, factor: float) -> torch.Tensor:
+    """torchvision's adjust_brightness on an HWC image; returns a new HWC image."""
+    return _ops().adjust_brightness(image, factor)
+
+
+def adjust_contrast(image: torch.Tensor, factor: float) -> torch.Tensor:
+    """torchvision's adjust_contrast (blend with the mean grey level) on an HWC image."""
+    return _ops().adjust_contrast(image, factor)
+
+
+def adjust_saturation(image: torch.Tensor, factor: float) -> torch.Tensor:
+    """torchvision's adjust_saturation (blend with the grey image) on an HWC image."""
+    return _ops().adjust_saturation(image, factor)
+
+
+def adjust_hue(image: torch.Tensor, factor: float) -> torch.Tensor:
+    """torchvision's adjust_hue (factor in [-0.5, 0.5]) on an HWC RGB image."""
+    return _ops().adjust_hue(image, factor)
+
+
+def color_jitter(image: torch.Tensor, order: Sequence[int], factors: Sequence[float]) -> torch.Tensor:
+    """ColorJitter with drawn parameters: `order` the 4 op ids (0 brightness, 1 contrast,
+    2 saturation, 3 hue) in application order, `factors[op]` (NaN: the op is off).
+
+    Example:
+        >>> import math, torch
+        >>> image = torch.full((2, 3, 3), 100, dtype=torch.uint8)
+        >>> color_jitter(image, [0, 1, 2, 3], [1.5, math.nan, math.nan, math.nan])[0, 0].tolist()
+        [150, 150, 150]
+    """
+    return _ops().color_jitter(image, list(order), [float(f) for f in factors])
+
+
+def rgb_to_grayscale(image: torch.Tensor, num_output_channels: int = 1) -> torch.Tensor:
+    """torchvision's Grayscale (PIL's convert("L") on uint8): [H, W, num_output_channels]."""
+    return _ops().rgb_to_grayscale(image, num_output_channels)
+
+
+def erase(image: torch.Tensor, box: Sequence[int], value: Sequence[float], seed: int, epoch: int,
+          index: int) -> torch.Tensor:
+    """RandomErasing's erase on a float32 HWC image: box (top, left, height, width) set to
+    `value` (one per channel, or one for all; [] = standard normals drawn from (seed,
+    epoch, index))."""
+    return _ops().erase(image, list(box), [float(v) for v in value], seed, epoch, index)
+
+
+def color_jitter_params(indices: torch.Tensor, seed: int, epoch: int,
+                        ranges: Sequence[float]) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Per sample (order int64 [N, 4], factors float32 [N, 4]) of ColorJitter, a pure
+    function of (seed, epoch, index); ranges: (min, max) per op, a NaN pair where off."""
+    return tuple(_ops().color_jitter_params(indices, seed, epoch, [float(r) for r in ranges]))
+
+
+def random_grayscale_params(indices: torch.Tensor, seed: int, epoch: int, p: float) -> torch.Tensor:
+    """bool [N]: which samples RandomGrayscale(p) turns grey, from (seed, epoch, index)."""
+    return _ops().random_grayscale_params(indices, seed, epoch, p)
+
+
+def random_erasing_params(indices: torch.Tensor, seed: int, epoch: int, height: int, width: int, p: float,
+                          scale: Sequence[float], ratio: Sequence[float]) -> torch.Tensor:
+    """int64 [N, 4] RandomErasing boxes (top, left, height, width) on height x width
+    images, torchvision's sampler from (seed, epoch, index); all zero: nothing erased."""
+    return _ops().random_erasing_params(indices, seed, epoch, height, width, p, list(scale), list(ratio))
+
+
+# The transform specs (fastload.transforms), also here under their older home.
 from fastload.augment.specs import (  # noqa: E402
     CenterCrop,
     Normalize,

@@ -25,7 +25,7 @@ OUT=build-sanitize
 PY=${PY:-.venv/bin/python}
 SANITIZERS=${SANITIZERS:-address,undefined,float-cast-overflow}
 TIMEOUT=${SANITIZE_TIMEOUT:-600}
-DEFAULT_TESTS="tests/fuzz tests/ops/test_decode_fuzz.py tests/ops/test_crop_resize_flip_normalize.py"
+DEFAULT_TESTS="tests/fuzz tests/ops/test_decode_fuzz.py tests/ops/test_crop_resize_flip_normalize.py tests/ops/test_transcode.py tests/test_color.py"
 
 fail() {
   echo "[sanitize] FAILED: $*" >&2

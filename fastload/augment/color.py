@@ -34,11 +34,10 @@ _OPS = ("brightness", "contrast", "saturation", "hue")
 
 
 def _native(name: str):
-    """The one place these specs reach the native ops (torch.ops.fastload.<name>)."""
-    from fastload import _ext
+    """The one place these specs reach the native ops (their wrappers in fastload.ops)."""
+    from fastload import ops
 
-    _ext.require_ops()
-    return getattr(torch.ops.fastload, name)
+    return getattr(ops, name)
 
 
 def _check_jitter_input(value, name, center=1.0, bound=(0, float("inf")), clip_first_on_zero=True) -> Range:

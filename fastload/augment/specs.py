@@ -5,9 +5,9 @@ Specs hold parameters only, never pixels. A list of them is reduced to one fused
 (antialiased bilinear), flip, normalise and cast in one pass.
 
 Example:
-    >>> from fastload import ops
-    >>> pipeline = [ops.RandomResizedCrop(224), ops.RandomHorizontalFlip(),
-    ...             ops.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])]
+    >>> from fastload import transforms as T
+    >>> pipeline = [T.RandomResizedCrop(224), T.RandomHorizontalFlip(),
+    ...             T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])]
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def _pair(size: Size, name: str) -> Tuple[int, int]:
     if len(size) == 1:
         size = (size[0], size[0])
     if len(size) != 2 or min(size) <= 0:
-        raise ValueError(f"fastload.ops.{name}: expected a positive int or (height, width), got {size}")
+        raise ValueError(f"fastload.transforms.{name}: expected a positive int or (height, width), got {size}")
     return size
 
 
@@ -53,7 +53,7 @@ class RandomResizedCrop:
         object.__setattr__(self, "ratio", tuple(float(r) for r in self.ratio))
         if self.scale[0] > self.scale[1] or self.ratio[0] > self.ratio[1] or self.ratio[0] <= 0:
             raise ValueError(
-                f"fastload.ops.RandomResizedCrop: expected scale and ratio as (min, max), got "
+                f"fastload.transforms.RandomResizedCrop: expected scale and ratio as (min, max), got "
                 f"scale={self.scale}, ratio={self.ratio}"
             )
 
@@ -81,19 +81,19 @@ class Resize:
         if isinstance(size, (list, tuple)):
             size = _pair(size, "Resize")
         elif not isinstance(size, int) or size <= 0:
-            raise ValueError(f"fastload.ops.Resize: expected a positive int or (height, width), got {self.size!r}")
+            raise ValueError(f"fastload.transforms.Resize: expected a positive int or (height, width), got {self.size!r}")
         object.__setattr__(self, "size", size)
         # torchvision checks these when resizing (so on the first image); a native plan
         # is fixed for the loader's lifetime, so refuse them here, in torchvision's words.
         if self.max_size is not None:
             if not isinstance(size, int):
                 raise ValueError(
-                    "fastload.ops.Resize: max_size should only be passed if size specifies the length of the "
+                    "fastload.transforms.Resize: max_size should only be passed if size specifies the length of the "
                     f"smaller edge, i.e. size should be an int, got size={self.size!r}, max_size={self.max_size!r}"
                 )
             if self.max_size <= size:
                 raise ValueError(
-                    f"fastload.ops.Resize: max_size = {self.max_size} must be strictly greater than the "
+                    f"fastload.transforms.Resize: max_size = {self.max_size} must be strictly greater than the "
                     f"requested size for the smaller edge size = {[size]}"
                 )
 
@@ -117,7 +117,7 @@ class RandomHorizontalFlip:
 
     def __post_init__(self):
         if not 0.0 <= self.p <= 1.0:
-            raise ValueError(f"fastload.ops.RandomHorizontalFlip: expected 0 <= p <= 1, got {self.p}")
+            raise ValueError(f"fastload.transforms.RandomHorizontalFlip: expected 0 <= p <= 1, got {self.p}")
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,7 @@ class Normalize:
         object.__setattr__(self, "mean", tuple(float(m) for m in self.mean))
         object.__setattr__(self, "std", tuple(float(s) for s in self.std))
         if any(s == 0 or not math.isfinite(s) for s in self.std):
-            raise ValueError(f"fastload.ops.Normalize: expected non-zero finite std, got {self.std}")
+            raise ValueError(f"fastload.transforms.Normalize: expected non-zero finite std, got {self.std}")
 
 
 @dataclass(frozen=True)

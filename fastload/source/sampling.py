@@ -79,6 +79,21 @@ class IndexOrder(Protocol):
 # Distributed setting
 
 
+def check_distributed(distributed: Any) -> Union[str, bool]:
+    """distributed, if it is "auto", True or False (else ValueError): the one check."""
+    if distributed not in ("auto", True, False) or (isinstance(distributed, (int, float))
+                                                    and not isinstance(distributed, bool)):
+        raise ValueError(f"fastload.DataLoader: expected distributed='auto', True or False, got {distributed!r}.")
+    return distributed
+
+
+def check_uneven(uneven: Any) -> str:
+    """uneven, if it is one of UNEVEN_MODES (else ValueError): the one check."""
+    if not isinstance(uneven, str) or uneven not in UNEVEN_MODES:
+        raise ValueError(f"fastload.DataLoader: expected uneven in {UNEVEN_MODES}, got {uneven!r}.")
+    return uneven
+
+
 def resolve_distributed(distributed: Union[bool, str] = "auto") -> Tuple[int, int]:
     """(rank, world_size): torch.distributed when initialised, else RANK/WORLD_SIZE from
     torchrun when distributed="auto"; True requires one of them; False gives (0, 1).
@@ -87,12 +102,8 @@ def resolve_distributed(distributed: Union[bool, str] = "auto") -> Tuple[int, in
         >>> resolve_distributed(False)
         (0, 1)
     """
-    if distributed is False:
+    if check_distributed(distributed) is False:
         return 0, 1
-    if distributed is not True and distributed != "auto":
-        raise ValueError(
-            f"fastload.DataLoader: expected distributed='auto', True or False, got {distributed!r}."
-        )
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return torch.distributed.get_rank(), torch.distributed.get_world_size()
     rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
@@ -726,8 +737,7 @@ def make_order(
             )
         return _UserOrder(dataset_len=dataset_len,
                           batch_sampler=torch.utils.data.BatchSampler(sampler, batch_size, drop_last))
-    if uneven not in UNEVEN_MODES:
-        raise ValueError(f"fastload.DataLoader: expected uneven in {UNEVEN_MODES}, got {uneven!r}.")
+    check_uneven(uneven)
     if (rank is None) != (world_size is None):
         raise ValueError("fastload.DataLoader: expected rank and world_size given together, got one of them.")
     if rank is None:

@@ -378,7 +378,7 @@ def check_windows_mode(case: Case, index: SampleIndex, results, where: str):
                           decode_on="cpu+gpu", device="cpu")
     try:
         for batch, expected in results:
-            at = f"{where}, batch {batch}, windows mode"
+            at = f"{where}, batch {batch}, cpu+gpu mode"
             try:
                 images, labels = runner.result(runner.submit(batch, case.epoch))
             except DecodeError as error:
