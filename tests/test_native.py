@@ -87,10 +87,10 @@ def test_imagefolder_discovers_like_torchvision(folder):
     assert [ours.index.source(i) for i in range(len(ours))] == [p for p, _ in theirs.samples]
 
 
-def test_train_batch_matches_reference_exact(folder):
+def test_train_batch_without_dct_scaling_matches_reference(folder):
     dataset = fastload.ImageFolder(folder, ops=TRAIN, seed=3)
     indices = list(range(len(dataset)))
-    (images, labels), stats = run(dataset, indices, epoch=2, exact=True)
+    (images, labels), stats = run(dataset, indices, epoch=2, dct_scaling=False)
     assert images.shape == (len(indices), 3, 32, 32) and images.dtype == torch.float32
     assert labels.tolist() == dataset.targets
     assert stats["pil_fallback"] == 1  # the PNG
@@ -108,7 +108,7 @@ def test_dct_scaled_decode_stays_close(tmp_path):
     pipeline = [ops.Resize(64), ops.CenterCrop(56)]
     dataset = fastload.ImageFolder(str(tmp_path), ops=pipeline)
     (scaled, _), _ = run(dataset, [0, 1, 2, 3])
-    (exact, _), _ = run(dataset, [0, 1, 2, 3], exact=True)
+    (exact, _), _ = run(dataset, [0, 1, 2, 3], dct_scaling=False)
     assert scaled.dtype == torch.uint8
     assert not torch.equal(scaled, exact)  # scaling really happened
     for i in range(4):
@@ -116,11 +116,11 @@ def test_dct_scaled_decode_stays_close(tmp_path):
 
 
 def test_eval_pipeline_matches_torchvision_pil(folder):
-    """exact=True: within 2 uint8 levels of torchvision + PIL on >= 99.9% of values."""
+    """dct_scaling=False: within 2 uint8 levels of torchvision + PIL on >= 99.9% of values."""
     transform = v2.Compose([v2.Resize(40), v2.CenterCrop(36), v2.PILToTensor()])
     theirs = torchvision.datasets.ImageFolder(folder, transform=transform)
     ours = fastload.ImageFolder(folder, ops=[ops.Resize(40), ops.CenterCrop(36)])
-    (images, labels), _ = run(ours, list(range(len(ours))), exact=True)
+    (images, labels), _ = run(ours, list(range(len(ours))), dct_scaling=False)
     expected = torch.stack([theirs[i][0] for i in range(len(theirs))])
     diff = (images.int() - expected.int()).abs()
     assert (diff <= 2).float().mean() >= 0.999, f"max diff {diff.max()}"
@@ -306,8 +306,8 @@ def test_device_modes_match_the_cpu_mode(folder, decode_on, pipeline):
     images) produce the batches the CPU path does; PNG and bad samples are repaired."""
     dataset = fastload.ImageFolder(folder, ops=pipeline, seed=4)
     indices = list(range(len(dataset)))
-    (expected, labels), _ = run_mode(dataset, indices, "cpu", epoch=1, exact=True)
-    (images, got_labels), stats = run_mode(dataset, indices, decode_on, epoch=1, exact=True)
+    (expected, labels), _ = run_mode(dataset, indices, "cpu", epoch=1, dct_scaling=False)
+    (images, got_labels), stats = run_mode(dataset, indices, decode_on, epoch=1, dct_scaling=False)
     assert torch.equal(labels, got_labels)
     assert stats["pil_fallback"] == 1
     torch.testing.assert_close(images, expected, atol=FLOAT_ATOL, rtol=0)
@@ -389,13 +389,13 @@ def test_native_loader_resumes_bit_for_bit_with_a_drawn_seed(folder):
     assert len(reference) == 4 and reference[0][0].dtype == torch.float32
 
 
-def test_loader_exact_option_reaches_the_engine(tmp_path):
+def test_loader_dct_scaling_option_reaches_the_engine(tmp_path):
     (tmp_path / "c").mkdir()
     save(tmp_path / "c" / "big.jpg", photo(640, 800, 1))
     dataset = fastload.ImageFolder(str(tmp_path), ops=[ops.Resize(64), ops.CenterCrop(56)])
     scaled = next(iter(fastload.DataLoader(dataset, batch_size=1)))[0]
-    exact = next(iter(fastload.DataLoader(dataset, batch_size=1, exact=True)))[0]
-    (expected, _), _ = run(dataset, [0], exact=True)
+    exact = next(iter(fastload.DataLoader(dataset, batch_size=1, dct_scaling=False)))[0]
+    (expected, _), _ = run(dataset, [0], dct_scaling=False)
     assert torch.equal(exact, expected) and not torch.equal(scaled, exact)
 
 
@@ -406,7 +406,7 @@ def test_generic_twin_of_a_native_dataset_gives_the_native_batches(folder):
                                                 ops.Normalize(MEAN, STD)], seed=11)
 
     def epochs(accelerate):
-        loader = fastload.DataLoader(dataset, batch_size=4, accelerate=accelerate, exact=True)
+        loader = fastload.DataLoader(dataset, batch_size=4, accelerate=accelerate, dct_scaling=False)
         assert loader.path.startswith("native" if accelerate else "generic")
         out = []
         for epoch in range(2):

@@ -251,7 +251,8 @@ def test_degenerate_geometry_is_an_error_through_the_policy_never_zeros(tmp_path
     dataset = fastload.ImageFolder(root, ops=pipeline)
     plan = build_plan(pipeline, seed=1)
     runner = fastload.native.NativeRunner(dataset.index, plan, num_threads=2, decode_on=decode_on, device="cpu")
-    runner.producer.decoder.batch_decode = _cpu_stand_in_for_nvjpeg  # the nvJPEG mode's device step, on the CPU
+    if decode_on == "gpu":
+        runner.producer.decoder.batch_decode = _cpu_stand_in_for_nvjpeg  # the nvJPEG mode's device step, on the CPU
     try:
         with pytest.raises(DecodeError, match=message) as raised:
             runner.result(runner.submit([0, 1, 2], 0))

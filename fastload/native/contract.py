@@ -8,8 +8,8 @@ goes through these functions only, so a change of the binding changes this file 
 Example:
     >>> import torch
     >>> from fastload.native.contract import OK, sampling_views
-    >>> OK
-    0
+    >>> OK == 0, OK.name
+    (True, 'OK')
     >>> views, relative = sampling_views(torch.tensor([[1.5, 2.0, 4.0, 3.0]]),
     ...                                  torch.tensor([[1.0, 1.5, 5.0, 4.0]]),
     ...                                  torch.tensor([[5, 8]]))
