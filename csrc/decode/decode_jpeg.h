@@ -5,8 +5,11 @@
 // fastload::DecodeError (check.h) carrying libjpeg's message.
 #pragma once
 
+#include <ATen/ATen.h>
+
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -74,6 +77,13 @@ struct DecodedWindow {
 void decode_jpeg_window(const uint8_t* data, size_t size, int top, int left, int height,
                         int width, int scale_denom, int channels, int64_t max_pixels,
                         DecodedWindow& out);
+
+// What the decode ops return for a decoded window: exactly the scaled window (columns
+// floor(left / d) .. ceil((left + width) / d); `whole`: the whole image), as a uint8
+// [h, w, C] tensor that owns `window`'s pixels (no copy when libjpeg's columns already
+// are the window's).
+at::Tensor scaled_window_tensor(std::unique_ptr<DecodedWindow> window, bool whole, int left, int width,
+                                int scale_denom);
 
 // Largest DCT scale denominator in {1, 2, 4, 8} at which a crop of crop_h x crop_w
 // full-resolution pixels still covers out_h x out_w output pixels:

@@ -18,55 +18,15 @@
 #include <string>
 
 #include "check.h"
+#include "decode/jpeg_errors.h"
 
 namespace fastload {
 namespace {
 
-// libjpeg reports errors through this. error_exit and warnings longjmp back to the
-// setjmp in run_libjpeg(), whose frame holds only POD locals, so no C++ destructor is
-// ever skipped. The message is formatted before the jump, while cinfo is intact.
-struct ErrorManager {
-  jpeg_error_mgr pub;  // first member: libjpeg sees ErrorManager* as jpeg_error_mgr*
-  std::jmp_buf jump;
-  char message[JMSG_LENGTH_MAX + 64];
-};
-
 struct ProgressManager {
-  jpeg_progress_mgr pub;  // first member, as above
-  ErrorManager* err;
+  jpeg_progress_mgr pub;  // first member: libjpeg sees ProgressManager* as jpeg_progress_mgr*
+  JpegErrorManager* err;
 };
-
-[[noreturn]] void fail_with(j_common_ptr cinfo, const char* message) {
-  auto* err = reinterpret_cast<ErrorManager*>(cinfo->err);
-  std::snprintf(err->message, sizeof(err->message), "%s", message);
-  std::longjmp(err->jump, 1);
-}
-
-extern "C" void on_error_exit(j_common_ptr cinfo) {
-  char buffer[JMSG_LENGTH_MAX];
-  (*cinfo->err->format_message)(cinfo, buffer);
-  fail_with(cinfo, buffer);
-}
-
-// msg_level -1 is a warning: corrupt entropy data, premature end of file (libjpeg then
-// pads with grey), bogus progression... Those mean the pixels are not what the file was
-// meant to hold, so they are errors here: a training sample must never silently be half
-// grey. A few warnings leave the pixels intact (junk bytes between markers, an unknown
-// JFIF revision or Adobe transform code, a bad ICC marker); Pillow, hence torchvision,
-// loads such files, and so do we. Levels >= 0 are trace messages: ignored.
-extern "C" void on_emit_message(j_common_ptr cinfo, int msg_level) {
-  if (msg_level >= 0) return;
-  switch (cinfo->err->msg_code) {
-    case JWRN_EXTRANEOUS_DATA:
-    case JWRN_JFIF_MAJOR:
-    case JWRN_ADOBE_XFORM:
-    case JWRN_BOGUS_ICC:
-      cinfo->err->num_warnings++;
-      return;
-    default:
-      on_error_exit(cinfo);
-  }
-}
 
 extern "C" void on_progress(j_common_ptr cinfo) {
   auto* dinfo = reinterpret_cast<j_decompress_ptr>(cinfo);
@@ -75,7 +35,7 @@ extern "C" void on_progress(j_common_ptr cinfo) {
   if (dinfo->input_scan_number > kMaxProgressiveScans) {
     char buffer[128];
     std::snprintf(buffer, sizeof(buffer), "more than %d progressive scans (crafted file?)", kMaxProgressiveScans);
-    fail_with(cinfo, buffer);
+    jpeg_fail(cinfo, buffer);
   }
 }
 
@@ -122,9 +82,7 @@ class Decompressor {
     std::memset(&cinfo, 0, sizeof(cinfo));
     std::memset(&err, 0, sizeof(err));
     std::memset(&progress, 0, sizeof(progress));
-    cinfo.err = jpeg_std_error(&err.pub);
-    err.pub.error_exit = on_error_exit;
-    err.pub.emit_message = on_emit_message;
+    install_jpeg_errors(reinterpret_cast<j_common_ptr>(&cinfo), err);
     progress.pub.progress_monitor = on_progress;
     progress.err = &err;
   }
@@ -133,7 +91,7 @@ class Decompressor {
   Decompressor& operator=(const Decompressor&) = delete;
 
   jpeg_decompress_struct cinfo;
-  ErrorManager err;
+  JpegErrorManager err;
   ProgressManager progress;
 };
 
@@ -302,7 +260,7 @@ Status run_libjpeg(Decompressor* d, const Request* req, JpegInfo* info, DecodedW
   // Rows above the window: skipped (entropy-decoded only where libjpeg must; no IDCT).
   if (s_top > 0) {
     if (jpeg_skip_scanlines(cinfo, static_cast<JDIMENSION>(s_top)) != static_cast<JDIMENSION>(s_top)) {
-      fail_with(reinterpret_cast<j_common_ptr>(cinfo), "could not skip to the first row of the window");
+      jpeg_fail(reinterpret_cast<j_common_ptr>(cinfo), "could not skip to the first row of the window");
     }
   }
   uint8_t* base = out->pixels.data();
@@ -312,7 +270,7 @@ Status run_libjpeg(Decompressor* d, const Request* req, JpegInfo* info, DecodedW
         reinterpret_cast<j_common_ptr>(cinfo), JPOOL_IMAGE, static_cast<JDIMENSION>(decoded_w) * 4, 1);
     for (int y = 0; y < rows; ++y) {
       if (jpeg_read_scanlines(cinfo, scratch, 1) != 1) {
-        fail_with(reinterpret_cast<j_common_ptr>(cinfo), "libjpeg returned no scanline");
+        jpeg_fail(reinterpret_cast<j_common_ptr>(cinfo), "libjpeg returned no scanline");
       }
       convert_cmyk_row(scratch[0] + static_cast<size_t>(keep0 - x0) * 4, base + static_cast<size_t>(y) * keep_w * ch,
                        keep_w, ch);
@@ -322,7 +280,7 @@ Status run_libjpeg(Decompressor* d, const Request* req, JpegInfo* info, DecodedW
                                                      static_cast<JDIMENSION>(decoded_stride), 1);
     for (int y = 0; y < rows; ++y) {
       if (jpeg_read_scanlines(cinfo, scratch, 1) != 1) {
-        fail_with(reinterpret_cast<j_common_ptr>(cinfo), "libjpeg returned no scanline");
+        jpeg_fail(reinterpret_cast<j_common_ptr>(cinfo), "libjpeg returned no scanline");
       }
       std::memcpy(base + static_cast<size_t>(y) * keep_stride, scratch[0] + static_cast<size_t>(keep0) * ch,
                   keep_stride);
@@ -331,7 +289,7 @@ Status run_libjpeg(Decompressor* d, const Request* req, JpegInfo* info, DecodedW
     for (int y = 0; y < rows; ++y) {
       JSAMPROW row = base + static_cast<size_t>(y) * decoded_stride;
       if (jpeg_read_scanlines(cinfo, &row, 1) != 1) {
-        fail_with(reinterpret_cast<j_common_ptr>(cinfo), "libjpeg returned no scanline");
+        jpeg_fail(reinterpret_cast<j_common_ptr>(cinfo), "libjpeg returned no scanline");
       }
     }
     if (keep_w != decoded_w) {
@@ -537,16 +495,7 @@ at::Tensor decode_jpeg_op(const at::Tensor& data, c10::IntArrayRef window, int64
   } catch (const std::invalid_argument& e) {
     FASTLOAD_CHECK_VALUE(false, op, e.what(), ".");
   }
-  // The exact scaled window: columns floor(left / d) .. ceil((left + width) / d).
-  const int d = static_cast<int>(scale_denom);
-  const int s_left = window.empty() ? 0 : left / d;
-  const int s_right = window.empty() ? out->scaled_width : (left + width + d - 1) / d;
-  const int64_t h = out->height, w = out->width, c = out->channels;
-  DecodedWindow* raw = out.release();
-  at::Tensor pixels = at::from_blob(
-      raw->pixels.data(), {h, w, c}, [raw](void*) { delete raw; }, at::TensorOptions().dtype(at::kByte));
-  if (s_left == raw->left && s_right - s_left == w) return pixels;  // no copy
-  return pixels.narrow(1, s_left - raw->left, s_right - s_left).contiguous();
+  return scaled_window_tensor(std::move(out), window.empty(), left, width, static_cast<int>(scale_denom));
 }
 
 }  // namespace
@@ -554,6 +503,19 @@ at::Tensor decode_jpeg_op(const at::Tensor& data, c10::IntArrayRef window, int64
 TORCH_LIBRARY_IMPL(fastload, CPU, m) {
   m.impl("jpeg_header", &jpeg_header_op);
   m.impl("decode_jpeg", &decode_jpeg_op);
+}
+
+at::Tensor scaled_window_tensor(std::unique_ptr<DecodedWindow> window, bool whole, int left, int width,
+                                int scale_denom) {
+  const int d = scale_denom;
+  const int s_left = whole ? 0 : left / d;
+  const int s_right = whole ? window->scaled_width : (left + width + d - 1) / d;
+  const int64_t h = window->height, w = window->width, c = window->channels;
+  DecodedWindow* raw = window.release();
+  at::Tensor pixels = at::from_blob(
+      raw->pixels.data(), {h, w, c}, [raw](void*) { delete raw; }, at::TensorOptions().dtype(at::kByte));
+  if (s_left == raw->left && s_right - s_left == w) return pixels;  // no copy
+  return pixels.narrow(1, s_left - raw->left, s_right - s_left).contiguous();
 }
 
 }  // namespace fastload

@@ -178,16 +178,7 @@ at::Tensor decode_jpeg_rows_op(const at::Tensor& jpeg, const at::Tensor& segment
   } catch (const std::invalid_argument& e) {
     FASTLOAD_CHECK_VALUE(false, op, e.what(), ".");
   }
-  // The exact scaled window, as decode_jpeg returns it.
-  const int d = static_cast<int>(scale_denom);
-  const int s_left = window.empty() ? 0 : left / d;
-  const int s_right = window.empty() ? out->scaled_width : (left + width + d - 1) / d;
-  const int64_t h = out->height, w = out->width, c = out->channels;
-  DecodedWindow* raw = out.release();
-  at::Tensor pixels = at::from_blob(
-      raw->pixels.data(), {h, w, c}, [raw](void*) { delete raw; }, at::TensorOptions().dtype(at::kByte));
-  if (s_left == raw->left && s_right - s_left == w) return pixels;
-  return pixels.narrow(1, s_left - raw->left, s_right - s_left).contiguous();
+  return scaled_window_tensor(std::move(out), window.empty(), left, width, static_cast<int>(scale_denom));
 }
 
 }  // namespace

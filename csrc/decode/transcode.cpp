@@ -19,46 +19,10 @@
 #include <tuple>
 
 #include "check.h"
+#include "decode/jpeg_errors.h"
 
 namespace fastload {
 namespace {
-
-// As in decode_jpeg_cpu.cpp: error_exit and warnings longjmp back to the setjmp in
-// run_transcode(), whose frame holds only POD locals; the message is formatted first.
-struct TranscodeErrors {
-  jpeg_error_mgr pub;  // first member: libjpeg sees TranscodeErrors* as jpeg_error_mgr*
-  std::jmp_buf jump;
-  char message[JMSG_LENGTH_MAX + 64];
-};
-
-[[noreturn]] void transcode_fail(j_common_ptr cinfo, const char* message) {
-  auto* err = reinterpret_cast<TranscodeErrors*>(cinfo->err);
-  std::snprintf(err->message, sizeof(err->message), "%s", message);
-  std::longjmp(err->jump, 1);
-}
-
-extern "C" void transcode_error_exit(j_common_ptr cinfo) {
-  char buffer[JMSG_LENGTH_MAX];
-  (*cinfo->err->format_message)(cinfo, buffer);
-  transcode_fail(cinfo, buffer);
-}
-
-// Every warning that changes pixels (corrupt entropy data, premature end, bad
-// progression) is an error: a prepared dataset must never bake a half-grey image in.
-// The harmless ones are those decode_jpeg accepts too.
-extern "C" void transcode_emit_message(j_common_ptr cinfo, int msg_level) {
-  if (msg_level >= 0) return;
-  switch (cinfo->err->msg_code) {
-    case JWRN_EXTRANEOUS_DATA:
-    case JWRN_JFIF_MAJOR:
-    case JWRN_ADOBE_XFORM:
-    case JWRN_BOGUS_ICC:
-      cinfo->err->num_warnings++;
-      return;
-    default:
-      transcode_error_exit(cinfo);
-  }
-}
 
 // Owns both libjpeg structs and the output buffer (malloc'ed by jpeg_mem_dest): freed
 // on every path, including a longjmp out of libjpeg and exceptions.
@@ -67,14 +31,8 @@ class Transcoder {
   Transcoder() {
     std::memset(&src, 0, sizeof(src));
     std::memset(&dst, 0, sizeof(dst));
-    std::memset(&src_err, 0, sizeof(src_err));
-    std::memset(&dst_err, 0, sizeof(dst_err));
-    src.err = jpeg_std_error(&src_err.pub);
-    dst.err = jpeg_std_error(&dst_err.pub);
-    for (jpeg_error_mgr* e : {&src_err.pub, &dst_err.pub}) {
-      e->error_exit = transcode_error_exit;
-      e->emit_message = transcode_emit_message;
-    }
+    install_jpeg_errors(reinterpret_cast<j_common_ptr>(&src), src_err);
+    install_jpeg_errors(reinterpret_cast<j_common_ptr>(&dst), dst_err);
   }
   ~Transcoder() {
     jpeg_destroy_compress(&dst);
@@ -86,7 +44,7 @@ class Transcoder {
 
   jpeg_decompress_struct src;
   jpeg_compress_struct dst;
-  TranscodeErrors src_err, dst_err;
+  JpegErrorManager src_err, dst_err;
   unsigned char* out = nullptr;
   unsigned long out_size = 0;
 };
