@@ -1,0 +1,66 @@
+"""Where a transform list stops being native: the native prefix and the Python tail.
+
+A pipeline such as [RandomResizedCrop, RandomHorizontalFlip, TrivialAugmentWide,
+ToTensor, Normalize] runs its native prefix on the C++ engine (decode + the fused pass)
+and the rest, from the first transform without a native equivalent, per sample in Python
+on the prefix's output. The cut is at the FIRST such transform: the order of transforms
+is the user's, and a native op after a Python one cannot move ahead of it. `blockers`
+names every transform of the tail that has no native equivalent, so one read of
+`loader.path` tells the user all that keeps a pipeline off the fully native path.
+
+Example:
+    >>> from fastload.augment.split import split_pipeline
+    >>> def to_specs(t):
+    ...     if t == "python":
+    ...         raise ValueError("no native equivalent")
+    ...     return [t.upper()]
+    >>> split_pipeline(["crop", "flip", "python", "norm", "python"], to_specs)
+    Pipeline(native=('CROP', 'FLIP'), tail=('python', 'norm', 'python'), blockers=("'python': no native equivalent", "'python': no native equivalent"))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, List, Sequence, Tuple
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """A transform list cut where the native pipeline ends.
+
+    Attributes:
+        native: fastload transform specs of the prefix (what the engine runs).
+        tail: the user's transforms from the first non-native one on, in order (run per
+            sample in Python on the prefix's output); empty for a fully native pipeline.
+        blockers: "<transform>: <why>" for every tail transform without a native equivalent.
+    """
+
+    native: Tuple[Any, ...]
+    tail: Tuple[Any, ...]
+    blockers: Tuple[str, ...]
+
+
+def split_pipeline(transforms: Sequence[Any], to_specs: Callable[[Any], List[Any]],
+                   not_native: Tuple[type, ...] = (ValueError,)) -> Pipeline:
+    """Cuts `transforms` (already flattened) at the first one `to_specs` refuses.
+
+    Args:
+        transforms: the user's transforms, in order.
+        to_specs: one transform -> its fastload specs; raises one of `not_native` (with
+            the reason as its message) when it has none.
+        not_native: the exception types that mean "no native equivalent".
+    """
+    native: List[Any] = []
+    for position, transform in enumerate(transforms):
+        try:
+            native.extend(to_specs(transform))
+        except not_native:
+            tail = tuple(transforms[position:])
+            blockers = []
+            for t in tail:
+                try:
+                    to_specs(t)
+                except not_native as error:
+                    blockers.append(f"{t!r}: {error}")
+            return Pipeline(tuple(native), tail, tuple(blockers))
+    return Pipeline(tuple(native), (), ())
