@@ -34,6 +34,15 @@ def root(tmp_path_factory):
     return str(folder)
 
 
+@pytest.fixture(scope="module")
+def other_root(tmp_path_factory):
+    import jpeg_samples as js
+
+    folder = tmp_path_factory.mktemp("compat_other")
+    js.write_image_folder(folder, classes=2, per_class=2, size=(20, 16), seed=1)
+    return str(folder)
+
+
 def train(api=v2):
     to_float = [v2.ToImage(), v2.ToDtype(torch.float32, scale=True)] if api is v2 else [T.ToTensor()]
     return api.Compose([api.RandomResizedCrop(16), api.RandomHorizontalFlip(), *to_float, api.Normalize(MEAN, STD)])
@@ -98,10 +107,10 @@ def test_nested_subsets_and_concats_compose_their_indices(root):
     assert conversion.origin == "Subset -> ConcatDataset(Subset -> Subset -> torchvision ImageFolder, torchvision ImageFolder)"
 
 
-def test_concat_of_parts_with_one_pipeline_concatenates_their_indexes(root):
+def test_concat_of_parts_with_one_pipeline_concatenates_their_indexes(root, other_root):
     transform = train()
     assert_converts_to_its_samples(ConcatDataset([ImageFolder(root, transform=transform), Subset(
-        ImageFolder(root, transform=transform), [2, 1])]))
+        ImageFolder(other_root, transform=transform), [2, 1]), ImageFolder(other_root, transform=transform)]))
     # Equal native specs made from different (but equal) transform objects are one pipeline.
     assert_converts_to_its_samples(ConcatDataset([ImageFolder(root, transform=train()), ImageFolder(root, transform=train())]))
 
@@ -266,12 +275,14 @@ class ExtraArguments(ClassificationPresetTrain):
 
 
 class TransformsProperty:
+    """An instance attribute `transforms` that a property of the same name shadows."""
+
     def __init__(self):
-        self._inner = ClassificationPresetTrain(crop_size=16).transforms
+        self.__dict__["transforms"] = ClassificationPresetTrain(crop_size=16).transforms
 
     @property
     def transforms(self):
-        return T.Compose([T.Grayscale(3), self._inner])
+        return T.Compose([T.Grayscale(3), self.__dict__["transforms"]])
 
     def __call__(self, img):
         return self.transforms(img)
