@@ -48,6 +48,7 @@ def explain(dataset: Any) -> str:
     size = f", {len(analysis.index)} samples" if analysis.index is not None else ""
     lines.append(f"fastload.explain: {analysis.chain}{size}")
     blockers = 0
+    unfused = ""
     if analysis.reasons:
         lines.append(f"{_INDENT}dataset: not convertible")
         for reason, fix in zip(analysis.reasons, analysis.fixes):
@@ -70,9 +71,9 @@ def explain(dataset: Any) -> str:
                     lines.append(f"{_INDENT * 3}change: {error.fix}")
             blockers += len(pipeline.blockers)
         if not analysis.reasons and not analysis.native_dataset and not pipeline.tail:
-            fused = _fuses(pipeline.native)
-            if fused:
-                lines.append(f"{_INDENT}the native prefix does not fuse into one plan: {fused}")
+            unfused = _fuses(pipeline.native)
+            if unfused:
+                lines.append(f"{_INDENT}the native transforms do not fuse into one plan: {unfused}")
                 blockers += 1
     if analysis.target_transform is not None:
         from fastload.compat.datasets import _name
@@ -86,7 +87,7 @@ def explain(dataset: Any) -> str:
         lines.append(f"{_INDENT}labels: the class index of each sample (int64)")
     if blockers == 0:
         verdict = "native path"
-    elif analysis.reasons:
+    elif analysis.reasons or unfused:
         verdict = f"generic path ({blockers} blocker{'s' if blockers != 1 else ''})"
     else:
         verdict = (f"native prefix, then Python per sample ({blockers} blocker{'s' if blockers != 1 else ''} "

@@ -418,3 +418,7 @@ def test_explain_of_a_native_and_of_an_unrecognised_dataset(root):
     report = fastload.explain(OwnDataset(root))
     assert "dataset: not convertible" in report and "change: subclass torchvision.datasets.DatasetFolder" in report
     assert report.splitlines()[-1].startswith("  verdict: generic path")
+    # No transform: PIL images, which the engine does not make.
+    report = fastload.explain(ImageFolder(root))
+    assert "do not fuse into one plan: no crop or resize" in report
+    assert report.splitlines()[-1] == "  verdict: generic path (1 blocker)"

@@ -275,7 +275,7 @@ def _concat(dataset: ConcatDataset, depth: int) -> Analysis:
 
 
 def _pipeline_text(part: Analysis) -> str:
-    if part.pipeline is None:
+    if part.pipeline is None or part.transform is None:
         return "no transform"
     text = " -> ".join(type(s).__name__ for s in part.pipeline.native) or "no native transform"
     if part.pipeline.tail:
