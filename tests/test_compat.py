@@ -163,11 +163,16 @@ def test_datasetfolder_subclasses_with_the_default_getitem_and_loader_convert(ro
     assert int(conversion.index.labels[0]) == 2
 
 
-def test_torchvision_imagenet_keeps_the_default_getitem_and_loader():
-    # ImageNet needs its devkit to be built; what the converter relies on is its class.
+def test_torchvision_imagenet_converts_to_its_samples(tmp_path):
+    # ImageNet's own layout, as its first construction leaves it: meta.bin + train/<wnid>/.
+    import jpeg_samples as js
     from torchvision.datasets import ImageNet
 
-    assert ImageNet.__getitem__ is DatasetFolder.__getitem__ and issubclass(ImageNet, ImageFolder)
+    js.write_image_folder(tmp_path / "train", classes=2, per_class=2, size=(16, 20))
+    wnids = sorted(p.name for p in (tmp_path / "train").iterdir())
+    torch.save(({wnid: (f"name {wnid}",) for wnid in wnids}, []), tmp_path / "meta.bin")
+    conversion = assert_converts_to_its_samples(ImageNet(str(tmp_path), split="train", transform=train()))
+    assert conversion.origin == "torchvision ImageNet" and conversion.pipeline.native == TRAIN_SPECS
 
 
 class OverridesGetitem(ImageFolder):
@@ -201,6 +206,13 @@ def test_datasets_that_run_their_own_code_are_refused_naming_the_class(root):
         convert_dataset(ImageFolder(root, transform=train(), loader=lambda path: default_loader(path).rotate(90)))
     with pytest.raises(NotConvertible, match=r"^Subset -> TensorDataset: TensorDataset is not a torchvision dataset"):
         convert_dataset(Subset(torch.utils.data.TensorDataset(torch.arange(3)), [0]))
+
+
+def test_a_fastload_dataset_inside_a_wrapper_is_refused_not_renumbered(root):
+    native = fastload.FileList([path for path, _ in ImageFolder(root).samples], transforms=list(TRAIN_SPECS))
+    with pytest.raises(NotConvertible, match=r"^Subset -> fastload FileList: a fastload FileList inside a wrapper"):
+        convert_dataset(Subset(native, [0, 1]))
+    assert "verdict: native path" in fastload.explain(native)
 
 
 def test_subset_indices_out_of_range_are_refused(root):
