@@ -85,12 +85,6 @@ class Conversion:
             raise NotConvertible(f"{self.origin}: " + "; ".join(blockers))
         return list(self.pipeline.native)
 
-    def __iter__(self):
-        # `index, specs = convert_dataset(dataset)`: callers that run only fully native
-        # pipelines unpack it; a tail or a target_transform raises NotConvertible here,
-        # naming every blocker.
-        return iter((self.index, self.native_specs()))
-
     def collate_labels(self, labels: torch.Tensor) -> Any:
         """A batch's labels as the dataset gives them: the int64 class indexes, or
         default_collate of target_transform(int(label)) for each."""

@@ -99,10 +99,11 @@ def native_pipeline(dataset: Any, *, dtype: Optional[torch.dtype]) -> Tuple[Samp
         from fastload.compat.torchvision import NotConvertible, convert_dataset
 
         try:
-            index, specs = convert_dataset(dataset)
+            conversion = convert_dataset(dataset)
+            index, specs = conversion.index, conversion.native_specs()  # a Python tail: generic, for now
         except NotConvertible as error:
             raise UnsupportedPipeline(str(error)) from None
-        origin = f"torchvision {type(dataset).__name__}"
+        origin = conversion.origin
     fusion = fuse(specs)
     if dtype in (torch.float32, torch.float16, torch.bfloat16) and fusion.dtype.is_floating_point:
         fusion = fusion._replace(dtype=dtype)  # e.g. bfloat16 for AMP, written directly by the kernel

@@ -15,8 +15,6 @@ Example:
 
 from __future__ import annotations
 
-import sys
-import types
 from typing import Any, List, Optional
 
 _INDENT = "  "
@@ -119,14 +117,3 @@ def _fuses(native: Any) -> str:
     except (UnsupportedPipeline, ValueError) as error:
         return str(error)
     return ""
-
-
-class _CallableModule(types.ModuleType):
-    # The function and its module share the name `fastload.explain`: once the module is
-    # imported, the package attribute is the module (the import system sets it), so the
-    # module calls the function and `fastload.explain(dataset)` works either way.
-    def __call__(self, dataset: Any) -> str:
-        return explain(dataset)
-
-
-sys.modules[__name__].__class__ = _CallableModule
