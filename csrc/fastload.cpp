@@ -292,6 +292,9 @@ void bind_plan(py::module_& m) {
 
 void bind_engine(py::module_& m) {
   using engine::BatchEngine;
+  py::tuple stages(engine::kStageCount);
+  for (int stage = 0; stage < engine::kStageCount; ++stage) stages[stage] = engine::kStageNames[stage];
+  m.attr("engine_stages") = stages;  // the columns of BatchEngine.thread_times, in order
   py::class_<BatchEngine>(m, "BatchEngine", "Thread pool that reads, decodes and augments whole batches.")
       .def(py::init<int>(), py::arg("num_threads"))
       .def_property_readonly("num_threads", &BatchEngine::num_threads)
@@ -313,6 +316,9 @@ void bind_engine(py::module_& m) {
           },
           py::arg("ticket"))
       .def("read_samples", &BatchEngine::read_samples, py::arg("samples"))
+      .def("thread_times", &BatchEngine::thread_times,
+           "Each engine thread's CPU seconds per stage (float64 [threads, stages], the stages of "
+           "fastload._C.engine_stages) and samples run (int64 [threads]) since the engine started.")
       .def("close", &BatchEngine::close);
 }
 
