@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "augment/crop_resize_flip_normalize.h"
 #include "augment/geometry.h"
 #include "check.h"
 
@@ -44,8 +45,9 @@ void finish(Job& job, int64_t slot, const Region& region, const uint8_t* pixels,
   const ImageView view{pixels + sv.top * row_stride + static_cast<int64_t>(sv.left) * channels, sv.height,
                        sv.width, channels, row_stride};
   if (job.out.defined()) {
-    crop_resize_flip_normalize_cpu(view, sv.box, region.flip, plan.value_scale, plan.mean.data(), plan.std.data(),
-                                   output_slot(job.out, slot), scratch);
+    crop_resize_flip_normalize_cpu(view, sv.box, Resample{region.flip, region.flip_v, plan.interpolation},
+                                   plan.value_scale, plan.mean.data(), plan.std.data(), output_slot(job.out, slot),
+                                   scratch);
     return;
   }
   auto& pixels_out = job.windows[slot];
@@ -56,7 +58,7 @@ void finish(Job& job, int64_t slot, const Region& region, const uint8_t* pixels,
   }
   job.window_sizes[slot] = {view.height, view.width};
   job.boxes[slot] = sv.box;
-  job.flips[slot] = region.flip;
+  job.flips[slot] = static_cast<uint8_t>((region.flip ? 1 : 0) | (region.flip_v ? 2 : 0));
 }
 
 // A box side as an int for the DCT-scale choice: a Resize to far fewer pixels than the
@@ -123,9 +125,13 @@ void process_sample(Job& job, int64_t slot, SampleState& state) {
   timer.mark(kHeader);
 
   // Decode only what the taps can reach: the clamp region, less whatever lies farther
-  // than the filter's support from the sampled box.
-  const double support_y = std::max(1.0, static_cast<double>(region.box.height) / plan.out_height) + 1.0;
-  const double support_x = std::max(1.0, static_cast<double>(region.box.width) / plan.out_width) + 1.0;
+  // than the filter's support (bicubic's is twice bilinear's; nearest's one pixel lies
+  // within bilinear's) from the sampled box, plus one pixel for rounding.
+  const double filter_support = augment::filter_support(plan.interpolation);
+  const double support_y =
+      filter_support * std::max(1.0, static_cast<double>(region.box.height) / plan.out_height) + 1.0;
+  const double support_x =
+      filter_support * std::max(1.0, static_cast<double>(region.box.width) / plan.out_width) + 1.0;
   const double top = std::max<double>({0.0, region.clamp.top, region.box.top - support_y});
   const double left = std::max<double>({0.0, region.clamp.left, region.box.left - support_x});
   const double bottom = std::min<double>({static_cast<double>(info.height), region.clamp.top + region.clamp.height,
@@ -182,7 +188,10 @@ PackedWindows pack_windows(Job& job) {
   PackedWindows result;
   result.shapes = at::empty({batch, 4}, at::kLong);
   result.boxes = at::empty({batch, 4}, at::kFloat);
-  result.flips = at::empty({batch}, at::kBool);
+  // [B, 2] (left-right, top-bottom) only for a plan that flips top-bottom: a plan without
+  // gives the batch op's [B] as before.
+  const bool vertical = job.plan->flip_v_p > 0.0;
+  result.flips = vertical ? at::empty({batch, 2}, at::kBool) : at::empty({batch}, at::kBool);
   int64_t total = 0;
   for (int64_t i = 0; i < batch; ++i) {
     if (job.windows[i].empty()) {  // a failed sample: one black pixel keeps the kernel valid
@@ -204,7 +213,12 @@ PackedWindows pack_windows(Job& job) {
     const Box& box = job.boxes[i];
     const float box_values[4] = {box.top, box.left, box.height, box.width};
     std::copy(box_values, box_values + 4, result.boxes.data_ptr<float>() + 4 * i);
-    result.flips.data_ptr<bool>()[i] = job.flips[i] != 0;
+    if (vertical) {
+      result.flips.data_ptr<bool>()[2 * i] = (job.flips[i] & 1) != 0;
+      result.flips.data_ptr<bool>()[2 * i + 1] = (job.flips[i] & 2) != 0;
+    } else {
+      result.flips.data_ptr<bool>()[i] = (job.flips[i] & 1) != 0;
+    }
     offset += static_cast<int64_t>(window.size());
   }
   return result;

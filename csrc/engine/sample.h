@@ -43,7 +43,7 @@ struct Job {
   std::vector<std::vector<uint8_t>> windows;
   std::vector<std::array<int64_t, 2>> window_sizes;  // (height, width)
   std::vector<Box> boxes;
-  std::vector<uint8_t> flips;
+  std::vector<uint8_t> flips;  // 1: left-right, 2: top-bottom
   bool pin_memory = false;
   int64_t epoch = 0;
   std::vector<int32_t> status;  // Status values
@@ -85,7 +85,7 @@ struct PackedWindows {
   at::Tensor packed;  // uint8 1-D
   at::Tensor shapes;  // int64 [B, 4]: (offset, height, width, row_stride)
   at::Tensor boxes;   // float32 [B, 4]
-  at::Tensor flips;   // bool [B]
+  at::Tensor flips;   // bool [B], or [B, 2] (left-right, top-bottom) when the plan flips top-bottom
 };
 PackedWindows pack_windows(Job& job);
 
