@@ -36,6 +36,7 @@ from torch.utils.data.datapipes.datapipe import IterDataPipe, MapDataPipe
 from fastload import _ext
 from fastload.augment.plan import Fusion, fuse, make_plan
 from fastload.errors import UnsupportedPipeline
+from fastload.native.hybrid import HybridRunner
 from fastload.native.producers import PRODUCERS
 from fastload.native.runner import NativeRunner
 from fastload.source.index import SampleIndex
@@ -90,11 +91,15 @@ def _default_collate(collate_fn: Any) -> bool:
 
 def native_pipeline(dataset: Any, *, dtype: Optional[torch.dtype]) -> Tuple[SampleIndex, Fusion, str]:
     """(index, fusion, description) for a dataset that runs natively, else UnsupportedPipeline.
-    The fusion becomes the engine's plan (make_plan) once fastload._C is known to be there."""
+    The fusion becomes the engine's plan (make_plan) once fastload._C is known to be there.
+    A dataset with a Python tail (python_tail()) gets the fusion of its native prefix and a
+    "hybrid: ..." description."""
     from fastload.source.base import NativeDataset
 
+    tail = None
     if isinstance(dataset, NativeDataset):
         index, specs, origin = dataset.index, dataset.ops, type(dataset).__name__
+        tail = dataset.python_tail()
     else:
         from fastload.compat.torchvision import NotConvertible, convert_dataset
 
@@ -104,6 +109,9 @@ def native_pipeline(dataset: Any, *, dtype: Optional[torch.dtype]) -> Tuple[Samp
             raise UnsupportedPipeline(str(error)) from None
         origin = f"torchvision {type(dataset).__name__}"
     fusion = fuse(specs)
+    if tail is not None:
+        # The tail sees the prefix's own dtype; the loader's dtype applies to the batch after it.
+        return index, fusion, f"hybrid: native [{fusion.description}] + python [{tail.description}]"
     if dtype in (torch.float32, torch.float16, torch.bfloat16) and fusion.dtype.is_floating_point:
         fusion = fusion._replace(dtype=dtype)  # e.g. bfloat16 for AMP, written directly by the kernel
     # (other dtypes, e.g. float64, are converted after the batch, as on the generic path)
@@ -171,15 +179,27 @@ def select_path(
         index, fusion, description = native_pipeline(dataset, dtype=dtype)
     except UnsupportedPipeline as error:
         return None, f"generic: {error}"
-    if not _ext.has_ops():
-        from fastload.source.base import NativeDataset
+    from fastload.source.base import NativeDataset
 
+    if not _ext.has_ops():
         if isinstance(dataset, NativeDataset):  # its geometry is C++ on every path: fail now
             _ext.require_ops()
         return None, "generic: fastload._C is not built (make build)"
     plan = make_plan(fusion)
     plan.seed = _augmentation_seed(dataset, seed)
     plan.dct_scaling = bool(dct_scaling)
+    tail = dataset.python_tail() if isinstance(dataset, NativeDataset) else None
+    if tail is not None:
+        reason = tail.reason_not_runnable()
+        if reason is not None:
+            return None, f"generic: {reason}"
+        # The tail runs on host images: the engine decodes on the CPU whatever decode_on says.
+        why = {"auto": " (auto)", "cpu": ""}.get(decode_on, f" (decode_on={decode_on!r} is for fully native "
+                                                            "pipelines: the Python tail needs host images)")
+        runner = HybridRunner(index, plan, tail, num_threads=max(1, num_workers), pin_memory=pin_memory,
+                              on_error=on_error, description=description)
+        blockers = f"; not native: {'; '.join(tail.blockers)}" if tail.blockers else ""
+        return runner, f"{description}, decode_on=cpu{why}{blockers}"
     decode_on, why = _resolve_decode_on(decode_on, device)
     runner = NativeRunner(index, plan, num_threads=max(1, num_workers), pin_memory=pin_memory,
                           memory_format=memory_format, on_error=on_error, decode_on=decode_on,

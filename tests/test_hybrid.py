@@ -1,0 +1,287 @@
+"""Hybrid pipelines: a native prefix on the engine, the rest of the transforms in Python.
+
+A fastload dataset whose transforms continue past what the engine can run (TrivialAugmentWide,
+a user function, ...) runs the prefix on the engine and the tail per sample in Python; the
+batches agree with the dataset's generic twin and keep torchvision's output contract."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import default_collate
+
+import fastload
+from fastload import _ext
+from fastload.augment import specs
+from fastload.native.hybrid import HybridRunner
+from fastload.native.tail import GlobalDraws, sample_seed
+
+torchvision = pytest.importorskip("torchvision")
+from torchvision import transforms as T  # noqa: E402
+from torchvision.transforms import v2  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not _ext.has_ops(), reason="fastload._C not built")
+
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    import jpeg_samples as js
+
+    root = tmp_path_factory.mktemp("hybrid")
+    js.write_image_folder(root, classes=2, per_class=4, size=(40, 52))
+    return str(root)
+
+
+@pytest.fixture(scope="module")
+def folder_with_black(tmp_path_factory):
+    """Like `folder`, plus one all-black image (sample 2, class_0/img_1b.jpg): a tail can
+    fail on it alone."""
+    from PIL import Image
+
+    import jpeg_samples as js
+
+    root = tmp_path_factory.mktemp("hybrid_black")
+    js.write_image_folder(root, classes=2, per_class=3, size=(40, 52))
+    Image.fromarray(np.zeros((40, 52, 3), np.uint8)).save(root / "class_0" / "img_1b.jpg", quality=95)
+    return str(root)
+
+
+def invert(image):
+    return 1.0 - image
+
+
+def refuse_black(image):
+    if torch.as_tensor(np.asarray(image)).max() < 8:
+        raise ValueError("a black image")
+    return image
+
+
+def recipe():
+    return [T.RandomResizedCrop(16), T.RandomHorizontalFlip(), T.TrivialAugmentWide(), T.ToTensor(),
+            T.Normalize(MEAN, STD), T.RandomErasing(0.5)]
+
+
+def equal(a, b):
+    from resume_helpers import batches_equal
+
+    return batches_equal(a, b)
+
+
+def test_path_names_the_native_prefix_the_python_tail_and_its_blockers(folder):
+    dataset = fastload.ImageFolder(folder, transforms=recipe()[:5])
+    assert dataset.transforms == [specs.RandomResizedCrop(16), specs.RandomHorizontalFlip()]
+    assert [type(t).__name__ for t in dataset.tail] == ["TrivialAugmentWide", "ToTensor", "Normalize"]
+    loader = fastload.DataLoader(dataset, batch_size=4)
+    head = ("hybrid: native [RandomResizedCrop -> RandomHorizontalFlip] + python "
+            "[TrivialAugmentWide -> ToTensor -> Normalize], decode_on=cpu (auto); not native: TrivialAugmentWide(")
+    assert loader.path.startswith(head), loader.path
+    assert loader.path.endswith("has no native equivalent"), loader.path  # only TrivialAugmentWide blocks
+    assert "ToTensor()" not in loader.path.split("not native:")[1]
+
+
+def test_a_compose_is_cut_inside_and_a_user_function_is_named(folder):
+    dataset = fastload.ImageFolder(folder, transforms=[T.Compose([T.CenterCrop(16), T.Grayscale(3)]), invert])
+    assert dataset.transforms == [specs.CenterCrop(16)] and len(dataset.tail) == 2
+    assert fastload.DataLoader(dataset, batch_size=2).path.startswith(
+        "hybrid: native [CenterCrop] + python [Grayscale -> invert], decode_on=cpu (auto); not native: Grayscale(")
+
+
+@pytest.mark.parametrize("tail", [[T.Grayscale(3), T.ToTensor(), invert],
+                                  [v2.Grayscale(3), v2.PILToTensor()],
+                                  [v2.PILToTensor(), v2.Grayscale(1)]],
+                         ids=["v1+function", "v2-on-pil", "v2-on-tensor"])
+def test_hybrid_batches_equal_the_generic_twin_for_a_deterministic_tail(folder, tail):
+    dataset = fastload.ImageFolder(folder, transforms=[T.RandomResizedCrop(16), T.RandomHorizontalFlip()] + tail,
+                                   seed=3)
+    # dct_scaling=False: the twin decodes whole images, so must the engine for equal pixels.
+    hybrid = fastload.DataLoader(dataset, batch_size=3, shuffle=True, num_workers=2, dct_scaling=False,
+                                 generator=torch.Generator().manual_seed(1))
+    twin = fastload.DataLoader(dataset, batch_size=3, shuffle=True, accelerate=False,
+                               generator=torch.Generator().manual_seed(1))
+    assert hybrid.path.startswith("hybrid") and twin.path.startswith("generic")
+    got, want = list(hybrid), list(twin)
+    assert len(got) == len(want) == 3
+    for a, b in zip(got, want):
+        assert equal(a, b)
+
+
+def test_a_threaded_tail_gives_the_same_batches_as_the_inline_one(folder):
+    from fastload.augment.plan import build_plan
+
+    dataset = fastload.ImageFolder(folder, transforms=[T.CenterCrop(16), T.Grayscale(3), T.ToTensor(), invert])
+    batches = []
+    for parallel in ("inline", "threads"):
+        runner = HybridRunner(dataset.index, build_plan(dataset.transforms), dataset.python_tail(), num_threads=2,
+                              parallel=parallel)
+        batches.append(runner.result(runner.submit([5, 0, 3, 3, 7], 0)))
+        runner.close()
+    assert equal(batches[0], batches[1])
+
+
+def test_random_tail_draws_are_reproducible_equal_the_twins_and_leave_the_global_rng_alone(folder):
+    def loader(seed, **kwargs):
+        return fastload.DataLoader(fastload.ImageFolder(folder, transforms=recipe()), batch_size=4, seed=seed,
+                                   **kwargs)
+
+    torch.manual_seed(0)
+    random.seed(0)
+    before = torch.get_rng_state(), random.getstate(), np.random.get_state()[1].copy()
+    first, again = list(loader(7, num_workers=2)), list(loader(7, num_workers=1))
+    assert torch.equal(before[0], torch.get_rng_state()) and before[1] == random.getstate()
+    assert np.array_equal(before[2], np.random.get_state()[1])
+    assert all(equal(a, b) for a, b in zip(first, again, strict=True))
+    assert not equal(first[0], list(loader(8))[0])
+    # The twin draws the same (dct_scaling=False: the twin decodes whole images).
+    exact = list(loader(7, dct_scaling=False))
+    assert all(equal(a, b) for a, b in zip(exact, loader(7, accelerate=False), strict=True))
+    # Another epoch draws other augmentations for the same samples.
+    epochs = loader(7)
+    assert not equal(list(epochs)[0], list(epochs)[0])
+
+
+def test_sample_seeds_depend_on_seed_epoch_and_index():
+    seeds = {sample_seed(s, e, i) for s in range(3) for e in range(3) for i in range(50)}
+    assert len(seeds) == 3 * 3 * 50 and all(0 <= s < 2 ** 63 for s in seeds)
+
+
+def test_outputs_have_torchvisions_dtype_shape_and_range(folder):
+    transform = T.Compose(recipe())
+    theirs = next(iter(torch.utils.data.DataLoader(torchvision.datasets.ImageFolder(folder, transform=transform),
+                                                   batch_size=8)))
+    ours = next(iter(fastload.DataLoader(fastload.ImageFolder(folder, transforms=recipe()), batch_size=8)))
+    assert type(ours) is type(theirs) and len(ours) == 2
+    for a, b in zip(ours, theirs):
+        assert (a.dtype, a.shape) == (b.dtype, b.shape)
+    lowest, highest = (0 - max(MEAN)) / min(STD), (1 - min(MEAN)) / min(STD)
+    assert lowest <= ours[0].min() < -1.0 and 1.0 < ours[0].max() <= highest
+
+
+def test_a_deterministic_tail_matches_torchvisions_values(folder):
+    """Same crop (centre), same tail: within the resize's rounding of torchvision + PIL."""
+    tail = [T.Grayscale(3), T.ToTensor(), T.Normalize(MEAN, STD)]
+    theirs = torchvision.datasets.ImageFolder(folder, transform=T.Compose([T.Resize(20), T.CenterCrop(16)] + tail))
+    ours = fastload.DataLoader(fastload.ImageFolder(folder, transforms=[T.Resize(20), T.CenterCrop(16)] + tail),
+                               batch_size=8, dct_scaling=False)
+    images = next(iter(ours))[0]
+    expected = torch.stack([theirs[i][0] for i in range(8)])
+    # Two uint8 levels of resize rounding, through ToTensor and Normalize's 1/std.
+    assert torch.allclose(images, expected, atol=2.5 / 255 / min(STD))
+
+
+def test_tail_input_tensor_hands_the_uint8_tensor_and_refuses_totensor(folder):
+    seen = []
+
+    def record(image):
+        seen.append((type(image), image.dtype, tuple(image.shape)))
+        return image
+
+    dataset = fastload.ImageFolder(folder, transforms=[T.CenterCrop(16), record, v2.ToDtype(torch.float32, True)])
+    dataset.tail_input = "tensor"
+    images, _ = next(iter(fastload.DataLoader(dataset, batch_size=2)))
+    assert seen == [(torch.Tensor, torch.uint8, (3, 16, 16))] * 2 and images.dtype == torch.float32
+    refused = fastload.ImageFolder(folder, transforms=[T.CenterCrop(16), record, T.ToTensor()], tail_input="tensor")
+    path = fastload.DataLoader(refused, batch_size=2).path
+    assert path.startswith("generic: the Python tail's ToTensor() does not convert the uint8 tensors"), path
+
+
+def test_a_prefix_that_ends_in_a_tensor_hands_that_tensor_to_the_tail(folder):
+    seen = []
+
+    def record(image):
+        seen.append((type(image), image.dtype))
+        return image
+
+    dataset = fastload.ImageFolder(folder, transforms=[T.CenterCrop(16), T.ToTensor(), record])
+    assert dataset.transforms == [specs.CenterCrop(16), specs.ToDtype(torch.float32, scale=True)]
+    hybrid = next(iter(fastload.DataLoader(dataset, batch_size=2, dct_scaling=False)))
+    assert seen == [(torch.Tensor, torch.float32)] * 2
+    twin = next(iter(fastload.DataLoader(dataset, batch_size=2, accelerate=False)))
+    # The kernel and the reference sum in another order: float32 rounding apart.
+    torch.testing.assert_close(hybrid[0], twin[0], atol=1e-4, rtol=0)
+
+
+def test_a_tail_error_raises_with_the_sample_and_its_file(folder_with_black):
+    dataset = fastload.ImageFolder(folder_with_black, transforms=[T.CenterCrop(16), refuse_black, T.ToTensor()])
+    assert dataset.index.source(2).endswith("img_1b.jpg")
+    for accelerate in ("auto", False):
+        with pytest.raises(ValueError, match="a black image") as info:
+            list(fastload.DataLoader(dataset, batch_size=3, accelerate=accelerate))
+        notes = " ".join(getattr(info.value, "__notes__", []))
+        assert "refuse_black" in notes and "sample 2" in notes and "img_1b.jpg" in notes, notes
+
+
+def test_a_tail_error_under_skip_replaces_the_sample_and_counts_it(folder_with_black):
+    dataset = fastload.ImageFolder(folder_with_black, transforms=[T.CenterCrop(16), refuse_black, T.ToTensor()])
+    loader = fastload.DataLoader(dataset, batch_size=3, on_error="skip")
+    batches = list(loader)
+    assert [len(labels) for _, labels in batches] == [3, 3, 1]
+    # Sample 2 is replaced by the next readable one, sample 3 (also the next batch's first).
+    assert equal(batches[0][0][2], batches[1][0][0])
+    assert batches[0][1].tolist() == [int(dataset.index.labels[i]) for i in (0, 1, 3)]
+    assert loader.stats()["native"]["skipped"] == 1
+    list(loader)
+    assert loader.stats()["native"]["skipped"] == 2  # once per pass
+
+
+def test_hybrid_loader_resumes_at_every_position(folder):
+    from resume_helpers import check_resume_at_every_position
+
+    dataset = fastload.ImageFolder(folder, transforms=recipe())
+
+    def make():
+        return fastload.DataLoader(dataset, batch_size=3, shuffle=True, num_workers=2, seed=11,
+                                   generator=torch.Generator().manual_seed(0))
+
+    reference = check_resume_at_every_position(make)
+    assert len(reference) == 3 and reference[0][0].dtype == torch.float32
+
+
+def test_tail_outputs_collate_like_torchs_default_collate(folder):
+    def as_dict(image):
+        return {"image": image, "size": image.shape[-1], "name": "x"}
+
+    dataset = fastload.ImageFolder(folder, transforms=[T.CenterCrop(16), T.PILToTensor(), as_dict])
+    hybrid = next(iter(fastload.DataLoader(dataset, batch_size=3, dct_scaling=False)))
+    assert equal(hybrid, default_collate([dataset[i] for i in range(3)]))
+    assert hybrid[0]["name"] == ["x"] * 3 and hybrid[0]["size"].dtype == torch.int64
+
+
+def test_a_tail_ending_in_pil_images_fails_to_collate_as_torch_does(folder):
+    dataset = fastload.ImageFolder(folder, transforms=[T.CenterCrop(16), T.Grayscale()])
+    with pytest.raises(TypeError, match="default_collate: batch must contain tensors") as torchs:
+        next(iter(torch.utils.data.DataLoader(dataset, batch_size=2)))
+    with pytest.raises(TypeError, match=str(torchs.value).split(";")[0]) as ours:
+        next(iter(fastload.DataLoader(dataset, batch_size=2)))
+    assert "end the tail with a transform that returns tensors" in " ".join(ours.value.__notes__)
+
+
+def test_a_fastload_transform_after_a_python_one_is_refused(folder):
+    with pytest.raises(fastload.UnsupportedPipeline, match=r"transforms\[2\] is fastload's Normalize.*after the "
+                                                         r"Python transform"):
+        fastload.ImageFolder(folder, transforms=[T.CenterCrop(16), invert, specs.Normalize(MEAN, STD)])
+    with pytest.raises(TypeError, match=r"expected a callable at transforms\[1\]"):
+        fastload.ImageFolder(folder, transforms=[T.CenterCrop(16), "flip"])
+
+
+def test_global_draws_restore_the_callers_generators():
+    torch.manual_seed(1)
+    expected = torch.rand(3)
+    torch.manual_seed(1)
+    with GlobalDraws() as draws:
+        draws.seed(5)
+        torch.rand(10)
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_state_is_plain_data_with_a_hybrid_runner(folder):
+    loader = fastload.DataLoader(fastload.ImageFolder(folder, transforms=recipe()), batch_size=3, seed=4)
+    iterator = iter(loader)
+    next(iterator)
+    state = json.loads(json.dumps(loader.state_dict()))
+    assert state["native_seed"] == 4 and state["batches_consumed"] == 1
