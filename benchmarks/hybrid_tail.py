@@ -10,8 +10,8 @@ the same number of cores for every contender (--workers):
 - inline: fastload's hybrid runner, --workers engine threads, the tail on the consumer
   thread (per-sample seeds: reproducible);
 - threads: the same, the tail on a pool of --workers Python threads;
-- processes: --workers worker processes of torch's DataLoader, each with its own engine
-  (one thread) and the tail inline, over batches of sample indices;
+- processes: --workers worker processes (ProcessHybridRunner), each making whole batches
+  with its own engine (one thread) and the tail inline;
 - inline-tensor: inline with tail_input="tensor" and the v2 twin of the tail (v2.ToDtype
   instead of ToTensor), to price the PIL round trip.
 
@@ -37,7 +37,7 @@ import fastload
 from fastload.augment.plan import build_plan
 from fastload.bench.dataset import DatasetSpec, ensure_dataset
 from fastload.native.feed import NativeFeed
-from fastload.native.hybrid import HybridRunner
+from fastload.native.hybrid import HybridRunner, ProcessHybridRunner
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 BATCH = 64
@@ -88,30 +88,14 @@ def run_runner(root: str, workers: int, epoch: int, parallel: str, tail_input: s
         runner.close()
 
 
-class BatchesInWorkers(torch.utils.data.Dataset):
-    """Item k is batch k (prefix on an engine of this process, tail inline); each worker
-    process builds its own runner on first use (after the fork)."""
-
-    def __init__(self, root: str, batches, epoch: int):
-        self.root, self.batches, self.epoch = root, batches, epoch
-        self.runner = None
-
-    def __len__(self):
-        return len(self.batches)
-
-    def __getitem__(self, k):
-        if self.runner is None:
-            dataset = fastload.ImageFolder(self.root, transforms=recipe())
-            self.runner = HybridRunner(dataset.index, build_plan(dataset.transforms), dataset.python_tail(),
-                                       num_threads=1, parallel="inline")
-        return self.runner.result(self.runner.submit(self.batches[k], self.epoch))
-
-
 def run_processes(root: str, workers: int, epoch: int) -> float:
-    n = len(datasets.ImageFolder(root))
-    loader = torch.utils.data.DataLoader(BatchesInWorkers(root, batches_of(n, epoch), epoch), batch_size=None,
-                                         num_workers=workers)
-    return timed(loader)
+    dataset = fastload.ImageFolder(root, transforms=recipe())
+    runner = ProcessHybridRunner(dataset.index, build_plan(dataset.transforms), dataset.python_tail(),
+                                 num_threads=workers)
+    try:
+        return timed(NativeFeed(runner, iter(batches_of(len(dataset), epoch)), epoch, depth=max(2, workers)))
+    finally:
+        runner.close()
 
 
 def compare_inputs(root: str, samples: int = 64) -> str:

@@ -124,6 +124,27 @@ def test_a_threaded_tail_gives_the_same_batches_as_the_inline_one(folder):
     assert equal(batches[0], batches[1])
 
 
+@pytest.mark.timeout(120)
+def test_worker_processes_give_the_inline_batches_random_draws_included(folder):
+    from fastload.augment.plan import build_plan
+    from fastload.native.feed import NativeFeed
+    from fastload.native.hybrid import ProcessHybridRunner
+
+    dataset = fastload.ImageFolder(folder, transforms=recipe())
+    plan = build_plan(dataset.transforms, seed=9)
+    batches = [[5, 0, 3], [3, 7, 1], [2, 6]]
+    epochs = []
+    for runner in (HybridRunner(dataset.index, plan, dataset.python_tail(), num_threads=2),
+                   ProcessHybridRunner(dataset.index, plan, dataset.python_tail(), num_threads=2)):
+        try:
+            epochs.append([batch for batch, _ in NativeFeed(runner, iter(batches), epoch=1, depth=2)])
+            stats = runner.stats()
+        finally:
+            runner.close()
+        assert (stats["images"], stats["batches"]) == (8, 3)
+    assert all(equal(a, b) for a, b in zip(*epochs, strict=True))
+
+
 def test_random_tail_draws_are_reproducible_equal_the_twins_and_leave_the_global_rng_alone(folder):
     def loader(seed, **kwargs):
         return fastload.DataLoader(fastload.ImageFolder(folder, transforms=recipe()), batch_size=4, seed=seed,

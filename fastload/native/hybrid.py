@@ -7,12 +7,19 @@ are collated with torch's default_collate, as torch's DataLoader would: `[tail o
 collated, labels int64 [B]]`. A tail output default_collate cannot batch (e.g. a PIL
 image) raises its TypeError, with a note naming the tail.
 
-How the tail runs (`parallel`):
-- "inline": on the thread that asks for the batch, each sample under its own seed
-  (reproducible; see fastload.native.tail), while the engine's threads decode the next
-  batches;
-- "threads": on a pool of `num_threads` Python threads (PIL and torch release the GIL in
-  their pixel loops); draws are not reproducible (the global generators are shared).
+Where the tail runs:
+- HybridRunner(parallel="inline"): on the thread that asks for the batch, each sample
+  under its own seed (reproducible; see fastload.native.tail), while the engine's threads
+  decode the next batches;
+- HybridRunner(parallel="threads"): on a pool of `num_threads` Python threads (PIL and
+  torch release the GIL in their pixel loops); draws are not reproducible (the global
+  generators are shared by the threads);
+- ProcessHybridRunner: whole batches (prefix, tail inline, collation) in worker
+  processes, each with its own engine: the tail's Python runs in parallel, off the
+  training loop's thread, and as reproducibly as inline.
+
+hybrid_runner() picks for a loader: inline for num_workers=0, else num_workers worker
+processes (benchmarks/hybrid_tail.py measures the three).
 
 Failures of the tail follow on_error like a decode failure: "raise" re-raises the tail's
 own exception with a note naming the transform, the sample and its file; "skip" fills the
@@ -22,6 +29,7 @@ tail), counted in stats()["skipped"].
 
 from __future__ import annotations
 
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Optional, Set
@@ -242,10 +250,17 @@ class ProcessHybridRunner:
         self.decode_on = "cpu"
         self._on_error = ErrorPolicy(on_error, owner="fastload.HybridRunner").mode
         self._pool: Any = None
+        self._owner_pid = os.getpid()
         self._jobs: Dict[int, Any] = {}
         self._tickets = 0
         self._pass_id = 0
         self._stats: Dict[str, Any] = {}
+
+    @property
+    def min_depth(self) -> int:
+        """Batches to keep submitted so that every worker is busy (torch's default
+        prefetch_factor of 2 per worker)."""
+        return 2 * self.num_threads
 
     @property
     def on_error(self) -> str:
@@ -265,17 +280,24 @@ class ProcessHybridRunner:
 
     def submit(self, indices: List[int], epoch: int) -> int:
         if self._pool is None:
-            import torch.multiprocessing as mp
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
 
-            self._pool = mp.get_context("fork").Pool(self.num_threads, initializer=_start_worker,
-                                                      initargs=(self.index, self.plan, self.tail, self._on_error))
+            import torch.multiprocessing  # noqa: F401  (tensors then travel through shared memory)
+
+            # fork: the tail's callables (lambdas included) need no pickling, as in torch's
+            # workers; a worker that dies fails its batches (BrokenProcessPool), never hangs.
+            self._pool = ProcessPoolExecutor(self.num_threads, mp_context=multiprocessing.get_context("fork"),
+                                             initializer=_start_worker,
+                                             initargs=(self.index, self.plan, self.tail, self._on_error))
         ticket, self._tickets = self._tickets, self._tickets + 1
-        self._jobs[ticket] = self._pool.apply_async(
-            _work, (list(indices), epoch, int(self.plan.seed), self._on_error, self._pass_id))
+        self._jobs[ticket] = self._pool.submit(_work, list(indices), epoch, int(self.plan.seed), self._on_error,
+                                               self._pass_id)
         return ticket
 
     def result(self, ticket: int) -> List[Any]:
-        batch, stats = self._jobs.pop(ticket).get()
+        """Waits for a submitted batch; returns [collated tail outputs, labels int64 [B]]."""
+        batch, stats = self._jobs.pop(ticket).result()
         for key, value in stats.items():
             if key != "threads":
                 self._stats[key] = self._stats.get(key, 0) + value
@@ -286,7 +308,9 @@ class ProcessHybridRunner:
         return batch
 
     def discard(self, ticket: int) -> None:
-        self._jobs.pop(ticket, None)  # the worker finishes it; nobody takes the result
+        job = self._jobs.pop(ticket, None)
+        if job is not None:
+            job.cancel()  # a batch already started is finished, and nobody takes it
 
     def stats(self, reset: bool = False) -> Dict[str, Any]:
         """The workers' counters summed (images, batches, skipped, ..., tail_s); threads
@@ -297,12 +321,26 @@ class ProcessHybridRunner:
         return out
 
     def close(self) -> None:
+        """Stops the worker processes."""
         if self._pool is not None:
-            self._pool.terminate()
+            self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
         self._jobs.clear()
 
     def __del__(self):
         pool = getattr(self, "_pool", None)
-        if pool is not None:
-            pool.terminate()
+        if pool is not None and os.getpid() == self._owner_pid:  # not in a forked child
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
+def hybrid_runner(index: SampleIndex, plan: Any, tail: Tail, *, num_workers: int, pin_memory: bool, on_error: str,
+                  description: str) -> Any:
+    """The runner a loader gets for a hybrid pipeline: num_workers=0, the tail inline on
+    the loop's thread (where torch's num_workers=0 runs the dataset) with one engine
+    thread; else num_workers worker processes making whole batches (the tail's Python in
+    parallel, off the training loop's thread, each sample under its own seed)."""
+    if num_workers <= 0:
+        return HybridRunner(index, plan, tail, num_threads=1, pin_memory=pin_memory, on_error=on_error,
+                            description=description, parallel="inline")
+    return ProcessHybridRunner(index, plan, tail, num_threads=num_workers, pin_memory=pin_memory,
+                               on_error=on_error, description=description)

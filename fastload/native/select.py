@@ -3,14 +3,18 @@
 select_path(dataset, ...) returns a NativeRunner when the dataset and the loader's
 arguments can run on the C++ engine, else None and the reason, which is what
 `loader.path` shows: "native: ImageFolder [RandomResizedCrop -> RandomHorizontalFlip ->
-Normalize], decode_on=cpu (auto)" or e.g. "generic: custom collate_fn". The reasons, in
-the order they are checked:
+Normalize], decode_on=cpu (auto)" or e.g. "generic: custom collate_fn". A fastload dataset
+whose transforms go on past the native ones (a Python tail) gets a HybridRunner:
+"hybrid: native [RandomResizedCrop -> RandomHorizontalFlip] + python [TrivialAugmentWide
+-> ToTensor -> Normalize], decode_on=cpu (auto); not native: TrivialAugmentWide(...): why".
+The reasons for the generic path, in the order they are checked:
 
 - the order is left to torch (order_left_to_torch): an IterableDataset, batch_size=None,
   a DataPipe, a dataset without __len__ (and no sampler to order it);
 - accelerate=False; FASTLOAD_NATIVE=0 in the environment;
 - a batch_sampler (the native loop batches by batch_size); a custom collate_fn;
 - the dataset or its transforms have no native pipeline (the converter's reason);
+- a Python tail that cannot take what the engine gives it (Tail.reason_not_runnable);
 - fastload._C was not built (a fastload dataset then raises NotBuiltError instead).
 
 Example:
@@ -36,7 +40,7 @@ from torch.utils.data.datapipes.datapipe import IterDataPipe, MapDataPipe
 from fastload import _ext
 from fastload.augment.plan import Fusion, fuse, make_plan
 from fastload.errors import UnsupportedPipeline
-from fastload.native.hybrid import HybridRunner
+from fastload.native.hybrid import hybrid_runner
 from fastload.native.producers import PRODUCERS
 from fastload.native.runner import NativeRunner
 from fastload.source.index import SampleIndex
@@ -135,7 +139,7 @@ def select_path(
     dct_scaling: bool = True,
     sampler: Any = None,
     batch_sampler: Any = None,
-) -> Tuple[Optional[NativeRunner], str]:
+) -> Tuple[Any, str]:
     """(runner, reason): a runner when the dataset can run natively, else None and why.
 
     Args:
@@ -154,8 +158,9 @@ def select_path(
             (False: outputs follow a full decode to within rounding).
 
     Returns:
-        (NativeRunner, "native: <what>, decode_on=<mode>[ (why)]") or
-        (None, "generic: <why>").
+        (NativeRunner, "native: <what>, decode_on=<mode>[ (why)]"),
+        (HybridRunner, "hybrid: native [<prefix>] + python [<tail>], decode_on=cpu[ (why)]
+        [; not native: <blockers>]") or (None, "generic: <why>").
 
     Raises:
         ValueError: decode_on is not one of DECODE_ON, or a device mode without a CUDA
@@ -196,8 +201,8 @@ def select_path(
         # The tail runs on host images: the engine decodes on the CPU whatever decode_on says.
         why = {"auto": " (auto)", "cpu": ""}.get(decode_on, f" (decode_on={decode_on!r} is for fully native "
                                                             "pipelines: the Python tail needs host images)")
-        runner = HybridRunner(index, plan, tail, num_threads=max(1, num_workers), pin_memory=pin_memory,
-                              on_error=on_error, description=description)
+        runner = hybrid_runner(index, plan, tail, num_workers=num_workers, pin_memory=pin_memory,
+                               on_error=on_error, description=description)
         blockers = f"; not native: {'; '.join(tail.blockers)}" if tail.blockers else ""
         return runner, f"{description}, decode_on=cpu{why}{blockers}"
     decode_on, why = _resolve_decode_on(decode_on, device)
