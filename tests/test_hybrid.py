@@ -57,7 +57,7 @@ def invert(image):
 
 
 def refuse_black(image):
-    if torch.as_tensor(np.asarray(image)).max() < 8:
+    if np.asarray(image).max() < 8:
         raise ValueError("a black image")
     return image
 
@@ -92,12 +92,43 @@ def test_a_compose_is_cut_inside_and_a_user_function_is_named(folder):
         "hybrid: native [CenterCrop] + python [Grayscale -> invert], decode_on=cpu (auto); not native: Grayscale(")
 
 
-@pytest.mark.parametrize("tail", [[T.Grayscale(3), T.ToTensor(), invert],
-                                  [v2.Grayscale(3), v2.PILToTensor()],
-                                  [v2.PILToTensor(), v2.Grayscale(1)]],
-                         ids=["v1+function", "v2-on-pil", "v2-on-tensor"])
-def test_hybrid_batches_equal_the_generic_twin_for_a_deterministic_tail(folder, tail):
-    dataset = fastload.ImageFolder(folder, transforms=[T.RandomResizedCrop(16), T.RandomHorizontalFlip()] + tail,
+def tail_on_the_native_prefix(folder, tail, *, seed, batch_size, epoch=0):
+    """What a hybrid loader must give: the fully native prefix's batches (the engine's
+    uint8), each sample's tail run on them under its seed, then default_collate."""
+    prefix = fastload.ImageFolder(folder, transforms=[T.RandomResizedCrop(16), T.RandomHorizontalFlip()])
+    tail = fastload.ImageFolder(folder, transforms=[T.RandomResizedCrop(16)] + tail).python_tail()
+    batches, start = [], 0
+    for images, labels in fastload.DataLoader(prefix, batch_size=batch_size, seed=seed):
+        outputs = []
+        with GlobalDraws() as draws:
+            for slot in range(len(labels)):
+                draws.seed(sample_seed(seed, epoch, start + slot))
+                outputs.append(tail(images[slot]))
+        batches.append([default_collate(outputs), labels])
+        start += len(labels)
+    return batches
+
+
+TAILS = {"v1+function": [T.Grayscale(3), T.ToTensor(), invert], "v2-on-pil": [v2.Grayscale(3), v2.PILToTensor()],
+         "v2-on-tensor": [v2.PILToTensor(), v2.Grayscale(1)], "random": recipe()[2:]}
+
+
+@pytest.mark.parametrize("name", TAILS)
+def test_hybrid_batches_are_the_tail_run_on_the_engines_prefix_exactly(folder, name):
+    transforms = [T.RandomResizedCrop(16), T.RandomHorizontalFlip()] + TAILS[name]
+    hybrid = fastload.DataLoader(fastload.ImageFolder(folder, transforms=transforms), batch_size=3, seed=3)
+    assert hybrid.path.startswith("hybrid")
+    got, want = list(hybrid), tail_on_the_native_prefix(folder, TAILS[name], seed=3, batch_size=3)
+    assert len(got) == len(want) == 3
+    for a, b in zip(got, want):
+        assert equal(a, b)
+
+
+@pytest.mark.parametrize("name", TAILS)
+def test_hybrid_batches_match_the_generic_twin(folder, name):
+    """The twin decodes with PIL and resizes in plain PyTorch: the same crops, the same
+    tail draws, the prefix's pixels equal but for rare one-level rounding differences."""
+    dataset = fastload.ImageFolder(folder, transforms=[T.RandomResizedCrop(16), T.RandomHorizontalFlip()] + TAILS[name],
                                    seed=3)
     # dct_scaling=False: the twin decodes whole images, so must the engine for equal pixels.
     hybrid = fastload.DataLoader(dataset, batch_size=3, shuffle=True, num_workers=2, dct_scaling=False,
@@ -107,8 +138,9 @@ def test_hybrid_batches_equal_the_generic_twin_for_a_deterministic_tail(folder, 
     assert hybrid.path.startswith("hybrid") and twin.path.startswith("generic")
     got, want = list(hybrid), list(twin)
     assert len(got) == len(want) == 3
-    for a, b in zip(got, want):
-        assert equal(a, b)
+    for (images, labels), (twin_images, twin_labels) in zip(got, want):
+        assert torch.equal(labels, twin_labels) and (images.dtype, images.shape) == (twin_images.dtype, twin_images.shape)
+        assert (images == twin_images).double().mean() >= 0.99
 
 
 def test_a_threaded_tail_gives_the_same_batches_as_the_inline_one(folder):
@@ -145,22 +177,21 @@ def test_worker_processes_give_the_inline_batches_random_draws_included(folder):
     assert all(equal(a, b) for a, b in zip(*epochs, strict=True))
 
 
-def test_random_tail_draws_are_reproducible_equal_the_twins_and_leave_the_global_rng_alone(folder):
+def test_random_tail_draws_are_reproducible_and_leave_the_global_generators_alone(folder):
     def loader(seed, **kwargs):
+        # A generator of its own: torch's iterator draws its base seed from it, not from the
+        # global one, so only the tail could move the global generators.
         return fastload.DataLoader(fastload.ImageFolder(folder, transforms=recipe()), batch_size=4, seed=seed,
-                                   **kwargs)
+                                   generator=torch.Generator().manual_seed(0), **kwargs)
 
     torch.manual_seed(0)
     random.seed(0)
     before = torch.get_rng_state(), random.getstate(), np.random.get_state()[1].copy()
-    first, again = list(loader(7, num_workers=2)), list(loader(7, num_workers=1))
+    first, again, inline = list(loader(7, num_workers=2)), list(loader(7, num_workers=1)), list(loader(7))
     assert torch.equal(before[0], torch.get_rng_state()) and before[1] == random.getstate()
     assert np.array_equal(before[2], np.random.get_state()[1])
-    assert all(equal(a, b) for a, b in zip(first, again, strict=True))
+    assert all(equal(a, b) and equal(a, c) for a, b, c in zip(first, again, inline, strict=True))
     assert not equal(first[0], list(loader(8))[0])
-    # The twin draws the same (dct_scaling=False: the twin decodes whole images).
-    exact = list(loader(7, dct_scaling=False))
-    assert all(equal(a, b) for a, b in zip(exact, loader(7, accelerate=False), strict=True))
     # Another epoch draws other augmentations for the same samples.
     epochs = loader(7)
     assert not equal(list(epochs)[0], list(epochs)[0])
@@ -206,7 +237,8 @@ def test_tail_input_tensor_hands_the_uint8_tensor_and_refuses_totensor(folder):
     dataset.tail_input = "tensor"
     images, _ = next(iter(fastload.DataLoader(dataset, batch_size=2)))
     assert seen == [(torch.Tensor, torch.uint8, (3, 16, 16))] * 2 and images.dtype == torch.float32
-    refused = fastload.ImageFolder(folder, transforms=[T.CenterCrop(16), record, T.ToTensor()], tail_input="tensor")
+    refused = fastload.ImageFolder(folder, transforms=[T.CenterCrop(16), record, T.ToTensor()])
+    refused.tail_input = "tensor"  # (a NativeDataset argument; ImageFolder keeps it as an attribute)
     path = fastload.DataLoader(refused, batch_size=2).path
     assert path.startswith("generic: the Python tail's ToTensor() does not convert the uint8 tensors"), path
 
