@@ -84,7 +84,7 @@ def run_runner(root: str, workers: int, epoch: int, parallel: str, tail_input: s
     runner = HybridRunner(dataset.index, build_plan(dataset.transforms), dataset.python_tail(),
                           num_threads=workers, parallel=parallel)
     try:
-        return timed(NativeFeed(runner, iter(batches_of(len(dataset), epoch)), epoch, depth=2))
+        return timed(batch for batch, _ in NativeFeed(runner, iter(batches_of(len(dataset), epoch)), epoch, depth=2))
     finally:
         runner.close()
 
@@ -94,7 +94,7 @@ def run_processes(root: str, workers: int, epoch: int) -> float:
     runner = ProcessHybridRunner(dataset.index, build_plan(dataset.transforms), dataset.python_tail(),
                                  num_threads=workers)
     try:
-        return timed(NativeFeed(runner, iter(batches_of(len(dataset), epoch)), epoch, depth=max(2, workers)))
+        return timed(batch for batch, _ in NativeFeed(runner, iter(batches_of(len(dataset), epoch)), epoch, depth=2))
     finally:
         runner.close()
 
