@@ -151,10 +151,30 @@ class HybridRunner:
     def _run(self, images: torch.Tensor, samples: torch.Tensor, epoch: int):
         """(outputs, [(slot, TailError)]) of one batch; a failed slot's output is None."""
         indices = samples.tolist()
-        if self._pool is not None:  # threads share the global generators: unseeded
-            return self.tail.run_batch(images, pool=self._pool)
-        seed = self.plan.seed
-        return self.tail.run_batch(images, seeds=[sample_seed(seed, epoch, index) for index in indices])
+        outputs: List[Any] = [None] * len(indices)
+        failures = []
+        if self._pool is None:
+            seed = self.plan.seed
+            with GlobalDraws() as draws:
+                for slot, index in enumerate(indices):
+                    draws.seed(sample_seed(seed, epoch, index))
+                    try:
+                        outputs[slot] = self.tail(images[slot])
+                    except TailError as error:
+                        failures.append((slot, error))
+            return outputs, failures
+
+        def run_one(slot: int):
+            try:
+                return self.tail(images[slot]), None
+            except TailError as error:
+                return None, error
+
+        for slot, (output, error) in enumerate(self._pool.map(run_one, range(len(indices)))):
+            outputs[slot] = output
+            if error is not None:
+                failures.append((slot, error))
+        return outputs, failures
 
     def _recover(self, slot: int, error: TailError, images: torch.Tensor, samples: torch.Tensor, epoch: int) -> Any:
         """The output for a slot whose tail raised: re-raised with a note under "raise";

@@ -119,17 +119,6 @@ class GlobalDraws:
         random.seed(seed)
         np.random.seed(seed & 0xFFFFFFFF)
 
-    @staticmethod
-    def state() -> Tuple[Any, Any, Any]:
-        """The three generators' states now (to go on with a sample's draws later)."""
-        return torch.get_rng_state(), random.getstate(), np.random.get_state()
-
-    @staticmethod
-    def restore(state: Tuple[Any, Any, Any]) -> None:
-        torch.set_rng_state(state[0])
-        random.setstate(state[1])
-        np.random.set_state(state[2])
-
     def __exit__(self, *exc: Any) -> None:
         torch.set_rng_state(self._torch)
         random.setstate(self._random)
@@ -210,124 +199,8 @@ class Tail:
                 raise TailError(error, position) from error
         return value
 
-    def run_batch(self, images: torch.Tensor, seeds: Optional[List[int]] = None, pool: Any = None):
-        """Runs the tail on every prefix output of a batch; (outputs, [(slot, TailError)]),
-        a failed slot's output None.
-
-        Equal, value for value, to calling the tail per sample (each under its seed in
-        `seeds`; None: unseeded): runs of transforms that draw nothing and work element by
-        element (torchvision v1's ToTensor and Normalize) run once over the whole batch
-        when every sample reaches them alike (same size and mode), and each sample's
-        generator states carry over them. `pool` (an executor) runs the per-sample runs of
-        an unseeded tail.
-        """
-        import contextlib
-
-        count = len(images)
-        values: List[Any] = [self.to_input(images[slot]) for slot in range(count)]
-        failed: dict = {}
-        states: List[Any] = [None] * count  # each sample's generator states between runs
-        runs = self._runs()
-        with GlobalDraws() if seeds is not None else contextlib.nullcontext() as draws:
-            for number, (start, stop, batched) in enumerate(runs):
-                alive = [slot for slot in range(count) if slot not in failed]
-                if batched and len(alive) > 1:
-                    done = _run_batched(self.transforms[start:stop], [values[slot] for slot in alive])
-                    if done is not None:
-                        for slot, value in zip(alive, done):
-                            values[slot] = value
-                        continue  # else per sample (they draw nothing), where errors name the sample
-                keep_state = draws is not None and not batched and any(not b for _, _, b in runs[number + 1:])
-
-                def one(slot: int):
-                    if draws is not None and not batched:
-                        if states[slot] is None:
-                            draws.seed(seeds[slot])
-                        else:
-                            draws.restore(states[slot])
-                    value = values[slot]
-                    for position in range(start, stop):
-                        try:
-                            value = self.transforms[position](value)
-                        except Exception as error:
-                            return slot, None, TailError(error, position)
-                    if keep_state:
-                        states[slot] = draws.state()
-                    return slot, value, None
-
-                results = pool.map(one, alive) if pool is not None and draws is None else map(one, alive)
-                for slot, value, error in results:
-                    if error is not None:
-                        failed[slot] = error
-                    values[slot] = value
-        return values, sorted(failed.items())
-
-    def _runs(self) -> List[Tuple[int, int, bool]]:
-        """(start, stop, batched) runs of the transforms: batched ones are `_BATCHED` kinds."""
-        runs: List[Tuple[int, int, bool]] = []
-        for position, transform in enumerate(self.transforms):
-            batched = _batched_kind(transform) is not None
-            if runs and runs[-1][2] == batched:
-                runs[-1] = (runs[-1][0], position + 1, batched)
-            else:
-                runs.append((position, position + 1, batched))
-        return runs
-
     def note(self, error: TailError, index: int, source: Optional[str]) -> str:
         """The note a raised tail error gets: the transform, the sample, its file."""
         where = f"sample {index}" + (f", {source}" if source else "")
         return (f"fastload: the Python transform {self.transforms[error.position]!r} (the tail's transforms"
                 f"[{error.position}]) raised on {where}. Pass on_error='skip' to the loader to skip such samples.")
-
-
-def _batched_kind(transform: Any) -> Optional[str]:
-    """"to_tensor" / "normalize" for torchvision v1's ToTensor and (not in-place)
-    Normalize: they draw nothing and compute each value alone, so a batch of them gives
-    the per-sample values exactly. Exact classes only: a subclass may do anything."""
-    if type(transform).__module__ != "torchvision.transforms.transforms":
-        return None
-    name = type(transform).__name__
-    if name == "ToTensor":
-        return "to_tensor"
-    if name == "Normalize" and not transform.inplace:
-        return "normalize"
-    return None
-
-
-def _run_batched(transforms: Sequence[Any], values: List[Any]) -> Optional[List[torch.Tensor]]:
-    """The transforms (all _batched_kind) over all values at once, or None where the
-    values do not allow it (mixed sizes or modes, other types, a zero std: the per-sample
-    run then gives torchvision's own result or error). Same element-wise arithmetic as
-    torchvision's to_tensor and normalize (float(x) / 255; (x - mean) / std)."""
-    from PIL import Image
-
-    batch: Optional[torch.Tensor] = None
-    for transform in transforms:
-        if _batched_kind(transform) == "to_tensor":
-            first = values[0]
-            if batch is not None or not all(isinstance(v, Image.Image) and v.mode == first.mode and v.size == first.size
-                                            for v in values) or first.mode not in ("RGB", "L"):
-                return None
-            pixels = np.stack([np.asarray(v) for v in values])
-            if pixels.ndim == 3:
-                pixels = pixels[..., None]
-            batch = torch.from_numpy(pixels).permute(0, 3, 1, 2).contiguous().to(torch.get_default_dtype()).div(255)
-        else:
-            if batch is None:
-                first = values[0]
-                if not all(isinstance(v, torch.Tensor) and type(v) is torch.Tensor and v.shape == first.shape
-                           and v.dtype == first.dtype for v in values) or first.ndim != 3:
-                    return None
-                batch = torch.stack(values)
-            if not batch.is_floating_point():
-                return None
-            mean = torch.as_tensor(transform.mean, dtype=batch.dtype)
-            std = torch.as_tensor(transform.std, dtype=batch.dtype)
-            if (std == 0).any():
-                return None
-            if mean.ndim == 1:
-                mean = mean.view(-1, 1, 1)
-            if std.ndim == 1:
-                std = std.view(-1, 1, 1)
-            batch = batch.sub(mean).div(std)
-    return list(batch.unbind(0)) if batch is not None else None
