@@ -16,7 +16,9 @@ the same number of cores for every contender (--workers):
   instead of ToTensor), to price the PIL round trip.
 
 Each contender runs --rounds times, interleaved, one epoch each (the first batch, which
-pays start-up, not counted); the median img/s is reported, with the baseline's beside it.
+pays start-up, not counted); the median img/s is reported, with the baseline's beside it,
+and the CPU time per image (all threads and worker processes, start-up included): on a
+machine shared with other work, wall-clock rates move with the load, CPU time much less.
 --compare also reports how far tail_input="tensor" is from "pil" on the same crops and seeds.
 
     .venv/bin/python benchmarks/hybrid_tail.py [--images 2000] [--workers 2] [--rounds 2]
@@ -25,6 +27,7 @@ pays start-up, not counted); the median img/s is reported, with the baseline's b
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import time
 
@@ -57,6 +60,13 @@ def recipe_tensor():
 def batches_of(n: int, epoch: int):
     order = torch.randperm(n, generator=torch.Generator().manual_seed(epoch)).tolist()
     return [order[i:i + BATCH] for i in range(0, n, BATCH)]
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process (all its threads) and of its finished child processes:
+    a cost that other load on the machine does not inflate as it does wall time."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
 
 
 def timed(iterable) -> float:
@@ -136,15 +146,21 @@ def main() -> None:
     }
     names = args.contenders.split(",")
     figures = {name: [] for name in names}
+    cpu = {name: [] for name in names}
     for round_ in range(args.rounds):
         for name in names:
+            before = cpu_seconds()
             figures[name].append(runs[name](round_))
-            print(f"  round {round_} {name:14s} {figures[name][-1]:7.1f} img/s", flush=True)
+            cpu[name].append((cpu_seconds() - before) / data.num_images * 1e3)
+            print(f"  round {round_} {name:14s} {figures[name][-1]:7.1f} img/s {cpu[name][-1]:6.2f} CPU ms/img",
+                  flush=True)
     base = statistics.median(figures["torch"]) if "torch" in figures else None
-    print(f"{'contender':14s} {'img/s':>8s} {'vs torch':>9s}")
+    base_cpu = statistics.median(cpu["torch"]) if "torch" in cpu else None
+    print(f"{'contender':14s} {'img/s':>8s} {'vs torch':>9s} {'CPU ms/img':>11s} {'torch/this':>11s}")
     for name in names:
-        value = statistics.median(figures[name])
-        print(f"{name:14s} {value:8.1f} {value / base if base else float('nan'):8.2f}x")
+        value, ms = statistics.median(figures[name]), statistics.median(cpu[name])
+        print(f"{name:14s} {value:8.1f} {value / base if base else float('nan'):8.2f}x {ms:11.2f} "
+              f"{base_cpu / ms if base_cpu else float('nan'):10.2f}x")
     if args.compare:
         print(compare_inputs(data.root))
 
