@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_PINS := torch==2.14.1 torchvision==0.29.1
-DEPS := numpy pillow tqdm fsspec webdataset ninja pytest pytest-xdist pytest-timeout pytorch-lightning
+DEPS := numpy pillow tqdm fsspec webdataset ninja pytest pytest-xdist pytest-timeout pytorch-lightning matplotlib
 # Optional, x86-64 wheels: nvJPEG for the GPU decode op (headers + library, matching
 # torch's CUDA 13) and DALI, a contender of fastload-bench. A failed install only
 # disables what needs them.

@@ -57,19 +57,22 @@ TORCH_LIBRARY(fastload, m) {
   // ---- augment (csrc/augment) -----------------------------------------------
   // image: uint8 HWC (channel and column strides packed, any row stride).
   // box: [top, left, height, width] floats in image pixels. Output pixel centres map
-  // linearly onto the box; antialiased bilinear taps clamp to the image (not the box);
-  // centres outside the image read 0 (padding). value = (v * scale - mean[c]) / std[c],
-  // v in [0, 255]; then cast (uint8: round + saturate). Returns [C, size[0], size[1]]
-  // (channels_last memory when channels_last).
+  // linearly onto the box; antialiased taps (interpolation: 0 bilinear, 1 bicubic,
+  // 2 nearest, Pillow's filters) clamp to the image (not the box); centres outside the
+  // image read 0 (padding). flip mirrors left-right, flip_v top-bottom. value =
+  // (v * scale - mean[c]) / std[c], v in [0, 255]; then cast (uint8: round + saturate).
+  // Returns [C, size[0], size[1]] (channels_last memory when channels_last).
   m.def(
       "crop_resize_flip_normalize(Tensor image, float[] box, int[] size, bool flip, "
-      "float scale, float[] mean, float[] std, ScalarType dtype, bool channels_last) -> Tensor");
+      "float scale, float[] mean, float[] std, ScalarType dtype, bool channels_last, "
+      "bool flip_v=False, int interpolation=0) -> Tensor");
   // Batched, in place: images is packed uint8 (1-D); shapes int64 [N, 4] =
   // (offset, height, width, row_stride) of each HWC image in it; boxes float32 [N, 4];
-  // flips bool [N]; mean/std float32 [C]; out [N, C, H, W] of any strides.
+  // flips bool [N] (left-right) or [N, 2] (left-right, top-bottom); mean/std float32
+  // [C]; out [N, C, H, W] of any strides; interpolation as above, for every sample.
   m.def(
       "crop_resize_flip_normalize_batch(Tensor images, Tensor shapes, Tensor boxes, "
-      "Tensor flips, float scale, Tensor mean, Tensor std, Tensor(a!) out) -> ()");
+      "Tensor flips, float scale, Tensor mean, Tensor std, Tensor(a!) out, int interpolation=0) -> ()");
 
   // ---- colour (csrc/augment/color.h) ------------------------------------------
   // image: HWC [H, W, 1 or 3], uint8 (torchvision's PIL semantics) or float32 in [0, 1]
@@ -98,29 +101,41 @@ namespace {
 
 py::tuple box_tuple(const Box& b) { return py::make_tuple(b.top, b.left, b.height, b.width); }
 
-// (box, clamp, flip) of one sample: the geometry the engine applies, for Python's
-// generic twin of a plan and for tests.
-py::tuple region_tuple(const Plan& plan, int height, int width, int64_t epoch, int64_t index) {
+// A caller that reads only the left-right flip must not get a plan that also flips
+// top-bottom: it would drop that flip without a word.
+void check_vertical(const Plan& plan, bool vertical, const char* op) {
+  FASTLOAD_CHECK_VALUE(vertical || plan.flip_v_p <= 0.0, op, "expected vertical=True for a plan that flips top-bottom (flip_v_p = ",
+                       plan.flip_v_p, "), got vertical=False. Pass vertical=True and apply both flips.");
+}
+
+// (box, clamp, flip) of one sample, or (box, clamp, flip, flip_v) with vertical=True:
+// the geometry the engine applies, for Python's generic twin of a plan and for tests.
+py::tuple region_tuple(const Plan& plan, int height, int width, int64_t epoch, int64_t index, bool vertical) {
   FASTLOAD_CHECK_VALUE(height > 0 && width > 0, "region_of", "expected a positive image size, got ", height, "x",
                        width, ".");
   plan.validate("region_of");
+  check_vertical(plan, vertical, "region_of");
   const Region region = region_of(plan, height, width, epoch, index);
+  if (vertical) return py::make_tuple(box_tuple(region.box), box_tuple(region.clamp), region.flip, region.flip_v);
   return py::make_tuple(box_tuple(region.box), box_tuple(region.clamp), region.flip);
 }
 
 // Geometry of a batch: boxes [N, 4], clamps [N, 4] (float32, full-resolution pixels) and
-// flips [N] for image sizes [N, 2] (height, width) of samples [N].
-py::tuple regions_tuple(const Plan& plan, const at::Tensor& sizes, const at::Tensor& samples, int64_t epoch) {
+// flips [N] (vertical=True: [N, 2], left-right and top-bottom, as the batch op takes
+// them) for image sizes [N, 2] (height, width) of samples [N].
+py::tuple regions_tuple(const Plan& plan, const at::Tensor& sizes, const at::Tensor& samples, int64_t epoch,
+                        bool vertical) {
   const char* op = "regions_of";
   FASTLOAD_CHECK_VALUE(sizes.dim() == 2 && sizes.size(1) == 2 && samples.dim() == 1 && samples.size(0) == sizes.size(0),
                        op, "expected sizes [N, 2] and samples [N], got ", sizes.sizes(), " and ", samples.sizes(), ".");
   plan.validate(op);
+  check_vertical(plan, vertical, op);
   const auto sizes_c = sizes.to(at::kLong).contiguous();
   const auto samples_c = samples.to(at::kLong).contiguous();
   const int64_t n = samples.size(0);
   auto boxes = at::empty({n, 4}, at::kFloat);
   auto clamps = at::empty({n, 4}, at::kFloat);
-  auto flips = at::empty({n}, at::kBool);
+  auto flips = vertical ? at::empty({n, 2}, at::kBool) : at::empty({n}, at::kBool);
   for (int64_t i = 0; i < n; ++i) {
     const int64_t height = sizes_c.data_ptr<int64_t>()[2 * i];
     const int64_t width = sizes_c.data_ptr<int64_t>()[2 * i + 1];
@@ -132,7 +147,12 @@ py::tuple regions_tuple(const Plan& plan, const at::Tensor& sizes, const at::Ten
                         region.clamp.top, region.clamp.left, region.clamp.height, region.clamp.width};
     std::copy(b, b + 4, boxes.data_ptr<float>() + 4 * i);
     std::copy(b + 4, b + 8, clamps.data_ptr<float>() + 4 * i);
-    flips.data_ptr<bool>()[i] = region.flip;
+    if (vertical) {
+      flips.data_ptr<bool>()[2 * i] = region.flip;
+      flips.data_ptr<bool>()[2 * i + 1] = region.flip_v;
+    } else {
+      flips.data_ptr<bool>()[i] = region.flip;
+    }
   }
   return py::make_tuple(boxes, clamps, flips);
 }
@@ -214,6 +234,12 @@ void bind_plan(py::module_& m) {
   py::enum_<Geometry>(m, "Geometry", "How a plan maps an image onto its output.")
       .value("RANDOM_RESIZED_CROP", Geometry::kRandomResizedCrop, "crop (scale, ratio), then resize to out")
       .value("RESIZE_CENTER_CROP", Geometry::kResizeCenterCrop, "resize (shorter side or fixed), then centre crop");
+  py::enum_<Interpolation>(m, "Interpolation",
+                           "A plan's resampling filter, Pillow's semantics (antialiased when shrinking); int() of a "
+                           "value is the ops' interpolation argument.")
+      .value("BILINEAR", Interpolation::kBilinear, "Pillow BILINEAR: triangle filter, support 1")
+      .value("BICUBIC", Interpolation::kBicubic, "Pillow BICUBIC: cubic a = -0.5, support 2, clipped to [0, 255]")
+      .value("NEAREST", Interpolation::kNearest, "Pillow NEAREST: the source pixel under the centre");
   // An enum.IntEnum made from the C++ values: BatchEngine.wait's status tensor holds them
   // as int32, so they compare equal to ints (a py::enum_ compares only with itself), and
   // no C++ function takes one back.
@@ -279,9 +305,13 @@ void bind_plan(py::module_& m) {
       }));
 
   m.def("region_of", &region_tuple, py::arg("plan"), py::arg("height"), py::arg("width"), py::arg("epoch"),
-        py::arg("index"), "(box, clamp, flip) of one sample under a plan, in full-resolution pixels.");
+        py::arg("index"), py::kw_only(), py::arg("vertical") = false,
+        "(box, clamp, flip) of one sample under a plan, in full-resolution pixels; vertical=True: (box, clamp, "
+        "flip, flip_v), required for a plan with flip_v_p > 0.");
   m.def("regions_of", &regions_tuple, py::arg("plan"), py::arg("sizes"), py::arg("samples"), py::arg("epoch"),
-        "Batched region_of: (boxes float32 [N, 4], clamps float32 [N, 4], flips bool [N]).");
+        py::kw_only(), py::arg("vertical") = false,
+        "Batched region_of: (boxes float32 [N, 4], clamps float32 [N, 4], flips bool [N]); vertical=True: flips "
+        "bool [N, 2] (left-right, top-bottom), required for a plan with flip_v_p > 0.");
   m.def("sampling_views", &sampling_views, py::arg("boxes"), py::arg("clamps"), py::arg("sizes"),
         py::arg("scale_denom") = 1, py::arg("origins") = py::none(),
         "The views (int64 [N, 4]: top, left, height, width) of decoded images (sizes [N, 2]) the taps of "
@@ -292,6 +322,9 @@ void bind_plan(py::module_& m) {
 
 void bind_engine(py::module_& m) {
   using engine::BatchEngine;
+  py::tuple stages(engine::kStageCount);
+  for (int stage = 0; stage < engine::kStageCount; ++stage) stages[stage] = engine::kStageNames[stage];
+  m.attr("engine_stages") = stages;  // the columns of BatchEngine.thread_times, in order
   py::class_<BatchEngine>(m, "BatchEngine", "Thread pool that reads, decodes and augments whole batches.")
       .def(py::init<int>(), py::arg("num_threads"))
       .def_property_readonly("num_threads", &BatchEngine::num_threads)
@@ -302,7 +335,8 @@ void bind_engine(py::module_& m) {
            py::arg("predecoded") = std::unordered_map<int64_t, at::Tensor>(), py::arg("pin_memory") = false)
       // (status int32 [B], messages); in cpu+gpu mode (out=None) also (packed uint8,
       // shapes int64 [B, 4] = (offset, height, width, row_stride), boxes float32 [B, 4],
-      // flips bool [B]): the inputs of crop_resize_flip_normalize_batch.
+      // flips bool [B], or [B, 2] when the plan flips top-bottom): the inputs of
+      // crop_resize_flip_normalize_batch.
       .def(
           "wait",
           [](BatchEngine& engine, int64_t ticket) -> py::tuple {
@@ -313,6 +347,9 @@ void bind_engine(py::module_& m) {
           },
           py::arg("ticket"))
       .def("read_samples", &BatchEngine::read_samples, py::arg("samples"))
+      .def("thread_times", &BatchEngine::thread_times,
+           "Each engine thread's CPU seconds per stage (float64 [threads, stages], the stages of "
+           "fastload._C.engine_stages) and samples run (int64 [threads]) since the engine started.")
       .def("close", &BatchEngine::close);
 }
 

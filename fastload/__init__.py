@@ -36,6 +36,7 @@ _LAZY = {
     "write_shards": ("fastload.source.write", "write_shards"),
     "TarShardError": ("fastload.source.tar", "TarShardError"),
     "NativeDataset": ("fastload.source.base", "NativeDataset"),
+    "explain": ("fastload.compat.explain", "explain"),
     # Every exception type fastload raises to its users, so that it can be caught by name.
     "NotBuiltError": ("fastload._ext", "NotBuiltError"),
     "ErrorPolicy": ("fastload.errors", "ErrorPolicy"),

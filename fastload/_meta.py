@@ -7,7 +7,8 @@ import torch
 
 
 @torch.library.register_fake("fastload::crop_resize_flip_normalize")
-def _crop_resize_flip_normalize(image, box, size, flip, scale, mean, std, dtype, channels_last):
+def _crop_resize_flip_normalize(image, box, size, flip, scale, mean, std, dtype, channels_last, flip_v=False,
+                                interpolation=0):
     torch._check(image.dim() == 3, lambda: "image must be [H, W, C]")
     channels, height, width = image.shape[2], size[0], size[1]
     if channels_last:  # HWC memory for the 3-D [C, H, W] result, as the kernel makes it
@@ -16,7 +17,7 @@ def _crop_resize_flip_normalize(image, box, size, flip, scale, mean, std, dtype,
 
 
 @torch.library.register_fake("fastload::crop_resize_flip_normalize_batch")
-def _crop_resize_flip_normalize_batch(images, shapes, boxes, flips, scale, mean, std, out):
+def _crop_resize_flip_normalize_batch(images, shapes, boxes, flips, scale, mean, std, out, interpolation=0):
     return None
 
 

@@ -25,6 +25,20 @@ def _ops():
     return torch.ops.fastload
 
 
+# The ops' interpolation codes (fastload._C.Interpolation's values, csrc/augment/geometry.h).
+INTERPOLATIONS = {"bilinear": 0, "bicubic": 1, "nearest": 2}
+
+
+def interpolation_code(interpolation, op: str = "crop_resize_flip_normalize") -> int:
+    """The ops' int code of "bilinear" | "bicubic" | "nearest" (or a
+    fastload._C.Interpolation value). Raises ValueError naming the valid names."""
+    name = getattr(interpolation, "name", interpolation)  # _C.Interpolation.BICUBIC -> "BICUBIC"
+    if isinstance(name, str) and name.lower() in INTERPOLATIONS:
+        return INTERPOLATIONS[name.lower()]
+    raise ValueError(f"fastload.{op}: expected interpolation 'bilinear', 'bicubic' or 'nearest', got "
+                     f"{interpolation!r}.")
+
+
 def jpeg_header(data: torch.Tensor) -> List[int]:
     """Reads a JPEG header without decoding.
 
@@ -151,11 +165,15 @@ def crop_resize_flip_normalize(
     std: Sequence[float] = (1.0, 1.0, 1.0),
     dtype: torch.dtype = torch.float32,
     channels_last: bool = False,
+    *,
+    flip_v: bool = False,
+    interpolation: str = "bilinear",
 ) -> torch.Tensor:
-    """Fused crop -> antialiased bilinear resize -> flip -> normalise -> cast, one image.
+    """Fused crop -> antialiased resize -> flips -> normalise -> cast, one image.
 
-    The resample is Pillow's BILINEAR with antialias (torch's ``interpolate(mode=
-    "bilinear", antialias=True)``) over a float box: output pixel (y, x) is centred at
+    The resample is Pillow's ``resize(size, filter, box=...)`` over a float box: BILINEAR
+    with antialias (torch's ``interpolate(mode="bilinear", antialias=True)``), BICUBIC
+    (antialiased, clipped to [0, 255]) or NEAREST. Output pixel (y, x) is centred at
     ``top + (y + 0.5) * height / out_height`` (same for x); taps clamp to the image, not
     the box (like PIL's ``resize(box=...)``). Semantics and design:
     csrc/augment/README.md; plain-PyTorch twin: ``fastload.reference``.
@@ -173,13 +191,16 @@ def crop_resize_flip_normalize(
         dtype: uint8 (round half away from zero, saturate), float32, float16 or bfloat16
             (round to nearest even).
         channels_last: HWC memory (strides (1, W*C, C)) for the [C, H, W] result.
+        flip_v: mirror the output vertically.
+        interpolation: "bilinear", "bicubic" or "nearest" (Pillow's filters).
 
     Returns:
         [C, out_height, out_width] tensor of `dtype`, on the image's device.
 
     Raises:
         ValueError: "fastload.crop_resize_flip_normalize: expected ..., got ...": wrong
-            dtype, channels or strides, an empty or non-finite box, mean/std lengths.
+            dtype, channels or strides, an empty or non-finite box, mean/std lengths, an
+            unknown interpolation.
 
     Example:
         >>> import torch
@@ -191,9 +212,14 @@ def crop_resize_flip_normalize(
         >>> crop_resize_flip_normalize(image, [0.5, 0.5, 2, 2], [1, 1], flip=True, scale=1.0,
         ...                            dtype=torch.uint8).flatten().tolist()
         [15, 16, 17]
+        >>> # NEAREST picks pixel (int)(top + (y + 0.5) * 4 / 2): rows 1 and 3.
+        >>> crop_resize_flip_normalize(image, [0, 0, 4, 4], [2, 2], scale=1.0, dtype=torch.uint8,
+        ...                            flip_v=True, interpolation="nearest")[0].tolist()
+        [[39, 45], [15, 21]]
     """
     return _ops().crop_resize_flip_normalize(
-        image, [float(v) for v in box], list(size), flip, scale, list(mean), list(std), dtype, channels_last
+        image, [float(v) for v in box], list(size), flip, scale, list(mean), list(std), dtype, channels_last,
+        bool(flip_v), interpolation_code(interpolation)
     )
 
 
@@ -206,6 +232,8 @@ def crop_resize_flip_normalize_batch(
     mean: torch.Tensor,
     std: torch.Tensor,
     out: torch.Tensor,
+    *,
+    interpolation: str = "bilinear",
 ) -> torch.Tensor:
     """Batched, in-place crop_resize_flip_normalize (CPU or CUDA, by the inputs' device).
 
@@ -219,15 +247,17 @@ def crop_resize_flip_normalize_batch(
         shapes: int64 [N, 4]: (offset, height, width, row_stride) of each image in
             `images` (offset and row_stride in bytes; row_stride >= width * C).
         boxes: float32 [N, 4]: (top, left, height, width) in each image's pixels.
-        flips: bool [N].
+        flips: bool [N] (left-right), or [N, 2] (left-right, top-bottom).
         scale: value = (v * scale - mean[c]) / std[c], v in [0, 255].
         mean, std: float32 [C].
         out: [N, C, H, W] of uint8/float32/float16/bfloat16, any strides (channels_last,
             a slice of a bigger batch...); C (1 or 3) is the images' channel count.
+        interpolation: "bilinear", "bicubic" or "nearest", for every sample.
 
     Returns:
         out, with out[i] == crop_resize_flip_normalize(image_i, boxes[i], [H, W],
-        flips[i], scale, mean, std, out.dtype).
+        flips[i, 0], scale, mean, std, out.dtype, flip_v=flips[i, 1],
+        interpolation=interpolation) (flips[i] and False for [N] flips).
 
     Example:
         >>> import torch
@@ -242,7 +272,8 @@ def crop_resize_flip_normalize_batch(
         >>> [round(v, 4) for v in out[:, 0, 0, 0].tolist()]
         [10.0, 200.0]
     """
-    _ops().crop_resize_flip_normalize_batch(images, shapes, boxes, flips, scale, mean, std, out)
+    _ops().crop_resize_flip_normalize_batch(images, shapes, boxes, flips, scale, mean, std, out,
+                                            interpolation_code(interpolation, "crop_resize_flip_normalize_batch"))
     return out
 
 
@@ -385,6 +416,7 @@ from fastload.augment.specs import (  # noqa: E402
     Normalize,
     RandomHorizontalFlip,
     RandomResizedCrop,
+    RandomVerticalFlip,
     Resize,
     ToDtype,
 )

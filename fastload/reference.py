@@ -40,24 +40,58 @@ _DTYPES = (torch.uint8, torch.float32, torch.float16, torch.bfloat16)
 # ---- augment ------------------------------------------------------------------------------
 
 
-def axis_weights(start: float, size: float, in_size: int, out_size: int) -> torch.Tensor:
+def _cubic(x: torch.Tensor) -> torch.Tensor:
+    """Pillow's bicubic filter (a = -0.5), in the dtype of x."""
+    a = -0.5
+    x = x.abs()
+    inner = ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0
+    outer = (((x - 5.0) * x + 8.0) * x - 4.0) * a
+    return torch.where(x < 1.0, inner, torch.where(x < 2.0, outer, torch.zeros((), dtype=x.dtype)))
+
+
+def _nearest_weights(start: float, size: float, in_size: int, out_size: int) -> torch.Tensor:
+    """Pillow's NEAREST resize of one axis: x_0 = start + step / 2, x_{i+1} = x_i + step
+    (step = size / out_size, float64, accumulated as Pillow does); row i picks pixel
+    int(x_i), or is all zero where x_i lies outside [0, in_size)."""
+    start = float(torch.tensor(start, dtype=torch.float32))  # the kernel's float box
+    step = float(torch.tensor(size, dtype=torch.float32)) / out_size
+    weights = torch.zeros(out_size, in_size, dtype=torch.float64)
+    x = start + step * 0.5
+    for i in range(out_size):
+        if 0.0 <= x < in_size:
+            weights[i, int(x)] = 1.0
+        x += step
+    return weights
+
+
+def axis_weights(start: float, size: float, in_size: int, out_size: int,
+                 interpolation: str = "bilinear") -> torch.Tensor:
     """The resample of one axis as a float64 matrix [out_size, in_size].
 
-    Pillow's BILINEAR resample with antialias (== torch interpolate(mode="bilinear",
-    antialias=True, align_corners=False)) over the box [start, start + size): output i
-    is centred at start + (i + 0.5) * size / out_size; support = max(scale, 1); taps
-    from int(centre - support + 0.5) to int(centre + support + 0.5), clamped to the
-    image [0, in_size); triangle weights normalised to sum 1. A row whose centre is
-    outside [0, in_size) is all zero (padding).
+    Pillow's resample of `interpolation` ("bilinear" | "bicubic" | "nearest") with
+    antialias over the box [start, start + size) (bilinear == torch interpolate(mode=
+    "bilinear", antialias=True, align_corners=False)): output i is centred at start +
+    (i + 0.5) * size / out_size; filterscale = max(scale, 1); support = filterscale
+    (bilinear) or 2 * filterscale (bicubic); taps from int(centre - support + 0.5) to
+    int(centre + support + 0.5), clamped to the image [0, in_size); the filter (triangle,
+    or cubic with a = -0.5) at (j + 0.5 - centre) / filterscale, normalised to sum 1. A
+    row whose centre is outside [0, in_size) is all zero (padding). Nearest: see
+    _nearest_weights.
 
     The arithmetic follows csrc/augment/crop_resize_flip_normalize.h step for step in
     float32 (the kernel's precision), so the padding decisions and tap ranges match the
     kernel exactly; only the weights' rounding differs.
     """
+    if interpolation == "nearest":
+        return _nearest_weights(start, size, in_size, out_size)
+    if interpolation not in ("bilinear", "bicubic"):
+        raise ValueError(f"fastload.reference.axis_weights: expected interpolation 'bilinear', 'bicubic' or "
+                         f"'nearest', got {interpolation!r}.")
     f32 = torch.float32
     scale = torch.tensor(size, dtype=f32) / out_size
-    support = torch.clamp(scale, min=1.0)
-    inv_support = 1.0 / support
+    filter_scale = torch.clamp(scale, min=1.0)
+    support = filter_scale * (2.0 if interpolation == "bicubic" else 1.0)
+    inv_filter_scale = 1.0 / filter_scale
     i = torch.arange(out_size, dtype=torch.float64)
     # start + (i + 0.5) * scale is exact in float64; one rounding to float32, as fmaf.
     centre = (torch.tensor(start, dtype=f32).double() + (i + 0.5) * scale.double()).to(f32)
@@ -67,12 +101,14 @@ def axis_weights(start: float, size: float, in_size: int, out_size: int) -> torc
     low = (centre - support + 0.5).double().clamp(min=0).trunc()
     high = (centre + support + 0.5).double().clamp(max=float(in_size)).trunc()
     j = torch.arange(in_size, dtype=f32)
-    weights = (1.0 - ((j[None, :] + 0.5 - centre[:, None]) * inv_support).abs()).clamp(min=0)
+    x = (j[None, :] + 0.5 - centre[:, None]) * inv_filter_scale
+    weights = _cubic(x) if interpolation == "bicubic" else (1.0 - x.abs()).clamp(min=0)
     index = torch.arange(in_size, dtype=torch.float64)
     taps = (index[None, :] >= low[:, None]) & (index[None, :] < high[:, None]) & inside[:, None]
     weights = torch.where(taps, weights, torch.zeros((), dtype=f32)).double()
     total = weights.sum(dim=1, keepdim=True)
-    return torch.where(total > 0, weights / total.clamp(min=1e-300), torch.zeros((), dtype=torch.float64))
+    safe = torch.where(total != 0, total, torch.ones((), dtype=torch.float64))
+    return torch.where(total != 0, weights / safe, torch.zeros((), dtype=torch.float64))
 
 
 def _cast(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -94,6 +130,9 @@ def crop_resize_flip_normalize(
     std: Sequence[float] = (1.0, 1.0, 1.0),
     dtype: torch.dtype = torch.float32,
     channels_last: bool = False,
+    *,
+    flip_v: bool = False,
+    interpolation: str = "bilinear",
 ) -> torch.Tensor:
     """Twin of fastload.ops.crop_resize_flip_normalize.
 
@@ -105,6 +144,9 @@ def crop_resize_flip_normalize(
         scale, mean, std: value = (v * scale - mean[c]) / std[c], v in [0, 255].
         dtype: uint8, float32, float16 or bfloat16.
         channels_last: HWC memory for the [C, H, W] result.
+        flip_v: mirror the output vertically.
+        interpolation: "bilinear", "bicubic" or "nearest" (axis_weights). Bicubic clips
+            like Pillow: the horizontal pass to [0, 255], then the vertical one.
 
     Returns:
         [C, out_height, out_width] of `dtype`, on the image's device.
@@ -119,12 +161,19 @@ def crop_resize_flip_normalize(
     height, width, channels = image.shape
     top, left, box_height, box_width = (float(v) for v in box)
     out_height, out_width = int(size[0]), int(size[1])
-    rows = axis_weights(top, box_height, height, out_height)  # [OH, H]
-    cols = axis_weights(left, box_width, width, out_width)  # [OW, W]
+    name = getattr(interpolation, "name", interpolation)
+    name = name.lower() if isinstance(name, str) else name
+    rows = axis_weights(top, box_height, height, out_height, name)  # [OH, H]
+    cols = axis_weights(left, box_width, width, out_width, name)  # [OW, W]
     pixels = image.detach().cpu().permute(2, 0, 1).to(torch.float64)  # [C, H, W]
-    values = rows @ pixels @ cols.T  # [C, OH, OW], v in [0, 255]
+    if name == "bicubic":  # negative lobes: Pillow clips each pass
+        values = (rows @ (pixels @ cols.T).clamp(0, 255)).clamp(0, 255)
+    else:
+        values = rows @ pixels @ cols.T  # [C, OH, OW], v in [0, 255]
     if flip:
         values = values.flip(-1)
+    if flip_v:
+        values = values.flip(-2)
     mean_t = torch.tensor([float(m) for m in mean], dtype=torch.float64).view(-1, 1, 1)
     std_t = torch.tensor([float(s) for s in std], dtype=torch.float64).view(-1, 1, 1)
     if mean_t.numel() != channels or std_t.numel() != channels:
@@ -147,17 +196,23 @@ def crop_resize_flip_normalize_batch(
     mean: torch.Tensor,
     std: torch.Tensor,
     out: torch.Tensor,
+    *,
+    interpolation: str = "bilinear",
 ) -> torch.Tensor:
     """Twin of fastload.ops.crop_resize_flip_normalize_batch: writes out[i] for each
-    sample i of the packed images (shapes[i] = offset, height, width, row_stride)."""
+    sample i of the packed images (shapes[i] = offset, height, width, row_stride);
+    flips bool [N] (left-right) or [N, 2] (left-right, top-bottom)."""
     channels = out.shape[1]
     packed = images.detach().cpu()
+    flips = flips.cpu()
+    flips = flips[:, None] if flips.dim() == 1 else flips
     for i, (offset, height, width, row_stride) in enumerate(shapes.tolist()):
         image = packed.as_strided((height, width, channels), (row_stride, channels, 1), offset)
         out[i].copy_(
             crop_resize_flip_normalize(
-                image, boxes[i].tolist(), list(out.shape[2:]), bool(flips[i]), scale,
+                image, boxes[i].tolist(), list(out.shape[2:]), bool(flips[i, 0]), scale,
                 mean.tolist(), std.tolist(), out.dtype,
+                flip_v=flips.shape[1] == 2 and bool(flips[i, 1]), interpolation=interpolation,
             )
         )
     return out

@@ -33,7 +33,10 @@ Keys of the dict (seconds are float, counts int):
     stall_fraction  data-stall fraction: the wait between batches divided by the time
                     between batches, i.e. the share of the loop's steady-state time spent
                     waiting for data (first batch excluded; None before two batches)
-    native          the native engine's counters (native path only), a dict:
+    native          the native engine's counters (native path only): images, batches,
+                    skipped, pil_fallback, gpu_cpu_fallback, engine_s, wait_s, threads;
+                    stages_s {read, header, decode, augment: CPU seconds summed over the
+                    engine threads} and thread_stages_s (the same per thread, with samples), a dict:
                     images, batches (produced by the engine), skipped (distinct samples
                     replaced under on_error="skip"), pil_fallback (non-JPEG samples PIL
                     decoded), gpu_cpu_fallback (decode_on="gpu": images nvJPEG rejected
@@ -42,7 +45,13 @@ Keys of the dict (seconds are float, counts int):
                     engine), threads
 
 Every stage also shows in profiler traces as a `torch.profiler.record_function` range
-named "fastload.<stage>" (fetch and collate in the worker processes' own traces).
+named "fastload.<stage>" (fetch and collate in the worker processes' own traces). On the
+native path each sample's engine stages are ranges on the engine's own threads
+("fastload.read", "fastload.decode", "fastload.augment"), and each batch adds a
+"fastload.engine_stages" range whose arguments are the engine's CPU milliseconds per stage
+since the batch before: a Chrome/Perfetto trace of a training step shows where the input
+time went beside the model's kernels. A data stall is a long "fastload.wait" on the main
+thread; the engine ranges beside it say which stage is short of cores.
 
 Example:
     >>> import torch, fastload
@@ -57,7 +66,7 @@ Example:
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 STAGES = ("fetch", "collate", "pin", "transfer", "copy", "wait")
 _STAGE_LABELS = {
@@ -160,6 +169,30 @@ def _fmt(value: Optional[float], unit: str = "s") -> str:
     return "-" if value is None else f"{value:.3f} {unit}"
 
 
+def _native_lines(native: Dict[str, Any]) -> List[str]:
+    """The native engine's part of the report: where its threads' CPU time went, per
+    stage (the one to fix is the largest share), then its counters."""
+    lines = []
+    stages = native.get("stages_s") or {}
+    total = sum(stages.values())
+    images = native.get("images") or 0
+    if stages:
+        lines.append(f"  {'engine stage (CPU)':<20}{'seconds':>10}{'ms/image':>11}{'share':>8}")
+        for name, seconds in stages.items():
+            per = f"{1e3 * seconds / images:.3f}" if images else "-"
+            share = f"{100 * seconds / total:.0f}%" if total > 0 else "-"
+            lines.append(f"  {name:<20}{seconds:>10.3f}{per:>11}{share:>8}")
+        threads = native.get("thread_stages_s") or []
+        if threads:
+            busy = ", ".join(f"{sum(v for k, v in t.items() if k != 'samples'):.2f} s / {t['samples']}"
+                             for t in threads)
+            lines.append(f"  engine threads (CPU s / samples): {busy}")
+    counters = {k: v for k, v in native.items() if not isinstance(v, (dict, list))}
+    lines.append("  native: " + ", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
+                                          for k, v in counters.items()))
+    return lines
+
+
 def report(stats: Dict[str, Any]) -> str:
     """A readable multi-line report of a loader.stats() dict.
 
@@ -190,6 +223,5 @@ def report(stats: Dict[str, Any]) -> str:
         lines.append(f"  {_STAGE_LABELS[stage]:<20}{seconds:>10.3f}{per:>11}")
     native = g("native")
     if native:
-        lines.append("  native: " + ", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
-                                              for k, v in native.items()))
+        lines.extend(_native_lines(native))
     return "\n".join(lines)

@@ -307,3 +307,112 @@ def test_bad_arguments_are_refused(capsys):
     assert "unknown contender 'nope'" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["--batch-size", "0"])
+
+
+USER_MODULE = '''
+import torch, torchvision
+from torchvision import transforms as T
+
+ROOT = {root!r}
+
+def make():
+    return torchvision.datasets.ImageFolder(ROOT, transform=T.Compose([
+        T.Resize(40), T.CenterCrop(32), T.ToTensor(), T.Normalize([0.5] * 3, [0.25] * 3)]))
+
+class Dicts(torch.utils.data.Dataset):
+    def __len__(self):
+        return 6
+    def __getitem__(self, i):
+        return {{"image": torch.full((3, 8, 8), float(i)), "label": i}}
+
+def dicts():
+    return Dicts()
+'''
+
+
+def test_bench_races_torch_and_fastload_on_the_users_own_dataset(tiny, tmp_path, monkeypatch):
+    cache, ds = tiny
+    (tmp_path / "user_data.py").write_text(USER_MODULE.format(root=ds.root))
+    monkeypatch.chdir(tmp_path)  # the module imports from the current folder, in every contender's process
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "bench.json"
+    for factory, shape in (("user_data:make", [2, 3, 32, 32]), ("user_data:dicts", [2, 3, 8, 8])):
+        assert main(["--dataset", factory, "--images", "4", "--batch-size", "2", "--workers", "1", "--no-progress",
+                     "--json", str(out), "--timeout", "240"]) == 0
+        rows = json.loads(out.read_text())["results"]
+        assert [(r["contender"], r["pipeline"]) for r in rows] == [("baseline", "dataset"), ("fastload", "dataset")]
+        assert all(r["status"] == "ok" for r in rows), rows
+        assert [r["first_batch"]["shape"] for r in rows] == [shape, shape]
+    # A torchvision ImageFolder of known transforms runs natively; the dicts go generic.
+    assert rows[1]["path"].startswith("generic"), rows[1]["path"]
+    if _ext.has_ops():
+        assert main(["--dataset", "user_data:make", "--images", "4", "--batch-size", "2", "--workers", "1",
+                     "--no-progress", "--json", str(out), "--timeout", "240"]) == 0
+        assert json.loads(out.read_text())["results"][1]["path"].startswith("native")
+
+
+def test_contenders_with_their_own_pipeline_say_so_under_dataset(tiny, tmp_path, monkeypatch):
+    cache, ds = tiny
+    (tmp_path / "user_data.py").write_text(USER_MODULE.format(root=ds.root))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "bench.json"
+    assert main(["--dataset", "user_data:dicts", "--contenders", "baseline,fastload-native", "--images", "2",
+                 "--batch-size", "2", "--workers", "0", "--no-progress", "--json", str(out)]) == 0
+    native = json.loads(out.read_text())["results"][1]
+    assert native["status"] == "unavailable" and "its own pipeline" in native["reason"]
+
+
+@pytest.mark.parametrize("factory, message", [("nocolon", "expected --dataset as module:function"),
+                                              ("no_such_module_here:make", "cannot load --dataset")])
+def test_a_bad_dataset_function_is_refused_with_the_fix(factory, message):
+    with pytest.raises(ValueError, match=message):
+        main(["--dataset", factory, "--no-progress"])
+
+
+def test_default_table_fits_100_columns_and_lists_each_path():
+    long_path = "native: torchvision ImageFolder [" + " -> ".join(["RandomResizedCrop"] * 8) + "], decode_on=cpu"
+    rows = [{"contender": "fastload-native", "pipeline": "train", "status": "ok", "path": long_path,
+             "images_per_s": 1234.5, "ratio": 5.12, "cpu_ms_per_image": 1.5, "peak_rss_mb": 812.0,
+             "first_batch_s": 0.15, "others_cpu_pct": 12.0},
+            {"contender": "dali-cpu", "pipeline": "train", "status": "unavailable", "reason": "not installed " * 12}]
+    text = report.format_compact(rows)
+    assert max(len(line) for line in text.splitlines()) <= report.WIDTH, text
+    assert "RandomResizedCrop], decode_on=cpu" in text.replace("\n      ", " ")
+    table, paths = text.split("\npaths:\n")
+    assert "| n/a " in table and "not installed" not in table  # the reason goes under the table
+    assert "dali-cpu (train): unavailable: not installed" in paths
+
+
+def test_plot_draws_every_contender(tmp_path):
+    pytest.importorskip("matplotlib")
+    rows = [{"contender": name, "pipeline": "train", "status": "ok", "images_per_s": ips, "ratio": ips / 200,
+             "cpu_ms_per_image": 8.0 / (ips / 200), "peak_rss_mb": 900.0} for name, ips in
+            (("baseline", 200.0), ("fastload", 1000.0))]
+    for name in ("bench.png", "bench.svg"):
+        report.plot(rows, str(tmp_path / name))
+        assert (tmp_path / name).stat().st_size > 1000
+    assert "fastload (train)" in (tmp_path / "bench.svg").read_text()
+
+
+def test_plot_without_matplotlib_says_how_to_get_it(monkeypatch, tmp_path):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_matplotlib(name, *args, **kwargs):
+        if name.startswith("matplotlib"):
+            raise ImportError("No module named 'matplotlib'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    with pytest.raises(SystemExit, match="pip install matplotlib"):
+        report.plot([{"contender": "baseline", "status": "ok", "images_per_s": 1.0}], str(tmp_path / "x.png"))
+
+
+def test_progress_bars_stay_off_when_stderr_is_not_a_terminal(tiny, capfd):
+    cache, ds = tiny
+    assert main(["--data", ds.root, "--contenders", "baseline", "--pipeline", "eval", "--images", "2",
+                 "--batch-size", "2", "--workers", "0", "--suite", "main"]) == 0
+    err = capfd.readouterr().err
+    assert "img/s]" not in err and "it/s]" not in err, err[-2000:]

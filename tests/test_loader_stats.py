@@ -90,7 +90,8 @@ def test_profiler_ranges():
         assert stage in names, stage
 
 
-NATIVE_KEYS = {"images", "batches", "skipped", "pil_fallback", "gpu_cpu_fallback", "engine_s", "wait_s", "threads"}
+NATIVE_KEYS = {"images", "batches", "skipped", "pil_fallback", "gpu_cpu_fallback", "engine_s", "wait_s", "threads",
+               "stages_s", "thread_stages_s"}
 
 
 @pytest.mark.skipif(not fastload._ext.has_ops(), reason="fastload._C not built")
@@ -109,3 +110,56 @@ def test_native_counters_name_seconds_with_s_and_show_in_the_report(tmp_path):
     assert native["engine_s"] >= native["wait_s"] >= 0.0
     line = [line for line in fastload.stats.report(stats).splitlines() if line.strip().startswith("native:")]
     assert line and "engine_s=" in line[0] and "wait_s=" in line[0]
+
+
+STAGES = ("read", "header", "decode", "augment")
+
+
+def _native_loader(tmp_path, **kwargs):
+    import jpeg_samples as js
+
+    js.write_image_folder(tmp_path, classes=2, per_class=4)
+    dataset = fastload.ImageFolder(str(tmp_path), transforms=[fastload.transforms.RandomResizedCrop(16)])
+    return DataLoader(dataset, batch_size=4, num_workers=2, **kwargs)
+
+
+@pytest.mark.skipif(not fastload._ext.has_ops(), reason="fastload._C not built")
+def test_native_stats_say_which_engine_stage_took_the_cpu_time(tmp_path):
+    loader = _native_loader(tmp_path)
+    list(loader)
+    native = loader.stats()["native"]
+    assert tuple(native["stages_s"]) == STAGES == tuple(fastload._ext.require_ops().engine_stages)
+    assert all(native["stages_s"][stage] > 0 for stage in ("read", "decode", "augment")), native["stages_s"]
+    threads = native["thread_stages_s"]
+    assert len(threads) == 2 and sum(t["samples"] for t in threads) == native["images"] == 8
+    for stage in STAGES:  # the total is the threads' sum
+        assert native["stages_s"][stage] == pytest.approx(sum(t[stage] for t in threads))
+    text = str(loader.stats())
+    assert "engine stage (CPU)" in text and "decode" in text and "ms/image" in text and "share" in text
+
+
+@pytest.mark.skipif(not fastload._ext.has_ops(), reason="fastload._C not built")
+def test_native_stage_times_start_afresh_after_a_reset(tmp_path):
+    loader = _native_loader(tmp_path)
+    list(loader)
+    before = loader.stats(reset=True)["native"]["stages_s"]
+    assert before["decode"] > 0
+    after = loader.stats()["native"]
+    assert all(v == 0 for v in after["stages_s"].values()) and all(t["samples"] == 0 for t in after["thread_stages_s"])
+    list(loader)
+    assert 0 < loader.stats()["native"]["stages_s"]["decode"]
+
+
+@pytest.mark.skipif(not fastload._ext.has_ops(), reason="fastload._C not built")
+def test_engine_stages_show_in_a_profiler_trace(tmp_path):
+    loader = _native_loader(tmp_path)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        list(loader)
+    events = profile.events()
+    names = {event.name for event in events}
+    assert {"fastload.read", "fastload.decode", "fastload.augment"} <= names, sorted(n for n in names if "fastload" in n)
+    main_thread = {e.thread for e in events if e.name == "fastload.wait"}
+    engine_threads = {e.thread for e in events if e.name == "fastload.decode"}
+    assert engine_threads and not engine_threads & main_thread  # on the engine's own threads
+    summaries = [e for e in events if e.name == "fastload.engine_stages"]
+    assert len(summaries) == 2  # one per batch

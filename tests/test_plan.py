@@ -356,7 +356,8 @@ def test_a_plan_survives_pickle_and_deepcopy_with_every_field():
     plan = build_plan([specs.RandomResizedCrop(9), specs.Normalize(MEAN, STD)], dtype=torch.bfloat16, seed=41)
     changed = dict(geometry=core.Geometry.RESIZE_CENTER_CROP, out_height=17, out_width=19, scale_min=0.25,
                    scale_max=0.75, ratio_min=0.5, ratio_max=2.5, resize_short=33, resize_height=-1,
-                   resize_width=-1, max_size=70, flip_p=0.25, value_scale=0.5, mean=[0.25], std=[2.0], channels=1,
+                   resize_width=-1, max_size=70, interpolation=core.Interpolation.BICUBIC, flip_p=0.25, flip_v_p=0.75,
+                   value_scale=0.5, mean=[0.25], std=[2.0], channels=1,
                    dct_scaling=False, max_pixels=12345, seed=2**40 + 3)
     assert sorted(changed) == plan_fields()  # a new field must be added here too
     for name, value in changed.items():
@@ -469,3 +470,139 @@ def test_sampling_views_refuse_boxes_without_pixels_naming_the_row():
         core.sampling_views(boxes, torch.tensor([[0.0, 0.0, 4.0, 4.0]] * 2), torch.tensor([[4, 4]] * 2))
     with pytest.raises(ValueError, match=r"fastload\.sampling_views: expected a finite clamp region .*\(row 0\)"):
         core.sampling_views(boxes[:1], torch.tensor([[0.0, 0.0, float("nan"), 4.0]]), torch.tensor([[4, 4]]))
+
+
+# ---- interpolation and the vertical flip ----------------------------------------------------
+
+
+def test_interpolation_is_one_plan_field_from_names_torchvision_modes_and_pil_ints():
+    """The spec stores the name; the plan holds fastload._C.Interpolation."""
+    Interpolation = _ext.require_ops().Interpolation
+    for value, name in [("bicubic", "BICUBIC"), (T.InterpolationMode.BICUBIC, "BICUBIC"), (3, "BICUBIC"),
+                        ("NEAREST", "NEAREST"), (0, "NEAREST"), (T.InterpolationMode.BILINEAR, "BILINEAR")]:
+        plan = build_plan([specs.RandomResizedCrop(8, interpolation=value)])
+        assert plan.interpolation == getattr(Interpolation, name), value
+        plan = build_plan([specs.Resize(10, interpolation=value), specs.CenterCrop(8)])
+        assert plan.interpolation == getattr(Interpolation, name), value
+    assert build_plan([specs.CenterCrop(8)]).interpolation == Interpolation.BILINEAR
+    assert specs.Resize(10, interpolation=T.InterpolationMode.BICUBIC).interpolation == "bicubic"
+
+
+def test_interpolation_validation_follows_torchvision():
+    with pytest.raises(TypeError, match="Argument interpolation should be a InterpolationMode or a corresponding "
+                                        "Pillow integer constant"):
+        specs.Resize(10, interpolation=2.0)
+    with pytest.raises(ValueError, match=r"RandomResizedCrop: expected a Pillow resampling constant \[0, 1, 2, 3, "
+                                         r"4, 5\], got 9"):
+        specs.RandomResizedCrop(8, interpolation=9)
+    with pytest.raises(ValueError, match="Resize: expected interpolation in .*'lanczos'.*, got 'cubic'"):
+        specs.Resize(10, interpolation="cubic")
+
+
+@pytest.mark.parametrize("ops,reason", [
+    ([specs.Resize(10, interpolation="bicubic"), specs.Resize((8, 8))],
+     r"resizes with different interpolations \(bicubic and bilinear\) do not fuse: the fused pass resamples once"),
+    ([specs.RandomResizedCrop(8, interpolation="nearest"), specs.Resize((8, 8), interpolation="bicubic")],
+     r"different interpolations \(bicubic and nearest\)"),
+    ([specs.Resize((8, 8), interpolation=T.InterpolationMode.LANCZOS)],
+     r"Resize\(interpolation='lanczos'\) has no native filter \(native: bilinear, bicubic, nearest\)"),
+    ([specs.CenterCrop(4), specs.RandomVerticalFlip(), specs.RandomVerticalFlip(0.3)],
+     "two random vertical flips"),
+])
+def test_pipelines_with_two_filters_or_flips_are_refused_with_the_reason(ops, reason):
+    with pytest.raises(UnsupportedPipeline, match=reason):
+        build_plan(ops)
+
+
+def test_vertical_flip_fuses_beside_the_horizontal_one():
+    plan = build_plan([specs.RandomResizedCrop(8), specs.RandomVerticalFlip(0.25), specs.RandomHorizontalFlip(0.75)])
+    assert (plan.flip_p, plan.flip_v_p) == (0.75, 0.25)
+    with pytest.raises(ValueError, match="RandomVerticalFlip: expected 0 <= p <= 1, got 1.5"):
+        specs.RandomVerticalFlip(1.5)
+
+
+@needs_ops
+def test_vertical_flips_are_drawn_on_their_own_stream():
+    """flip_v ~ Bernoulli(p) from (seed, epoch, index), independent of the horizontal flip
+    and of the crop: adding the vertical flip moves neither."""
+    core = _ext.require_ops()
+    sizes = torch.tensor([[50, 60]]).expand(4000, 2)
+    samples = torch.arange(4000)
+    base = build_plan([specs.RandomResizedCrop(8), specs.RandomHorizontalFlip()], seed=7)
+    both = build_plan([specs.RandomResizedCrop(8), specs.RandomHorizontalFlip(), specs.RandomVerticalFlip(0.3)],
+                      seed=7)
+    boxes, _, flips = core.regions_of(base, sizes, samples, 0)
+    boxes_v, _, flips_v = core.regions_of(both, sizes, samples, 0, vertical=True)
+    assert flips_v.shape == (4000, 2)
+    assert torch.equal(boxes, boxes_v) and torch.equal(flips, flips_v[:, 0])
+    vertical = flips_v[:, 1].float()
+    assert abs(vertical.mean().item() - 0.3) < 0.03
+    assert abs(torch.corrcoef(torch.stack([vertical, flips.float()]))[0, 1].item()) < 0.05
+    assert torch.equal(flips_v, core.regions_of(both, sizes, samples, 0, vertical=True)[2])
+    assert not torch.equal(flips_v, core.regions_of(both, sizes, samples, 1, vertical=True)[2])
+    box, clamp, flip, flip_v = core.region_of(both, 50, 60, 0, 5, vertical=True)
+    assert (flip, flip_v) == (bool(flips_v[5, 0]), bool(flips_v[5, 1]))
+
+
+@needs_ops
+def test_callers_that_ignore_the_vertical_flip_are_refused():
+    """region_of without vertical=True would drop the top-bottom flip without a word."""
+    core = _ext.require_ops()
+    plan = build_plan([specs.CenterCrop(8), specs.RandomVerticalFlip()])
+    with pytest.raises(ValueError, match=r"fastload\.region_of: expected vertical=True for a plan that flips "
+                                         r"top-bottom \(flip_v_p = 0\.5\)"):
+        core.region_of(plan, 10, 10, 0, 0)
+    with pytest.raises(ValueError, match=r"fastload\.regions_of: expected vertical=True"):
+        core.regions_of(plan, torch.tensor([[10, 10]]), torch.tensor([0]), 0)
+    assert len(core.region_of(build_plan([specs.CenterCrop(8)]), 10, 10, 0, 0)) == 3
+
+
+def noisy_jpeg(height, width, seed=0):
+    """JPEG bytes of a noisy RGB image: a tap missing from a decode window shows."""
+    rng = np.random.default_rng(seed)
+    array = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(array).save(buffer, "JPEG", quality=95)
+    return buffer.getvalue()
+
+
+@needs_ops
+@pytest.mark.parametrize("pipeline", [
+    # Downscaling by 5 inside the image: bicubic's taps reach 2 * 5 px from each centre,
+    # past a window sized for bilinear's 5.
+    [specs.Resize(60, interpolation="bicubic"), specs.CenterCrop(40), specs.RandomVerticalFlip()],
+    [specs.RandomResizedCrop(24, scale=(0.3, 1.0), interpolation="bicubic"), specs.RandomVerticalFlip(),
+     specs.RandomHorizontalFlip()],
+    [specs.Resize(60, interpolation="nearest"), specs.CenterCrop(40), specs.RandomVerticalFlip()],
+], ids=["resize_bicubic", "random_resized_crop_bicubic", "resize_nearest"])
+def test_engine_with_bicubic_equals_the_single_image_op_on_the_decoded_image(tmp_path, pipeline):
+    """The engine decodes a window around the box as wide as the filter's support, then
+    resamples with the plan's interpolation and flips: the single-image op on the full
+    decode, over the same view, gives the same values (float rounding of the box offset
+    apart)."""
+    pipeline = pipeline + [specs.ToDtype(torch.float32, scale=True)]
+    jpegs = [noisy_jpeg(300, 320 + 8 * i, seed=i) for i in range(4)]
+    root = make_folder(tmp_path, jpegs)
+    dataset = fastload.ImageFolder(root, ops=pipeline)
+    plan = build_plan(pipeline, seed=11, dct_scaling=False)
+    core = _ext.require_ops()
+    name = plan.interpolation.name.lower()
+    runner = fastload.native.NativeRunner(dataset.index, plan, num_threads=1, device="cpu")
+    flipped = 0
+    try:
+        for epoch in range(2):
+            images, _ = runner.result(runner.submit(list(range(len(jpegs))), epoch))
+            for i, data in enumerate(jpegs):
+                full = ops.decode_jpeg(torch.frombuffer(bytearray(data), dtype=torch.uint8))
+                box, clamp, flip, flip_v = core.region_of(plan, full.shape[0], full.shape[1], epoch, i, vertical=True)
+                views, relative = core.sampling_views(torch.tensor([box]), torch.tensor([clamp]),
+                                                      torch.tensor([list(full.shape[:2])]))
+                top, left, height, width = views[0].tolist()
+                want = ops.crop_resize_flip_normalize(full[top:top + height, left:left + width], relative[0].tolist(),
+                                                      list(plan.out_size), flip, plan.value_scale, flip_v=flip_v,
+                                                      interpolation=name)
+                torch.testing.assert_close(images[i], want, rtol=0, atol=1e-4)
+                flipped += flip_v
+    finally:
+        runner.close()
+    assert flipped > 0  # the vertical flip was exercised

@@ -33,6 +33,13 @@ void check_box(const char* op, float top, float left, float height, float width,
                        ". Pass the crop in image pixels.");
 }
 
+Interpolation check_interpolation(const char* op, int64_t interpolation) {
+  FASTLOAD_CHECK_VALUE(interpolation >= 0 && interpolation <= 2, op,
+                       "expected interpolation 0 (bilinear), 1 (bicubic) or 2 (nearest), got ", interpolation,
+                       ". Pass int(fastload._C.Interpolation.<MODE>) or use fastload.ops, which takes names.");
+  return static_cast<Interpolation>(interpolation);
+}
+
 void check_normalize(const char* op, const float* mean, const float* std, int channels) {
   for (int c = 0; c < channels; ++c)
     FASTLOAD_CHECK_VALUE(std::isfinite(mean[c]) && std::isfinite(std[c]) && std[c] != 0, op,
@@ -96,8 +103,10 @@ void check_batch_arguments(const at::Tensor& images, const at::Tensor& shapes, c
                            boxes.size(1) == 4,
                        kBatchOp, "expected boxes float32 [", N, ", 4] (top, left, height, width), got ",
                        boxes.scalar_type(), " ", boxes.sizes(), ".");
-  FASTLOAD_CHECK_VALUE(flips.scalar_type() == at::kBool && flips.dim() == 1 && flips.size(0) == N, kBatchOp,
-                       "expected flips bool [", N, "], got ", flips.scalar_type(), " ", flips.sizes(), ".");
+  FASTLOAD_CHECK_VALUE(flips.scalar_type() == at::kBool && flips.size(0) == N &&
+                           (flips.dim() == 1 || (flips.dim() == 2 && flips.size(1) == 2)),
+                       kBatchOp, "expected flips bool [", N, "] (left-right) or [", N,
+                       ", 2] (left-right, top-bottom), got ", flips.scalar_type(), " ", flips.sizes(), ".");
   FASTLOAD_CHECK_VALUE(mean.scalar_type() == at::kFloat && std.scalar_type() == at::kFloat && mean.dim() == 1 &&
                            std.dim() == 1 && mean.size(0) == C && std.size(0) == C,
                        kBatchOp, "expected mean and std float32 [", C, "], got ", mean.scalar_type(), " ",

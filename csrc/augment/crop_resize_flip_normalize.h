@@ -4,16 +4,27 @@
 // these functions once per output row and column to build its tap tables; the CUDA kernel
 // calls them once per output pixel. So the CPU test suite checks the very code the GPU runs.
 //
-// Semantics, per axis: Pillow's BILINEAR resample (antialiased), which is also torch's
-// interpolate(mode="bilinear", antialias=True, align_corners=False):
+// Semantics, per axis: Pillow's resample of the chosen interpolation (antialiased), which
+// for BILINEAR is also torch's interpolate(mode="bilinear", antialias=True,
+// align_corners=False):
 //   scale   = box_size / out_size
 //   centre  = box_start + (i + 0.5) * scale          source coordinate of output index i
-//   support = max(scale, 1)                           the triangle widens when shrinking
+//   filterscale = max(scale, 1)                       the filter widens when shrinking
+//   support = filter_support * filterscale            bilinear 1, bicubic 2
 //   taps j  = [int(centre - support + 0.5), int(centre + support + 0.5)) clamped to
 //             [0, in_size) -- the image, not the box (Pillow and torch do the same)
-//   weight  = triangle((j + 0.5 - centre) / support), normalised to sum 1
+//   weight  = filter((j + 0.5 - centre) / filterscale), normalised to sum 1; the filter
+//             is Pillow's triangle (bilinear) or its cubic with a = -0.5 (bicubic)
+//   nearest: Pillow's NEAREST resize (an affine scale): the one tap (int)x_i, weight 1,
+//             x_0 = box_start + step / 2, x_{i+1} = x_i + step, step = box_size / out_size,
+//             all in double and accumulated, as Pillow does: a centre on a pixel edge
+//             (256 -> 224 puts every 7th there) goes the way Pillow's rounding sends it;
+//             padding where x_i lies outside [0, in_size)
 // An output pixel whose centre lies outside [0, in_size) on either axis is padding: its
 // resampled value is 0 (torchvision's CenterCrop pads with 0 before Normalize).
+// Bicubic's weights go negative, so its resampled values can leave [0, 255]: like Pillow,
+// the horizontal pass runs first and its result is clipped to [0, 255], then the
+// vertical pass, clipped again (Pillow rounds both to uint8; here they stay float).
 // Then value = v * alpha[c] + beta[c] (alpha = scale / std, beta = -mean / std), cast to
 // the output dtype: uint8 rounds half away from zero and saturates; float16/bfloat16
 // round to nearest even.
@@ -27,25 +38,41 @@
 #include <cstring>
 
 #include "../host_device.h"
+#include "geometry.h"  // Interpolation
 
 namespace fastload::augment {
 
 // The mapping of one output axis onto the source image.
 struct Axis {
-  float start;        // box start (top or left), source pixels
-  float scale;        // box_size / out_size: source pixels per output pixel
-  float support;      // max(scale, 1): half-width of the triangle filter
-  float inv_support;  // 1 / support (Pillow and torch multiply by it too)
-  int in_size;        // image extent on this axis; taps clamp to [0, in_size)
+  float start;             // box start (top or left), source pixels
+  float scale;             // box_size / out_size: source pixels per output pixel
+  float support;           // filter support * max(scale, 1): the taps' half-width
+  float inv_filter_scale;  // 1 / max(scale, 1) (Pillow and torch multiply by it too)
+  int in_size;             // image extent on this axis; taps clamp to [0, in_size)
+  Interpolation mode;
+  double step;             // box_size / out_size in double: Pillow's NEAREST walk
 };
 
-FASTLOAD_HD Axis make_axis(float box_start, float box_size, int in_size, int out_size) {
+// Pillow's support of each filter, in source pixels at scale 1.
+FASTLOAD_HD float filter_support(Interpolation mode) {
+  return mode == Interpolation::kBicubic ? 2.0f : 1.0f;
+}
+
+// Whether the resampled values can leave [0, 255] (negative weights), so that both passes
+// clip as Pillow does.
+FASTLOAD_HD bool clips(Interpolation mode) { return mode == Interpolation::kBicubic; }
+
+FASTLOAD_HD Axis make_axis(float box_start, float box_size, int in_size, int out_size,
+                           Interpolation mode = Interpolation::kBilinear) {
   Axis axis;
   axis.start = box_start;
   axis.scale = box_size / static_cast<float>(out_size);
-  axis.support = axis.scale > 1.0f ? axis.scale : 1.0f;
-  axis.inv_support = 1.0f / axis.support;
+  const float filter_scale = axis.scale > 1.0f ? axis.scale : 1.0f;
+  axis.support = filter_support(mode) * filter_scale;
+  axis.inv_filter_scale = 1.0f / filter_scale;
   axis.in_size = in_size;
+  axis.mode = mode;
+  axis.step = static_cast<double>(box_size) / out_size;
   return axis;
 }
 
@@ -85,9 +112,23 @@ FASTLOAD_HD float triangle(float x) {
   return x < 1.0f ? 1.0f - x : 0.0f;
 }
 
+// Pillow's bicubic filter: Keys' cubic convolution with a = -0.5, support 2.
+FASTLOAD_HD float cubic(float x) {
+  constexpr float a = -0.5f;
+  x = fabsf(x);
+  if (x < 1.0f) return ((a + 2.0f) * x - (a + 3.0f)) * x * x + 1.0f;
+  if (x < 2.0f) return (((x - 5.0f) * x + 8.0f) * x - 4.0f) * a;
+  return 0.0f;
+}
+
 // Unnormalised weight of source pixel j for an output pixel centred at `centre`.
 FASTLOAD_HD float tap_weight(const Axis& axis, float centre, int j) {
-  return triangle((static_cast<float>(j) + 0.5f - centre) * axis.inv_support);
+  const float x = (static_cast<float>(j) + 0.5f - centre) * axis.inv_filter_scale;
+  switch (axis.mode) {
+    case Interpolation::kBicubic: return cubic(x);
+    case Interpolation::kNearest: return 1.0f;
+    default: return triangle(x);
+  }
 }
 
 // The taps of one output coordinate: source pixels [first, first + count), weights
@@ -99,7 +140,34 @@ struct Taps {
   float norm;  // 1 / sum of the weights
 };
 
+// Pillow's NEAREST coordinates: x_0 = start + step / 2 (exact: a power-of-two product),
+// then x_{i+1} = x_i + step. The CPU kernel walks them once per axis (nearest_origin,
+// then += step); the device and fastload/reference.py add up to i the same way.
+FASTLOAD_HD double nearest_origin(const Axis& axis) { return static_cast<double>(axis.start) + axis.step * 0.5; }
+
+FASTLOAD_HD double nearest_coordinate(const Axis& axis, int i) {
+  double x = nearest_origin(axis);
+  for (int k = 0; k < i; ++k) x += axis.step;
+  return x;
+}
+
+// The one tap of a NEAREST coordinate x: pixel (int)x, or padding where x lies outside
+// [0, in_size) (Pillow fills those with 0 too).
+FASTLOAD_HD Taps nearest_taps(const Axis& axis, double x) {
+  Taps taps;
+  taps.centre = static_cast<float>(x);
+  taps.first = 0;
+  taps.count = 0;
+  taps.norm = 0.0f;
+  if (!(x >= 0.0) || !(x < static_cast<double>(axis.in_size))) return taps;
+  taps.first = static_cast<int>(x);
+  taps.count = 1;
+  taps.norm = 1.0f;
+  return taps;
+}
+
 FASTLOAD_HD Taps compute_taps(const Axis& axis, int i) {
+  if (axis.mode == Interpolation::kNearest) return nearest_taps(axis, nearest_coordinate(axis, i));
   Taps taps;
   taps.centre = source_centre(axis, i);
   taps.first = 0;
@@ -113,9 +181,16 @@ FASTLOAD_HD Taps compute_taps(const Axis& axis, int i) {
   taps.count = last > taps.first ? last - taps.first : 0;
   float sum = 0.0f;
   for (int k = 0; k < taps.count; ++k) sum += tap_weight(axis, taps.centre, taps.first + k);
-  // The pixel under an inside centre is always a tap, with weight >= 0.5: sum > 0.
-  taps.norm = sum > 0.0f ? 1.0f / sum : 0.0f;
+  // The pixel under an inside centre is always a tap, with the filter's largest weights
+  // (>= 0.5 triangle, >= 0.56 cubic), and the cubic's negative lobes are smaller: sum > 0.
+  taps.norm = sum != 0.0f ? 1.0f / sum : 0.0f;
   return taps;
+}
+
+// The value range of a resampled pass, where the filter can leave it (clips()).
+FASTLOAD_HD float clip_pixel(float v) {
+  v = v > 0.0f ? v : 0.0f;
+  return v < 255.0f ? v : 255.0f;
 }
 
 // ---- casts to the output dtype ---------------------------------------------------------

@@ -8,6 +8,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "augment/geometry.h"  // Interpolation
 #include "check.h"
 #include "host_device.h"
 
@@ -25,11 +26,16 @@ void check_arguments(const at::Tensor& image, at::ArrayRef<double> box, at::IntA
 // A box of `op` (sample `index` of a batch, or -1): finite, height and width > 0.
 void check_box(const char* op, float top, float left, float height, float width, int64_t index);
 
+// The ops' int interpolation argument (Interpolation's values) as the enum; raises
+// ValueError "fastload.<op>: expected interpolation 0 (bilinear), ...".
+Interpolation check_interpolation(const char* op, int64_t interpolation);
+
 // mean/std of `op`: finite, std != 0.
 void check_normalize(const char* op, const float* mean, const float* std, int channels);
 
 // Dtypes, shapes and devices of the batch op's tensors: everything that needs no look at
-// the contents of shapes/boxes, so the CUDA op runs it without a device sync. Raises
+// the contents of shapes/boxes, so the CUDA op runs it without a device sync. flips is
+// bool [N] (left-right) or [N, 2] (left-right, top-bottom). Raises
 // ValueError "fastload.crop_resize_flip_normalize_batch: expected ..., got ...".
 void check_batch_arguments(const at::Tensor& images, const at::Tensor& shapes, const at::Tensor& boxes,
                            const at::Tensor& flips, double scale, const at::Tensor& mean, const at::Tensor& std,

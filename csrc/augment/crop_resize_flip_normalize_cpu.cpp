@@ -1,5 +1,6 @@
-// CPU kernel of the fused augment: crop -> antialiased bilinear resize -> flip ->
-// normalise -> cast -> strided store, one sample per call (see README.md).
+// CPU kernel of the fused augment: crop -> antialiased resize (bilinear, bicubic or
+// nearest) -> flips -> normalise -> cast -> strided store, one sample per call (see
+// README.md).
 //
 // Separable, streamed one output row at a time, so the working set stays in L1:
 //   1. tap tables for both axes, once per sample (crop_resize_flip_normalize.h);
@@ -12,9 +13,12 @@
 //   4. normalise + cast + store through the output strides (NCHW and channels_last
 //      have their own loops, which g++ vectorises from the RGBx row).
 // Vertical first puts the gather-like pass (3) on out_h rows instead of the crop's rows
-// and lets padding rows skip all reads. The loops are plain C++ (GCC vector extensions
-// for the 4/8-float vectors) compiled twice, for baseline x86-64 and for AVX2+FMA,
-// picked at run time (README.md has the figures).
+// and lets padding rows skip all reads. Bicubic clips each pass to [0, 255] as Pillow
+// does, after its horizontal pass, so it runs the passes the other way round
+// (run_rows_clipped): each source row is resampled horizontally once, into a ring.
+// The loops are plain C++ (GCC vector extensions for the 4/8-float vectors) compiled
+// twice, for baseline x86-64 and for AVX2+FMA, picked at run time (README.md has the
+// figures).
 #include "augment/crop_resize_flip_normalize_cpu.h"
 
 #include <ATen/ATen.h>
@@ -72,23 +76,42 @@ struct Plan {
   const int* rows_y;  // [out_h * 2]: first source row, tap count (0 = padding row)
   const float* wy;    // [out_h * taps_y]
   int taps_y;
-  float* row;   // vertical result, interleaved: [(span + taps_x) * C + 8], zero tail
-  // Source rows converted to float once each: a ring of ring_rows rows of span * C
-  // floats, ring_row[slot] = the source row held (-1: none). The rows an output row
-  // needs are consecutive and only move forward, so taps_y slots hold them all; strong
-  // downscaling caps the ring (rows then may be converted twice).
+  // Vertical result (clipped: the converted source row), interleaved:
+  // [(span + taps_x) * C + 8], zero tail.
+  float* row;
+  // Source rows converted to float once each (clipped: resampled horizontally and
+  // clipped, RGBx [out_w][4] or gray [out_w]): a ring of ring_rows rows of ring_stride
+  // floats, ring_row[slot] = the source row held (-1: none). The rows an output row needs
+  // are consecutive and move one way (backwards when flipped vertically), so taps_y slots
+  // hold them all; strong downscaling caps the ring (rows then may be converted twice).
   float* ring;
   int* ring_row;
   int ring_rows;
   int64_t ring_stride;
-  float* hrow;  // horizontal result: RGBx [out_w + 1][4], or gray [out_w]
+  float* hrow;      // horizontal result (clipped: vertical result): RGBx [out_w + 1][4], or gray [out_w]
+  float* hscratch;  // clipped only: one source row's horizontal result, as hrow
+  bool clipped;     // bicubic: horizontal pass first, each pass clipped to [0, 255]
   float alpha[3], beta[3];
   bool uint8_bounded;  // every output value is below 2^31 in magnitude
 };
 
-void build_plan(const ImageView& in, const Box& box, bool flip, float scale, const float* mean,
+// The taps of every output index of an axis, in order. NEAREST walks Pillow's
+// accumulated coordinate once (compute_taps would add up to i for each i).
+void axis_taps(const Axis& axis, int n, std::vector<Taps>& taps) {
+  taps.resize(static_cast<size_t>(n));
+  if (axis.mode == Interpolation::kNearest) {
+    double x = augment::nearest_origin(axis);
+    for (int i = 0; i < n; ++i, x += axis.step) taps[i] = augment::nearest_taps(axis, x);
+    return;
+  }
+  for (int i = 0; i < n; ++i) taps[i] = augment::compute_taps(axis, i);
+}
+
+void build_plan(const ImageView& in, const Box& box, const Resample& resample, float scale, const float* mean,
                 const float* std, const OutputView& out, ResizeScratch& scratch, Plan& plan) {
   const int C = in.channels, OH = out.height, OW = out.width;
+  const bool flip = resample.flip;
+  plan.clipped = augment::clips(resample.interpolation);
   plan.channels = C;
   plan.out_h = OH;
   plan.out_w = OW;
@@ -101,10 +124,12 @@ void build_plan(const ImageView& in, const Box& box, bool flip, float scale, con
   }
 
   // Columns. Flip mirrors the output, so output x takes the taps of column OW-1-x.
-  const Axis ax = augment::make_axis(box.left, box.width, in.width, OW);
+  const Axis ax = augment::make_axis(box.left, box.width, in.width, OW, resample.interpolation);
+  auto& column_taps = scratch.column_taps;
+  axis_taps(ax, OW, column_taps);
   int col0 = INT_MAX, col1 = 0, taps_x = 0;
   for (int x = 0; x < OW; ++x) {
-    const Taps t = augment::compute_taps(ax, x);
+    const Taps& t = column_taps[x];
     if (t.count > 0) {
       col0 = std::min(col0, t.first);
       col1 = std::max(col1, t.first + t.count);
@@ -121,7 +146,7 @@ void build_plan(const ImageView& in, const Box& box, bool flip, float scale, con
   const size_t pairs = (static_cast<size_t>(OW) + 1) / 2;
   wx.assign(C == 3 ? pairs * taps_x * 8 : static_cast<size_t>(OW) * taps_x, 0.0f);
   for (int x = 0; x < OW; ++x) {
-    const Taps t = augment::compute_taps(ax, flip ? OW - 1 - x : x);
+    const Taps& t = column_taps[flip ? OW - 1 - x : x];
     for (int k = 0; k < t.count; ++k) {
       const float w = augment::tap_weight(ax, t.centre, t.first + k) * t.norm;
       if (C == 3) {
@@ -137,22 +162,27 @@ void build_plan(const ImageView& in, const Box& box, bool flip, float scale, con
   plan.first_x = first_x.data();
   plan.wx = wx.data();
 
-  // Rows.
-  const Axis ay = augment::make_axis(box.top, box.height, in.height, OH);
+  // Rows. The vertical flip mirrors them as the horizontal one mirrors the columns.
+  const Axis ay = augment::make_axis(box.top, box.height, in.height, OH, resample.interpolation);
+  auto& row_taps = scratch.row_taps;
+  axis_taps(ay, OH, row_taps);
   auto& rows_y = scratch.vertical_first;
   rows_y.resize(2 * static_cast<size_t>(OH));  // + the ring's tags, below
   int taps_y = 0;
-  for (int y = 0; y < OH; ++y) taps_y = std::max(taps_y, augment::compute_taps(ay, y).count);
+  for (int y = 0; y < OH; ++y) taps_y = std::max(taps_y, row_taps[y].count);
   auto& wy = scratch.vertical_weights;
   wy.assign(static_cast<size_t>(OH) * std::max(taps_y, 1), 0.0f);
   for (int y = 0; y < OH; ++y) {
-    const Taps t = augment::compute_taps(ay, y);
+    const Taps& t = row_taps[resample.flip_v ? OH - 1 - y : y];
     rows_y[2 * y] = t.first;
     rows_y[2 * y + 1] = plan.span > 0 ? t.count : 0;
     for (int k = 0; k < t.count; ++k)
       wy[static_cast<size_t>(y) * taps_y + k] = augment::tap_weight(ay, t.centre, t.first + k) * t.norm;
   }
-  const int64_t ring_stride = (static_cast<int64_t>(plan.span) * C + 15) / 16 * 16;  // 64-byte steps
+  // The ring holds converted source rows, or (clipped) horizontally resampled ones.
+  const int64_t ring_floats = plan.clipped ? (C == 3 ? 4 * static_cast<int64_t>(OW) : OW)
+                                           : static_cast<int64_t>(plan.span) * C;
+  const int64_t ring_stride = (ring_floats + 15) / 16 * 16;  // 64-byte steps
   plan.ring_stride = ring_stride;
   plan.ring_rows = static_cast<int>(std::min<int64_t>(
       taps_y, std::max<int64_t>(kTapChunk, kRingFloats / std::max<int64_t>(ring_stride, 1))));
@@ -168,11 +198,13 @@ void build_plan(const ImageView& in, const Box& box, bool flip, float scale, con
   const size_t row_size = static_cast<size_t>(plan.span + taps_x) * C + 8;
   auto& buffer = scratch.intermediate;
   const size_t hrow_size = (static_cast<size_t>(OW) + 1) * 4;
-  buffer.assign(row_size + hrow_size, 0.0f);
-  buffer.resize(row_size + hrow_size + static_cast<size_t>(plan.ring_stride) * plan.ring_rows);
+  const size_t hscratch_size = plan.clipped ? hrow_size : 0;
+  buffer.assign(row_size + hrow_size + hscratch_size, 0.0f);
+  buffer.resize(row_size + hrow_size + hscratch_size + static_cast<size_t>(plan.ring_stride) * plan.ring_rows);
   plan.row = buffer.data();
   plan.hrow = buffer.data() + row_size;
-  plan.ring = buffer.data() + row_size + hrow_size;
+  plan.hscratch = plan.clipped ? buffer.data() + row_size + hrow_size : nullptr;
+  plan.ring = buffer.data() + row_size + hrow_size + hscratch_size;
 }
 
 // dst[i] = src[i] as float, i < n.
@@ -227,10 +259,9 @@ FASTLOAD_INLINE void load8(Float8& v, const float* p) { std::memcpy(&v, p, sizeo
 // WIDE: one 8-float vector for both columns (AVX); otherwise two 4-float vectors (SSE2
 // has no 8-float registers, and g++ lowers the 8-float shuffle through scalars there).
 template <int TAPS, bool WIDE>
-FASTLOAD_INLINE void horizontal_rgb(const Plan& p) {
+FASTLOAD_INLINE void horizontal_rgb(const Plan& p, float* __restrict out) {
   const int K = TAPS > 0 ? TAPS : p.taps_x;
   const float* __restrict row = p.row;
-  float* __restrict out = p.hrow;
   for (int x = 0; x < p.out_w; x += 2) {
     // An odd last column pairs with column 0's taps and zero weights; lanes 4-7 land in
     // the spare RGBx slot at the end of hrow.
@@ -273,10 +304,9 @@ FASTLOAD_INLINE void horizontal_rgb(const Plan& p) {
 
 // Gray: hrow[x] = sum_k wx[x, k] * row[first_x[x] + k].
 template <int TAPS>
-FASTLOAD_INLINE void horizontal_gray(const Plan& p) {
+FASTLOAD_INLINE void horizontal_gray(const Plan& p, float* __restrict out) {
   const int K = TAPS > 0 ? TAPS : p.taps_x;
   const float* __restrict row = p.row;
-  float* __restrict out = p.hrow;
   for (int x = 0; x < p.out_w; ++x) {
     const float* src = row + p.first_x[x];
     const float* w = p.wx + static_cast<size_t>(x) * K;
@@ -286,27 +316,28 @@ FASTLOAD_INLINE void horizontal_gray(const Plan& p) {
   }
 }
 
-// Tap counts up to 8 cover downscaling by up to ~3.5x per axis: unrolled.
+// Tap counts up to 8 cover bilinear downscaling by up to ~3.5x per axis (bicubic: ~1.7x):
+// unrolled. Writes `out` (p.hrow, or p.hscratch when clipped).
 template <bool WIDE>
-FASTLOAD_INLINE void horizontal_pass(const Plan& p) {
+FASTLOAD_INLINE void horizontal_pass(const Plan& p, float* out) {
   if (p.channels == 3) {
     switch (p.taps_x) {
-      case 1: return horizontal_rgb<1, WIDE>(p);
-      case 2: return horizontal_rgb<2, WIDE>(p);
-      case 3: return horizontal_rgb<3, WIDE>(p);
-      case 4: return horizontal_rgb<4, WIDE>(p);
-      case 5: return horizontal_rgb<5, WIDE>(p);
-      case 6: return horizontal_rgb<6, WIDE>(p);
-      case 7: return horizontal_rgb<7, WIDE>(p);
-      case 8: return horizontal_rgb<8, WIDE>(p);
-      default: return horizontal_rgb<0, WIDE>(p);
+      case 1: return horizontal_rgb<1, WIDE>(p, out);
+      case 2: return horizontal_rgb<2, WIDE>(p, out);
+      case 3: return horizontal_rgb<3, WIDE>(p, out);
+      case 4: return horizontal_rgb<4, WIDE>(p, out);
+      case 5: return horizontal_rgb<5, WIDE>(p, out);
+      case 6: return horizontal_rgb<6, WIDE>(p, out);
+      case 7: return horizontal_rgb<7, WIDE>(p, out);
+      case 8: return horizontal_rgb<8, WIDE>(p, out);
+      default: return horizontal_rgb<0, WIDE>(p, out);
     }
   }
   switch (p.taps_x) {
-    case 2: return horizontal_gray<2>(p);
-    case 3: return horizontal_gray<3>(p);
-    case 4: return horizontal_gray<4>(p);
-    default: return horizontal_gray<0>(p);
+    case 2: return horizontal_gray<2>(p, out);
+    case 3: return horizontal_gray<3>(p, out);
+    case 4: return horizontal_gray<4>(p, out);
+    default: return horizontal_gray<0>(p, out);
   }
 }
 
@@ -382,7 +413,7 @@ FASTLOAD_INLINE void run_rows(const Plan& p, const ImageView& in, const OutputVi
         }
         vertical_pass(src, wy + k0, chunk, n, k0 > 0, p.row);
       }
-      horizontal_pass<WIDE>(p);
+      horizontal_pass<WIDE>(p, p.hrow);
     } else {  // padding row: v = 0 everywhere
       std::fill(p.hrow, p.hrow + static_cast<size_t>(p.out_w) * 4, 0.0f);
     }
@@ -390,14 +421,63 @@ FASTLOAD_INLINE void run_rows(const Plan& p, const ImageView& in, const OutputVi
   }
 }
 
+// dst[i] = clip_pixel(src[i]), i < n (dst may be src).
+FASTLOAD_INLINE void clip_row(const float* src, int n, float* dst) {
+  for (int i = 0; i < n; ++i) dst[i] = augment::clip_pixel(src[i]);
+}
+
+// Bicubic: Pillow's order, horizontal pass first, each pass clipped to [0, 255] (its
+// uint8 intermediate saturates; here it stays float). Every source row an output row
+// needs is converted, resampled horizontally and clipped once, into the ring; the
+// vertical pass then sums ring rows into hrow.
+template <bool WIDE, typename S, typename CastFn>
+FASTLOAD_INLINE void run_rows_clipped(const Plan& p, const ImageView& in, const OutputView& out, CastFn cast) {
+  const int C = p.channels;
+  const int n = p.span * C;
+  const int nh = C == 3 ? 4 * p.out_w : p.out_w;
+  const uint8_t* base = in.data + static_cast<int64_t>(p.col0) * C;
+  for (int y = 0; y < p.out_h; ++y) {
+    const int first = p.rows_y[2 * y], count = p.rows_y[2 * y + 1];
+    if (count > 0) {
+      const float* wy = p.wy + static_cast<size_t>(y) * p.taps_y;
+      for (int k0 = 0; k0 < count; k0 += kTapChunk) {
+        const int chunk = std::min(kTapChunk, count - k0);
+        const float* src[kTapChunk];
+        for (int k = 0; k < chunk; ++k) {
+          const int r = first + k0 + k, slot = r % p.ring_rows;
+          float* resampled = p.ring + slot * p.ring_stride;
+          if (p.ring_row[slot] != r) {
+            convert_row(base + r * in.row_stride, n, p.row);
+            horizontal_pass<WIDE>(p, p.hscratch);
+            clip_row(p.hscratch, nh, resampled);
+            p.ring_row[slot] = r;
+          }
+          src[k] = resampled;
+        }
+        vertical_pass(src, wy + k0, chunk, nh, k0 > 0, p.hrow);
+      }
+      clip_row(p.hrow, nh, p.hrow);
+    } else {  // padding row: v = 0 everywhere
+      std::fill(p.hrow, p.hrow + static_cast<size_t>(p.out_w) * 4, 0.0f);
+    }
+    store_row(p, static_cast<S*>(out.data) + y * out.stride_y, out.stride_c, out.stride_x, cast);
+  }
+}
+
+template <bool WIDE, typename S, typename CastFn>
+FASTLOAD_INLINE void run_any_rows(const Plan& p, const ImageView& in, const OutputView& out, CastFn cast) {
+  if (p.clipped) return run_rows_clipped<WIDE, S>(p, in, out, cast);
+  run_rows<WIDE, S>(p, in, out, cast);
+}
+
 template <bool WIDE, typename T>
 FASTLOAD_INLINE void run_sample(const Plan& p, const ImageView& in, const OutputView& out) {
   using S = typename Cast<T>::Storage;
   if constexpr (std::is_same_v<T, uint8_t>) {
     if (p.uint8_bounded)
-      return run_rows<WIDE, S>(p, in, out, [](float v) { return augment::to_uint8_bounded(v); });
+      return run_any_rows<WIDE, S>(p, in, out, [](float v) { return augment::to_uint8_bounded(v); });
   }
-  run_rows<WIDE, S>(p, in, out, [](float v) { return Cast<T>::apply(v); });
+  run_any_rows<WIDE, S>(p, in, out, [](float v) { return Cast<T>::apply(v); });
 }
 
 // The same loops compiled for baseline x86-64 (SSE2) and for AVX2+FMA, chosen at run
@@ -440,12 +520,12 @@ const char* crop_resize_flip_normalize_cpu_path() {
   return "baseline";
 }
 
-void crop_resize_flip_normalize_cpu(const ImageView& in, const Box& box, bool flip, float scale,
+void crop_resize_flip_normalize_cpu(const ImageView& in, const Box& box, const Resample& resample, float scale,
                                     const float* mean, const float* std, const OutputView& out,
                                     ResizeScratch& scratch) {
   if (out.height <= 0 || out.width <= 0) return;
   Plan plan;
-  build_plan(in, box, flip, scale, mean, std, out, scratch, plan);
+  build_plan(in, box, resample, scale, mean, std, out, scratch, plan);
   switch (out.dtype) {
     case c10::ScalarType::Byte:
       return dispatch_sample<uint8_t>(plan, in, out);
@@ -469,9 +549,11 @@ constexpr const char* kBatchOp = "crop_resize_flip_normalize_batch";
 at::Tensor crop_resize_flip_normalize_op(const at::Tensor& image, at::ArrayRef<double> box,
                                          at::IntArrayRef size, bool flip, double scale,
                                          at::ArrayRef<double> mean, at::ArrayRef<double> std,
-                                         at::ScalarType dtype, bool channels_last) {
+                                         at::ScalarType dtype, bool channels_last, bool flip_v,
+                                         int64_t interpolation) {
   float mean_f[3], std_f[3];
   check_arguments(image, box, size, scale, mean, std, dtype, mean_f, std_f);
+  const Resample resample{flip, flip_v, check_interpolation("crop_resize_flip_normalize", interpolation)};
   const int64_t H = image.size(0), W = image.size(1), C = image.size(2);
 
   const int64_t OH = size[0], OW = size[1];
@@ -485,7 +567,7 @@ at::Tensor crop_resize_flip_normalize_op(const at::Tensor& image, at::ArrayRef<d
   OutputView view{out.data_ptr(), dtype, static_cast<int>(C), static_cast<int>(OH), static_cast<int>(OW),
                   out.stride(0), out.stride(1), out.stride(2)};
   ResizeScratch scratch;
-  crop_resize_flip_normalize_cpu(in, Box{float(box[0]), float(box[1]), float(box[2]), float(box[3])}, flip,
+  crop_resize_flip_normalize_cpu(in, Box{float(box[0]), float(box[1]), float(box[2]), float(box[3])}, resample,
                                  static_cast<float>(scale), mean_f, std_f, view, scratch);
   return out;
 }
@@ -497,14 +579,16 @@ namespace {
 void crop_resize_flip_normalize_batch_op(const at::Tensor& images, const at::Tensor& shapes_in,
                                          const at::Tensor& boxes_in, const at::Tensor& flips_in, double scale,
                                          const at::Tensor& mean_in, const at::Tensor& std_in,
-                                         const at::Tensor& out) {
+                                         const at::Tensor& out, int64_t interpolation) {
   check_batch_arguments(images, shapes_in, boxes_in, flips_in, scale, mean_in, std_in, out);
+  const Interpolation mode = check_interpolation(kBatchOp, interpolation);
   const int64_t N = out.size(0), C = out.size(1), OH = out.size(2), OW = out.size(3);
   const at::Tensor shapes = shapes_in.contiguous(), boxes = boxes_in.contiguous(), flips = flips_in.contiguous();
   const at::Tensor mean = mean_in.contiguous(), std = std_in.contiguous();
   const int64_t* shape = shapes.data_ptr<int64_t>();
   const float* box = boxes.data_ptr<float>();
   const bool* flip = flips.data_ptr<bool>();
+  const int64_t flip_columns = flips.dim() == 2 ? 2 : 1;  // [N]: left-right only; [N, 2]: both
   check_normalize(kBatchOp, mean.data_ptr<float>(), std.data_ptr<float>(), static_cast<int>(C));
   // Validate every sample before writing anything: an error leaves `out` untouched.
   const int64_t numel = images.numel();
@@ -529,7 +613,8 @@ void crop_resize_flip_normalize_batch_op(const at::Tensor& images, const at::Ten
       ImageView in{data + s[0], static_cast<int>(s[1]), static_cast<int>(s[2]), static_cast<int>(C), s[3]};
       OutputView view{out_base + i * out.stride(0) * item, out.scalar_type(), static_cast<int>(C),
                       static_cast<int>(OH), static_cast<int>(OW), out.stride(1), out.stride(2), out.stride(3)};
-      crop_resize_flip_normalize_cpu(in, Box{b[0], b[1], b[2], b[3]}, flip[i], static_cast<float>(scale),
+      const Resample resample{flip[flip_columns * i], flip_columns == 2 && flip[2 * i + 1], mode};
+      crop_resize_flip_normalize_cpu(in, Box{b[0], b[1], b[2], b[3]}, resample, static_cast<float>(scale),
                                      mean.data_ptr<float>(), std.data_ptr<float>(), view, scratch);
     }
   });

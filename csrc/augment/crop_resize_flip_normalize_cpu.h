@@ -11,7 +11,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "augment/geometry.h"  // Box: [top, left, height, width] in the view's pixels
+#include "augment/crop_resize_flip_normalize.h"  // Taps
+#include "augment/geometry.h"  // Box: [top, left, height, width] in the view's pixels; Interpolation
 
 namespace fastload {
 
@@ -40,14 +41,23 @@ struct ResizeScratch {
   std::vector<float> vertical_weights;
   std::vector<int> vertical_first;
   std::vector<float> intermediate;
+  std::vector<augment::Taps> column_taps, row_taps;
 };
 
-// out[c, y, x] = (resample(in, box)[y, flip ? W-1-x : x, c] * scale - mean[c]) / std[c],
-// cast to out.dtype (uint8: round half away from zero, saturate). Resampling is
-// antialiased bilinear (torchvision antialias=True / Pillow BILINEAR semantics); taps
-// clamp to the view; output pixels whose centre lies outside the view are 0 before
-// normalisation (padding, as torchvision's CenterCrop pads). Never throws for valid views.
-void crop_resize_flip_normalize_cpu(const ImageView& in, const Box& box, bool flip,
+// How one sample is resampled: the filter and the two mirrors.
+struct Resample {
+  bool flip = false;    // mirror left-right
+  bool flip_v = false;  // mirror top-bottom
+  Interpolation interpolation = Interpolation::kBilinear;
+};
+
+// out[c, y, x] = (resample(in, box)[flip_v ? H-1-y : y, flip ? W-1-x : x, c] * scale -
+// mean[c]) / std[c], cast to out.dtype (uint8: round half away from zero, saturate).
+// Resampling is Pillow's antialiased BILINEAR (torchvision antialias=True), BICUBIC or
+// NEAREST (crop_resize_flip_normalize.h); taps clamp to the view; output pixels whose
+// centre lies outside the view are 0 before normalisation (padding, as torchvision's
+// CenterCrop pads). Never throws for valid views.
+void crop_resize_flip_normalize_cpu(const ImageView& in, const Box& box, const Resample& resample,
                                     float scale, const float* mean, const float* std,
                                     const OutputView& out, ResizeScratch& scratch);
 

@@ -1,11 +1,13 @@
-// CUDA kernels of the fused augment: crop -> antialiased bilinear resize -> flip ->
-// normalise -> cast -> strided store (see README.md).
+// CUDA kernels of the fused augment: crop -> antialiased resize (bilinear, bicubic or
+// nearest) -> flips -> normalise -> cast -> strided store (see README.md).
 //
 // One thread per output pixel (all channels), grid (x, y, sample): ONE launch per batch
 // over variable-size packed uint8 inputs. Each thread computes its row and column taps
 // with the functions of crop_resize_flip_normalize.h (the ones the CPU kernel and its
 // tests use) and sums the 2-D tap window directly: for RandomResizedCrop-sized boxes
-// that is a few dozen taps, and for strong downscaling it simply loops longer. Current
+// that is a few dozen taps, and for strong downscaling it simply loops longer. Each row
+// of the window is summed first (the horizontal pass, clipped for bicubic as Pillow and
+// the CPU kernel do), then weighted by its row tap. Current
 // stream, device guard, launch check, no device sync: the contents of `shapes` and
 // `boxes` live on the device, so the kernel checks them itself (device assert).
 #include <ATen/ATen.h>
@@ -35,7 +37,7 @@ struct Sample {
   int height, width;
   int64_t row_stride;
   float top, left, box_height, box_width;
-  bool flip;
+  bool flip, flip_v;
 };
 
 // The batch op's inputs, all on the device.
@@ -44,7 +46,8 @@ struct BatchSource {
   int64_t images_numel;
   const int64_t* shapes;  // [N, 4] offset, height, width, row_stride
   const float* boxes;     // [N, 4] top, left, height, width
-  const bool* flips;      // [N]
+  const bool* flips;      // [N] (left-right) or [N, 2] (left-right, top-bottom)
+  int flip_columns;       // 1 or 2
   const float* mean;      // [C]
   const float* std;       // [C]
   float scale;
@@ -57,7 +60,7 @@ struct BatchSource {
     // The CPU op's check, the same function (checked arithmetic, no wrap-around).
     if (!batch_sample_valid(shape, box, channels, images_numel)) return false;
     s = Sample{images + shape[0], static_cast<int>(shape[1]), static_cast<int>(shape[2]), shape[3], box[0], box[1],
-               box[2], box[3], flips[n]};
+               box[2], box[3], flips[flip_columns * n], flip_columns == 2 && flips[2 * n + 1]};
     return true;
   }
   // alpha = scale / std, beta = -mean / std: the same float operations as the CPU plan.
@@ -79,8 +82,9 @@ struct SingleSource {
 
 template <typename T, int C, typename Source>
 __global__ void crop_resize_flip_normalize_kernel(Source source, int64_t batch, int out_h, int out_w,
-                                                  typename Cast<T>::Storage* out, int64_t stride_n,
-                                                  int64_t stride_c, int64_t stride_y, int64_t stride_x) {
+                                                  Interpolation mode, typename Cast<T>::Storage* out,
+                                                  int64_t stride_n, int64_t stride_c, int64_t stride_y,
+                                                  int64_t stride_x) {
   const int x = blockIdx.x * blockDim.x + threadIdx.x;
   const int y = blockIdx.y * blockDim.y + threadIdx.y;
   if (x >= out_w || y >= out_h) return;
@@ -98,10 +102,11 @@ __global__ void crop_resize_flip_normalize_kernel(Source source, int64_t batch, 
                                     "outside images, or its box is not finite with height, width > 0");
       continue;
     }
-    const Axis ay = augment::make_axis(s.top, s.box_height, s.height, out_h);
-    const Axis ax = augment::make_axis(s.left, s.box_width, s.width, out_w);
-    const Taps ty = augment::compute_taps(ay, y);
+    const Axis ay = augment::make_axis(s.top, s.box_height, s.height, out_h, mode);
+    const Axis ax = augment::make_axis(s.left, s.box_width, s.width, out_w, mode);
+    const Taps ty = augment::compute_taps(ay, s.flip_v ? out_h - 1 - y : y);
     const Taps tx = augment::compute_taps(ax, s.flip ? out_w - 1 - x : x);
+    const bool clip = augment::clips(mode);
     float acc[C];
 #pragma unroll
     for (int c = 0; c < C; ++c) acc[c] = 0.0f;
@@ -109,20 +114,28 @@ __global__ void crop_resize_flip_normalize_kernel(Source source, int64_t batch, 
     for (int ky = 0; ky < ty.count; ++ky) {
       const float wy = augment::tap_weight(ay, ty.centre, ty.first + ky) * ty.norm;
       const uint8_t* row = s.data + (ty.first + ky) * s.row_stride + static_cast<int64_t>(tx.first) * C;
-      for (int kx = 0; kx < tx.count; ++kx) {
-        const float w = wy * (augment::tap_weight(ax, tx.centre, tx.first + kx) * tx.norm);
+      float row_acc[C];
 #pragma unroll
-        for (int c = 0; c < C; ++c) acc[c] += w * static_cast<float>(__ldg(row + kx * C + c));
+      for (int c = 0; c < C; ++c) row_acc[c] = 0.0f;
+      for (int kx = 0; kx < tx.count; ++kx) {
+        const float w = augment::tap_weight(ax, tx.centre, tx.first + kx) * tx.norm;
+#pragma unroll
+        for (int c = 0; c < C; ++c) row_acc[c] += w * static_cast<float>(__ldg(row + kx * C + c));
       }
+#pragma unroll
+      for (int c = 0; c < C; ++c) acc[c] += wy * (clip ? augment::clip_pixel(row_acc[c]) : row_acc[c]);
     }
 #pragma unroll
-    for (int c = 0; c < C; ++c) dst[c * stride_c] = Cast<T>::apply(acc[c] * alpha[c] + beta[c]);
+    for (int c = 0; c < C; ++c) {
+      const float v = clip ? augment::clip_pixel(acc[c]) : acc[c];
+      dst[c * stride_c] = Cast<T>::apply(v * alpha[c] + beta[c]);
+    }
   }
 }
 
 template <typename Source>
-void launch(const Source& source, int64_t batch, int channels, const at::Tensor& out, int64_t stride_n,
-            int64_t stride_c, int64_t stride_y, int64_t stride_x, int out_h, int out_w) {
+void launch(const Source& source, int64_t batch, int channels, Interpolation mode, const at::Tensor& out,
+            int64_t stride_n, int64_t stride_c, int64_t stride_y, int64_t stride_x, int out_h, int out_w) {
   const dim3 block(32, 8);
   const dim3 grid((out_w + block.x - 1) / block.x, (out_h + block.y - 1) / block.y,
                   static_cast<unsigned>(std::min<int64_t>(batch, 65535)));
@@ -132,11 +145,11 @@ void launch(const Source& source, int64_t batch, int channels, const at::Tensor&
     using S = typename Cast<T>::Storage;
     S* data = static_cast<S*>(out.data_ptr());
     if (channels == 3)
-      crop_resize_flip_normalize_kernel<T, 3><<<grid, block, 0, stream>>>(source, batch, out_h, out_w, data,
-                                                                          stride_n, stride_c, stride_y, stride_x);
+      crop_resize_flip_normalize_kernel<T, 3><<<grid, block, 0, stream>>>(
+          source, batch, out_h, out_w, mode, data, stride_n, stride_c, stride_y, stride_x);
     else
-      crop_resize_flip_normalize_kernel<T, 1><<<grid, block, 0, stream>>>(source, batch, out_h, out_w, data,
-                                                                          stride_n, stride_c, stride_y, stride_x);
+      crop_resize_flip_normalize_kernel<T, 1><<<grid, block, 0, stream>>>(
+          source, batch, out_h, out_w, mode, data, stride_n, stride_c, stride_y, stride_x);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   };
   switch (out.scalar_type()) {
@@ -151,26 +164,29 @@ void launch(const Source& source, int64_t batch, int channels, const at::Tensor&
 void crop_resize_flip_normalize_batch_cuda(const at::Tensor& images, const at::Tensor& shapes_in,
                                            const at::Tensor& boxes_in, const at::Tensor& flips_in, double scale,
                                            const at::Tensor& mean_in, const at::Tensor& std_in,
-                                           const at::Tensor& out) {
+                                           const at::Tensor& out, int64_t interpolation) {
   check_batch_arguments(images, shapes_in, boxes_in, flips_in, scale, mean_in, std_in, out);
+  const Interpolation mode = check_interpolation("crop_resize_flip_normalize_batch", interpolation);
   if (out.numel() == 0) return;
   const c10::cuda::CUDAGuard guard(out.device());
   // .contiguous() of a device tensor is an async copy on the current stream: no sync.
   const at::Tensor shapes = shapes_in.contiguous(), boxes = boxes_in.contiguous(), flips = flips_in.contiguous();
   const at::Tensor mean = mean_in.contiguous(), std = std_in.contiguous();
   BatchSource source{images.data_ptr<uint8_t>(), images.numel(), shapes.data_ptr<int64_t>(),
-                     boxes.data_ptr<float>(), flips.data_ptr<bool>(), mean.data_ptr<float>(),
-                     std.data_ptr<float>(), static_cast<float>(scale)};
-  launch(source, out.size(0), static_cast<int>(out.size(1)), out, out.stride(0), out.stride(1), out.stride(2),
+                     boxes.data_ptr<float>(), flips.data_ptr<bool>(), flips.dim() == 2 ? 2 : 1,
+                     mean.data_ptr<float>(), std.data_ptr<float>(), static_cast<float>(scale)};
+  launch(source, out.size(0), static_cast<int>(out.size(1)), mode, out, out.stride(0), out.stride(1), out.stride(2),
          out.stride(3), static_cast<int>(out.size(2)), static_cast<int>(out.size(3)));
 }
 
 at::Tensor crop_resize_flip_normalize_cuda(const at::Tensor& image, at::ArrayRef<double> box, at::IntArrayRef size,
                                            bool flip, double scale, at::ArrayRef<double> mean,
-                                           at::ArrayRef<double> std, at::ScalarType dtype, bool channels_last) {
+                                           at::ArrayRef<double> std, at::ScalarType dtype, bool channels_last,
+                                           bool flip_v, int64_t interpolation) {
   // The CPU op's checks, the same function: the same arguments pass, the same messages.
   float mean_f[3], std_f[3];
   check_arguments(image, box, size, scale, mean, std, dtype, mean_f, std_f);
+  const Interpolation mode = check_interpolation("crop_resize_flip_normalize", interpolation);
   const int64_t H = image.size(0), W = image.size(1), C = image.size(2);
   SingleSource source;
   for (int64_t c = 0; c < C; ++c) {
@@ -184,8 +200,8 @@ at::Tensor crop_resize_flip_normalize_cuda(const at::Tensor& image, at::ArrayRef
   if (out.numel() == 0) return out;
   source.s = Sample{image.data_ptr<uint8_t>(), static_cast<int>(H), static_cast<int>(W), image.stride(0),
                     static_cast<float>(box[0]), static_cast<float>(box[1]), static_cast<float>(box[2]),
-                    static_cast<float>(box[3]), flip};
-  launch(source, 1, static_cast<int>(C), out, 0, out.stride(0), out.stride(1), out.stride(2), static_cast<int>(OH),
+                    static_cast<float>(box[3]), flip, flip_v};
+  launch(source, 1, static_cast<int>(C), mode, out, 0, out.stride(0), out.stride(1), out.stride(2), static_cast<int>(OH),
          static_cast<int>(OW));
   return out;
 }

@@ -96,6 +96,10 @@ Region region_of(const Plan& plan, int height, int width, int64_t epoch, int64_t
     SampleRng rng(plan.seed, epoch, index, ParamStream::kFlip);
     region.flip = random_flip(plan.flip_p, rng);
   }
+  if (plan.flip_v_p > 0.0) {
+    SampleRng rng(plan.seed, epoch, index, ParamStream::kFlipVertical);
+    region.flip_v = random_flip(plan.flip_v_p, rng);
+  }
   return region;
 }
 

@@ -25,11 +25,20 @@ enum class Geometry : int {
   kResizeCenterCrop = 1,   // resize (shorter side or fixed size), then centre crop to out
 };
 
+// The resampling filter of a plan's one resize, with Pillow's semantics (antialiased
+// when shrinking): crop_resize_flip_normalize.h has the taps of each.
+enum class Interpolation : int {
+  kBilinear = 0,  // Pillow BILINEAR: the triangle, support 1
+  kBicubic = 1,   // Pillow BICUBIC: Keys' cubic, a = -0.5, support 2, clipped to [0, 255]
+  kNearest = 2,   // Pillow NEAREST: the pixel under the centre
+};
+
 // Where an image's output comes from, in full-resolution pixels of the source image.
 struct Region {
   Box box;    // sampled region, mapped onto the output
   Box clamp;  // taps clamp to this region (the crop for RandomResizedCrop, else the image)
-  bool flip = false;
+  bool flip = false;    // mirror left-right
+  bool flip_v = false;  // mirror top-bottom
 };
 
 // The view of the decoded pixels that the kernel reads (top, left, height, width in

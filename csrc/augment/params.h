@@ -3,7 +3,7 @@
 // No pixels here and no state: the same (seed, epoch, index) gives the same crop and
 // flip whatever the thread count, the batch it lands in, or a resume mid-epoch. The
 // draws follow torchvision's samplers (RandomResizedCrop: 10 attempts, then its
-// centre-crop fallback; RandomHorizontalFlip: p) with a counter-based generator in
+// centre-crop fallback; RandomHorizontalFlip, RandomVerticalFlip: p) with a counter-based generator in
 // place of torch's global one.
 #pragma once
 
@@ -22,6 +22,7 @@ enum class ParamStream : uint64_t {
   kGrayscale = 4,
   kErase = 5,
   kEraseValue = 6,
+  kFlipVertical = 7,
 };
 
 FASTLOAD_HD uint64_t splitmix64(uint64_t x) {

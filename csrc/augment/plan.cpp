@@ -23,6 +23,14 @@ void Plan::validate(const char* op) const {
   FASTLOAD_CHECK_VALUE(max_size <= 0 || resize_short <= 0 || max_size > resize_short, op,
                        "expected max_size strictly greater than the requested size for the smaller edge, got "
                        "max_size = ", max_size, " and size = ", resize_short, ".");
+  FASTLOAD_CHECK_VALUE(std::isfinite(flip_p) && std::isfinite(flip_v_p) && 0 <= flip_p && flip_p <= 1 &&
+                           0 <= flip_v_p && flip_v_p <= 1,
+                       op, "expected flip probabilities in [0, 1], got flip_p = ", flip_p, ", flip_v_p = ", flip_v_p,
+                       ".");
+  FASTLOAD_CHECK_VALUE(interpolation == Interpolation::kBilinear || interpolation == Interpolation::kBicubic ||
+                           interpolation == Interpolation::kNearest,
+                       op, "expected interpolation BILINEAR, BICUBIC or NEAREST, got ", static_cast<int>(interpolation),
+                       ".");
   FASTLOAD_CHECK_VALUE((resize_height > 0) == (resize_width > 0), op,
                        "expected both or neither of resize_height and resize_width, got ", resize_height, " and ",
                        resize_width, ".");

@@ -1,7 +1,8 @@
 // A plan: the fused decode + augment of one loader, fixed for its lifetime.
 //
 // Python (fastload/augment/plan.py) reduces a list of transforms (RandomResizedCrop,
-// Resize, CenterCrop, RandomHorizontalFlip, Normalize, ToDtype) to this canonical form
+// Resize, CenterCrop, RandomHorizontalFlip, RandomVerticalFlip, Normalize, ToDtype) to
+// this canonical form
 // and gets it as fastload._C.Plan (every field bound once, from FASTLOAD_PLAN_FIELDS);
 // the engine applies it to every sample. Geometry is resolved per image
 // (geometry.h region_of), once its header says how large it is.
@@ -24,7 +25,9 @@ struct Plan {
   // Resize: resize_short > 0 resizes the shorter side to it (max_size caps the longer
   // side, <= 0: none); else to resize_height x resize_width; both <= 0: no resize.
   int resize_short = -1, resize_height = -1, resize_width = -1, max_size = -1;
-  double flip_p = 0.0;
+  Interpolation interpolation = Interpolation::kBilinear;  // of the one resize
+  double flip_p = 0.0;    // left-right, drawn on ParamStream::kFlip
+  double flip_v_p = 0.0;  // top-bottom, drawn on ParamStream::kFlipVertical
   float value_scale = 1.0f / 255.0f;  // value = (v * value_scale - mean) / std
   std::vector<float> mean{0.f, 0.f, 0.f}, std{1.f, 1.f, 1.f};
   int channels = 3;
@@ -44,7 +47,7 @@ Region region_of(const Plan& plan, int height, int width, int64_t epoch, int64_t
 
 #define FASTLOAD_PLAN_FIELDS(X)                                                                    \
   X(geometry) X(out_height) X(out_width) X(scale_min) X(scale_max) X(ratio_min) X(ratio_max)      \
-  X(resize_short) X(resize_height) X(resize_width) X(max_size) X(flip_p) X(value_scale) X(mean) \
-  X(std) X(channels) X(dct_scaling) X(max_pixels) X(seed)
+  X(resize_short) X(resize_height) X(resize_width) X(max_size) X(interpolation) X(flip_p)         \
+  X(flip_v_p) X(value_scale) X(mean) X(std) X(channels) X(dct_scaling) X(max_pixels) X(seed)
 
 }  // namespace fastload

@@ -21,7 +21,8 @@ namespace fastload::engine {
 
 BatchEngine::BatchEngine(int num_threads) : owner_pid_(::getpid()) {
   FASTLOAD_CHECK_VALUE(num_threads >= 1, "BatchEngine", "expected num_threads >= 1, got ", num_threads, ".");
-  for (int i = 0; i < num_threads; ++i) workers_.emplace_back([this] { work(); });
+  for (int i = 0; i < num_threads; ++i) times_.push_back(std::make_unique<ThreadTimes>());
+  for (int i = 0; i < num_threads; ++i) workers_.emplace_back([this, i] { work(times_[i].get()); });
 }
 
 bool BatchEngine::forked() const { return ::getpid() != owner_pid_; }
@@ -229,8 +230,23 @@ void BatchEngine::close() {
   }
 }
 
-void BatchEngine::work() {
+std::pair<at::Tensor, at::Tensor> BatchEngine::thread_times() const {
+  const int64_t threads = static_cast<int64_t>(times_.size());
+  at::Tensor seconds = at::zeros({threads, kStageCount}, at::kDouble);
+  at::Tensor samples = at::zeros({threads}, at::kLong);
+  for (int64_t t = 0; t < threads; ++t) {
+    for (int stage = 0; stage < kStageCount; ++stage) {
+      seconds.data_ptr<double>()[t * kStageCount + stage] =
+          1e-9 * static_cast<double>(times_[t]->stage_ns[stage].load(std::memory_order_relaxed));
+    }
+    samples.data_ptr<int64_t>()[t] = times_[t]->samples.load(std::memory_order_relaxed);
+  }
+  return {seconds, samples};
+}
+
+void BatchEngine::work(ThreadTimes* times) {
   SampleState state;
+  state.times = times;
   for (;;) {
     Task task;
     {

@@ -36,6 +36,11 @@ class BatchEngine {
 
   int num_threads() const { return static_cast<int>(workers_.size()); }
 
+  // Each thread's CPU time per stage since the engine started: (seconds float64
+  // [threads, kStageCount] in kStageNames order, samples int64 [threads]). Cheap: reads
+  // counters, never waits.
+  std::pair<at::Tensor, at::Tensor> thread_times() const;
+
   void set_index(at::Tensor path_bytes, at::Tensor path_offsets, at::Tensor file_ids, at::Tensor offsets,
                  at::Tensor sizes);
   // Validates the plan (ValueError "fastload.BatchEngine.set_plan: expected ...") and
@@ -80,11 +85,12 @@ class BatchEngine {
   // the threads do not exist there, and a mutex may have been copied locked.
   bool forked() const;
   void check_output(const at::Tensor& out, int64_t batch) const;
-  void work();
+  void work(ThreadTimes* times);
 
   const pid_t owner_pid_;
   std::unique_ptr<Queue> queue_ = std::make_unique<Queue>();
   std::vector<std::thread> workers_;
+  std::vector<std::unique_ptr<ThreadTimes>> times_;  // one per worker, made before it starts
   std::shared_ptr<const Index> index_;
   std::shared_ptr<const Plan> plan_;
 };

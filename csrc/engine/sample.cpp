@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "augment/crop_resize_flip_normalize.h"
 #include "augment/geometry.h"
 #include "check.h"
 
@@ -44,8 +45,9 @@ void finish(Job& job, int64_t slot, const Region& region, const uint8_t* pixels,
   const ImageView view{pixels + sv.top * row_stride + static_cast<int64_t>(sv.left) * channels, sv.height,
                        sv.width, channels, row_stride};
   if (job.out.defined()) {
-    crop_resize_flip_normalize_cpu(view, sv.box, region.flip, plan.value_scale, plan.mean.data(), plan.std.data(),
-                                   output_slot(job.out, slot), scratch);
+    crop_resize_flip_normalize_cpu(view, sv.box, Resample{region.flip, region.flip_v, plan.interpolation},
+                                   plan.value_scale, plan.mean.data(), plan.std.data(), output_slot(job.out, slot),
+                                   scratch);
     return;
   }
   auto& pixels_out = job.windows[slot];
@@ -56,7 +58,7 @@ void finish(Job& job, int64_t slot, const Region& region, const uint8_t* pixels,
   }
   job.window_sizes[slot] = {view.height, view.width};
   job.boxes[slot] = sv.box;
-  job.flips[slot] = region.flip;
+  job.flips[slot] = static_cast<uint8_t>((region.flip ? 1 : 0) | (region.flip_v ? 2 : 0));
 }
 
 // A box side as an int for the DCT-scale choice: a Resize to far fewer pixels than the
@@ -64,21 +66,54 @@ void finish(Job& job, int64_t slot, const Region& region, const uint8_t* pixels,
 // Capped at INT_MAX - 7 so that choose_scale_denom's ceil(side / d) cannot overflow.
 int int_side(float side) { return static_cast<int>(std::min(static_cast<double>(side), INT_MAX - 7.0)); }
 
+// Times one stage of one sample into its thread's counters, and shows it as a range
+// ("fastload.read", ...) on this engine thread in torch.profiler traces (RECORD_FUNCTION
+// costs a flag test when no profiler runs).
+class StageTimer {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  explicit StageTimer(SampleState& state) : times_(state.times), start_(Clock::now()) {}
+
+  // Ends the stage running since the last mark (or the start) as `stage`.
+  void mark(Stage stage) {
+    const Clock::time_point now = Clock::now();
+    if (times_ != nullptr) {
+      times_->stage_ns[stage].fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(now - start_).count(),
+                                        std::memory_order_relaxed);
+    }
+    start_ = now;
+  }
+
+ private:
+  ThreadTimes* times_;
+  Clock::time_point start_;
+};
+
 void process_sample(Job& job, int64_t slot, SampleState& state) {
   const Plan& plan = *job.plan;
   const int64_t sample = job.samples[slot];
+  StageTimer timer(state);
 
   auto predecoded = job.predecoded.find(slot);
   if (predecoded != job.predecoded.end()) {
     const at::Tensor& image = predecoded->second;  // uint8 HWC, contiguous
     const int height = static_cast<int>(image.size(0)), width = static_cast<int>(image.size(1));
     const Region region = region_of(plan, height, width, job.epoch, sample);
-    finish(job, slot, region, image.data_ptr<uint8_t>(), height, width, static_cast<int>(image.size(2)), 1.0, 1.0,
-           0, 0, state.scratch);
+    {
+      RECORD_FUNCTION("fastload.augment", c10::ArrayRef<const c10::IValue>{});
+      finish(job, slot, region, image.data_ptr<uint8_t>(), height, width, static_cast<int>(image.size(2)), 1.0,
+             1.0, 0, 0, state.scratch);
+    }
+    timer.mark(kAugment);
     return;
   }
 
-  read_file(job.index->path(sample), job.index->offset(sample), job.index->size(sample), state.bytes);
+  {
+    RECORD_FUNCTION("fastload.read", c10::ArrayRef<const c10::IValue>{});
+    read_file(job.index->path(sample), job.index->offset(sample), job.index->size(sample), state.bytes);
+  }
+  timer.mark(kRead);
   const uint8_t* data = state.bytes.data();
   const size_t size = state.bytes.size();
   if (!is_jpeg(data, size)) {
@@ -87,11 +122,16 @@ void process_sample(Job& job, int64_t slot, SampleState& state) {
   }
   const JpegInfo info = read_jpeg_info(data, size);
   const Region region = region_of(plan, info.height, info.width, job.epoch, sample);
+  timer.mark(kHeader);
 
   // Decode only what the taps can reach: the clamp region, less whatever lies farther
-  // than the filter's support from the sampled box.
-  const double support_y = std::max(1.0, static_cast<double>(region.box.height) / plan.out_height) + 1.0;
-  const double support_x = std::max(1.0, static_cast<double>(region.box.width) / plan.out_width) + 1.0;
+  // than the filter's support (bicubic's is twice bilinear's; nearest's one pixel lies
+  // within bilinear's) from the sampled box, plus one pixel for rounding.
+  const double filter_support = augment::filter_support(plan.interpolation);
+  const double support_y =
+      filter_support * std::max(1.0, static_cast<double>(region.box.height) / plan.out_height) + 1.0;
+  const double support_x =
+      filter_support * std::max(1.0, static_cast<double>(region.box.width) / plan.out_width) + 1.0;
   const double top = std::max<double>({0.0, region.clamp.top, region.box.top - support_y});
   const double left = std::max<double>({0.0, region.clamp.left, region.box.left - support_x});
   const double bottom = std::min<double>({static_cast<double>(info.height), region.clamp.top + region.clamp.height,
@@ -106,10 +146,18 @@ void process_sample(Job& job, int64_t slot, SampleState& state) {
                                       : choose_scale_denom(int_side(region.box.height), int_side(region.box.width),
                                                            plan.out_height, plan.out_width);
   DecodedWindow& window = state.window;
-  decode_jpeg_window(data, size, win_top, win_left, win_height, win_width, denom, plan.channels, plan.max_pixels,
-                     window);
-  finish(job, slot, region, window.pixels.data(), window.height, window.width, window.channels,
-         1.0 / window.scale_denom, 1.0 / window.scale_denom, window.top, window.left, state.scratch);
+  {
+    RECORD_FUNCTION("fastload.decode", c10::ArrayRef<const c10::IValue>{});
+    decode_jpeg_window(data, size, win_top, win_left, win_height, win_width, denom, plan.channels, plan.max_pixels,
+                       window);
+  }
+  timer.mark(kDecode);
+  {
+    RECORD_FUNCTION("fastload.augment", c10::ArrayRef<const c10::IValue>{});
+    finish(job, slot, region, window.pixels.data(), window.height, window.width, window.channels,
+           1.0 / window.scale_denom, 1.0 / window.scale_denom, window.top, window.left, state.scratch);
+  }
+  timer.mark(kAugment);
 }
 
 void fail(Job& job, int64_t slot, Status status, const char* message) {
@@ -120,6 +168,7 @@ void fail(Job& job, int64_t slot, Status status, const char* message) {
 }  // namespace
 
 void run_sample(Job& job, int64_t slot, SampleState& state) noexcept {
+  if (state.times != nullptr) state.times->samples.fetch_add(1, std::memory_order_relaxed);
   try {
     process_sample(job, slot, state);
   } catch (const GeometryError& error) {
@@ -139,7 +188,10 @@ PackedWindows pack_windows(Job& job) {
   PackedWindows result;
   result.shapes = at::empty({batch, 4}, at::kLong);
   result.boxes = at::empty({batch, 4}, at::kFloat);
-  result.flips = at::empty({batch}, at::kBool);
+  // [B, 2] (left-right, top-bottom) only for a plan that flips top-bottom: a plan without
+  // gives the batch op's [B] as before.
+  const bool vertical = job.plan->flip_v_p > 0.0;
+  result.flips = vertical ? at::empty({batch, 2}, at::kBool) : at::empty({batch}, at::kBool);
   int64_t total = 0;
   for (int64_t i = 0; i < batch; ++i) {
     if (job.windows[i].empty()) {  // a failed sample: one black pixel keeps the kernel valid
@@ -161,7 +213,12 @@ PackedWindows pack_windows(Job& job) {
     const Box& box = job.boxes[i];
     const float box_values[4] = {box.top, box.left, box.height, box.width};
     std::copy(box_values, box_values + 4, result.boxes.data_ptr<float>() + 4 * i);
-    result.flips.data_ptr<bool>()[i] = job.flips[i] != 0;
+    if (vertical) {
+      result.flips.data_ptr<bool>()[2 * i] = (job.flips[i] & 1) != 0;
+      result.flips.data_ptr<bool>()[2 * i + 1] = (job.flips[i] & 2) != 0;
+    } else {
+      result.flips.data_ptr<bool>()[i] = (job.flips[i] & 1) != 0;
+    }
     offset += static_cast<int64_t>(window.size());
   }
   return result;

@@ -10,6 +10,7 @@
 #include <ATen/ATen.h>
 
 #include <array>
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -42,7 +43,7 @@ struct Job {
   std::vector<std::vector<uint8_t>> windows;
   std::vector<std::array<int64_t, 2>> window_sizes;  // (height, width)
   std::vector<Box> boxes;
-  std::vector<uint8_t> flips;
+  std::vector<uint8_t> flips;  // 1: left-right, 2: top-bottom
   bool pin_memory = false;
   int64_t epoch = 0;
   std::vector<int32_t> status;  // Status values
@@ -52,11 +53,26 @@ struct Job {
   std::condition_variable done;
 };
 
-// Buffers each worker thread reuses across samples.
+// Where a sample's CPU time goes, per engine thread. kAugment is the fused pass (cpu
+// mode) or the copy of the crop window (cpu+gpu mode); kHeader covers the JPEG header
+// and the sample's geometry (region_of).
+enum Stage : int { kRead = 0, kHeader = 1, kDecode = 2, kAugment = 3, kStageCount = 4 };
+inline constexpr const char* kStageNames[kStageCount] = {"read", "header", "decode", "augment"};
+
+// One engine thread's totals since the engine started: nanoseconds per stage and samples
+// run. Written by that thread only, read by Python at any time (relaxed atomics: a
+// reading is at most one sample old).
+struct ThreadTimes {
+  std::array<std::atomic<int64_t>, kStageCount> stage_ns{};
+  std::atomic<int64_t> samples{0};
+};
+
+// Buffers each worker thread reuses across samples, and where it counts its time.
 struct SampleState {
   std::vector<uint8_t> bytes;
   DecodedWindow window;
   ResizeScratch scratch;
+  ThreadTimes* times = nullptr;  // the engine's counters of this thread (none: not counted)
 };
 
 // Runs one sample of the job and records its status and message. Never throws.
@@ -69,7 +85,7 @@ struct PackedWindows {
   at::Tensor packed;  // uint8 1-D
   at::Tensor shapes;  // int64 [B, 4]: (offset, height, width, row_stride)
   at::Tensor boxes;   // float32 [B, 4]
-  at::Tensor flips;   // bool [B]
+  at::Tensor flips;   // bool [B], or [B, 2] (left-right, top-bottom) when the plan flips top-bottom
 };
 PackedWindows pack_windows(Job& job);
 

@@ -1,7 +1,8 @@
 """Reduces a list of transform specs to one fused plan for the C++ engine.
 
 A plan is: one geometry (RandomResizedCrop, or Resize and/or CenterCrop with a fixed
-output size), an optional flip, and one affine value map (scale, mean, std) with an
+output size) resampled with one interpolation (bilinear, bicubic or nearest), optional
+left-right and top-bottom flips, and one affine value map (scale, mean, std) with an
 output dtype. Lists that do not reduce to that raise UnsupportedPipeline with the
 reason; the loader then says so in `loader.path` and takes the generic path.
 
@@ -106,6 +107,7 @@ def make_plan(fusion: Fusion) -> Any:
     fields = dict(fusion.fields)
     out_height, out_width = fields.pop("out_size")
     fields["geometry"] = getattr(_ext.require_ops().Geometry, fields["geometry"])
+    fields["interpolation"] = getattr(_ext.require_ops().Interpolation, fields["interpolation"].upper())
     plan = _plan_class()(out_height=out_height, out_width=out_width, **fields)
     plan.dtype, plan.description = fusion.dtype, fusion.description
     return plan
@@ -135,7 +137,7 @@ def fuse(
         UnsupportedPipeline: with the reason, when the list does not fuse.
     """
     geometry = []  # the geometric specs, in order
-    flip_p = 0.0
+    flip_p = flip_v_p = 0.0
     value_scale, mean, std = 1.0, (0.0,) * channels, (1.0,) * channels
     out_dtype = torch.uint8
     value_started = False  # a value op ran: later padding would pad normalised zeros
@@ -148,6 +150,10 @@ def fuse(
             if flip_p > 0 and op.p > 0:
                 raise UnsupportedPipeline("two random flips do not fuse into one")
             flip_p = op.p
+        elif isinstance(op, specs.RandomVerticalFlip):
+            if flip_v_p > 0 and op.p > 0:
+                raise UnsupportedPipeline("two random vertical flips do not fuse into one")
+            flip_v_p = op.p
         elif isinstance(op, specs.ToDtype):
             value_started = True
             if op.dtype.is_floating_point and op.scale and not out_dtype.is_floating_point:
@@ -168,8 +174,20 @@ def fuse(
         else:
             raise UnsupportedPipeline(f"{op!r} has no native equivalent")
 
-    fields = dict(flip_p=flip_p, value_scale=value_scale, mean=list(mean), std=list(std), channels=channels,
-                  dct_scaling=dct_scaling, max_pixels=max_pixels, seed=seed)
+    # One fused pass resamples once, so with one filter.
+    resamplers = [op for op in geometry if isinstance(op, (specs.RandomResizedCrop, specs.Resize))]
+    for op in resamplers:
+        if op.interpolation not in specs.NATIVE_INTERPOLATIONS:
+            raise UnsupportedPipeline(f"{type(op).__name__}(interpolation={op.interpolation!r}) has no native "
+                                      f"filter (native: {', '.join(specs.NATIVE_INTERPOLATIONS)})")
+    modes = sorted({op.interpolation for op in resamplers})
+    if len(modes) > 1:
+        raise UnsupportedPipeline(f"resizes with different interpolations ({' and '.join(modes)}) do not fuse: "
+                                  f"the fused pass resamples once, with one filter")
+    interpolation = modes[0] if modes else "bilinear"
+    fields = dict(interpolation=interpolation, flip_p=flip_p, flip_v_p=flip_v_p, value_scale=value_scale,
+                  mean=list(mean), std=list(std), channels=channels, dct_scaling=dct_scaling,
+                  max_pixels=max_pixels, seed=seed)
     kinds = [type(op) for op in geometry]
     if kinds == [specs.RandomResizedCrop]:
         (crop,) = geometry

@@ -2,16 +2,19 @@
 
 Specs hold parameters only, never pixels. A list of them is reduced to one fused plan
 (plan.py) that the C++ engine runs per sample: decode the crop window, resize
-(antialiased bilinear), flip, normalise and cast in one pass.
+(antialiased; Pillow's bilinear, bicubic or nearest), flip, normalise and cast in one pass.
 
 Example:
     >>> from fastload import transforms as T
     >>> pipeline = [T.RandomResizedCrop(224), T.RandomHorizontalFlip(),
     ...             T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])]
+    >>> RandomResizedCrop(224, interpolation=3).interpolation  # PIL's BICUBIC constant
+    'bicubic'
 """
 
 from __future__ import annotations
 
+import enum
 import math
 from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple, Union
@@ -32,23 +35,54 @@ def _pair(size: Size, name: str) -> Tuple[int, int]:
     return size
 
 
+# torchvision's InterpolationMode values, and Pillow's integer constants for them (what
+# torchvision's _interpolation_modes_from_int maps).
+INTERPOLATIONS = ("nearest", "nearest-exact", "bilinear", "bicubic", "box", "hamming", "lanczos")
+NATIVE_INTERPOLATIONS = ("bilinear", "bicubic", "nearest")
+_PIL_INTERPOLATIONS = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
+
+
+def _interpolation(value, name: str) -> str:
+    """The interpolation name ("bilinear", ...) of a name, a torchvision InterpolationMode
+    or a Pillow integer constant. Every torchvision mode is accepted; the plan refuses the
+    ones without a native filter (NATIVE_INTERPOLATIONS), so the reason reaches loader.path."""
+    if isinstance(value, enum.Enum):  # torchvision's InterpolationMode is a str Enum
+        value = value.value
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise TypeError(f"fastload.transforms.{name}: Argument interpolation should be a InterpolationMode or a "
+                        f"corresponding Pillow integer constant, got {value!r}")
+    if isinstance(value, int):
+        if value not in _PIL_INTERPOLATIONS:
+            raise ValueError(f"fastload.transforms.{name}: expected a Pillow resampling constant "
+                             f"{sorted(_PIL_INTERPOLATIONS)}, got {value}")
+        return _PIL_INTERPOLATIONS[value]
+    if value.lower() not in INTERPOLATIONS:
+        raise ValueError(f"fastload.transforms.{name}: expected interpolation in {INTERPOLATIONS}, got {value!r}")
+    return value.lower()
+
+
 @dataclass(frozen=True)
 class RandomResizedCrop:
     """Crop a random area and aspect ratio, resize to `size` (torchvision semantics:
-    10 attempts, then a central fallback crop). Antialiased bilinear.
+    10 attempts, then a central fallback crop). Antialiased, Pillow's filters.
 
     Args:
         size: output (height, width), or an int for a square.
         scale: range of the crop's area as a fraction of the image's.
         ratio: range of the crop's aspect ratio (width / height), sampled log-uniformly.
+        interpolation: "bilinear", "bicubic" or "nearest" (Pillow's BILINEAR, BICUBIC,
+            NEAREST), a torchvision InterpolationMode or a Pillow constant; stored as
+            the name. torchvision's other modes are accepted but do not fuse.
     """
 
     size: Size
     scale: Tuple[float, float] = (0.08, 1.0)
     ratio: Tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0)
+    interpolation: str = "bilinear"
 
     def __post_init__(self):
         object.__setattr__(self, "size", _pair(self.size, "RandomResizedCrop"))
+        object.__setattr__(self, "interpolation", _interpolation(self.interpolation, "RandomResizedCrop"))
         object.__setattr__(self, "scale", tuple(float(s) for s in self.scale))
         object.__setattr__(self, "ratio", tuple(float(r) for r in self.ratio))
         if self.scale[0] > self.scale[1] or self.ratio[0] > self.ratio[1] or self.ratio[0] <= 0:
@@ -61,7 +95,8 @@ class RandomResizedCrop:
 @dataclass(frozen=True)
 class Resize:
     """Resize: an int resizes the shorter side to it (aspect kept, `max_size` caps the
-    longer side), (height, width) resizes to exactly that. Antialiased bilinear.
+    longer side), (height, width) resizes to exactly that. Antialiased, Pillow's filters:
+    `interpolation` as in RandomResizedCrop.
 
     Natively batchable only when the output size is fixed: (height, width), or followed
     by a CenterCrop.
@@ -73,8 +108,10 @@ class Resize:
 
     size: Size
     max_size: Optional[int] = None
+    interpolation: str = "bilinear"
 
     def __post_init__(self):
+        object.__setattr__(self, "interpolation", _interpolation(self.interpolation, "Resize"))
         size = self.size
         if isinstance(size, (list, tuple)) and len(size) == 1:
             size = int(size[0])
@@ -121,6 +158,17 @@ class RandomHorizontalFlip:
 
 
 @dataclass(frozen=True)
+class RandomVerticalFlip:
+    """Mirror the image vertically (top-bottom) with probability p."""
+
+    p: float = 0.5
+
+    def __post_init__(self):
+        if not 0.0 <= self.p <= 1.0:
+            raise ValueError(f"fastload.transforms.RandomVerticalFlip: expected 0 <= p <= 1, got {self.p}")
+
+
+@dataclass(frozen=True)
 class Normalize:
     """(x - mean) / std per channel, on values in [0, 1] (the image is converted to
     float32 in [0, 1] first when no ToDtype came before, as ToTensor would)."""
@@ -150,4 +198,4 @@ class ToDtype:
             )
 
 
-SPECS = (RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip, Normalize, ToDtype)
+SPECS = (RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip, RandomVerticalFlip, Normalize, ToDtype)

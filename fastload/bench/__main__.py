@@ -3,6 +3,7 @@
     fastload-bench                        # generated ImageNet-like data, train + eval, all contenders
     fastload-bench --data /imagenet/train --pipeline train --workers 8 --json out.json
     fastload-bench --suite decode         # decode-only micro-benchmark
+    fastload-bench --dataset mymodule:make --plot bench.png   # your own Dataset, torch vs fastload
     fastload-bench --list                 # contenders and whether they can run here
 
 Every contender gets the same data, batch size, workers, float32 output and warm-up, each
@@ -29,6 +30,10 @@ SUITES = ("main", "decode", "scaling")
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="fastload-bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--data", help="an ImageFolder-layout folder (root/<class>/<image>); default: generated data")
+    p.add_argument("--dataset", metavar="MODULE:FUNCTION",
+                   help="race torch's DataLoader and fastload.DataLoader on the Dataset this function returns "
+                        "(your own dataset code and transforms; the module imports from the current folder or "
+                        "PYTHONPATH); the main suite only")
     p.add_argument("--dataset-images", type=int, default=2000, help="images to generate without --data (2000)")
     p.add_argument("--classes", type=int, default=10, help="classes to generate without --data (10)")
     p.add_argument("--seed", type=int, default=0, help="seed of the generated data and of the loaders (0)")
@@ -52,9 +57,20 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--shards", type=int, default=8, help="tar shards made for the webdataset contender (8)")
     p.add_argument("--timeout", type=float, default=600, help="seconds before a contender is killed (600)")
     p.add_argument("--json", metavar="PATH", help="write every figure and the machine's description here")
-    p.add_argument("--no-progress", action="store_true", help="no tqdm bars")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars (they go to stderr, and only "
+                   "when it is a terminal)")
+    p.add_argument("--wide", action="store_true", help="every column in the table (default: what fits 100 "
+                   "columns, each row's path listed under it)")
+    p.add_argument("--plot", metavar="PATH", help="draw img/s, CPU ms/img and peak RSS per contender into PATH "
+                   "(.png, .svg: needs matplotlib)")
     p.add_argument("--list", action="store_true", help="list the contenders and exit")
     args = p.parse_args(argv)
+    if args.dataset and args.contenders == ",".join(registry.CONTENDERS):
+        args.contenders = ",".join(name for name, c in registry.CONTENDERS.items() if c.runs_user_dataset)
+    if args.dataset and args.data:
+        p.error("--dataset and --data exclude each other: the dataset function says where its data is")
+    if args.dataset:
+        args.suite = "main"
     args.contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
     args.scaling_contenders = [c.strip() for c in args.scaling_contenders.split(",") if c.strip()]
     args.suite = [s.strip() for s in args.suite.split(",") if s.strip()]
@@ -78,6 +94,8 @@ def _say(message: str = "") -> None:
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
+    # Bars only for a person watching: never into logs or pipes.
+    args.progress = not args.no_progress and sys.stderr.isatty()
     if args.list:
         for name, contender in registry.CONTENDERS.items():
             _say(f"{name:16} {contender.unavailable() or 'available'}: {contender.summary}")
@@ -85,19 +103,24 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     machine = report.machine_info()
     _say(f"machine: {report.format_machine(machine)}")
-    if args.data:
+    if args.dataset:
+        bench_data = data.describe_factory(args.dataset)
+    elif args.data:
         bench_data = data.describe_folder(args.data)
     else:
         spec = data.DatasetSpec(images=args.dataset_images, classes=args.classes, seed=args.seed)
-        bench_data = data.ensure_dataset(spec, progress=not args.no_progress)
+        bench_data = data.ensure_dataset(spec, progress=args.progress)
     _say(f"data: {bench_data.describe()}{' (generated now)' if bench_data.generated else ''}")
 
     pipelines = ["train", "eval"] if args.pipeline == "both" else [args.pipeline]
+    if args.dataset:
+        pipelines = ["dataset"]  # the user's own transforms: one pipeline, named after its source
     base = dict(
         root=bench_data.root, batch_size=args.batch_size, images=args.images,
-        warmup_batches=args.warmup_batches, seed=args.seed,
+        warmup_batches=args.warmup_batches, seed=args.seed, dataset_factory=args.dataset,
     )
-    needs_shards = any(registry.get(c).needs_shards and not registry.get(c).unavailable() for c in args.contenders)
+    needs_shards = not args.dataset and any(registry.get(c).needs_shards and not registry.get(c).unavailable()
+                                            for c in args.contenders)
     shards = data.ensure_shards(bench_data, args.shards) if needs_shards and "main" in args.suite else []
     record = {"machine": machine, "data": vars(bench_data), "args": {k: v for k, v in vars(args).items()}}
 
@@ -119,7 +142,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         _say(f"batch {args.batch_size}, {args.workers} workers/threads, {args.images} timed images after "
              f"{args.warmup_batches} warm-up batch(es), float32 output; peak memory summed over the process tree"
              + (f"; best of {args.repeat} runs" if args.repeat > 1 else ""))
-        _say(report.format_table(rows))
+        _say(report.format_table(rows) if args.wide else report.format_compact(rows))
         noisy = [r for r in rows if r.get("others_cpu_pct", 0) > report.NOISY_OTHERS_PCT]
         if noisy:
             _say(f"note: other processes used > {report.NOISY_OTHERS_PCT:.0f}% of the CPUs during "
@@ -136,12 +159,16 @@ def main(argv: Optional[List[str]] = None) -> int:
         workers = max(2, args.workers)
         rows = micro.scaling_benchmark(
             args.scaling_contenders, dict(base, pipeline=pipelines[0]), workers, args.timeout,
-            progress=not args.no_progress, repeat=args.repeat,
+            progress=args.progress, repeat=args.repeat,
         )
         record["scaling"] = rows
         _say()
         _say(f"scaling ({pipelines[0]} pipeline), 1 vs {workers} workers/threads:")
         _say(report.format_table(rows, micro.SCALING_COLUMNS))
+
+    if args.plot:
+        report.plot(record.get("results", []), args.plot)
+        _say(f"\nplot written to {args.plot}")
 
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
@@ -157,10 +184,12 @@ def _measure(name: str, config_kwargs: dict, args: argparse.Namespace) -> dict:
     row = {"contender": name, "pipeline": config_kwargs["pipeline"]}
     if reason:  # no process to start: say why in the row
         return {**row, "status": "unavailable", "reason": reason}
+    if config_kwargs.get("dataset_factory") and not contender.runs_user_dataset:
+        return {**row, "status": "unavailable", "reason": "runs its own pipeline, not the --dataset one"}
     if contender.needs_shards and not config_kwargs.get("shards"):
         return {**row, "status": "unavailable", "reason": "no shards were made"}
-    config = MeasureConfig(contender=name, workers=args.workers, progress=not args.no_progress, **config_kwargs)
-    result = run_in_subprocess(config, timeout=args.timeout, forward_stderr=not args.no_progress)
+    config = MeasureConfig(contender=name, workers=args.workers, progress=args.progress, **config_kwargs)
+    result = run_in_subprocess(config, timeout=args.timeout, forward_stderr=True)
     if result.get("status") == "ok":
         _say(f"  {name} ({config.pipeline}): {result['images_per_s']:.0f} img/s, first batch "
              f"{result['first_batch_s']:.2f} s, peak RSS {result['peak_rss_mb']:.0f} MB")

@@ -20,9 +20,12 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import importlib.util
 import inspect
 import itertools
+import os
+import sys
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import torch
@@ -44,6 +47,7 @@ class RunConfig:
     workers: int = 2
     seed: int = 0
     shards: List[str] = dataclasses.field(default_factory=list)  # tar shards of root (webdataset)
+    dataset_factory: Optional[str] = None  # "module:function" returning the user's Dataset (--dataset)
 
     @property
     def train(self) -> bool:
@@ -56,6 +60,7 @@ class Contender:
     name = ""
     summary = ""
     needs_shards = False  # the parent makes tar shards of the folder first
+    runs_user_dataset = False  # can race on the user's own Dataset (--dataset module:factory)
 
     def unavailable(self) -> Optional[str]:
         """None when this contender can run here, else why not (cheap: no heavy import)."""
@@ -72,8 +77,8 @@ class Contender:
         for epoch in itertools.count():
             if hasattr(loader, "set_epoch"):
                 loader.set_epoch(epoch)
-            for images, labels in loader:
-                yield images, labels
+            for batch in loader:
+                yield split_batch(batch)
 
     def path(self, loader: Any) -> str:
         """Which code path ran (the "path" column)."""
@@ -95,6 +100,39 @@ def get(name: str) -> Contender:
             "`fastload-bench --list` shows them."
         )
     return CONTENDERS[name]
+
+
+def split_batch(batch: Any) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(images, labels) of a collated batch of any shape: (images, labels, ...) tuples and
+    lists, dicts (their first two tensors), a bare tensor (no labels: an empty tensor)."""
+    if isinstance(batch, torch.Tensor):
+        return batch, torch.empty(0, dtype=torch.int64)
+    values = list(batch.values()) if isinstance(batch, dict) else list(batch)
+    tensors = [v for v in values if isinstance(v, torch.Tensor)]
+    if not tensors:
+        raise TypeError(f"fastload.bench: expected batches holding tensors, got {type(batch).__name__} of "
+                        f"{[type(v).__name__ for v in values]}")
+    return tensors[0], tensors[1] if len(tensors) > 1 else torch.empty(0, dtype=torch.int64)
+
+
+def user_dataset(factory: str) -> Any:
+    """The Dataset that `factory` ("module:function", importable from the current folder or
+    PYTHONPATH) returns when called without arguments."""
+    module_name, _, function_name = factory.partition(":")
+    if not module_name or not function_name:
+        raise ValueError(f"fastload.bench: expected --dataset as module:function (e.g. mydata:make_train), "
+                         f"got {factory!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        function = getattr(importlib.import_module(module_name), function_name)
+    except (ImportError, AttributeError) as error:
+        raise ValueError(f"fastload.bench: cannot load --dataset {factory!r}: {error}. The module must import "
+                         "from the current folder or PYTHONPATH and define that function.") from None
+    dataset = function()
+    if not hasattr(dataset, "__getitem__") and not hasattr(dataset, "__iter__"):
+        raise TypeError(f"fastload.bench: --dataset {factory!r} returned {type(dataset).__name__}, not a Dataset")
+    return dataset
 
 
 def _missing(module: str) -> Optional[str]:
@@ -136,11 +174,14 @@ def loader_kwargs(config: RunConfig) -> dict:
 class Baseline(Contender):
     name = "baseline"
     summary = "torch DataLoader + torchvision ImageFolder + v2 transforms (PIL decode)"
+    runs_user_dataset = True
 
     def unavailable(self):
         return _missing("torchvision")
 
     def dataset(self, config):
+        if config.dataset_factory:
+            return user_dataset(config.dataset_factory)
         import torchvision
 
         return torchvision.datasets.ImageFolder(config.root, transform=torchvision_transform(config.pipeline))

@@ -77,6 +77,34 @@ class BenchDataset:
         )
 
 
+@dataclasses.dataclass
+class FactoryDataset:
+    """The user's own Dataset (--dataset module:function): what the table's data line says."""
+
+    factory: str
+    type_name: str
+    num_images: Optional[int]  # len(dataset), when it has one
+    root: str = ""  # no folder of the bench's: the function knows where its data is
+    generated: bool = False
+
+    def describe(self) -> str:
+        size = f"{self.num_images} samples" if self.num_images is not None else "no len()"
+        return f"{self.type_name} from {self.factory} ({size})"
+
+
+def describe_factory(factory: str) -> FactoryDataset:
+    """Calls the --dataset function once here (a clear error now rather than one per
+    contender) and describes what it returned."""
+    from fastload.bench.contenders import user_dataset
+
+    dataset = user_dataset(factory)
+    try:
+        length: Optional[int] = len(dataset)
+    except TypeError:
+        length = None
+    return FactoryDataset(factory, type(dataset).__name__, length)
+
+
 def default_cache_dir() -> str:
     """The bench/ folder of fastload's cache ($FASTLOAD_CACHE, $XDG_CACHE_HOME/fastload or
     ~/.cache/fastload)."""

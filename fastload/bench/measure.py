@@ -52,6 +52,7 @@ class MeasureConfig:
     seed: int = 0
     shards: list = dataclasses.field(default_factory=list)
     progress: bool = True
+    dataset_factory: Optional[str] = None  # --dataset module:function
 
 
 def _first_batch_summary(images, labels) -> Dict[str, Any]:
@@ -62,7 +63,7 @@ def _first_batch_summary(images, labels) -> Dict[str, Any]:
         "shape": list(images.shape),
         "dtype": str(images.dtype).replace("torch.", ""),
         "labels_shape": list(labels.shape),
-        "labels": [int(v) for v in labels[:16]],
+        "labels": [int(v) for v in labels.flatten()[:16]],
     }
     if images.dim() == 4 and images.is_floating_point():
         flat = images[:16].float().flatten(1)
@@ -85,6 +86,7 @@ def run_in_this_process(config: MeasureConfig) -> Dict[str, Any]:
         run = RunConfig(
             root=config.root, pipeline=config.pipeline, batch_size=config.batch_size,
             workers=config.workers, seed=config.seed, shards=list(config.shards),
+            dataset_factory=config.dataset_factory,
         )
         import torch
 

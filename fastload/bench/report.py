@@ -33,6 +33,19 @@ COLUMNS = [
 ]
 
 
+# The default table: what fits 100 columns. The path of each row is listed under it.
+COMPACT_COLUMNS = [
+    ("contender", "contender"),
+    ("img/s", "images_per_s"),
+    ("vs base", "ratio"),
+    ("CPU ms/img", "cpu_ms_per_image"),
+    ("RSS MB", "peak_rss_mb"),
+    ("1st batch s", "first_batch_s"),
+    ("others %", "others_cpu_pct"),
+]
+WIDTH = 100
+
+
 def _version(package: str) -> Optional[str]:
     try:
         return importlib.metadata.version(package)
@@ -133,11 +146,12 @@ def format_value(key: str, value: Any) -> str:
     return str(value)
 
 
-def format_table(rows: List[Dict[str, Any]], columns=COLUMNS) -> str:
+def format_table(rows: List[Dict[str, Any]], columns=COLUMNS, reasons: bool = True) -> str:
     """A Markdown table (readable as plain text too), one line per row.
 
     The first column names the row (with its pipeline, if any); a row whose status is not
-    "ok" says why in the second column and has "-" elsewhere.
+    "ok" says why in the second column (only its status without `reasons`) and has "-"
+    elsewhere.
     """
     name_key, reason_key = columns[0][1], columns[1][1]
     body = []
@@ -147,7 +161,9 @@ def format_table(rows: List[Dict[str, Any]], columns=COLUMNS) -> str:
             if key == name_key:
                 cells.append(f"{r[key]} ({r['pipeline']})" if key == "contender" and r.get("pipeline") else str(r[key]))
             elif r.get("status") != "ok":
-                cells.append(f"{r.get('status', 'failed')}: {r.get('reason', '')}" if key == reason_key else "-")
+                status = r.get("status", "failed")
+                short = "n/a" if status == "unavailable" else status
+                cells.append((f"{status}: {r.get('reason', '')}" if reasons else short) if key == reason_key else "-")
             else:
                 cells.append(format_value(key, r.get(key)))
         body.append(cells)
@@ -169,3 +185,67 @@ def format_machine(info: Dict[str, Any]) -> str:
         f"{'Pillow-SIMD' if v['pillow_simd'] else 'Pillow'} {v['pillow']}; load average "
         f"{' '.join(str(x) for x in info['load_average'])} at start; {info['date']}"
     )
+
+
+def format_compact(rows: List[Dict[str, Any]]) -> str:
+    """The default table (COMPACT_COLUMNS, under WIDTH columns; "n/a": the contender cannot
+    run here), then each row's path or why it did not run, wrapped to WIDTH.
+
+    Example:
+        >>> rows = [{"contender": "fastload", "pipeline": "train", "status": "ok", "path": "native: ImageFolder",
+        ...          "images_per_s": 900.0, "ratio": 3.6, "cpu_ms_per_image": 2.0, "peak_rss_mb": 800.0,
+        ...          "first_batch_s": 0.2, "others_cpu_pct": 1.0}]
+        >>> print(format_compact(rows))
+        | contender        | img/s | vs base | CPU ms/img | RSS MB | 1st batch s | others % |
+        |------------------|-------|---------|------------|--------|-------------|----------|
+        | fastload (train) | 900   | 3.60x   | 2.00       | 800    | 0.20        | 1        |
+        paths:
+          fastload (train): native: ImageFolder
+    """
+    import textwrap
+
+    table = format_table(rows, COMPACT_COLUMNS, reasons=False)
+    lines = [table, "paths:"]
+    for r in rows:
+        name = f"{r['contender']} ({r['pipeline']})" if r.get("pipeline") else str(r["contender"])
+        what = r.get("path") if r.get("status") == "ok" else f"{r.get('status', 'failed')}: {r.get('reason', '')}"
+        lines.append(textwrap.fill(f"{name}: {what}", WIDTH, initial_indent="  ", subsequent_indent="      "))
+    return "\n".join(lines)
+
+
+def plot(rows: List[Dict[str, Any]], path: str) -> None:
+    """Draws img/s, CPU ms per image and peak RSS per contender (one panel each) into
+    `path` (.png, .svg, .pdf: matplotlib's formats). Needs matplotlib (`pip install
+    matplotlib`, or the `plot` extra)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # no display needed
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise SystemExit("fastload-bench: --plot needs matplotlib, which does not import here. "
+                         "Install it (pip install matplotlib, or pip install 'fastload[plot]') or drop --plot.")
+    ok = [r for r in rows if r.get("status") == "ok"]
+    if not ok:
+        raise SystemExit("fastload-bench: --plot: no contender ran, nothing to draw")
+    names = [f"{r['contender']} ({r['pipeline']})" if r.get("pipeline") else r["contender"] for r in ok]
+    panels = [("images_per_s", "img/s (higher is better)"), ("cpu_ms_per_image", "CPU ms per image (lower is better)"),
+              ("peak_rss_mb", "peak RSS MB (lower is better)")]
+    figure, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 0.45 * len(ok) + 1.8), squeeze=False)
+    for axis, (key, title) in zip(axes[0], panels):
+        values = [float(r.get(key) or 0.0) for r in ok]
+        colors = ["#999999" if r["contender"] == "baseline" else "#2b6cb0" for r in ok]
+        axis.barh(range(len(ok)), values, color=colors)
+        axis.set_yticks(range(len(ok)), names if axis is axes[0][0] else [""] * len(ok))
+        axis.invert_yaxis()
+        axis.set_title(title, fontsize=10)
+        for y, (value, r) in enumerate(zip(values, ok)):
+            label = f"{value:.0f}" if key != "cpu_ms_per_image" else f"{value:.2f}"
+            if key == "images_per_s" and r.get("ratio"):
+                label += f"  ({r['ratio']:.2f}x)"
+            axis.text(value, y, " " + label, va="center", fontsize=8)
+        axis.margins(x=0.25)
+    figure.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    figure.savefig(path)
+    plt.close(figure)

@@ -1,27 +1,64 @@
 """torchvision dataset + transforms -> fastload's native pipeline, or the reason not.
 
 `fastload.DataLoader(torchvision.datasets.ImageFolder(root, transform=...))` runs on the
-C++ engine when the dataset is a plain ImageFolder (default PIL loader, no
-target_transform) and every transform has a native equivalent (v1 and v2:
-RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip, ToTensor, PILToTensor,
-ToImage, ToDtype, ConvertImageDtype, Normalize, ToPureTensor, Compose). The output keeps
-torchvision's dtype, shape and value range; the random draws are fastload's own
-(torchvision's distributions, a different generator).
+C++ engine when every transform has a native equivalent (v1 and v2: RandomResizedCrop,
+Resize, CenterCrop, RandomHorizontalFlip, ToTensor, PILToTensor, ToImage, ToDtype,
+ConvertImageDtype, Normalize, ToPureTensor; timm's equivalents, see compat/timm.py). The
+output keeps torchvision's dtype, shape and value range; the random draws are fastload's
+own (torchvision's distributions, a different generator).
+
+Wrappers are seen through: transforms inside a Compose (v1, v2), an nn.Sequential or a
+preset object whose `__call__` is exactly `return self.transforms(img)` (compat/presets.py);
+datasets inside a Subset (random_split) or a ConcatDataset (compat/datasets.py).
+
+A transform list with a non-native element is cut into its native prefix and Python tail
+(fastload.augment.split); every element without a native equivalent is named at once.
+
+Example:
+    >>> import torchvision.transforms as T
+    >>> pipeline = split_transform(T.Compose([T.RandomResizedCrop(8), T.Grayscale(), T.ToTensor()]))
+    >>> pipeline.native
+    (RandomResizedCrop(size=(8, 8), scale=(0.08, 1.0), ratio=(0.75, 1.3333333333333333)),)
+    >>> pipeline.blockers
+    ('Grayscale(num_output_channels=1): no native equivalent',)
 """
 
 from __future__ import annotations
 
-import sys
-from typing import Any, List, Tuple
+from typing import TYPE_CHECKING, Any, List, Tuple
 
 import torch
 
 from fastload.augment import specs
+from fastload.augment.split import Pipeline, split_pipeline
 from fastload.source.index import SampleIndex
+
+if TYPE_CHECKING:
+    from fastload.compat.datasets import Conversion
 
 
 class NotConvertible(ValueError):
-    """The dataset or a transform has no native equivalent; the message says which."""
+    """The dataset or a transform has no native equivalent; the message says which.
+
+    Attributes:
+        fix: what the user can change so that it converts ("" when nothing obvious).
+    """
+
+    def __init__(self, message: str, fix: str = ""):
+        super().__init__(message)
+        self.fix = fix
+
+
+_DTYPES = (torch.uint8, torch.float32, torch.float16, torch.bfloat16)
+_DTYPE_FIX = "convert to torch.float32, float16, bfloat16 or uint8 (other dtypes: convert the batch afterwards)"
+
+# The interpolation modes the engine resizes with. When the engine gains bicubic and
+# nearest, they join this tuple and `interpolation_mode`'s callers pass the mode it returns
+# on to specs.Resize / specs.RandomResizedCrop(interpolation=...): this is the one place
+# that decides which modes convert.
+NATIVE_INTERPOLATIONS = ("bilinear",)
+# PIL's resampling constants (what v1 transforms and timm may hold instead of an enum).
+_PIL_MODES = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
 
 
 def _is_torchvision(obj: Any, *names: str) -> bool:
@@ -29,13 +66,20 @@ def _is_torchvision(obj: Any, *names: str) -> bool:
     return module.startswith("torchvision.") and type(obj).__name__ in names
 
 
-def _bilinear_antialias(transform: Any) -> None:
+def interpolation_mode(transform: Any) -> str:
+    """The resize interpolation of `transform` ("bilinear", ...) if the engine has it, else
+    NotConvertible. Antialiasing is required: the engine always antialiases."""
     interpolation = getattr(transform, "interpolation", "bilinear")
-    # v1 and v2 keep their own InterpolationMode enums; 2 is PIL.Image.BILINEAR.
-    if getattr(interpolation, "value", interpolation) not in ("bilinear", 2):
-        raise NotConvertible(f"{transform} uses {interpolation} interpolation (native: bilinear only)")
+    # v1 and v2 keep InterpolationMode enums (value "bilinear"); PIL constants are ints.
+    name = getattr(interpolation, "value", interpolation)
+    name = _PIL_MODES.get(name, name) if isinstance(name, int) else name
+    if name not in NATIVE_INTERPOLATIONS:
+        shown = interpolation if hasattr(interpolation, "value") else name  # InterpolationMode.BICUBIC
+        raise NotConvertible(f"uses {shown} interpolation (native: {', '.join(NATIVE_INTERPOLATIONS)} only)",
+                             fix="pass interpolation=InterpolationMode.BILINEAR")
     if getattr(transform, "antialias", True) is False:
-        raise NotConvertible(f"{transform} has antialias=False (native: antialiased only)")
+        raise NotConvertible("has antialias=False (native: antialiased only)", fix="pass antialias=True")
+    return name
 
 
 def _size(size: Any) -> Any:
@@ -44,18 +88,24 @@ def _size(size: Any) -> Any:
     return size
 
 
-def convert_transform(transform: Any) -> List[Any]:
-    """fastload.transforms specs equivalent to one torchvision transform (a Compose is
-    flattened)."""
-    if transform is None:
-        return []
-    if _is_torchvision(transform, "Compose"):
-        return [spec for t in transform.transforms for spec in convert_transform(t)]
+def _out_dtype(dtype: Any) -> None:
+    if dtype not in _DTYPES:
+        raise NotConvertible(f"outputs {dtype} (native: uint8, float32, float16, bfloat16)", fix=_DTYPE_FIX)
+
+
+def leaf_specs(transform: Any) -> List[Any]:
+    """fastload specs for one transform that wraps no others (see flatten), else
+    NotConvertible with the reason (no transform name in it) and `fix`."""
+    from fastload.compat import presets, timm
+
+    hooked = presets.hooked(transform)
+    if hooked:
+        raise NotConvertible(hooked, fix="remove the hook, or run the hooked work in the training loop")
     if _is_torchvision(transform, "RandomResizedCrop"):
-        _bilinear_antialias(transform)
+        interpolation_mode(transform)
         return [specs.RandomResizedCrop(tuple(transform.size), tuple(transform.scale), tuple(transform.ratio))]
     if _is_torchvision(transform, "Resize"):
-        _bilinear_antialias(transform)
+        interpolation_mode(transform)
         return [specs.Resize(_size(transform.size), getattr(transform, "max_size", None))]
     if _is_torchvision(transform, "CenterCrop"):
         return [specs.CenterCrop(tuple(transform.size))]
@@ -66,42 +116,90 @@ def convert_transform(transform: Any) -> List[Any]:
     if _is_torchvision(transform, "PILToTensor", "ToImage", "ToPureTensor"):
         return []  # uint8 CHW tensors are what the native pipeline produces
     if _is_torchvision(transform, "ConvertImageDtype"):
-        if transform.dtype not in (torch.uint8, torch.float32, torch.float16, torch.bfloat16):
-            raise NotConvertible(f"{transform} outputs {transform.dtype} (native: uint8, float32, float16, bfloat16)")
+        _out_dtype(transform.dtype)
         return [specs.ToDtype(transform.dtype, scale=True)]
     if _is_torchvision(transform, "ToDtype"):
         if isinstance(transform.dtype, dict):
-            raise NotConvertible(f"{transform} converts per tv_tensor type (a dict of dtypes)")
-        if transform.dtype not in (torch.uint8, torch.float32, torch.float16, torch.bfloat16):
-            raise NotConvertible(f"{transform} outputs {transform.dtype} (native: uint8, float32, float16, bfloat16)")
+            raise NotConvertible("converts per tv_tensor type (a dict of dtypes)",
+                                 fix="pass one dtype, e.g. ToDtype(torch.float32, scale=True)")
+        _out_dtype(transform.dtype)
         return [specs.ToDtype(transform.dtype, scale=bool(transform.scale))]
     if _is_torchvision(transform, "Normalize"):
         return [specs.Normalize(transform.mean, transform.std)]
-    raise NotConvertible(f"transform {transform!r} has no native equivalent")
+    timm_specs = timm.leaf_specs(transform)
+    if timm_specs is not None:
+        return timm_specs
+    raise NotConvertible(presets.why_not_native(transform), fix=presets.fix_for(transform))
 
 
-def convert_dataset(dataset: Any) -> Tuple[SampleIndex, List[Any]]:
-    """(sample index, fastload.transforms specs) for a torchvision ImageFolder, or
-    NotConvertible."""
-    if "torchvision" not in sys.modules:
-        raise NotConvertible(f"{type(dataset).__name__} is not a torchvision dataset")
-    from torchvision.datasets import DatasetFolder, ImageFolder
-    from torchvision.datasets.folder import default_loader, pil_loader
+def flatten(transform: Any) -> Tuple[List[Any], List[str]]:
+    """(the transforms `transform` applies, in order, wrappers opened; the wrappers'
+    names, outermost first). A wrapper is opened only where calling it provably means
+    calling its parts in order (compat/presets.py)."""
+    from fastload.compat import presets
 
-    if not isinstance(dataset, ImageFolder):
-        raise NotConvertible(f"{type(dataset).__name__} is not a torchvision ImageFolder")
-    if type(dataset).__getitem__ is not DatasetFolder.__getitem__:
-        raise NotConvertible(f"{type(dataset).__name__} overrides __getitem__")
-    if dataset.loader not in (default_loader, pil_loader):
-        raise NotConvertible("the ImageFolder has a custom loader")
-    if dataset.target_transform is not None:
-        raise NotConvertible("the ImageFolder has a target_transform")
-    # torchvision's `dataset.transforms` is one callable: a StandardTransform wrapping
-    # transform and target_transform, or the user's joint (image, target) transforms.
-    # (fastload's own datasets use `.transforms` for their list of specs.)
-    if getattr(dataset, "transforms", None) is not None and type(dataset.transforms).__name__ != "StandardTransform":
-        raise NotConvertible("the ImageFolder has joint transforms")
-    transforms = convert_transform(dataset.transform)
-    paths = [path for path, _ in dataset.samples]
-    labels = [label for _, label in dataset.samples]
-    return SampleIndex.from_files(paths, labels), transforms
+    leaves: List[Any] = []
+    wrappers: List[str] = []
+
+    def visit(t: Any, depth: int) -> None:
+        parts = presets.parts(t) if depth < presets.MAX_DEPTH else None
+        if parts is None:
+            leaves.append(t)
+            return
+        wrappers.append(type(t).__name__)
+        for part in parts:
+            visit(part, depth + 1)
+
+    if transform is not None:
+        visit(transform, 0)
+    return leaves, wrappers
+
+
+def split_transform(transform: Any) -> Pipeline:
+    """`transform` (None, a torchvision transform, a Compose, a preset, ...) cut into its
+    native prefix (fastload specs) and its Python tail, with every blocker named."""
+    leaves, _ = flatten(transform)
+    return split_pipeline(leaves, _readable_leaf_specs, (ValueError,))
+
+
+def _readable_leaf_specs(transform: Any) -> List[Any]:
+    # A transform whose attributes are not what its class name promises (a look-alike,
+    # a different library version) is a blocker with the reason, never a crash.
+    try:
+        return leaf_specs(transform)
+    except (AttributeError, TypeError, KeyError) as error:
+        raise NotConvertible(f"its attributes are not the expected ones ({type(error).__name__}: {error})") from None
+
+
+def convert_transform(transform: Any) -> List[Any]:
+    """fastload.transforms specs equivalent to one torchvision transform (wrappers such as
+    Compose are opened), or NotConvertible naming every transform without an equivalent."""
+    pipeline = split_transform(transform)
+    if pipeline.tail:
+        raise NotConvertible("; ".join(pipeline.blockers))
+    return list(pipeline.native)
+
+
+def convert_dataset(dataset: Any) -> "Conversion":
+    """The dataset's Conversion (sample index, pipeline cut into native prefix and
+    Python tail, target_transform, origin), or NotConvertible naming every reason the
+    dataset (not its transforms) cannot be indexed, and every transform blocker with it.
+    See fastload.compat.datasets."""
+    from fastload.compat.datasets import convert
+
+    return convert(dataset)
+
+
+def convert_dataset_native(dataset: Any) -> Tuple[SampleIndex, List[Any]]:
+    """(sample index, fastload specs) for a dataset that runs fully natively: no Python
+    tail, no target_transform. Else NotConvertible naming ALL blockers in one line."""
+    conversion = convert_dataset(dataset)
+    return conversion.index, conversion.native_specs()
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Conversion":  # defined beside the dataset walk; importable from here too
+        from fastload.compat.datasets import Conversion
+
+        return Conversion
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

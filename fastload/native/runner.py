@@ -76,6 +76,9 @@ class NativeRunner:
                                              memory_format=self.memory_format, device=self.device,
                                              stats=self._stats)
         self._repair = Repair(self._engine, index, plan, policy, self._stats)
+        self._stages = tuple(module.engine_stages)  # the engine's stage names, in its order
+        self._times_at_reset = self._engine.thread_times()  # stats() reports what came after
+        self._times_at_batch = self._times_at_reset[0].sum(0)  # for each batch's profiler range
         self._tickets = itertools.count()
         # ticket -> (samples, producer handle, epoch, submit time)
         self._pending: Dict[int, Tuple[torch.Tensor, Any, int, float]] = {}
@@ -129,6 +132,8 @@ class NativeRunner:
         with torch.profiler.record_function("fastload.native_batch"):
             status, messages, out = self.producer.collect(handle)
         finished = time.perf_counter()
+        if torch.autograd._profiler_enabled():
+            self._profile_stages()
         samples = self._repair.fill(samples, status, messages, out, epoch)
         stats = self._stats
         stats["images"] += len(samples)
@@ -156,13 +161,33 @@ class NativeRunner:
         if entry is not None:
             self.producer.discard(entry[1])
 
+    def _profile_stages(self) -> None:
+        """A zero-length "fastload.engine_stages" range whose arguments are the engine's CPU
+        milliseconds per stage since the previous batch (all threads), so a trace shows
+        read/decode/augment per batch beside the model; each sample's stages are also ranges
+        on the engine threads themselves."""
+        now = self._engine.thread_times()[0].sum(0)
+        spent = {name: round(1e3 * float(v), 3) for name, v in zip(self._stages, now - self._times_at_batch)}
+        self._times_at_batch = now
+        with torch.profiler.record_function("fastload.engine_stages", args=str(spent)):
+            pass
+
     def stats(self, reset: bool = False) -> Dict[str, Any]:
         """Counters: images, batches, skipped, pil_fallback, gpu_cpu_fallback; engine_s
-        (submit to result, summed) and wait_s (time result() waited); threads. `reset`
-        starts them afresh after returning them."""
+        (submit to result, summed) and wait_s (time result() waited); threads;
+        `stages_s` {stage: CPU seconds summed over the engine threads} for the stages
+        read, header, decode, augment, and `thread_stages_s` (one such dict per thread,
+        with its "samples"). `reset` starts them afresh after returning them."""
+        seconds, samples = self._engine.thread_times()
+        seconds = seconds - self._times_at_reset[0]
+        samples = samples - self._times_at_reset[1]
         out = dict(self._stats, threads=self.num_threads)
+        out["stages_s"] = {name: float(v) for name, v in zip(self._stages, seconds.sum(0))}
+        out["thread_stages_s"] = [dict({name: float(v) for name, v in zip(self._stages, row)}, samples=int(n))
+                                  for row, n in zip(seconds, samples)]
         if reset:
             self._stats.update(_COUNTERS)
+            self._times_at_reset = (seconds + self._times_at_reset[0], samples + self._times_at_reset[1])
         return out
 
     def close(self) -> None:

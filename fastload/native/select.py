@@ -108,10 +108,11 @@ def native_pipeline(dataset: Any, *, dtype: Optional[torch.dtype]) -> Tuple[Samp
         from fastload.compat.torchvision import NotConvertible, convert_dataset
 
         try:
-            index, specs = convert_dataset(dataset)
+            conversion = convert_dataset(dataset)
+            index, specs = conversion.index, conversion.native_specs()  # a Python tail: generic, for now
         except NotConvertible as error:
             raise UnsupportedPipeline(str(error)) from None
-        origin = f"torchvision {type(dataset).__name__}"
+        origin = conversion.origin
     fusion = fuse(specs)
     if tail is not None:
         # The tail sees the prefix's own dtype; the loader's dtype applies to the batch after it.

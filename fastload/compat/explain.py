@@ -1,0 +1,119 @@
+"""fastload.explain(dataset): what the native pipeline makes of a dataset, without a loader.
+
+Example:
+    >>> import torch, fastload
+    >>> data = torch.utils.data.Subset(torch.utils.data.TensorDataset(torch.arange(4)), [0, 2])
+    >>> report = fastload.explain(data)
+    fastload.explain: Subset -> TensorDataset
+      dataset: not convertible
+        - TensorDataset is not a torchvision dataset fastload recognises (...)
+          change: subclass torchvision.datasets.DatasetFolder/ImageFolder without overriding __getitem__, ...
+      verdict: generic path (1 blocker)
+    >>> report.splitlines()[-1].strip()
+    'verdict: generic path (1 blocker)'
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, Optional
+
+_INDENT = "  "
+
+
+def _arrow(items: Any) -> str:
+    return " -> ".join(repr(item) for item in items) or "(none)"
+
+
+def explain(dataset: Any) -> str:
+    """Prints, and returns, how fastload's loader would run `dataset`: the dataset chain
+    (e.g. Subset -> torchvision ImageFolder), the native prefix of its transforms, the
+    Python tail, every blocker and what to change for each. Builds no loader, reads no
+    image.
+
+    The loader's own arguments (collate_fn, batch_sampler, accelerate=False, ...) can
+    still choose the generic path; `loader.path` says what a given loader does.
+
+    Args:
+        dataset: any map-style dataset.
+
+    Returns:
+        The report (str), also printed.
+    """
+    from fastload.compat.datasets import analyse
+
+    analysis = analyse(dataset)
+    lines: List[str] = []
+    size = f", {len(analysis.index)} samples" if analysis.index is not None else ""
+    lines.append(f"fastload.explain: {analysis.chain}{size}")
+    blockers = 0
+    unfused = ""
+    if analysis.reasons:
+        lines.append(f"{_INDENT}dataset: not convertible")
+        for reason, fix in zip(analysis.reasons, analysis.fixes):
+            lines.append(f"{_INDENT * 2}- {reason}")
+            if fix:
+                lines.append(f"{_INDENT * 3}change: {fix}")
+        blockers += len(analysis.reasons)
+    if analysis.wrappers:
+        lines.append(f"{_INDENT}transform wrappers opened: {' -> '.join(analysis.wrappers)}")
+    pipeline = analysis.pipeline
+    if pipeline is not None:
+        lines.append(f"{_INDENT}native prefix: {_arrow(pipeline.native)}")
+        if pipeline.tail:
+            lines.append(f"{_INDENT}python tail:   {_arrow(pipeline.tail)}")
+            lines.append(f"{_INDENT}blockers in the tail:")
+            refused = [(t, e) for t in pipeline.tail for e in [_refusal(t)] if e is not None]
+            for (_, error), text in zip(refused, pipeline.blockers):
+                lines.append(f"{_INDENT * 2}- {text}")
+                if getattr(error, "fix", ""):
+                    lines.append(f"{_INDENT * 3}change: {error.fix}")
+            blockers += len(pipeline.blockers)
+        if not analysis.reasons and not analysis.native_dataset and not pipeline.tail:
+            unfused = _fuses(pipeline.native)
+            if unfused:
+                lines.append(f"{_INDENT}the native transforms do not fuse into one plan: {unfused}")
+                blockers += 1
+    if analysis.target_transform is not None:
+        from fastload.compat.datasets import _name
+
+        lines.append(f"{_INDENT}labels: target_transform {_name(analysis.target_transform)} applied in Python "
+                     "to each class index (int), then default_collate")
+        lines.append(f"{_INDENT * 2}change (for the fully native path): apply it to the label batch in the "
+                     "training loop instead")
+        blockers += 1
+    elif analysis.index is not None:
+        lines.append(f"{_INDENT}labels: the class index of each sample (int64)")
+    if blockers == 0:
+        verdict = "native path"
+    elif analysis.reasons or unfused:
+        verdict = f"generic path ({blockers} blocker{'s' if blockers != 1 else ''})"
+    else:
+        verdict = (f"native prefix, then Python per sample ({blockers} blocker{'s' if blockers != 1 else ''} "
+                   "to a fully native path)")
+    lines.append(f"{_INDENT}verdict: {verdict}")
+    report = "\n".join(lines)
+    print(report)
+    return report
+
+
+def _refusal(transform: Any) -> Optional[ValueError]:
+    """Why `transform` has no native equivalent (a NotConvertible carries .fix), or None."""
+    from fastload.compat.torchvision import _readable_leaf_specs
+
+    try:
+        _readable_leaf_specs(transform)
+    except ValueError as error:
+        return error
+    return None
+
+
+def _fuses(native: Any) -> str:
+    """"" when the native specs fuse into one plan, else why not."""
+    from fastload.augment.plan import fuse
+    from fastload.errors import UnsupportedPipeline
+
+    try:
+        fuse(list(native))
+    except (UnsupportedPipeline, ValueError) as error:
+        return str(error)
+    return ""
