@@ -33,7 +33,7 @@ from __future__ import annotations
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Dict, List, Optional, Set
+from typing import Any, Callable, Dict, List, Optional, Set
 
 import torch
 
@@ -56,10 +56,13 @@ class HybridRunner:
         tail: the Python transforms after the prefix.
         pin_memory: pin the collated batches (as torch's pin_memory=True).
         parallel: "inline" or "threads" (see the module docstring).
+        labels: None, or what makes a batch's labels from the class indexes int64 [B]
+            (a torchvision dataset's target_transform, collated: Conversion.collate_labels).
     """
 
     def __init__(self, index: SampleIndex, plan: Any, tail: Tail, *, num_threads: int = 1, pin_memory: bool = False,
-                 on_error: str = "raise", description: str = "hybrid", parallel: str = "inline"):
+                 on_error: str = "raise", description: str = "hybrid", parallel: str = "inline",
+                 labels: Optional[Callable[[torch.Tensor], Any]] = None):
         if parallel not in PARALLEL:
             raise ValueError(f"fastload.HybridRunner: expected parallel in {PARALLEL}, got {parallel!r}.")
         # PIL images are made from HWC pixels: a channels_last batch gives them without a copy.
@@ -75,6 +78,7 @@ class HybridRunner:
         self._pool = ThreadPoolExecutor(max(1, int(num_threads)), thread_name_prefix="fastload-tail") \
             if parallel == "threads" else None
         self._tail_s = 0.0
+        self._labels = labels
 
     # -- the NativeRunner interface -------------------------------------------------------
     @property
@@ -127,8 +131,10 @@ class HybridRunner:
                                 f"(a hybrid pipeline's tail) as torch's default_collate does; end the tail with "
                                 "a transform that returns tensors (e.g. ToTensor or v2.ToImage).")
                 raise
-        self._tail_s += time.perf_counter() - started
         labels = self.native.labels_of(samples)
+        if self._labels is not None:
+            labels = self._labels(labels)
+        self._tail_s += time.perf_counter() - started
         out = [batch, labels]
         if self.pin_memory:
             from torch.utils.data._utils.pin_memory import pin_memory
@@ -241,7 +247,8 @@ class ProcessHybridRunner:
     """
 
     def __init__(self, index: SampleIndex, plan: Any, tail: Tail, *, num_threads: int = 1, pin_memory: bool = False,
-                 on_error: str = "raise", description: str = "hybrid"):
+                 on_error: str = "raise", description: str = "hybrid",
+                 labels: Optional[Callable[[torch.Tensor], Any]] = None):
         from fastload.errors import ErrorPolicy
 
         self.index, self.plan, self.tail = index, plan, tail
@@ -256,6 +263,7 @@ class ProcessHybridRunner:
         self._tickets = 0
         self._pass_id = 0
         self._stats: Dict[str, Any] = {}
+        self._labels = labels  # applied here: the workers return class indexes
 
     @property
     def min_depth(self) -> int:
@@ -302,6 +310,8 @@ class ProcessHybridRunner:
         for key, value in stats.items():
             if key != "threads":
                 self._stats[key] = self._stats.get(key, 0) + value
+        if self._labels is not None:
+            batch = [batch[0], self._labels(batch[1])]
         if self.pin_memory:
             from torch.utils.data._utils.pin_memory import pin_memory
 
@@ -334,8 +344,36 @@ class ProcessHybridRunner:
             pool.shutdown(wait=False, cancel_futures=True)
 
 
+class LabelledRunner:
+    """A fully native runner whose batch labels go through Python: [images, labels(class
+    indexes int64 [B])] (a torchvision dataset's target_transform, collated). Everything
+    else is the wrapped runner's."""
+
+    def __init__(self, runner: Any, labels: Callable[[torch.Tensor], Any]):
+        self.runner, self._labels = runner, labels
+
+    def result(self, ticket: int) -> List[Any]:
+        images, labels = self.runner.result(ticket)
+        labels = self._labels(labels.cpu())
+        if getattr(self.runner, "pin_memory", False):
+            from torch.utils.data._utils.pin_memory import pin_memory
+
+            labels = pin_memory(labels)
+        return [images, labels]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__dict__["runner"], name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in ("runner", "_labels"):
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self.runner, name, value)
+
+
 def hybrid_runner(index: SampleIndex, plan: Any, tail: Tail, *, num_workers: int, pin_memory: bool, on_error: str,
-                  description: str, parallel: str = "inline") -> Any:
+                  description: str, parallel: str = "inline",
+                  labels: Optional[Callable[[torch.Tensor], Any]] = None) -> Any:
     """The runner a loader gets for a hybrid pipeline: by default max(1, num_workers)
     engine threads and the tail inline (reproducible draws; measured in
     benchmarks/hybrid_tail.py on 2 cores: as fast as a thread pool, and cheaper in CPU
@@ -343,6 +381,6 @@ def hybrid_runner(index: SampleIndex, plan: Any, tail: Tail, *, num_workers: int
     parallel="threads" or "processes" for the others (see the module docstring)."""
     if parallel == "processes":
         return ProcessHybridRunner(index, plan, tail, num_threads=max(1, num_workers), pin_memory=pin_memory,
-                                   on_error=on_error, description=description)
+                                   on_error=on_error, description=description, labels=labels)
     return HybridRunner(index, plan, tail, num_threads=max(1, num_workers), pin_memory=pin_memory, on_error=on_error,
-                        description=description, parallel=parallel)
+                        description=description, parallel=parallel, labels=labels)

@@ -32,7 +32,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Any, Callable, NamedTuple, Optional, Tuple
 
 import torch
 from torch.utils.data.datapipes.datapipe import IterDataPipe, MapDataPipe
@@ -40,7 +40,7 @@ from torch.utils.data.datapipes.datapipe import IterDataPipe, MapDataPipe
 from fastload import _ext
 from fastload.augment.plan import Fusion, fuse, make_plan
 from fastload.errors import UnsupportedPipeline
-from fastload.native.hybrid import hybrid_runner
+from fastload.native.hybrid import LabelledRunner, hybrid_runner
 from fastload.native.producers import PRODUCERS
 from fastload.native.runner import NativeRunner
 from fastload.source.index import SampleIndex
@@ -93,34 +93,70 @@ def _default_collate(collate_fn: Any) -> bool:
     return collate_fn is None or collate_fn is default_collate
 
 
-def native_pipeline(dataset: Any, *, dtype: Optional[torch.dtype]) -> Tuple[SampleIndex, Fusion, str]:
-    """(index, fusion, description) for a dataset that runs natively, else UnsupportedPipeline.
-    The fusion becomes the engine's plan (make_plan) once fastload._C is known to be there.
-    A dataset with a Python tail (python_tail()) gets the fusion of its native prefix and a
-    "hybrid: ..." description."""
+class _Resolved(NamedTuple):
+    """What runs a dataset: its index, the fusion of its native part, the description,
+    and what Python does per sample (the tail) or per batch (the labels)."""
+
+    index: SampleIndex
+    fusion: Fusion
+    description: str
+    tail: Any = None  # fastload.native.tail.Tail, or None
+    labels: Optional[Callable[[torch.Tensor], Any]] = None  # labels int64 [B] -> the batch's labels
+    labels_note: str = ""  # "; labels: target_transform f in Python"
+
+
+def _resolve(dataset: Any, *, dtype: Optional[torch.dtype]) -> _Resolved:
+    """_Resolved for a dataset whose samples the engine can make (fully, or its native
+    prefix before a Python tail), else UnsupportedPipeline with the reason."""
     from fastload.source.base import NativeDataset
 
-    tail = None
+    labels, labels_note = None, ""
     if isinstance(dataset, NativeDataset):
         index, specs, origin = dataset.index, dataset.ops, type(dataset).__name__
         tail = dataset.python_tail()
     else:
+        from fastload.compat.datasets import _name
         from fastload.compat.torchvision import NotConvertible, convert_dataset
 
         try:
             conversion = convert_dataset(dataset)
-            index, specs = conversion.index, conversion.native_specs()  # a Python tail: generic, for now
         except NotConvertible as error:
             raise UnsupportedPipeline(str(error)) from None
-        origin = conversion.origin
-    fusion = fuse(specs)
+        refusal = conversion.tail_refusal()
+        if refusal is not None:
+            raise UnsupportedPipeline(refusal)
+        index, specs, origin = conversion.index, list(conversion.pipeline.native), conversion.origin
+        tail = conversion.python_tail()
+        if conversion.target_transform is not None:
+            labels = conversion.collate_labels
+            labels_note = f"; labels: target_transform {_name(conversion.target_transform)} in Python"
+    try:
+        fusion = fuse(specs)
+    except UnsupportedPipeline as error:
+        if tail is None:
+            raise
+        # The cut left a prefix the engine cannot batch (e.g. nothing before the first
+        # Python transform): the whole pipeline runs in Python.
+        raise UnsupportedPipeline(f"{origin}: the native prefix [{' -> '.join(type(s).__name__ for s in specs)}] "
+                                  f"before the Python tail does not fuse: {error}") from None
     if tail is not None:
         # The tail sees the prefix's own dtype; the loader's dtype applies to the batch after it.
-        return index, fusion, f"hybrid: native [{fusion.description}] + python [{tail.description}]"
+        return _Resolved(index, fusion, f"hybrid: native [{fusion.description}] + python [{tail.description}]",
+                         tail, labels, labels_note)
     if dtype in (torch.float32, torch.float16, torch.bfloat16) and fusion.dtype.is_floating_point:
         fusion = fusion._replace(dtype=dtype)  # e.g. bfloat16 for AMP, written directly by the kernel
     # (other dtypes, e.g. float64, are converted after the batch, as on the generic path)
-    return index, fusion, f"native: {origin} [{fusion.description}]"
+    return _Resolved(index, fusion, f"native: {origin} [{fusion.description}]", None, labels, labels_note)
+
+
+def native_pipeline(dataset: Any, *, dtype: Optional[torch.dtype]) -> Tuple[SampleIndex, Fusion, str]:
+    """(index, fusion, description) for a dataset that runs natively, else UnsupportedPipeline.
+    The fusion becomes the engine's plan (make_plan) once fastload._C is known to be there.
+    A dataset with a Python tail (a fastload dataset's python_tail(), a torchvision
+    dataset's transforms past the native ones) gets the fusion of its native prefix and a
+    "hybrid: ..." description."""
+    resolved = _resolve(dataset, dtype=dtype)
+    return resolved.index, resolved.fusion, resolved.description
 
 
 def select_path(
@@ -182,7 +218,7 @@ def select_path(
         return None, "generic: custom collate_fn"
     check_decode_on(decode_on)
     try:
-        index, fusion, description = native_pipeline(dataset, dtype=dtype)
+        index, fusion, description, tail, labels, labels_note = _resolve(dataset, dtype=dtype)
     except UnsupportedPipeline as error:
         return None, f"generic: {error}"
     from fastload.source.base import NativeDataset
@@ -194,7 +230,6 @@ def select_path(
     plan = make_plan(fusion)
     plan.seed = _augmentation_seed(dataset, seed)
     plan.dct_scaling = bool(dct_scaling)
-    tail = dataset.python_tail() if isinstance(dataset, NativeDataset) else None
     if tail is not None:
         reason = tail.reason_not_runnable()
         if reason is not None:
@@ -203,14 +238,16 @@ def select_path(
         why = {"auto": " (auto)", "cpu": ""}.get(decode_on, f" (decode_on={decode_on!r} is for fully native "
                                                             "pipelines: the Python tail needs host images)")
         runner = hybrid_runner(index, plan, tail, num_workers=num_workers, pin_memory=pin_memory,
-                               on_error=on_error, description=description)
+                               on_error=on_error, description=description, labels=labels)
         blockers = f"; not native: {'; '.join(tail.blockers)}" if tail.blockers else ""
-        return runner, f"{description}, decode_on=cpu{why}{blockers}"
+        return runner, f"{description}, decode_on=cpu{why}{labels_note}{blockers}"
     decode_on, why = _resolve_decode_on(decode_on, device)
     runner = NativeRunner(index, plan, num_threads=max(1, num_workers), pin_memory=pin_memory,
                           memory_format=memory_format, on_error=on_error, decode_on=decode_on,
                           device=device, description=description)
-    return runner, f"{description}, decode_on={decode_on}{why}"
+    if labels is not None:
+        runner = LabelledRunner(runner, labels)
+    return runner, f"{description}, decode_on={decode_on}{why}{labels_note}"
 
 
 def _augmentation_seed(dataset: Any, seed: Optional[int]) -> int:

@@ -100,7 +100,7 @@ def split_transforms(transforms: Optional[Sequence[Any]], owner: str = "fastload
     def to_specs(transform: Any) -> List[Any]:
         position = positions[id(transform)]
         if position == 0 or isinstance(transform, SPECS):
-            return _to_specs(transform, position, owner)  # at 0, no native prefix at all: refused
+            return _to_specs(transform, position, owner)
         if type(transform).__module__.startswith("torchvision."):
             from fastload.compat.torchvision import convert_transform
 
@@ -110,6 +110,9 @@ def split_transforms(transforms: Optional[Sequence[Any]], owner: str = "fastload
         raise TypeError(f"{owner}: expected a callable at transforms[{position}] (after the native transforms, "
                         f"each runs in Python on the result of the one before), got {transform!r}.")
 
+    if flat:
+        # Refused here, not as the start of a tail: the engine needs a native first step.
+        _to_specs(flat[0], 0, owner)
     pipeline = split_pipeline(flat, to_specs)
     for position, transform in enumerate(pipeline.tail, start=len(flat) - len(pipeline.tail)):
         if isinstance(transform, SPECS):
