@@ -1,32 +1,38 @@
-"""The Python tail of a hybrid pipeline: where to run it, and what it receives.
+"""Hybrid pipelines against torch's DataLoader: torchvision's training recipes with an auto-augmentation.
 
-The recipe [RandomResizedCrop(224), RandomHorizontalFlip(), TrivialAugmentWide(),
-ToTensor(), Normalize(m, s), RandomErasing(0.1)] has a native prefix (crop, flip) and a
-Python tail (the rest). Measured on the bench's generated ImageNet-like JPEGs, batch 64,
-the same number of cores for every contender (--workers):
+The recipes are torchvision's reference ClassificationPresetTrain (references/classification/
+presets.py, backend "pil", v1 transforms) with an auto_augment_policy:
 
-- torch: torch's DataLoader + torchvision ImageFolder + PIL, --workers worker processes
-  (the baseline);
-- inline: fastload's hybrid runner, --workers engine threads, the tail on the consumer
-  thread (per-sample seeds: reproducible);
-- threads: the same, the tail on a pool of --workers Python threads;
-- processes: --workers worker processes (ProcessHybridRunner), each making whole batches
-  with its own engine (one thread) and the tail inline;
-- inline-tensor: inline with tail_input="tensor" and the v2 twin of the tail (v2.ToDtype
-  instead of ToTensor), to price the PIL round trip.
+- ta_wide+erase: RandomResizedCrop(224), RandomHorizontalFlip, TrivialAugmentWide,
+  PILToTensor, ConvertImageDtype, Normalize, RandomErasing(0.1);
+- ra: the same with RandAugment and no RandomErasing;
+- augmix: the same with AugMix.
+
+Each runs on one torchvision ImageFolder (the bench's generated ImageNet-like JPEGs),
+batch 64, --workers for every contender:
+
+- torch: torch.utils.data.DataLoader, --workers worker processes (the baseline);
+- fastload: fastload.DataLoader on the same dataset object (the hybrid path: the engine
+  runs the crop and flip, the rest runs per sample in Python), where the loader puts
+  the tail by default (`--tail-on` picks another for the contenders "inline",
+  "threads", "processes": the tail on the consumer thread, on a pool of Python threads,
+  or whole batches in worker processes);
 
 Each contender runs --rounds times, interleaved, one epoch each (the first batch, which
-pays start-up, not counted); the median img/s is reported, with the baseline's beside it,
+pays start-up, not counted); the median img/s is reported with the baseline's beside it,
 and the CPU time per image (all threads and worker processes, start-up included): on a
-machine shared with other work, wall-clock rates move with the load, CPU time much less.
---compare also reports how far tail_input="tensor" is from "pil" on the same crops and seeds.
+machine shared with other work wall-clock rates move with the load, CPU time much less.
+--compare also reports how far the tail on uint8 tensors is from the tail on PIL images
+on the same crops and seeds.
 
     .venv/bin/python benchmarks/hybrid_tail.py [--images 2000] [--workers 2] [--rounds 2]
+        [--recipes ta_wide+erase,ra,augmix] [--contenders torch,fastload,inline,processes]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import resource
 import statistics
 import time
@@ -34,32 +40,50 @@ import time
 import torch
 from torchvision import datasets
 from torchvision import transforms as T
-from torchvision.transforms import v2
 
 import fastload
-from fastload.augment.plan import build_plan
 from fastload.bench.dataset import DatasetSpec, ensure_dataset
-from fastload.native.feed import NativeFeed
-from fastload.native.hybrid import HybridRunner, ProcessHybridRunner
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 BATCH = 64
 
 
-def recipe():
-    return [T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.TrivialAugmentWide(), T.ToTensor(),
-            T.Normalize(MEAN, STD), T.RandomErasing(0.1)]
+class ClassificationPresetTrain:
+    """torchvision's references/classification/presets.py training preset (backend "pil", v1)."""
+
+    def __init__(self, *, crop_size, mean=MEAN, std=STD, interpolation=T.InterpolationMode.BILINEAR, hflip_prob=0.5,
+                 auto_augment_policy=None, ra_magnitude=9, augmix_severity=3, random_erase_prob=0.0):
+        transforms = [T.RandomResizedCrop(crop_size, interpolation=interpolation, antialias=True)]
+        if hflip_prob > 0:
+            transforms.append(T.RandomHorizontalFlip(hflip_prob))
+        if auto_augment_policy is not None:
+            if auto_augment_policy == "ra":
+                transforms.append(T.RandAugment(interpolation=interpolation, magnitude=ra_magnitude))
+            elif auto_augment_policy == "ta_wide":
+                transforms.append(T.TrivialAugmentWide(interpolation=interpolation))
+            elif auto_augment_policy == "augmix":
+                transforms.append(T.AugMix(interpolation=interpolation, severity=augmix_severity))
+            else:
+                policy = T.AutoAugmentPolicy(auto_augment_policy)
+                transforms.append(T.AutoAugment(policy=policy, interpolation=interpolation))
+        transforms += [T.PILToTensor(), T.ConvertImageDtype(torch.float), T.Normalize(mean=mean, std=std)]
+        if random_erase_prob > 0:
+            transforms.append(T.RandomErasing(p=random_erase_prob))
+        self.transforms = T.Compose(transforms)
+
+    def __call__(self, img):
+        return self.transforms(img)
 
 
-def recipe_tensor():
-    """The same recipe for uint8 tensors (v2.ToDtype: ToTensor does not convert tensors)."""
-    return [T.RandomResizedCrop(224), T.RandomHorizontalFlip(), v2.TrivialAugmentWide(),
-            v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD), v2.RandomErasing(0.1)]
+RECIPES = {
+    "ta_wide+erase": dict(auto_augment_policy="ta_wide", random_erase_prob=0.1),
+    "ra": dict(auto_augment_policy="ra"),
+    "augmix": dict(auto_augment_policy="augmix"),
+}
 
 
-def batches_of(n: int, epoch: int):
-    order = torch.randperm(n, generator=torch.Generator().manual_seed(epoch)).tolist()
-    return [order[i:i + BATCH] for i in range(0, n, BATCH)]
+def dataset_of(root: str, recipe: str) -> datasets.ImageFolder:
+    return datasets.ImageFolder(root, transform=ClassificationPresetTrain(crop_size=224, **RECIPES[recipe]))
 
 
 def cpu_seconds() -> float:
@@ -80,50 +104,50 @@ def timed(iterable) -> float:
     return images / (time.perf_counter() - start)
 
 
-def run_torch(root: str, workers: int, epoch: int) -> float:
-    dataset = datasets.ImageFolder(root, transform=T.Compose(recipe()))
-    loader = torch.utils.data.DataLoader(dataset, batch_size=BATCH, shuffle=True, num_workers=workers,
-                                         generator=torch.Generator().manual_seed(epoch))
+def run_torch(root: str, recipe: str, workers: int, epoch: int) -> float:
+    loader = torch.utils.data.DataLoader(dataset_of(root, recipe), batch_size=BATCH, shuffle=True,
+                                         num_workers=workers, generator=torch.Generator().manual_seed(epoch))
     return timed(loader)
 
 
-def run_runner(root: str, workers: int, epoch: int, parallel: str, tail_input: str = "pil") -> float:
-    transforms = recipe() if tail_input == "pil" else recipe_tensor()
-    dataset = fastload.ImageFolder(root, transforms=transforms)
-    dataset.tail_input = tail_input
-    runner = HybridRunner(dataset.index, build_plan(dataset.transforms), dataset.python_tail(),
-                          num_threads=workers, parallel=parallel)
+def run_fastload(root: str, recipe: str, workers: int, epoch: int, tail_on: str = "auto") -> float:
+    from fastload.native import hybrid, select
+
+    # No loader argument chooses where the tail runs: the benchmark swaps the default.
+    select.hybrid_runner = functools.partial(hybrid.hybrid_runner, tail_on=tail_on)
     try:
-        return timed(batch for batch, _ in NativeFeed(runner, iter(batches_of(len(dataset), epoch)), epoch, depth=2))
+        loader = fastload.DataLoader(dataset_of(root, recipe), batch_size=BATCH, shuffle=True, num_workers=workers,
+                                     generator=torch.Generator().manual_seed(epoch))
     finally:
-        runner.close()
-
-
-def run_processes(root: str, workers: int, epoch: int) -> float:
-    dataset = fastload.ImageFolder(root, transforms=recipe())
-    runner = ProcessHybridRunner(dataset.index, build_plan(dataset.transforms), dataset.python_tail(),
-                                 num_threads=workers)
+        select.hybrid_runner = hybrid.hybrid_runner
+    assert loader.path.startswith("hybrid: "), loader.path
     try:
-        return timed(batch for batch, _ in NativeFeed(runner, iter(batches_of(len(dataset), epoch)), epoch, depth=2))
+        return timed(loader)
     finally:
+        loader.close()
+
+
+def compare_inputs(root: str, recipe: str, samples: int = 64) -> str:
+    """How far the tail on uint8 tensors is from the tail on PIL images, same crops and seeds."""
+    from fastload.augment.plan import build_plan
+    from fastload.compat.torchvision import convert_dataset
+    from fastload.native.hybrid import HybridRunner
+    from fastload.native.tail import Tail
+
+    conversion = convert_dataset(dataset_of(root, recipe))
+    pil = conversion.python_tail()
+    tensor = Tail(pil.transforms[:1], input="tensor")  # the augmentation alone, on the prefix's tensor
+    plan = build_plan(list(conversion.pipeline.native), seed=0)
+    outputs = []
+    for tail in (Tail(pil.transforms[:2], input="pil"), tensor):  # (PILToTensor after it on PIL images)
+        runner = HybridRunner(conversion.index, plan, tail)
+        outputs.append(runner.result(runner.submit(list(range(samples)), 0))[0])
         runner.close()
-
-
-def compare_inputs(root: str, samples: int = 64) -> str:
-    """Differences of tail_input="tensor" from "pil" on the same crops and seeds, after
-    v2.TrivialAugmentWide alone (uint8 levels) and after the whole tensor recipe."""
-    pil = fastload.ImageFolder(root, transforms=[T.RandomResizedCrop(224), v2.TrivialAugmentWide(), v2.PILToTensor()])
-    ten = fastload.ImageFolder(root, transforms=[T.RandomResizedCrop(224), v2.TrivialAugmentWide()])
-    ten.tail_input = "tensor"
-    runners = [HybridRunner(d.index, build_plan(d.transforms), d.python_tail()) for d in (pil, ten)]
-    a, b = (r.result(r.submit(list(range(samples)), 0))[0] for r in runners)
-    for r in runners:
-        r.close()
-    diff = (a.int() - b.int()).abs()
+    diff = (outputs[0].int() - outputs[1].int()).abs()
     same = (diff.flatten(1).amax(1) == 0).float().mean().item()
-    return (f"v2.TrivialAugmentWide on PIL vs uint8 tensor, same crops and seeds, {samples} samples: "
-            f"{same:.0%} identical; mean |diff| {diff.float().mean():.2f} levels, "
-            f"max {diff.max().item()}, 99th percentile {diff.float().quantile(0.99).item():.0f}")
+    return (f"{recipe}: {type(pil.transforms[0]).__name__} on PIL vs uint8 tensor, same crops and seeds, {samples} "
+            f"samples: {same:.0%} identical; mean |diff| {diff.float().mean():.2f} levels, pixels > 1 level apart "
+            f"{(diff > 1).float().mean().item():.2%}")
 
 
 def main() -> None:
@@ -131,38 +155,43 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=2000)  # the bench's cached default
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--contenders", default="torch,inline,threads,processes,inline-tensor")
+    parser.add_argument("--recipes", default=",".join(RECIPES))
+    parser.add_argument("--contenders", default="torch,fastload")
     parser.add_argument("--compare", action="store_true")
     args = parser.parse_args()
     data = ensure_dataset(DatasetSpec(images=args.images))
-    print(data.describe(), f"| batch {BATCH}, {args.workers} workers/threads, torch {torch.__version__}, "
+    print(data.describe(), f"| batch {BATCH}, {args.workers} workers, torch {torch.__version__}, "
           f"torch threads {torch.get_num_threads()}")
     runs = {
-        "torch": lambda e: run_torch(data.root, args.workers, e),
-        "inline": lambda e: run_runner(data.root, args.workers, e, "inline"),
-        "threads": lambda e: run_runner(data.root, args.workers, e, "threads"),
-        "processes": lambda e: run_processes(data.root, args.workers, e),
-        "inline-tensor": lambda e: run_runner(data.root, args.workers, e, "inline", "tensor"),
+        "torch": lambda r, e: run_torch(data.root, r, args.workers, e),
+        "fastload": lambda r, e: run_fastload(data.root, r, args.workers, e),
+        "inline": lambda r, e: run_fastload(data.root, r, args.workers, e, "inline"),
+        "threads": lambda r, e: run_fastload(data.root, r, args.workers, e, "threads"),
+        "processes": lambda r, e: run_fastload(data.root, r, args.workers, e, "processes"),
     }
     names = args.contenders.split(",")
-    figures = {name: [] for name in names}
-    cpu = {name: [] for name in names}
-    for round_ in range(args.rounds):
+    rows = []
+    for recipe in args.recipes.split(","):
+        figures = {name: [] for name in names}
+        cpu = {name: [] for name in names}
+        for round_ in range(args.rounds):
+            for name in names:
+                before = cpu_seconds()
+                figures[name].append(runs[name](recipe, round_))
+                cpu[name].append((cpu_seconds() - before) / data.num_images * 1e3)
+                print(f"  {recipe} round {round_} {name:10s} {figures[name][-1]:7.1f} img/s "
+                      f"{cpu[name][-1]:6.2f} CPU ms/img", flush=True)
+        base = statistics.median(figures["torch"]) if "torch" in figures else None
+        base_cpu = statistics.median(cpu["torch"]) if "torch" in cpu else None
         for name in names:
-            before = cpu_seconds()
-            figures[name].append(runs[name](round_))
-            cpu[name].append((cpu_seconds() - before) / data.num_images * 1e3)
-            print(f"  round {round_} {name:14s} {figures[name][-1]:7.1f} img/s {cpu[name][-1]:6.2f} CPU ms/img",
-                  flush=True)
-    base = statistics.median(figures["torch"]) if "torch" in figures else None
-    base_cpu = statistics.median(cpu["torch"]) if "torch" in cpu else None
-    print(f"{'contender':14s} {'img/s':>8s} {'vs torch':>9s} {'CPU ms/img':>11s} {'torch/this':>11s}")
-    for name in names:
-        value, ms = statistics.median(figures[name]), statistics.median(cpu[name])
-        print(f"{name:14s} {value:8.1f} {value / base if base else float('nan'):8.2f}x {ms:11.2f} "
-              f"{base_cpu / ms if base_cpu else float('nan'):10.2f}x")
+            value, ms = statistics.median(figures[name]), statistics.median(cpu[name])
+            rows.append(f"{recipe:14s} {name:10s} {value:8.1f} {value / base if base else float('nan'):8.2f}x "
+                        f"{ms:11.2f} {base_cpu / ms if base_cpu else float('nan'):10.2f}x")
+    print(f"{'recipe':14s} {'contender':10s} {'img/s':>8s} {'vs torch':>9s} {'CPU ms/img':>11s} {'torch/this':>11s}")
+    print("\n".join(rows))
     if args.compare:
-        print(compare_inputs(data.root))
+        for recipe in args.recipes.split(","):
+            print(compare_inputs(data.root, recipe))
 
 
 if __name__ == "__main__":

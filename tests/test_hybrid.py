@@ -338,3 +338,203 @@ def test_state_is_plain_data_with_a_hybrid_runner(folder):
     next(iterator)
     state = json.loads(json.dumps(loader.state_dict()))
     assert state["native_seed"] == 4 and state["batches_consumed"] == 1
+
+
+# ---- torchvision datasets: the compat layer's pipelines, hybrid ------------------------------
+
+
+class ClassificationPresetTrain:
+    """torchvision's references/classification/presets.py training preset (backend="pil",
+    v1), as training scripts copy it: a Compose in self.transforms, __call__ returning
+    self.transforms(img)."""
+
+    def __init__(self, *, crop_size, mean=MEAN, std=STD, interpolation=T.InterpolationMode.BILINEAR, hflip_prob=0.5,
+                 auto_augment_policy=None, ra_magnitude=9, augmix_severity=3, random_erase_prob=0.0):
+        transforms = [T.RandomResizedCrop(crop_size, interpolation=interpolation, antialias=True)]
+        if hflip_prob > 0:
+            transforms.append(T.RandomHorizontalFlip(hflip_prob))
+        if auto_augment_policy == "ra":
+            transforms.append(T.RandAugment(interpolation=interpolation, magnitude=ra_magnitude))
+        elif auto_augment_policy == "ta_wide":
+            transforms.append(T.TrivialAugmentWide(interpolation=interpolation))
+        elif auto_augment_policy == "augmix":
+            transforms.append(T.AugMix(interpolation=interpolation, severity=augmix_severity))
+        elif auto_augment_policy is not None:
+            transforms.append(T.AutoAugment(policy=T.AutoAugmentPolicy(auto_augment_policy), interpolation=interpolation))
+        transforms += [T.PILToTensor(), T.ConvertImageDtype(torch.float), T.Normalize(mean=mean, std=std)]
+        if random_erase_prob > 0:
+            transforms.append(T.RandomErasing(p=random_erase_prob))
+        self.transforms = T.Compose(transforms)
+
+    def __call__(self, img):
+        return self.transforms(img)
+
+
+def double(image):
+    return image * 2
+
+
+PRESET_TAIL = ["PILToTensor", "ConvertImageDtype", "Normalize"]
+RECIPES = {  # name: (transform, the tail's transform names)
+    "ta_wide+erase": (lambda: ClassificationPresetTrain(crop_size=16, auto_augment_policy="ta_wide",
+                                                        random_erase_prob=0.1),
+                      ["TrivialAugmentWide"] + PRESET_TAIL + ["RandomErasing"]),
+    "ra": (lambda: ClassificationPresetTrain(crop_size=16, auto_augment_policy="ra"), ["RandAugment"] + PRESET_TAIL),
+    "augmix": (lambda: ClassificationPresetTrain(crop_size=16, auto_augment_policy="augmix"), ["AugMix"] + PRESET_TAIL),
+    "autoaugment-v2": (lambda: v2.Compose([v2.RandomResizedCrop(16), v2.RandomHorizontalFlip(), v2.AutoAugment(),
+                                           v2.PILToTensor(), v2.ToDtype(torch.float32, scale=True)]),
+                       ["AutoAugment", "PILToTensor", "ToDtype"]),
+    "function": (lambda: T.Compose([T.RandomResizedCrop(16), T.RandomHorizontalFlip(), T.ToTensor(), double]),
+                 ["double"]),
+}
+
+
+def tv_folder(root, recipe_name, **kwargs):
+    return torchvision.datasets.ImageFolder(root, transform=RECIPES[recipe_name][0](), **kwargs)
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_torchvision_recipes_run_hybrid_and_explain_says_the_same(folder, name, capsys):
+    dataset = torch.utils.data.Subset(tv_folder(folder, name), [7, 0, 3, 5])
+    path = fastload.DataLoader(dataset, batch_size=2).path
+    prefix = "RandomResizedCrop -> RandomHorizontalFlip" + (" -> ToDtype" if name == "function" else "")
+    assert path.startswith(f"hybrid: native [{prefix}] + python [{' -> '.join(RECIPES[name][1])}], decode_on=cpu "
+                           "(auto); not native: "), path
+    verdict = fastload.explain(dataset).splitlines()[-1]
+    assert verdict.startswith("  verdict: hybrid path: native prefix, then Python per sample"), verdict
+
+
+def test_random_erasing_after_normalize_is_the_tail_or_native(folder):
+    """Whatever the transform mapping makes of RandomErasing, loader.path and explain agree."""
+    from fastload.compat.torchvision import split_transform
+
+    transform = T.Compose([T.RandomResizedCrop(16), T.ToTensor(), T.Normalize(MEAN, STD), T.RandomErasing(0.5)])
+    dataset = torchvision.datasets.ImageFolder(folder, transform=transform)
+    path = fastload.DataLoader(dataset, batch_size=2).path
+    verdict = fastload.explain(dataset).splitlines()[-1]
+    if split_transform(transform).tail:
+        assert path.startswith("hybrid: native [RandomResizedCrop -> ToDtype -> Normalize] + python [RandomErasing]")
+        assert "verdict: hybrid path" in verdict
+    else:
+        assert path.startswith("native: ") and verdict == "  verdict: native path"
+
+
+def test_torchvision_pipelines_the_engine_cannot_start_stay_generic_and_explain_agrees(folder):
+    for transform in (T.Compose([T.TrivialAugmentWide(), T.RandomResizedCrop(16), T.ToTensor()]),  # nothing native first
+                      T.Compose([T.ToTensor(), T.Normalize(MEAN, STD), double])):  # no crop: sizes differ
+        dataset = torchvision.datasets.ImageFolder(folder, transform=transform)
+        path = fastload.DataLoader(dataset, batch_size=2).path
+        assert path.startswith("generic: "), path
+        assert fastload.explain(dataset).splitlines()[-1].startswith("  verdict: generic path")
+
+
+def torchvision_tail_on_the_native_prefix(dataset, *, seed, batch_size, epoch=0):
+    """What a hybrid loader over a torchvision dataset must give: the engine's uint8 prefix
+    batches (the same crops: same plan and seed), each sample's torchvision tail run on
+    them under its seed, collated, and the labels through target_transform."""
+    from fastload.compat.torchvision import convert_dataset
+
+    conversion = convert_dataset(dataset)
+    tail = conversion.python_tail()
+    to_tensor = [] if tail.prefix_makes_tensor else [T.PILToTensor()]  # the engine's uint8, as a tensor
+    prefix = torchvision.datasets.ImageFolder(
+        dataset.dataset.root if isinstance(dataset, torch.utils.data.Subset) else dataset.root,
+        transform=T.Compose(list(conversion.prefix) + to_tensor))
+    if isinstance(dataset, torch.utils.data.Subset):
+        prefix = torch.utils.data.Subset(prefix, dataset.indices)
+    loader = fastload.DataLoader(prefix, batch_size=batch_size, seed=seed)
+    assert loader.path.startswith("native: ")
+    batches, start = [], 0
+    for images, labels in loader:
+        outputs = []
+        with GlobalDraws() as draws:
+            for slot in range(len(labels)):
+                draws.seed(sample_seed(seed, epoch, start + slot))
+                outputs.append(tail(images[slot]))
+        batches.append([default_collate(outputs), conversion.collate_labels(labels)])
+        start += len(labels)
+    return batches
+
+
+def one_hot(label):
+    return torch.nn.functional.one_hot(torch.tensor(label), 2)
+
+
+@pytest.mark.parametrize("name", ["ta_wide+erase", "augmix", "function"])
+def test_torchvision_hybrid_batches_are_their_tail_run_on_the_engines_prefix(folder, name):
+    dataset = torch.utils.data.Subset(tv_folder(folder, name, target_transform=one_hot), [7, 0, 3, 5, 1])
+    loader = fastload.DataLoader(dataset, batch_size=2, seed=3)
+    assert loader.path.startswith("hybrid: ") and "; labels: target_transform one_hot in Python" in loader.path
+    got, want = list(loader), torchvision_tail_on_the_native_prefix(dataset, seed=3, batch_size=2)
+    assert len(got) == len(want) == 3
+    for a, b in zip(got, want):
+        assert equal(a, b)
+    assert got[0][1].shape == (2, 2)  # one-hot labels, collated
+
+
+def test_torchvision_hybrid_outputs_keep_torchvisions_dtypes_shapes_and_ranges(folder):
+    dataset = tv_folder(folder, "ta_wide+erase", target_transform=one_hot)
+    theirs = next(iter(torch.utils.data.DataLoader(dataset, batch_size=8)))
+    ours = next(iter(fastload.DataLoader(dataset, batch_size=8)))
+    assert type(ours) is type(theirs) and len(ours) == 2
+    for a, b in zip(ours, theirs):
+        assert (a.dtype, a.shape) == (b.dtype, b.shape)
+    lowest, highest = (0 - max(MEAN)) / min(STD), (1 - min(MEAN)) / min(STD)
+    assert lowest <= ours[0].min() < -1.0 and 1.0 < ours[0].max() <= highest
+
+
+def test_a_target_transform_alone_keeps_the_images_native(folder, capsys):
+    transform = T.Compose([T.RandomResizedCrop(16), T.ToTensor()])
+    plain = torchvision.datasets.ImageFolder(folder, transform=transform)
+    dataset = torchvision.datasets.ImageFolder(folder, transform=transform, target_transform=one_hot)
+    loader = fastload.DataLoader(dataset, batch_size=3, seed=1)
+    assert loader.path.startswith("native: torchvision ImageFolder [RandomResizedCrop -> ToDtype]")
+    assert loader.path.endswith("; labels: target_transform one_hot in Python")
+    assert fastload.explain(dataset).splitlines()[-1].startswith("  verdict: native path, labels through")
+    for (images, labels), (plain_images, plain_labels) in zip(loader, fastload.DataLoader(plain, batch_size=3, seed=1)):
+        assert torch.equal(images, plain_images) and torch.equal(labels, one_hot(plain_labels))
+
+
+def test_torchvision_hybrid_loader_resumes_at_every_position(folder):
+    from resume_helpers import check_resume_at_every_position
+
+    dataset = torch.utils.data.Subset(tv_folder(folder, "ta_wide+erase"), [7, 0, 3, 5, 1, 2, 6])
+
+    def make():
+        return fastload.DataLoader(dataset, batch_size=3, shuffle=True, num_workers=2, seed=11,
+                                   generator=torch.Generator().manual_seed(0))
+
+    assert make().path.startswith("hybrid: ")
+    reference = check_resume_at_every_position(make)
+    assert len(reference) == 3 and reference[0][0].dtype == torch.float32
+
+
+def test_torchvision_hybrid_draws_are_reproducible_and_differ_by_seed(folder):
+    def epoch(seed):
+        loader = fastload.DataLoader(tv_folder(folder, "ra"), batch_size=4, shuffle=True, seed=seed,
+                                     generator=torch.Generator().manual_seed(0))
+        return list(loader)
+
+    torch.manual_seed(0)
+    before = torch.get_rng_state()
+    first, again = epoch(5), epoch(5)
+    assert torch.equal(before, torch.get_rng_state())
+    assert all(equal(a, b) for a, b in zip(first, again, strict=True))
+    assert not equal(first, epoch(6))
+
+
+def test_a_torchvision_tail_error_goes_through_on_error(folder_with_black):
+    transform = T.Compose([T.CenterCrop(16), refuse_black, T.ToTensor()])
+    dataset = torchvision.datasets.ImageFolder(folder_with_black, transform=transform)
+    assert dataset.samples[2][0].endswith("img_1b.jpg")
+    loader = fastload.DataLoader(dataset, batch_size=3)
+    assert loader.path.startswith("hybrid: native [CenterCrop] + python [refuse_black -> ToTensor]"), loader.path
+    with pytest.raises(ValueError, match="a black image") as info:
+        list(loader)
+    notes = " ".join(getattr(info.value, "__notes__", []))
+    assert "refuse_black" in notes and "sample 2" in notes and "img_1b.jpg" in notes, notes
+    skipping = fastload.DataLoader(dataset, batch_size=3, on_error="skip")
+    batches = list(skipping)
+    assert [len(labels) for _, labels in batches] == [3, 3, 1]
+    assert equal(batches[0][0][2], batches[1][0][0])  # sample 2 replaced by the next readable one, sample 3
+    assert skipping.stats()["native"]["skipped"] == 1

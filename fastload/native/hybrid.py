@@ -371,16 +371,26 @@ class LabelledRunner:
             setattr(self.runner, name, value)
 
 
+# Where a hybrid loader's tail runs (hybrid_runner's tail_on; "auto": see there).
+TAIL_ON = ("auto", "inline", "threads", "processes")
+
+
 def hybrid_runner(index: SampleIndex, plan: Any, tail: Tail, *, num_workers: int, pin_memory: bool, on_error: str,
-                  description: str, parallel: str = "inline",
+                  description: str, tail_on: str = "auto",
                   labels: Optional[Callable[[torch.Tensor], Any]] = None) -> Any:
-    """The runner a loader gets for a hybrid pipeline: by default max(1, num_workers)
-    engine threads and the tail inline (reproducible draws; measured in
-    benchmarks/hybrid_tail.py on 2 cores: as fast as a thread pool, and cheaper in CPU
-    than worker processes, whose batches cross processes through shared memory);
-    parallel="threads" or "processes" for the others (see the module docstring)."""
-    if parallel == "processes":
+    """The runner a loader gets for a hybrid pipeline.
+
+    tail_on: "inline" (max(1, num_workers) engine threads, the tail on the consumer
+    thread), "threads" (the same, the tail on a pool of num_workers Python threads: draws
+    not reproducible), "processes" (num_workers worker processes making whole batches,
+    ProcessHybridRunner), or "auto": inline, measured in benchmarks/hybrid_tail.py
+    (fastload/native/README.md gives the figures)."""
+    if tail_on not in TAIL_ON:
+        raise ValueError(f"fastload.DataLoader: expected tail_on in {TAIL_ON}, got {tail_on!r}.")
+    if tail_on == "auto":
+        tail_on = "inline"
+    if tail_on == "processes":
         return ProcessHybridRunner(index, plan, tail, num_threads=max(1, num_workers), pin_memory=pin_memory,
                                    on_error=on_error, description=description, labels=labels)
     return HybridRunner(index, plan, tail, num_threads=max(1, num_workers), pin_memory=pin_memory, on_error=on_error,
-                        description=description, parallel=parallel, labels=labels)
+                        description=description, parallel=tail_on, labels=labels)

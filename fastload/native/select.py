@@ -3,8 +3,9 @@
 select_path(dataset, ...) returns a NativeRunner when the dataset and the loader's
 arguments can run on the C++ engine, else None and the reason, which is what
 `loader.path` shows: "native: ImageFolder [RandomResizedCrop -> RandomHorizontalFlip ->
-Normalize], decode_on=cpu (auto)" or e.g. "generic: custom collate_fn". A fastload dataset
-whose transforms go on past the native ones (a Python tail) gets a HybridRunner:
+Normalize], decode_on=cpu (auto)" or e.g. "generic: custom collate_fn". A dataset (a fastload
+one, or a torchvision one the compat layer converts) whose transforms go on past the
+native ones (a Python tail) gets a HybridRunner:
 "hybrid: native [RandomResizedCrop -> RandomHorizontalFlip] + python [TrivialAugmentWide
 -> ToTensor -> Normalize], decode_on=cpu (auto); not native: TrivialAugmentWide(...): why".
 The reasons for the generic path, in the order they are checked:
@@ -141,7 +142,9 @@ def _resolve(dataset: Any, *, dtype: Optional[torch.dtype]) -> _Resolved:
                                   f"before the Python tail does not fuse: {error}") from None
     if tail is not None:
         # The tail sees the prefix's own dtype; the loader's dtype applies to the batch after it.
-        return _Resolved(index, fusion, f"hybrid: native [{fusion.description}] + python [{tail.description}]",
+        where = "" if tail.takes_pil or tail.prefix_makes_tensor else \
+            " on uint8 tensors (not PIL images: values within a level or two, see fastload.native.tail)"
+        return _Resolved(index, fusion, f"hybrid: native [{fusion.description}] + python [{tail.description}]{where}",
                          tail, labels, labels_note)
     if dtype in (torch.float32, torch.float16, torch.bfloat16) and fusion.dtype.is_floating_point:
         fusion = fusion._replace(dtype=dtype)  # e.g. bfloat16 for AMP, written directly by the kernel

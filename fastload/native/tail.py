@@ -12,8 +12,18 @@ the user wrote it, on what torchvision would have handed it at that point:
   torchvision's own path;
 - "tensor": the prefix's uint8 [C, H, W] tensor itself (no PIL round trip). v2 transforms
   accept it; some behave slightly differently on tensors than on PIL images (torchvision
-  documents it: e.g. the fill of AutoAugment-style ops, antialiasing), and ToTensor /
-  PILToTensor do not convert tensors, so a tail with those is refused (`reason_not_runnable`);
+  documents it), and ToTensor / PILToTensor do not convert tensors, so a tail with those
+  is refused (`reason_not_runnable`); loader.path then says "python [...] on uint8
+  tensors". Measured (benchmarks/hybrid_tail.py --compare and a per-op run: 24
+  ImageNet-like 224x224 images, each op of TrivialAugmentWide at two magnitudes, same
+  draws): with NEAREST (the transforms' default) the geometric ops and Brightness,
+  Posterize, Solarize, Equalize are identical, Rotate differs at ~0.1 % of pixels,
+  Color/Contrast/Sharpness/AutoContrast by at most 1-2 levels (float blends truncate
+  where PIL rounds); with BILINEAR (the reference presets) Shear and Rotate also differ
+  by ~0.5 level on average, with a few edge pixels far apart (~0.5 % over 1 level).
+  Whole transforms: TrivialAugmentWide / RandAugment / AutoAugment mean |diff| 0.03-0.3
+  levels; AugMix identical (it converts PIL images to tensors itself). Not material for
+  augmentation, but not torchvision's PIL values either: "pil" stays the default;
 - when the prefix itself ends in a tensor (a ToTensor, ToImage, ToDtype or Normalize
   before the first Python transform), the tail receives that tensor ([C, H, W], the plan's
   dtype), as on torchvision's path.
