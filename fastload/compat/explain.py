@@ -30,8 +30,12 @@ def explain(dataset: Any) -> str:
     Python tail, every blocker and what to change for each. Builds no loader, reads no
     image.
 
-    The loader's own arguments (collate_fn, batch_sampler, accelerate=False, ...) can
-    still choose the generic path; `loader.path` says what a given loader does.
+    The verdict names the path a loader takes with default arguments, as `loader.path`
+    begins: "native path" (the engine makes every sample; with a target_transform the
+    labels go through it in Python), "hybrid path" (the engine runs the native prefix,
+    the Python tail runs per sample on its output) or "generic path". The loader's own
+    arguments (collate_fn, batch_sampler, accelerate=False, ...) can still choose the
+    generic path; `loader.path` says what a given loader does.
 
     Args:
         dataset: any map-style dataset.

@@ -138,8 +138,10 @@ def _resolve(dataset: Any, *, dtype: Optional[torch.dtype]) -> _Resolved:
             raise
         # The cut left a prefix the engine cannot batch (e.g. nothing before the first
         # Python transform): the whole pipeline runs in Python.
-        raise UnsupportedPipeline(f"{origin}: the native prefix [{' -> '.join(type(s).__name__ for s in specs)}] "
-                                  f"before the Python tail does not fuse: {error}") from None
+        prefix = " -> ".join(type(s).__name__ for s in specs)
+        why = f"the native prefix [{prefix}] does not fuse ({error})" if specs else "no native transform comes first"
+        raise UnsupportedPipeline(f"{origin}: {why}, so the Python tail has no engine output to start from; "
+                                  f"not native: {'; '.join(tail.blockers)}") from None
     if tail is not None:
         # The tail sees the prefix's own dtype; the loader's dtype applies to the batch after it.
         where = "" if tail.takes_pil or tail.prefix_makes_tensor else \
