@@ -230,7 +230,12 @@ def _work(indices: List[int], epoch: int, seed: int, on_error: str, pass_id: int
         runner._pass_id = pass_id
         runner.start_pass()
     batch = runner.result(runner.submit(indices, epoch))
-    return batch, runner.stats(reset=True)
+    return batch, dict(runner.stats(reset=True), pid=os.getpid())
+
+
+def _add_numbers(into: Dict[str, Any], values: Dict[str, Any]) -> None:
+    for key, value in values.items():
+        into[key] = into.get(key, 0) + value
 
 
 class ProcessHybridRunner:
@@ -307,8 +312,15 @@ class ProcessHybridRunner:
     def result(self, ticket: int) -> List[Any]:
         """Waits for a submitted batch; returns [collated tail outputs, labels int64 [B]]."""
         batch, stats = self._jobs.pop(ticket).result()
+        pid = stats.pop("pid")
         for key, value in stats.items():
-            if key != "threads":
+            if key == "thread_stages_s":  # one engine thread per worker: summed per worker
+                per_worker = self._stats.setdefault(key, {}).setdefault(pid, {})
+                for row in value:
+                    _add_numbers(per_worker, row)
+            elif isinstance(value, dict):
+                _add_numbers(self._stats.setdefault(key, {}), value)
+            elif key != "threads":
                 self._stats[key] = self._stats.get(key, 0) + value
         if self._labels is not None:
             batch = [batch[0], self._labels(batch[1])]
@@ -325,8 +337,10 @@ class ProcessHybridRunner:
 
     def stats(self, reset: bool = False) -> Dict[str, Any]:
         """The workers' counters summed (images, batches, skipped, ..., tail_s); threads
-        is the number of worker processes."""
+        is the number of worker processes; stages_s summed, thread_stages_s one row per worker."""
         out = dict(self._stats, threads=self.num_threads)
+        if "thread_stages_s" in out:
+            out["thread_stages_s"] = [dict(row) for row in out["thread_stages_s"].values()]
         if reset:
             self._stats = {}
         return out

@@ -102,9 +102,11 @@ def split_transforms(transforms: Optional[Sequence[Any]], owner: str = "fastload
         if position == 0 or isinstance(transform, SPECS):
             return _to_specs(transform, position, owner)
         if type(transform).__module__.startswith("torchvision."):
-            from fastload.compat.torchvision import convert_transform
+            from fastload.compat.torchvision import convert_transform, flatten, leaf_specs
 
-            return convert_transform(transform)  # NotConvertible (a ValueError) names why not
+            # NotConvertible (a ValueError) says why not; a leaf's reason without its name
+            # (split_pipeline names it).
+            return leaf_specs(transform) if len(flatten(transform)[0]) == 1 else convert_transform(transform)
         if callable(transform):
             raise ValueError("a Python callable")
         raise TypeError(f"{owner}: expected a callable at transforms[{position}] (after the native transforms, "
