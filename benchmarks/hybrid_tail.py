@@ -32,7 +32,6 @@ on the same crops and seeds.
 from __future__ import annotations
 
 import argparse
-import functools
 import resource
 import statistics
 import time
@@ -114,7 +113,8 @@ def run_fastload(root: str, recipe: str, workers: int, epoch: int, tail_on: str 
     from fastload.native import hybrid, select
 
     # No loader argument chooses where the tail runs: the benchmark swaps the default.
-    select.hybrid_runner = functools.partial(hybrid.hybrid_runner, tail_on=tail_on)
+    if tail_on != "auto":
+        select.hybrid_runner = lambda *args, **kwargs: hybrid.hybrid_runner(*args, **{**kwargs, "tail_on": tail_on})
     try:
         loader = fastload.DataLoader(dataset_of(root, recipe), batch_size=BATCH, shuffle=True, num_workers=workers,
                                      generator=torch.Generator().manual_seed(epoch))

@@ -539,3 +539,21 @@ def test_a_torchvision_tail_error_goes_through_on_error(folder_with_black):
     assert [len(labels) for _, labels in batches] == [3, 3, 1]
     assert equal(batches[0][0][2], batches[1][0][0])  # sample 2 replaced by the next readable one, sample 3
     assert skipping.stats()["native"]["skipped"] == 1
+
+
+def test_tail_on_chooses_where_the_tail_runs(folder):
+    from fastload.native.hybrid import ProcessHybridRunner
+    from fastload.native.select import select_path
+
+    args = dict(batch_size=2, collate_fn=None, num_workers=2, pin_memory=False, accelerate="auto", dtype=None,
+                memory_format=None, on_error="raise", seed=1)
+    dataset = tv_folder(folder, "ta_wide+erase")
+    runners = {tail_on: select_path(dataset, tail_on=tail_on, **args)[0] for tail_on in ("auto", "threads", "processes")}
+    try:
+        assert type(runners["auto"]) is HybridRunner and runners["auto"].parallel == "inline"
+        assert runners["threads"].parallel == "threads" and type(runners["processes"]) is ProcessHybridRunner
+    finally:
+        for runner in runners.values():
+            runner.close()
+    with pytest.raises(ValueError, match="expected tail_on in"):
+        select_path(dataset, tail_on="gpu", **args)

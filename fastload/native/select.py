@@ -181,6 +181,7 @@ def select_path(
     dct_scaling: bool = True,
     sampler: Any = None,
     batch_sampler: Any = None,
+    tail_on: str = "auto",
 ) -> Tuple[Any, str]:
     """(runner, reason): a runner when the dataset can run natively, else None and why.
 
@@ -198,6 +199,8 @@ def select_path(
         decode_on: one of DECODE_ON.
         dct_scaling: decode at a reduced DCT scale where it still covers the output
             (False: outputs follow a full decode to within rounding).
+        tail_on: where a hybrid pipeline's Python tail runs (fastload.native.hybrid.TAIL_ON:
+            "auto", "inline", "threads", "processes"; see hybrid_runner).
 
     Returns:
         (NativeRunner, "native: <what>, decode_on=<mode>[ (why)]"),
@@ -243,7 +246,7 @@ def select_path(
         why = {"auto": " (auto)", "cpu": ""}.get(decode_on, f" (decode_on={decode_on!r} is for fully native "
                                                             "pipelines: the Python tail needs host images)")
         runner = hybrid_runner(index, plan, tail, num_workers=num_workers, pin_memory=pin_memory,
-                               on_error=on_error, description=description, labels=labels)
+                               on_error=on_error, description=description, tail_on=tail_on, labels=labels)
         blockers = f"; not native: {'; '.join(tail.blockers)}" if tail.blockers else ""
         return runner, f"{description}, decode_on=cpu{why}{labels_note}{blockers}"
     decode_on, why = _resolve_decode_on(decode_on, device)
