@@ -17,6 +17,8 @@ batch 64, --workers for every contender:
   the tail by default (`--tail-on` picks another for the contenders "inline",
   "threads", "processes": the tail on the consumer thread, on a pool of Python threads,
   or whole batches in worker processes);
+- tensor: a fastload.ImageFolder with the recipe's v2 twin and tail_input="tensor" (the
+  tail on the engine's uint8 tensors, no PIL round trip), inline.
 
 Each contender runs --rounds times, interleaved, one epoch each (the first batch, which
 pays start-up, not counted); the median img/s is reported with the baseline's beside it,
@@ -127,6 +129,34 @@ def run_fastload(root: str, recipe: str, workers: int, epoch: int, tail_on: str 
         loader.close()
 
 
+def tensor_twin(recipe: str) -> list:
+    """The recipe for a tail on uint8 tensors: v2 transforms, v2.ToDtype for the
+    PILToTensor + ConvertImageDtype pair (which do not take tensors)."""
+    from torchvision.transforms import v2
+
+    options = RECIPES[recipe]
+    augment = {"ta_wide": lambda: v2.TrivialAugmentWide(interpolation=T.InterpolationMode.BILINEAR),
+               "ra": lambda: v2.RandAugment(interpolation=T.InterpolationMode.BILINEAR),
+               "augmix": lambda: v2.AugMix(interpolation=T.InterpolationMode.BILINEAR)}[options["auto_augment_policy"]]
+    out = [T.RandomResizedCrop(224), T.RandomHorizontalFlip(), augment(), v2.ToDtype(torch.float32, scale=True),
+           v2.Normalize(MEAN, STD)]
+    if options.get("random_erase_prob"):
+        out.append(v2.RandomErasing(options["random_erase_prob"]))
+    return out
+
+
+def run_tensor_tail(root: str, recipe: str, workers: int, epoch: int) -> float:
+    dataset = fastload.ImageFolder(root, transforms=tensor_twin(recipe))
+    dataset.tail_input = "tensor"  # (a NativeDataset argument; ImageFolder keeps it as an attribute)
+    loader = fastload.DataLoader(dataset, batch_size=BATCH, shuffle=True, num_workers=workers,
+                                 generator=torch.Generator().manual_seed(epoch))
+    assert "on uint8 tensors" in loader.path, loader.path
+    try:
+        return timed(loader)
+    finally:
+        loader.close()
+
+
 def compare_inputs(root: str, recipe: str, samples: int = 64) -> str:
     """How far the tail on uint8 tensors is from the tail on PIL images, same crops and seeds."""
     from fastload.augment.plan import build_plan
@@ -168,6 +198,7 @@ def main() -> None:
         "inline": lambda r, e: run_fastload(data.root, r, args.workers, e, "inline"),
         "threads": lambda r, e: run_fastload(data.root, r, args.workers, e, "threads"),
         "processes": lambda r, e: run_fastload(data.root, r, args.workers, e, "processes"),
+        "tensor": lambda r, e: run_tensor_tail(data.root, r, args.workers, e),
     }
     names = args.contenders.split(",")
     rows = []
