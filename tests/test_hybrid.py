@@ -557,3 +557,11 @@ def test_tail_on_chooses_where_the_tail_runs(folder):
             runner.close()
     with pytest.raises(ValueError, match="expected tail_on in"):
         select_path(dataset, tail_on="gpu", **args)
+
+
+def test_explain_of_a_fastload_dataset_with_a_tail_says_hybrid_as_its_loader(folder):
+    dataset = fastload.ImageFolder(folder, transforms=recipe())
+    report = fastload.explain(dataset)
+    assert any(line.startswith("  python tail:   TrivialAugmentWide(") for line in report.splitlines())
+    assert report.splitlines()[-1].startswith("  verdict: hybrid path: native prefix, then Python per sample")
+    assert fastload.DataLoader(dataset, batch_size=2).path.startswith("hybrid: ")

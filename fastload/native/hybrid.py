@@ -18,9 +18,13 @@ Where the tail runs:
   processes, each with its own engine: the tail's Python runs in parallel, off the
   training loop's thread, and as reproducibly as inline.
 
-hybrid_runner() gives a loader the inline tail with num_workers engine threads:
-benchmarks/hybrid_tail.py measures the three; on 2 cores the inline tail is as fast as
-the thread pool, reproducible, and cheaper in CPU than worker processes.
+hybrid_runner(tail_on=...) picks one; "auto" gives a loader the inline tail with
+num_workers engine threads: benchmarks/hybrid_tail.py measures the three (figures in
+fastload/native/README.md); on 2 cores the inline tail was as fast as the thread pool or
+faster, reproducible, and cheaper in CPU than worker processes.
+
+A torchvision dataset's target_transform runs on each batch's labels after the tail
+(`labels=`), or after a fully native batch (LabelledRunner).
 
 Failures of the tail follow on_error like a decode failure: "raise" re-raises the tail's
 own exception with a note naming the transform, the sample and its file; "skip" fills the
