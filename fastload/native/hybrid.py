@@ -380,7 +380,10 @@ class LabelledRunner:
         return [images, labels]
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.__dict__["runner"], name)
+        runner = self.__dict__.get("runner")
+        if runner is None:  # (not yet initialised: e.g. a copy being built)
+            raise AttributeError(name)
+        return getattr(runner, name)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in ("runner", "_labels"):
