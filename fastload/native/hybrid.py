@@ -44,7 +44,7 @@ import torch
 from fastload.errors import DecodeError
 from fastload.native.repair import MAX_SKIP_ATTEMPTS
 from fastload.native.runner import NativeRunner
-from fastload.native.tail import GlobalDraws, Tail, TailError, sample_seed
+from fastload.native.tail import GlobalDraws, Tail, _TailError, sample_seed
 from fastload.source.index import SampleIndex
 
 PARALLEL = ("inline", "threads")
@@ -160,7 +160,7 @@ class HybridRunner:
 
     # -- the tail -------------------------------------------------------------------------
     def _run(self, images: torch.Tensor, samples: torch.Tensor, epoch: int):
-        """(outputs, [(slot, TailError)]) of one batch; a failed slot's output is None."""
+        """(outputs, [(slot, _TailError)]) of one batch; a failed slot's output is None."""
         indices = samples.tolist()
         outputs: List[Any] = [None] * len(indices)
         failures = []
@@ -171,14 +171,14 @@ class HybridRunner:
                     draws.seed(sample_seed(seed, epoch, index))
                     try:
                         outputs[slot] = self.tail(images[slot])
-                    except TailError as error:
+                    except _TailError as error:
                         failures.append((slot, error))
             return outputs, failures
 
         def run_one(slot: int):
             try:
                 return self.tail(images[slot]), None
-            except TailError as error:
+            except _TailError as error:
                 return None, error
 
         for slot, (output, error) in enumerate(self._pool.map(run_one, range(len(indices)))):
@@ -187,7 +187,7 @@ class HybridRunner:
                 failures.append((slot, error))
         return outputs, failures
 
-    def _recover(self, slot: int, error: TailError, images: torch.Tensor, samples: torch.Tensor, epoch: int) -> Any:
+    def _recover(self, slot: int, error: _TailError, images: torch.Tensor, samples: torch.Tensor, epoch: int) -> Any:
         """The output for a slot whose tail raised: re-raised with a note under "raise";
         under "skip" the tail's output of the next readable sample."""
         policy = self.native.repair.policy
@@ -195,7 +195,7 @@ class HybridRunner:
         if not policy.skips:
             policy.handle(error.error, self.tail.note(error, sample, self.index.source(sample)))
         failed: Set[int] = set()
-        last: Optional[TailError] = error
+        last: Optional[_TailError] = error
         for _ in range(MAX_SKIP_ATTEMPTS):
             self.native.repair.replace(slot, sample, samples, images, epoch, failed)
             sample = int(samples[slot])
@@ -203,7 +203,7 @@ class HybridRunner:
                 with GlobalDraws() as draws:
                     draws.seed(sample_seed(self.plan.seed, epoch, sample))
                     output = self.tail(images[slot])
-            except TailError as again:
+            except _TailError as again:
                 last = again
                 continue
             self.native.repair.count_skipped(failed, epoch)

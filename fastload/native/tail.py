@@ -135,7 +135,7 @@ class GlobalDraws:
         np.random.set_state(self._numpy)
 
 
-class TailError(Exception):
+class _TailError(Exception):
     """Internal: a tail transform raised; `position` says which one."""
 
     def __init__(self, error: BaseException, position: int):
@@ -200,16 +200,16 @@ class Tail:
         return Image.fromarray(np.ascontiguousarray(pixels[:, :, 0] if pixels.shape[2] == 1 else pixels))
 
     def __call__(self, image: torch.Tensor) -> Any:
-        """Runs the tail on one prefix output [C, H, W]; TailError names the transform that raised."""
+        """Runs the tail on one prefix output [C, H, W]; _TailError names the transform that raised."""
         value = self.to_input(image)
         for position, transform in enumerate(self.transforms):
             try:
                 value = transform(value)
             except Exception as error:
-                raise TailError(error, position) from error
+                raise _TailError(error, position) from error
         return value
 
-    def note(self, error: TailError, index: int, source: Optional[str]) -> str:
+    def note(self, error: _TailError, index: int, source: Optional[str]) -> str:
         """The note a raised tail error gets: the transform, the sample, its file."""
         where = f"sample {index}" + (f", {source}" if source else "")
         return (f"fastload: the Python transform {self.transforms[error.position]!r} (the tail's transforms"
