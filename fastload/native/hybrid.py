@@ -107,6 +107,10 @@ class HybridRunner:
     def set_seed(self, seed: int) -> None:
         self.native.set_seed(seed)
 
+    def keep_in_flight(self, depth: int) -> None:
+        # The prefix batches are read by the tail inside result(): only those in flight.
+        self.native.keep_in_flight(depth)
+
     def submit(self, indices: List[int], epoch: int) -> int:
         return self.native.submit(indices, epoch)
 
@@ -295,6 +299,9 @@ class ProcessHybridRunner:
 
     def set_seed(self, seed: int) -> None:
         self.plan.seed = int(seed)
+
+    def keep_in_flight(self, depth: int) -> None:
+        """Nothing to size here: each worker's engine holds the one batch it makes."""
 
     def submit(self, indices: List[int], epoch: int) -> int:
         if self._pool is None:
