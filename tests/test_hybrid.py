@@ -566,3 +566,16 @@ def test_explain_of_a_fastload_dataset_with_a_tail_says_hybrid_as_its_loader(fol
     assert any(line.startswith("  python tail:   TrivialAugmentWide(") for line in report.splitlines())
     assert report.splitlines()[-1].startswith("  verdict: hybrid path: native prefix, then Python per sample")
     assert fastload.DataLoader(dataset, batch_size=2).path.startswith("hybrid: ")
+
+
+def test_the_loader_takes_tail_on_and_refuses_unknown_places(folder):
+    from fastload.native.hybrid import ProcessHybridRunner
+
+    dataset = tv_folder(folder, "ta_wide+erase")
+    loader = fastload.DataLoader(dataset, batch_size=2, num_workers=2, tail_on="processes")
+    try:
+        assert loader.path.startswith("hybrid:") and type(loader._runner) is ProcessHybridRunner
+    finally:
+        loader.close()
+    with pytest.raises(ValueError, match=r"expected tail_on in \('auto', 'inline', 'threads', 'processes'\)"):
+        fastload.DataLoader(dataset, batch_size=2, tail_on="gpu")

@@ -403,6 +403,13 @@ class LabelledRunner:
 TAIL_ON = ("auto", "inline", "threads", "processes")
 
 
+def check_tail_on(tail_on: Any) -> str:
+    """`tail_on` if it is one of TAIL_ON, else a ValueError naming them."""
+    if tail_on not in TAIL_ON:
+        raise ValueError(f"fastload.DataLoader: expected tail_on in {TAIL_ON}, got {tail_on!r}.")
+    return tail_on
+
+
 def hybrid_runner(index: SampleIndex, plan: Any, tail: Tail, *, num_workers: int, pin_memory: bool, on_error: str,
                   description: str, tail_on: str = "auto",
                   labels: Optional[Callable[[torch.Tensor], Any]] = None) -> Any:
@@ -413,9 +420,7 @@ def hybrid_runner(index: SampleIndex, plan: Any, tail: Tail, *, num_workers: int
     not reproducible), "processes" (num_workers worker processes making whole batches,
     ProcessHybridRunner), or "auto": inline, measured in benchmarks/hybrid_tail.py
     (fastload/native/README.md gives the figures)."""
-    if tail_on not in TAIL_ON:
-        raise ValueError(f"fastload.DataLoader: expected tail_on in {TAIL_ON}, got {tail_on!r}.")
-    if tail_on == "auto":
+    if check_tail_on(tail_on) == "auto":
         tail_on = "inline"
     if tail_on == "processes":
         return ProcessHybridRunner(index, plan, tail, num_threads=max(1, num_workers), pin_memory=pin_memory,
