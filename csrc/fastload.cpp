@@ -348,8 +348,11 @@ void bind_engine(py::module_& m) {
           py::arg("ticket"))
       .def("read_samples", &BatchEngine::read_samples, py::arg("samples"))
       .def("thread_times", &BatchEngine::thread_times,
-           "Each engine thread's CPU seconds per stage (float64 [threads, stages], the stages of "
-           "fastload._C.engine_stages) and samples run (int64 [threads]) since the engine started.")
+           "Each engine thread's seconds per stage (float64 [threads, stages], the stages of "
+           "fastload._C.engine_stages), samples run (int64 [threads]) and CPU seconds from its own clock "
+           "(float64 [threads]) since the engine started.")
+      .def_property("timing", &BatchEngine::timing, &BatchEngine::set_timing,
+                    "Per-stage timing on (default) or off (no clock read per sample; CPU seconds still kept).")
       .def("close", &BatchEngine::close);
 }
 

@@ -56,7 +56,7 @@ batch a worker made adds a "fastload.worker_batch" range to the main process's t
 its arguments the worker's fetch/collate/pin milliseconds for that batch). On the
 native path each sample's engine stages are ranges on the engine's own threads
 ("fastload.read", "fastload.decode", "fastload.augment"), and each batch adds a
-"fastload.engine_stages" range whose arguments are the engine's CPU milliseconds per stage
+"fastload.engine_stages" range whose arguments are the engine threads' milliseconds per stage
 since the batch before: a Chrome/Perfetto trace of a training step shows where the input
 time went beside the model's kernels. A data stall is a long "fastload.wait" on the main
 thread; the engine ranges beside it say which stage is short of cores.
@@ -270,16 +270,23 @@ def report(stats: Dict[str, Any]) -> str:
 
 
 def _native_lines(native: Dict[str, Any]) -> List[str]:
-    """The engine's threads (how evenly their CPU time spread), its queue, its counters."""
+    """The engine's threads (how evenly the work spread, how much of it had a core), its
+    queue, its counters."""
     lines = []
     threads = native.get("thread_stages_s") or []
     if threads:
-        busy = ", ".join(f"{sum(v for k, v in t.items() if k != 'samples'):.2f} s / {t['samples']}" for t in threads)
-        lines.append(f"  engine threads (CPU s / samples): {busy}")
+        busy = [sum(v for k, v in t.items() if k not in ("samples", "cpu_s")) for t in threads]
+        each = ", ".join(f"{b:.2f} s / {t['samples']}" for b, t in zip(busy, threads))
+        lines.append(f"  engine threads (busy s / samples): {each}")
+        cpu = native.get("cpu_s")
+        if cpu is not None and sum(busy) > 0:
+            share = cpu / sum(busy)
+            note = ": other processes took the cores, the stage times include waiting for one" if share < 0.9 else ""
+            lines.append(f"  engine CPU {cpu:.2f} s = {100 * share:.0f}% of its busy time{note}")
     depth = native.get("queue_depth")
     if depth is not None:
         lines.append(f"  engine queue: {depth:.1f} batches submitted on average when one was taken")
-    counters = {k: v for k, v in native.items() if not isinstance(v, (dict, list)) and k != "queue_depth"}
+    counters = {k: v for k, v in native.items() if not isinstance(v, (dict, list)) and k not in ("queue_depth", "cpu_s")}
     lines.append("  native: " + ", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
                                           for k, v in counters.items()))
     return lines

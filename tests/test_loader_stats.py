@@ -91,7 +91,7 @@ def test_profiler_ranges():
 
 
 NATIVE_KEYS = {"images", "batches", "skipped", "pil_fallback", "gpu_cpu_fallback", "engine_s", "wait_s", "threads",
-               "stages_s", "thread_stages_s", "queue_depth"}
+               "stages_s", "thread_stages_s", "queue_depth", "cpu_s"}
 
 
 @pytest.mark.skipif(not fastload._ext.has_ops(), reason="fastload._C not built")
@@ -134,6 +134,9 @@ def test_native_stats_say_which_engine_stage_took_the_cpu_time(tmp_path):
     assert len(threads) == 2 and sum(t["samples"] for t in threads) == native["images"] == 8
     for stage in STAGES:  # the total is the threads' sum
         assert native["stages_s"][stage] == pytest.approx(sum(t[stage] for t in threads))
+    # CPU time measured by each thread's own clock: it ran, at most while it was busy.
+    assert native["cpu_s"] == pytest.approx(sum(t["cpu_s"] for t in threads)) and native["cpu_s"] > 0
+    assert all(t["cpu_s"] <= sum(t[s] for s in STAGES) + 0.05 for t in threads)
     text = str(loader.stats())
     rows = {line.split()[0]: line for line in text.splitlines()[5:] if "(engine)" in line}
     assert set(rows) == set(STAGES) and "ms/sample" in text and "share" in text

@@ -363,12 +363,12 @@ def test_runner_stats_keys_end_in_s_for_seconds(folder):
     runner.result(runner.submit([0, 1, 2], 0))
     stats = runner.stats(reset=True)
     assert set(stats) == {"images", "batches", "skipped", "pil_fallback", "gpu_cpu_fallback", "engine_s", "wait_s",
-                          "threads", "queue_depth", "stages_s", "thread_stages_s"}
+                          "threads", "queue_depth", "stages_s", "thread_stages_s", "cpu_s"}
     assert (stats["images"], stats["batches"], stats["threads"], stats["queue_depth"]) == (3, 1, 2, 1.0)
     assert stats["engine_s"] >= stats["wait_s"] >= 0.0
     after = runner.stats()
     assert after == dict(stats, images=0, batches=0, engine_s=0.0, wait_s=0.0, queue_depth=None,
-                         stages_s=after["stages_s"], thread_stages_s=after["thread_stages_s"])
+                         stages_s=after["stages_s"], thread_stages_s=after["thread_stages_s"], cpu_s=after["cpu_s"])
     assert set(after["stages_s"].values()) == {0.0}
     runner.close()
 

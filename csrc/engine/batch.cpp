@@ -9,6 +9,7 @@
 #include <ATen/MemoryOverlap.h>
 #include <ATen/record_function.h>
 #include <pybind11/pybind11.h>  // the GIL only: the bindings are in fastload.cpp
+#include <pthread.h>
 #include <unistd.h>
 
 #include <climits>
@@ -232,23 +233,39 @@ void BatchEngine::close() {
   }
 }
 
-std::pair<at::Tensor, at::Tensor> BatchEngine::thread_times() const {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> BatchEngine::thread_times() const {
   const int64_t threads = static_cast<int64_t>(times_.size());
   at::Tensor seconds = at::zeros({threads, kStageCount}, at::kDouble);
   at::Tensor samples = at::zeros({threads}, at::kLong);
+  at::Tensor cpu = at::zeros({threads}, at::kDouble);
   for (int64_t t = 0; t < threads; ++t) {
     for (int stage = 0; stage < kStageCount; ++stage) {
       seconds.data_ptr<double>()[t * kStageCount + stage] =
           1e-9 * static_cast<double>(times_[t]->stage_ns[stage].load(std::memory_order_relaxed));
     }
     samples.data_ptr<int64_t>()[t] = times_[t]->samples.load(std::memory_order_relaxed);
+    cpu.data_ptr<double>()[t] = 1e-9 * static_cast<double>(thread_cpu_ns(*times_[t]));
   }
-  return {seconds, samples};
+  return {seconds, samples, cpu};
 }
 
 void BatchEngine::work(ThreadTimes* times) {
+  clockid_t clock = 0;
+  if (pthread_getcpuclockid(pthread_self(), &clock) == 0) {
+    times->cpu_clock.store(clock, std::memory_order_relaxed);
+    times->running.store(true, std::memory_order_release);
+  }
+  struct Exit {  // the final CPU figure, kept before the clock goes away
+    ThreadTimes* times;
+    ~Exit() {
+      timespec now{};
+      if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now) == 0) {
+        times->cpu_ns_at_exit.store(int64_t{now.tv_sec} * 1000000000 + now.tv_nsec, std::memory_order_release);
+      }
+      times->running.store(false, std::memory_order_release);
+    }
+  } exit{times};
   SampleState state;
-  state.times = times;
   for (;;) {
     Task task;
     {
@@ -259,6 +276,7 @@ void BatchEngine::work(ThreadTimes* times) {
       queue_->tasks.pop_front();
     }
     Job& job = *task.job;
+    state.times = timing() ? times : nullptr;
     {
       std::optional<at::ThreadLocalStateGuard> profiling;
       if (job.profiling) profiling.emplace(*job.profiling);

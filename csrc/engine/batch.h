@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -36,10 +37,15 @@ class BatchEngine {
 
   int num_threads() const { return static_cast<int>(workers_.size()); }
 
-  // Each thread's CPU time per stage since the engine started: (seconds float64
-  // [threads, kStageCount] in kStageNames order, samples int64 [threads]). Cheap: reads
-  // counters, never waits.
-  std::pair<at::Tensor, at::Tensor> thread_times() const;
+  // Each thread's time per stage since the engine started: (seconds float64
+  // [threads, kStageCount] in kStageNames order, samples int64 [threads], CPU seconds
+  // float64 [threads] from the thread's own clock). Cheap: reads counters, never waits.
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> thread_times() const;
+
+  // Stage timing on (the default) or off: off, the threads read no clock per sample (for
+  // measuring what timing costs). CPU seconds are kept either way.
+  void set_timing(bool on) { timing_.store(on, std::memory_order_relaxed); }
+  bool timing() const { return timing_.load(std::memory_order_relaxed); }
 
   void set_index(at::Tensor path_bytes, at::Tensor path_offsets, at::Tensor file_ids, at::Tensor offsets,
                  at::Tensor sizes);
@@ -91,6 +97,7 @@ class BatchEngine {
   std::unique_ptr<Queue> queue_ = std::make_unique<Queue>();
   std::vector<std::thread> workers_;
   std::vector<std::unique_ptr<ThreadTimes>> times_;  // one per worker, made before it starts
+  std::atomic<bool> timing_{true};
   std::shared_ptr<const Index> index_;
   std::shared_ptr<const Plan> plan_;
 };

@@ -13,6 +13,17 @@
 #include <ATen/record_function.h>
 
 namespace fastload::engine {
+
+int64_t thread_cpu_ns(const ThreadTimes& times) {
+  if (times.running.load(std::memory_order_acquire)) {
+    timespec now{};
+    const bool read = clock_gettime(times.cpu_clock.load(std::memory_order_relaxed), &now) == 0;
+    // Still running after the read: the clock was the thread's own (an exited thread's id
+    // may be reused only after it exited).
+    if (read && times.running.load(std::memory_order_acquire)) return int64_t{now.tv_sec} * 1000000000 + now.tv_nsec;
+  }
+  return times.cpu_ns_at_exit.load(std::memory_order_acquire);
+}
 namespace {
 
 constexpr const char* kOp = "BatchEngine";
@@ -75,15 +86,16 @@ class StageTimer {
  public:
   using Clock = std::chrono::steady_clock;
 
-  explicit StageTimer(SampleState& state) : times_(state.times), start_(Clock::now()) {}
+  // No times (timing off): no clock reads at all.
+  explicit StageTimer(SampleState& state)
+      : times_(state.times), start_(times_ != nullptr ? Clock::now() : Clock::time_point()) {}
 
   // Ends the stage running since the last mark (or the start) as `stage`.
   void mark(Stage stage) {
+    if (times_ == nullptr) return;
     const Clock::time_point now = Clock::now();
-    if (times_ != nullptr) {
-      times_->stage_ns[stage].fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(now - start_).count(),
-                                        std::memory_order_relaxed);
-    }
+    times_->stage_ns[stage].fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(now - start_).count(),
+                                      std::memory_order_relaxed);
     start_ = now;
   }
 

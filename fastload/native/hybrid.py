@@ -331,7 +331,7 @@ class ProcessHybridRunner:
                     _add_numbers(per_worker, row)
             elif isinstance(value, dict):
                 _add_numbers(self._stats.setdefault(key, {}), value)
-            elif key != "threads":
+            elif key not in ("threads", "queue_depth"):  # a worker's own queue says nothing here
                 self._stats[key] = self._stats.get(key, 0) + value
         if self._labels is not None:
             batch = [batch[0], self._labels(batch[1])]

@@ -169,8 +169,8 @@ class NativeRunner:
             self.producer.discard(entry[1])
 
     def _profile_stages(self) -> None:
-        """A zero-length "fastload.engine_stages" range whose arguments are the engine's CPU
-        milliseconds per stage since the previous batch (all threads), so a trace shows
+        """A zero-length "fastload.engine_stages" range whose arguments are the engine
+        threads' milliseconds per stage since the previous batch (all threads), so a trace shows
         read/decode/augment per batch beside the model; each sample's stages are also ranges
         on the engine threads themselves."""
         now = self._engine.thread_times()[0].sum(0)
@@ -183,21 +183,23 @@ class NativeRunner:
         (submit to result, summed) and wait_s (time result() waited); threads;
         queue_depth (batches in the engine when one was taken, on average: the loader's
         prefetch depth when the engine keeps up);
-        `stages_s` {stage: CPU seconds summed over the engine threads} for the stages
-        read, header, decode, augment, and `thread_stages_s` (one such dict per thread,
-        with its "samples"). `reset` starts them afresh after returning them."""
-        seconds, samples = self._engine.thread_times()
-        seconds = seconds - self._times_at_reset[0]
-        samples = samples - self._times_at_reset[1]
+        `stages_s` {stage: seconds the engine threads spent in it, summed} for the stages
+        read, header, decode, augment; `cpu_s`, the CPU time of those threads (below the
+        stages' sum when other processes take the cores); and `thread_stages_s` (one such
+        dict per thread, with its "samples" and "cpu_s"). `reset` starts them afresh after
+        returning them."""
+        now = self._engine.thread_times()
+        seconds, samples, cpu = (now[i] - self._times_at_reset[i] for i in range(3))
         out = dict(self._stats, threads=self.num_threads)
         queued = out.pop("queued")
         out["queue_depth"] = queued / out["batches"] if out["batches"] else None
         out["stages_s"] = {name: float(v) for name, v in zip(self._stages, seconds.sum(0))}
-        out["thread_stages_s"] = [dict({name: float(v) for name, v in zip(self._stages, row)}, samples=int(n))
-                                  for row, n in zip(seconds, samples)]
+        out["cpu_s"] = float(cpu.sum())
+        out["thread_stages_s"] = [dict({name: float(v) for name, v in zip(self._stages, row)}, samples=int(n),
+                                       cpu_s=float(c)) for row, n, c in zip(seconds, samples, cpu)]
         if reset:
             self._stats.update(_COUNTERS)
-            self._times_at_reset = (seconds + self._times_at_reset[0], samples + self._times_at_reset[1])
+            self._times_at_reset = now
         return out
 
     def close(self) -> None:
