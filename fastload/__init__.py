@@ -34,6 +34,7 @@ _LAZY = {
     "FileList": ("fastload.source.folder", "FileList"),
     "TarShards": ("fastload.source.tar", "TarShards"),
     "write_shards": ("fastload.source.write", "write_shards"),
+    "prepare": ("fastload.prepare", None),  # a callable module: fastload.prepare(src, dst)
     "TarShardError": ("fastload.source.tar", "TarShardError"),
     "NativeDataset": ("fastload.source.base", "NativeDataset"),
     "explain": ("fastload.compat.explain", "explain"),
