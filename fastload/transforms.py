@@ -32,6 +32,8 @@ Example:
 
 from __future__ import annotations
 
-from fastload.augment.specs import CenterCrop, Normalize, RandomHorizontalFlip, RandomResizedCrop, Resize, ToDtype
+from fastload.augment.specs import (CenterCrop, Normalize, RandomHorizontalFlip, RandomResizedCrop, RandomVerticalFlip,
+                                    Resize, ToDtype)
 
-__all__ = ["RandomResizedCrop", "Resize", "CenterCrop", "RandomHorizontalFlip", "Normalize", "ToDtype"]
+__all__ = ["RandomResizedCrop", "Resize", "CenterCrop", "RandomHorizontalFlip", "RandomVerticalFlip", "Normalize",
+           "ToDtype"]

@@ -11,17 +11,12 @@ import torch
 
 from fastload import _ext
 from fastload.augment.plan import Plan, build_plan
+from fastload.native.contract import interpolation_of, region_of
 
 
 @functools.lru_cache(maxsize=64)
 def _cached_plan(ops: tuple, channels: int, seed: int) -> Plan:
     return build_plan(ops, channels=channels, seed=seed)
-
-
-def region(plan: Plan, height: int, width: int, epoch: int, index: int):
-    """(box, clamp, flip) of one sample in full-resolution pixels, from the C++ engine's
-    own geometry code (csrc/augment/geometry.cpp region_of), so both paths agree to the bit."""
-    return _ext.require_ops().region_of(plan, height, width, epoch, index)
 
 
 def apply_plan_reference(plan: Plan, image: torch.Tensor, *, epoch: int, index: int) -> torch.Tensor:
@@ -30,7 +25,9 @@ def apply_plan_reference(plan: Plan, image: torch.Tensor, *, epoch: int, index: 
 
     core = _ext.require_ops()
     height, width = image.shape[0], image.shape[1]
-    box, clamp, flip = region(plan, height, width, epoch, index)
+    # The engine's own geometry code (csrc/augment/geometry.cpp region_of), so both paths
+    # agree to the bit.
+    box, clamp, flip, flip_v = region_of(plan, height, width, epoch, index)
     # The view the engine's kernel would read, and the box relative to it: the engine's
     # own arithmetic (csrc/augment/geometry.cpp sampling_view).
     views, relative = core.sampling_views(torch.tensor([box]), torch.tensor([clamp]),
@@ -39,7 +36,7 @@ def apply_plan_reference(plan: Plan, image: torch.Tensor, *, epoch: int, index: 
     view = image[top:top + view_height, left:left + view_width]
     return reference.crop_resize_flip_normalize(
         view, relative[0].tolist(), list(plan.out_size), flip, plan.value_scale, list(plan.mean), list(plan.std),
-        plan.dtype, False
+        plan.dtype, False, flip_v=flip_v, interpolation=interpolation_of(plan)
     )
 
 
