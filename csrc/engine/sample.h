@@ -71,6 +71,7 @@ struct ThreadTimes {
 struct SampleState {
   std::vector<uint8_t> bytes;
   DecodedWindow window;
+  std::vector<int64_t> segments;  // a prepared file's embedded segment index (decode/transcode.h)
   ResizeScratch scratch;
   ThreadTimes* times = nullptr;  // the engine's counters of this thread (none: not counted)
 };
