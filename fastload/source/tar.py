@@ -36,9 +36,10 @@ from fastload.errors import ErrorPolicy
 from fastload.source.base import NativeDataset, transforms_argument
 from fastload.source.index import FlatStrings, SampleIndex
 
-# Preference order when a key has several. ppm: raw pixels (fastload.prepare's raw_fraction);
-# bmp, tiff, gif: images fastload.prepare stores as they are.
-IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "ppm", "bmp", "tiff", "gif")
+IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")  # preference order when a key has several
+# Also read as images, after those: ppm (raw pixels, fastload.prepare's raw_fraction) and
+# the formats fastload.prepare stores as they are.
+PREPARED_IMAGE_EXTS = ("ppm", "bmp", "tiff", "gif")
 # Preference order when a key has several; the first that holds an integer label wins
 # (a txt member is often a caption, a json member often metadata without a label).
 LABEL_EXTS = ("cls", "json", "txt")
@@ -837,7 +838,7 @@ class TarShards(NativeDataset):
         superseded: Dict[str, int] = {}
         for i, name in enumerate(names):
             key, ext = _split_key(name)
-            if ext in IMAGE_EXTS or ext in LABEL_EXTS:
+            if ext in IMAGE_EXTS or ext in PREPARED_IMAGE_EXTS or ext in LABEL_EXTS:
                 exts = groups.setdefault(key, {})
                 if ext in exts:
                     superseded[name] = superseded.get(name, 0) + 1
@@ -852,7 +853,7 @@ class TarShards(NativeDataset):
                 UserWarning, stacklevel=3)
         rows, members, keys, labels = [], [], [], []
         for key, exts in groups.items():
-            image = next((exts[e] for e in IMAGE_EXTS if e in exts), None)
+            image = next((exts[e] for e in IMAGE_EXTS + PREPARED_IMAGE_EXTS if e in exts), None)
             label_ext = next((e for e in LABEL_EXTS if e in exts), None)
             if image is None:
                 self._problem(url, names[exts[label_ext]],
