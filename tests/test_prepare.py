@@ -147,6 +147,17 @@ def test_engine_decodes_prepared_jpegs_through_their_segment_index(tmp_path):
         next(iter(fastload.DataLoader(bad, batch_size=1)))
 
 
+def test_engine_refuses_a_malformed_segment_index_marker(tmp_path):
+    data = js.encode(js.photo(40, 48, 0))
+    jpeg, segments = ops.transcode_jpeg(js.as_tensor(data))
+    prepared = seg.embed_segments(jpeg.numpy().tobytes(), segments.numpy())
+    at = prepared.index(seg.IDENT) + len(seg.IDENT)
+    (tmp_path / "v2.jpg").write_bytes(prepared[:at] + bytes([2]) + prepared[at + 1:])  # an unknown version
+    dataset = fastload.FileList([str(tmp_path / "v2.jpg")], transforms=[T.CenterCrop(16)])
+    with pytest.raises(fastload.DecodeError, match="segment index marker .* of version 1"):
+        next(iter(fastload.DataLoader(dataset, batch_size=1)))
+
+
 def test_interrupted_preparation_keeps_finished_shards_and_redoes_the_rest(folder, tmp_path, monkeypatch):
     from fastload.prepare import run
 
