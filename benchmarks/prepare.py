@@ -16,16 +16,20 @@ Per variant:
   torchvision ImageFolder + v2 transforms (PIL) on the original files with `--workers`
   processes, the same run. Every contender runs once per round, rounds interleaved
   (the machine is shared: each figure is the best round); img/s excludes the first
-  batch, whose latency (from constructing the loader) is reported apart.
+  batch, whose latency (from constructing the loader) is reported apart; CPU ms per
+  image (this process and the workers, loader construction to worker exit, the least
+  of the rounds) is the steadier figure where other jobs share the cores.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import io
 import math
 import os
 import platform
+import resource
 import shutil
 import sys
 import tempfile
@@ -68,8 +72,18 @@ def fastload_loader(dataset_of, workers: int, batch: int):
                                dtype=torch.float32, generator=torch.Generator().manual_seed(0))
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process and of its finished children (torch's worker processes)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def one_epoch(make_loader):
-    """(first-batch seconds, img/s after the first batch, path) of one epoch."""
+    """(first-batch seconds, img/s after the first batch, path, CPU ms per image) of one
+    epoch. CPU time counts everything from constructing the loader to its workers'
+    exit: on a shared machine it moves less than wall time."""
+    gc.collect()
+    cpu0 = cpu_seconds()
     start = time.perf_counter()
     loader = make_loader()
     iterator = iter(loader)
@@ -80,8 +94,10 @@ def one_epoch(make_loader):
         count += images.shape[0]
     rate = count / (time.perf_counter() - t0) if count else float("nan")
     path = getattr(loader, "path", "torch (PIL)")
+    total = count + images.shape[0] if count else images.shape[0]
     del iterator, loader
-    return first, rate, str(path)
+    gc.collect()  # torch's workers exit (and are reaped) with their iterator
+    return first, rate, str(path), (cpu_seconds() - cpu0) / total * 1e3
 
 
 def crop_boxes(width: int, height: int, rng: np.random.Generator):
@@ -157,22 +173,27 @@ def main() -> int:
         order = contenders if r % 2 == 0 else contenders[::-1]
         for name, make in order:
             results[name].append(one_epoch(make))
-            print(f"round {r}: {name}: {results[name][-1][1]:.0f} img/s, first batch {results[name][-1][0]:.2f} s",
+            first_s, rate, _, cpu_ms = results[name][-1]
+            print(f"round {r}: {name}: {rate:.0f} img/s, {cpu_ms:.2f} CPU ms/img, first batch {first_s:.2f} s",
                   flush=True)
 
     best = {name: max(r[1] for r in runs) for name, runs in results.items()}
     first = {name: min(r[0] for r in runs) for name, runs in results.items()}
+    cpu = {name: min(r[3] for r in runs) for name, runs in results.items()}
     torch_rate, fl_original = best["torch+PIL (original)"], best["fastload (original)"]
+    torch_cpu, fl_cpu = cpu["torch+PIL (original)"], cpu["fastload (original)"]
     print()
-    print("| data | loader | img/s (best of %d) | vs torch+PIL | vs fastload on originals | first batch s | "
-          "size MB (vs original) | prep s / 1,000 img | PSNR whole / 25%% / 8%% dB |" % args.rounds)
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| data | loader | img/s (best of %d) | vs torch+PIL | vs fastload on originals | CPU ms/img (least) | "
+          "CPU vs torch+PIL / vs fastload on originals | first batch s | size MB (vs original) | "
+          "prep s / 1,000 img | PSNR whole / 25%% / 8%% dB |" % args.rounds)
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name, runs in results.items():
         data_name = "original" if "original" in name else name.split("(")[1].rstrip(")")
         row = rows[data_name]
         psnr = " / ".join("inf" if math.isinf(v) else f"{v:.1f}" for v in row["psnr"].values())
         print(f"| {data_name} | {name.split(' (')[0]} | {best[name]:.0f} | {best[name] / torch_rate:.2f}x | "
-              f"{best[name] / fl_original:.2f}x | {first[name]:.2f} | {row['size'] / 1e6:.1f} "
+              f"{best[name] / fl_original:.2f}x | {cpu[name]:.2f} | {torch_cpu / cpu[name]:.2f}x / "
+              f"{fl_cpu / cpu[name]:.2f}x | {first[name]:.2f} | {row['size'] / 1e6:.1f} "
               f"({row['size'] / original_size:.2f}x) | {row['prep']} | {psnr} |")
     print(f"\npaths: " + ", ".join(f"{n}: {runs[0][2]}" for n, runs in results.items()))
     if not args.out:
