@@ -276,7 +276,7 @@ def _run_task(task) -> Dict[str, Any]:
             try:
                 data = source.index.read(i)
                 encoded = enc.encode(data, source.names[i], i, settings)
-            except (OSError, EOFError, enc.EncodeError) as error:
+            except (OSError, EOFError, enc._EncodeError) as error:
                 reason = getattr(error, "reason", None) or str(error)
                 policy.handle(DecodeError(reason, i, source.index.source(i)))
                 skipped.append({"sample": i, "source": source.index.source(i), "reason": reason})
