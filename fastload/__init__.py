@@ -34,7 +34,9 @@ _LAZY = {
     "FileList": ("fastload.source.folder", "FileList"),
     "TarShards": ("fastload.source.tar", "TarShards"),
     "write_shards": ("fastload.source.write", "write_shards"),
+    "prepare": ("fastload.prepare", None),  # a callable module: fastload.prepare(src, dst)
     "TarShardError": ("fastload.source.tar", "TarShardError"),
+    "ManifestError": ("fastload.prepare.manifest", "ManifestError"),
     "NativeDataset": ("fastload.source.base", "NativeDataset"),
     "explain": ("fastload.compat.explain", "explain"),
     # Every exception type fastload raises to its users, so that it can be caught by name.

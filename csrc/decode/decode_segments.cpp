@@ -69,6 +69,45 @@ void build_band(const uint8_t* data, const int64_t* seg, const PreparedLayout& L
 
 }  // namespace
 
+bool read_embedded_segments(const uint8_t* data, size_t size, std::vector<int64_t>& segments) {
+  constexpr size_t kIdBytes = sizeof(kSegmentMarkerId);  // "FLSEG" and its NUL
+  if (size < 4 || data[0] != 0xFF || data[1] != 0xD8) return false;
+  size_t i = 2;
+  while (i + 4 <= size && data[i] == 0xFF) {
+    const uint8_t marker = data[i + 1];
+    // Up to the scan: the index is a header marker; past a SOS only entropy data follows.
+    if (marker == 0xDA || marker == 0xD9 || marker == 0xD8 || marker == 0xFF || marker == 0x00 ||
+        (marker >= 0xD0 && marker <= 0xD7)) {
+      return false;
+    }
+    const size_t length = (static_cast<size_t>(data[i + 2]) << 8) | data[i + 3];
+    if (length < 2 || i + 2 + length > size) return false;  // a broken header: the decoder says so
+    if (marker == kSegmentMarker && length >= 2 + kIdBytes &&
+        std::memcmp(data + i + 4, kSegmentMarkerId, kIdBytes) == 0) {
+      const uint8_t* body = data + i + 4 + kIdBytes;
+      const size_t body_len = length - 2 - kIdBytes;
+      if (body_len < 1 || body[0] != kSegmentMarkerVersion || (body_len - 1) % 8 != 0 || body_len < 1 + 16) {
+        throw DecodeError("expected a segment index marker (APP15 FLSEG) of version " +
+                          std::to_string(kSegmentMarkerVersion) + " with at least two (offset, row) pairs, got " +
+                          (body_len < 1 ? std::string("an empty one") :
+                                          "version " + std::to_string(body[0]) + " with " +
+                                              std::to_string(body_len - 1) + " bytes of pairs") +
+                          ". Prepare the dataset again with this fastload (fastload.prepare)");
+      }
+      const size_t rows = (body_len - 1) / 8;
+      segments.resize(2 * rows);
+      const uint8_t* p = body + 1;
+      for (size_t k = 0; k < 2 * rows; ++k, p += 4) {
+        segments[k] = (static_cast<int64_t>(p[0]) << 24) | (static_cast<int64_t>(p[1]) << 16) |
+                      (static_cast<int64_t>(p[2]) << 8) | static_cast<int64_t>(p[3]);
+      }
+      return true;
+    }
+    i += 2 + length;
+  }
+  return false;
+}
+
 void decode_jpeg_rows(const uint8_t* data, size_t size, const int64_t* seg, int64_t segment_rows, int top, int left,
                       int height, int width, int scale_denom, int channels, int64_t max_pixels, DecodedWindow& out) {
   if (scale_denom != 1 && scale_denom != 2 && scale_denom != 4 && scale_denom != 8) {

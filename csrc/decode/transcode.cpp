@@ -224,7 +224,7 @@ PreparedLayout parse_prepared_header(const uint8_t* data, size_t size, size_t he
 PreparedLayout check_segments(const uint8_t* data, size_t size, const int64_t* seg, int64_t rows) {
   auto bad = [](const std::string& what) {
     throw DecodeError("expected segments that match the prepared file (as transcode_jpeg returned them), got " +
-                      what + ". Re-create the index with transcode_jpeg");
+                      what + ". Re-create the index with transcode_jpeg (a file from fastload.prepare: prepare the dataset again)");
   };
   if (rows < 2) bad(std::to_string(rows) + " rows (at least 2: one segment and the end row)");
   if (seg[0] <= 0 || static_cast<uint64_t>(seg[0]) >= size) {

@@ -75,6 +75,22 @@ PreparedLayout parse_prepared_header(const uint8_t* data, size_t size, size_t he
 // DecodeError naming the first row that is wrong.
 PreparedLayout check_segments(const uint8_t* data, size_t size, const int64_t* segments, int64_t rows);
 
+// The segment index embedded in a prepared file (written by fastload.prepare), so that a
+// file carries its own index through any copy, tar or WebDataset pipeline: an APP15
+// marker segment among the header's markers,
+//   FF EF <length u16> "FLSEG" 00 <version u8 = 1> then K + 1 pairs (u32 BE offset, u32 BE MCU row),
+// the rows of the int64 [K + 1, 2] index above, offsets counted in the file as stored
+// (marker included). Other decoders skip APPn segments, so the file stays a plain JPEG.
+constexpr uint8_t kSegmentMarker = 0xEF;
+constexpr char kSegmentMarkerId[] = "FLSEG";  // + its NUL: 6 bytes
+constexpr uint8_t kSegmentMarkerVersion = 1;
+
+// Finds the embedded index: false when the header has none (any plain JPEG); true with
+// `segments` filled (row-major, 2 values per row, not yet checked against the file:
+// decode_jpeg_rows does that). Walks the markers up to SOS only. Throws DecodeError for a
+// marker that is ours but malformed (wrong version or length).
+bool read_embedded_segments(const uint8_t* data, size_t size, std::vector<int64_t>& segments);
+
 // Decodes the window (full-resolution [top, left, height, width]; height/width <= 0:
 // the whole image) of a prepared file at 1/scale_denom, entropy-decoding only the
 // restart segments that cover its rows (plus one MCU row above and below where chroma

@@ -9,6 +9,7 @@
 #include "augment/crop_resize_flip_normalize.h"
 #include "augment/geometry.h"
 #include "check.h"
+#include "decode/transcode.h"
 
 #include <ATen/record_function.h>
 
@@ -162,8 +163,15 @@ void process_sample(Job& job, int64_t slot, SampleState& state) {
   DecodedWindow& window = state.window;
   {
     RECORD_FUNCTION("fastload.decode", c10::ArrayRef<const c10::IValue>{});
-    decode_jpeg_window(data, size, win_top, win_left, win_height, win_width, denom, plan.channels, plan.max_pixels,
-                       window);
+    // A prepared file (fastload.prepare) carries its restart-segment index: only the
+    // segments covering the window's rows are entropy-decoded, with the same pixels.
+    if (read_embedded_segments(data, size, state.segments)) {
+      decode_jpeg_rows(data, size, state.segments.data(), static_cast<int64_t>(state.segments.size() / 2), win_top,
+                       win_left, win_height, win_width, denom, plan.channels, plan.max_pixels, window);
+    } else {
+      decode_jpeg_window(data, size, win_top, win_left, win_height, win_width, denom, plan.channels,
+                         plan.max_pixels, window);
+    }
   }
   timer.mark(kDecode);
   {

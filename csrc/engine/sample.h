@@ -86,6 +86,7 @@ int64_t thread_cpu_ns(const ThreadTimes& times);
 struct SampleState {
   std::vector<uint8_t> bytes;
   DecodedWindow window;
+  std::vector<int64_t> segments;  // a prepared file's embedded segment index (decode/transcode.h)
   ResizeScratch scratch;
   ThreadTimes* times = nullptr;  // the engine's counters of this thread (none: not counted)
 };

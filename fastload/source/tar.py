@@ -37,6 +37,9 @@ from fastload.source.base import NativeDataset, transforms_argument
 from fastload.source.index import FlatStrings, SampleIndex
 
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")  # preference order when a key has several
+# Also read as images, after those: ppm (raw pixels, fastload.prepare's raw_fraction) and
+# the formats fastload.prepare stores as they are.
+PREPARED_IMAGE_EXTS = ("ppm", "bmp", "tiff", "gif")
 # Preference order when a key has several; the first that holds an integer label wins
 # (a txt member is often a caption, a json member often metadata without a label).
 LABEL_EXTS = ("cls", "json", "txt")
@@ -698,13 +701,50 @@ def _class_index(value: int) -> int:
 # ---------------------------------------------------------------------------------------
 
 
+def _prepared_shards(urls: Union[str, Sequence[str]]) -> Union[str, Sequence[str]]:
+    """A folder written by fastload.prepare stands for its shards, in the manifest's order."""
+    if isinstance(urls, (str, os.PathLike)) and os.path.isdir(urls):
+        from fastload.prepare.manifest import MANIFEST_NAME, read_manifest
+
+        folder = os.fspath(urls)
+        if not os.path.isfile(os.path.join(folder, MANIFEST_NAME)):
+            raise TarShardError(
+                f"fastload.TarShards: expected tar shards, or a folder written by fastload.prepare (with "
+                f"{MANIFEST_NAME}), got the folder {folder!r} without one. Pass the shards' paths or a brace "
+                "pattern.", folder, None, "a folder without a manifest")
+        return [os.path.join(folder, shard["name"]) for shard in read_manifest(folder)["shards"]]
+    return urls
+
+
+def _check_manifest(path: str, samples: int, rebuilt: bool, manifests: Dict[str, Any]) -> None:
+    """Refuses a shard that a fastload.prepare manifest beside it describes otherwise.
+
+    Size and sample count always; the sha256 too when the shard's tar index had to be
+    rebuilt (the shard changed since it was indexed), so an unchanged shard costs no read.
+    """
+    folder = os.path.dirname(os.path.abspath(path))
+    if folder not in manifests:
+        from fastload.prepare.manifest import MANIFEST_NAME, read_manifest
+
+        manifest_path = os.path.join(folder, MANIFEST_NAME)
+        manifests[folder] = (manifest_path, read_manifest(manifest_path)) if os.path.isfile(manifest_path) else None
+    if manifests[folder] is not None:
+        from fastload.prepare.manifest import check_shard
+
+        check_shard(*manifests[folder], path, samples, full=rebuilt)
+
+
 class TarShards(NativeDataset):
     """WebDataset-layout tar shards, random-access, on fastload's native pipeline.
 
     Args:
         urls: a path or URL, a brace pattern ("train-{0000..0127}.tar"), "::"-separated
             lists of them, or a list. Local paths, file://, http(s):// and any fsspec URL
-            (memory://, s3://, ... with its backend installed).
+            (memory://, s3://, ... with its backend installed). A folder written by
+            fastload.prepare stands for its shards (its manifest lists them); shards beside
+            such a manifest are checked against it (size, sample count, and sha256 when a
+            shard changed since it was indexed), and refused with a ManifestError if not
+            as recorded.
         transforms: specs from fastload.transforms, applied to every image.
         cache_dir: where remote shards are downloaded and where indexes go when the
             shard's folder is read-only (default: $FASTLOAD_CACHE or ~/.cache/fastload).
@@ -745,7 +785,7 @@ class TarShards(NativeDataset):
         self.error_policy = ErrorPolicy(on_error, owner="fastload.TarShards")
         transforms = transforms_argument(transforms, ops, "fastload.TarShards")
         self.on_error = self.error_policy.mode  # the plain string, as given
-        self.urls = expand_urls(urls)
+        self.urls = expand_urls(_prepared_shards(urls))
         self.cache_dir = os.fspath(cache_dir) if cache_dir is not None else default_cache_dir()
         self.skipped: List[Skipped] = []
         self.index_status: List[str] = []
@@ -758,10 +798,12 @@ class TarShards(NativeDataset):
         labels: List[int] = []
         members: List[str] = []
         keys: List[str] = []
+        manifests: Dict[str, Any] = {}
         for shard_id, (url, path) in enumerate(zip(self.urls, self.shards)):
             record, status = load_index(path, self.cache_dir)
             self.index_status.append(status)
             rows, shard_members, shard_keys, shard_labels = self._samples_of(url, record)
+            _check_manifest(path, len(rows), status == "built", manifests)
             file_ids.append(np.full(len(rows), shard_id, dtype=np.int64))
             offsets.append(np.asarray([r[0] for r in rows], dtype=np.int64))
             sizes.append(np.asarray([r[1] for r in rows], dtype=np.int64))
@@ -796,7 +838,7 @@ class TarShards(NativeDataset):
         superseded: Dict[str, int] = {}
         for i, name in enumerate(names):
             key, ext = _split_key(name)
-            if ext in IMAGE_EXTS or ext in LABEL_EXTS:
+            if ext in IMAGE_EXTS or ext in PREPARED_IMAGE_EXTS or ext in LABEL_EXTS:
                 exts = groups.setdefault(key, {})
                 if ext in exts:
                     superseded[name] = superseded.get(name, 0) + 1
@@ -811,7 +853,7 @@ class TarShards(NativeDataset):
                 UserWarning, stacklevel=3)
         rows, members, keys, labels = [], [], [], []
         for key, exts in groups.items():
-            image = next((exts[e] for e in IMAGE_EXTS if e in exts), None)
+            image = next((exts[e] for e in IMAGE_EXTS + PREPARED_IMAGE_EXTS if e in exts), None)
             label_ext = next((e for e in LABEL_EXTS if e in exts), None)
             if image is None:
                 self._problem(url, names[exts[label_ext]],

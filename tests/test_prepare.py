@@ -1,0 +1,277 @@
+"""fastload.prepare: prepared shards (fastload/prepare/) and the engine's block-skipping
+decode of them (csrc/engine/sample.cpp, csrc/decode/decode_segments.cpp).
+
+References: the original files, decoded by the same decoder (fastload.ops.decode_jpeg,
+itself tested against PIL) or loaded by the same loader: lossless preparation must give
+exactly the same pixels and the same batches.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import sys
+import tarfile
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import jpeg_samples as js  # noqa: E402
+
+import fastload  # noqa: E402
+from fastload import _ext  # noqa: E402
+from fastload import ops  # noqa: E402
+from fastload import transforms as T  # noqa: E402
+from fastload.prepare import ManifestError, read_segments  # noqa: E402
+from fastload.prepare import segments as seg  # noqa: E402
+
+_ext.require_ops()
+
+# Every chroma sampling PIL writes, gray, odd sizes, progressive (transcoded to baseline),
+# a file with its own restart markers, CMYK.
+SAMPLES = [("rgb420", js.photo(97, 131, 1), dict(subsampling="4:2:0")),
+           ("rgb422", js.photo(61, 83, 2), dict(subsampling="4:2:2")),
+           ("rgb444", js.photo(45, 77, 3), dict(subsampling="4:4:4")),
+           ("gray", js.photo(53, 39, 4)[..., 1], {}),
+           ("progressive", js.photo(70, 90, 5), dict(progressive=True)),
+           ("restarts", js.photo(66, 50, 6), dict(restart_blocks=3)),
+           ("cmyk", js.photo_cmyk(41, 29, 7), dict(subsampling="4:4:4")),
+           ("tall", js.photo(250, 40, 8), dict(subsampling="4:2:0"))]
+
+
+def jpeg_folder(root) -> str:
+    """An ImageFolder tree: the samples above in class_0, two of them and a PNG in class_1."""
+    for c in range(2):
+        os.makedirs(os.path.join(root, f"class_{c}"), exist_ok=True)
+    for name, pixels, options in SAMPLES:
+        with open(os.path.join(root, "class_0", f"{name}.jpg"), "wb") as f:
+            f.write(js.encode(pixels, **options))
+    for i in range(2):
+        with open(os.path.join(root, "class_1", f"img{i}.jpg"), "wb") as f:
+            f.write(js.encode(js.photo(120 + 9 * i, 160, 20 + i)))
+    Image.fromarray(js.photo(33, 47, 30)).save(os.path.join(root, "class_1", "z.png"))
+    return str(root)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return jpeg_folder(tmp_path_factory.mktemp("src"))
+
+
+@pytest.fixture(scope="module")
+def prepared(folder, tmp_path_factory):
+    out = tmp_path_factory.mktemp("prepared")
+    return fastload.prepare(folder, str(out), samples_per_shard=4, num_workers=0)
+
+
+def decode(data: bytes, window=()) -> torch.Tensor:
+    return ops.decode_jpeg(js.as_tensor(data), list(window))
+
+
+def test_lossless_shards_decode_to_the_original_pixels(folder, prepared):
+    original = fastload.ImageFolder(folder)
+    shards = fastload.TarShards(prepared.root)
+    assert len(shards) == len(original) and shards.targets == original.targets
+    assert prepared.manifest["kinds"] == {"prepared": len(SAMPLES) + 2, "as_is": 1}
+    for i in range(len(original)):
+        before, after = original.index.read(i), shards.index.read(i)
+        if before[:2] != b"\xff\xd8":  # the PNG: stored as it is, as a .png member
+            assert after == before and shards.index.members[i].endswith(".png")
+            continue
+        segments = read_segments(after)
+        assert segments is not None, original.index.source(i)
+        assert torch.equal(decode(after), decode(before)), original.index.source(i)
+        jpeg = js.as_tensor(after)
+        height, width = decode(before).shape[:2]
+        for window in ([0, 0, 1, width], [height - 1, 0, 1, width], [height // 3, width // 4, 9, 7],
+                       [0, width - 1, height, 1]):
+            assert torch.equal(ops.decode_jpeg_rows(jpeg, torch.from_numpy(segments), window),
+                               decode(before, window)), (original.index.source(i), window)
+
+
+def test_prepared_shards_are_plain_webdataset_tars(prepared):
+    import webdataset as wds
+
+    samples = list(wds.WebDataset(prepared.shards, shardshuffle=False))
+    assert len(samples) == sum(s["count"] for s in prepared.manifest["shards"])
+    assert all(("jpg" in s or "png" in s) and "cls" in s for s in samples)
+    assert [s["__key__"] for s in samples] == [f"{i:09d}" for i in range(len(samples))]
+
+
+def test_embedded_segment_index_survives_a_stripped_reprepare():
+    data = js.encode(js.photo(40, 48, 0))
+    jpeg, segments = ops.transcode_jpeg(js.as_tensor(data))
+    once = seg.embed_segments(jpeg.numpy().tobytes(), segments.numpy())
+    again = fastload.prepare.encode.encode(once, "x.jpg", 0, fastload.prepare.encode.EncodeSettings())
+    assert again.data.count(seg.IDENT) == 1 and torch.equal(decode(again.data), decode(data))
+
+
+def loader_batches(dataset, seed=0):
+    loader = fastload.DataLoader(dataset, batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(seed))
+    return loader, [(images.clone(), labels.clone()) for images, labels in loader]
+
+
+@pytest.mark.parametrize("pipeline", [
+    [T.RandomResizedCrop(24, scale=(0.05, 0.3)), T.RandomHorizontalFlip()],
+    [T.Resize(40), T.CenterCrop(32)],
+], ids=["small-crops", "centre"])
+def test_loader_on_lossless_shards_gives_the_original_folders_batches(folder, prepared, pipeline):
+    original_loader, original = loader_batches(fastload.ImageFolder(folder, transforms=pipeline, seed=7))
+    shards_loader, shards = loader_batches(fastload.TarShards(prepared.root, transforms=pipeline, seed=7))
+    assert shards_loader.path.startswith("native") and original_loader.path.startswith("native")
+    assert len(original) == len(shards)
+    for (a, la), (b, lb) in zip(original, shards):
+        assert torch.equal(la, lb) and torch.equal(a, b)
+
+
+def test_engine_decodes_prepared_jpegs_through_their_segment_index(tmp_path):
+    # An index whose rows are wrong is refused by the engine (it is read and checked):
+    # proof that the engine takes the segment path, not the plain decode.
+    data = js.encode(js.photo(96, 64, 3))
+    jpeg, segments = ops.transcode_jpeg(js.as_tensor(data))
+    broken = segments.numpy().copy()
+    broken[1, 1] += 1  # segment 1's MCU row
+    (tmp_path / "good.jpg").write_bytes(seg.embed_segments(jpeg.numpy().tobytes(), segments.numpy()))
+    (tmp_path / "bad.jpg").write_bytes(seg.embed_segments(jpeg.numpy().tobytes(), broken))
+    pipeline = [T.CenterCrop(16)]
+    good = fastload.FileList([str(tmp_path / "good.jpg")], transforms=pipeline)
+    images, _ = next(iter(fastload.DataLoader(good, batch_size=1)))
+    assert torch.equal(images, next(iter(fastload.DataLoader(
+        fastload.FileList([str(tmp_path / "good.jpg")], transforms=pipeline), batch_size=1)))[0])
+    bad = fastload.FileList([str(tmp_path / "bad.jpg")], transforms=pipeline)
+    with pytest.raises(fastload.DecodeError, match="segments that match.*prepare the dataset again"):
+        next(iter(fastload.DataLoader(bad, batch_size=1)))
+
+
+def test_engine_refuses_a_malformed_segment_index_marker(tmp_path):
+    data = js.encode(js.photo(40, 48, 0))
+    jpeg, segments = ops.transcode_jpeg(js.as_tensor(data))
+    prepared = seg.embed_segments(jpeg.numpy().tobytes(), segments.numpy())
+    at = prepared.index(seg.IDENT) + len(seg.IDENT)
+    (tmp_path / "v2.jpg").write_bytes(prepared[:at] + bytes([2]) + prepared[at + 1:])  # an unknown version
+    dataset = fastload.FileList([str(tmp_path / "v2.jpg")], transforms=[T.CenterCrop(16)])
+    with pytest.raises(fastload.DecodeError, match="segment index marker .* of version 1"):
+        next(iter(fastload.DataLoader(dataset, batch_size=1)))
+
+
+def test_interrupted_preparation_keeps_finished_shards_and_redoes_the_rest(folder, tmp_path, monkeypatch):
+    from fastload.prepare import run
+
+    real = run.enc.encode
+
+    def interrupted(data, name, sample, settings):
+        if sample == 5:
+            raise KeyboardInterrupt
+        return real(data, name, sample, settings)
+
+    monkeypatch.setattr(run.enc, "encode", interrupted)
+    out = tmp_path / "out"
+    with pytest.raises(KeyboardInterrupt):
+        fastload.prepare(folder, str(out), samples_per_shard=2, num_workers=0)
+    names = sorted(os.listdir(out))
+    # Shards 0 and 1 are whole; shard 2 (samples 4, 5) was never renamed into place.
+    assert [n for n in names if n.endswith(".tar")] == ["shard-000000.tar", "shard-000001.tar"]
+    assert not [n for n in names if n.endswith(".tmp")] and "fastload-manifest.json" not in names
+    kept = {n: os.stat(out / n).st_ino for n in ("shard-000000.tar", "shard-000001.tar")}
+    with pytest.raises(fastload.TarShardError, match="without one"):
+        fastload.TarShards(str(out))  # no manifest yet: not a prepared dataset
+
+    monkeypatch.setattr(run.enc, "encode", real)
+    resumed = fastload.prepare(folder, str(out), samples_per_shard=2, num_workers=0)
+    assert resumed.redone == len(resumed.shards) - 2
+    assert {n: os.stat(out / n).st_ino for n in kept} == kept
+    fresh = fastload.prepare(folder, str(tmp_path / "fresh"), samples_per_shard=2, num_workers=0)
+    assert [s["sha256"] for s in resumed.manifest["shards"]] == [s["sha256"] for s in fresh.manifest["shards"]]
+
+
+def test_parallel_preparation_writes_the_same_shards(folder, prepared, tmp_path):
+    parallel = fastload.prepare(folder, str(tmp_path / "p"), samples_per_shard=4, num_workers=2)
+    assert [s["sha256"] for s in parallel.manifest["shards"]] == [s["sha256"] for s in prepared.manifest["shards"]]
+
+
+def test_corrupt_sources_raise_or_are_skipped_and_listed(tmp_path):
+    src = tmp_path / "src" / "c"
+    src.mkdir(parents=True)
+    good = js.encode(js.photo(40, 40, 0))
+    (src / "a.jpg").write_bytes(good)
+    (src / "b.jpg").write_bytes(good[: len(good) // 2])  # truncated
+    (src / "c.jpg").write_bytes(b"not an image")
+    (src / "d.png").write_bytes(b"\x89PNG\r\n\x1a\n broken")
+    with pytest.raises(fastload.DecodeError, match="b.jpg"):
+        fastload.prepare(str(tmp_path / "src"), str(tmp_path / "raise"), num_workers=0)
+    assert not [n for n in os.listdir(tmp_path / "raise") if n.endswith((".tar", ".tmp"))]
+    out = fastload.prepare(str(tmp_path / "src"), str(tmp_path / "skip"), num_workers=0, on_error="skip")
+    assert [os.path.basename(s["source"]) for s in out.manifest["skipped"]] == ["b.jpg", "c.jpg", "d.png"]
+    assert all(s["reason"] for s in out.manifest["skipped"])
+    assert out.manifest["shards"][0]["count"] == 1 and len(fastload.TarShards(out.root)) == 1
+
+
+def test_tampered_manifest_or_shard_is_refused(folder, tmp_path):
+    out = fastload.prepare(folder, str(tmp_path / "out"), samples_per_shard=4, num_workers=0)
+    manifest_path = os.path.join(out.root, "fastload-manifest.json")
+    record = json.load(open(manifest_path))
+    record["shards"][0]["count"] += 1
+    json.dump(record, open(manifest_path, "w"))
+    with pytest.raises(ManifestError, match="edited after preparation"):
+        fastload.TarShards(out.root)
+
+    out = fastload.prepare(folder, str(tmp_path / "out2"), samples_per_shard=4, num_workers=0)
+    shard = out.shards[1]
+    with tarfile.open(shard) as tar:
+        member = next(m for m in tar.getmembers() if m.name.endswith(".jpg"))
+    with open(shard, "r+b") as f:  # one byte of an image changed, same size
+        f.seek(member.offset_data + member.size // 2)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0x55]))
+    with pytest.raises(ManifestError, match="shard-000001.tar.*expected sha256"):
+        fastload.TarShards(out.root)
+    shard = out.shards[0]
+    with open(shard, "ab") as f:  # still a valid tar (zero blocks after its end), but not as recorded
+        f.write(bytes(1024))
+    with pytest.raises(ManifestError, match="shard-000000.tar.*expected .* bytes"):
+        fastload.TarShards(out.shards)
+
+
+def test_resize_mode_bounds_the_longer_side_and_stores_raw_pixels(folder, tmp_path):
+    out = fastload.prepare(folder, str(tmp_path / "out"), max_side=64, quality=85, raw_fraction=0.3,
+                           samples_per_shard=4, num_workers=0)
+    original, shards = fastload.ImageFolder(folder), fastload.TarShards(out.root)
+    assert out.manifest["settings"]["max_side"] == 64 and not out.manifest["exploit"]["pixel_identical"]
+    kinds = out.manifest["kinds"]
+    assert kinds["raw"] == sum(shards.index.members[i].endswith(".ppm") for i in range(len(shards))) >= 2
+    assert kinds["prepared"] == len(shards) - kinds["raw"]
+    for i in range(len(original)):
+        w0, h0 = Image.open(io.BytesIO(original.index.read(i))).size
+        data = shards.index.read(i)
+        w, h = Image.open(io.BytesIO(data)).size
+        if max(w0, h0) <= 64:
+            assert (w, h) == (w0, h0)  # never upscaled
+        else:
+            assert max(w, h) == 64 and abs(w / h - w0 / h0) < 0.05
+        if data[:2] == b"\xff\xd8":
+            assert read_segments(data) is not None
+    images, _ = next(iter(fastload.DataLoader(fastload.TarShards(out.root, transforms=[T.CenterCrop(16)]),
+                                              batch_size=len(shards))))
+    assert images.shape == (len(shards), 3, 16, 16)
+
+
+def test_another_preparation_in_the_destination_is_refused_without_overwrite(folder, tmp_path):
+    fastload.prepare(folder, str(tmp_path / "out"), samples_per_shard=4, num_workers=0)
+    with pytest.raises(ValueError, match="overwrite=True"):
+        fastload.prepare(folder, str(tmp_path / "out"), samples_per_shard=3, num_workers=0)
+    again = fastload.prepare(folder, str(tmp_path / "out"), samples_per_shard=3, num_workers=0, overwrite=True)
+    assert again.redone == len(again.shards) and len(fastload.TarShards(again.root)) == len(SAMPLES) + 3
+
+
+def test_prepare_command_line(folder, tmp_path, capsys):
+    from fastload.prepare.cli import main
+
+    assert main([folder, str(tmp_path / "out"), "--workers", "0", "--samples-per-shard", "5"]) == 0
+    assert "samples in 3 shards" in capsys.readouterr().out
+    assert main([str(tmp_path / "nowhere"), str(tmp_path / "x"), "--workers", "0"]) == 1
+    assert "expected an image folder or tar shards" in capsys.readouterr().err
