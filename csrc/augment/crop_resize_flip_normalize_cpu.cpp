@@ -93,6 +93,11 @@ struct Plan {
   bool clipped;     // bicubic: horizontal pass first, each pass clipped to [0, 255]
   float alpha[3], beta[3];
   bool uint8_bounded;  // every output value is below 2^31 in magnitude
+  // Colour ops (color_pass.h), or null: the resampled rows are rounded into `pixels`
+  // (uint8 HWC, out_h x out_w), with the first colour steps done and their luma summed.
+  const augment::color::ColorPass* color;
+  uint8_t* pixels;
+  uint64_t luma_sum;
 };
 
 // The taps of every output index of an axis, in order. NEAREST walks Pillow's
@@ -389,8 +394,10 @@ FASTLOAD_INLINE void store_row(const Plan& p, S* dst, int64_t stride_c, int64_t 
   }
 }
 
-template <bool WIDE, typename S, typename CastFn>
-FASTLOAD_INLINE void run_rows(const Plan& p, const ImageView& in, const OutputView& out, CastFn cast) {
+// Each output row, once resampled into hrow, goes to sink(y): the store, or the colour
+// pass's first step.
+template <bool WIDE, typename Sink>
+FASTLOAD_INLINE void run_rows(const Plan& p, const ImageView& in, Sink sink) {
   const int C = p.channels;
   const int n = p.span * C;
   const uint8_t* base = in.data + static_cast<int64_t>(p.col0) * C;
@@ -417,7 +424,7 @@ FASTLOAD_INLINE void run_rows(const Plan& p, const ImageView& in, const OutputVi
     } else {  // padding row: v = 0 everywhere
       std::fill(p.hrow, p.hrow + static_cast<size_t>(p.out_w) * 4, 0.0f);
     }
-    store_row(p, static_cast<S*>(out.data) + y * out.stride_y, out.stride_c, out.stride_x, cast);
+    sink(y);
   }
 }
 
@@ -430,8 +437,8 @@ FASTLOAD_INLINE void clip_row(const float* src, int n, float* dst) {
 // uint8 intermediate saturates; here it stays float). Every source row an output row
 // needs is converted, resampled horizontally and clipped once, into the ring; the
 // vertical pass then sums ring rows into hrow.
-template <bool WIDE, typename S, typename CastFn>
-FASTLOAD_INLINE void run_rows_clipped(const Plan& p, const ImageView& in, const OutputView& out, CastFn cast) {
+template <bool WIDE, typename Sink>
+FASTLOAD_INLINE void run_rows_clipped(const Plan& p, const ImageView& in, Sink sink) {
   const int C = p.channels;
   const int n = p.span * C;
   const int nh = C == 3 ? 4 * p.out_w : p.out_w;
@@ -460,37 +467,97 @@ FASTLOAD_INLINE void run_rows_clipped(const Plan& p, const ImageView& in, const 
     } else {  // padding row: v = 0 everywhere
       std::fill(p.hrow, p.hrow + static_cast<size_t>(p.out_w) * 4, 0.0f);
     }
-    store_row(p, static_cast<S*>(out.data) + y * out.stride_y, out.stride_c, out.stride_x, cast);
+    sink(y);
+  }
+}
+
+template <bool WIDE, typename Sink>
+FASTLOAD_INLINE void run_any_rows(const Plan& p, const ImageView& in, Sink sink) {
+  if (p.clipped) return run_rows_clipped<WIDE>(p, in, sink);
+  run_rows<WIDE>(p, in, sink);
+}
+
+// The colour pass's first step on output row y (in hrow): Pillow's uint8 resize output,
+// the colour steps before contrast, the luma sum contrast needs.
+FASTLOAD_INLINE void color_first_row(Plan& p, int y) {
+  const augment::color::ColorPass& cp = *p.color;
+  const int C = p.channels, OW = p.out_w;
+  const int lane = C == 3 ? 4 : 1;
+  uint8_t* row = p.pixels + static_cast<size_t>(y) * OW * C;
+  const bool contrast = cp.split() < 4;
+  uint64_t sum = 0;
+  for (int x = 0; x < OW; ++x) {
+    uint8_t* px = row + x * C;
+    for (int c = 0; c < C; ++c) px[c] = augment::color::resampled_to_uint8(p.hrow[x * lane + c]);
+    augment::color::color_first(cp, px, C);
+    if (contrast) sum += augment::color::pil_luma(px, C);
+  }
+  p.luma_sum += sum;
+}
+
+// The second step: contrast and the steps after it, back to hrow, the value map and
+// store; then the erased rectangle over the stored values.
+template <typename S, typename CastFn>
+FASTLOAD_INLINE void color_finish(Plan& p, const OutputView& out, CastFn cast) {
+  const augment::color::ColorPass& cp = *p.color;
+  const int C = p.channels, OW = p.out_w;
+  const int lane = C == 3 ? 4 : 1;
+  const int mean = augment::color::pil_contrast_mean(p.luma_sum, static_cast<int64_t>(p.out_h) * OW);
+  S* base = static_cast<S*>(out.data);
+  for (int y = 0; y < p.out_h; ++y) {
+    uint8_t* row = p.pixels + static_cast<size_t>(y) * OW * C;
+    if (cp.quantized()) {
+      for (int x = 0; x < OW; ++x) {
+        uint8_t* px = row + x * C;
+        augment::color::color_second(cp, px, C, mean);
+        for (int c = 0; c < C; ++c) p.hrow[x * lane + c] = static_cast<float>(px[c]);
+      }
+      store_row(p, base + y * out.stride_y, out.stride_c, out.stride_x, cast);
+    }
+    if (cp.erases() && y >= cp.erase.top && y < cp.erase.top + cp.erase.height) {
+      for (int c = 0; c < C; ++c) {
+        S* d = base + y * out.stride_y + c * out.stride_c;
+        for (int x = cp.erase.left; x < cp.erase.left + cp.erase.width; ++x)
+          d[x * out.stride_x] = cast(augment::color::erase_value_at(cp, c, y, x));
+      }
+    }
   }
 }
 
 template <bool WIDE, typename S, typename CastFn>
-FASTLOAD_INLINE void run_any_rows(const Plan& p, const ImageView& in, const OutputView& out, CastFn cast) {
-  if (p.clipped) return run_rows_clipped<WIDE, S>(p, in, out, cast);
-  run_rows<WIDE, S>(p, in, out, cast);
+FASTLOAD_INLINE void run_cast(Plan& p, const ImageView& in, const OutputView& out, CastFn cast) {
+  S* base = static_cast<S*>(out.data);
+  auto store = [&](int y) { store_row(p, base + y * out.stride_y, out.stride_c, out.stride_x, cast); };
+  if (p.color == nullptr || !p.color->any()) return run_any_rows<WIDE>(p, in, store);
+  if (p.color->quantized()) {
+    p.luma_sum = 0;
+    run_any_rows<WIDE>(p, in, [&](int y) { color_first_row(p, y); });
+  } else {  // erasing only: the float values are stored as usual, then erased
+    run_any_rows<WIDE>(p, in, store);
+  }
+  color_finish<S>(p, out, cast);
 }
 
 template <bool WIDE, typename T>
-FASTLOAD_INLINE void run_sample(const Plan& p, const ImageView& in, const OutputView& out) {
+FASTLOAD_INLINE void run_sample(Plan& p, const ImageView& in, const OutputView& out) {
   using S = typename Cast<T>::Storage;
   if constexpr (std::is_same_v<T, uint8_t>) {
-    if (p.uint8_bounded)
-      return run_any_rows<WIDE, S>(p, in, out, [](float v) { return augment::to_uint8_bounded(v); });
+    if (p.uint8_bounded) return run_cast<WIDE, S>(p, in, out, [](float v) { return augment::to_uint8_bounded(v); });
   }
-  run_any_rows<WIDE, S>(p, in, out, [](float v) { return Cast<T>::apply(v); });
+  run_cast<WIDE, S>(p, in, out, [](float v) { return Cast<T>::apply(v); });
 }
 
 // The same loops compiled for baseline x86-64 (SSE2) and for AVX2+FMA, chosen at run
 // time: the wheel must run on any x86-64, and -march=native is not an option.
 template <typename T>
-void run_sample_default(const Plan& p, const ImageView& in, const OutputView& out) {
+void run_sample_default(Plan& p, const ImageView& in, const OutputView& out) {
   run_sample<false, T>(p, in, out);
 }
 
 #if defined(__x86_64__) && defined(FASTLOAD_VECTOR_EXT)
 #define FASTLOAD_HAVE_AVX2_PATH 1
 template <typename T>
-__attribute__((target("avx2,fma"))) void run_sample_avx2(const Plan& p, const ImageView& in,
+__attribute__((target("avx2,fma"))) void run_sample_avx2(Plan& p, const ImageView& in,
                                                            const OutputView& out) {
   run_sample<true, T>(p, in, out);
 }
@@ -504,7 +571,7 @@ bool use_avx2() {
 #endif
 
 template <typename T>
-void dispatch_sample(const Plan& p, const ImageView& in, const OutputView& out) {
+void dispatch_sample(Plan& p, const ImageView& in, const OutputView& out) {
 #if defined(FASTLOAD_HAVE_AVX2_PATH)
   if (use_avx2()) return run_sample_avx2<T>(p, in, out);
 #endif
@@ -522,10 +589,17 @@ const char* crop_resize_flip_normalize_cpu_path() {
 
 void crop_resize_flip_normalize_cpu(const ImageView& in, const Box& box, const Resample& resample, float scale,
                                     const float* mean, const float* std, const OutputView& out,
-                                    ResizeScratch& scratch) {
+                                    ResizeScratch& scratch, const augment::color::ColorPass* color) {
   if (out.height <= 0 || out.width <= 0) return;
   Plan plan;
   build_plan(in, box, resample, scale, mean, std, out, scratch, plan);
+  plan.color = color;
+  plan.luma_sum = 0;
+  plan.pixels = nullptr;
+  if (color != nullptr && color->quantized()) {
+    scratch.color_pixels.resize(static_cast<size_t>(out.height) * out.width * in.channels);
+    plan.pixels = scratch.color_pixels.data();
+  }
   switch (out.dtype) {
     case c10::ScalarType::Byte:
       return dispatch_sample<uint8_t>(plan, in, out);
@@ -579,8 +653,13 @@ namespace {
 void crop_resize_flip_normalize_batch_op(const at::Tensor& images, const at::Tensor& shapes_in,
                                          const at::Tensor& boxes_in, const at::Tensor& flips_in, double scale,
                                          const at::Tensor& mean_in, const at::Tensor& std_in,
-                                         const at::Tensor& out, int64_t interpolation) {
+                                         const at::Tensor& out, int64_t interpolation,
+                                         const std::optional<at::Tensor>& color_in) {
   check_batch_arguments(images, shapes_in, boxes_in, flips_in, scale, mean_in, std_in, out);
+  if (color_in.has_value()) check_color(*color_in, out);
+  const auto* color = color_in.has_value()
+                          ? reinterpret_cast<const augment::color::ColorPass*>(color_in->data_ptr<uint8_t>())
+                          : nullptr;
   const Interpolation mode = check_interpolation(kBatchOp, interpolation);
   const int64_t N = out.size(0), C = out.size(1), OH = out.size(2), OW = out.size(3);
   const at::Tensor shapes = shapes_in.contiguous(), boxes = boxes_in.contiguous(), flips = flips_in.contiguous();
@@ -600,6 +679,11 @@ void crop_resize_flip_normalize_batch_op(const at::Tensor& images, const at::Ten
                          "width * channels < 2^31, row_stride >= width * channels), got (", offset, ", ", h,
                          ", ", w, ", ", stride, "). Check the packing offsets.");
     check_box(kBatchOp, box[4 * i], box[4 * i + 1], box[4 * i + 2], box[4 * i + 3], i);
+    FASTLOAD_CHECK_VALUE(color == nullptr || augment::color::color_pass_valid(color[i], static_cast<int>(OH),
+                                                                              static_cast<int>(OW)),
+                         kBatchOp, "expected color[", i, "] to be a colour record of a ", OH, "x", OW,
+                         " sample (erased rectangle inside it, the jitter order a permutation), got another. "
+                         "Make the records with fastload._C.color_passes for this output size.");
   }
   if (N == 0 || out.numel() == 0) return;
   const uint8_t* data = images.data_ptr<uint8_t>();
@@ -615,7 +699,8 @@ void crop_resize_flip_normalize_batch_op(const at::Tensor& images, const at::Ten
                       static_cast<int>(OH), static_cast<int>(OW), out.stride(1), out.stride(2), out.stride(3)};
       const Resample resample{flip[flip_columns * i], flip_columns == 2 && flip[2 * i + 1], mode};
       crop_resize_flip_normalize_cpu(in, Box{b[0], b[1], b[2], b[3]}, resample, static_cast<float>(scale),
-                                     mean.data_ptr<float>(), std.data_ptr<float>(), view, scratch);
+                                     mean.data_ptr<float>(), std.data_ptr<float>(), view, scratch,
+                                     color != nullptr ? color + i : nullptr);
     }
   });
 }

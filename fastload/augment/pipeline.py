@@ -37,10 +37,54 @@ def apply_plan_reference(plan: Plan, image: torch.Tensor, *, epoch: int, index: 
                                           torch.tensor([[height, width]]))
     top, left, view_height, view_width = views[0].tolist()
     view = image[top:top + view_height, left:left + view_width]
-    return reference.crop_resize_flip_normalize(
-        view, relative[0].tolist(), list(plan.out_size), flip, plan.value_scale, list(plan.mean), list(plan.std),
-        plan.dtype, False
-    )
+    interpolation = plan.interpolation.name.lower()
+    if not (list(plan.jitter) or plan.grayscale_p > 0 or plan.erase_p > 0):
+        return reference.crop_resize_flip_normalize(
+            view, relative[0].tolist(), list(plan.out_size), flip, plan.value_scale, list(plan.mean),
+            list(plan.std), plan.dtype, False, interpolation=interpolation
+        )
+    return _apply_color_reference(plan, view, relative[0].tolist(), flip, interpolation, epoch, index)
+
+
+def _apply_color_reference(plan: Plan, view: torch.Tensor, box, flip, interpolation: str, epoch: int,
+                           index: int) -> torch.Tensor:
+    """The colour plans' twin, in torchvision's order: the resize rounded to uint8 (the
+    PIL image), ColorJitter and grayscale on it (color.py's PIL twins), the value map,
+    then RandomErasing on the result; parameters from the engine's samplers."""
+    from fastload import reference
+    from fastload.augment import color
+    from fastload.augment.plan import jitter_nan_ranges
+
+    core = _ext.require_ops()
+    channels = plan.channels
+    quantized = bool(list(plan.jitter)) or plan.grayscale_p > 0
+    identity = [0.0] * channels, [1.0] * channels
+    resampled = reference.crop_resize_flip_normalize(view, box, list(plan.out_size), flip, 1.0, *identity,
+                                                     torch.float32, False, interpolation=interpolation)
+    values = resampled.to(torch.float64)
+    if quantized:
+        pixels = torch.floor(values.clamp(0, 255) + 0.5).to(torch.uint8).permute(1, 2, 0)  # HWC
+        indices = torch.tensor([index], dtype=torch.int64)
+        if list(plan.jitter):
+            order, factors = core.color_jitter_params(indices, plan.seed, epoch, jitter_nan_ranges(plan.jitter))
+            pixels = color.color_jitter(pixels, order[0].tolist(), factors[0].tolist())
+        if plan.grayscale_p > 0 and bool(core.random_grayscale_params(indices, plan.seed, epoch,
+                                                                      plan.grayscale_p)[0]):
+            pixels = color.pil_grayscale(pixels, channels)
+        values = pixels.permute(2, 0, 1).to(torch.float64)
+    mean = torch.tensor(list(plan.mean), dtype=torch.float64).view(-1, 1, 1)
+    std = torch.tensor(list(plan.std), dtype=torch.float64).view(-1, 1, 1)
+    values = (values * float(torch.tensor(plan.value_scale, dtype=torch.float32)) - mean) / std
+    if plan.erase_p > 0:
+        box = core.random_erasing_params(torch.tensor([index]), plan.seed, epoch, plan.out_height, plan.out_width,
+                                         plan.erase_p, [plan.erase_scale_min, plan.erase_scale_max],
+                                         [plan.erase_ratio_min, plan.erase_ratio_max])[0].tolist()
+        if plan.erase_random == 2:  # one normal per channel: those of elements 0 .. C-1
+            fill = color.erase_normals(plan.seed, epoch, index, channels).tolist()
+        else:
+            fill = [] if plan.erase_random else list(plan.erase_value)
+        values = color.erase(values.permute(1, 2, 0), box, fill, plan.seed, epoch, index).permute(2, 0, 1)
+    return reference._cast(values, plan.dtype)
 
 
 def apply_ops_reference(ops: Sequence[Any], image: torch.Tensor, *, seed: int, epoch: int, index: int) -> torch.Tensor:
