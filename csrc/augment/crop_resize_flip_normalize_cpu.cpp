@@ -91,6 +91,7 @@ struct Plan {
   float* hrow;      // horizontal result (clipped: vertical result): RGBx [out_w + 1][4], or gray [out_w]
   float* hscratch;  // clipped only: one source row's horizontal result, as hrow
   bool clipped;     // bicubic: horizontal pass first, each pass clipped to [0, 255]
+  bool round_intermediate;  // and the horizontal result rounded to uint8, as Pillow's (colour ops)
   float alpha[3], beta[3];
   bool uint8_bounded;  // every output value is below 2^31 in magnitude
   // Colour ops (color_pass.h), or null: the resampled rows are rounded into `pixels`
@@ -113,10 +114,13 @@ void axis_taps(const Axis& axis, int n, std::vector<Taps>& taps) {
 }
 
 void build_plan(const ImageView& in, const Box& box, const Resample& resample, float scale, const float* mean,
-                const float* std, const OutputView& out, ResizeScratch& scratch, Plan& plan) {
+                const float* std, const OutputView& out, ResizeScratch& scratch, Plan& plan, bool pil_order) {
   const int C = in.channels, OH = out.height, OW = out.width;
   const bool flip = resample.flip;
-  plan.clipped = augment::clips(resample.interpolation);
+  // Pillow's order (horizontal pass first, its uint8 intermediate) where a uint8 image
+  // is the result (the colour ops' PIL stage), or where the filter must clip (bicubic).
+  plan.clipped = augment::clips(resample.interpolation) || pil_order;
+  plan.round_intermediate = pil_order;
   plan.channels = C;
   plan.out_h = OH;
   plan.out_w = OW;
@@ -428,6 +432,11 @@ FASTLOAD_INLINE void run_rows(const Plan& p, const ImageView& in, Sink sink) {
   }
 }
 
+// dst[i] = src[i] clipped and rounded half up, Pillow's uint8 intermediate (dst may be src).
+FASTLOAD_INLINE void round_row(const float* src, int n, float* dst) {
+  for (int i = 0; i < n; ++i) dst[i] = static_cast<float>(augment::color::resampled_to_uint8(src[i]));
+}
+
 // dst[i] = clip_pixel(src[i]), i < n (dst may be src).
 FASTLOAD_INLINE void clip_row(const float* src, int n, float* dst) {
   for (int i = 0; i < n; ++i) dst[i] = augment::clip_pixel(src[i]);
@@ -456,7 +465,11 @@ FASTLOAD_INLINE void run_rows_clipped(const Plan& p, const ImageView& in, Sink s
           if (p.ring_row[slot] != r) {
             convert_row(base + r * in.row_stride, n, p.row);
             horizontal_pass<WIDE>(p, p.hscratch);
-            clip_row(p.hscratch, nh, resampled);
+            if (p.round_intermediate) {
+              round_row(p.hscratch, nh, resampled);
+            } else {
+              clip_row(p.hscratch, nh, resampled);
+            }
             p.ring_row[slot] = r;
           }
           src[k] = resampled;
@@ -505,8 +518,8 @@ FASTLOAD_INLINE void color_finish(Plan& p, const OutputView& out, CastFn cast) {
   const int mean = augment::color::pil_contrast_mean(p.luma_sum, static_cast<int64_t>(p.out_h) * OW);
   S* base = static_cast<S*>(out.data);
   for (int y = 0; y < p.out_h; ++y) {
-    uint8_t* row = p.pixels + static_cast<size_t>(y) * OW * C;
     if (cp.quantized()) {
+      uint8_t* row = p.pixels + static_cast<size_t>(y) * OW * C;
       for (int x = 0; x < OW; ++x) {
         uint8_t* px = row + x * C;
         augment::color::color_second(cp, px, C, mean);
@@ -592,11 +605,12 @@ void crop_resize_flip_normalize_cpu(const ImageView& in, const Box& box, const R
                                     ResizeScratch& scratch, const augment::color::ColorPass* color) {
   if (out.height <= 0 || out.width <= 0) return;
   Plan plan;
-  build_plan(in, box, resample, scale, mean, std, out, scratch, plan);
+  const bool quantized = color != nullptr && color->quantized();
+  build_plan(in, box, resample, scale, mean, std, out, scratch, plan, quantized);
   plan.color = color;
   plan.luma_sum = 0;
   plan.pixels = nullptr;
-  if (color != nullptr && color->quantized()) {
+  if (quantized) {
     scratch.color_pixels.resize(static_cast<size_t>(out.height) * out.width * in.channels);
     plan.pixels = scratch.color_pixels.data();
   }

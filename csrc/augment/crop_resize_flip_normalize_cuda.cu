@@ -133,6 +133,9 @@ __global__ void crop_resize_flip_normalize_kernel(Source source, int64_t batch, 
     const Taps ty = augment::compute_taps(ay, s.flip_v ? out_h - 1 - y : y);
     const Taps tx = augment::compute_taps(ax, s.flip ? out_w - 1 - x : x);
     const bool clip = augment::clips(mode);
+    // The colour ops' PIL stage: Pillow's uint8 intermediate after the horizontal pass.
+    const ColorPass* cp = color.of(n);
+    const bool pil_round = cp != nullptr && cp->quantized();
     float acc[C];
 #pragma unroll
     for (int c = 0; c < C; ++c) acc[c] = 0.0f;
@@ -149,10 +152,13 @@ __global__ void crop_resize_flip_normalize_kernel(Source source, int64_t batch, 
         for (int c = 0; c < C; ++c) row_acc[c] += w * static_cast<float>(__ldg(row + kx * C + c));
       }
 #pragma unroll
-      for (int c = 0; c < C; ++c) acc[c] += wy * (clip ? augment::clip_pixel(row_acc[c]) : row_acc[c]);
+      for (int c = 0; c < C; ++c) {
+        float h = clip ? augment::clip_pixel(row_acc[c]) : row_acc[c];
+        if (pil_round) h = static_cast<float>(augment::color::resampled_to_uint8(h));
+        acc[c] += wy * h;
+      }
     }
-    const ColorPass* cp = color.of(n);
-    if (cp != nullptr && cp->quantized()) {  // the PIL stage: uint8, first colour steps
+    if (pil_round) {  // the PIL stage: uint8, first colour steps
       uint8_t px[C];
 #pragma unroll
       for (int c = 0; c < C; ++c) px[c] = augment::color::resampled_to_uint8(clip ? augment::clip_pixel(acc[c]) : acc[c]);

@@ -58,12 +58,17 @@ def _apply_color_reference(plan: Plan, view: torch.Tensor, box, flip, interpolat
     core = _ext.require_ops()
     channels = plan.channels
     quantized = bool(list(plan.jitter)) or plan.grayscale_p > 0
-    identity = [0.0] * channels, [1.0] * channels
-    resampled = reference.crop_resize_flip_normalize(view, box, list(plan.out_size), flip, 1.0, *identity,
-                                                     torch.float32, False, interpolation=interpolation)
-    values = resampled.to(torch.float64)
     if quantized:
-        pixels = torch.floor(values.clamp(0, 255) + 0.5).to(torch.uint8).permute(1, 2, 0)  # HWC
+        # Pillow's resize: horizontal pass first, rounded to uint8, then the vertical one.
+        top, left, height, width = (float(v) for v in box)
+        rows = reference.axis_weights(top, height, view.shape[0], plan.out_height, interpolation)
+        cols = reference.axis_weights(left, width, view.shape[1], plan.out_width, interpolation)
+        source = view.permute(2, 0, 1).to(torch.float64)
+        horizontal = torch.floor((source @ cols.T).clamp(0, 255) + 0.5)
+        values = (rows @ horizontal).clamp(0, 255)
+        if flip:
+            values = values.flip(-1)
+        pixels = torch.floor(values + 0.5).to(torch.uint8).permute(1, 2, 0)  # HWC
         indices = torch.tensor([index], dtype=torch.int64)
         if list(plan.jitter):
             order, factors = core.color_jitter_params(indices, plan.seed, epoch, jitter_nan_ranges(plan.jitter))
@@ -72,6 +77,10 @@ def _apply_color_reference(plan: Plan, view: torch.Tensor, box, flip, interpolat
                                                                       plan.grayscale_p)[0]):
             pixels = color.pil_grayscale(pixels, channels)
         values = pixels.permute(2, 0, 1).to(torch.float64)
+    else:
+        identity = [0.0] * channels, [1.0] * channels
+        values = reference.crop_resize_flip_normalize(view, box, list(plan.out_size), flip, 1.0, *identity,
+                                                      torch.float32, False, interpolation=interpolation).double()
     mean = torch.tensor(list(plan.mean), dtype=torch.float64).view(-1, 1, 1)
     std = torch.tensor(list(plan.std), dtype=torch.float64).view(-1, 1, 1)
     values = (values * float(torch.tensor(plan.value_scale, dtype=torch.float32)) - mean) / std
