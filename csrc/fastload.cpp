@@ -347,7 +347,7 @@ void bind_plan(py::module_& m) {
 
 void bind_engine(py::module_& m) {
   using engine::BatchEngine;
-  py::tuple stages(engine::kStageCount);
+  py::tuple stages(static_cast<size_t>(engine::kStageCount));
   for (int stage = 0; stage < engine::kStageCount; ++stage) stages[stage] = engine::kStageNames[stage];
   m.attr("engine_stages") = stages;  // the columns of BatchEngine.thread_times, in order
   py::class_<BatchEngine>(m, "BatchEngine", "Thread pool that reads, decodes and augments whole batches.")

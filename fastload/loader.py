@@ -408,6 +408,7 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         # in flight keep them all busy; torch's per-worker multiple would only hold more
         # batch memory.
         depth = max(2, self.prefetch_factor or 2)
+        self._runner.keep_in_flight(depth)
         return NativeFeed(self._runner, self._cursor.batches(), epoch, depth)
 
     def _generic_feed(self, epoch: int) -> GenericFeed:

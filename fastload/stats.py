@@ -42,10 +42,18 @@ Keys of the dict (seconds are float, counts int):
                     decoded), gpu_cpu_fallback (decode_on="gpu": images nvJPEG rejected
                     and the CPU decoded), engine_s (submit to result, summed over
                     batches: several overlap), wait_s (time result() waited for the
-                    engine), threads
+                    engine), threads, queue_depth (batches submitted to the engine when
+                    one was taken, on average: below the prefetch depth, the engine lags)
+
+`print(loader.stats())` shows the stages that ran on the loader's path (the workers'
+fetch/collate, or the engine's read/header/decode/augment; then pin, transfer, copy and
+the loop's wait), each with seconds, ms per batch and per sample and its share, and a
+verdict line: the input keeps up (stall below 5%), or which stage to speed up.
 
 Every stage also shows in profiler traces as a `torch.profiler.record_function` range
-named "fastload.<stage>" (fetch and collate in the worker processes' own traces). On the
+named "fastload.<stage>" (fetch and collate in the worker processes' own traces; each
+batch a worker made adds a "fastload.worker_batch" range to the main process's trace,
+its arguments the worker's fetch/collate/pin milliseconds for that batch). On the
 native path each sample's engine stages are ranges on the engine's own threads
 ("fastload.read", "fastload.decode", "fastload.augment"), and each batch adds a
 "fastload.engine_stages" range whose arguments are the engine's CPU milliseconds per stage
@@ -66,7 +74,9 @@ Example:
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
 
 STAGES = ("fetch", "collate", "pin", "transfer", "copy", "wait")
 _STAGE_LABELS = {
@@ -77,6 +87,18 @@ _STAGE_LABELS = {
     "copy": "copy (device)",
     "wait": "wait (loop)",
 }
+
+
+def profile_summary(name: str, milliseconds: Dict[str, float]) -> None:
+    """Records a zero-length profiler range `name` whose arguments are `milliseconds`
+    (stage -> ms), when a torch.profiler is recording: work done where the main
+    process's trace cannot see it (engine threads' totals, worker processes) shows in the
+    trace beside the batch it fed. Costs one check when nothing is recording."""
+    if not torch.autograd._profiler_enabled():
+        return
+    args = {stage: round(ms, 3) for stage, ms in milliseconds.items()}
+    with torch.profiler.record_function(name, args=str(args)):
+        pass
 
 
 class Stats(dict):
@@ -169,32 +191,49 @@ def _fmt(value: Optional[float], unit: str = "s") -> str:
     return "-" if value is None else f"{value:.3f} {unit}"
 
 
-def _native_lines(native: Dict[str, Any]) -> List[str]:
-    """The native engine's part of the report: where its threads' CPU time went, per
-    stage (the one to fix is the largest share), then its counters."""
-    lines = []
-    stages = native.get("stages_s") or {}
-    total = sum(stages.values())
-    images = native.get("images") or 0
-    if stages:
-        lines.append(f"  {'engine stage (CPU)':<20}{'seconds':>10}{'ms/image':>11}{'share':>8}")
-        for name, seconds in stages.items():
-            per = f"{1e3 * seconds / images:.3f}" if images else "-"
-            share = f"{100 * seconds / total:.0f}%" if total > 0 else "-"
-            lines.append(f"  {name:<20}{seconds:>10.3f}{per:>11}{share:>8}")
-        threads = native.get("thread_stages_s") or []
-        if threads:
-            busy = ", ".join(f"{sum(v for k, v in t.items() if k != 'samples'):.2f} s / {t['samples']}"
-                             for t in threads)
-            lines.append(f"  engine threads (CPU s / samples): {busy}")
-    counters = {k: v for k, v in native.items() if not isinstance(v, (dict, list))}
-    lines.append("  native: " + ", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
-                                          for k, v in counters.items()))
-    return lines
+# Below this data-stall fraction the input pipeline keeps up with the training loop.
+KEEPS_UP = 0.05
+
+
+def stage_times(stats: Dict[str, Any]) -> List[Tuple[str, float]]:
+    """(label, seconds) of every input stage that ran, in data-flow order: the workers'
+    fetch/collate or the engine's read/header/decode/augment, then pin, transfer, copy.
+    Stages that do not run on this path are left out rather than shown as zeros.
+
+    Example:
+        >>> stage_times({"fetch_s": 2.0, "collate_s": 0.5, "wait_s": 1.0})
+        [('fetch (workers)', 2.0), ('collate (workers)', 0.5)]
+    """
+    native = stats.get("native") or {}
+    rows: List[Tuple[str, float]] = []
+    for name, seconds in (native.get("stages_s") or {}).items():
+        rows.append((f"{name} (engine)", float(seconds)))
+    for stage in STAGES[:-1]:
+        seconds = stats.get(f"{stage}_s") or 0.0
+        if seconds > 0 or (stage in ("fetch", "collate") and not native):
+            rows.append((_STAGE_LABELS[stage], float(seconds)))
+    return rows
+
+
+def _verdict(stats: Dict[str, Any], rows: List[Tuple[str, float]]) -> str:
+    """One line that says what to fix: nothing (the input keeps up), or the stage with the
+    most CPU time when the loop waits."""
+    stall = stats.get("stall_fraction")
+    if stall is None:
+        return "verdict: fewer than two batches, no steady state to judge"
+    if stall < KEEPS_UP:
+        return f"verdict: the input keeps up (the loop waited {100 * stall:.1f}% of the time): speed up the model"
+    if not rows or sum(seconds for _, seconds in rows) <= 0:
+        return f"verdict: the loop waited {100 * stall:.0f}% of the time for data"
+    label, seconds = max(rows, key=lambda row: row[1])
+    share = seconds / sum(s for _, s in rows)
+    return (f"verdict: the loop waited {100 * stall:.0f}% of the time for data; the largest input stage is "
+            f"{label.split(' (')[0]} ({100 * share:.0f}% of the input time): speed it up or give it more cores")
 
 
 def report(stats: Dict[str, Any]) -> str:
-    """A readable multi-line report of a loader.stats() dict.
+    """A readable table of a loader.stats() dict: throughput, the data stall, the time of
+    each input stage that ran (the workers' or the engine's), and which one to fix.
 
     Example:
         >>> print(report({"path": "generic: test", "batches": 0}).splitlines()[0])
@@ -204,8 +243,9 @@ def report(stats: Dict[str, Any]) -> str:
     """
     g = stats.get
     batches = g("batches") or 0
+    samples = g("samples") or 0
     lines = [f"fastload.DataLoader stats ({g('path', '?')})"]
-    lines.append(f"  epochs {g('epochs', 0)}, batches {batches}, samples {g('samples', 0)}, "
+    lines.append(f"  epochs {g('epochs', 0)}, batches {batches}, samples {samples}, "
                  f"skipped {g('skipped', 0)}"
                  + (f" (+{g('skipped_at_index')} at index time)" if g("skipped_at_index") else ""))
     sps = g("samples_per_s")
@@ -214,14 +254,32 @@ def report(stats: Dict[str, Any]) -> str:
     stall = g("stall_fraction")
     lines.append("  data stall " + ("-" if stall is None else f"{100 * stall:.1f}%")
                  + " (share of the time between batches spent waiting in __next__)")
-    lines.append(f"  {'stage':<20}{'seconds':>10}{'ms/batch':>11}")
-    for stage in STAGES:
-        seconds = g(f"{stage}_s")
-        if seconds is None:
-            continue
-        per = f"{1e3 * seconds / batches:.2f}" if batches else "-"
-        lines.append(f"  {_STAGE_LABELS[stage]:<20}{seconds:>10.3f}{per:>11}")
+    rows = stage_times(stats)
+    total = sum(seconds for _, seconds in rows)
+    lines.append(f"  {'stage':<20}{'seconds':>10}{'ms/batch':>10}{'ms/sample':>11}{'share':>7}")
+    for label, seconds in rows + [(_STAGE_LABELS["wait"], float(g("wait_s") or 0.0))]:
+        per_batch = f"{1e3 * seconds / batches:.2f}" if batches else "-"
+        per_sample = f"{1e3 * seconds / samples:.3f}" if samples else "-"
+        share = f"{100 * seconds / total:.0f}%" if total > 0 and label != _STAGE_LABELS["wait"] else ""
+        lines.append(f"  {label:<20}{seconds:>10.3f}{per_batch:>10}{per_sample:>11}{share:>7}")
+    lines.append("  " + _verdict(stats, rows))
     native = g("native")
     if native:
         lines.extend(_native_lines(native))
     return "\n".join(lines)
+
+
+def _native_lines(native: Dict[str, Any]) -> List[str]:
+    """The engine's threads (how evenly their CPU time spread), its queue, its counters."""
+    lines = []
+    threads = native.get("thread_stages_s") or []
+    if threads:
+        busy = ", ".join(f"{sum(v for k, v in t.items() if k != 'samples'):.2f} s / {t['samples']}" for t in threads)
+        lines.append(f"  engine threads (CPU s / samples): {busy}")
+    depth = native.get("queue_depth")
+    if depth is not None:
+        lines.append(f"  engine queue: {depth:.1f} batches submitted on average when one was taken")
+    counters = {k: v for k, v in native.items() if not isinstance(v, (dict, list)) and k != "queue_depth"}
+    lines.append("  native: " + ", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
+                                          for k, v in counters.items()))
+    return lines

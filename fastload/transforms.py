@@ -37,8 +37,8 @@ Example:
 from __future__ import annotations
 
 from fastload.augment.color import ColorJitter, Grayscale, RandomErasing, RandomGrayscale
-from fastload.augment.specs import (CenterCrop, Normalize, RandomCrop, RandomHorizontalFlip, RandomResizedCrop, Resize,
-                                    ToDtype)
+from fastload.augment.specs import (CenterCrop, Normalize, RandomCrop, RandomHorizontalFlip, RandomResizedCrop,
+                                    RandomVerticalFlip, Resize, ToDtype)
 
-__all__ = ["RandomResizedCrop", "Resize", "CenterCrop", "RandomCrop", "RandomHorizontalFlip", "Normalize", "ToDtype",
-           "ColorJitter", "Grayscale", "RandomGrayscale", "RandomErasing"]
+__all__ = ["RandomResizedCrop", "Resize", "CenterCrop", "RandomCrop", "RandomHorizontalFlip", "RandomVerticalFlip",
+           "Normalize", "ToDtype", "ColorJitter", "Grayscale", "RandomGrayscale", "RandomErasing"]

@@ -395,6 +395,16 @@ def test_plot_draws_every_contender(tmp_path):
     assert "fastload (train)" in (tmp_path / "bench.svg").read_text()
 
 
+def test_plot_draws_the_stage_breakdown_of_fastload_contenders(tmp_path):
+    pytest.importorskip("matplotlib")
+    rows = [{"contender": "baseline", "pipeline": "train", "status": "ok", "images_per_s": 200.0},
+            {"contender": "fastload", "pipeline": "train", "status": "ok", "images_per_s": 900.0,
+             "stages_ms_per_image": {"read (engine)": 0.05, "decode (engine)": 0.9, "wait (loop)": 0.2}}]
+    report.plot(rows, str(tmp_path / "bench.svg"))
+    svg = (tmp_path / "bench.svg").read_text()
+    assert "input stages" in svg and "decode (engine)" in svg and "wait (loop)" in svg
+
+
 def test_plot_without_matplotlib_says_how_to_get_it(monkeypatch, tmp_path):
     import builtins
 

@@ -364,11 +364,20 @@ def test_timm_create_transform_output_maps_its_classes():
 
 
 def test_interpolations_the_engine_lacks_are_refused_naming_the_mode():
-    for transform in (T.Resize(8, interpolation=T.InterpolationMode.BICUBIC),
-                      v2.RandomResizedCrop(8, interpolation=v2.InterpolationMode.NEAREST),
-                      RandomResizedCropAndInterpolation(8, interpolation="bicubic")):
+    for transform in (T.Resize(8, interpolation=T.InterpolationMode.LANCZOS),
+                      v2.RandomResizedCrop(8, interpolation=v2.InterpolationMode.BOX),
+                      T.Resize(8, interpolation=T.InterpolationMode.HAMMING)):
         assert split_transform(transform).blockers == (
-            f"{transform!r}: uses {transform.interpolation} interpolation (native: bilinear only)",)
+            f"{transform!r}: uses {transform.interpolation} interpolation (native: bilinear, bicubic, nearest only)",)
+
+
+def test_bicubic_and_nearest_resizes_convert_with_their_mode():
+    converted = [split_transform(t).native[0] for t in (
+        T.Resize(8, interpolation=T.InterpolationMode.BICUBIC),
+        v2.RandomResizedCrop(8, interpolation=v2.InterpolationMode.NEAREST),
+        RandomResizedCropAndInterpolation(8, interpolation="bicubic"))]
+    assert [spec.interpolation for spec in converted] == ["bicubic", "nearest", "bicubic"]
+    assert split_transform(T.RandomVerticalFlip(0.3)).native == (specs.RandomVerticalFlip(0.3),)
 
 
 # ---- every blocker at once, explain ---------------------------------------------------------

@@ -73,9 +73,9 @@ def test_report_is_readable():
     list(loader)
     text = fastload.stats.report(loader.stats())
     assert text.splitlines()[0] == f"fastload.DataLoader stats ({loader.path})"
-    for word in ("samples/s", "data stall", "fetch (workers)", "collate (workers)", "pin", "transfer (host)",
-                 "wait (loop)"):
+    for word in ("samples/s", "data stall", "fetch (workers)", "collate (workers)", "wait (loop)", "verdict:"):
         assert word in text
+    assert "transfer (host)" not in text  # a stage this loader does not run is left out, not shown as 0
     assert "batches 2, samples 8" in text
 
 
@@ -91,7 +91,7 @@ def test_profiler_ranges():
 
 
 NATIVE_KEYS = {"images", "batches", "skipped", "pil_fallback", "gpu_cpu_fallback", "engine_s", "wait_s", "threads",
-               "stages_s", "thread_stages_s"}
+               "stages_s", "thread_stages_s", "queue_depth"}
 
 
 @pytest.mark.skipif(not fastload._ext.has_ops(), reason="fastload._C not built")
@@ -135,7 +135,10 @@ def test_native_stats_say_which_engine_stage_took_the_cpu_time(tmp_path):
     for stage in STAGES:  # the total is the threads' sum
         assert native["stages_s"][stage] == pytest.approx(sum(t[stage] for t in threads))
     text = str(loader.stats())
-    assert "engine stage (CPU)" in text and "decode" in text and "ms/image" in text and "share" in text
+    rows = {line.split()[0]: line for line in text.splitlines()[5:] if "(engine)" in line}
+    assert set(rows) == set(STAGES) and "ms/sample" in text and "share" in text
+    assert "fetch (workers)" not in text and "collate (workers)" not in text  # the engine does their work
+    assert "engine queue:" in text and text.count("verdict:") == 1
 
 
 @pytest.mark.skipif(not fastload._ext.has_ops(), reason="fastload._C not built")
@@ -163,3 +166,43 @@ def test_engine_stages_show_in_a_profiler_trace(tmp_path):
     assert engine_threads and not engine_threads & main_thread  # on the engine's own threads
     summaries = [e for e in events if e.name == "fastload.engine_stages"]
     assert len(summaries) == 2  # one per batch
+
+
+def test_the_verdict_names_the_largest_input_stage_only_when_the_loop_waits():
+    native = {"images": 100, "stages_s": {"read": 0.1, "header": 0.05, "decode": 2.0, "augment": 0.5}}
+    waiting = {"path": "native: x", "batches": 10, "samples": 100, "stall_fraction": 0.6, "wait_s": 3.0,
+               "native": native}
+    assert "largest input stage is decode (75% of the input time)" in fastload.stats.report(waiting)
+    keeping_up = dict(waiting, stall_fraction=0.01)
+    assert "the input keeps up" in fastload.stats.report(keeping_up)
+    generic = {"path": "generic: x", "batches": 10, "samples": 100, "stall_fraction": 0.5, "fetch_s": 1.0,
+               "collate_s": 3.0, "transfer_s": 0.5}
+    text = fastload.stats.report(generic)
+    assert "largest input stage is collate" in text and "transfer (host)" in text
+
+
+@pytest.mark.timeout(120)
+def test_worker_times_reach_the_main_process_trace():
+    from torch.profiler import ProfilerActivity, profile
+
+    loader = DataLoader(Squares(8), batch_size=4, num_workers=1)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        list(loader)
+    summaries = [e for e in prof.events() if e.name == "fastload.worker_batch"]
+    assert len(summaries) == 2  # one per batch, recorded in this process
+
+
+@pytest.mark.skipif(not fastload._ext.has_ops(), reason="fastload._C not built")
+@pytest.mark.parametrize("prefetch_factor", [2, 3])
+def test_native_batch_memory_is_bounded_by_what_is_in_flight(tmp_path, prefetch_factor):
+    from fastload.native.producers import HELD_BY_LOOP
+
+    import jpeg_samples as js
+
+    js.write_image_folder(tmp_path, classes=2, per_class=12)
+    dataset = fastload.ImageFolder(str(tmp_path), transforms=[fastload.transforms.RandomResizedCrop(16)])
+    loader = DataLoader(dataset, batch_size=2, num_workers=1, prefetch_factor=prefetch_factor)
+    held = list(loader)  # a loop that keeps every batch: reuse cannot hide extra buffers
+    assert len(held) == 12
+    kept = loader._runner.producer._buffers.kept
+    assert kept == prefetch_factor + HELD_BY_LOOP, kept

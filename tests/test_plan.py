@@ -76,7 +76,7 @@ def test_torchvision_eval_and_uint8_transforms_convert():
 
 @pytest.mark.parametrize("transform,reason", [
     (T.Grayscale(), "no native equivalent"),
-    (T.Resize(10, interpolation=T.InterpolationMode.NEAREST), "interpolation"),
+    (T.Resize(10, interpolation=T.InterpolationMode.LANCZOS), "interpolation"),
     (v2.Resize(10, antialias=False), "antialias=False"),
     (v2.ToDtype({torch.Tensor: torch.float32}), "dict of dtypes"),
 ])

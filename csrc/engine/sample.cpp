@@ -10,6 +10,8 @@
 #include "augment/geometry.h"
 #include "check.h"
 
+#include <ATen/record_function.h>
+
 namespace fastload::engine {
 namespace {
 

@@ -11,17 +11,12 @@ import torch
 
 from fastload import _ext
 from fastload.augment.plan import Plan, build_plan
+from fastload.native.contract import interpolation_of, region_of
 
 
 @functools.lru_cache(maxsize=64)
 def _cached_plan(ops: tuple, channels: int, seed: int) -> Plan:
     return build_plan(ops, channels=channels, seed=seed)
-
-
-def region(plan: Plan, height: int, width: int, epoch: int, index: int):
-    """(box, clamp, flip) of one sample in full-resolution pixels, from the C++ engine's
-    own geometry code (csrc/augment/geometry.cpp region_of), so both paths agree to the bit."""
-    return _ext.require_ops().region_of(plan, height, width, epoch, index)
 
 
 def apply_plan_reference(plan: Plan, image: torch.Tensor, *, epoch: int, index: int) -> torch.Tensor:
@@ -30,23 +25,25 @@ def apply_plan_reference(plan: Plan, image: torch.Tensor, *, epoch: int, index: 
 
     core = _ext.require_ops()
     height, width = image.shape[0], image.shape[1]
-    box, clamp, flip = region(plan, height, width, epoch, index)
+    # The engine's own geometry code (csrc/augment/geometry.cpp region_of), so both paths
+    # agree to the bit.
+    box, clamp, flip, flip_v = region_of(plan, height, width, epoch, index)
     # The view the engine's kernel would read, and the box relative to it: the engine's
     # own arithmetic (csrc/augment/geometry.cpp sampling_view).
     views, relative = core.sampling_views(torch.tensor([box]), torch.tensor([clamp]),
                                           torch.tensor([[height, width]]))
     top, left, view_height, view_width = views[0].tolist()
     view = image[top:top + view_height, left:left + view_width]
-    interpolation = plan.interpolation.name.lower()
     if not (list(plan.jitter) or plan.grayscale_p > 0 or plan.erase_p > 0):
         return reference.crop_resize_flip_normalize(
             view, relative[0].tolist(), list(plan.out_size), flip, plan.value_scale, list(plan.mean),
-            list(plan.std), plan.dtype, False, interpolation=interpolation
+            list(plan.std), plan.dtype, False, flip_v=flip_v, interpolation=interpolation_of(plan)
         )
-    return _apply_color_reference(plan, view, relative[0].tolist(), flip, interpolation, epoch, index)
+    return _apply_color_reference(plan, view, relative[0].tolist(), flip, flip_v, interpolation_of(plan), epoch,
+                                  index)
 
 
-def _apply_color_reference(plan: Plan, view: torch.Tensor, box, flip, interpolation: str, epoch: int,
+def _apply_color_reference(plan: Plan, view: torch.Tensor, box, flip, flip_v, interpolation: str, epoch: int,
                            index: int) -> torch.Tensor:
     """The colour plans' twin, in torchvision's order: the resize rounded to uint8 (the
     PIL image), ColorJitter and grayscale on it (color.py's PIL twins), the value map,
@@ -68,6 +65,8 @@ def _apply_color_reference(plan: Plan, view: torch.Tensor, box, flip, interpolat
         values = (rows @ horizontal).clamp(0, 255)
         if flip:
             values = values.flip(-1)
+        if flip_v:
+            values = values.flip(-2)
         pixels = torch.floor(values + 0.5).to(torch.uint8).permute(1, 2, 0)  # HWC
         indices = torch.tensor([index], dtype=torch.int64)
         if list(plan.jitter):
@@ -80,7 +79,8 @@ def _apply_color_reference(plan: Plan, view: torch.Tensor, box, flip, interpolat
     else:
         identity = [0.0] * channels, [1.0] * channels
         values = reference.crop_resize_flip_normalize(view, box, list(plan.out_size), flip, 1.0, *identity,
-                                                      torch.float32, False, interpolation=interpolation).double()
+                                                      torch.float32, False, flip_v=flip_v,
+                                                      interpolation=interpolation).double()
     mean = torch.tensor(list(plan.mean), dtype=torch.float64).view(-1, 1, 1)
     std = torch.tensor(list(plan.std), dtype=torch.float64).view(-1, 1, 1)
     values = (values * float(torch.tensor(plan.value_scale, dtype=torch.float32)) - mean) / std

@@ -73,6 +73,16 @@ def _first_batch_summary(images, labels) -> Dict[str, Any]:
     return summary
 
 
+def _stages_per_image(stats: Dict[str, Any]) -> Dict[str, float]:
+    """{stage label: ms per sample} of a fastload loader's stats, the loop's wait last."""
+    from fastload.stats import stage_times
+
+    samples = max(1, stats.get("samples") or 0)
+    out = {label: 1e3 * seconds / samples for label, seconds in stage_times(stats)}
+    out["wait (loop)"] = 1e3 * (stats.get("wait_s") or 0.0) / samples
+    return out
+
+
 def run_in_this_process(config: MeasureConfig) -> Dict[str, Any]:
     """The child's work: the figures of one contender (never raises: failures are results)."""
     result: Dict[str, Any] = {"contender": config.contender, "pipeline": config.pipeline}
@@ -104,6 +114,9 @@ def run_in_this_process(config: MeasureConfig) -> Dict[str, Any]:
         for _ in range(config.warmup_batches - 1):
             next(batches)
 
+        stats = getattr(loader, "stats", None) if type(loader).__module__.startswith("fastload") else None
+        if stats is not None:
+            stats(reset=True)  # the stage times of the timed batches only
         tree = ProcessTree(os.getpid())
         bar = _bar(config)
         cpu0, busy0, t1 = tree.cpu_seconds(), system_busy_seconds(), time.perf_counter()
@@ -126,6 +139,8 @@ def run_in_this_process(config: MeasureConfig) -> Dict[str, Any]:
             cpu_ms_per_image=1e3 * cpu / count,
             others_cpu_pct=100.0 * max(0.0, busy - cpu) / (elapsed * (os.cpu_count() or 1)),
         )
+        if stats is not None:
+            result["stages_ms_per_image"] = _stages_per_image(stats())
         batches.close()  # ends the epoch generators: loaders shut their workers down
         del loader
         return result

@@ -214,8 +214,9 @@ def format_compact(rows: List[Dict[str, Any]]) -> str:
 
 
 def plot(rows: List[Dict[str, Any]], path: str) -> None:
-    """Draws img/s, CPU ms per image and peak RSS per contender (one panel each) into
-    `path` (.png, .svg, .pdf: matplotlib's formats). Needs matplotlib (`pip install
+    """Draws img/s, CPU ms per image and peak RSS per contender (one panel each), and
+    fastload's input stages in ms per image (stacked, one bar per fastload contender),
+    into `path` (.png, .svg, .pdf: matplotlib's formats). Needs matplotlib (`pip install
     matplotlib`, or the `plot` extra)."""
     try:
         import matplotlib
@@ -231,7 +232,11 @@ def plot(rows: List[Dict[str, Any]], path: str) -> None:
     names = [f"{r['contender']} ({r['pipeline']})" if r.get("pipeline") else r["contender"] for r in ok]
     panels = [("images_per_s", "img/s (higher is better)"), ("cpu_ms_per_image", "CPU ms per image (lower is better)"),
               ("peak_rss_mb", "peak RSS MB (lower is better)")]
-    figure, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 0.45 * len(ok) + 1.8), squeeze=False)
+    staged = [r for r in ok if r.get("stages_ms_per_image")]
+    width = len(panels) + bool(staged)
+    figure, axes = plt.subplots(1, width, figsize=(5 * width, 0.45 * len(ok) + 2.2), squeeze=False)
+    if staged:
+        _plot_stages(axes[0][-1], [names[ok.index(r)] for r in staged], staged)
     for axis, (key, title) in zip(axes[0], panels):
         values = [float(r.get(key) or 0.0) for r in ok]
         colors = ["#999999" if r["contender"] == "baseline" else "#2b6cb0" for r in ok]
@@ -249,3 +254,23 @@ def plot(rows: List[Dict[str, Any]], path: str) -> None:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     figure.savefig(path)
     plt.close(figure)
+
+
+def _plot_stages(axis: Any, names: List[str], rows: List[Dict[str, Any]]) -> None:
+    """One stacked bar per fastload contender: ms per image in each input stage (engine
+    CPU time summed over threads, or workers' time) and the loop's wait."""
+    stages: List[str] = []
+    for r in rows:
+        stages += [s for s in r["stages_ms_per_image"] if s not in stages]
+    palette = ["#8fb8de", "#4a90c2", "#2b6cb0", "#38a169", "#9ae6b4", "#805ad5", "#b794f4", "#f6ad55"]
+    for y, r in enumerate(rows):
+        left = 0.0
+        for i, stage in enumerate(stages):
+            value = float(r["stages_ms_per_image"].get(stage, 0.0))
+            colour = "#d64545" if stage.startswith("wait") else palette[i % len(palette)]
+            axis.barh(y, value, left=left, color=colour, label=stage if y == 0 else None)
+            left += value
+    axis.set_yticks(range(len(rows)), names)
+    axis.invert_yaxis()
+    axis.set_title("fastload input stages, ms per image", fontsize=10)
+    axis.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3, frameon=False)

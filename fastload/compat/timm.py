@@ -49,8 +49,8 @@ def leaf_specs(transform: Any) -> Optional[List[Any]]:
         if isinstance(transform.interpolation, (tuple, list)):
             raise NotConvertible("picks a random interpolation per image (interpolation='random'; native: one mode)",
                                  fix="pass interpolation='bilinear'")
-        interpolation_mode(transform)
-        return [specs.RandomResizedCrop(tuple(transform.size), tuple(transform.scale), tuple(transform.ratio))]
+        return [specs.RandomResizedCrop(tuple(transform.size), tuple(transform.scale), tuple(transform.ratio),
+                                        interpolation=interpolation_mode(transform))]
     if name == "MaybeToTensor":
         return [specs.ToDtype(torch.float32, scale=True)]
     if name in ("MaybePILToTensor", "ToNumpy"):

@@ -2,9 +2,9 @@
 
 `fastload.DataLoader(torchvision.datasets.ImageFolder(root, transform=...))` runs on the
 C++ engine when every transform has a native equivalent (v1 and v2: RandomResizedCrop,
-Resize, CenterCrop, RandomHorizontalFlip, ToTensor, PILToTensor, ToImage, ToDtype,
-ConvertImageDtype, Normalize, ToPureTensor, ColorJitter, Grayscale(3), RandomGrayscale,
-RandomErasing; timm's equivalents, see compat/timm.py). The
+Resize, CenterCrop, RandomCrop (zero padding), RandomHorizontalFlip, RandomVerticalFlip, ToTensor,
+PILToTensor, ToImage, ToDtype, ConvertImageDtype, Normalize, ToPureTensor, ColorJitter,
+Grayscale(3), RandomGrayscale, RandomErasing; timm's equivalents, see compat/timm.py). The
 output keeps torchvision's dtype, shape and value range; the random draws are fastload's
 own (torchvision's distributions, a different generator).
 
@@ -53,11 +53,8 @@ class NotConvertible(ValueError):
 _DTYPES = (torch.uint8, torch.float32, torch.float16, torch.bfloat16)
 _DTYPE_FIX = "convert to torch.float32, float16, bfloat16 or uint8 (other dtypes: convert the batch afterwards)"
 
-# The interpolation modes the engine resizes with. When the engine gains bicubic and
-# nearest, they join this tuple and `interpolation_mode`'s callers pass the mode it returns
-# on to specs.Resize / specs.RandomResizedCrop(interpolation=...): this is the one place
-# that decides which modes convert.
-NATIVE_INTERPOLATIONS = ("bilinear",)
+# The interpolation modes the engine resizes with (Pillow's filters, antialiased).
+NATIVE_INTERPOLATIONS = specs.NATIVE_INTERPOLATIONS
 # PIL's resampling constants (what v1 transforms and timm may hold instead of an enum).
 _PIL_MODES = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
 
@@ -103,11 +100,11 @@ def leaf_specs(transform: Any) -> List[Any]:
     if hooked:
         raise NotConvertible(hooked, fix="remove the hook, or run the hooked work in the training loop")
     if _is_torchvision(transform, "RandomResizedCrop"):
-        interpolation_mode(transform)
-        return [specs.RandomResizedCrop(tuple(transform.size), tuple(transform.scale), tuple(transform.ratio))]
+        return [specs.RandomResizedCrop(tuple(transform.size), tuple(transform.scale), tuple(transform.ratio),
+                                        interpolation=interpolation_mode(transform))]
     if _is_torchvision(transform, "Resize"):
-        interpolation_mode(transform)
-        return [specs.Resize(_size(transform.size), getattr(transform, "max_size", None))]
+        return [specs.Resize(_size(transform.size), getattr(transform, "max_size", None),
+                             interpolation=interpolation_mode(transform))]
     if _is_torchvision(transform, "CenterCrop"):
         return [specs.CenterCrop(tuple(transform.size))]
     if _is_torchvision(transform, "RandomCrop"):
@@ -127,6 +124,8 @@ def leaf_specs(transform: Any) -> List[Any]:
         return [crop]
     if _is_torchvision(transform, "RandomHorizontalFlip"):
         return [specs.RandomHorizontalFlip(float(transform.p))]
+    if _is_torchvision(transform, "RandomVerticalFlip"):
+        return [specs.RandomVerticalFlip(float(transform.p))]
     if _is_torchvision(transform, "ToTensor"):
         return [specs.ToDtype(torch.float32, scale=True)]
     if _is_torchvision(transform, "PILToTensor", "ToImage", "ToPureTensor"):

@@ -41,17 +41,24 @@ def __getattr__(name: str) -> Any:
 _STATUS = ("OK", "DECODE_ERROR", "NOT_JPEG", "READ_ERROR", "BAD_GEOMETRY")
 
 
-def region_of(plan: Any, height: int, width: int, epoch: int, index: int) -> Tuple[Any, Any, bool]:
-    """(box, clamp, flip) of sample `index` at `epoch` in a height x width image; raises
-    ValueError (the engine's message) when the geometry has no pixels to sample."""
-    return _core().region_of(plan, height, width, epoch, index)
+def region_of(plan: Any, height: int, width: int, epoch: int, index: int) -> Tuple[Any, Any, bool, bool]:
+    """(box, clamp, flip, flip_v) of sample `index` at `epoch` in a height x width image
+    (flip mirrors left-right, flip_v top-bottom); raises ValueError (the engine's message)
+    when the geometry has no pixels to sample."""
+    return _core().region_of(plan, height, width, epoch, index, vertical=True)
 
 
 def regions_of(plan: Any, sizes: torch.Tensor, samples: torch.Tensor, epoch: int
                ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(boxes float32 [N, 4], clamps float32 [N, 4], flips bool [N]) for images of
-    `sizes` int64 [N, 2] (height, width); raises ValueError like region_of."""
-    return _core().regions_of(plan, sizes, samples, epoch)
+    """(boxes float32 [N, 4], clamps float32 [N, 4], flips bool [N, 2]: left-right,
+    top-bottom, as crop_resize_flip_normalize_batch takes them) for images of `sizes`
+    int64 [N, 2] (height, width); raises ValueError like region_of."""
+    return _core().regions_of(plan, sizes, samples, epoch, vertical=True)
+
+
+def interpolation_of(plan: Any) -> str:
+    """The plan's resampling filter as the ops name it: "bilinear", "bicubic", "nearest"."""
+    return plan.interpolation.name.lower()
 
 
 def sampling_views(boxes: torch.Tensor, clamps: torch.Tensor, sizes: torch.Tensor

@@ -28,7 +28,7 @@ from typing import Any, Dict, List, Optional, Protocol, Tuple
 import torch
 
 from fastload.native import contract
-from fastload.native.contract import region_of, regions_of, sampling_views
+from fastload.native.contract import interpolation_of, region_of, regions_of, sampling_views
 from fastload.transfer.buffers import BatchBuffers
 
 Collected = Tuple[torch.Tensor, List[str], torch.Tensor]
@@ -45,7 +45,21 @@ class Producer(Protocol):
 
     def discard(self, handle: Any) -> None: ...
 
+    def keep_in_flight(self, depth: int) -> None:
+        """The loader keeps `depth` batches submitted (host memory is sized by it)."""
+
     def close(self) -> None: ...
+
+
+# Batches the training loop may hold while the next ones are made: the one it works on
+# (`for batch in loader` keeps it bound while __next__ runs) and the one being returned.
+HELD_BY_LOOP = 2
+DEFAULT_DEPTH = 2  # the loader's default prefetch depth
+
+
+def batches_held(depth: int) -> int:
+    """Most host batches alive at once when `depth` are kept submitted."""
+    return depth + HELD_BY_LOOP
 
 
 class CpuProducer:
@@ -55,9 +69,7 @@ class CpuProducer:
                  device: torch.device, stats: Dict[str, Any]):
         self._engine, self._plan = engine, plan
         self._pin_memory, self._memory_format = pin_memory, memory_format
-        # The batches in flight (the loader keeps prefetch_factor, 2 by default) plus the
-        # few the training loop may still hold.
-        self._buffers = BatchBuffers(capacity=6)
+        self._buffers = BatchBuffers(capacity=batches_held(DEFAULT_DEPTH))
 
     def _allocate(self, batch: int) -> torch.Tensor:
         shape = (batch, self._plan.channels, *self._plan.out_size)
@@ -77,6 +89,12 @@ class CpuProducer:
     def discard(self, handle: Tuple[int, torch.Tensor]) -> None:
         self._engine.wait(handle[0])
 
+    def keep_in_flight(self, depth: int) -> None:
+        """The loader keeps `depth` batches submitted: keep buffers for them and for what
+        the training loop may hold, no more (each is a whole batch: 77 MB at 128 x 224^2
+        float32)."""
+        self._buffers.resize(batches_held(depth))
+
     def close(self) -> None:
         self._buffers.clear()
 
@@ -95,7 +113,8 @@ class DeviceAugment:
                  flips: torch.Tensor) -> torch.Tensor:
         """images [N, C, H, W] of the plan's dtype on the device, from `packed` uint8
         pixels; `shapes` int64 [N, 4] (offset, height, width, row stride) of each window,
-        `boxes` float32 [N, 4] relative to it, `flips` bool [N]."""
+        `boxes` float32 [N, 4] relative to it, `flips` bool [N] or [N, 2] (left-right,
+        top-bottom)."""
         from fastload import ops
 
         device, plan, stream = self.device, self.plan, self.stream
@@ -112,7 +131,8 @@ class DeviceAugment:
                 ops.crop_resize_flip_normalize_batch(
                     packed.to(device, non_blocking=True), shapes.to(device, non_blocking=True),
                     boxes.to(device, non_blocking=True), flips.to(device, non_blocking=True), plan.value_scale,
-                    self._mean.to(device, non_blocking=True), self._std.to(device, non_blocking=True), out)
+                    self._mean.to(device, non_blocking=True), self._std.to(device, non_blocking=True), out,
+                    interpolation=interpolation_of(plan))
         if stream is not None:
             torch.cuda.current_stream(device).wait_stream(stream)
             out.record_stream(torch.cuda.current_stream(device))
@@ -136,6 +156,9 @@ class CpuGpuProducer:
 
     def discard(self, ticket: int) -> None:
         self._engine.wait(ticket)
+
+    def keep_in_flight(self, depth: int) -> None:
+        pass  # device batches come from torch's caching allocator
 
     def close(self) -> None:
         pass
@@ -174,6 +197,9 @@ class GpuProducer:
 
     def discard(self, handle: Tuple[torch.Tensor, int]) -> None:
         pass  # nothing was started
+
+    def keep_in_flight(self, depth: int) -> None:
+        pass  # device batches come from torch's caching allocator
 
     def close(self) -> None:
         pass
@@ -214,7 +240,7 @@ class GpuProducer:
         """Regions of the images there are; a missing one gets the box of its one-pixel
         stand-in."""
         boxes = torch.tensor([[0.0, 0.0, 1.0, 1.0]]).repeat(len(images), 1)
-        clamps, flips = boxes.clone(), torch.zeros(len(images), dtype=torch.bool)
+        clamps, flips = boxes.clone(), torch.zeros((len(images), 2), dtype=torch.bool)
         present = [slot for slot, image in enumerate(images) if image is not None]
         if present:
             sizes = torch.tensor([[images[s].shape[0], images[s].shape[1]] for s in present], dtype=torch.int64)

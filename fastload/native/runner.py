@@ -16,11 +16,12 @@ from fastload.errors import ErrorPolicy
 from fastload.native.producers import PRODUCERS
 from fastload.native.repair import Repair
 from fastload.source.index import SampleIndex
+from fastload.stats import profile_summary
 
 _OWNER = "fastload.NativeRunner"
 # The counters of stats(); "threads" is added when they are read.
 _COUNTERS = {"images": 0, "batches": 0, "skipped": 0, "pil_fallback": 0, "gpu_cpu_fallback": 0,
-             "engine_s": 0.0, "wait_s": 0.0}
+             "engine_s": 0.0, "wait_s": 0.0, "queued": 0}
 
 
 class NativeRunner:
@@ -102,6 +103,11 @@ class NativeRunner:
         samples are counted afresh, even when it repeats an epoch number."""
         self._repair.start_pass()
 
+    def keep_in_flight(self, depth: int) -> None:
+        """The caller keeps `depth` batches submitted: batch memory is kept for those and
+        the ones a training loop holds, no more."""
+        self.producer.keep_in_flight(depth)
+
     def set_seed(self, seed: int) -> None:
         """Sets the base of every random parameter (the loader restores it on resume)."""
         self.plan.seed = int(seed)
@@ -121,6 +127,7 @@ class NativeRunner:
         """Waits for a submitted batch (GIL released); returns [images, labels]."""
         with self._lock:
             samples, handle, epoch, submitted = self._pending.pop(ticket)
+            self._stats["queued"] += 1 + len(self._pending)  # batches in the engine's queue, this one too
         started = time.perf_counter()
         with torch.profiler.record_function("fastload.native_batch"):
             status, messages, out = self.producer.collect(handle)
@@ -152,14 +159,15 @@ class NativeRunner:
         read/decode/augment per batch beside the model; each sample's stages are also ranges
         on the engine threads themselves."""
         now = self._engine.thread_times()[0].sum(0)
-        spent = {name: round(1e3 * float(v), 3) for name, v in zip(self._stages, now - self._times_at_batch)}
+        spent = {f"{name}_ms": 1e3 * float(v) for name, v in zip(self._stages, now - self._times_at_batch)}
         self._times_at_batch = now
-        with torch.profiler.record_function("fastload.engine_stages", args=str(spent)):
-            pass
+        profile_summary("fastload.engine_stages", spent)
 
     def stats(self, reset: bool = False) -> Dict[str, Any]:
         """Counters: images, batches, skipped, pil_fallback, gpu_cpu_fallback; engine_s
         (submit to result, summed) and wait_s (time result() waited); threads;
+        queue_depth (batches in the engine when one was taken, on average: the loader's
+        prefetch depth when the engine keeps up);
         `stages_s` {stage: CPU seconds summed over the engine threads} for the stages
         read, header, decode, augment, and `thread_stages_s` (one such dict per thread,
         with its "samples"). `reset` starts them afresh after returning them."""
@@ -167,6 +175,8 @@ class NativeRunner:
         seconds = seconds - self._times_at_reset[0]
         samples = samples - self._times_at_reset[1]
         out = dict(self._stats, threads=self.num_threads)
+        queued = out.pop("queued")
+        out["queue_depth"] = queued / out["batches"] if out["batches"] else None
         out["stages_s"] = {name: float(v) for name, v in zip(self._stages, seconds.sum(0))}
         out["thread_stages_s"] = [dict({name: float(v) for name, v in zip(self._stages, row)}, samples=int(n))
                                   for row, n in zip(seconds, samples)]

@@ -58,6 +58,17 @@ class BatchBuffers:
     def _view(buffer: np.ndarray, shape, strides, dtype: torch.dtype) -> torch.Tensor:
         return torch.from_numpy(buffer).view(dtype).as_strided(shape, strides)
 
+    def resize(self, capacity: int) -> None:
+        """Keeps at most `capacity` buffers from now on; free ones beyond it are dropped
+        (busy ones are freed by their last tensor)."""
+        self.capacity = capacity
+        del self._buffers[capacity:]
+
+    @property
+    def kept(self) -> int:
+        """Buffers held (free or busy)."""
+        return len(self._buffers)
+
     def clear(self) -> None:
         """Forgets the buffers (tensors still using one keep it alive themselves)."""
         self._buffers.clear()
