@@ -18,6 +18,7 @@ from PIL import Image
 
 import fastload
 from fastload import _ext
+from fastload import ops as fl_ops
 from fastload.augment import color, specs
 from fastload.augment.plan import build_plan, fuse, jitter_nan_ranges
 from fastload.errors import UnsupportedPipeline
@@ -76,12 +77,12 @@ def torchvision_uint8(path, plan, epoch, index):
         image = F.hflip(image)
     indices = torch.tensor([index])
     if list(plan.jitter):
-        order, factors = core.color_jitter_params(indices, plan.seed, epoch, jitter_nan_ranges(plan.jitter))
+        order, factors = fl_ops.color_jitter_params(indices, plan.seed, epoch, jitter_nan_ranges(plan.jitter))
         for op in order[0].tolist():
             factor = float(factors[0, op])
             if not math.isnan(factor):
                 image = _PIL_OPS[op](image, factor)
-    if plan.grayscale_p > 0 and bool(core.random_grayscale_params(indices, plan.seed, epoch, plan.grayscale_p)[0]):
+    if plan.grayscale_p > 0 and bool(fl_ops.random_grayscale_params(indices, plan.seed, epoch, plan.grayscale_p)[0]):
         image = F.rgb_to_grayscale(image, num_output_channels=3)
     return torch.from_numpy(np.asarray(image).copy()).permute(2, 0, 1)
 
@@ -227,7 +228,7 @@ def test_random_erasing_writes_the_drawn_box_with_its_normals(root):
     loader, images = loader_batches(dataset)
     plan = native_plan(loader, transform)
     core = _ext.require_ops()
-    boxes = core.random_erasing_params(torch.arange(len(dataset)), plan.seed, 0, OUT, OUT, 1.0,
+    boxes = fl_ops.random_erasing_params(torch.arange(len(dataset)), plan.seed, 0, OUT, OUT, 1.0,
                                        [plan.erase_scale_min, plan.erase_scale_max],
                                        [plan.erase_ratio_min, plan.erase_ratio_max])
     erased = 0

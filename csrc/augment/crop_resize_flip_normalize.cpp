@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 
 #include <climits>
+#include <cstdint>
 #include <cmath>
 #include <string>
 
@@ -89,6 +90,9 @@ void check_color(const at::Tensor& color, const at::Tensor& out) {
                        kBatchOp, "expected color as contiguous uint8 [", out.size(0), ", ", record,
                        "] (one record per sample, from fastload._C.color_passes), got ", color.scalar_type(), " ",
                        color.sizes(), ".");
+  FASTLOAD_CHECK_VALUE(reinterpret_cast<uintptr_t>(color.data_ptr()) % alignof(augment::color::ColorPass) == 0, kBatchOp,
+                       "expected color's data aligned to ", alignof(augment::color::ColorPass),
+                       " bytes, got a view at another offset. Pass whole records (a .clone() of the view).");
   FASTLOAD_CHECK_VALUE(color.device() == out.device(), kBatchOp, "expected color on ", out.device(), " (out's device), got ",
                        color.device(), ". Move it with .to(out.device).");
 }

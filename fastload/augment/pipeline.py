@@ -48,11 +48,11 @@ def _apply_color_reference(plan: Plan, view: torch.Tensor, box, flip, flip_v, in
     """The colour plans' twin, in torchvision's order: the resize rounded to uint8 (the
     PIL image), ColorJitter and grayscale on it (color.py's PIL twins), the value map,
     then RandomErasing on the result; parameters from the engine's samplers."""
+    from fastload import ops as fl_ops
     from fastload import reference
     from fastload.augment import color
     from fastload.augment.plan import jitter_nan_ranges
 
-    core = _ext.require_ops()
     channels = plan.channels
     quantized = bool(list(plan.jitter)) or plan.grayscale_p > 0
     if quantized:
@@ -70,9 +70,10 @@ def _apply_color_reference(plan: Plan, view: torch.Tensor, box, flip, flip_v, in
         pixels = torch.floor(values + 0.5).to(torch.uint8).permute(1, 2, 0)  # HWC
         indices = torch.tensor([index], dtype=torch.int64)
         if list(plan.jitter):
-            order, factors = core.color_jitter_params(indices, plan.seed, epoch, jitter_nan_ranges(plan.jitter))
+            order, factors = fl_ops.color_jitter_params(indices, plan.seed, epoch,
+                                                        jitter_nan_ranges(plan.jitter))
             pixels = color.color_jitter(pixels, order[0].tolist(), factors[0].tolist())
-        if plan.grayscale_p > 0 and bool(core.random_grayscale_params(indices, plan.seed, epoch,
+        if plan.grayscale_p > 0 and bool(fl_ops.random_grayscale_params(indices, plan.seed, epoch,
                                                                       plan.grayscale_p)[0]):
             pixels = color.pil_grayscale(pixels, channels)
         values = pixels.permute(2, 0, 1).to(torch.float64)
@@ -85,9 +86,9 @@ def _apply_color_reference(plan: Plan, view: torch.Tensor, box, flip, flip_v, in
     std = torch.tensor(list(plan.std), dtype=torch.float64).view(-1, 1, 1)
     values = (values * float(torch.tensor(plan.value_scale, dtype=torch.float32)) - mean) / std
     if plan.erase_p > 0:
-        box = core.random_erasing_params(torch.tensor([index]), plan.seed, epoch, plan.out_height, plan.out_width,
-                                         plan.erase_p, [plan.erase_scale_min, plan.erase_scale_max],
-                                         [plan.erase_ratio_min, plan.erase_ratio_max])[0].tolist()
+        box = fl_ops.random_erasing_params(torch.tensor([index]), plan.seed, epoch, plan.out_height,
+                                           plan.out_width, plan.erase_p, [plan.erase_scale_min, plan.erase_scale_max],
+                                           [plan.erase_ratio_min, plan.erase_ratio_max])[0].tolist()
         if plan.erase_random == 2:  # one normal per channel: those of elements 0 .. C-1
             fill = color.erase_normals(plan.seed, epoch, index, channels).tolist()
         else:
