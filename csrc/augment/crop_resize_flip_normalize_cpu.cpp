@@ -99,6 +99,7 @@ struct Plan {
   const augment::color::ColorPass* color;
   uint8_t* pixels;
   uint64_t luma_sum;
+  bool pixels_ready;  // pixels already hold the resampled sample with the first colour steps
 };
 
 // The taps of every output index of an axis, in order. NEAREST walks Pillow's
@@ -542,7 +543,8 @@ FASTLOAD_INLINE void run_cast(Plan& p, const ImageView& in, const OutputView& ou
   S* base = static_cast<S*>(out.data);
   auto store = [&](int y) { store_row(p, base + y * out.stride_y, out.stride_c, out.stride_x, cast); };
   if (p.color == nullptr || !p.color->any()) return run_any_rows<WIDE>(p, in, store);
-  if (p.color->quantized()) {
+  if (p.pixels_ready) {
+  } else if (p.color->quantized()) {
     p.luma_sum = 0;
     run_any_rows<WIDE>(p, in, [&](int y) { color_first_row(p, y); });
   } else {  // erasing only: the float values are stored as usual, then erased
@@ -591,6 +593,140 @@ void dispatch_sample(Plan& p, const ImageView& in, const OutputView& out) {
   run_sample_default<T>(p, in, out);
 }
 
+// ---- Pillow's 8-bit resample, for the colour ops' PIL stage ----------------------------
+// torchvision's ColorJitter sees the uint8 image of Pillow's resize, whose rounding is
+// its own: coefficients in double, normalised, then 22-bit fixed point, horizontal pass
+// first into a uint8 image, then the vertical pass (Resample.c). A float resample
+// rounds differently on a few percent of values (ties at .5 are common when enlarging),
+// and the jitter's slopes would carry that on; so the PIL stage reproduces it exactly.
+constexpr int kPilPrecision = 22;
+
+double pil_filter(double x, Interpolation mode) {
+  x = std::fabs(x);
+  if (mode == Interpolation::kBicubic) {
+    const double a = -0.5;
+    if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0;
+    if (x < 2.0) return (((x - 5.0) * x + 8.0) * x - 4.0) * a;
+    return 0.0;
+  }
+  return x < 1.0 ? 1.0 - x : 0.0;
+}
+
+// Pillow's precompute_coeffs + normalize_coeffs_8bpp for one axis: output i reads
+// first[i] .. first[i] + count[i] - 1 with weights k[i * taps ..]. A centre outside the
+// image reads nothing (the kernel's padding rule: torchvision's CenterCrop pads with 0).
+void pil_axis(double in0, double size, int in_size, int out_size, Interpolation mode, bool mirror,
+              std::vector<int>& first, std::vector<int>& count, std::vector<int32_t>& k, int& taps) {
+  const double scale = size / out_size;
+  const double filterscale = std::max(scale, 1.0);
+  const double support = (mode == Interpolation::kBicubic ? 2.0 : 1.0) * filterscale;
+  taps = static_cast<int>(std::ceil(support)) * 2 + 1;
+  first.assign(out_size, 0);
+  count.assign(out_size, 0);
+  k.assign(static_cast<size_t>(out_size) * taps, 0);
+  thread_local std::vector<double> w;
+  w.assign(static_cast<size_t>(taps), 0.0);
+  for (int i = 0; i < out_size; ++i) {
+    const double centre = in0 + (i + 0.5) * scale;
+    const int o = mirror ? out_size - 1 - i : i;
+    if (!(centre >= 0.0 && centre < in_size)) continue;
+    int xmin = static_cast<int>(centre - support + 0.5);
+    if (xmin < 0) xmin = 0;
+    int xmax = static_cast<int>(centre + support + 0.5);
+    if (xmax > in_size) xmax = in_size;
+    xmax -= xmin;
+    xmax = std::min(xmax, taps);
+    double ww = 0.0;
+    for (int x = 0; x < xmax; ++x) {
+      w[x] = pil_filter((x + xmin - centre + 0.5) / filterscale, mode);
+      ww += w[x];
+    }
+    first[o] = xmin;
+    count[o] = xmax;
+    for (int x = 0; x < xmax; ++x) {
+      const double v = ww != 0.0 ? w[x] / ww : w[x];
+      k[static_cast<size_t>(o) * taps + x] =
+          static_cast<int32_t>(v < 0 ? -0.5 + v * (1 << kPilPrecision) : 0.5 + v * (1 << kPilPrecision));
+    }
+  }
+}
+
+uint8_t pil_clip8(int64_t ss) {
+  const int64_t v = ss >> kPilPrecision;
+  return static_cast<uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v));
+}
+
+// The sample resampled as Pillow does, into pixels (uint8 HWC, out_h x out_w).
+void pil_resample(const ImageView& in, const Box& box, const Resample& resample, int out_h, int out_w,
+                  uint8_t* pixels) {
+  const int C = in.channels;
+  thread_local std::vector<int> fx, cx, fy, cy;
+  thread_local std::vector<int32_t> kx, ky;
+  int tx = 0, ty = 0;
+  pil_axis(box.left, box.width, in.width, out_w, resample.interpolation, resample.flip, fx, cx, kx, tx);
+  pil_axis(box.top, box.height, in.height, out_h, resample.interpolation, resample.flip_v, fy, cy, ky, ty);
+  int row0 = INT_MAX, row1 = 0;
+  for (int y = 0; y < out_h; ++y)
+    if (cy[y] > 0) {
+      row0 = std::min(row0, fy[y]);
+      row1 = std::max(row1, fy[y] + cy[y]);
+    }
+  if (row0 >= row1) {
+    std::memset(pixels, 0, static_cast<size_t>(out_h) * out_w * C);
+    return;
+  }
+  // Horizontal pass over the rows the vertical taps need: Pillow's uint8 intermediate.
+  // One buffer per thread, reused (ResizeScratch's layout is shared with the engine).
+  thread_local std::vector<uint8_t> temp;
+  temp.resize(static_cast<size_t>(row1 - row0) * out_w * C);
+  for (int r = row0; r < row1; ++r) {
+    const uint8_t* src = in.data + static_cast<int64_t>(r) * in.row_stride;
+    uint8_t* dst = temp.data() + static_cast<size_t>(r - row0) * out_w * C;
+    for (int x = 0; x < out_w; ++x) {
+      const int32_t* k = kx.data() + static_cast<size_t>(x) * tx;
+      const uint8_t* s = src + static_cast<int64_t>(fx[x]) * C;
+      for (int c = 0; c < C; ++c) {
+        int64_t ss = cx[x] > 0 ? (int64_t{1} << (kPilPrecision - 1)) : 0;
+        for (int j = 0; j < cx[x]; ++j) ss += static_cast<int64_t>(s[j * C + c]) * k[j];
+        dst[x * C + c] = pil_clip8(ss);
+      }
+    }
+  }
+  for (int y = 0; y < out_h; ++y) {
+    uint8_t* dst = pixels + static_cast<size_t>(y) * out_w * C;
+    const int32_t* k = ky.data() + static_cast<size_t>(y) * ty;
+    if (cy[y] == 0) {
+      std::memset(dst, 0, static_cast<size_t>(out_w) * C);
+      continue;
+    }
+    const uint8_t* base = temp.data() + static_cast<size_t>(fy[y] - row0) * out_w * C;
+    for (int i = 0; i < out_w * C; ++i) {
+      int64_t ss = int64_t{1} << (kPilPrecision - 1);
+      for (int j = 0; j < cy[y]; ++j) ss += static_cast<int64_t>(base[static_cast<size_t>(j) * out_w * C + i]) * k[j];
+      dst[i] = pil_clip8(ss);
+    }
+  }
+  // A padding column (no horizontal taps) reads 0 in every row.
+  for (int x = 0; x < out_w; ++x)
+    if (cx[x] == 0)
+      for (int y = 0; y < out_h; ++y) std::memset(pixels + (static_cast<size_t>(y) * out_w + x) * C, 0, C);
+}
+
+// The first colour steps and the luma sum over the Pillow-resampled sample.
+void pil_color_first(Plan& p) {
+  const augment::color::ColorPass& cp = *p.color;
+  const int C = p.channels;
+  const bool contrast = cp.split() < 4;
+  uint64_t sum = 0;
+  const int64_t n = static_cast<int64_t>(p.out_h) * p.out_w;
+  for (int64_t i = 0; i < n; ++i) {
+    uint8_t* px = p.pixels + i * C;
+    augment::color::color_first(cp, px, C);
+    if (contrast) sum += augment::color::pil_luma(px, C);
+  }
+  p.luma_sum = sum;
+}
+
 }  // namespace
 
 const char* crop_resize_flip_normalize_cpu_path() {
@@ -610,9 +746,15 @@ void crop_resize_flip_normalize_cpu(const ImageView& in, const Box& box, const R
   plan.color = color;
   plan.luma_sum = 0;
   plan.pixels = nullptr;
+  plan.pixels_ready = false;
   if (quantized) {
     scratch.color_pixels.resize(static_cast<size_t>(out.height) * out.width * in.channels);
     plan.pixels = scratch.color_pixels.data();
+    if (resample.interpolation != Interpolation::kNearest) {  // nearest: the float path is Pillow's already
+      pil_resample(in, box, resample, out.height, out.width, plan.pixels);
+      pil_color_first(plan);
+      plan.pixels_ready = true;
+    }
   }
   switch (out.dtype) {
     case c10::ScalarType::Byte:
