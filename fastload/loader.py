@@ -46,6 +46,7 @@ from torch.utils.data.datapipes.datapipe import IterDataPipe, MapDataPipe
 from fastload.errors import ErrorPolicy
 from fastload.generic import GenericFeed, inner_loader
 from fastload.native.feed import NativeFeed
+from fastload.native.hybrid import check_tail_on
 from fastload.native.select import check_decode_on, order_left_to_torch, select_path
 from fastload.resume import STATE_VERSION, Cursor, Pass  # noqa: F401  (STATE_VERSION: public name)
 from fastload.source.base import NativeDataset
@@ -194,6 +195,12 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             to within rounding.
         exact: the old name of `not dct_scaling` (exact=True is dct_scaling=False), still
             accepted; given with a dct_scaling=False it disagrees with, a ValueError.
+        tail_on: hybrid path only (a native prefix, then Python transforms): where the
+            Python tail runs. "auto" (the default) is "inline": the consumer thread runs
+            each sample's tail under its own seed while num_workers engine threads decode
+            (measured fastest on 2 cores, and reproducible); "threads": a pool of
+            num_workers Python threads (random draws not reproducible); "processes":
+            num_workers worker processes making whole batches (prefix and tail).
 
     Yields:
         What torch's DataLoader yields for the same arguments (same order, same values);
@@ -259,6 +266,7 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         seed: Optional[int] = None,
         dct_scaling: bool = True,
         exact: Optional[bool] = None,
+        tail_on: str = "auto",
     ) -> None:
         # torch validates its own arguments first, with its own exceptions and messages.
         super().__init__(
@@ -280,6 +288,7 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         self.uneven = sampling.check_uneven(uneven)
         self.seed = _check_seed(seed)
         self.dct_scaling = _check_dct_scaling(dct_scaling, exact)
+        self.tail_on = check_tail_on(tail_on)
 
         iterable = self._dataset_kind == _DatasetKind.Iterable
         self._user_dataset = dataset  # before torch's DataPipe serialisation wrapper
@@ -477,7 +486,8 @@ def _choose_path(loader: DataLoader, dataset: Any, *, iterable: bool, sampler: A
         # Batches bound for a GPU are produced in pinned memory: no staging copy.
         pin_memory=pin_memory or (device is not None and device.type == "cuda"),
         accelerate=accelerate, dtype=loader.dtype, memory_format=loader.memory_format, on_error=loader.on_error,
-        seed=loader.seed, device=device, decode_on=loader.decode_on, dct_scaling=loader.dct_scaling)
+        seed=loader.seed, device=device, decode_on=loader.decode_on, dct_scaling=loader.dct_scaling,
+        tail_on=loader.tail_on)
     if accelerate is True and runner is None:
         raise ValueError(
             f"{_PREFIX}: expected a dataset the native pipeline can run (accelerate=True), got "

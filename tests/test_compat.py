@@ -405,7 +405,13 @@ def test_every_blocker_is_named_at_once(root):
 @needs_ops
 def test_loader_path_names_every_blocker_in_one_line(root):
     path = fastload.DataLoader(blocked(root), batch_size=2).path
-    assert path.startswith("generic: Subset -> torchvision ImageFolder: ") and "\n" not in path
+    assert path.startswith("hybrid: native [RandomResizedCrop] + python [Grayscale -> ") and "\n" not in path
+    assert "Grayscale(" in path and "ColorJitter(" in path and "target_transform one_hot" in path
+    # A dataset reason sends it to the generic path, still naming every blocker.
+    own = ImageFolder(root, transform=blocked(root).dataset.transform, target_transform=one_hot,
+                      loader=lambda p: default_loader(p))
+    path = fastload.DataLoader(own, batch_size=2).path
+    assert path.startswith("generic: ImageFolder has a custom loader"), path
     assert "Grayscale(" in path and "ColorJitter(" in path and "target_transform one_hot" in path
 
 
@@ -430,7 +436,7 @@ def test_explain_reports_the_chain_prefix_tail_blockers_and_fixes(root, capsys):
     assert [b.split("(")[0] for b in blockers] == ["    - Grayscale", "    - ColorJitter"]
     assert sum(line.strip().startswith("change: drop it") for line in lines) == 2
     assert any("target_transform one_hot applied in Python" in line for line in lines)
-    assert lines[-1] == "  verdict: native prefix, then Python per sample (3 blockers to a fully native path)"
+    assert lines[-1] == "  verdict: hybrid path: native prefix, then Python per sample (3 blockers to a fully native path)"
 
 
 def test_explain_of_a_native_and_of_an_unrecognised_dataset(root):

@@ -105,7 +105,7 @@ def test_signature_matches_torch():
     extras = ours[len(torch_params):]
     assert [p.name for p in extras] == ["device", "dtype", "memory_format", "prefetch_to_device", "accelerate",
                                         "decode_on", "on_error", "distributed", "uneven", "seed", "dct_scaling",
-                                        "exact"]
+                                        "exact", "tail_on"]
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in extras)
 
 
@@ -384,6 +384,9 @@ class FakeRunner:
     def start_pass(self):
         self.passes += 1
 
+    def keep_in_flight(self, depth):
+        self.depth = depth  # batch memory is sized by it
+
     def discard(self, ticket):
         self.calls.append(("discard", ticket))
         self.pending.pop(ticket)
@@ -452,6 +455,7 @@ def test_native_loop_keeps_batches_in_flight_in_order(fake_native, num_workers, 
     depth = max(2, prefetch_factor or 2)  # engine threads share every batch: no per-worker multiple
     in_flight = [c[2] for c in runner.calls if c[0] == "result"]
     assert max(in_flight) == min(depth, len(want))  # `depth` submitted before the first result
+    assert runner.depth == depth  # and the runner keeps batch memory for that many
     assert [c[0] for c in runner.calls[:min(depth, len(want))]] == ["submit"] * min(depth, len(want))
     assert all(c[2] == 0 for c in runner.calls if c[0] == "submit")  # epoch 0
     assert loader.stats()["native"] == {"decoded": len(want)}

@@ -20,7 +20,7 @@ from fastload import transforms as T
 from fastload.source.base import NativeDataset
 from fastload.source.index import SampleIndex
 
-SPEC_NAMES = ("RandomResizedCrop", "Resize", "CenterCrop", "RandomHorizontalFlip", "Normalize", "ToDtype")
+SPEC_NAMES = ("RandomResizedCrop", "Resize", "CenterCrop", "RandomHorizontalFlip", "RandomVerticalFlip", "Normalize", "ToDtype")
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
@@ -138,9 +138,10 @@ def test_import_fastload_leaves_transforms_to_first_use():
 
 
 def test_messages_name_transforms(folder):
-    with pytest.raises(fastload.UnsupportedPipeline, match=r"fastload\.ImageFolder: transforms\[1\] is the torchvision "
+    # Grayscale first: no native prefix to run, so no Python tail either.
+    with pytest.raises(fastload.UnsupportedPipeline, match=r"fastload\.ImageFolder: transforms\[0\] is the torchvision "
                                                            r"transform Grayscale.*fastload\.transforms\.Resize"):
-        fastload.ImageFolder(folder, transforms=[T.CenterCrop(8), torchvision.transforms.Grayscale()])
+        fastload.ImageFolder(folder, transforms=[torchvision.transforms.Grayscale(), T.CenterCrop(8)])
     with pytest.raises(TypeError, match=r"expected transforms made of fastload's transforms .* at transforms\[0\]"):
         fastload.FileList([], transforms=[lambda image: image])
 

@@ -7,6 +7,7 @@
 #include "engine/batch.h"
 
 #include <ATen/MemoryOverlap.h>
+#include <ATen/record_function.h>
 #include <pybind11/pybind11.h>  // the GIL only: the bindings are in fastload.cpp
 #include <unistd.h>
 
@@ -133,6 +134,7 @@ int64_t BatchEngine::submit(const at::Tensor& samples, std::optional<at::Tensor>
   }
   job->pin_memory = pin_memory;
   job->epoch = epoch;
+  if (at::hasThreadLocalCallbacks()) job->profiling.emplace();
   job->status.assign(job->samples.size(), static_cast<int32_t>(Status::kOk));
   job->message.assign(job->samples.size(), std::string());
   job->remaining = static_cast<int64_t>(job->samples.size());
@@ -257,7 +259,11 @@ void BatchEngine::work(ThreadTimes* times) {
       queue_->tasks.pop_front();
     }
     Job& job = *task.job;
-    run_sample(job, task.slot, state);  // never throws: every error is the sample's status
+    {
+      std::optional<at::ThreadLocalStateGuard> profiling;
+      if (job.profiling) profiling.emplace(*job.profiling);
+      run_sample(job, task.slot, state);  // never throws: every error is the sample's status
+    }
     {
       std::lock_guard<std::mutex> lock(job.mutex);
       if (--job.remaining == 0) job.done.notify_all();

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <ATen/ThreadLocalState.h>
 
 #include <array>
 #include <atomic>
@@ -15,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -46,6 +48,10 @@ struct Job {
   std::vector<uint8_t> flips;  // 1: left-right, 2: top-bottom
   bool pin_memory = false;
   int64_t epoch = 0;
+  // The submitting thread's state when a profiler records there (its callbacks live in
+  // thread-local state): engine threads adopt it per sample, so their stage ranges land
+  // in that trace. Empty otherwise, at no cost.
+  std::optional<at::ThreadLocalState> profiling;
   std::vector<int32_t> status;  // Status values
   std::vector<std::string> message;
   int64_t remaining = 0;  // guarded by mutex

@@ -61,12 +61,15 @@ class Conversion:
             native equivalent, "<transform>: <why>").
         target_transform: applied in Python to each label (see collate_labels), or None.
         origin: the dataset chain, outermost first: "Subset -> torchvision ImageFolder".
+        prefix: the user's transforms of the native prefix, wrappers opened (what says
+            whether torchvision's image is a tensor where the tail starts).
     """
 
     index: SampleIndex
     pipeline: Pipeline
     target_transform: Any
     origin: str
+    prefix: Tuple[Any, ...] = ()
 
     def blockers(self) -> List[str]:
         """Everything that keeps this dataset off the fully native path, in one list."""
@@ -84,6 +87,31 @@ class Conversion:
         if blockers:
             raise NotConvertible(f"{self.origin}: " + "; ".join(blockers))
         return list(self.pipeline.native)
+
+    def python_tail(self, input: str = "pil") -> Any:
+        """The Python tail as a fastload.native.tail.Tail (None when every transform is
+        native). It receives what torchvision's DatasetFolder hands that transform: a PIL
+        RGB image, or the prefix's tensor when the prefix converted to one (ToTensor,
+        PILToTensor, ToImage, ToDtype, Normalize, timm's MaybeToTensor/MaybePILToTensor)."""
+        if not self.pipeline.tail:
+            return None
+        from fastload.augment import specs
+        from fastload.native.tail import Tail, makes_tensor
+
+        tensor = any(makes_tensor(t) or type(t).__name__ in ("MaybeToTensor", "MaybePILToTensor")
+                     for t in self.prefix) or any(isinstance(s, (specs.ToDtype, specs.Normalize))
+                                                  for s in self.pipeline.native)
+        return Tail(self.pipeline.tail, input=input, prefix_makes_tensor=tensor, blockers=self.pipeline.blockers)
+
+    def tail_refusal(self) -> Optional[str]:
+        """Why the tail cannot run on the engine's output although the prefix is native,
+        or None: a prefix ending in timm's ToNumpy hands the tail a numpy array, which the
+        engine does not make."""
+        if self.pipeline.tail and any(type(t).__module__.startswith("timm.") and type(t).__name__ == "ToNumpy"
+                                      for t in self.prefix):
+            return (f"{self.origin}: the Python tail after timm's ToNumpy would receive numpy arrays (the native "
+                    "prefix makes tensors)")
+        return None
 
     def collate_labels(self, labels: torch.Tensor) -> Any:
         """A batch's labels as the dataset gives them: the int64 class indexes, or
@@ -137,7 +165,14 @@ class Analysis:
 
     def conversion(self) -> "Conversion":
         assert self.index is not None and not self.reasons
-        return Conversion(self.index, self.pipeline or Pipeline((), (), ()), self.target_transform, self.chain)
+        pipeline = self.pipeline or Pipeline((), (), ())
+        prefix: Tuple[Any, ...] = ()
+        if self.transform is not None:
+            from fastload.compat.torchvision import flatten
+
+            leaves = flatten(self.transform)[0]
+            prefix = tuple(leaves[:len(leaves) - len(pipeline.tail)])
+        return Conversion(self.index, pipeline, self.target_transform, self.chain, prefix)
 
 
 def _name(obj: Any) -> str:
@@ -286,7 +321,7 @@ def _base(dataset: Any, wrapped: bool) -> Analysis:
     name = type(dataset).__name__
     if isinstance(dataset, NativeDataset):
         out = Analysis(f"fastload {name}", native_dataset=True)
-        out.pipeline = Pipeline(tuple(dataset.transforms), (), ())
+        out.pipeline = Pipeline(tuple(dataset.transforms), tuple(dataset.tail), tuple(dataset.tail_blockers))
         out.index = dataset.index
         if wrapped:
             # Its random draws follow its own seed and sample numbers; inside a wrapper the

@@ -30,8 +30,12 @@ def explain(dataset: Any) -> str:
     Python tail, every blocker and what to change for each. Builds no loader, reads no
     image.
 
-    The loader's own arguments (collate_fn, batch_sampler, accelerate=False, ...) can
-    still choose the generic path; `loader.path` says what a given loader does.
+    The verdict names the path a loader takes with default arguments, as `loader.path`
+    begins: "native path" (the engine makes every sample; with a target_transform the
+    labels go through it in Python), "hybrid path" (the engine runs the native prefix,
+    the Python tail runs per sample on its output) or "generic path". The loader's own
+    arguments (collate_fn, batch_sampler, accelerate=False, ...) can still choose the
+    generic path; `loader.path` says what a given loader does.
 
     Args:
         dataset: any map-style dataset.
@@ -68,11 +72,19 @@ def explain(dataset: Any) -> str:
                 if getattr(error, "fix", ""):
                     lines.append(f"{_INDENT * 3}change: {error.fix}")
             blockers += len(pipeline.blockers)
-        if not analysis.reasons and not analysis.native_dataset and not pipeline.tail:
+        if not analysis.reasons and not analysis.native_dataset:
+            # The engine batches the prefix: one that does not fuse (e.g. no crop before the
+            # first Python transform) sends the whole pipeline to the generic path.
             unfused = _fuses(pipeline.native)
             if unfused:
-                lines.append(f"{_INDENT}the native transforms do not fuse into one plan: {unfused}")
+                what = "native prefix" if pipeline.tail else "native transforms"
+                lines.append(f"{_INDENT}the {what} do not fuse into one plan: {unfused}")
                 blockers += 1
+            elif pipeline.tail:
+                unfused = analysis.conversion().tail_refusal() or ""
+                if unfused:
+                    lines.append(f"{_INDENT}{unfused}")
+                    blockers += 1
     if analysis.target_transform is not None:
         from fastload.compat.datasets import _name
 
@@ -83,13 +95,17 @@ def explain(dataset: Any) -> str:
         blockers += 1
     elif analysis.index is not None:
         lines.append(f"{_INDENT}labels: the class index of each sample (int64)")
+    # The verdict names the path loader.path starts with ("native:", "hybrid:", "generic:").
+    plural = "s" if blockers != 1 else ""
     if blockers == 0:
         verdict = "native path"
     elif analysis.reasons or unfused:
-        verdict = f"generic path ({blockers} blocker{'s' if blockers != 1 else ''})"
+        verdict = f"generic path ({blockers} blocker{plural})"
+    elif pipeline is not None and pipeline.tail:
+        verdict = f"hybrid path: native prefix, then Python per sample ({blockers} blocker{plural} to a fully native path)"
     else:
-        verdict = (f"native prefix, then Python per sample ({blockers} blocker{'s' if blockers != 1 else ''} "
-                   "to a fully native path)")
+        verdict = f"native path, labels through target_transform in Python ({blockers} blocker{plural} to a fully " \
+                  "native path)"
     lines.append(f"{_INDENT}verdict: {verdict}")
     report = "\n".join(lines)
     print(report)

@@ -7,18 +7,21 @@ and augments every image of a batch straight into its slot of the output tensor.
 - runner.py: NativeRunner (the engine, tickets, close, stats);
 - producers.py: one producer per decode_on mode ("cpu", "cpu+gpu", "gpu");
 - repair.py: the slots the engine could not fill (PIL fallback, then on_error);
+- hybrid.py, tail.py: HybridRunner, a native prefix on the engine and the Python tail of
+  the transforms per sample (what the tail receives, its seeds);
 - feed.py: NativeFeed, the loop that keeps batches in flight and yields them in order;
 - select.py: which path a loader takes and why (select_path, native_pipeline, DECODE_ON);
 - contract.py: the calls across the Python/C++ line, each in one place (status codes).
 """
 
 from fastload.native.feed import NativeFeed
+from fastload.native.hybrid import HybridRunner
 from fastload.native.repair import MAX_SKIP_ATTEMPTS
 from fastload.native.runner import NativeRunner
 from fastload.native.select import DECODE_ON, native_pipeline, order_left_to_torch, select_path
 
 __all__ = ["BAD_GEOMETRY", "DECODE_ERROR", "DECODE_ON", "MAX_SKIP_ATTEMPTS", "NOT_JPEG", "OK", "READ_ERROR",
-           "NativeFeed", "NativeRunner", "native_pipeline", "order_left_to_torch", "select_path"]
+           "HybridRunner", "NativeFeed", "NativeRunner", "native_pipeline", "order_left_to_torch", "select_path"]
 
 
 def __getattr__(name: str):

@@ -41,10 +41,14 @@ class NativeFeed:
         runner: a NativeRunner (or anything with start_pass/submit/result/discard).
         batches: the pass's batches of sample indices, in order.
         epoch: picks the random parameters.
-        depth: batches kept submitted ahead of the one being waited for.
+        depth: batches kept submitted ahead of the one being waited for (at least the
+            runner's `min_depth`, where it has one).
     """
 
     def __init__(self, runner: Any, batches: Iterator[List[int]], epoch: int, depth: int):
+        # A runner whose batches are made by several workers at once (ProcessHybridRunner)
+        # needs that many in flight to keep them all busy.
+        depth = max(depth, getattr(runner, "min_depth", 0))
         self._runner, self._batches, self._epoch, self._depth = runner, batches, epoch, depth
         runner.start_pass()
         self._tickets: Deque[Tuple[int, int]] = collections.deque()

@@ -51,9 +51,10 @@ class Producer(Protocol):
     def close(self) -> None: ...
 
 
-# Batches the training loop may hold while the next ones are made: the one it works on
-# (`for batch in loader` keeps it bound while __next__ runs) and the one being returned.
-HELD_BY_LOOP = 2
+# Batches the training loop holds while the next ones are made: the one it works on
+# (`for batch in loader` keeps it bound while __next__ runs). A loop that keeps more gets
+# plain allocations for the extra ones: correct, only without reuse.
+HELD_BY_LOOP = 1
 DEFAULT_DEPTH = 2  # the loader's default prefetch depth
 
 

@@ -63,11 +63,23 @@ class Repair:
             samples = samples.clone()  # the caller's indices may share its memory
             for slot in slots:
                 self._repair(slot, int(samples[slot]), int(status[slot]), messages[slot], samples, out, epoch, failed)
+        self.count_skipped(failed, epoch)
+        return samples
+
+    def replace(self, slot: int, sample: int, samples: torch.Tensor, out: torch.Tensor, epoch: int,
+                failed: Set[int]) -> None:
+        """Fills out[slot] with the next readable sample after `sample`, which failed after
+        decoding (in a hybrid pipeline's Python tail); samples[slot] becomes that sample.
+        `sample` and the unreadable ones passed are added to `failed` (count them with
+        count_skipped). Only under on_error="skip"."""
+        self._repair(slot, sample, contract.DECODE_ERROR, "", samples, out, epoch, failed)
+
+    def count_skipped(self, failed: Set[int], epoch: int) -> None:
+        """Counts in stats["skipped"] the samples of `failed` not yet counted this pass."""
         if epoch != self._skipped_epoch:
             self._skipped_seen, self._skipped_epoch = set(), epoch
         self._stats["skipped"] += len(failed - self._skipped_seen)
         self._skipped_seen |= failed
-        return samples
 
     def _repair(self, slot: int, sample: int, status: int, message: str, samples: torch.Tensor,
                 out: torch.Tensor, epoch: int, failed: Set[int]) -> None:

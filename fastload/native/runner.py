@@ -125,6 +125,13 @@ class NativeRunner:
 
     def result(self, ticket: int) -> List[torch.Tensor]:
         """Waits for a submitted batch (GIL released); returns [images, labels]."""
+        samples, out, _ = self.collect(ticket)
+        labels = self._labels[samples]
+        return [out, labels.pin_memory() if self.pin_memory else labels]  # pinned like torch's batches
+
+    def collect(self, ticket: int) -> Tuple[torch.Tensor, torch.Tensor, int]:
+        """Waits for a submitted batch and repairs it: (samples int64 [B], the samples the
+        batch holds after repair; images [B, C, H, W]; the batch's epoch)."""
         with self._lock:
             samples, handle, epoch, submitted = self._pending.pop(ticket)
             self._stats["queued"] += 1 + len(self._pending)  # batches in the engine's queue, this one too
@@ -140,8 +147,16 @@ class NativeRunner:
         stats["batches"] += 1
         stats["engine_s"] += finished - submitted
         stats["wait_s"] += finished - started
-        labels = self._labels[samples]
-        return [out, labels.pin_memory() if self.pin_memory else labels]  # pinned like torch's batches
+        return samples, out, epoch
+
+    @property
+    def repair(self) -> Repair:
+        """The repair of failed slots (a hybrid runner replaces its tail's failures there)."""
+        return self._repair
+
+    def labels_of(self, samples: torch.Tensor) -> torch.Tensor:
+        """int64 labels of these samples."""
+        return self._labels[samples]
 
     def discard(self, ticket: int) -> None:
         """Drops a submitted batch nobody will take (an abandoned epoch), so that its

@@ -3,14 +3,19 @@
 select_path(dataset, ...) returns a NativeRunner when the dataset and the loader's
 arguments can run on the C++ engine, else None and the reason, which is what
 `loader.path` shows: "native: ImageFolder [RandomResizedCrop -> RandomHorizontalFlip ->
-Normalize], decode_on=cpu (auto)" or e.g. "generic: custom collate_fn". The reasons, in
-the order they are checked:
+Normalize], decode_on=cpu (auto)" or e.g. "generic: custom collate_fn". A dataset (a fastload
+one, or a torchvision one the compat layer converts) whose transforms go on past the
+native ones (a Python tail) gets a HybridRunner:
+"hybrid: native [RandomResizedCrop -> RandomHorizontalFlip] + python [TrivialAugmentWide
+-> ToTensor -> Normalize], decode_on=cpu (auto); not native: TrivialAugmentWide(...): why".
+The reasons for the generic path, in the order they are checked:
 
 - the order is left to torch (order_left_to_torch): an IterableDataset, batch_size=None,
   a DataPipe, a dataset without __len__ (and no sampler to order it);
 - accelerate=False; FASTLOAD_NATIVE=0 in the environment;
 - a batch_sampler (the native loop batches by batch_size); a custom collate_fn;
 - the dataset or its transforms have no native pipeline (the converter's reason);
+- a Python tail that cannot take what the engine gives it (Tail.reason_not_runnable);
 - fastload._C was not built (a fastload dataset then raises NotBuiltError instead).
 
 Example:
@@ -28,7 +33,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Any, Callable, NamedTuple, Optional, Tuple
 
 import torch
 from torch.utils.data.datapipes.datapipe import IterDataPipe, MapDataPipe
@@ -36,6 +41,7 @@ from torch.utils.data.datapipes.datapipe import IterDataPipe, MapDataPipe
 from fastload import _ext
 from fastload.augment.plan import Fusion, fuse, make_plan
 from fastload.errors import UnsupportedPipeline
+from fastload.native.hybrid import LabelledRunner, hybrid_runner
 from fastload.native.producers import PRODUCERS
 from fastload.native.runner import NativeRunner
 from fastload.source.index import SampleIndex
@@ -88,27 +94,74 @@ def _default_collate(collate_fn: Any) -> bool:
     return collate_fn is None or collate_fn is default_collate
 
 
-def native_pipeline(dataset: Any, *, dtype: Optional[torch.dtype]) -> Tuple[SampleIndex, Fusion, str]:
-    """(index, fusion, description) for a dataset that runs natively, else UnsupportedPipeline.
-    The fusion becomes the engine's plan (make_plan) once fastload._C is known to be there."""
+class _Resolved(NamedTuple):
+    """What runs a dataset: its index, the fusion of its native part, the description,
+    and what Python does per sample (the tail) or per batch (the labels)."""
+
+    index: SampleIndex
+    fusion: Fusion
+    description: str
+    tail: Any = None  # fastload.native.tail.Tail, or None
+    labels: Optional[Callable[[torch.Tensor], Any]] = None  # labels int64 [B] -> the batch's labels
+    labels_note: str = ""  # "; labels: target_transform f in Python"
+
+
+def _resolve(dataset: Any, *, dtype: Optional[torch.dtype]) -> _Resolved:
+    """_Resolved for a dataset whose samples the engine can make (fully, or its native
+    prefix before a Python tail), else UnsupportedPipeline with the reason."""
     from fastload.source.base import NativeDataset
 
+    labels, labels_note = None, ""
     if isinstance(dataset, NativeDataset):
         index, specs, origin = dataset.index, dataset.ops, type(dataset).__name__
+        tail = dataset.python_tail()
     else:
+        from fastload.compat.datasets import _name
         from fastload.compat.torchvision import NotConvertible, convert_dataset
 
         try:
             conversion = convert_dataset(dataset)
-            index, specs = conversion.index, conversion.native_specs()  # a Python tail: generic, for now
         except NotConvertible as error:
             raise UnsupportedPipeline(str(error)) from None
-        origin = conversion.origin
-    fusion = fuse(specs)
+        refusal = conversion.tail_refusal()
+        if refusal is not None:
+            raise UnsupportedPipeline(refusal)
+        index, specs, origin = conversion.index, list(conversion.pipeline.native), conversion.origin
+        tail = conversion.python_tail()
+        if conversion.target_transform is not None:
+            labels = conversion.collate_labels
+            labels_note = f"; labels: target_transform {_name(conversion.target_transform)} in Python"
+    try:
+        fusion = fuse(specs)
+    except UnsupportedPipeline as error:
+        if tail is None:
+            raise
+        # The cut left a prefix the engine cannot batch (e.g. nothing before the first
+        # Python transform): the whole pipeline runs in Python.
+        prefix = " -> ".join(type(s).__name__ for s in specs)
+        why = f"the native prefix [{prefix}] does not fuse ({error})" if specs else "no native transform comes first"
+        raise UnsupportedPipeline(f"{origin}: {why}, so the Python tail has no engine output to start from; "
+                                  f"not native: {'; '.join(tail.blockers)}") from None
+    if tail is not None:
+        # The tail sees the prefix's own dtype; the loader's dtype applies to the batch after it.
+        where = "" if tail.takes_pil or tail.prefix_makes_tensor else \
+            " on uint8 tensors (not PIL images: values within a level or two, see fastload.native.tail)"
+        return _Resolved(index, fusion, f"hybrid: native [{fusion.description}] + python [{tail.description}]{where}",
+                         tail, labels, labels_note)
     if dtype in (torch.float32, torch.float16, torch.bfloat16) and fusion.dtype.is_floating_point:
         fusion = fusion._replace(dtype=dtype)  # e.g. bfloat16 for AMP, written directly by the kernel
     # (other dtypes, e.g. float64, are converted after the batch, as on the generic path)
-    return index, fusion, f"native: {origin} [{fusion.description}]"
+    return _Resolved(index, fusion, f"native: {origin} [{fusion.description}]", None, labels, labels_note)
+
+
+def native_pipeline(dataset: Any, *, dtype: Optional[torch.dtype]) -> Tuple[SampleIndex, Fusion, str]:
+    """(index, fusion, description) for a dataset that runs natively, else UnsupportedPipeline.
+    The fusion becomes the engine's plan (make_plan) once fastload._C is known to be there.
+    A dataset with a Python tail (a fastload dataset's python_tail(), a torchvision
+    dataset's transforms past the native ones) gets the fusion of its native prefix and a
+    "hybrid: ..." description."""
+    resolved = _resolve(dataset, dtype=dtype)
+    return resolved.index, resolved.fusion, resolved.description
 
 
 def select_path(
@@ -128,7 +181,8 @@ def select_path(
     dct_scaling: bool = True,
     sampler: Any = None,
     batch_sampler: Any = None,
-) -> Tuple[Optional[NativeRunner], str]:
+    tail_on: str = "auto",
+) -> Tuple[Any, str]:
     """(runner, reason): a runner when the dataset can run natively, else None and why.
 
     Args:
@@ -145,10 +199,13 @@ def select_path(
         decode_on: one of DECODE_ON.
         dct_scaling: decode at a reduced DCT scale where it still covers the output
             (False: outputs follow a full decode to within rounding).
+        tail_on: where a hybrid pipeline's Python tail runs (fastload.native.hybrid.TAIL_ON:
+            "auto", "inline", "threads", "processes"; see hybrid_runner).
 
     Returns:
-        (NativeRunner, "native: <what>, decode_on=<mode>[ (why)]") or
-        (None, "generic: <why>").
+        (NativeRunner, "native: <what>, decode_on=<mode>[ (why)]"),
+        (HybridRunner, "hybrid: native [<prefix>] + python [<tail>], decode_on=cpu[ (why)]
+        [; not native: <blockers>]") or (None, "generic: <why>").
 
     Raises:
         ValueError: decode_on is not one of DECODE_ON, or a device mode without a CUDA
@@ -169,23 +226,36 @@ def select_path(
         return None, "generic: custom collate_fn"
     check_decode_on(decode_on)
     try:
-        index, fusion, description = native_pipeline(dataset, dtype=dtype)
+        index, fusion, description, tail, labels, labels_note = _resolve(dataset, dtype=dtype)
     except UnsupportedPipeline as error:
         return None, f"generic: {error}"
-    if not _ext.has_ops():
-        from fastload.source.base import NativeDataset
+    from fastload.source.base import NativeDataset
 
+    if not _ext.has_ops():
         if isinstance(dataset, NativeDataset):  # its geometry is C++ on every path: fail now
             _ext.require_ops()
         return None, "generic: fastload._C is not built (make build)"
     plan = make_plan(fusion)
     plan.seed = _augmentation_seed(dataset, seed)
     plan.dct_scaling = bool(dct_scaling)
+    if tail is not None:
+        reason = tail.reason_not_runnable()
+        if reason is not None:
+            return None, f"generic: {reason}"
+        # The tail runs on host images: the engine decodes on the CPU whatever decode_on says.
+        why = {"auto": " (auto)", "cpu": ""}.get(decode_on, f" (decode_on={decode_on!r} is for fully native "
+                                                            "pipelines: the Python tail needs host images)")
+        runner = hybrid_runner(index, plan, tail, num_workers=num_workers, pin_memory=pin_memory,
+                               on_error=on_error, description=description, tail_on=tail_on, labels=labels)
+        blockers = f"; not native: {'; '.join(tail.blockers)}" if tail.blockers else ""
+        return runner, f"{description}, decode_on=cpu{why}{labels_note}{blockers}"
     decode_on, why = _resolve_decode_on(decode_on, device)
     runner = NativeRunner(index, plan, num_threads=max(1, num_workers), pin_memory=pin_memory,
                           memory_format=memory_format, on_error=on_error, decode_on=decode_on,
                           device=device, description=description)
-    return runner, f"{description}, decode_on={decode_on}{why}"
+    if labels is not None:
+        runner = LabelledRunner(runner, labels)
+    return runner, f"{description}, decode_on={decode_on}{why}{labels_note}"
 
 
 def _augmentation_seed(dataset: Any, seed: Optional[int]) -> int:

@@ -40,29 +40,89 @@ def native_transforms(transforms: Optional[Sequence[Any]], owner: str = "fastloa
         UnsupportedPipeline: a torchvision transform without a fastload equivalent.
         TypeError: a transform that is neither a fastload spec nor a torchvision transform.
     """
+    out: List[Any] = []
+    for position, transform in enumerate(list(transforms or [])):
+        out.extend(_to_specs(transform, position, owner))
+    return out
+
+
+def _spec_names() -> str:
+    from fastload.augment.specs import SPECS
+
+    return ", ".join(f"fastload.transforms.{spec.__name__}" for spec in SPECS)
+
+
+def _to_specs(transform: Any, position: int, owner: str) -> List[Any]:
+    """One transform's fastload specs; UnsupportedPipeline / TypeError saying why not."""
     from fastload.augment.specs import SPECS
     from fastload.errors import UnsupportedPipeline
 
-    names = ", ".join(f"fastload.transforms.{spec.__name__}" for spec in SPECS)
-    out: List[Any] = []
-    for position, transform in enumerate(list(transforms or [])):
-        if isinstance(transform, SPECS):
-            out.append(transform)
-        elif type(transform).__module__.startswith("torchvision."):
-            from fastload.compat.torchvision import NotConvertible, convert_transform
+    if isinstance(transform, SPECS):
+        return [transform]
+    if type(transform).__module__.startswith("torchvision."):
+        from fastload.compat.torchvision import NotConvertible, convert_transform
 
-            try:
-                out.extend(convert_transform(transform))
-            except NotConvertible as error:
-                raise UnsupportedPipeline(
-                    f"{owner}: transforms[{position}] is the torchvision transform {transform!r}, which fastload "
-                    f"cannot run ({error}). Use fastload's transforms ({names}), or keep this transform in a "
-                    "torchvision.datasets.ImageFolder(root, transform=...): fastload.DataLoader runs that "
-                    "on its generic path.") from None
-        else:
-            raise TypeError(f"{owner}: expected transforms made of fastload's transforms ({names}) or torchvision "
-                            f"transforms they map to, got {transform!r} at transforms[{position}].")
-    return out
+        try:
+            return convert_transform(transform)
+        except NotConvertible as error:
+            raise UnsupportedPipeline(
+                f"{owner}: transforms[{position}] is the torchvision transform {transform!r}, which fastload "
+                f"cannot run ({error}). Use fastload's transforms ({_spec_names()}), or keep this transform in a "
+                "torchvision.datasets.ImageFolder(root, transform=...): fastload.DataLoader runs that "
+                "on its generic path.") from None
+    raise TypeError(f"{owner}: expected transforms made of fastload's transforms ({_spec_names()}) or torchvision "
+                    f"transforms they map to, got {transform!r} at transforms[{position}]. Python callables may "
+                    "follow them (after a native crop or resize).")
+
+
+def split_transforms(transforms: Optional[Sequence[Any]], owner: str = "fastload"):
+    """The transforms cut into their native prefix and Python tail
+    (fastload.augment.split.Pipeline; Compose flattened): the prefix as fastload specs, the
+    tail as the user's callables, from the first transform without a native equivalent.
+
+    Raises:
+        UnsupportedPipeline: the first transform has no native equivalent (the engine needs
+            a native crop or resize before any Python transform), or a fastload spec comes
+            after a Python transform (specs run only on the engine).
+        TypeError: the first transform is neither a fastload spec nor a torchvision
+            transform, or a later one is not callable.
+    """
+    from fastload.augment.specs import SPECS
+    from fastload.augment.split import split_pipeline
+    from fastload.errors import UnsupportedPipeline
+    from fastload.native.tail import flatten
+
+    flat = flatten(list(transforms or []))
+    positions: dict = {}
+    for position, transform in enumerate(flat):
+        positions.setdefault(id(transform), position)
+
+    def to_specs(transform: Any) -> List[Any]:
+        position = positions[id(transform)]
+        if position == 0 or isinstance(transform, SPECS):
+            return _to_specs(transform, position, owner)
+        if type(transform).__module__.startswith("torchvision."):
+            from fastload.compat.torchvision import convert_transform, flatten, leaf_specs
+
+            # NotConvertible (a ValueError) says why not; a leaf's reason without its name
+            # (split_pipeline names it).
+            return leaf_specs(transform) if len(flatten(transform)[0]) == 1 else convert_transform(transform)
+        if callable(transform):
+            raise ValueError("a Python callable")
+        raise TypeError(f"{owner}: expected a callable at transforms[{position}] (after the native transforms, "
+                        f"each runs in Python on the result of the one before), got {transform!r}.")
+
+    if flat:
+        # Refused here, not as the start of a tail: the engine needs a native first step.
+        _to_specs(flat[0], 0, owner)
+    pipeline = split_pipeline(flat, to_specs)
+    for position, transform in enumerate(pipeline.tail, start=len(flat) - len(pipeline.tail)):
+        if isinstance(transform, SPECS):
+            raise UnsupportedPipeline(
+                f"{owner}: transforms[{position}] is fastload's {transform!r}, after the Python transform "
+                f"{pipeline.tail[0]!r}: fastload's transforms run only on the engine, before the first Python "
+                "transform. Use torchvision's equivalent there, or move it before the Python transforms.")
+    return pipeline, flat
 
 
 class NativeDataset(torch.utils.data.Dataset):
@@ -71,27 +131,53 @@ class NativeDataset(torch.utils.data.Dataset):
     Args:
         index: where each sample's bytes are, and its label.
         transforms: specs from fastload.transforms (RandomResizedCrop, Normalize, ...);
-            torchvision transforms with a fastload equivalent are converted to them.
-        seed: the base of every random parameter (crop, flip): parameters are a pure
-            function of (seed, epoch, sample index). The loader overrides it with its own.
+            torchvision transforms with a fastload equivalent are converted to them. From
+            the first transform without a native equivalent on (TrivialAugmentWide, a user
+            function, ...), the rest is the Python tail: callables run per sample, in order,
+            on the native prefix's output (a hybrid pipeline; fastload.native.tail says what
+            they receive). The first transform must be native.
+        seed: the base of every random parameter (crop, flip; the tail's per-sample seeds):
+            parameters are a pure function of (seed, epoch, sample index). The loader
+            overrides it with its own.
         ops: the older name of `transforms` (same meaning; pass one of the two).
+        tail_input: what the tail receives when the prefix made no tensor: "pil" (a PIL
+            image, as torchvision's path; the default) or "tensor" (the uint8 [C, H, W]
+            tensor: faster, for v2 transforms).
 
     Attributes:
-        transforms: the list of fastload.transforms specs (unlike a torchvision dataset's
-            `transforms`, which is one callable); `ops` reads the same list.
+        transforms: the list of fastload.transforms specs of the native prefix (unlike a
+            torchvision dataset's `transforms`, which is one callable); `ops` reads the
+            same list.
+        tail: the Python transforms after the prefix, as given (a tuple; empty when every
+            transform is native). `tail_blockers` says why each has no native equivalent.
 
     Example:
         >>> from fastload import transforms as T
         >>> index = SampleIndex.from_files(["a.jpg"], [0])
         >>> NativeDataset(index, [T.CenterCrop(8)]).transforms == NativeDataset(index, ops=[T.CenterCrop(8)]).ops
         True
+        >>> def invert(image):
+        ...     return 255 - image
+        >>> hybrid = NativeDataset(index, [T.CenterCrop(8), invert])
+        >>> hybrid.transforms, hybrid.tail == (invert,)
+        ([CenterCrop(size=(8, 8))], True)
     """
 
     def __init__(self, index: SampleIndex, transforms: Optional[Sequence[Any]] = None, seed: int = 0, *,
-                 ops: Optional[Sequence[Any]] = None):
+                 ops: Optional[Sequence[Any]] = None, tail_input: str = "pil"):
+        from fastload.native.tail import TAIL_INPUTS, makes_tensor
+
         owner = f"fastload.{type(self).__name__}"
+        if tail_input not in TAIL_INPUTS:
+            raise ValueError(f"{owner}: expected tail_input in {TAIL_INPUTS}, got {tail_input!r}.")
         self.index = index
-        self.transforms = native_transforms(transforms_argument(transforms, ops, owner), owner)
+        pipeline, flat = split_transforms(transforms_argument(transforms, ops, owner), owner)
+        self.transforms = list(pipeline.native)
+        self.tail = tuple(pipeline.tail)
+        self.tail_blockers = tuple(pipeline.blockers)
+        self.tail_input = tail_input
+        # torchvision's image is a tensor after the prefix: the tail gets that tensor.
+        self.prefix_makes_tensor = any(makes_tensor(t) for t in flat[:len(flat) - len(self.tail)])
         self.seed = seed
         self.epoch = 0
 
@@ -99,6 +185,15 @@ class NativeDataset(torch.utils.data.Dataset):
     def ops(self) -> List[Any]:
         """The older name of `transforms` (read-only)."""
         return self.transforms
+
+    def python_tail(self):
+        """The tail as a fastload.native.tail.Tail (None when every transform is native)."""
+        if not self.tail:
+            return None
+        from fastload.native.tail import Tail
+
+        return Tail(self.tail, input=self.tail_input, prefix_makes_tensor=self.prefix_makes_tensor,
+                    blockers=self.tail_blockers)
 
     def __len__(self) -> int:
         return len(self.index)
@@ -111,11 +206,26 @@ class NativeDataset(torch.utils.data.Dataset):
         """Labels of every sample, like torchvision's ImageFolder.targets."""
         return self.index.labels.tolist()
 
-    def __getitem__(self, i: int) -> Tuple[torch.Tensor, int]:
+    def __getitem__(self, i: int) -> Tuple[Any, int]:
         from fastload.augment.pipeline import apply_ops_reference
         from fastload.decode.pil import decode_to_tensor
 
         if i < 0:
             i += len(self)
         image = decode_to_tensor(self.index.read(i), index=i, source=self.index.source(i))
-        return apply_ops_reference(self.transforms, image, seed=self.seed, epoch=self.epoch, index=i), int(self.index.labels[i])
+        out = apply_ops_reference(self.transforms, image, seed=self.seed, epoch=self.epoch, index=i)
+        tail = self.python_tail()
+        if tail is not None:
+            from fastload.native.tail import GlobalDraws, _TailError, sample_seed
+
+            # The same per-sample seed as the hybrid runner's: both paths draw alike.
+            try:
+                with GlobalDraws() as draws:
+                    draws.seed(sample_seed(self.seed, self.epoch, i))
+                    out = tail(out)
+            except _TailError as error:
+                from fastload.errors import add_note
+
+                add_note(error.error, tail.note(error, i, self.index.source(i)))
+                raise error.error from None
+        return out, int(self.index.labels[i])

@@ -1,0 +1,429 @@
+"""HybridRunner: the engine runs the native prefix, Python runs the tail per sample.
+
+The engine decodes and augments each batch's prefix (crop window, resize, flip; uint8
+unless the prefix itself converts) in its threads, GIL released, as on the native path.
+Then each sample's output goes through the tail (fastload.native.tail), and the outputs
+are collated with torch's default_collate, as torch's DataLoader would: `[tail outputs
+collated, labels int64 [B]]`. A tail output default_collate cannot batch (e.g. a PIL
+image) raises its TypeError, with a note naming the tail.
+
+Where the tail runs:
+- HybridRunner(parallel="inline"): on the thread that asks for the batch, each sample
+  under its own seed (reproducible; see fastload.native.tail), while the engine's threads
+  decode the next batches;
+- HybridRunner(parallel="threads"): on a pool of `num_threads` Python threads (PIL and
+  torch release the GIL in their pixel loops); draws are not reproducible (the global
+  generators are shared by the threads);
+- ProcessHybridRunner: whole batches (prefix, tail inline, collation) in worker
+  processes, each with its own engine: the tail's Python runs in parallel, off the
+  training loop's thread, and as reproducibly as inline.
+
+hybrid_runner(tail_on=...) picks one; "auto" gives a loader the inline tail with
+num_workers engine threads: benchmarks/hybrid_tail.py measures the three (figures in
+fastload/native/README.md); on 2 cores the inline tail was as fast as the thread pool or
+faster, reproducible, and cheaper in CPU than worker processes.
+
+A torchvision dataset's target_transform runs on each batch's labels after the tail
+(`labels=`), or after a fully native batch (LabelledRunner).
+
+Failures of the tail follow on_error like a decode failure: "raise" re-raises the tail's
+own exception with a note naming the transform, the sample and its file; "skip" fills the
+slot with the next readable sample in dataset order (its prefix on the engine, then the
+tail), counted in stats()["skipped"].
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Dict, List, Optional, Set
+
+import torch
+
+from fastload.errors import DecodeError
+from fastload.native.repair import MAX_SKIP_ATTEMPTS
+from fastload.native.runner import NativeRunner
+from fastload.native.tail import GlobalDraws, Tail, _TailError, sample_seed
+from fastload.source.index import SampleIndex
+
+PARALLEL = ("inline", "threads")
+
+
+class HybridRunner:
+    """A NativeRunner for the prefix plus the Python tail; the same interface (submit /
+    result / discard / start_pass / set_seed / stats / close, `plan`, `on_error`).
+
+    Args:
+        index, plan, num_threads, on_error, description: as NativeRunner's (the engine
+            always runs on the host: the tail needs host images).
+        tail: the Python transforms after the prefix.
+        pin_memory: pin the collated batches (as torch's pin_memory=True).
+        parallel: "inline" or "threads" (see the module docstring).
+        labels: None, or what makes a batch's labels from the class indexes int64 [B]
+            (a torchvision dataset's target_transform, collated: Conversion.collate_labels).
+    """
+
+    def __init__(self, index: SampleIndex, plan: Any, tail: Tail, *, num_threads: int = 1, pin_memory: bool = False,
+                 on_error: str = "raise", description: str = "hybrid", parallel: str = "inline",
+                 labels: Optional[Callable[[torch.Tensor], Any]] = None):
+        if parallel not in PARALLEL:
+            raise ValueError(f"fastload.HybridRunner: expected parallel in {PARALLEL}, got {parallel!r}.")
+        # PIL images are made from HWC pixels: a channels_last batch gives them without a copy.
+        memory_format = torch.channels_last if tail.takes_pil else torch.contiguous_format
+        self.native = NativeRunner(index, plan, num_threads=num_threads, on_error=on_error,
+                                   memory_format=memory_format, decode_on="cpu", description=description)
+        self.tail = tail
+        self.index = index
+        self.parallel = parallel
+        self.pin_memory = bool(pin_memory) and torch.cuda.is_available()
+        self.description = description
+        self.decode_on = "cpu"
+        self._pool = ThreadPoolExecutor(max(1, int(num_threads)), thread_name_prefix="fastload-tail") \
+            if parallel == "threads" else None
+        self._tail_s = 0.0
+        self._labels = labels
+
+    # -- the NativeRunner interface -------------------------------------------------------
+    @property
+    def plan(self) -> Any:
+        return self.native.plan
+
+    @property
+    def on_error(self) -> str:
+        return self.native.on_error
+
+    @on_error.setter
+    def on_error(self, on_error: str) -> None:
+        self.native.on_error = on_error
+
+    @property
+    def num_threads(self) -> int:
+        return self.native.num_threads
+
+    def start_pass(self) -> None:
+        self.native.start_pass()
+
+    def set_seed(self, seed: int) -> None:
+        self.native.set_seed(seed)
+
+    def keep_in_flight(self, depth: int) -> None:
+        # The prefix batches are read by the tail inside result(): only those in flight.
+        self.native.keep_in_flight(depth)
+
+    def submit(self, indices: List[int], epoch: int) -> int:
+        return self.native.submit(indices, epoch)
+
+    def discard(self, ticket: int) -> None:
+        self.native.discard(ticket)
+
+    def result(self, ticket: int) -> List[Any]:
+        """Waits for the prefix of a submitted batch, runs the tail on each sample, and
+        returns [collated tail outputs, labels int64 [B]]."""
+        from torch.utils.data import default_collate
+
+        samples, images, epoch = self.native.collect(ticket)
+        started = time.perf_counter()
+        with torch.profiler.record_function("fastload.python_tail"):
+            outputs, failures = self._run(images, samples, epoch)
+            if failures:
+                samples = samples.clone()
+                for slot, error in failures:
+                    outputs[slot] = self._recover(slot, error, images, samples, epoch)
+            try:
+                batch = default_collate(outputs)
+            except (TypeError, RuntimeError) as error:
+                from fastload.errors import add_note
+
+                add_note(error, f"fastload: collating the outputs of the Python transforms [{self.tail.description}] "
+                                f"(a hybrid pipeline's tail) as torch's default_collate does; end the tail with "
+                                "a transform that returns tensors (e.g. ToTensor or v2.ToImage).")
+                raise
+        labels = self.native.labels_of(samples)
+        if self._labels is not None:
+            labels = self._labels(labels)
+        self._tail_s += time.perf_counter() - started
+        out = [batch, labels]
+        if self.pin_memory:
+            from torch.utils.data._utils.pin_memory import pin_memory
+
+            out = pin_memory(out)
+        return out
+
+    def stats(self, reset: bool = False) -> Dict[str, Any]:
+        """NativeRunner's counters plus tail_s (time spent running the tail and collating)."""
+        out = dict(self.native.stats(reset=reset), tail_s=self._tail_s)
+        if reset:
+            self._tail_s = 0.0
+        return out
+
+    def close(self) -> None:
+        self.native.close()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # -- the tail -------------------------------------------------------------------------
+    def _run(self, images: torch.Tensor, samples: torch.Tensor, epoch: int):
+        """(outputs, [(slot, _TailError)]) of one batch; a failed slot's output is None."""
+        indices = samples.tolist()
+        outputs: List[Any] = [None] * len(indices)
+        failures = []
+        if self._pool is None:
+            seed = self.plan.seed
+            with GlobalDraws() as draws:
+                for slot, index in enumerate(indices):
+                    draws.seed(sample_seed(seed, epoch, index))
+                    try:
+                        outputs[slot] = self.tail(images[slot])
+                    except _TailError as error:
+                        failures.append((slot, error))
+            return outputs, failures
+
+        def run_one(slot: int):
+            try:
+                return self.tail(images[slot]), None
+            except _TailError as error:
+                return None, error
+
+        for slot, (output, error) in enumerate(self._pool.map(run_one, range(len(indices)))):
+            outputs[slot] = output
+            if error is not None:
+                failures.append((slot, error))
+        return outputs, failures
+
+    def _recover(self, slot: int, error: _TailError, images: torch.Tensor, samples: torch.Tensor, epoch: int) -> Any:
+        """The output for a slot whose tail raised: re-raised with a note under "raise";
+        under "skip" the tail's output of the next readable sample."""
+        policy = self.native.repair.policy
+        sample = int(samples[slot])
+        if not policy.skips:
+            policy.handle(error.error, self.tail.note(error, sample, self.index.source(sample)))
+        failed: Set[int] = set()
+        last: Optional[_TailError] = error
+        for _ in range(MAX_SKIP_ATTEMPTS):
+            self.native.repair.replace(slot, sample, samples, images, epoch, failed)
+            sample = int(samples[slot])
+            try:
+                with GlobalDraws() as draws:
+                    draws.seed(sample_seed(self.plan.seed, epoch, sample))
+                    output = self.tail(images[slot])
+            except _TailError as again:
+                last = again
+                continue
+            self.native.repair.count_skipped(failed, epoch)
+            return output
+        raise DecodeError(f"{MAX_SKIP_ATTEMPTS} consecutive samples failed in the Python transforms; last: "
+                          f"{self.tail.note(last, sample, self.index.source(sample))} ({last.error!r})",
+                          sample, self.index.source(sample))
+
+
+# -- the tail in worker processes ---------------------------------------------------------
+
+_WORKER: Optional[HybridRunner] = None  # this worker process's runner (processes mode)
+
+
+def _start_worker(index: SampleIndex, plan: Any, tail: Tail, on_error: str) -> None:
+    global _WORKER
+    torch.set_num_threads(1)  # as torch's DataLoader workers: the cores are the workers'
+    _WORKER = HybridRunner(index, plan, tail, num_threads=1, on_error=on_error, parallel="inline")
+
+
+def _work(indices: List[int], epoch: int, seed: int, on_error: str, pass_id: int):
+    runner = _WORKER
+    if runner.plan.seed != seed:
+        runner.set_seed(seed)
+    if runner.on_error != on_error:
+        runner.on_error = on_error
+    if getattr(runner, "_pass_id", None) != pass_id:
+        runner._pass_id = pass_id
+        runner.start_pass()
+    batch = runner.result(runner.submit(indices, epoch))
+    return batch, dict(runner.stats(reset=True), pid=os.getpid())
+
+
+def _add_numbers(into: Dict[str, Any], values: Dict[str, Any]) -> None:
+    for key, value in values.items():
+        into[key] = into.get(key, 0) + value
+
+
+class ProcessHybridRunner:
+    """The HybridRunner interface with whole batches (prefix on an engine of one thread,
+    tail inline, collation) made in `num_workers` worker processes, forked at the first
+    submit: the tail's Python runs in parallel without sharing a GIL, and each sample's
+    tail runs under its own seed (a worker draws on one thread), so the draws are as
+    reproducible as inline. Batches come back through shared memory (torch.multiprocessing).
+
+    Args: as HybridRunner's; num_threads is the number of worker processes.
+
+    A bad sample met by two workers in one pass (a replacement search crossing into a
+    batch another worker made) is counted once by each.
+    """
+
+    def __init__(self, index: SampleIndex, plan: Any, tail: Tail, *, num_threads: int = 1, pin_memory: bool = False,
+                 on_error: str = "raise", description: str = "hybrid",
+                 labels: Optional[Callable[[torch.Tensor], Any]] = None):
+        from fastload.errors import ErrorPolicy
+
+        self.index, self.plan, self.tail = index, plan, tail
+        self.num_threads = max(1, int(num_threads))
+        self.pin_memory = bool(pin_memory) and torch.cuda.is_available()
+        self.description = description
+        self.decode_on = "cpu"
+        self._on_error = ErrorPolicy(on_error, owner="fastload.HybridRunner").mode
+        self._pool: Any = None
+        self._owner_pid = os.getpid()
+        self._jobs: Dict[int, Any] = {}
+        self._tickets = 0
+        self._pass_id = 0
+        self._stats: Dict[str, Any] = {}
+        self._labels = labels  # applied here: the workers return class indexes
+
+    @property
+    def min_depth(self) -> int:
+        """Batches to keep submitted so that every worker is busy (torch's default
+        prefetch_factor of 2 per worker)."""
+        return 2 * self.num_threads
+
+    @property
+    def on_error(self) -> str:
+        return self._on_error
+
+    @on_error.setter
+    def on_error(self, on_error: str) -> None:
+        from fastload.errors import ErrorPolicy
+
+        self._on_error = ErrorPolicy(on_error, owner="fastload.HybridRunner").mode
+
+    def start_pass(self) -> None:
+        self._pass_id += 1
+
+    def set_seed(self, seed: int) -> None:
+        self.plan.seed = int(seed)
+
+    def keep_in_flight(self, depth: int) -> None:
+        """Nothing to size here: each worker's engine holds the one batch it makes."""
+
+    def submit(self, indices: List[int], epoch: int) -> int:
+        if self._pool is None:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            import torch.multiprocessing  # noqa: F401  (tensors then travel through shared memory)
+
+            # fork: the tail's callables (lambdas included) need no pickling, as in torch's
+            # workers; a worker that dies fails its batches (BrokenProcessPool), never hangs.
+            self._pool = ProcessPoolExecutor(self.num_threads, mp_context=multiprocessing.get_context("fork"),
+                                             initializer=_start_worker,
+                                             initargs=(self.index, self.plan, self.tail, self._on_error))
+        ticket, self._tickets = self._tickets, self._tickets + 1
+        self._jobs[ticket] = self._pool.submit(_work, list(indices), epoch, int(self.plan.seed), self._on_error,
+                                               self._pass_id)
+        return ticket
+
+    def result(self, ticket: int) -> List[Any]:
+        """Waits for a submitted batch; returns [collated tail outputs, labels int64 [B]]."""
+        batch, stats = self._jobs.pop(ticket).result()
+        pid = stats.pop("pid")
+        for key, value in stats.items():
+            if key == "thread_stages_s":  # one engine thread per worker: summed per worker
+                per_worker = self._stats.setdefault(key, {}).setdefault(pid, {})
+                for row in value:
+                    _add_numbers(per_worker, row)
+            elif isinstance(value, dict):
+                _add_numbers(self._stats.setdefault(key, {}), value)
+            elif key != "threads":
+                self._stats[key] = self._stats.get(key, 0) + value
+        if self._labels is not None:
+            batch = [batch[0], self._labels(batch[1])]
+        if self.pin_memory:
+            from torch.utils.data._utils.pin_memory import pin_memory
+
+            batch = pin_memory(batch)
+        return batch
+
+    def discard(self, ticket: int) -> None:
+        job = self._jobs.pop(ticket, None)
+        if job is not None:
+            job.cancel()  # a batch already started is finished, and nobody takes it
+
+    def stats(self, reset: bool = False) -> Dict[str, Any]:
+        """The workers' counters summed (images, batches, skipped, ..., tail_s); threads
+        is the number of worker processes; stages_s summed, thread_stages_s one row per worker."""
+        out = dict(self._stats, threads=self.num_threads)
+        if "thread_stages_s" in out:
+            out["thread_stages_s"] = [dict(row) for row in out["thread_stages_s"].values()]
+        if reset:
+            self._stats = {}
+        return out
+
+    def close(self) -> None:
+        """Stops the worker processes."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        self._jobs.clear()
+
+    def __del__(self):
+        pool = getattr(self, "_pool", None)
+        if pool is not None and os.getpid() == self._owner_pid:  # not in a forked child
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
+class LabelledRunner:
+    """A fully native runner whose batch labels go through Python: [images, labels(class
+    indexes int64 [B])] (a torchvision dataset's target_transform, collated). Everything
+    else is the wrapped runner's."""
+
+    def __init__(self, runner: Any, labels: Callable[[torch.Tensor], Any]):
+        self.runner, self._labels = runner, labels
+
+    def result(self, ticket: int) -> List[Any]:
+        images, labels = self.runner.result(ticket)
+        labels = self._labels(labels.cpu())
+        if getattr(self.runner, "pin_memory", False):
+            from torch.utils.data._utils.pin_memory import pin_memory
+
+            labels = pin_memory(labels)
+        return [images, labels]
+
+    def __getattr__(self, name: str) -> Any:
+        runner = self.__dict__.get("runner")
+        if runner is None:  # (not yet initialised: e.g. a copy being built)
+            raise AttributeError(name)
+        return getattr(runner, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in ("runner", "_labels"):
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self.runner, name, value)
+
+
+# Where a hybrid loader's tail runs (hybrid_runner's tail_on; "auto": see there).
+TAIL_ON = ("auto", "inline", "threads", "processes")
+
+
+def check_tail_on(tail_on: Any) -> str:
+    """`tail_on` if it is one of TAIL_ON, else a ValueError naming them."""
+    if tail_on not in TAIL_ON:
+        raise ValueError(f"fastload.DataLoader: expected tail_on in {TAIL_ON}, got {tail_on!r}.")
+    return tail_on
+
+
+def hybrid_runner(index: SampleIndex, plan: Any, tail: Tail, *, num_workers: int, pin_memory: bool, on_error: str,
+                  description: str, tail_on: str = "auto",
+                  labels: Optional[Callable[[torch.Tensor], Any]] = None) -> Any:
+    """The runner a loader gets for a hybrid pipeline.
+
+    tail_on: "inline" (max(1, num_workers) engine threads, the tail on the consumer
+    thread), "threads" (the same, the tail on a pool of num_workers Python threads: draws
+    not reproducible), "processes" (num_workers worker processes making whole batches,
+    ProcessHybridRunner), or "auto": inline, measured in benchmarks/hybrid_tail.py
+    (fastload/native/README.md gives the figures)."""
+    if check_tail_on(tail_on) == "auto":
+        tail_on = "inline"
+    if tail_on == "processes":
+        return ProcessHybridRunner(index, plan, tail, num_threads=max(1, num_workers), pin_memory=pin_memory,
+                                   on_error=on_error, description=description, labels=labels)
+    return HybridRunner(index, plan, tail, num_threads=max(1, num_workers), pin_memory=pin_memory, on_error=on_error,
+                        description=description, parallel=tail_on, labels=labels)

@@ -1,0 +1,581 @@
+"""Hybrid pipelines: a native prefix on the engine, the rest of the transforms in Python.
+
+A fastload dataset whose transforms continue past what the engine can run (TrivialAugmentWide,
+a user function, ...) runs the prefix on the engine and the tail per sample in Python; the
+batches agree with the dataset's generic twin and keep torchvision's output contract."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import default_collate
+
+import fastload
+from fastload import _ext
+from fastload.augment import specs
+from fastload.native.hybrid import HybridRunner
+from fastload.native.tail import GlobalDraws, sample_seed
+
+torchvision = pytest.importorskip("torchvision")
+from torchvision import transforms as T  # noqa: E402
+from torchvision.transforms import v2  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not _ext.has_ops(), reason="fastload._C not built")
+
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    import jpeg_samples as js
+
+    root = tmp_path_factory.mktemp("hybrid")
+    js.write_image_folder(root, classes=2, per_class=4, size=(40, 52))
+    return str(root)
+
+
+@pytest.fixture(scope="module")
+def folder_with_black(tmp_path_factory):
+    """Like `folder`, plus one all-black image (sample 2, class_0/img_1b.jpg): a tail can
+    fail on it alone."""
+    from PIL import Image
+
+    import jpeg_samples as js
+
+    root = tmp_path_factory.mktemp("hybrid_black")
+    js.write_image_folder(root, classes=2, per_class=3, size=(40, 52))
+    Image.fromarray(np.zeros((40, 52, 3), np.uint8)).save(root / "class_0" / "img_1b.jpg", quality=95)
+    return str(root)
+
+
+def invert(image):
+    return 1.0 - image
+
+
+def refuse_black(image):
+    if np.asarray(image).max() < 8:
+        raise ValueError("a black image")
+    return image
+
+
+def recipe():
+    return [T.RandomResizedCrop(16), T.RandomHorizontalFlip(), T.TrivialAugmentWide(), T.ToTensor(),
+            T.Normalize(MEAN, STD), T.RandomErasing(0.5)]
+
+
+def equal(a, b):
+    from resume_helpers import batches_equal
+
+    return batches_equal(a, b)
+
+
+def test_path_names_the_native_prefix_the_python_tail_and_its_blockers(folder):
+    dataset = fastload.ImageFolder(folder, transforms=recipe()[:5])
+    assert dataset.transforms == [specs.RandomResizedCrop(16), specs.RandomHorizontalFlip()]
+    assert [type(t).__name__ for t in dataset.tail] == ["TrivialAugmentWide", "ToTensor", "Normalize"]
+    loader = fastload.DataLoader(dataset, batch_size=4)
+    head = ("hybrid: native [RandomResizedCrop -> RandomHorizontalFlip] + python "
+            "[TrivialAugmentWide -> ToTensor -> Normalize], decode_on=cpu (auto); not native: TrivialAugmentWide(")
+    assert loader.path.startswith(head), loader.path
+    assert loader.path.endswith("no native equivalent"), loader.path  # only TrivialAugmentWide blocks
+    assert loader.path.count("TrivialAugmentWide(") == 1, loader.path
+    assert "ToTensor()" not in loader.path.split("not native:")[1]
+
+
+def test_a_compose_is_cut_inside_and_a_user_function_is_named(folder):
+    dataset = fastload.ImageFolder(folder, transforms=[T.Compose([T.CenterCrop(16), T.Grayscale(3)]), invert])
+    assert dataset.transforms == [specs.CenterCrop(16)] and len(dataset.tail) == 2
+    assert fastload.DataLoader(dataset, batch_size=2).path.startswith(
+        "hybrid: native [CenterCrop] + python [Grayscale -> invert], decode_on=cpu (auto); not native: Grayscale(")
+
+
+def tail_on_the_native_prefix(folder, tail, *, seed, batch_size, epoch=0):
+    """What a hybrid loader must give: the fully native prefix's batches (the engine's
+    uint8), each sample's tail run on them under its seed, then default_collate."""
+    prefix = fastload.ImageFolder(folder, transforms=[T.RandomResizedCrop(16), T.RandomHorizontalFlip()])
+    tail = fastload.ImageFolder(folder, transforms=[T.RandomResizedCrop(16)] + tail).python_tail()
+    batches, start = [], 0
+    for images, labels in fastload.DataLoader(prefix, batch_size=batch_size, seed=seed):
+        outputs = []
+        with GlobalDraws() as draws:
+            for slot in range(len(labels)):
+                draws.seed(sample_seed(seed, epoch, start + slot))
+                outputs.append(tail(images[slot]))
+        batches.append([default_collate(outputs), labels])
+        start += len(labels)
+    return batches
+
+
+TAILS = {"v1+function": [T.Grayscale(3), T.ToTensor(), invert], "v2-on-pil": [v2.Grayscale(3), v2.PILToTensor()],
+         "v2-on-tensor": [v2.PILToTensor(), v2.Grayscale(1)], "random": recipe()[2:]}
+
+
+@pytest.mark.parametrize("name", TAILS)
+def test_hybrid_batches_are_the_tail_run_on_the_engines_prefix_exactly(folder, name):
+    transforms = [T.RandomResizedCrop(16), T.RandomHorizontalFlip()] + TAILS[name]
+    hybrid = fastload.DataLoader(fastload.ImageFolder(folder, transforms=transforms), batch_size=3, seed=3)
+    assert hybrid.path.startswith("hybrid")
+    got, want = list(hybrid), tail_on_the_native_prefix(folder, TAILS[name], seed=3, batch_size=3)
+    assert len(got) == len(want) == 3
+    for a, b in zip(got, want):
+        assert equal(a, b)
+
+
+@pytest.mark.parametrize("name", TAILS)
+def test_hybrid_batches_match_the_generic_twin(folder, name):
+    """The twin decodes with PIL and resizes in plain PyTorch: the same crops, the same
+    tail draws, the prefix's pixels equal but for rare one-level rounding differences."""
+    dataset = fastload.ImageFolder(folder, transforms=[T.RandomResizedCrop(16), T.RandomHorizontalFlip()] + TAILS[name],
+                                   seed=3)
+    # dct_scaling=False: the twin decodes whole images, so must the engine for equal pixels.
+    hybrid = fastload.DataLoader(dataset, batch_size=3, shuffle=True, num_workers=2, dct_scaling=False,
+                                 generator=torch.Generator().manual_seed(1))
+    twin = fastload.DataLoader(dataset, batch_size=3, shuffle=True, accelerate=False,
+                               generator=torch.Generator().manual_seed(1))
+    assert hybrid.path.startswith("hybrid") and twin.path.startswith("generic")
+    got, want = list(hybrid), list(twin)
+    assert len(got) == len(want) == 3
+    for (images, labels), (twin_images, twin_labels) in zip(got, want):
+        assert torch.equal(labels, twin_labels) and (images.dtype, images.shape) == (twin_images.dtype, twin_images.shape)
+        assert (images == twin_images).double().mean() >= 0.99
+
+
+def test_a_threaded_tail_gives_the_same_batches_as_the_inline_one(folder):
+    from fastload.augment.plan import build_plan
+
+    dataset = fastload.ImageFolder(folder, transforms=[T.CenterCrop(16), T.Grayscale(3), T.ToTensor(), invert])
+    batches = []
+    for parallel in ("inline", "threads"):
+        runner = HybridRunner(dataset.index, build_plan(dataset.transforms), dataset.python_tail(), num_threads=2,
+                              parallel=parallel)
+        batches.append(runner.result(runner.submit([5, 0, 3, 3, 7], 0)))
+        runner.close()
+    assert equal(batches[0], batches[1])
+
+
+@pytest.mark.timeout(120)
+def test_worker_processes_give_the_inline_batches_random_draws_included(folder):
+    from fastload.augment.plan import build_plan
+    from fastload.native.feed import NativeFeed
+    from fastload.native.hybrid import ProcessHybridRunner
+
+    dataset = fastload.ImageFolder(folder, transforms=recipe())
+    plan = build_plan(dataset.transforms, seed=9)
+    batches = [[5, 0, 3], [3, 7, 1], [2, 6]]
+    epochs = []
+    for runner in (HybridRunner(dataset.index, plan, dataset.python_tail(), num_threads=2),
+                   ProcessHybridRunner(dataset.index, plan, dataset.python_tail(), num_threads=2)):
+        try:
+            epochs.append([batch for batch, _ in NativeFeed(runner, iter(batches), epoch=1, depth=2)])
+            stats = runner.stats()
+        finally:
+            runner.close()
+        assert (stats["images"], stats["batches"]) == (8, 3)
+    assert all(equal(a, b) for a, b in zip(*epochs, strict=True))
+
+
+def test_random_tail_draws_are_reproducible_and_leave_the_global_generators_alone(folder):
+    def loader(seed, **kwargs):
+        # A generator of its own: torch's iterator draws its base seed from it, not from the
+        # global one, so only the tail could move the global generators.
+        return fastload.DataLoader(fastload.ImageFolder(folder, transforms=recipe()), batch_size=4, seed=seed,
+                                   generator=torch.Generator().manual_seed(0), **kwargs)
+
+    torch.manual_seed(0)
+    random.seed(0)
+    before = torch.get_rng_state(), random.getstate(), np.random.get_state()[1].copy()
+    first, again, inline = list(loader(7, num_workers=2)), list(loader(7, num_workers=1)), list(loader(7))
+    assert torch.equal(before[0], torch.get_rng_state()) and before[1] == random.getstate()
+    assert np.array_equal(before[2], np.random.get_state()[1])
+    assert all(equal(a, b) and equal(a, c) for a, b, c in zip(first, again, inline, strict=True))
+    assert not equal(first[0], list(loader(8))[0])
+    # Another epoch draws other augmentations for the same samples.
+    epochs = loader(7)
+    assert not equal(list(epochs)[0], list(epochs)[0])
+
+
+def test_sample_seeds_depend_on_seed_epoch_and_index():
+    seeds = {sample_seed(s, e, i) for s in range(3) for e in range(3) for i in range(50)}
+    assert len(seeds) == 3 * 3 * 50 and all(0 <= s < 2 ** 63 for s in seeds)
+
+
+def test_outputs_have_torchvisions_dtype_shape_and_range(folder):
+    transform = T.Compose(recipe())
+    theirs = next(iter(torch.utils.data.DataLoader(torchvision.datasets.ImageFolder(folder, transform=transform),
+                                                   batch_size=8)))
+    ours = next(iter(fastload.DataLoader(fastload.ImageFolder(folder, transforms=recipe()), batch_size=8)))
+    assert type(ours) is type(theirs) and len(ours) == 2
+    for a, b in zip(ours, theirs):
+        assert (a.dtype, a.shape) == (b.dtype, b.shape)
+    lowest, highest = (0 - max(MEAN)) / min(STD), (1 - min(MEAN)) / min(STD)
+    assert lowest <= ours[0].min() < -1.0 and 1.0 < ours[0].max() <= highest
+
+
+def test_a_deterministic_tail_matches_torchvisions_values(folder):
+    """Same crop (centre), same tail: within the resize's rounding of torchvision + PIL."""
+    tail = [T.Grayscale(3), T.ToTensor(), T.Normalize(MEAN, STD)]
+    theirs = torchvision.datasets.ImageFolder(folder, transform=T.Compose([T.Resize(20), T.CenterCrop(16)] + tail))
+    ours = fastload.DataLoader(fastload.ImageFolder(folder, transforms=[T.Resize(20), T.CenterCrop(16)] + tail),
+                               batch_size=8, dct_scaling=False)
+    images = next(iter(ours))[0]
+    expected = torch.stack([theirs[i][0] for i in range(8)])
+    # Two uint8 levels of resize rounding, through ToTensor and Normalize's 1/std.
+    assert torch.allclose(images, expected, atol=2.5 / 255 / min(STD))
+
+
+def test_tail_input_tensor_hands_the_uint8_tensor_and_refuses_totensor(folder):
+    seen = []
+
+    def record(image):
+        seen.append((type(image), image.dtype, tuple(image.shape)))
+        return image
+
+    dataset = fastload.ImageFolder(folder, transforms=[T.CenterCrop(16), record, v2.ToDtype(torch.float32, True)])
+    dataset.tail_input = "tensor"
+    images, _ = next(iter(fastload.DataLoader(dataset, batch_size=2)))
+    assert seen == [(torch.Tensor, torch.uint8, (3, 16, 16))] * 2 and images.dtype == torch.float32
+    refused = fastload.ImageFolder(folder, transforms=[T.CenterCrop(16), record, T.ToTensor()])
+    refused.tail_input = "tensor"  # (a NativeDataset argument; ImageFolder keeps it as an attribute)
+    path = fastload.DataLoader(refused, batch_size=2).path
+    assert path.startswith("generic: the Python tail's ToTensor() does not convert the uint8 tensors"), path
+
+
+def test_a_prefix_that_ends_in_a_tensor_hands_that_tensor_to_the_tail(folder):
+    seen = []
+
+    def record(image):
+        seen.append((type(image), image.dtype))
+        return image
+
+    dataset = fastload.ImageFolder(folder, transforms=[T.CenterCrop(16), T.ToTensor(), record])
+    assert dataset.transforms == [specs.CenterCrop(16), specs.ToDtype(torch.float32, scale=True)]
+    hybrid = next(iter(fastload.DataLoader(dataset, batch_size=2, dct_scaling=False)))
+    assert seen == [(torch.Tensor, torch.float32)] * 2
+    twin = next(iter(fastload.DataLoader(dataset, batch_size=2, accelerate=False)))
+    # The kernel and the reference sum in another order: float32 rounding apart.
+    torch.testing.assert_close(hybrid[0], twin[0], atol=1e-4, rtol=0)
+
+
+def test_a_tail_error_raises_with_the_sample_and_its_file(folder_with_black):
+    dataset = fastload.ImageFolder(folder_with_black, transforms=[T.CenterCrop(16), refuse_black, T.ToTensor()])
+    assert dataset.index.source(2).endswith("img_1b.jpg")
+    for accelerate in ("auto", False):
+        with pytest.raises(ValueError, match="a black image") as info:
+            list(fastload.DataLoader(dataset, batch_size=3, accelerate=accelerate))
+        notes = " ".join(getattr(info.value, "__notes__", []))
+        assert "refuse_black" in notes and "sample 2" in notes and "img_1b.jpg" in notes, notes
+
+
+def test_a_tail_error_under_skip_replaces_the_sample_and_counts_it(folder_with_black):
+    dataset = fastload.ImageFolder(folder_with_black, transforms=[T.CenterCrop(16), refuse_black, T.ToTensor()])
+    loader = fastload.DataLoader(dataset, batch_size=3, on_error="skip")
+    batches = list(loader)
+    assert [len(labels) for _, labels in batches] == [3, 3, 1]
+    # Sample 2 is replaced by the next readable one, sample 3 (also the next batch's first).
+    assert equal(batches[0][0][2], batches[1][0][0])
+    assert batches[0][1].tolist() == [int(dataset.index.labels[i]) for i in (0, 1, 3)]
+    assert loader.stats()["native"]["skipped"] == 1
+    list(loader)
+    assert loader.stats()["native"]["skipped"] == 2  # once per pass
+
+
+def test_hybrid_loader_resumes_at_every_position(folder):
+    from resume_helpers import check_resume_at_every_position
+
+    dataset = fastload.ImageFolder(folder, transforms=recipe())
+
+    def make():
+        return fastload.DataLoader(dataset, batch_size=3, shuffle=True, num_workers=2, seed=11,
+                                   generator=torch.Generator().manual_seed(0))
+
+    reference = check_resume_at_every_position(make)
+    assert len(reference) == 3 and reference[0][0].dtype == torch.float32
+
+
+def test_tail_outputs_collate_like_torchs_default_collate(folder):
+    def as_dict(image):
+        return {"image": image, "size": image.shape[-1], "name": "x"}
+
+    dataset = fastload.ImageFolder(folder, transforms=[T.CenterCrop(16), T.PILToTensor(), as_dict])
+    hybrid = next(iter(fastload.DataLoader(dataset, batch_size=3, dct_scaling=False)))
+    assert equal(hybrid, default_collate([dataset[i] for i in range(3)]))
+    assert hybrid[0]["name"] == ["x"] * 3 and hybrid[0]["size"].dtype == torch.int64
+
+
+def test_a_tail_ending_in_pil_images_fails_to_collate_as_torch_does(folder):
+    dataset = fastload.ImageFolder(folder, transforms=[T.CenterCrop(16), T.Grayscale()])
+    with pytest.raises(TypeError, match="default_collate: batch must contain tensors") as torchs:
+        next(iter(torch.utils.data.DataLoader(dataset, batch_size=2)))
+    with pytest.raises(TypeError, match=str(torchs.value).split(";")[0]) as ours:
+        next(iter(fastload.DataLoader(dataset, batch_size=2)))
+    assert "end the tail with a transform that returns tensors" in " ".join(ours.value.__notes__)
+
+
+def test_a_fastload_transform_after_a_python_one_is_refused(folder):
+    with pytest.raises(fastload.UnsupportedPipeline, match=r"transforms\[2\] is fastload's Normalize.*after the "
+                                                         r"Python transform"):
+        fastload.ImageFolder(folder, transforms=[T.CenterCrop(16), invert, specs.Normalize(MEAN, STD)])
+    with pytest.raises(TypeError, match=r"expected a callable at transforms\[1\]"):
+        fastload.ImageFolder(folder, transforms=[T.CenterCrop(16), "flip"])
+
+
+def test_global_draws_restore_the_callers_generators():
+    torch.manual_seed(1)
+    expected = torch.rand(3)
+    torch.manual_seed(1)
+    with GlobalDraws() as draws:
+        draws.seed(5)
+        torch.rand(10)
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_state_is_plain_data_with_a_hybrid_runner(folder):
+    loader = fastload.DataLoader(fastload.ImageFolder(folder, transforms=recipe()), batch_size=3, seed=4)
+    iterator = iter(loader)
+    next(iterator)
+    state = json.loads(json.dumps(loader.state_dict()))
+    assert state["native_seed"] == 4 and state["batches_consumed"] == 1
+
+
+# ---- torchvision datasets: the compat layer's pipelines, hybrid ------------------------------
+
+
+class ClassificationPresetTrain:
+    """torchvision's references/classification/presets.py training preset (backend="pil",
+    v1), as training scripts copy it: a Compose in self.transforms, __call__ returning
+    self.transforms(img)."""
+
+    def __init__(self, *, crop_size, mean=MEAN, std=STD, interpolation=T.InterpolationMode.BILINEAR, hflip_prob=0.5,
+                 auto_augment_policy=None, ra_magnitude=9, augmix_severity=3, random_erase_prob=0.0):
+        transforms = [T.RandomResizedCrop(crop_size, interpolation=interpolation, antialias=True)]
+        if hflip_prob > 0:
+            transforms.append(T.RandomHorizontalFlip(hflip_prob))
+        if auto_augment_policy == "ra":
+            transforms.append(T.RandAugment(interpolation=interpolation, magnitude=ra_magnitude))
+        elif auto_augment_policy == "ta_wide":
+            transforms.append(T.TrivialAugmentWide(interpolation=interpolation))
+        elif auto_augment_policy == "augmix":
+            transforms.append(T.AugMix(interpolation=interpolation, severity=augmix_severity))
+        elif auto_augment_policy is not None:
+            transforms.append(T.AutoAugment(policy=T.AutoAugmentPolicy(auto_augment_policy), interpolation=interpolation))
+        transforms += [T.PILToTensor(), T.ConvertImageDtype(torch.float), T.Normalize(mean=mean, std=std)]
+        if random_erase_prob > 0:
+            transforms.append(T.RandomErasing(p=random_erase_prob))
+        self.transforms = T.Compose(transforms)
+
+    def __call__(self, img):
+        return self.transforms(img)
+
+
+def double(image):
+    return image * 2
+
+
+PRESET_TAIL = ["PILToTensor", "ConvertImageDtype", "Normalize"]
+RECIPES = {  # name: (transform, the tail's transform names)
+    "ta_wide+erase": (lambda: ClassificationPresetTrain(crop_size=16, auto_augment_policy="ta_wide",
+                                                        random_erase_prob=0.1),
+                      ["TrivialAugmentWide"] + PRESET_TAIL + ["RandomErasing"]),
+    "ra": (lambda: ClassificationPresetTrain(crop_size=16, auto_augment_policy="ra"), ["RandAugment"] + PRESET_TAIL),
+    "augmix": (lambda: ClassificationPresetTrain(crop_size=16, auto_augment_policy="augmix"), ["AugMix"] + PRESET_TAIL),
+    "autoaugment-v2": (lambda: v2.Compose([v2.RandomResizedCrop(16), v2.RandomHorizontalFlip(), v2.AutoAugment(),
+                                           v2.PILToTensor(), v2.ToDtype(torch.float32, scale=True)]),
+                       ["AutoAugment", "PILToTensor", "ToDtype"]),
+    "function": (lambda: T.Compose([T.RandomResizedCrop(16), T.RandomHorizontalFlip(), T.ToTensor(), double]),
+                 ["double"]),
+}
+
+
+def tv_folder(root, recipe_name, **kwargs):
+    return torchvision.datasets.ImageFolder(root, transform=RECIPES[recipe_name][0](), **kwargs)
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_torchvision_recipes_run_hybrid_and_explain_says_the_same(folder, name, capsys):
+    dataset = torch.utils.data.Subset(tv_folder(folder, name), [7, 0, 3, 5])
+    path = fastload.DataLoader(dataset, batch_size=2).path
+    prefix = "RandomResizedCrop -> RandomHorizontalFlip" + (" -> ToDtype" if name == "function" else "")
+    assert path.startswith(f"hybrid: native [{prefix}] + python [{' -> '.join(RECIPES[name][1])}], decode_on=cpu "
+                           "(auto); not native: "), path
+    verdict = fastload.explain(dataset).splitlines()[-1]
+    assert verdict.startswith("  verdict: hybrid path: native prefix, then Python per sample"), verdict
+
+
+def test_random_erasing_after_normalize_is_the_tail_or_native(folder):
+    """Whatever the transform mapping makes of RandomErasing, loader.path and explain agree."""
+    from fastload.compat.torchvision import split_transform
+
+    transform = T.Compose([T.RandomResizedCrop(16), T.ToTensor(), T.Normalize(MEAN, STD), T.RandomErasing(0.5)])
+    dataset = torchvision.datasets.ImageFolder(folder, transform=transform)
+    path = fastload.DataLoader(dataset, batch_size=2).path
+    verdict = fastload.explain(dataset).splitlines()[-1]
+    if split_transform(transform).tail:
+        assert path.startswith("hybrid: native [RandomResizedCrop -> ToDtype -> Normalize] + python [RandomErasing]")
+        assert "verdict: hybrid path" in verdict
+    else:
+        assert path.startswith("native: ") and verdict == "  verdict: native path"
+
+
+def test_torchvision_pipelines_the_engine_cannot_start_stay_generic_and_explain_agrees(folder):
+    for transform in (T.Compose([T.TrivialAugmentWide(), T.RandomResizedCrop(16), T.ToTensor()]),  # nothing native first
+                      T.Compose([T.ToTensor(), T.Normalize(MEAN, STD), double])):  # no crop: sizes differ
+        dataset = torchvision.datasets.ImageFolder(folder, transform=transform)
+        path = fastload.DataLoader(dataset, batch_size=2).path
+        assert path.startswith("generic: "), path
+        assert fastload.explain(dataset).splitlines()[-1].startswith("  verdict: generic path")
+
+
+def torchvision_tail_on_the_native_prefix(dataset, *, seed, batch_size, epoch=0):
+    """What a hybrid loader over a torchvision dataset must give: the engine's uint8 prefix
+    batches (the same crops: same plan and seed), each sample's torchvision tail run on
+    them under its seed, collated, and the labels through target_transform."""
+    from fastload.compat.torchvision import convert_dataset
+
+    conversion = convert_dataset(dataset)
+    tail = conversion.python_tail()
+    to_tensor = [] if tail.prefix_makes_tensor else [T.PILToTensor()]  # the engine's uint8, as a tensor
+    prefix = torchvision.datasets.ImageFolder(
+        dataset.dataset.root if isinstance(dataset, torch.utils.data.Subset) else dataset.root,
+        transform=T.Compose(list(conversion.prefix) + to_tensor))
+    if isinstance(dataset, torch.utils.data.Subset):
+        prefix = torch.utils.data.Subset(prefix, dataset.indices)
+    loader = fastload.DataLoader(prefix, batch_size=batch_size, seed=seed)
+    assert loader.path.startswith("native: ")
+    batches, start = [], 0
+    for images, labels in loader:
+        outputs = []
+        with GlobalDraws() as draws:
+            for slot in range(len(labels)):
+                draws.seed(sample_seed(seed, epoch, start + slot))
+                outputs.append(tail(images[slot]))
+        batches.append([default_collate(outputs), conversion.collate_labels(labels)])
+        start += len(labels)
+    return batches
+
+
+def one_hot(label):
+    return torch.nn.functional.one_hot(torch.tensor(label), 2)
+
+
+@pytest.mark.parametrize("name", ["ta_wide+erase", "augmix", "function"])
+def test_torchvision_hybrid_batches_are_their_tail_run_on_the_engines_prefix(folder, name):
+    dataset = torch.utils.data.Subset(tv_folder(folder, name, target_transform=one_hot), [7, 0, 3, 5, 1])
+    loader = fastload.DataLoader(dataset, batch_size=2, seed=3)
+    assert loader.path.startswith("hybrid: ") and "; labels: target_transform one_hot in Python" in loader.path
+    got, want = list(loader), torchvision_tail_on_the_native_prefix(dataset, seed=3, batch_size=2)
+    assert len(got) == len(want) == 3
+    for a, b in zip(got, want):
+        assert equal(a, b)
+    assert got[0][1].shape == (2, 2)  # one-hot labels, collated
+
+
+def test_torchvision_hybrid_outputs_keep_torchvisions_dtypes_shapes_and_ranges(folder):
+    dataset = tv_folder(folder, "ta_wide+erase", target_transform=one_hot)
+    theirs = next(iter(torch.utils.data.DataLoader(dataset, batch_size=8)))
+    ours = next(iter(fastload.DataLoader(dataset, batch_size=8)))
+    assert type(ours) is type(theirs) and len(ours) == 2
+    for a, b in zip(ours, theirs):
+        assert (a.dtype, a.shape) == (b.dtype, b.shape)
+    lowest, highest = (0 - max(MEAN)) / min(STD), (1 - min(MEAN)) / min(STD)
+    assert lowest <= ours[0].min() < -1.0 and 1.0 < ours[0].max() <= highest
+
+
+def test_a_target_transform_alone_keeps_the_images_native(folder, capsys):
+    transform = T.Compose([T.RandomResizedCrop(16), T.ToTensor()])
+    plain = torchvision.datasets.ImageFolder(folder, transform=transform)
+    dataset = torchvision.datasets.ImageFolder(folder, transform=transform, target_transform=one_hot)
+    loader = fastload.DataLoader(dataset, batch_size=3, seed=1)
+    assert loader.path.startswith("native: torchvision ImageFolder [RandomResizedCrop -> ToDtype]")
+    assert loader.path.endswith("; labels: target_transform one_hot in Python")
+    assert fastload.explain(dataset).splitlines()[-1].startswith("  verdict: native path, labels through")
+    for (images, labels), (plain_images, plain_labels) in zip(loader, fastload.DataLoader(plain, batch_size=3, seed=1)):
+        assert torch.equal(images, plain_images)
+        assert torch.equal(labels, torch.nn.functional.one_hot(plain_labels, 2))
+
+
+def test_torchvision_hybrid_loader_resumes_at_every_position(folder):
+    from resume_helpers import check_resume_at_every_position
+
+    dataset = torch.utils.data.Subset(tv_folder(folder, "ta_wide+erase"), [7, 0, 3, 5, 1, 2, 6])
+
+    def make():
+        return fastload.DataLoader(dataset, batch_size=3, shuffle=True, num_workers=2, seed=11,
+                                   generator=torch.Generator().manual_seed(0))
+
+    assert make().path.startswith("hybrid: ")
+    reference = check_resume_at_every_position(make)
+    assert len(reference) == 3 and reference[0][0].dtype == torch.float32
+
+
+def test_torchvision_hybrid_draws_are_reproducible_and_differ_by_seed(folder):
+    def epoch(seed):
+        loader = fastload.DataLoader(tv_folder(folder, "ra"), batch_size=4, shuffle=True, seed=seed,
+                                     generator=torch.Generator().manual_seed(0))
+        return list(loader)
+
+    torch.manual_seed(0)
+    before = torch.get_rng_state()
+    first, again = epoch(5), epoch(5)
+    assert torch.equal(before, torch.get_rng_state())
+    assert all(equal(a, b) for a, b in zip(first, again, strict=True))
+    assert not equal(first, epoch(6))
+
+
+def test_a_torchvision_tail_error_goes_through_on_error(folder_with_black):
+    transform = T.Compose([T.CenterCrop(16), refuse_black, T.ToTensor()])
+    dataset = torchvision.datasets.ImageFolder(folder_with_black, transform=transform)
+    assert dataset.samples[2][0].endswith("img_1b.jpg")
+    loader = fastload.DataLoader(dataset, batch_size=3)
+    assert loader.path.startswith("hybrid: native [CenterCrop] + python [refuse_black -> ToTensor]"), loader.path
+    with pytest.raises(ValueError, match="a black image") as info:
+        list(loader)
+    notes = " ".join(getattr(info.value, "__notes__", []))
+    assert "refuse_black" in notes and "sample 2" in notes and "img_1b.jpg" in notes, notes
+    skipping = fastload.DataLoader(dataset, batch_size=3, on_error="skip")
+    batches = list(skipping)
+    assert [len(labels) for _, labels in batches] == [3, 3, 1]
+    assert equal(batches[0][0][2], batches[1][0][0])  # sample 2 replaced by the next readable one, sample 3
+    assert skipping.stats()["native"]["skipped"] == 1
+
+
+def test_tail_on_chooses_where_the_tail_runs(folder):
+    from fastload.native.hybrid import ProcessHybridRunner
+    from fastload.native.select import select_path
+
+    args = dict(batch_size=2, collate_fn=None, num_workers=2, pin_memory=False, accelerate="auto", dtype=None,
+                memory_format=None, on_error="raise", seed=1)
+    dataset = tv_folder(folder, "ta_wide+erase")
+    runners = {tail_on: select_path(dataset, tail_on=tail_on, **args)[0] for tail_on in ("auto", "threads", "processes")}
+    try:
+        assert type(runners["auto"]) is HybridRunner and runners["auto"].parallel == "inline"
+        assert runners["threads"].parallel == "threads" and type(runners["processes"]) is ProcessHybridRunner
+    finally:
+        for runner in runners.values():
+            runner.close()
+    with pytest.raises(ValueError, match="expected tail_on in"):
+        select_path(dataset, tail_on="gpu", **args)
+
+
+def test_explain_of_a_fastload_dataset_with_a_tail_says_hybrid_as_its_loader(folder):
+    dataset = fastload.ImageFolder(folder, transforms=recipe())
+    report = fastload.explain(dataset)
+    assert any(line.startswith("  python tail:   TrivialAugmentWide(") for line in report.splitlines())
+    assert report.splitlines()[-1].startswith("  verdict: hybrid path: native prefix, then Python per sample")
+    assert fastload.DataLoader(dataset, batch_size=2).path.startswith("hybrid: ")
+
+
+def test_the_loader_takes_tail_on_and_refuses_unknown_places(folder):
+    from fastload.native.hybrid import ProcessHybridRunner
+
+    dataset = tv_folder(folder, "ta_wide+erase")
+    loader = fastload.DataLoader(dataset, batch_size=2, num_workers=2, tail_on="processes")
+    try:
+        assert loader.path.startswith("hybrid:") and type(loader._runner) is ProcessHybridRunner
+    finally:
+        loader.close()
+    with pytest.raises(ValueError, match=r"expected tail_on in \('auto', 'inline', 'threads', 'processes'\)"):
+        fastload.DataLoader(dataset, batch_size=2, tail_on="gpu")
