@@ -419,9 +419,11 @@ def random_erasing_params(indices: torch.Tensor, seed: int, epoch: int, height: 
 
 
 # The transform specs (fastload.transforms), also here under their older home.
+from fastload.augment.color import ColorJitter, Grayscale, RandomErasing, RandomGrayscale  # noqa: E402,F401
 from fastload.augment.specs import (  # noqa: E402
     CenterCrop,
     Normalize,
+    RandomCrop,
     RandomHorizontalFlip,
     RandomResizedCrop,
     RandomVerticalFlip,

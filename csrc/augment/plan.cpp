@@ -82,6 +82,7 @@ void Plan::validate_color(const char* op) const {
 
 augment::color::ColorPass color_pass_of(const Plan& plan, int64_t epoch, int64_t index) {
   augment::color::ColorPass cp;
+  for (int k = 0; k < 4; ++k) cp.jitter_params.order[k] = k;  // a valid record without jitter too
   if (plan.jitter.size() == 8) {
     augment::color::JitterRanges ranges;
     for (int k = 0; k < 4; ++k) {
