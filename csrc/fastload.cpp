@@ -11,6 +11,7 @@
 
 #include <climits>
 #include <cstddef>
+#include <cstring>
 #include <cstdio>  // jpeglib.h needs FILE and size_t
 #include <jpeglib.h>  // JPEG_LIB_VERSION for build_info
 #include <optional>
@@ -70,9 +71,12 @@ TORCH_LIBRARY(fastload, m) {
   // (offset, height, width, row_stride) of each HWC image in it; boxes float32 [N, 4];
   // flips bool [N] (left-right) or [N, 2] (left-right, top-bottom); mean/std float32
   // [C]; out [N, C, H, W] of any strides; interpolation as above, for every sample.
+  // color: uint8 [N, K] per-sample colour records (ColorJitter, grayscale, erasing;
+  // fastload._C.color_passes), on out's device; None: no colour ops.
   m.def(
       "crop_resize_flip_normalize_batch(Tensor images, Tensor shapes, Tensor boxes, "
-      "Tensor flips, float scale, Tensor mean, Tensor std, Tensor(a!) out, int interpolation=0) -> ()");
+      "Tensor flips, float scale, Tensor mean, Tensor std, Tensor(a!) out, int interpolation=0, "
+      "Tensor? color=None) -> ()");
 
   // ---- colour (csrc/augment/color.h) ------------------------------------------
   // image: HWC [H, W, 1 or 3], uint8 (torchvision's PIL semantics) or float32 in [0, 1]
@@ -118,6 +122,23 @@ py::tuple region_tuple(const Plan& plan, int height, int width, int64_t epoch, i
   const Region region = region_of(plan, height, width, epoch, index);
   if (vertical) return py::make_tuple(box_tuple(region.box), box_tuple(region.clamp), region.flip, region.flip_v);
   return py::make_tuple(box_tuple(region.box), box_tuple(region.clamp), region.flip);
+}
+
+// The colour records of samples [N] under a plan (uint8 [N, sizeof(ColorPass)]): what
+// the engine draws per sample, for the batch op's `color`.
+at::Tensor color_passes(const Plan& plan, const at::Tensor& samples, int64_t epoch) {
+  const char* op = "color_passes";
+  FASTLOAD_CHECK_VALUE(samples.dim() == 1, op, "expected samples [N], got ", samples.sizes(), ".");
+  plan.validate(op);
+  const auto samples_c = samples.to(at::kLong).contiguous();
+  const int64_t n = samples.size(0);
+  const int64_t record = static_cast<int64_t>(sizeof(augment::color::ColorPass));
+  auto out = at::empty({n, record}, at::kByte);
+  for (int64_t i = 0; i < n; ++i) {
+    const augment::color::ColorPass cp = color_pass_of(plan, epoch, samples_c.data_ptr<int64_t>()[i]);
+    std::memcpy(out.data_ptr<uint8_t>() + i * record, &cp, sizeof(cp));
+  }
+  return out;
 }
 
 // Geometry of a batch: boxes [N, 4], clamps [N, 4] (float32, full-resolution pixels) and
@@ -233,7 +254,8 @@ py::dict build_info() {
 void bind_plan(py::module_& m) {
   py::enum_<Geometry>(m, "Geometry", "How a plan maps an image onto its output.")
       .value("RANDOM_RESIZED_CROP", Geometry::kRandomResizedCrop, "crop (scale, ratio), then resize to out")
-      .value("RESIZE_CENTER_CROP", Geometry::kResizeCenterCrop, "resize (shorter side or fixed), then centre crop");
+      .value("RESIZE_CENTER_CROP", Geometry::kResizeCenterCrop, "resize (shorter side or fixed), then centre crop")
+      .value("RANDOM_CROP", Geometry::kRandomCrop, "zero padding, then a random crop of the output size");
   py::enum_<Interpolation>(m, "Interpolation",
                            "A plan's resampling filter, Pillow's semantics (antialiased when shrinking); int() of a "
                            "value is the ops' interpolation argument.")
@@ -308,6 +330,9 @@ void bind_plan(py::module_& m) {
         py::arg("index"), py::kw_only(), py::arg("vertical") = false,
         "(box, clamp, flip) of one sample under a plan, in full-resolution pixels; vertical=True: (box, clamp, "
         "flip, flip_v), required for a plan with flip_v_p > 0.");
+  m.def("color_passes", &color_passes, py::arg("plan"), py::arg("samples"), py::arg("epoch"),
+        "uint8 [N, K]: the colour records (ColorJitter, grayscale, erasing) of samples [N] under a plan, as the "
+        "engine draws them; the batch op's `color`.");
   m.def("regions_of", &regions_tuple, py::arg("plan"), py::arg("sizes"), py::arg("samples"), py::arg("epoch"),
         py::kw_only(), py::arg("vertical") = false,
         "Batched region_of: (boxes float32 [N, 4], clamps float32 [N, 4], flips bool [N]); vertical=True: flips "

@@ -17,7 +17,8 @@ def _crop_resize_flip_normalize(image, box, size, flip, scale, mean, std, dtype,
 
 
 @torch.library.register_fake("fastload::crop_resize_flip_normalize_batch")
-def _crop_resize_flip_normalize_batch(images, shapes, boxes, flips, scale, mean, std, out, interpolation=0):
+def _crop_resize_flip_normalize_batch(images, shapes, boxes, flips, scale, mean, std, out, interpolation=0,
+                                      color=None):
     return None
 
 

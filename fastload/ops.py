@@ -234,6 +234,7 @@ def crop_resize_flip_normalize_batch(
     out: torch.Tensor,
     *,
     interpolation: str = "bilinear",
+    color: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """Batched, in-place crop_resize_flip_normalize (CPU or CUDA, by the inputs' device).
 
@@ -253,6 +254,12 @@ def crop_resize_flip_normalize_batch(
         out: [N, C, H, W] of uint8/float32/float16/bfloat16, any strides (channels_last,
             a slice of a bigger batch...); C (1 or 3) is the images' channel count.
         interpolation: "bilinear", "bicubic" or "nearest", for every sample.
+        color: uint8 [N, K] colour records on out's device, one per sample
+            (`fastload._C.color_passes(plan, samples, epoch)`: the plan's ColorJitter,
+            grayscale and erasing as the engine draws them), or None. With them, the
+            resampled value is rounded to uint8, jittered and greyed (torchvision's PIL
+            stage), mapped, then erased (after the value map, as torchvision's
+            RandomErasing on the normalised tensor).
 
     Returns:
         out, with out[i] == crop_resize_flip_normalize(image_i, boxes[i], [H, W],
@@ -273,7 +280,8 @@ def crop_resize_flip_normalize_batch(
         [10.0, 200.0]
     """
     _ops().crop_resize_flip_normalize_batch(images, shapes, boxes, flips, scale, mean, std, out,
-                                            interpolation_code(interpolation, "crop_resize_flip_normalize_batch"))
+                                            interpolation_code(interpolation, "crop_resize_flip_normalize_batch"),
+                                            color)
     return out
 
 
@@ -411,9 +419,11 @@ def random_erasing_params(indices: torch.Tensor, seed: int, epoch: int, height: 
 
 
 # The transform specs (fastload.transforms), also here under their older home.
+from fastload.augment.color import ColorJitter, Grayscale, RandomErasing, RandomGrayscale  # noqa: E402,F401
 from fastload.augment.specs import (  # noqa: E402
     CenterCrop,
     Normalize,
+    RandomCrop,
     RandomHorizontalFlip,
     RandomResizedCrop,
     RandomVerticalFlip,

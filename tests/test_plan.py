@@ -75,7 +75,8 @@ def test_torchvision_eval_and_uint8_transforms_convert():
 
 
 @pytest.mark.parametrize("transform,reason", [
-    (T.Grayscale(), "no native equivalent"),
+    (T.RandomRotation(10), "no native equivalent"),
+    (T.Grayscale(), "makes one channel of the loader's three"),
     (T.Resize(10, interpolation=T.InterpolationMode.LANCZOS), "interpolation"),
     (v2.Resize(10, antialias=False), "antialias=False"),
     (v2.ToDtype({torch.Tensor: torch.float32}), "dict of dtypes"),
@@ -358,7 +359,10 @@ def test_a_plan_survives_pickle_and_deepcopy_with_every_field():
                    scale_max=0.75, ratio_min=0.5, ratio_max=2.5, resize_short=33, resize_height=-1,
                    resize_width=-1, max_size=70, interpolation=core.Interpolation.BICUBIC, flip_p=0.25, flip_v_p=0.75,
                    value_scale=0.5, mean=[0.25], std=[2.0], channels=1,
-                   dct_scaling=False, max_pixels=12345, seed=2**40 + 3)
+                   dct_scaling=False, max_pixels=12345, seed=2**40 + 3, pad_top=1, pad_left=2, pad_bottom=3,
+                   pad_right=4, pad_if_needed=True, jitter=[0.5, 1.5, 0.25, 1.75, 0.0, 2.0, -0.25, 0.5],
+                   grayscale_p=0.125, erase_p=0.375, erase_scale_min=0.0625, erase_scale_max=0.5,
+                   erase_ratio_min=0.5, erase_ratio_max=2.0, erase_value=[0.5], erase_random=2)
     assert sorted(changed) == plan_fields()  # a new field must be added here too
     for name, value in changed.items():
         setattr(plan, name, value)

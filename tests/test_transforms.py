@@ -20,7 +20,8 @@ from fastload import transforms as T
 from fastload.source.base import NativeDataset
 from fastload.source.index import SampleIndex
 
-SPEC_NAMES = ("RandomResizedCrop", "Resize", "CenterCrop", "RandomHorizontalFlip", "RandomVerticalFlip", "Normalize", "ToDtype")
+SPEC_NAMES = ("RandomResizedCrop", "Resize", "CenterCrop", "RandomHorizontalFlip", "RandomVerticalFlip", "Normalize", "ToDtype",
+              "RandomCrop", "ColorJitter", "Grayscale", "RandomGrayscale", "RandomErasing")
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 

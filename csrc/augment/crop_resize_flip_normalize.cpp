@@ -6,9 +6,11 @@
 #include <ATen/ATen.h>
 
 #include <climits>
+#include <cstdint>
 #include <cmath>
 #include <string>
 
+#include "augment/color_pass.h"
 #include "augment/crop_resize_flip_normalize_checks.h"
 #include "check.h"
 
@@ -79,6 +81,20 @@ void check_arguments(const at::Tensor& image, at::ArrayRef<double> box, at::IntA
     std_f[c] = static_cast<float>(std[c]);
   }
   check_normalize(kOp, mean_f, std_f, static_cast<int>(C));
+}
+
+void check_color(const at::Tensor& color, const at::Tensor& out) {
+  const int64_t record = static_cast<int64_t>(sizeof(augment::color::ColorPass));
+  FASTLOAD_CHECK_VALUE(color.scalar_type() == at::kByte && color.dim() == 2 && color.size(0) == out.size(0) &&
+                           color.size(1) == record && color.is_contiguous(),
+                       kBatchOp, "expected color as contiguous uint8 [", out.size(0), ", ", record,
+                       "] (one record per sample, from fastload._C.color_passes), got ", color.scalar_type(), " ",
+                       color.sizes(), ".");
+  FASTLOAD_CHECK_VALUE(reinterpret_cast<uintptr_t>(color.data_ptr()) % alignof(augment::color::ColorPass) == 0, kBatchOp,
+                       "expected color's data aligned to ", alignof(augment::color::ColorPass),
+                       " bytes, got a view at another offset. Pass whole records (a .clone() of the view).");
+  FASTLOAD_CHECK_VALUE(color.device() == out.device(), kBatchOp, "expected color on ", out.device(), " (out's device), got ",
+                       color.device(), ". Move it with .to(out.device).");
 }
 
 void check_batch_arguments(const at::Tensor& images, const at::Tensor& shapes, const at::Tensor& boxes,

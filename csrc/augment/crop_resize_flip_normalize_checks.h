@@ -41,6 +41,10 @@ void check_batch_arguments(const at::Tensor& images, const at::Tensor& shapes, c
                            const at::Tensor& flips, double scale, const at::Tensor& mean, const at::Tensor& std,
                            const at::Tensor& out);
 
+// The batch op's per-sample colour records (uint8 [N, sizeof(ColorPass)], from
+// _C.color_passes): shape, dtype, device. Their contents are checked where they are read.
+void check_color(const at::Tensor& color, const at::Tensor& out);
+
 // x - x is 0 for every finite float and NaN for inf and NaN: std::isfinite for host and
 // device alike.
 FASTLOAD_HD bool finite_float(float x) { return x - x == 0.0f; }

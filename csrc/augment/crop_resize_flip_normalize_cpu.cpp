@@ -91,8 +91,15 @@ struct Plan {
   float* hrow;      // horizontal result (clipped: vertical result): RGBx [out_w + 1][4], or gray [out_w]
   float* hscratch;  // clipped only: one source row's horizontal result, as hrow
   bool clipped;     // bicubic: horizontal pass first, each pass clipped to [0, 255]
+  bool round_intermediate;  // and the horizontal result rounded to uint8, as Pillow's (colour ops)
   float alpha[3], beta[3];
   bool uint8_bounded;  // every output value is below 2^31 in magnitude
+  // Colour ops (color_pass.h), or null: the resampled rows are rounded into `pixels`
+  // (uint8 HWC, out_h x out_w), with the first colour steps done and their luma summed.
+  const augment::color::ColorPass* color;
+  uint8_t* pixels;
+  uint64_t luma_sum;
+  bool pixels_ready;  // pixels already hold the resampled sample with the first colour steps
 };
 
 // The taps of every output index of an axis, in order. NEAREST walks Pillow's
@@ -108,10 +115,13 @@ void axis_taps(const Axis& axis, int n, std::vector<Taps>& taps) {
 }
 
 void build_plan(const ImageView& in, const Box& box, const Resample& resample, float scale, const float* mean,
-                const float* std, const OutputView& out, ResizeScratch& scratch, Plan& plan) {
+                const float* std, const OutputView& out, ResizeScratch& scratch, Plan& plan, bool pil_order) {
   const int C = in.channels, OH = out.height, OW = out.width;
   const bool flip = resample.flip;
-  plan.clipped = augment::clips(resample.interpolation);
+  // Pillow's order (horizontal pass first, its uint8 intermediate) where a uint8 image
+  // is the result (the colour ops' PIL stage), or where the filter must clip (bicubic).
+  plan.clipped = augment::clips(resample.interpolation) || pil_order;
+  plan.round_intermediate = pil_order;
   plan.channels = C;
   plan.out_h = OH;
   plan.out_w = OW;
@@ -389,8 +399,10 @@ FASTLOAD_INLINE void store_row(const Plan& p, S* dst, int64_t stride_c, int64_t 
   }
 }
 
-template <bool WIDE, typename S, typename CastFn>
-FASTLOAD_INLINE void run_rows(const Plan& p, const ImageView& in, const OutputView& out, CastFn cast) {
+// Each output row, once resampled into hrow, goes to sink(y): the store, or the colour
+// pass's first step.
+template <bool WIDE, typename Sink>
+FASTLOAD_INLINE void run_rows(const Plan& p, const ImageView& in, Sink sink) {
   const int C = p.channels;
   const int n = p.span * C;
   const uint8_t* base = in.data + static_cast<int64_t>(p.col0) * C;
@@ -417,8 +429,13 @@ FASTLOAD_INLINE void run_rows(const Plan& p, const ImageView& in, const OutputVi
     } else {  // padding row: v = 0 everywhere
       std::fill(p.hrow, p.hrow + static_cast<size_t>(p.out_w) * 4, 0.0f);
     }
-    store_row(p, static_cast<S*>(out.data) + y * out.stride_y, out.stride_c, out.stride_x, cast);
+    sink(y);
   }
+}
+
+// dst[i] = src[i] clipped and rounded half up, Pillow's uint8 intermediate (dst may be src).
+FASTLOAD_INLINE void round_row(const float* src, int n, float* dst) {
+  for (int i = 0; i < n; ++i) dst[i] = static_cast<float>(augment::color::resampled_to_uint8(src[i]));
 }
 
 // dst[i] = clip_pixel(src[i]), i < n (dst may be src).
@@ -430,8 +447,8 @@ FASTLOAD_INLINE void clip_row(const float* src, int n, float* dst) {
 // uint8 intermediate saturates; here it stays float). Every source row an output row
 // needs is converted, resampled horizontally and clipped once, into the ring; the
 // vertical pass then sums ring rows into hrow.
-template <bool WIDE, typename S, typename CastFn>
-FASTLOAD_INLINE void run_rows_clipped(const Plan& p, const ImageView& in, const OutputView& out, CastFn cast) {
+template <bool WIDE, typename Sink>
+FASTLOAD_INLINE void run_rows_clipped(const Plan& p, const ImageView& in, Sink sink) {
   const int C = p.channels;
   const int n = p.span * C;
   const int nh = C == 3 ? 4 * p.out_w : p.out_w;
@@ -449,7 +466,11 @@ FASTLOAD_INLINE void run_rows_clipped(const Plan& p, const ImageView& in, const 
           if (p.ring_row[slot] != r) {
             convert_row(base + r * in.row_stride, n, p.row);
             horizontal_pass<WIDE>(p, p.hscratch);
-            clip_row(p.hscratch, nh, resampled);
+            if (p.round_intermediate) {
+              round_row(p.hscratch, nh, resampled);
+            } else {
+              clip_row(p.hscratch, nh, resampled);
+            }
             p.ring_row[slot] = r;
           }
           src[k] = resampled;
@@ -460,37 +481,98 @@ FASTLOAD_INLINE void run_rows_clipped(const Plan& p, const ImageView& in, const 
     } else {  // padding row: v = 0 everywhere
       std::fill(p.hrow, p.hrow + static_cast<size_t>(p.out_w) * 4, 0.0f);
     }
-    store_row(p, static_cast<S*>(out.data) + y * out.stride_y, out.stride_c, out.stride_x, cast);
+    sink(y);
+  }
+}
+
+template <bool WIDE, typename Sink>
+FASTLOAD_INLINE void run_any_rows(const Plan& p, const ImageView& in, Sink sink) {
+  if (p.clipped) return run_rows_clipped<WIDE>(p, in, sink);
+  run_rows<WIDE>(p, in, sink);
+}
+
+// The colour pass's first step on output row y (in hrow): Pillow's uint8 resize output,
+// the colour steps before contrast, the luma sum contrast needs.
+FASTLOAD_INLINE void color_first_row(Plan& p, int y) {
+  const augment::color::ColorPass& cp = *p.color;
+  const int C = p.channels, OW = p.out_w;
+  const int lane = C == 3 ? 4 : 1;
+  uint8_t* row = p.pixels + static_cast<size_t>(y) * OW * C;
+  const bool contrast = cp.split() < 4;
+  uint64_t sum = 0;
+  for (int x = 0; x < OW; ++x) {
+    uint8_t* px = row + x * C;
+    for (int c = 0; c < C; ++c) px[c] = augment::color::resampled_to_uint8(p.hrow[x * lane + c]);
+    augment::color::color_first(cp, px, C);
+    if (contrast) sum += augment::color::pil_luma(px, C);
+  }
+  p.luma_sum += sum;
+}
+
+// The second step: contrast and the steps after it, back to hrow, the value map and
+// store; then the erased rectangle over the stored values.
+template <typename S, typename CastFn>
+FASTLOAD_INLINE void color_finish(Plan& p, const OutputView& out, CastFn cast) {
+  const augment::color::ColorPass& cp = *p.color;
+  const int C = p.channels, OW = p.out_w;
+  const int lane = C == 3 ? 4 : 1;
+  const int mean = augment::color::pil_contrast_mean(p.luma_sum, static_cast<int64_t>(p.out_h) * OW);
+  S* base = static_cast<S*>(out.data);
+  for (int y = 0; y < p.out_h; ++y) {
+    if (cp.quantized()) {
+      uint8_t* row = p.pixels + static_cast<size_t>(y) * OW * C;
+      for (int x = 0; x < OW; ++x) {
+        uint8_t* px = row + x * C;
+        augment::color::color_second(cp, px, C, mean);
+        for (int c = 0; c < C; ++c) p.hrow[x * lane + c] = static_cast<float>(px[c]);
+      }
+      store_row(p, base + y * out.stride_y, out.stride_c, out.stride_x, cast);
+    }
+    if (cp.erases() && y >= cp.erase.top && y < cp.erase.top + cp.erase.height) {
+      for (int c = 0; c < C; ++c) {
+        S* d = base + y * out.stride_y + c * out.stride_c;
+        for (int x = cp.erase.left; x < cp.erase.left + cp.erase.width; ++x)
+          d[x * out.stride_x] = cast(augment::color::erase_value_at(cp, c, y, x));
+      }
+    }
   }
 }
 
 template <bool WIDE, typename S, typename CastFn>
-FASTLOAD_INLINE void run_any_rows(const Plan& p, const ImageView& in, const OutputView& out, CastFn cast) {
-  if (p.clipped) return run_rows_clipped<WIDE, S>(p, in, out, cast);
-  run_rows<WIDE, S>(p, in, out, cast);
+FASTLOAD_INLINE void run_cast(Plan& p, const ImageView& in, const OutputView& out, CastFn cast) {
+  S* base = static_cast<S*>(out.data);
+  auto store = [&](int y) { store_row(p, base + y * out.stride_y, out.stride_c, out.stride_x, cast); };
+  if (p.color == nullptr || !p.color->any()) return run_any_rows<WIDE>(p, in, store);
+  if (p.pixels_ready) {
+  } else if (p.color->quantized()) {
+    p.luma_sum = 0;
+    run_any_rows<WIDE>(p, in, [&](int y) { color_first_row(p, y); });
+  } else {  // erasing only: the float values are stored as usual, then erased
+    run_any_rows<WIDE>(p, in, store);
+  }
+  color_finish<S>(p, out, cast);
 }
 
 template <bool WIDE, typename T>
-FASTLOAD_INLINE void run_sample(const Plan& p, const ImageView& in, const OutputView& out) {
+FASTLOAD_INLINE void run_sample(Plan& p, const ImageView& in, const OutputView& out) {
   using S = typename Cast<T>::Storage;
   if constexpr (std::is_same_v<T, uint8_t>) {
-    if (p.uint8_bounded)
-      return run_any_rows<WIDE, S>(p, in, out, [](float v) { return augment::to_uint8_bounded(v); });
+    if (p.uint8_bounded) return run_cast<WIDE, S>(p, in, out, [](float v) { return augment::to_uint8_bounded(v); });
   }
-  run_any_rows<WIDE, S>(p, in, out, [](float v) { return Cast<T>::apply(v); });
+  run_cast<WIDE, S>(p, in, out, [](float v) { return Cast<T>::apply(v); });
 }
 
 // The same loops compiled for baseline x86-64 (SSE2) and for AVX2+FMA, chosen at run
 // time: the wheel must run on any x86-64, and -march=native is not an option.
 template <typename T>
-void run_sample_default(const Plan& p, const ImageView& in, const OutputView& out) {
+void run_sample_default(Plan& p, const ImageView& in, const OutputView& out) {
   run_sample<false, T>(p, in, out);
 }
 
 #if defined(__x86_64__) && defined(FASTLOAD_VECTOR_EXT)
 #define FASTLOAD_HAVE_AVX2_PATH 1
 template <typename T>
-__attribute__((target("avx2,fma"))) void run_sample_avx2(const Plan& p, const ImageView& in,
+__attribute__((target("avx2,fma"))) void run_sample_avx2(Plan& p, const ImageView& in,
                                                            const OutputView& out) {
   run_sample<true, T>(p, in, out);
 }
@@ -504,11 +586,145 @@ bool use_avx2() {
 #endif
 
 template <typename T>
-void dispatch_sample(const Plan& p, const ImageView& in, const OutputView& out) {
+void dispatch_sample(Plan& p, const ImageView& in, const OutputView& out) {
 #if defined(FASTLOAD_HAVE_AVX2_PATH)
   if (use_avx2()) return run_sample_avx2<T>(p, in, out);
 #endif
   run_sample_default<T>(p, in, out);
+}
+
+// ---- Pillow's 8-bit resample, for the colour ops' PIL stage ----------------------------
+// torchvision's ColorJitter sees the uint8 image of Pillow's resize, whose rounding is
+// its own: coefficients in double, normalised, then 22-bit fixed point, horizontal pass
+// first into a uint8 image, then the vertical pass (Resample.c). A float resample
+// rounds differently on a few percent of values (ties at .5 are common when enlarging),
+// and the jitter's slopes would carry that on; so the PIL stage reproduces it exactly.
+constexpr int kPilPrecision = 22;
+
+double pil_filter(double x, Interpolation mode) {
+  x = std::fabs(x);
+  if (mode == Interpolation::kBicubic) {
+    const double a = -0.5;
+    if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0;
+    if (x < 2.0) return (((x - 5.0) * x + 8.0) * x - 4.0) * a;
+    return 0.0;
+  }
+  return x < 1.0 ? 1.0 - x : 0.0;
+}
+
+// Pillow's precompute_coeffs + normalize_coeffs_8bpp for one axis: output i reads
+// first[i] .. first[i] + count[i] - 1 with weights k[i * taps ..]. A centre outside the
+// image reads nothing (the kernel's padding rule: torchvision's CenterCrop pads with 0).
+void pil_axis(double in0, double size, int in_size, int out_size, Interpolation mode, bool mirror,
+              std::vector<int>& first, std::vector<int>& count, std::vector<int32_t>& k, int& taps) {
+  const double scale = size / out_size;
+  const double filterscale = std::max(scale, 1.0);
+  const double support = (mode == Interpolation::kBicubic ? 2.0 : 1.0) * filterscale;
+  taps = static_cast<int>(std::ceil(support)) * 2 + 1;
+  first.assign(out_size, 0);
+  count.assign(out_size, 0);
+  k.assign(static_cast<size_t>(out_size) * taps, 0);
+  thread_local std::vector<double> w;
+  w.assign(static_cast<size_t>(taps), 0.0);
+  for (int i = 0; i < out_size; ++i) {
+    const double centre = in0 + (i + 0.5) * scale;
+    const int o = mirror ? out_size - 1 - i : i;
+    if (!(centre >= 0.0 && centre < in_size)) continue;
+    int xmin = static_cast<int>(centre - support + 0.5);
+    if (xmin < 0) xmin = 0;
+    int xmax = static_cast<int>(centre + support + 0.5);
+    if (xmax > in_size) xmax = in_size;
+    xmax -= xmin;
+    xmax = std::min(xmax, taps);
+    double ww = 0.0;
+    for (int x = 0; x < xmax; ++x) {
+      w[x] = pil_filter((x + xmin - centre + 0.5) / filterscale, mode);
+      ww += w[x];
+    }
+    first[o] = xmin;
+    count[o] = xmax;
+    for (int x = 0; x < xmax; ++x) {
+      const double v = ww != 0.0 ? w[x] / ww : w[x];
+      k[static_cast<size_t>(o) * taps + x] =
+          static_cast<int32_t>(v < 0 ? -0.5 + v * (1 << kPilPrecision) : 0.5 + v * (1 << kPilPrecision));
+    }
+  }
+}
+
+uint8_t pil_clip8(int64_t ss) {
+  const int64_t v = ss >> kPilPrecision;
+  return static_cast<uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v));
+}
+
+// The sample resampled as Pillow does, into pixels (uint8 HWC, out_h x out_w).
+void pil_resample(const ImageView& in, const Box& box, const Resample& resample, int out_h, int out_w,
+                  uint8_t* pixels) {
+  const int C = in.channels;
+  thread_local std::vector<int> fx, cx, fy, cy;
+  thread_local std::vector<int32_t> kx, ky;
+  int tx = 0, ty = 0;
+  pil_axis(box.left, box.width, in.width, out_w, resample.interpolation, resample.flip, fx, cx, kx, tx);
+  pil_axis(box.top, box.height, in.height, out_h, resample.interpolation, resample.flip_v, fy, cy, ky, ty);
+  int row0 = INT_MAX, row1 = 0;
+  for (int y = 0; y < out_h; ++y)
+    if (cy[y] > 0) {
+      row0 = std::min(row0, fy[y]);
+      row1 = std::max(row1, fy[y] + cy[y]);
+    }
+  if (row0 >= row1) {
+    std::memset(pixels, 0, static_cast<size_t>(out_h) * out_w * C);
+    return;
+  }
+  // Horizontal pass over the rows the vertical taps need: Pillow's uint8 intermediate.
+  // One buffer per thread, reused (ResizeScratch's layout is shared with the engine).
+  thread_local std::vector<uint8_t> temp;
+  temp.resize(static_cast<size_t>(row1 - row0) * out_w * C);
+  for (int r = row0; r < row1; ++r) {
+    const uint8_t* src = in.data + static_cast<int64_t>(r) * in.row_stride;
+    uint8_t* dst = temp.data() + static_cast<size_t>(r - row0) * out_w * C;
+    for (int x = 0; x < out_w; ++x) {
+      const int32_t* k = kx.data() + static_cast<size_t>(x) * tx;
+      const uint8_t* s = src + static_cast<int64_t>(fx[x]) * C;
+      for (int c = 0; c < C; ++c) {
+        int64_t ss = cx[x] > 0 ? (int64_t{1} << (kPilPrecision - 1)) : 0;
+        for (int j = 0; j < cx[x]; ++j) ss += static_cast<int64_t>(s[j * C + c]) * k[j];
+        dst[x * C + c] = pil_clip8(ss);
+      }
+    }
+  }
+  for (int y = 0; y < out_h; ++y) {
+    uint8_t* dst = pixels + static_cast<size_t>(y) * out_w * C;
+    const int32_t* k = ky.data() + static_cast<size_t>(y) * ty;
+    if (cy[y] == 0) {
+      std::memset(dst, 0, static_cast<size_t>(out_w) * C);
+      continue;
+    }
+    const uint8_t* base = temp.data() + static_cast<size_t>(fy[y] - row0) * out_w * C;
+    for (int i = 0; i < out_w * C; ++i) {
+      int64_t ss = int64_t{1} << (kPilPrecision - 1);
+      for (int j = 0; j < cy[y]; ++j) ss += static_cast<int64_t>(base[static_cast<size_t>(j) * out_w * C + i]) * k[j];
+      dst[i] = pil_clip8(ss);
+    }
+  }
+  // A padding column (no horizontal taps) reads 0 in every row.
+  for (int x = 0; x < out_w; ++x)
+    if (cx[x] == 0)
+      for (int y = 0; y < out_h; ++y) std::memset(pixels + (static_cast<size_t>(y) * out_w + x) * C, 0, C);
+}
+
+// The first colour steps and the luma sum over the Pillow-resampled sample.
+void pil_color_first(Plan& p) {
+  const augment::color::ColorPass& cp = *p.color;
+  const int C = p.channels;
+  const bool contrast = cp.split() < 4;
+  uint64_t sum = 0;
+  const int64_t n = static_cast<int64_t>(p.out_h) * p.out_w;
+  for (int64_t i = 0; i < n; ++i) {
+    uint8_t* px = p.pixels + i * C;
+    augment::color::color_first(cp, px, C);
+    if (contrast) sum += augment::color::pil_luma(px, C);
+  }
+  p.luma_sum = sum;
 }
 
 }  // namespace
@@ -522,10 +738,24 @@ const char* crop_resize_flip_normalize_cpu_path() {
 
 void crop_resize_flip_normalize_cpu(const ImageView& in, const Box& box, const Resample& resample, float scale,
                                     const float* mean, const float* std, const OutputView& out,
-                                    ResizeScratch& scratch) {
+                                    ResizeScratch& scratch, const augment::color::ColorPass* color) {
   if (out.height <= 0 || out.width <= 0) return;
   Plan plan;
-  build_plan(in, box, resample, scale, mean, std, out, scratch, plan);
+  const bool quantized = color != nullptr && color->quantized();
+  build_plan(in, box, resample, scale, mean, std, out, scratch, plan, quantized);
+  plan.color = color;
+  plan.luma_sum = 0;
+  plan.pixels = nullptr;
+  plan.pixels_ready = false;
+  if (quantized) {
+    scratch.color_pixels.resize(static_cast<size_t>(out.height) * out.width * in.channels);
+    plan.pixels = scratch.color_pixels.data();
+    if (resample.interpolation != Interpolation::kNearest) {  // nearest: the float path is Pillow's already
+      pil_resample(in, box, resample, out.height, out.width, plan.pixels);
+      pil_color_first(plan);
+      plan.pixels_ready = true;
+    }
+  }
   switch (out.dtype) {
     case c10::ScalarType::Byte:
       return dispatch_sample<uint8_t>(plan, in, out);
@@ -579,8 +809,13 @@ namespace {
 void crop_resize_flip_normalize_batch_op(const at::Tensor& images, const at::Tensor& shapes_in,
                                          const at::Tensor& boxes_in, const at::Tensor& flips_in, double scale,
                                          const at::Tensor& mean_in, const at::Tensor& std_in,
-                                         const at::Tensor& out, int64_t interpolation) {
+                                         const at::Tensor& out, int64_t interpolation,
+                                         const std::optional<at::Tensor>& color_in) {
   check_batch_arguments(images, shapes_in, boxes_in, flips_in, scale, mean_in, std_in, out);
+  if (color_in.has_value()) check_color(*color_in, out);
+  const auto* color = color_in.has_value()
+                          ? reinterpret_cast<const augment::color::ColorPass*>(color_in->data_ptr<uint8_t>())
+                          : nullptr;
   const Interpolation mode = check_interpolation(kBatchOp, interpolation);
   const int64_t N = out.size(0), C = out.size(1), OH = out.size(2), OW = out.size(3);
   const at::Tensor shapes = shapes_in.contiguous(), boxes = boxes_in.contiguous(), flips = flips_in.contiguous();
@@ -600,6 +835,11 @@ void crop_resize_flip_normalize_batch_op(const at::Tensor& images, const at::Ten
                          "width * channels < 2^31, row_stride >= width * channels), got (", offset, ", ", h,
                          ", ", w, ", ", stride, "). Check the packing offsets.");
     check_box(kBatchOp, box[4 * i], box[4 * i + 1], box[4 * i + 2], box[4 * i + 3], i);
+    FASTLOAD_CHECK_VALUE(color == nullptr || augment::color::color_pass_valid(color[i], static_cast<int>(OH),
+                                                                              static_cast<int>(OW)),
+                         kBatchOp, "expected color[", i, "] to be a colour record of a ", OH, "x", OW,
+                         " sample (erased rectangle inside it, the jitter order a permutation), got another. "
+                         "Make the records with fastload._C.color_passes for this output size.");
   }
   if (N == 0 || out.numel() == 0) return;
   const uint8_t* data = images.data_ptr<uint8_t>();
@@ -615,7 +855,8 @@ void crop_resize_flip_normalize_batch_op(const at::Tensor& images, const at::Ten
                       static_cast<int>(OH), static_cast<int>(OW), out.stride(1), out.stride(2), out.stride(3)};
       const Resample resample{flip[flip_columns * i], flip_columns == 2 && flip[2 * i + 1], mode};
       crop_resize_flip_normalize_cpu(in, Box{b[0], b[1], b[2], b[3]}, resample, static_cast<float>(scale),
-                                     mean.data_ptr<float>(), std.data_ptr<float>(), view, scratch);
+                                     mean.data_ptr<float>(), std.data_ptr<float>(), view, scratch,
+                                     color != nullptr ? color + i : nullptr);
     }
   });
 }

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "augment/color_pass.h"
 #include "augment/crop_resize_flip_normalize.h"  // Taps
 #include "augment/geometry.h"  // Box: [top, left, height, width] in the view's pixels; Interpolation
 
@@ -42,6 +43,7 @@ struct ResizeScratch {
   std::vector<int> vertical_first;
   std::vector<float> intermediate;
   std::vector<augment::Taps> column_taps, row_taps;
+  std::vector<uint8_t> color_pixels;  // the uint8 sample of the colour ops
 };
 
 // How one sample is resampled: the filter and the two mirrors.
@@ -56,10 +58,13 @@ struct Resample {
 // Resampling is Pillow's antialiased BILINEAR (torchvision antialias=True), BICUBIC or
 // NEAREST (crop_resize_flip_normalize.h); taps clamp to the view; output pixels whose
 // centre lies outside the view are 0 before normalisation (padding, as torchvision's
-// CenterCrop pads). Never throws for valid views.
+// CenterCrop pads). With `color` (one sample's ColorJitter, grayscale and erasing,
+// color_pass.h): the resampled value is rounded to uint8, the colour ops run on it
+// (torchvision's PIL stage), then the value map, then the erasing. Never throws for valid views.
 void crop_resize_flip_normalize_cpu(const ImageView& in, const Box& box, const Resample& resample,
                                     float scale, const float* mean, const float* std,
-                                    const OutputView& out, ResizeScratch& scratch);
+                                    const OutputView& out, ResizeScratch& scratch,
+                                    const augment::color::ColorPass* color = nullptr);
 
 // Which build of the CPU loops this process runs: "avx2" (AVX2 + FMA, when the CPU has
 // them and FASTLOAD_NO_AVX2 is unset) or "baseline" (x86-64 SSE2, or a non-x86 build).

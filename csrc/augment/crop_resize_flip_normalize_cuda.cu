@@ -18,8 +18,11 @@
 
 #include <algorithm>
 #include <climits>
+#include <optional>
 #include <cmath>
+#include <type_traits>
 
+#include "augment/color_pass.h"
 #include "augment/crop_resize_flip_normalize.h"
 #include "augment/crop_resize_flip_normalize_checks.h"
 #include "check.h"
@@ -30,6 +33,29 @@ namespace {
 using augment::Axis;
 using augment::Cast;
 using augment::Taps;
+using augment::color::ColorPass;
+
+// The colour ops of a batch (color_pass.h): one record per sample, and for the samples
+// that go through uint8 (jitter, grayscale) their uint8 HWC pixels and the luma sums
+// contrast needs, written by the resampling kernel and read by color_finish_kernel.
+struct ColorBatch {
+  const ColorPass* passes;  // [N], or null: no colour ops
+  uint8_t* pixels;          // [N, out_h, out_w, C]
+  unsigned long long* luma_sums;  // [N], zeroed
+
+  __device__ const ColorPass* of(int64_t n) const { return passes != nullptr ? passes + n : nullptr; }
+};
+
+// Adds a thread's luma to its sample's sum, once per converged group of a warp.
+__device__ void add_luma(unsigned long long* sum, unsigned luma) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned mask = __activemask();
+  const unsigned total = __reduce_add_sync(mask, luma);
+  if ((threadIdx.x & 31) == static_cast<unsigned>(__ffs(mask) - 1)) atomicAdd(sum, static_cast<unsigned long long>(total));
+#else
+  atomicAdd(sum, static_cast<unsigned long long>(luma));
+#endif
+}
 
 // One sample as the kernel sees it.
 struct Sample {
@@ -84,7 +110,7 @@ template <typename T, int C, typename Source>
 __global__ void crop_resize_flip_normalize_kernel(Source source, int64_t batch, int out_h, int out_w,
                                                   Interpolation mode, typename Cast<T>::Storage* out,
                                                   int64_t stride_n, int64_t stride_c, int64_t stride_y,
-                                                  int64_t stride_x) {
+                                                  int64_t stride_x, ColorBatch color) {
   const int x = blockIdx.x * blockDim.x + threadIdx.x;
   const int y = blockIdx.y * blockDim.y + threadIdx.y;
   if (x >= out_w || y >= out_h) return;
@@ -107,6 +133,9 @@ __global__ void crop_resize_flip_normalize_kernel(Source source, int64_t batch, 
     const Taps ty = augment::compute_taps(ay, s.flip_v ? out_h - 1 - y : y);
     const Taps tx = augment::compute_taps(ax, s.flip ? out_w - 1 - x : x);
     const bool clip = augment::clips(mode);
+    // The colour ops' PIL stage: Pillow's uint8 intermediate after the horizontal pass.
+    const ColorPass* cp = color.of(n);
+    const bool pil_round = cp != nullptr && cp->quantized();
     float acc[C];
 #pragma unroll
     for (int c = 0; c < C; ++c) acc[c] = 0.0f;
@@ -123,7 +152,22 @@ __global__ void crop_resize_flip_normalize_kernel(Source source, int64_t batch, 
         for (int c = 0; c < C; ++c) row_acc[c] += w * static_cast<float>(__ldg(row + kx * C + c));
       }
 #pragma unroll
-      for (int c = 0; c < C; ++c) acc[c] += wy * (clip ? augment::clip_pixel(row_acc[c]) : row_acc[c]);
+      for (int c = 0; c < C; ++c) {
+        float h = clip ? augment::clip_pixel(row_acc[c]) : row_acc[c];
+        if (pil_round) h = static_cast<float>(augment::color::resampled_to_uint8(h));
+        acc[c] += wy * h;
+      }
+    }
+    if (pil_round) {  // the PIL stage: uint8, first colour steps
+      uint8_t px[C];
+#pragma unroll
+      for (int c = 0; c < C; ++c) px[c] = augment::color::resampled_to_uint8(clip ? augment::clip_pixel(acc[c]) : acc[c]);
+      augment::color::color_first(*cp, px, C);
+      uint8_t* pixel = color.pixels + ((n * out_h + y) * static_cast<int64_t>(out_w) + x) * C;
+#pragma unroll
+      for (int c = 0; c < C; ++c) pixel[c] = px[c];
+      if (cp->split() < 4) add_luma(color.luma_sums + n, augment::color::pil_luma(px, C));
+      continue;
     }
 #pragma unroll
     for (int c = 0; c < C; ++c) {
@@ -133,9 +177,41 @@ __global__ void crop_resize_flip_normalize_kernel(Source source, int64_t batch, 
   }
 }
 
+// The colour ops' second step, after crop_resize_flip_normalize_kernel: contrast and the
+// steps after it on the uint8 pixels, the value map and the store; then the erased
+// rectangle (its values are final: torchvision erases the normalised tensor).
+template <typename T, int C>
+__global__ void color_finish_kernel(BatchSource source, int64_t batch, int out_h, int out_w,
+                                    typename Cast<T>::Storage* out, int64_t stride_n, int64_t stride_c,
+                                    int64_t stride_y, int64_t stride_x, ColorBatch color) {
+  const int x = blockIdx.x * blockDim.x + threadIdx.x;
+  const int y = blockIdx.y * blockDim.y + threadIdx.y;
+  if (x >= out_w || y >= out_h) return;
+  for (int64_t n = blockIdx.z; n < batch; n += gridDim.z) {
+    const ColorPass& cp = color.passes[n];
+    auto* dst = out + n * stride_n + y * stride_y + x * stride_x;
+    if (cp.quantized()) {
+      uint8_t px[C];
+      const uint8_t* pixel = color.pixels + ((n * out_h + y) * static_cast<int64_t>(out_w) + x) * C;
+#pragma unroll
+      for (int c = 0; c < C; ++c) px[c] = pixel[c];
+      const int mean = augment::color::pil_contrast_mean(color.luma_sums[n], static_cast<int64_t>(out_h) * out_w);
+      augment::color::color_second(cp, px, C, mean);
+#pragma unroll
+      for (int c = 0; c < C; ++c)
+        dst[c * stride_c] = Cast<T>::apply(static_cast<float>(px[c]) * source.alpha(c) + source.beta(c));
+    }
+    if (cp.erases() && augment::color::erase_covers(cp.erase, y, x)) {
+#pragma unroll
+      for (int c = 0; c < C; ++c) dst[c * stride_c] = Cast<T>::apply(augment::color::erase_value_at(cp, c, y, x));
+    }
+  }
+}
+
 template <typename Source>
 void launch(const Source& source, int64_t batch, int channels, Interpolation mode, const at::Tensor& out,
-            int64_t stride_n, int64_t stride_c, int64_t stride_y, int64_t stride_x, int out_h, int out_w) {
+            int64_t stride_n, int64_t stride_c, int64_t stride_y, int64_t stride_x, int out_h, int out_w,
+            ColorBatch color = {nullptr, nullptr, nullptr}) {
   const dim3 block(32, 8);
   const dim3 grid((out_w + block.x - 1) / block.x, (out_h + block.y - 1) / block.y,
                   static_cast<unsigned>(std::min<int64_t>(batch, 65535)));
@@ -146,11 +222,21 @@ void launch(const Source& source, int64_t batch, int channels, Interpolation mod
     S* data = static_cast<S*>(out.data_ptr());
     if (channels == 3)
       crop_resize_flip_normalize_kernel<T, 3><<<grid, block, 0, stream>>>(
-          source, batch, out_h, out_w, mode, data, stride_n, stride_c, stride_y, stride_x);
+          source, batch, out_h, out_w, mode, data, stride_n, stride_c, stride_y, stride_x, color);
     else
       crop_resize_flip_normalize_kernel<T, 1><<<grid, block, 0, stream>>>(
-          source, batch, out_h, out_w, mode, data, stride_n, stride_c, stride_y, stride_x);
+          source, batch, out_h, out_w, mode, data, stride_n, stride_c, stride_y, stride_x, color);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
+    if constexpr (std::is_same_v<Source, BatchSource>) {
+      if (color.passes == nullptr) return;
+      if (channels == 3)
+        color_finish_kernel<T, 3><<<grid, block, 0, stream>>>(source, batch, out_h, out_w, data, stride_n, stride_c,
+                                                              stride_y, stride_x, color);
+      else
+        color_finish_kernel<T, 1><<<grid, block, 0, stream>>>(source, batch, out_h, out_w, data, stride_n, stride_c,
+                                                              stride_y, stride_x, color);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    }
   };
   switch (out.scalar_type()) {
     case at::kByte: return run(uint8_t{});
@@ -164,8 +250,10 @@ void launch(const Source& source, int64_t batch, int channels, Interpolation mod
 void crop_resize_flip_normalize_batch_cuda(const at::Tensor& images, const at::Tensor& shapes_in,
                                            const at::Tensor& boxes_in, const at::Tensor& flips_in, double scale,
                                            const at::Tensor& mean_in, const at::Tensor& std_in,
-                                           const at::Tensor& out, int64_t interpolation) {
+                                           const at::Tensor& out, int64_t interpolation,
+                                           const std::optional<at::Tensor>& color_in) {
   check_batch_arguments(images, shapes_in, boxes_in, flips_in, scale, mean_in, std_in, out);
+  if (color_in.has_value()) check_color(*color_in, out);
   const Interpolation mode = check_interpolation("crop_resize_flip_normalize_batch", interpolation);
   if (out.numel() == 0) return;
   const c10::cuda::CUDAGuard guard(out.device());
@@ -175,8 +263,18 @@ void crop_resize_flip_normalize_batch_cuda(const at::Tensor& images, const at::T
   BatchSource source{images.data_ptr<uint8_t>(), images.numel(), shapes.data_ptr<int64_t>(),
                      boxes.data_ptr<float>(), flips.data_ptr<bool>(), flips.dim() == 2 ? 2 : 1,
                      mean.data_ptr<float>(), std.data_ptr<float>(), static_cast<float>(scale)};
+  // The colour records are read on the device only: their erased rectangles are tested
+  // per pixel (erase_covers), so a bad record cannot write outside `out`.
+  ColorBatch color{nullptr, nullptr, nullptr};
+  at::Tensor pixels, luma_sums;
+  if (color_in.has_value()) {
+    pixels = at::empty({out.numel()}, out.options().dtype(at::kByte));
+    luma_sums = at::zeros({out.size(0)}, out.options().dtype(at::kLong));
+    color = ColorBatch{reinterpret_cast<const ColorPass*>(color_in->data_ptr<uint8_t>()), pixels.data_ptr<uint8_t>(),
+                       reinterpret_cast<unsigned long long*>(luma_sums.data_ptr<int64_t>())};
+  }
   launch(source, out.size(0), static_cast<int>(out.size(1)), mode, out, out.stride(0), out.stride(1), out.stride(2),
-         out.stride(3), static_cast<int>(out.size(2)), static_cast<int>(out.size(3)));
+         out.stride(3), static_cast<int>(out.size(2)), static_cast<int>(out.size(3)), color);
 }
 
 at::Tensor crop_resize_flip_normalize_cuda(const at::Tensor& image, at::ArrayRef<double> box, at::IntArrayRef size,

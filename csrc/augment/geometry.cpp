@@ -73,6 +73,35 @@ Region region_of(const Plan& plan, int height, int width, int64_t epoch, int64_t
     region.box = {static_cast<float>(crop.top), static_cast<float>(crop.left),
                   static_cast<float>(crop.height), static_cast<float>(crop.width)};
     region.clamp = region.box;  // torchvision crops first, then resizes the crop
+  } else if (plan.geometry == Geometry::kRandomCrop) {
+    // torchvision.transforms.RandomCrop.forward: pad, pad_if_needed (both sides by the
+    // missing amount), then get_params on the padded size. Padding reads 0 (the kernel's
+    // rule for centres outside the image), torchvision's fill=0.
+    int64_t top_pad = plan.pad_top, left_pad = plan.pad_left;
+    int64_t padded_h = height + top_pad + plan.pad_bottom, padded_w = width + left_pad + plan.pad_right;
+    const int64_t th = plan.out_height, tw = plan.out_width;
+    if (plan.pad_if_needed && padded_w < tw) {
+      left_pad += tw - padded_w;
+      padded_w += 2 * (tw - padded_w);
+    }
+    if (plan.pad_if_needed && padded_h < th) {
+      top_pad += th - padded_h;
+      padded_h += 2 * (th - padded_h);
+    }
+    if (padded_h < th || padded_w < tw) {
+      throw GeometryError("fastload.RandomCrop: Required crop size (" + std::to_string(th) + ", " + std::to_string(tw) +
+                          ") is larger than input image size (" + std::to_string(padded_h) + ", " +
+                          std::to_string(padded_w) + "). Pass pad_if_needed=True, or padding");
+    }
+    int64_t i = 0, j = 0;
+    if (padded_h != th || padded_w != tw) {
+      SampleRng rng(plan.seed, epoch, index, ParamStream::kCrop);
+      i = rng.randint(0, padded_h - th + 1);
+      j = rng.randint(0, padded_w - tw + 1);
+    }
+    region.box = {static_cast<float>(i - top_pad), static_cast<float>(j - left_pad), static_cast<float>(th),
+                  static_cast<float>(tw)};
+    region.clamp = image;
   } else {
     int64_t new_height, new_width;
     resized_size(plan, height, width, new_height, new_width);

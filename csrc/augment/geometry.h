@@ -23,6 +23,7 @@ struct Box {
 enum class Geometry : int {
   kRandomResizedCrop = 0,  // crop (scale, ratio) then resize to out
   kResizeCenterCrop = 1,   // resize (shorter side or fixed size), then centre crop to out
+  kRandomCrop = 2,         // pad (zeros), then crop out at a random place, no resize
 };
 
 // The resampling filter of a plan's one resize, with Pillow's semantics (antialiased

@@ -1,6 +1,7 @@
 // Plan validation: what the engine refuses once, up front, rather than per sample.
 #include "augment/plan.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "check.h"
@@ -34,6 +35,78 @@ void Plan::validate(const char* op) const {
   FASTLOAD_CHECK_VALUE((resize_height > 0) == (resize_width > 0), op,
                        "expected both or neither of resize_height and resize_width, got ", resize_height, " and ",
                        resize_width, ".");
+  FASTLOAD_CHECK_VALUE(pad_top >= 0 && pad_left >= 0 && pad_bottom >= 0 && pad_right >= 0, op,
+                       "expected non-negative RandomCrop padding, got (top ", pad_top, ", left ", pad_left,
+                       ", bottom ", pad_bottom, ", right ", pad_right, ").");
+  validate_color(op);
+}
+
+namespace {
+
+// torchvision's neutral point of each ColorJitter op: a range of exactly it is None.
+constexpr double kJitterCentre[4] = {1.0, 1.0, 1.0, 0.0};
+constexpr const char* kJitterNames[4] = {"brightness", "contrast", "saturation", "hue"};
+
+}  // namespace
+
+void Plan::validate_color(const char* op) const {
+  FASTLOAD_CHECK_VALUE(jitter.empty() || jitter.size() == 8, op,
+                       "expected jitter as 8 values ((min, max) of brightness, contrast, saturation, hue) or none, "
+                       "got ", jitter.size(), " values.");
+  for (size_t k = 0; k < jitter.size() / 2; ++k) {
+    const double low = jitter[2 * k], high = jitter[2 * k + 1];
+    const double lowest = k == 3 ? -0.5 : 0.0, highest = k == 3 ? 0.5 : INFINITY;
+    FASTLOAD_CHECK_VALUE(std::isfinite(low) && std::isfinite(high) && lowest <= low && low <= high &&
+                             high <= highest,
+                         op, "expected the ColorJitter ", kJitterNames[k], " range (min, max) with ", lowest,
+                         " <= min <= max <= ", highest, ", got (", low, ", ", high, ").");
+  }
+  FASTLOAD_CHECK_VALUE(std::isfinite(grayscale_p) && std::isfinite(erase_p) && erase_p >= 0 && erase_p <= 1, op,
+                       "expected finite grayscale_p and erase_p in [0, 1], got ", grayscale_p, " and ", erase_p,
+                       ".");
+  if (erase_p <= 0) return;
+  FASTLOAD_CHECK_VALUE(std::isfinite(erase_scale_min) && std::isfinite(erase_scale_max) && 0 <= erase_scale_min &&
+                           erase_scale_min <= erase_scale_max && erase_scale_max <= 1 &&
+                           std::isfinite(erase_ratio_min) && std::isfinite(erase_ratio_max) &&
+                           0 < erase_ratio_min && erase_ratio_min <= erase_ratio_max,
+                       op, "expected RandomErasing scale 0 <= min <= max <= 1 and ratio 0 < min <= max, got scale (",
+                       erase_scale_min, ", ", erase_scale_max, "), ratio (", erase_ratio_min, ", ", erase_ratio_max,
+                       ").");
+  FASTLOAD_CHECK_VALUE(erase_random >= 0 && erase_random <= 2, op,
+                       "expected erase_random 0 (erase_value), 1 (a normal per element) or 2 (per channel), got ",
+                       erase_random, ".");
+  FASTLOAD_CHECK_VALUE(erase_random != 0 || erase_value.size() == 1 || static_cast<int>(erase_value.size()) == channels,
+                       op, "If value is a sequence, it should have either a single value or ", channels,
+                       " (number of input channels), got ", erase_value.size(), " values.");
+}
+
+augment::color::ColorPass color_pass_of(const Plan& plan, int64_t epoch, int64_t index) {
+  augment::color::ColorPass cp;
+  for (int k = 0; k < 4; ++k) cp.jitter_params.order[k] = k;  // a valid record without jitter too
+  if (plan.jitter.size() == 8) {
+    augment::color::JitterRanges ranges;
+    for (int k = 0; k < 4; ++k) {
+      ranges.min[k] = plan.jitter[2 * k];
+      ranges.max[k] = plan.jitter[2 * k + 1];
+      ranges.enabled[k] = !(ranges.min[k] == kJitterCentre[k] && ranges.max[k] == kJitterCentre[k]);
+    }
+    cp.jitter_params = augment::color::color_jitter_params(ranges, plan.seed, epoch, index);
+    cp.jitter = true;
+  }
+  cp.grayscale = plan.grayscale_p > 0.0 && augment::color::random_grayscale(plan.grayscale_p, plan.seed, epoch, index);
+  if (plan.erase_p > 0.0) {
+    cp.erase = augment::color::random_erasing_box(plan.out_height, plan.out_width, plan.erase_p, plan.erase_scale_min,
+                                                  plan.erase_scale_max, plan.erase_ratio_min, plan.erase_ratio_max,
+                                                  plan.seed, epoch, index);
+    if (plan.erase_random != 0) {
+      cp.erase_values = plan.erase_random == 2 ? -1 : 0;
+      cp.erase_rng = augment::color::erase_value_rng(plan.seed, epoch, index);
+    } else {
+      cp.erase_values = static_cast<int>(std::min<size_t>(plan.erase_value.size(), 3));
+      for (int c = 0; c < cp.erase_values; ++c) cp.erase_value[c] = plan.erase_value[c];
+    }
+  }
+  return cp;
 }
 
 }  // namespace fastload

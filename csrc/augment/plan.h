@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "augment/color_pass.h"
 #include "augment/geometry.h"
 
 namespace fastload {
@@ -25,6 +26,9 @@ struct Plan {
   // Resize: resize_short > 0 resizes the shorter side to it (max_size caps the longer
   // side, <= 0: none); else to resize_height x resize_width; both <= 0: no resize.
   int resize_short = -1, resize_height = -1, resize_width = -1, max_size = -1;
+  // RandomCrop: zero padding on each side, then pad_if_needed (torchvision's order).
+  int pad_top = 0, pad_left = 0, pad_bottom = 0, pad_right = 0;
+  bool pad_if_needed = false;
   Interpolation interpolation = Interpolation::kBilinear;  // of the one resize
   double flip_p = 0.0;    // left-right, drawn on ParamStream::kFlip
   double flip_v_p = 0.0;  // top-bottom, drawn on ParamStream::kFlipVertical
@@ -34,10 +38,27 @@ struct Plan {
   bool dct_scaling = true;  // false: never DCT-scale (outputs follow a full decode to rounding)
   int64_t max_pixels = 0;   // decompression-bomb limit of the decoder; <= 0: none
   int64_t seed = 0;
+  // ColorJitter (PIL stage, after the resize): empty = none, else (min, max) of the
+  // brightness, contrast, saturation and hue factors; an op whose range is exactly its
+  // neutral point (1, 1) or, for hue, (0, 0) is off (torchvision's None).
+  std::vector<double> jitter{};
+  double grayscale_p = 0.0;  // RandomGrayscale (1: Grayscale(3)), drawn on ParamStream::kGrayscale
+  // RandomErasing on the normalised output: p, torchvision's scale and ratio ranges, and
+  // the value: erase_value (one, or one per channel), or random standard normals
+  // (erase_random 1: one per element, torchvision's value="random"; 2: one per channel,
+  // timm's mode="rand").
+  double erase_p = 0.0;
+  double erase_scale_min = 0.02, erase_scale_max = 0.33, erase_ratio_min = 0.3, erase_ratio_max = 3.3;
+  std::vector<float> erase_value{0.f};
+  int erase_random = 0;
+
+  // True when the plan has a colour op (jitter, grayscale, erasing).
+  bool has_color() const { return !jitter.empty() || grayscale_p > 0.0 || erase_p > 0.0; }
 
   // Raises ValueError "fastload.<op>: expected ..." for a plan the engine cannot run
   // (channels, mean/std lengths, output size, scale/ratio ranges, Resize arguments).
   void validate(const char* op) const;
+  void validate_color(const char* op) const;  // the colour fields, part of validate
 };
 
 // Geometry of one sample: a pure function of (plan, image size, epoch, index), following
@@ -45,9 +66,16 @@ struct Plan {
 // Throws GeometryError where torchvision would fail on that image.
 Region region_of(const Plan& plan, int height, int width, int64_t epoch, int64_t index);
 
+// The colour ops of one sample, drawn from (plan.seed, epoch, index): what the fused pass
+// applies to its out_height x out_width output.
+augment::color::ColorPass color_pass_of(const Plan& plan, int64_t epoch, int64_t index);
+
 #define FASTLOAD_PLAN_FIELDS(X)                                                                    \
   X(geometry) X(out_height) X(out_width) X(scale_min) X(scale_max) X(ratio_min) X(ratio_max)      \
-  X(resize_short) X(resize_height) X(resize_width) X(max_size) X(interpolation) X(flip_p)         \
-  X(flip_v_p) X(value_scale) X(mean) X(std) X(channels) X(dct_scaling) X(max_pixels) X(seed)
+  X(resize_short) X(resize_height) X(resize_width) X(max_size) X(pad_top) X(pad_left) X(pad_bottom)       \
+  X(pad_right) X(pad_if_needed) X(interpolation) X(flip_p)                                                 \
+  X(flip_v_p) X(value_scale) X(mean) X(std) X(channels) X(dct_scaling) X(max_pixels) X(seed)     \
+  X(jitter) X(grayscale_p) X(erase_p) X(erase_scale_min) X(erase_scale_max) X(erase_ratio_min)             \
+  X(erase_ratio_max) X(erase_value) X(erase_random)
 
 }  // namespace fastload

@@ -59,10 +59,17 @@ void finish(Job& job, int64_t slot, const Region& region, const uint8_t* pixels,
   const ImageView view{pixels + sv.top * row_stride + static_cast<int64_t>(sv.left) * channels, sv.height,
                        sv.width, channels, row_stride};
   if (job.out.defined()) {
+    const bool color = plan.has_color();
+    const augment::color::ColorPass cp = color ? color_pass_of(plan, job.epoch, job.samples[slot])
+                                                : augment::color::ColorPass{};
     crop_resize_flip_normalize_cpu(view, sv.box, Resample{region.flip, region.flip_v, plan.interpolation},
                                    plan.value_scale, plan.mean.data(), plan.std.data(), output_slot(job.out, slot),
-                                   scratch);
+                                   scratch, color ? &cp : nullptr);
     return;
+  }
+  if (plan.has_color()) {  // the device kernel is not given the colour parameters
+    throw GeometryError("fastload.BatchEngine: the plan's ColorJitter, Grayscale or RandomErasing run only in the "
+                        "CPU's fused pass, not on crop windows for the device. Use decode_on=\"cpu\"");
   }
   auto& pixels_out = job.windows[slot];
   const int64_t packed_row = static_cast<int64_t>(view.width) * channels;

@@ -145,6 +145,8 @@ class RandomErasing:
         value: a number, one per channel, or "random" (a standard normal per element).
         inplace: accepted for torchvision compatibility (a native pipeline writes each
             sample once, so it changes nothing).
+        per_channel: with value="random", one normal per channel instead of one per
+            element (timm's RandomErasing mode="rand").
 
     Raises:
         TypeError, ValueError: as torchvision.transforms.RandomErasing, same messages
@@ -158,6 +160,7 @@ class RandomErasing:
     ratio: Tuple[float, float] = (0.3, 3.3)
     value: Union[float, str, Tuple[float, ...]] = 0
     inplace: bool = False
+    per_channel: bool = False
 
     def __post_init__(self):
         value, scale, ratio, p = self.value, self.scale, self.ratio, self.p

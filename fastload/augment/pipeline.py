@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Sequence
 
+import numpy as np
 import torch
 
 from fastload import _ext
@@ -34,10 +35,116 @@ def apply_plan_reference(plan: Plan, image: torch.Tensor, *, epoch: int, index: 
                                           torch.tensor([[height, width]]))
     top, left, view_height, view_width = views[0].tolist()
     view = image[top:top + view_height, left:left + view_width]
-    return reference.crop_resize_flip_normalize(
-        view, relative[0].tolist(), list(plan.out_size), flip, plan.value_scale, list(plan.mean), list(plan.std),
-        plan.dtype, False, flip_v=flip_v, interpolation=interpolation_of(plan)
-    )
+    if not (list(plan.jitter) or plan.grayscale_p > 0 or plan.erase_p > 0):
+        return reference.crop_resize_flip_normalize(
+            view, relative[0].tolist(), list(plan.out_size), flip, plan.value_scale, list(plan.mean),
+            list(plan.std), plan.dtype, False, flip_v=flip_v, interpolation=interpolation_of(plan)
+        )
+    return _apply_color_reference(plan, view, relative[0].tolist(), flip, flip_v, interpolation_of(plan), epoch,
+                                  index)
+
+
+_PIL_PRECISION = 22
+
+
+def _pil_axis(start: float, size: float, in_size: int, out_size: int, interpolation: str) -> np.ndarray:
+    """Pillow's 8-bit resample coefficients of one axis (Resample.c precompute_coeffs and
+    normalize_coeffs_8bpp) as an int64 [out_size, in_size] matrix; a centre outside the
+    image gives a zero row (padding)."""
+    scale = size / out_size
+    filterscale = max(scale, 1.0)
+    support = (2.0 if interpolation == "bicubic" else 1.0) * filterscale
+    matrix = np.zeros((out_size, in_size), dtype=np.int64)
+    for i in range(out_size):
+        centre = start + (i + 0.5) * scale
+        if not 0.0 <= centre < in_size:
+            continue
+        xmin = max(int(centre - support + 0.5), 0)
+        xmax = min(int(centre + support + 0.5), in_size) - xmin
+        x = (np.arange(xmax) + xmin - centre + 0.5) / filterscale
+        ax = np.abs(x)
+        if interpolation == "bicubic":
+            a = -0.5
+            w = np.where(ax < 1, ((a + 2) * ax - (a + 3)) * ax * ax + 1,
+                         np.where(ax < 2, (((ax - 5) * ax + 8) * ax - 4) * a, 0.0))
+        else:
+            w = np.where(ax < 1, 1 - ax, 0.0)
+        total = w.sum()
+        w = w / total if total != 0 else w
+        fixed = np.where(w < 0, -0.5 + w * (1 << _PIL_PRECISION), 0.5 + w * (1 << _PIL_PRECISION))
+        matrix[i, xmin:xmin + xmax] = np.trunc(fixed).astype(np.int64)
+    return matrix
+
+
+def _pil_resample(view: torch.Tensor, box, out_height: int, out_width: int, interpolation: str, flip: bool,
+                  flip_v: bool) -> torch.Tensor:
+    """Pillow's uint8 resize of `box` of uint8 HWC `view` (fixed point, horizontal pass
+    first into uint8), flipped: uint8 [out_height, out_width, C]."""
+    top, left, height, width = (float(v) for v in box)
+    rows = _pil_axis(top, height, view.shape[0], out_height, interpolation)
+    cols = _pil_axis(left, width, view.shape[1], out_width, interpolation)
+    half = 1 << (_PIL_PRECISION - 1)
+    source = view.numpy().astype(np.int64)  # [H, W, C]
+    horizontal = np.einsum("ow,hwc->hoc", cols, source)
+    horizontal = np.where(cols.any(axis=1)[None, :, None], horizontal + half, 0)
+    horizontal = np.clip(horizontal >> _PIL_PRECISION, 0, 255)
+    vertical = np.einsum("oh,hwc->owc", rows, horizontal) + half
+    vertical = np.where(rows.any(axis=1)[:, None, None], np.clip(vertical >> _PIL_PRECISION, 0, 255), 0)
+    vertical = np.where(cols.any(axis=1)[None, :, None], vertical, 0)
+    out = torch.from_numpy(vertical.astype(np.uint8))
+    if flip:
+        out = out.flip(1)
+    if flip_v:
+        out = out.flip(0)
+    return out
+
+
+def _apply_color_reference(plan: Plan, view: torch.Tensor, box, flip, flip_v, interpolation: str, epoch: int,
+                           index: int) -> torch.Tensor:
+    """The colour plans' twin, in torchvision's order: the resize rounded to uint8 (the
+    PIL image), ColorJitter and grayscale on it (color.py's PIL twins), the value map,
+    then RandomErasing on the result; parameters from the engine's samplers."""
+    from fastload import ops as fl_ops
+    from fastload import reference
+    from fastload.augment import color
+    from fastload.augment.plan import jitter_nan_ranges
+
+    channels = plan.channels
+    quantized = bool(list(plan.jitter)) or plan.grayscale_p > 0
+    if quantized:
+        if interpolation == "nearest":  # Pillow's nearest is the float path's, exactly
+            pixels = reference.crop_resize_flip_normalize(
+                view, box, list(plan.out_size), flip, 1.0, [0.0] * channels, [1.0] * channels, torch.uint8, False,
+                flip_v=flip_v, interpolation=interpolation).permute(1, 2, 0)
+        else:
+            pixels = _pil_resample(view, box, plan.out_height, plan.out_width, interpolation, flip, flip_v)
+        indices = torch.tensor([index], dtype=torch.int64)
+        if list(plan.jitter):
+            order, factors = fl_ops.color_jitter_params(indices, plan.seed, epoch,
+                                                        jitter_nan_ranges(plan.jitter))
+            pixels = color.color_jitter(pixels, order[0].tolist(), factors[0].tolist())
+        if plan.grayscale_p > 0 and bool(fl_ops.random_grayscale_params(indices, plan.seed, epoch,
+                                                                      plan.grayscale_p)[0]):
+            pixels = color.pil_grayscale(pixels, channels)
+        values = pixels.permute(2, 0, 1).to(torch.float64)
+    else:
+        identity = [0.0] * channels, [1.0] * channels
+        values = reference.crop_resize_flip_normalize(view, box, list(plan.out_size), flip, 1.0, *identity,
+                                                      torch.float32, False, flip_v=flip_v,
+                                                      interpolation=interpolation).double()
+    mean = torch.tensor(list(plan.mean), dtype=torch.float64).view(-1, 1, 1)
+    std = torch.tensor(list(plan.std), dtype=torch.float64).view(-1, 1, 1)
+    values = (values * float(torch.tensor(plan.value_scale, dtype=torch.float32)) - mean) / std
+    if plan.erase_p > 0:
+        box = fl_ops.random_erasing_params(torch.tensor([index]), plan.seed, epoch, plan.out_height,
+                                           plan.out_width, plan.erase_p, [plan.erase_scale_min, plan.erase_scale_max],
+                                           [plan.erase_ratio_min, plan.erase_ratio_max])[0].tolist()
+        if plan.erase_random == 2:  # one normal per channel: those of elements 0 .. C-1
+            fill = color.erase_normals(plan.seed, epoch, index, channels).tolist()
+        else:
+            fill = [] if plan.erase_random else list(plan.erase_value)
+        values = color.erase(values.permute(1, 2, 0), box, fill, plan.seed, epoch, index).permute(2, 0, 1)
+    return reference._cast(values, plan.dtype)
 
 
 def apply_ops_reference(ops: Sequence[Any], image: torch.Tensor, *, seed: int, epoch: int, index: int) -> torch.Tensor:

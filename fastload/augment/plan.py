@@ -29,7 +29,7 @@ from typing import Any, Dict, NamedTuple, Optional, Sequence
 import torch
 
 from fastload import _ext
-from fastload.augment import specs
+from fastload.augment import color, specs
 from fastload.errors import UnsupportedPipeline  # noqa: F401  (raised here; re-exported)
 from fastload.ops import DEFAULT_MAX_PIXELS
 
@@ -96,6 +96,28 @@ class Fusion(NamedTuple):
     dtype: torch.dtype
 
 
+# torchvision's neutral point of each ColorJitter factor: the plan marks an op that is
+# off (None) by a range of exactly it.
+_JITTER_CENTRES = (1.0, 1.0, 1.0, 0.0)
+
+
+def _jitter_ranges(jitter: "color.ColorJitter") -> list:
+    out = []
+    for name, centre in zip(("brightness", "contrast", "saturation", "hue"), _JITTER_CENTRES):
+        value = getattr(jitter, name)
+        out += [centre, centre] if value is None else [float(value[0]), float(value[1])]
+    return out
+
+
+def jitter_nan_ranges(plan_jitter: Sequence[float]) -> list:
+    """The plan's jitter ranges as the colour ops take them: NaN pairs where an op is off."""
+    out = []
+    for k, centre in enumerate(_JITTER_CENTRES):
+        low, high = float(plan_jitter[2 * k]), float(plan_jitter[2 * k + 1])
+        out += [float("nan")] * 2 if low == high == centre else [low, high]
+    return out
+
+
 def build_plan(ops: Sequence[Any], **options: Any) -> Any:
     """Fuses `ops` into a Plan (fastload._C.Plan with description and dtype): fuse(), then
     make_plan(). Takes fuse()'s arguments; raises UnsupportedPipeline like it."""
@@ -141,10 +163,60 @@ def fuse(
     value_scale, mean, std = 1.0, (0.0,) * channels, (1.0,) * channels
     out_dtype = torch.uint8
     value_started = False  # a value op ran: later padding would pad normalised zeros
+    jitter: Optional[color.ColorJitter] = None
+    grayscale_p = 0.0
+    erasing: Optional[color.RandomErasing] = None
+    color_started = False  # a PIL-stage colour op ran: geometry after it does not fuse
     for op in ops:
-        if isinstance(op, (specs.RandomResizedCrop, specs.Resize, specs.CenterCrop)):
-            if value_started and isinstance(op, specs.CenterCrop):
+        if erasing is not None and not isinstance(op, (specs.RandomHorizontalFlip, specs.RandomVerticalFlip)):
+            # Erasing writes final values: a later value op would map them again.
+            raise UnsupportedPipeline(f"{op} after RandomErasing does not fuse (RandomErasing runs last, on the "
+                                      f"normalised output)")
+        if isinstance(op, (color.ColorJitter, color.Grayscale, color.RandomGrayscale)):
+            name = type(op).__name__
+            if value_started:
+                raise UnsupportedPipeline(f"{name} after ToTensor/ToDtype/Normalize runs torchvision's tensor path; "
+                                          f"native: in the PIL stage, before the conversion")
+            if not geometry:
+                raise UnsupportedPipeline(f"{name} before the crop/resize does not fuse (the fused pass applies "
+                                          f"colour to the resized image)")
+            if isinstance(op, color.ColorJitter):
+                if jitter is not None or grayscale_p > 0:
+                    raise UnsupportedPipeline("ColorJitter after another ColorJitter or a Grayscale does not fuse")
+                jitter = op
+            else:
+                if grayscale_p > 0:
+                    raise UnsupportedPipeline("two Grayscale/RandomGrayscale ops do not fuse into one")
+                if isinstance(op, color.Grayscale):
+                    if op.num_output_channels != channels:
+                        raise UnsupportedPipeline(f"{op} changes the number of channels ({channels} -> "
+                                                  f"{op.num_output_channels}); native: Grayscale("
+                                                  f"num_output_channels={channels})")
+                    grayscale_p = 1.0
+                else:
+                    grayscale_p = min(max(float(op.p), 0.0), 1.0)
+                if channels == 1:  # "L" to "L": nothing to do
+                    grayscale_p = 0.0
+            color_started = True
+            continue
+        if isinstance(op, color.RandomErasing):
+            try:
+                op.fill(channels)
+            except ValueError as error:
+                raise UnsupportedPipeline(f"{op}: {error}") from None
+            erasing = op
+            continue
+        if isinstance(op, specs.RandomCrop) and op.pads:
+            fill = op.fill if isinstance(op.fill, (tuple, list)) else (op.fill,)
+            if op.padding_mode != "constant" or any(float(f) != 0 for f in fill):
+                raise UnsupportedPipeline(f"{op} pads with padding_mode={op.padding_mode!r}, fill={op.fill!r} "
+                                          f"(native: constant 0)")
+        if isinstance(op, (specs.RandomResizedCrop, specs.Resize, specs.CenterCrop, specs.RandomCrop)):
+            if value_started and isinstance(op, (specs.CenterCrop, specs.RandomCrop)):
                 raise UnsupportedPipeline(f"{op} after a dtype/normalise op pads in normalised space")
+            if color_started:
+                raise UnsupportedPipeline(f"{op} after a colour op does not fuse (the fused pass applies colour to "
+                                          f"the resized image)")
             geometry.append(op)
         elif isinstance(op, specs.RandomHorizontalFlip):
             if flip_p > 0 and op.p > 0:
@@ -188,11 +260,24 @@ def fuse(
     fields = dict(interpolation=interpolation, flip_p=flip_p, flip_v_p=flip_v_p, value_scale=value_scale,
                   mean=list(mean), std=list(std), channels=channels, dct_scaling=dct_scaling,
                   max_pixels=max_pixels, seed=seed)
+    if jitter is not None:
+        fields["jitter"] = _jitter_ranges(jitter)
+    fields["grayscale_p"] = grayscale_p
+    if erasing is not None and erasing.p > 0:
+        fill = erasing.fill(channels)
+        fields.update(erase_p=float(erasing.p), erase_scale_min=erasing.scale[0], erase_scale_max=erasing.scale[1],
+                      erase_ratio_min=erasing.ratio[0], erase_ratio_max=erasing.ratio[1],
+                      erase_value=fill or [0.0], erase_random=0 if fill else (2 if erasing.per_channel else 1))
     kinds = [type(op) for op in geometry]
     if kinds == [specs.RandomResizedCrop]:
         (crop,) = geometry
         fields.update(geometry="RANDOM_RESIZED_CROP", out_size=crop.size, scale_min=crop.scale[0],
                       scale_max=crop.scale[1], ratio_min=crop.ratio[0], ratio_max=crop.ratio[1])
+    elif kinds == [specs.RandomCrop]:
+        (crop,) = geometry
+        left, top, right, bottom = crop.padding or (0, 0, 0, 0)
+        fields.update(geometry="RANDOM_CROP", out_size=crop.size, pad_top=top, pad_left=left, pad_bottom=bottom,
+                      pad_right=right, pad_if_needed=bool(crop.pad_if_needed))
     elif kinds in ([specs.Resize, specs.CenterCrop], [specs.CenterCrop], [specs.Resize]):
         fields.update(geometry="RESIZE_CENTER_CROP")
         resize = geometry[0] if kinds[0] is specs.Resize else None

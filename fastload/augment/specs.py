@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import enum
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple, Union
 
@@ -146,6 +147,65 @@ class CenterCrop:
         object.__setattr__(self, "size", _pair(self.size, "CenterCrop"))
 
 
+_PADDING_MODES = ("constant", "edge", "reflect", "symmetric")
+
+
+@dataclass(frozen=True)
+class RandomCrop:
+    """Pad, then crop `size` at a random place (torchvision.transforms.RandomCrop).
+
+    Args:
+        size: output (height, width), or an int for a square.
+        padding: None, an int (every side), (left/right, top/bottom) or (left, top,
+            right, bottom); stored as the 4-tuple (left, top, right, bottom).
+        pad_if_needed: pad both sides of a dimension by what the image lacks.
+        fill: the constant padding value (a number or one per channel).
+        padding_mode: "constant", "edge", "reflect" or "symmetric". The fused pass pads
+            with constant 0; other fills and modes are accepted and do not fuse.
+
+    Raises:
+        TypeError, ValueError: as torchvision's F.pad for bad padding, fill or mode (it
+            raises them on the first image; a native plan is fixed, so here).
+    """
+
+    size: Size
+    padding: Optional[Union[int, Sequence[int]]] = None
+    pad_if_needed: bool = False
+    fill: Union[float, Sequence[float]] = 0
+    padding_mode: str = "constant"
+
+    def __post_init__(self):
+        object.__setattr__(self, "size", _pair(self.size, "RandomCrop"))
+        padding = self.padding
+        if padding is not None:
+            if not isinstance(padding, (numbers.Number, tuple, list)):
+                raise TypeError("Got inappropriate padding arg")
+            if isinstance(padding, (tuple, list)) and len(padding) not in (1, 2, 4):
+                raise ValueError(
+                    f"Padding must be an int or a 1, 2, or 4 element tuple, not a {len(padding)} element tuple"
+                )
+            if isinstance(padding, numbers.Number):
+                padding = (int(padding),) * 4
+            elif len(padding) == 1:
+                padding = (int(padding[0]),) * 4
+            elif len(padding) == 2:
+                padding = (int(padding[0]), int(padding[1]), int(padding[0]), int(padding[1]))
+            else:
+                padding = tuple(int(p) for p in padding)
+            if min(padding) < 0:
+                raise ValueError(f"fastload.transforms.RandomCrop: expected non-negative padding, got {padding}")
+            object.__setattr__(self, "padding", padding)
+        if not isinstance(self.fill, (numbers.Number, tuple, list)):
+            raise TypeError("Got inappropriate fill arg")
+        if self.padding_mode not in _PADDING_MODES:
+            raise ValueError("Padding mode should be either constant, edge, reflect or symmetric")
+
+    @property
+    def pads(self) -> bool:
+        """Whether any image can be padded."""
+        return self.pad_if_needed or (self.padding is not None and any(self.padding))
+
+
 @dataclass(frozen=True)
 class RandomHorizontalFlip:
     """Mirror the image horizontally with probability p."""
@@ -198,4 +258,10 @@ class ToDtype:
             )
 
 
-SPECS = (RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip, RandomVerticalFlip, Normalize, ToDtype)
+SPECS = (RandomResizedCrop, Resize, CenterCrop, RandomCrop, RandomHorizontalFlip, RandomVerticalFlip, Normalize,
+         ToDtype)
+
+# The colour specs (augment/color.py) are specs too: a native dataset takes them.
+from fastload.augment.color import SPECS as _COLOR_SPECS  # noqa: E402
+
+SPECS = SPECS + _COLOR_SPECS

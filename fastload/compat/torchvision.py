@@ -2,8 +2,9 @@
 
 `fastload.DataLoader(torchvision.datasets.ImageFolder(root, transform=...))` runs on the
 C++ engine when every transform has a native equivalent (v1 and v2: RandomResizedCrop,
-Resize, CenterCrop, RandomHorizontalFlip, RandomVerticalFlip, ToTensor, PILToTensor, ToImage, ToDtype,
-ConvertImageDtype, Normalize, ToPureTensor; timm's equivalents, see compat/timm.py). The
+Resize, CenterCrop, RandomCrop (zero padding), RandomHorizontalFlip, RandomVerticalFlip, ToTensor,
+PILToTensor, ToImage, ToDtype, ConvertImageDtype, Normalize, ToPureTensor, ColorJitter,
+Grayscale(3), RandomGrayscale, RandomErasing; timm's equivalents, see compat/timm.py). The
 output keeps torchvision's dtype, shape and value range; the random draws are fastload's
 own (torchvision's distributions, a different generator).
 
@@ -20,7 +21,7 @@ Example:
     >>> pipeline.native
     (RandomResizedCrop(size=(8, 8), scale=(0.08, 1.0), ratio=(0.75, 1.3333333333333333), interpolation='bilinear'),)
     >>> pipeline.blockers
-    ('Grayscale(num_output_channels=1): no native equivalent',)
+    ("Grayscale(num_output_channels=1): makes one channel of the loader's three (native: num_output_channels=3)",)
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING, Any, List, Tuple
 
 import torch
 
-from fastload.augment import specs
+from fastload.augment import color, specs
 from fastload.augment.split import Pipeline, split_pipeline
 from fastload.source.index import SampleIndex
 
@@ -106,6 +107,21 @@ def leaf_specs(transform: Any) -> List[Any]:
                              interpolation=interpolation_mode(transform))]
     if _is_torchvision(transform, "CenterCrop"):
         return [specs.CenterCrop(tuple(transform.size))]
+    if _is_torchvision(transform, "RandomCrop"):
+        padding = transform.padding
+        if type(transform).__module__.startswith("torchvision.transforms.v2") and padding is not None:
+            left, right, top, bottom = padding  # v2 keeps [left, right, top, bottom]
+            padding = (left, top, right, bottom)
+        fill = transform.fill
+        if isinstance(fill, dict):  # v2: per tv_tensor type
+            fill = next(iter(fill.values()), 0) if len(set(map(repr, fill.values()))) == 1 else fill
+        crop = specs.RandomCrop(tuple(transform.size), padding, bool(transform.pad_if_needed),
+                                0 if fill is None else fill, transform.padding_mode)
+        if crop.pads and (crop.padding_mode != "constant" or any(
+                float(f) != 0 for f in (crop.fill if isinstance(crop.fill, (tuple, list)) else (crop.fill,)))):
+            raise NotConvertible(f"pads with padding_mode={crop.padding_mode!r}, fill={crop.fill!r} "
+                                 f"(native: constant 0)", fix="pass fill=0, padding_mode='constant'")
+        return [crop]
     if _is_torchvision(transform, "RandomHorizontalFlip"):
         return [specs.RandomHorizontalFlip(float(transform.p))]
     if _is_torchvision(transform, "RandomVerticalFlip"):
@@ -125,10 +141,40 @@ def leaf_specs(transform: Any) -> List[Any]:
         return [specs.ToDtype(transform.dtype, scale=bool(transform.scale))]
     if _is_torchvision(transform, "Normalize"):
         return [specs.Normalize(transform.mean, transform.std)]
+    color_specs = _color_specs(transform)
+    if color_specs is not None:
+        return color_specs
     timm_specs = timm.leaf_specs(transform)
     if timm_specs is not None:
         return timm_specs
     raise NotConvertible(presets.why_not_native(transform), fix=presets.fix_for(transform))
+
+
+def _range(value: Any) -> Any:
+    return None if value is None else (float(value[0]), float(value[1]))
+
+
+def _color_specs(transform: Any) -> Any:
+    """The colour specs of a v1 or v2 ColorJitter, Grayscale, RandomGrayscale or
+    RandomErasing (their checked attributes: ranges or None, p, value), else None."""
+    if _is_torchvision(transform, "ColorJitter"):
+        return [color.ColorJitter(*(_range(getattr(transform, name))
+                                    for name in ("brightness", "contrast", "saturation", "hue")))]
+    if _is_torchvision(transform, "Grayscale"):
+        if int(transform.num_output_channels) != 3:
+            raise NotConvertible("makes one channel of the loader's three (native: num_output_channels=3)",
+                                 fix="pass num_output_channels=3, or take one channel of the batch")
+        return [color.Grayscale(3)]
+    if _is_torchvision(transform, "RandomGrayscale"):
+        return [color.RandomGrayscale(float(transform.p))]
+    if _is_torchvision(transform, "RandomErasing"):
+        value = transform.value
+        # v1 keeps "random", v2 None for it; v2 keeps numbers as a list of floats.
+        value = "random" if value is None or value == "random" else value
+        if isinstance(value, (list, tuple)) and len(value) == 1:
+            value = float(value[0])
+        return [color.RandomErasing(float(transform.p), tuple(transform.scale), tuple(transform.ratio), value)]
+    return None
 
 
 def flatten(transform: Any) -> Tuple[List[Any], List[str]]:

@@ -1,0 +1,139 @@
+"""RandomCrop (padding, pad_if_needed; zero fill) on the native path, against torchvision
+run with the engine's drawn offsets, and its sampler against torchvision's distribution."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import fastload
+from fastload import _ext
+from fastload.augment import specs
+from fastload.augment.plan import build_plan, fuse
+from fastload.errors import UnsupportedPipeline
+
+tv = pytest.importorskip("torchvision")
+import torchvision.transforms as T  # noqa: E402
+import torchvision.transforms.functional as F  # noqa: E402
+from torchvision.datasets import ImageFolder  # noqa: E402
+from torchvision.transforms import v2  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not _ext.has_ops(), reason="fastload._C not built")
+
+MEAN, STD = (0.4914, 0.4822, 0.4465), (0.247, 0.243, 0.261)
+# Chi-square critical value at significance 1e-3 with 8 degrees of freedom (9 offsets).
+CHI2_CRIT_8 = 26.124
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    import jpeg_samples as js
+
+    folder = tmp_path_factory.mktemp("random_crop")
+    js.write_image_folder(folder, classes=2, per_class=5, size=(32, 32))  # 24..40 pixels a side
+    return str(folder)
+
+
+def torchvision_crop(path, plan, padding, epoch, index):
+    """torchvision's RandomCrop at the engine's drawn offset: uint8 [C, h, w]."""
+    image = Image.open(path).convert("RGB")
+    (top, left, height, width), _, flip = _ext.require_ops().region_of(plan, image.height, image.width, epoch, index)
+    left_pad, top_pad, right_pad, bottom_pad = padding
+    padded = F.pad(image, [left_pad, top_pad, right_pad, bottom_pad], fill=0)
+    if plan.pad_if_needed:  # torchvision pads both sides by what is missing
+        extra_w, extra_h = max(0, int(width) - padded.width), max(0, int(height) - padded.height)
+        padded = F.pad(padded, [extra_w, extra_h], fill=0)
+        left_pad, top_pad = left_pad + extra_w, top_pad + extra_h
+    crop = F.crop(padded, int(top) + top_pad, int(left) + left_pad, int(height), int(width))
+    if flip:
+        crop = F.hflip(crop)
+    return torch.from_numpy(np.asarray(crop).copy()).permute(2, 0, 1)
+
+
+@pytest.mark.parametrize("api", ["v1", "v2"])
+def test_cifar_random_crop_with_padding_and_flip_runs_natively_as_torchvision(root, api):
+    TV = T if api == "v1" else v2
+    transform = TV.Compose([TV.RandomCrop(32, padding=4), TV.RandomHorizontalFlip(), TV.PILToTensor()])
+    dataset = ImageFolder(root, transform=transform)
+    loader = fastload.DataLoader(dataset, batch_size=4)
+    images = torch.cat([b for b, _ in loader])
+    assert loader.path.startswith("native"), loader.path
+    plan = build_plan([specs.RandomCrop(32, padding=4), specs.RandomHorizontalFlip()],
+                      seed=loader.state_dict()["native_seed"])
+    want = torch.stack([torchvision_crop(path, plan, (4, 4, 4, 4), 0, i) for i, (path, _) in enumerate(dataset.samples)])
+    # No resample: the pixels are the decoded ones (the same libjpeg-turbo decode), padding 0.
+    diff = (images.to(torch.int32) - want.to(torch.int32)).abs()
+    assert (diff <= 1).double().mean() >= 0.999 and (images == 0).any()
+
+
+def test_cifar_pipeline_normalised_equals_the_twin(root):
+    from fastload.augment.pipeline import apply_plan_reference
+
+    transform = T.Compose([T.RandomCrop(32, padding=(2, 5), pad_if_needed=True), T.RandomHorizontalFlip(),
+                           T.ToTensor(), T.Normalize(MEAN, STD)])
+    dataset = ImageFolder(root, transform=transform)
+    loader = fastload.DataLoader(dataset, batch_size=4)
+    images = torch.cat([b for b, _ in loader])
+    assert loader.path.startswith("native"), loader.path
+    plan = build_plan([specs.RandomCrop(32, padding=(2, 5), pad_if_needed=True), specs.RandomHorizontalFlip(),
+                       specs.ToDtype(torch.float32, scale=True), specs.Normalize(MEAN, STD)],
+                      seed=loader.state_dict()["native_seed"])
+    for i, (path, _) in enumerate(dataset.samples):
+        with open(path, "rb") as f:
+            pixels = fastload.ops.decode_jpeg(torch.frombuffer(bytearray(f.read()), dtype=torch.uint8))
+        torch.testing.assert_close(images[i], apply_plan_reference(plan, pixels, epoch=0, index=i), rtol=1e-5,
+                                   atol=1e-5)
+
+
+def test_random_crop_offsets_are_uniform_like_torchvisions():
+    """10^5 draws of the offset in a 40x40 padded image (32x32 + 4 each side): each of
+    the 9 rows and columns as likely (chi-square), as torch.randint(0, 9) in get_params."""
+    plan = build_plan([specs.RandomCrop(32, padding=4)], seed=7)
+    n = 100_000
+    boxes, _, _ = _ext.require_ops().regions_of(plan, torch.tensor([[32, 32]]).expand(n, 2), torch.arange(n), 0)
+    for offsets in (boxes[:, 0] + 4, boxes[:, 1] + 4):
+        counts = torch.bincount(offsets.to(torch.int64), minlength=9).double()
+        assert counts.numel() == 9
+        chi2 = ((counts - n / 9) ** 2 / (n / 9)).sum().item()
+        assert chi2 < CHI2_CRIT_8, chi2
+    # torchvision's own sampler over the same padded size, the same test.
+    torch.manual_seed(0)
+    tops = torch.tensor([T.RandomCrop.get_params(torch.empty(1, 40, 40), (32, 32))[0] for _ in range(20_000)])
+    counts = torch.bincount(tops, minlength=9).double()
+    assert ((counts - 20_000 / 9) ** 2 / (20_000 / 9)).sum().item() < CHI2_CRIT_8
+
+
+def test_random_crop_larger_than_the_padded_image_fails_with_torchvisions_message():
+    plan = build_plan([specs.RandomCrop(32, padding=2)])
+    with pytest.raises(ValueError, match=r"Required crop size \(32, 32\) is larger than input image size \(24, 40\)"):
+        _ext.require_ops().region_of(plan, 20, 36, 0, 0)
+    plan = build_plan([specs.RandomCrop(32, padding=2, pad_if_needed=True)])
+    box, _, _ = _ext.require_ops().region_of(plan, 20, 36, 0, 0)
+    # 2 + (32 - 24) rows padded on top and at the bottom: the crop starts 10 .. 2 rows above.
+    assert box[2:] == (32, 32) and -10 <= box[0] <= -2
+
+
+@pytest.mark.parametrize("crop, reason", [
+    (specs.RandomCrop(32, padding=4, padding_mode="reflect"), "padding_mode='reflect'"),
+    (specs.RandomCrop(32, padding=4, fill=128), "fill=128"),
+])
+def test_random_crop_padding_other_than_zeros_does_not_fuse(crop, reason):
+    with pytest.raises(UnsupportedPipeline, match=reason):
+        fuse([crop])
+    fuse([specs.RandomCrop(32, padding_mode="reflect")])  # nothing to pad: fuses
+
+
+@pytest.mark.parametrize("make, error", [
+    (lambda m: m.RandomCrop(8, padding=(1, 2, 3)), ValueError),
+    (lambda m: m.RandomCrop(8, padding="a"), TypeError),
+    (lambda m: m.RandomCrop(8, padding=2, padding_mode="wrap"), ValueError),
+])
+def test_invalid_random_crop_arguments_get_torchvisions_errors(make, error):
+    image = Image.new("RGB", (16, 16))
+    with pytest.raises(error) as theirs:
+        make(T)(image)
+    with pytest.raises(error) as ours:
+        make(specs)
+    assert str(ours.value) == str(theirs.value)
