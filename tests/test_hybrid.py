@@ -87,10 +87,10 @@ def test_path_names_the_native_prefix_the_python_tail_and_its_blockers(folder):
 
 
 def test_a_compose_is_cut_inside_and_a_user_function_is_named(folder):
-    dataset = fastload.ImageFolder(folder, transforms=[T.Compose([T.CenterCrop(16), T.Grayscale(3)]), invert])
+    dataset = fastload.ImageFolder(folder, transforms=[T.Compose([T.CenterCrop(16), T.RandomInvert(1.0)]), invert])
     assert dataset.transforms == [specs.CenterCrop(16)] and len(dataset.tail) == 2
     assert fastload.DataLoader(dataset, batch_size=2).path.startswith(
-        "hybrid: native [CenterCrop] + python [Grayscale -> invert], decode_on=cpu (auto); not native: Grayscale(")
+        "hybrid: native [CenterCrop] + python [RandomInvert -> invert], decode_on=cpu (auto); not native: RandomInvert(")
 
 
 def tail_on_the_native_prefix(folder, tail, *, seed, batch_size, epoch=0):
@@ -110,7 +110,7 @@ def tail_on_the_native_prefix(folder, tail, *, seed, batch_size, epoch=0):
     return batches
 
 
-TAILS = {"v1+function": [T.Grayscale(3), T.ToTensor(), invert], "v2-on-pil": [v2.Grayscale(3), v2.PILToTensor()],
+TAILS = {"v1+function": [T.RandomInvert(1.0), T.ToTensor(), invert], "v2-on-pil": [v2.RandomInvert(1.0), v2.PILToTensor()],
          "v2-on-tensor": [v2.PILToTensor(), v2.Grayscale(1)], "random": recipe()[2:]}
 
 
@@ -147,7 +147,7 @@ def test_hybrid_batches_match_the_generic_twin(folder, name):
 def test_a_threaded_tail_gives_the_same_batches_as_the_inline_one(folder):
     from fastload.augment.plan import build_plan
 
-    dataset = fastload.ImageFolder(folder, transforms=[T.CenterCrop(16), T.Grayscale(3), T.ToTensor(), invert])
+    dataset = fastload.ImageFolder(folder, transforms=[T.CenterCrop(16), T.RandomInvert(1.0), T.ToTensor(), invert])
     batches = []
     for parallel in ("inline", "threads"):
         runner = HybridRunner(dataset.index, build_plan(dataset.transforms), dataset.python_tail(), num_threads=2,
@@ -217,7 +217,7 @@ def test_outputs_have_torchvisions_dtype_shape_and_range(folder):
 
 def test_a_deterministic_tail_matches_torchvisions_values(folder):
     """Same crop (centre), same tail: within the resize's rounding of torchvision + PIL."""
-    tail = [T.Grayscale(3), T.ToTensor(), T.Normalize(MEAN, STD)]
+    tail = [T.RandomInvert(1.0), T.ToTensor(), T.Normalize(MEAN, STD)]
     theirs = torchvision.datasets.ImageFolder(folder, transform=T.Compose([T.Resize(20), T.CenterCrop(16)] + tail))
     ours = fastload.DataLoader(fastload.ImageFolder(folder, transforms=[T.Resize(20), T.CenterCrop(16)] + tail),
                                batch_size=8, dct_scaling=False)
