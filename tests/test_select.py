@@ -4,6 +4,8 @@ resolution; no visible draw from the global RNG."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from torch.utils.data import Dataset, IterableDataset, default_collate
@@ -151,3 +153,16 @@ def test_a_drawn_seed_leaves_the_global_rng_where_it_was(folder):
 def test_default_collate_is_not_custom(folder):
     _, reason = select(Squares(4), collate_fn=default_collate)
     assert "collate_fn" not in reason
+
+
+def test_colour_plans_stay_on_the_cpu_engine_when_bound_for_a_gpu(monkeypatch):
+    from fastload import _ext
+    from fastload.native import select
+
+    monkeypatch.setattr(_ext, "has_cuda_ops", lambda: True)
+    assert select._resolve_decode_on("auto", torch.device("cuda"), colour=False)[0] == "cpu+gpu"
+    mode, why = select._resolve_decode_on("auto", torch.device("cuda"), colour=True)
+    assert mode == "cpu" and "colour ops" in why
+    for mode in ("cpu+gpu", "gpu"):
+        with pytest.raises(ValueError, match=rf"decode_on='{re.escape(mode)}' does not run colour ops"):
+            select._resolve_decode_on(mode, torch.device("cuda"), colour=True)

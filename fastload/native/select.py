@@ -249,7 +249,7 @@ def select_path(
                                on_error=on_error, description=description, tail_on=tail_on, labels=labels)
         blockers = f"; not native: {'; '.join(tail.blockers)}" if tail.blockers else ""
         return runner, f"{description}, decode_on=cpu{why}{labels_note}{blockers}"
-    decode_on, why = _resolve_decode_on(decode_on, device)
+    decode_on, why = _resolve_decode_on(decode_on, device, colour=_has_colour(plan))
     runner = NativeRunner(index, plan, num_threads=max(1, num_workers), pin_memory=pin_memory,
                           memory_format=memory_format, on_error=on_error, decode_on=decode_on,
                           device=device, description=description)
@@ -272,16 +272,29 @@ def _augmentation_seed(dataset: Any, seed: Optional[int]) -> int:
         return int(torch.empty((), dtype=torch.int64).random_().item())
 
 
-def _resolve_decode_on(decode_on: str, device: Optional[torch.device]) -> Tuple[str, str]:
+def _has_colour(plan: Any) -> bool:
+    """The plan has colour ops (ColorJitter, Grayscale, RandomErasing): the CPU engine's
+    fused pass runs them; the device kernels are not wired to them yet."""
+    return bool(len(plan.jitter)) or plan.grayscale_p > 0 or plan.erase_p > 0
+
+
+def _resolve_decode_on(decode_on: str, device: Optional[torch.device], *, colour: bool = False) -> Tuple[str, str]:
     """(mode, why) for decode_on; "auto" moves resize/normalise to a CUDA device when the
-    CUDA kernels were built, so only uint8 crop windows cross PCIe."""
+    CUDA kernels were built, so only uint8 crop windows cross PCIe (not for colour plans,
+    which the CPU engine runs)."""
     on_cuda = device is not None and torch.device(device).type == "cuda"
     if decode_on == "auto":
         if on_cuda and _ext.has_cuda_ops():
+            if colour:
+                return "cpu", " (auto: colour ops run in the CPU engine's pass)"
             return "cpu+gpu", " (auto: CUDA kernels built, batches bound for the GPU)"
         return "cpu", " (auto)" if not on_cuda else " (auto: fastload._C has no CUDA kernels)"
     if decode_on != "cpu" and not on_cuda:
         raise ValueError(f"{_PREFIX}: decode_on={decode_on!r} needs device='cuda', got device={device}")
+    if decode_on != "cpu" and colour:
+        raise ValueError(f"{_PREFIX}: decode_on={decode_on!r} does not run colour ops (ColorJitter, Grayscale, "
+                         "RandomErasing) yet; pass decode_on='cpu' or 'auto' (the CPU engine runs them, the batch "
+                         "still goes to the device)")
     if decode_on != "cpu":
         _ext.require_cuda_ops()
     return decode_on, ""
