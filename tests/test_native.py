@@ -23,7 +23,7 @@ TRAIN = [ops.RandomResizedCrop(32), ops.RandomHorizontalFlip(), ops.Normalize(ME
 # Kernel vs reference, both float32 from the same decoded pixels: only summation order
 # differs (~1e-6 relative); normalised values span ~[-2.2, 2.7].
 FLOAT_ATOL = 1e-4
-# PSNR floor for DCT-scaled decodes vs full decode + resize (issue 3's bar).
+# PSNR floor for DCT-scaled decodes vs full decode + resize.
 MIN_PSNR_DB = 35.0
 
 
