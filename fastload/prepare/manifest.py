@@ -30,6 +30,7 @@ import os
 import tempfile
 from typing import Any, Dict, Optional
 
+from fastload.prepare.writer import remove_quietly
 from fastload.source.tar import TarShardError
 
 MANIFEST_NAME = "fastload-manifest.json"
@@ -57,10 +58,7 @@ def write_json_atomic(path: str, record: Dict[str, Any]) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        remove_quietly(tmp)
         raise
 
 
