@@ -1,5 +1,6 @@
-"""RandomCrop (padding, pad_if_needed; zero fill) on the native path, against torchvision
-run with the engine's drawn offsets, and its sampler against torchvision's distribution."""
+"""RandomCrop (padding, pad_if_needed, fill, padding_mode) on the native path, against
+torchvision run with the engine's drawn offsets, and its sampler against torchvision's
+distribution."""
 
 from __future__ import annotations
 
@@ -36,15 +37,15 @@ def root(tmp_path_factory):
     return str(folder)
 
 
-def torchvision_crop(path, plan, padding, epoch, index):
+def torchvision_crop(path, plan, padding, epoch, index, fill=0, padding_mode="constant"):
     """torchvision's RandomCrop at the engine's drawn offset: uint8 [C, h, w]."""
     image = Image.open(path).convert("RGB")
     (top, left, height, width), _, flip = _ext.require_ops().region_of(plan, image.height, image.width, epoch, index)
     left_pad, top_pad, right_pad, bottom_pad = padding
-    padded = F.pad(image, [left_pad, top_pad, right_pad, bottom_pad], fill=0)
+    padded = F.pad(image, [left_pad, top_pad, right_pad, bottom_pad], fill=fill, padding_mode=padding_mode)
     if plan.pad_if_needed:  # torchvision pads both sides by what is missing
         extra_w, extra_h = max(0, int(width) - padded.width), max(0, int(height) - padded.height)
-        padded = F.pad(padded, [extra_w, extra_h], fill=0)
+        padded = F.pad(padded, [extra_w, extra_h], fill=fill, padding_mode=padding_mode)
         left_pad, top_pad = left_pad + extra_w, top_pad + extra_h
     crop = F.crop(padded, int(top) + top_pad, int(left) + left_pad, int(height), int(width))
     if flip:
@@ -115,14 +116,105 @@ def test_random_crop_larger_than_the_padded_image_fails_with_torchvisions_messag
     assert box[2:] == (32, 32) and -10 <= box[0] <= -2
 
 
-@pytest.mark.parametrize("crop, reason", [
-    (specs.RandomCrop(32, padding=4, padding_mode="reflect"), "padding_mode='reflect'"),
-    (specs.RandomCrop(32, padding=4, fill=128), "fill=128"),
+def loader_crops(root, transform):
+    dataset = ImageFolder(root, transform=transform)
+    loader = fastload.DataLoader(dataset, batch_size=4)
+    images = torch.cat([b for b, _ in loader])
+    assert loader.path.startswith("native"), loader.path
+    return dataset, loader, images
+
+
+@pytest.mark.parametrize("api", ["v1", "v2"])
+@pytest.mark.parametrize("padding, fill, padding_mode", [
+    (4, (10, 200, 30), "constant"),
+    ((3, 5), 128.9, "constant"),  # torchvision's PIL pad: int(fill)
+    (4, 0, "edge"),
+    ((2, 5, 4, 1), 0, "reflect"),
+    (4, 77, "symmetric"),  # the fill is only for constant padding
 ])
-def test_random_crop_padding_other_than_zeros_does_not_fuse(crop, reason):
+def test_random_crop_fill_and_padding_modes_run_natively_as_torchvision(root, api, padding, fill, padding_mode):
+    TV = T if api == "v1" else v2
+    transform = TV.Compose([TV.RandomCrop(32, padding=padding, fill=fill, padding_mode=padding_mode),
+                            TV.RandomHorizontalFlip(), TV.PILToTensor()])
+    dataset, loader, images = loader_crops(root, transform)
+    crop = specs.RandomCrop(32, padding=padding, fill=fill, padding_mode=padding_mode)
+    plan = build_plan([crop, specs.RandomHorizontalFlip()], seed=loader.state_dict()["native_seed"])
+    want = torch.stack([torchvision_crop(path, plan, crop.padding, 0, i, fill, padding_mode)
+                        for i, (path, _) in enumerate(dataset.samples)])
+    # No resample: the decoded pixels (the same libjpeg-turbo decode) and their padding.
+    diff = (images.to(torch.int32) - want.to(torch.int32)).abs()
+    assert (diff <= 1).double().mean() >= 0.999, diff.max()
+    zero_padded = torch.stack([torchvision_crop(path, plan, crop.padding, 0, i)
+                               for i, (path, _) in enumerate(dataset.samples)])
+    assert (want != zero_padded).any()  # the samples do reach into the padding
+
+
+@pytest.mark.parametrize("padding_mode", ["reflect", "symmetric", "edge"])
+def test_random_crop_padding_wider_than_the_image_repeats_like_numpy_pad(tmp_path, padding_mode):
+    """torchvision pads a PIL image with numpy.pad: a reflection wider than the image
+    repeats (no error, unlike torch's pad of a tensor)."""
+    import jpeg_samples as js
+
+    js.write_image_folder(tmp_path, classes=1, per_class=4, size=(4, 5))  # 3..6 pixels a side
+    transform = T.Compose([T.RandomCrop(12, padding=6, padding_mode=padding_mode), T.PILToTensor()])
+    dataset, loader, images = loader_crops(str(tmp_path), transform)
+    plan = build_plan([specs.RandomCrop(12, padding=6, padding_mode=padding_mode)],
+                      seed=loader.state_dict()["native_seed"])
+    want = torch.stack([torchvision_crop(path, plan, (6, 6, 6, 6), 0, i, padding_mode=padding_mode)
+                        for i, (path, _) in enumerate(dataset.samples)])
+    assert (images.to(torch.int32) - want.to(torch.int32)).abs().max() <= 1
+
+
+def test_random_crop_edge_padding_if_needed_runs_natively_as_torchvision(root):
+    transform = T.Compose([T.RandomCrop(40, padding=(1, 2), pad_if_needed=True, padding_mode="edge"),
+                           T.RandomHorizontalFlip(), T.PILToTensor()])
+    dataset, loader, images = loader_crops(root, transform)
+    crop = specs.RandomCrop(40, padding=(1, 2), pad_if_needed=True, padding_mode="edge")
+    plan = build_plan([crop, specs.RandomHorizontalFlip()], seed=loader.state_dict()["native_seed"])
+    want = torch.stack([torchvision_crop(path, plan, crop.padding, 0, i, padding_mode="edge")
+                        for i, (path, _) in enumerate(dataset.samples)])
+    assert ((images.to(torch.int32) - want.to(torch.int32)).abs() <= 1).double().mean() >= 0.999
+
+
+def test_random_crop_fill_goes_through_the_colour_ops_and_normalize(root):
+    """The padding is part of the image the colour ops see (torchvision pads first)."""
+    transform = T.Compose([T.RandomCrop(32, padding=4, fill=(250, 20, 90)), T.Grayscale(3), T.ToTensor(),
+                           T.Normalize(MEAN, STD)])
+    dataset, loader, images = loader_crops(root, transform)
+    crop = specs.RandomCrop(32, padding=4, fill=(250, 20, 90))
+    plan = build_plan([crop], seed=loader.state_dict()["native_seed"])
+    mean, std = torch.tensor(MEAN)[:, None, None], torch.tensor(STD)[:, None, None]
+    for i, (path, _) in enumerate(dataset.samples):
+        crop_pixels = torchvision_crop(path, plan, crop.padding, 0, i, fill=(250, 20, 90))
+        grey = F.rgb_to_grayscale(Image.fromarray(crop_pixels.permute(1, 2, 0).numpy()), num_output_channels=3)
+        want = (F.to_tensor(grey) - mean) / std
+        assert ((images[i] - want).abs() <= 1.01 / 255 / min(STD)).double().mean() >= 0.999
+
+
+def test_random_crop_zero_fill_keeps_the_kernels_padding():
+    assert "pad_fill" not in fuse([specs.RandomCrop(32, padding=4, fill=0)]).fields
+    assert "pad_fill" not in fuse([specs.RandomCrop(32, padding=4, fill=(0, 0, 0))]).fields
+    assert fuse([specs.RandomCrop(32, padding=4, fill=(300, -4, 7.9))]).fields["pad_fill"] == [255.0, 0.0, 7.0]
+    assert fuse([specs.RandomCrop(32, padding=4, padding_mode="reflect")]).fields["padding_mode"] == 2
+
+
+@pytest.mark.parametrize("crop, reason", [
+    (specs.RandomCrop(32, padding=4, padding_mode="reflect", pad_if_needed=True), "pads as needed"),
+    (specs.RandomCrop(32, padding=(17, 2), padding_mode="symmetric"), "mirrors more than half the crop"),
+])
+def test_random_crop_mirroring_beyond_the_decoded_margin_does_not_fuse(crop, reason):
     with pytest.raises(UnsupportedPipeline, match=reason):
         fuse([crop])
-    fuse([specs.RandomCrop(32, padding_mode="reflect")])  # nothing to pad: fuses
+    fuse([specs.RandomCrop(32, padding_mode="reflect", pad_if_needed=False)])  # nothing to pad: fuses
+
+
+def test_random_crop_then_resize_does_not_fuse_and_says_why(root):
+    with pytest.raises(UnsupportedPipeline, match="resamples the padded crop"):
+        fuse([specs.RandomCrop(32, padding=4), specs.Resize((24, 24))])
+    dataset = ImageFolder(root, transform=T.Compose([T.RandomCrop(32, padding=4, padding_mode="reflect"),
+                                                     T.Resize((24, 24)), T.PILToTensor()]))
+    loader = fastload.DataLoader(dataset, batch_size=4)
+    assert not loader.path.startswith("native") and "resamples the padded crop" in loader.path, loader.path
 
 
 @pytest.mark.parametrize("make, error", [
@@ -136,4 +228,14 @@ def test_invalid_random_crop_arguments_get_torchvisions_errors(make, error):
         make(T)(image)
     with pytest.raises(error) as ours:
         make(specs)
+    assert str(ours.value) == str(theirs.value)
+
+
+@pytest.mark.parametrize("fill", [(1, 2), (1, 2, 3, 4)])
+def test_random_crop_fill_of_the_wrong_length_gets_torchvisions_error(fill):
+    image = Image.new("RGB", (16, 16))
+    with pytest.raises(ValueError) as theirs:
+        T.RandomCrop(8, padding=2, fill=fill)(image)
+    with pytest.raises(ValueError) as ours:
+        fuse([specs.RandomCrop(8, padding=2, fill=fill)], channels=3)
     assert str(ours.value) == str(theirs.value)

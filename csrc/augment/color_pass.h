@@ -15,8 +15,10 @@
 #include <cstdint>
 
 #include "../host_device.h"
+#include "blur.h"
 #include "color.h"
 #include "color_params.h"
+#include "geometry.h"
 #include "params.h"
 
 namespace fastload::augment::color {
@@ -31,9 +33,13 @@ struct ColorPass {
   int erase_values = 1;
   float erase_value[3] = {0.f, 0.f, 0.f};
   SampleRng erase_rng{0, 0, 0, ParamStream::kEraseValue};
+  // The uint8 stage's geometric ops (blur_cpu.h runs them): RandomCrop's padding other
+  // than zeros, on the resampled pixels; GaussianBlur, after the colour ops.
+  PadRecord pad{};
+  blur::BlurParams blur{};
 
   // The resampled value goes through uint8 (the PIL stage) before the value map.
-  FASTLOAD_HD bool quantized() const { return jitter || grayscale; }
+  FASTLOAD_HD bool quantized() const { return jitter || grayscale || pad.on || blur.on(); }
   FASTLOAD_HD bool erases() const { return erase.height > 0 && erase.width > 0; }
   FASTLOAD_HD bool any() const { return quantized() || erases(); }
   // Position in the jitter order of contrast (4: contrast does not run): the ops before
@@ -79,7 +85,8 @@ FASTLOAD_HD bool color_pass_valid(const ColorPass& cp, int out_h, int out_w) {
     if (op < 0 || op > 3 || (seen & (1 << op))) return false;
     seen |= 1 << op;
   }
-  return true;
+  if (cp.pad.mode < kPadConstant || cp.pad.mode > kPadSymmetric) return false;
+  return !cp.blur.on() || blur::blur_fits(cp.blur, out_h, out_w);
 }
 
 // Pillow's resize output: the resampled value rounded (half up) and saturated to uint8.

@@ -20,6 +20,7 @@
 // twice, for baseline x86-64 and for AVX2+FMA, picked at run time (README.md has the
 // figures).
 #include "augment/crop_resize_flip_normalize_cpu.h"
+#include "augment/blur_cpu.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -747,13 +748,17 @@ void crop_resize_flip_normalize_cpu(const ImageView& in, const Box& box, const R
   plan.luma_sum = 0;
   plan.pixels = nullptr;
   plan.pixels_ready = false;
+  augment::color::ColorPass blurred;
   if (quantized) {
     scratch.color_pixels.resize(static_cast<size_t>(out.height) * out.width * in.channels);
     plan.pixels = scratch.color_pixels.data();
     if (resample.interpolation != Interpolation::kNearest) {  // nearest: the float path is Pillow's already
       pil_resample(in, box, resample, out.height, out.width, plan.pixels);
+      pad_uint8_stage(*color, in, box, resample, out.height, out.width, plan.pixels);  // RandomCrop's padding
       pil_color_first(plan);
       plan.pixels_ready = true;
+      // GaussianBlur, after the colour steps: plan.color becomes what is left to store.
+      plan.color = blur_uint8_stage(*color, plan.pixels, out.height, out.width, in.channels, plan.luma_sum, blurred);
     }
   }
   switch (out.dtype) {

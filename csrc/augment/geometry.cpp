@@ -76,7 +76,8 @@ Region region_of(const Plan& plan, int height, int width, int64_t epoch, int64_t
   } else if (plan.geometry == Geometry::kRandomCrop) {
     // torchvision.transforms.RandomCrop.forward: pad, pad_if_needed (both sides by the
     // missing amount), then get_params on the padded size. Padding reads 0 (the kernel's
-    // rule for centres outside the image), torchvision's fill=0.
+    // rule for centres outside the image), torchvision's fill=0; another fill or mode is
+    // written over it by the uint8 stage (color_pass_of's PadRecord, blur_cpu.h).
     int64_t top_pad = plan.pad_top, left_pad = plan.pad_left;
     int64_t padded_h = height + top_pad + plan.pad_bottom, padded_w = width + left_pad + plan.pad_right;
     const int64_t th = plan.out_height, tw = plan.out_width;

@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <stdexcept>
 
+#include "../host_device.h"
+
 namespace fastload {
 
 // [top, left, height, width] (floats: DCT-scaled and centre-cropped boxes fall between
@@ -23,8 +25,35 @@ struct Box {
 enum class Geometry : int {
   kRandomResizedCrop = 0,  // crop (scale, ratio) then resize to out
   kResizeCenterCrop = 1,   // resize (shorter side or fixed size), then centre crop to out
-  kRandomCrop = 2,         // pad (zeros), then crop out at a random place, no resize
+  kRandomCrop = 2,         // pad (Plan::padding_mode, pad_fill), then crop out at a random place, no resize
 };
+
+// RandomCrop's padding_mode (torchvision's F.pad on a PIL image, i.e. numpy.pad's modes).
+// Plain ints in the plan (Plan::padding_mode), so that Python sets them without a binding.
+enum PaddingMode : int {
+  kPadConstant = 0,   // pad_fill (0 without one)
+  kPadEdge = 1,       // the nearest edge pixel
+  kPadReflect = 2,    // mirrored about the edge pixel: ... 2 1 | 0 1 2 ...
+  kPadSymmetric = 3,  // mirrored about the edge: ... 1 0 | 0 1 ...
+};
+
+// The pixel that padded index j (-inf < j < inf) of an axis of `size` (> 0) pixels reads
+// in padding_mode `mode` (edge, reflect or symmetric), as numpy.pad, which repeats the
+// reflection where the padding is wider than the image (a periodic extension); a 1-pixel
+// axis reflects onto itself. Indices inside [0, size) map onto themselves. kPadConstant
+// has no source pixel: the caller fills; here it clamps like edge.
+FASTLOAD_HD int64_t padded_source_index(int64_t j, int64_t size, int mode) {
+  if (j >= 0 && j < size) return j;
+  if (mode == kPadReflect || mode == kPadSymmetric) {
+    const int64_t period = mode == kPadReflect ? 2 * (size - 1) : 2 * size;
+    if (period <= 0) return 0;  // reflect of one pixel
+    int64_t m = j % period;
+    if (m < 0) m += period;
+    if (m >= size) m = (mode == kPadReflect ? period : period - 1) - m;
+    return m;
+  }
+  return j < 0 ? 0 : size - 1;
+}
 
 // The resampling filter of a plan's one resize, with Pillow's semantics (antialiased
 // when shrinking): crop_resize_flip_normalize.h has the taps of each.
@@ -32,6 +61,15 @@ enum class Interpolation : int {
   kBilinear = 0,  // Pillow BILINEAR: the triangle, support 1
   kBicubic = 1,   // Pillow BICUBIC: Keys' cubic, a = -0.5, support 2, clipped to [0, 255]
   kNearest = 2,   // Pillow NEAREST: the pixel under the centre
+};
+
+// RandomCrop's padding as the fused pass's uint8 stage applies it (plan.h's padding_mode
+// and pad_fill): output pixels whose source lies outside the image read `fill` (constant)
+// or the pixel padded_source_index maps them onto. Off: the kernel's zero padding.
+struct PadRecord {
+  bool on = false;
+  int mode = kPadConstant;
+  uint8_t fill[3] = {0, 0, 0};
 };
 
 // Where an image's output comes from, in full-resolution pixels of the source image.

@@ -23,6 +23,7 @@ enum class ParamStream : uint64_t {
   kErase = 5,
   kEraseValue = 6,
   kFlipVertical = 7,
+  kBlur = 8,
 };
 
 FASTLOAD_HD uint64_t splitmix64(uint64_t x) {

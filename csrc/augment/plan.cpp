@@ -38,6 +38,36 @@ void Plan::validate(const char* op) const {
   FASTLOAD_CHECK_VALUE(pad_top >= 0 && pad_left >= 0 && pad_bottom >= 0 && pad_right >= 0, op,
                        "expected non-negative RandomCrop padding, got (top ", pad_top, ", left ", pad_left,
                        ", bottom ", pad_bottom, ", right ", pad_right, ").");
+  FASTLOAD_CHECK_VALUE(padding_mode >= kPadConstant && padding_mode <= kPadSymmetric, op,
+                       "expected padding_mode 0 (constant), 1 (edge), 2 (reflect) or 3 (symmetric), got ", padding_mode,
+                       ".");
+  FASTLOAD_CHECK_VALUE(pad_fill.empty() || pad_fill.size() == 1 || static_cast<int>(pad_fill.size()) == channels, op,
+                       "The number of elements in 'fill' does not match the number of channels of the image (",
+                       pad_fill.size(), " != ", channels, ").");
+  for (const float f : pad_fill) {
+    FASTLOAD_CHECK_VALUE(f >= 0 && f <= 255 && f == std::floor(f), op, "expected the RandomCrop fill as uint8 values "
+                         "0 .. 255, got ", f, ".");
+  }
+  // The uint8 stage's padding and blur run on its Pillow-resampled buffer, which NEAREST
+  // (its float path is Pillow's already) does not fill.
+  FASTLOAD_CHECK_VALUE(!(blurs() || pads_uint8()) || interpolation != Interpolation::kNearest, op,
+                       "expected GaussianBlur and RandomCrop's fill or padding_mode with BILINEAR or BICUBIC "
+                       "interpolation, got NEAREST.");
+  if (blurs()) {
+    FASTLOAD_CHECK_VALUE(blur_kernel_x % 2 == 1 && blur_kernel_y % 2 == 1 &&
+                             blur_kernel_x <= augment::blur::kMaxKernel && blur_kernel_y <= augment::blur::kMaxKernel,
+                         op, "Kernel size value should be an odd and positive number (at most ",
+                         augment::blur::kMaxKernel, "), got (", blur_kernel_x, ", ", blur_kernel_y, ").");
+    FASTLOAD_CHECK_VALUE(std::isfinite(blur_sigma_min) && std::isfinite(blur_sigma_max) && 0 < blur_sigma_min &&
+                             blur_sigma_min <= blur_sigma_max,
+                         op, "sigma values should be positive and of the form (min, max), got (", blur_sigma_min, ", ",
+                         blur_sigma_max, ").");
+    // torch's reflect padding of kernel_size // 2 on the out_height x out_width sample.
+    FASTLOAD_CHECK_VALUE(blur_kernel_x / 2 < out_width && blur_kernel_y / 2 < out_height, op,
+                         "Padding size should be less than the corresponding input dimension: GaussianBlur's kernel "
+                         "(", blur_kernel_x, ", ", blur_kernel_y, ") on the ", out_height, "x", out_width,
+                         " output. Use a kernel_size below twice the output's sides.");
+  }
   validate_color(op);
 }
 
@@ -105,6 +135,19 @@ augment::color::ColorPass color_pass_of(const Plan& plan, int64_t epoch, int64_t
       cp.erase_values = static_cast<int>(std::min<size_t>(plan.erase_value.size(), 3));
       for (int c = 0; c < cp.erase_values; ++c) cp.erase_value[c] = plan.erase_value[c];
     }
+  }
+  if (plan.pads_uint8()) {
+    cp.pad.on = true;
+    cp.pad.mode = plan.padding_mode;
+    for (int c = 0; c < 3; ++c) {
+      const float f = plan.pad_fill.empty() ? 0.f : plan.pad_fill[plan.pad_fill.size() == 1 ? 0 : std::min<size_t>(c, plan.pad_fill.size() - 1)];
+      cp.pad.fill[c] = static_cast<uint8_t>(std::clamp(f, 0.f, 255.f));
+    }
+  }
+  if (plan.blurs()) {
+    cp.blur.kernel_x = plan.blur_kernel_x;
+    cp.blur.kernel_y = plan.blur_kernel_y;
+    cp.blur.sigma = augment::blur::gaussian_blur_sigma(plan.blur_sigma_min, plan.blur_sigma_max, plan.seed, epoch, index);
   }
   return cp;
 }

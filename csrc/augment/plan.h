@@ -26,9 +26,13 @@ struct Plan {
   // Resize: resize_short > 0 resizes the shorter side to it (max_size caps the longer
   // side, <= 0: none); else to resize_height x resize_width; both <= 0: no resize.
   int resize_short = -1, resize_height = -1, resize_width = -1, max_size = -1;
-  // RandomCrop: zero padding on each side, then pad_if_needed (torchvision's order).
+  // RandomCrop: padding on each side, then pad_if_needed (torchvision's order), in
+  // padding_mode (geometry.h PaddingMode); constant padding reads pad_fill (uint8, one
+  // value or one per channel; empty: 0, the kernel's own padding).
   int pad_top = 0, pad_left = 0, pad_bottom = 0, pad_right = 0;
   bool pad_if_needed = false;
+  int padding_mode = kPadConstant;
+  std::vector<float> pad_fill{};
   Interpolation interpolation = Interpolation::kBilinear;  // of the one resize
   double flip_p = 0.0;    // left-right, drawn on ParamStream::kFlip
   double flip_v_p = 0.0;  // top-bottom, drawn on ParamStream::kFlipVertical
@@ -51,9 +55,19 @@ struct Plan {
   double erase_scale_min = 0.02, erase_scale_max = 0.33, erase_ratio_min = 0.3, erase_ratio_max = 3.3;
   std::vector<float> erase_value{0.f};
   int erase_random = 0;
+  // GaussianBlur (PIL stage, after the colour ops): odd kernel sizes (x, y), 0: none;
+  // sigma drawn uniformly in [min, max] per sample on ParamStream::kBlur.
+  int blur_kernel_x = 0, blur_kernel_y = 0;
+  double blur_sigma_min = 0.1, blur_sigma_max = 2.0;
 
-  // True when the plan has a colour op (jitter, grayscale, erasing).
-  bool has_color() const { return !jitter.empty() || grayscale_p > 0.0 || erase_p > 0.0; }
+  // True when RandomCrop pads with something else than the kernel's zeros.
+  bool pads_uint8() const {
+    return geometry == Geometry::kRandomCrop && (padding_mode != kPadConstant || !pad_fill.empty());
+  }
+  bool blurs() const { return blur_kernel_x > 0 && blur_kernel_y > 0; }
+  // True when the plan has an op of the fused uint8 stage (jitter, grayscale, erasing,
+  // blur, padding other than zeros).
+  bool has_color() const { return !jitter.empty() || grayscale_p > 0.0 || erase_p > 0.0 || blurs() || pads_uint8(); }
 
   // Raises ValueError "fastload.<op>: expected ..." for a plan the engine cannot run
   // (channels, mean/std lengths, output size, scale/ratio ranges, Resize arguments).
@@ -76,6 +90,7 @@ augment::color::ColorPass color_pass_of(const Plan& plan, int64_t epoch, int64_t
   X(pad_right) X(pad_if_needed) X(interpolation) X(flip_p)                                                 \
   X(flip_v_p) X(value_scale) X(mean) X(std) X(channels) X(dct_scaling) X(max_pixels) X(seed)     \
   X(jitter) X(grayscale_p) X(erase_p) X(erase_scale_min) X(erase_scale_max) X(erase_ratio_min)             \
-  X(erase_ratio_max) X(erase_value) X(erase_random)
+  X(erase_ratio_max) X(erase_value) X(erase_random) X(padding_mode) X(pad_fill) X(blur_kernel_x) X(blur_kernel_y)  \
+  X(blur_sigma_min) X(blur_sigma_max)
 
 }  // namespace fastload

@@ -1,8 +1,9 @@
 """Reduces a list of transform specs to one fused plan for the C++ engine.
 
-A plan is: one geometry (RandomResizedCrop, or Resize and/or CenterCrop with a fixed
-output size) resampled with one interpolation (bilinear, bicubic or nearest), optional
-left-right and top-bottom flips, and one affine value map (scale, mean, std) with an
+A plan is: one geometry (RandomResizedCrop, RandomCrop with its padding, or Resize and/or
+CenterCrop with a fixed output size) resampled with one interpolation (bilinear, bicubic
+or nearest), optional left-right and top-bottom flips, the uint8-stage ops (ColorJitter,
+Grayscale, then GaussianBlur), and one affine value map (scale, mean, std) with an
 output dtype. Lists that do not reduce to that raise UnsupportedPipeline with the
 reason; the loader then says so in `loader.path` and takes the generic path.
 
@@ -118,6 +119,29 @@ def jitter_nan_ranges(plan_jitter: Sequence[float]) -> list:
     return out
 
 
+# csrc/augment/blur.h kMaxKernel.
+_MAX_BLUR_KERNEL = 255
+_PADDING_MODES = {"constant": 0, "edge": 1, "reflect": 2, "symmetric": 3}  # geometry.h PaddingMode
+
+
+def _random_crop_padding(crop: "specs.RandomCrop", channels: int) -> Dict[str, Any]:
+    """The plan fields of a padding RandomCrop's fill and padding_mode; UnsupportedPipeline
+    where the engine cannot pad as torchvision does."""
+    if crop.padding_mode == "constant":
+        fill = crop.uint8_fill(channels)
+        return {} if not any(fill) else dict(pad_fill=[float(f) for f in fill])
+    if crop.padding_mode in ("reflect", "symmetric"):
+        # The engine decodes the crop and a 2-pixel margin of the image: the mirrored
+        # pixels lie inside it while no side's padding is wider than about half the crop.
+        left, top, right, bottom = crop.padding or (0, 0, 0, 0)
+        height, width = crop.size
+        if crop.pad_if_needed or 2 * max(top, bottom) > height + 1 or 2 * max(left, right) > width + 1:
+            raise UnsupportedPipeline(f"{crop} mirrors more than half the crop (or pads as needed): the engine "
+                                      f"decodes only the crop and a margin; native: {crop.padding_mode} padding of "
+                                      f"at most (size + 1) // 2 a side, without pad_if_needed")
+    return dict(padding_mode=_PADDING_MODES[crop.padding_mode])
+
+
 def build_plan(ops: Sequence[Any], **options: Any) -> Any:
     """Fuses `ops` into a Plan (fastload._C.Plan with description and dtype): fuse(), then
     make_plan(). Takes fuse()'s arguments; raises UnsupportedPipeline like it."""
@@ -167,6 +191,7 @@ def fuse(
     grayscale_p = 0.0
     erasing: Optional[color.RandomErasing] = None
     color_started = False  # a PIL-stage colour op ran: geometry after it does not fuse
+    blur: Optional[specs.GaussianBlur] = None
     for op in ops:
         if erasing is not None and not isinstance(op, (specs.RandomHorizontalFlip, specs.RandomVerticalFlip)):
             # Erasing writes final values: a later value op would map them again.
@@ -206,11 +231,22 @@ def fuse(
                 raise UnsupportedPipeline(f"{op}: {error}") from None
             erasing = op
             continue
-        if isinstance(op, specs.RandomCrop) and op.pads:
-            fill = op.fill if isinstance(op.fill, (tuple, list)) else (op.fill,)
-            if op.padding_mode != "constant" or any(float(f) != 0 for f in fill):
-                raise UnsupportedPipeline(f"{op} pads with padding_mode={op.padding_mode!r}, fill={op.fill!r} "
-                                          f"(native: constant 0)")
+        if isinstance(op, specs.GaussianBlur):
+            if value_started:
+                raise UnsupportedPipeline(f"{op} after ToTensor/ToDtype/Normalize blurs torchvision's float tensor; "
+                                          f"native: in the PIL stage, before the conversion")
+            if not geometry:
+                raise UnsupportedPipeline(f"{op} before the crop/resize does not fuse (the fused pass blurs the "
+                                          f"resized image)")
+            if blur is not None:
+                raise UnsupportedPipeline("two GaussianBlur ops do not fuse into one")
+            blur = op
+            continue
+        if blur is not None and isinstance(op, (color.ColorJitter, color.Grayscale, color.RandomGrayscale,
+                                                specs.RandomResizedCrop, specs.Resize, specs.CenterCrop,
+                                                specs.RandomCrop)):
+            raise UnsupportedPipeline(f"{op} after GaussianBlur does not fuse (the fused pass blurs after the "
+                                      f"crop/resize and the colour ops)")
         if isinstance(op, (specs.RandomResizedCrop, specs.Resize, specs.CenterCrop, specs.RandomCrop)):
             if value_started and isinstance(op, (specs.CenterCrop, specs.RandomCrop)):
                 raise UnsupportedPipeline(f"{op} after a dtype/normalise op pads in normalised space")
@@ -278,6 +314,8 @@ def fuse(
         left, top, right, bottom = crop.padding or (0, 0, 0, 0)
         fields.update(geometry="RANDOM_CROP", out_size=crop.size, pad_top=top, pad_left=left, pad_bottom=bottom,
                       pad_right=right, pad_if_needed=bool(crop.pad_if_needed))
+        if crop.pads:
+            fields.update(_random_crop_padding(crop, channels))
     elif kinds in ([specs.Resize, specs.CenterCrop], [specs.CenterCrop], [specs.Resize]):
         fields.update(geometry="RESIZE_CENTER_CROP")
         resize = geometry[0] if kinds[0] is specs.Resize else None
@@ -297,7 +335,25 @@ def fuse(
             fields.update(out_size=resize.size)
     elif not kinds:
         raise UnsupportedPipeline("no crop or resize: images of different sizes cannot be batched")
+    elif specs.RandomCrop in kinds and any(k in (specs.Resize, specs.RandomResizedCrop) for k in kinds):
+        names = " -> ".join(k.__name__ for k in kinds)
+        raise UnsupportedPipeline(f"geometry {names} does not fuse: the fused pass resamples the decoded image "
+                                  f"once, and a resize after RandomCrop resamples the padded crop (its filter "
+                                  f"reads the padding, its taps clamp at the crop's edges)")
     else:
         names = " -> ".join(k.__name__ for k in kinds)
         raise UnsupportedPipeline(f"geometry {names} does not fuse into one crop-resize")
+    if blur is not None:
+        out_height, out_width = fields["out_size"]
+        kx, ky = blur.kernel_size
+        if kx // 2 >= out_width or ky // 2 >= out_height:
+            # torchvision's reflect padding raises on every sample: the generic path does too.
+            raise UnsupportedPipeline(f"{blur} on the {out_height}x{out_width} output: its reflect padding "
+                                      f"(kernel_size // 2) reaches past the image, which torchvision refuses")
+        if max(kx, ky) > _MAX_BLUR_KERNEL:
+            raise UnsupportedPipeline(f"{blur}: native kernels reach {_MAX_BLUR_KERNEL} pixels")
+        if interpolation == "nearest" and resamplers:
+            raise UnsupportedPipeline(f"{blur} after a nearest resize does not fuse (native: bilinear, bicubic)")
+        fields.update(blur_kernel_x=kx, blur_kernel_y=ky, blur_sigma_min=blur.sigma[0],
+                      blur_sigma_max=blur.sigma[1])
     return Fusion(fields, " -> ".join(type(op).__name__ for op in ops), dtype or out_dtype)

@@ -159,9 +159,10 @@ class RandomCrop:
         padding: None, an int (every side), (left/right, top/bottom) or (left, top,
             right, bottom); stored as the 4-tuple (left, top, right, bottom).
         pad_if_needed: pad both sides of a dimension by what the image lacks.
-        fill: the constant padding value (a number or one per channel).
-        padding_mode: "constant", "edge", "reflect" or "symmetric". The fused pass pads
-            with constant 0; other fills and modes are accepted and do not fuse.
+        fill: the constant padding value (a number or one per channel), applied in uint8
+            as torchvision's pad of a PIL image (truncated to an int, saturated to 0..255).
+        padding_mode: "constant", "edge", "reflect" or "symmetric" (numpy.pad's modes,
+            as torchvision's pad of a PIL image: a reflection wider than the image repeats).
 
     Raises:
         TypeError, ValueError: as torchvision's F.pad for bad padding, fill or mode (it
@@ -204,6 +205,72 @@ class RandomCrop:
     def pads(self) -> bool:
         """Whether any image can be padded."""
         return self.pad_if_needed or (self.padding is not None and any(self.padding))
+
+    def uint8_fill(self, channels: int) -> Tuple[int, ...]:
+        """The constant fill as the uint8 values torchvision's pad of a PIL image of
+        `channels` channels writes: one per channel.
+
+        Raises:
+            ValueError: a fill sequence of neither 1 nor `channels` values (torchvision's
+                message).
+        """
+        fill = 0 if self.fill is None else self.fill
+        fill = tuple(fill) if isinstance(fill, (tuple, list)) else (fill,) * channels
+        if len(fill) == 1:
+            fill = fill * channels
+        elif len(fill) != channels:
+            raise ValueError(f"The number of elements in 'fill' does not match the number of channels of the image "
+                             f"({len(fill)} != {channels})")
+        return tuple(min(max(int(f), 0), 255) for f in fill)
+
+
+@dataclass(frozen=True)
+class GaussianBlur:
+    """Gaussian blur of the uint8 image (torchvision.transforms.GaussianBlur on a PIL
+    image): a kernel of `kernel_size` (kx, ky) with one sigma for both axes, drawn
+    uniformly in `sigma` (min, max) per sample, reflect padding, rounded back to uint8.
+
+    Args:
+        kernel_size: odd positive (kx, ky), or an int for a square kernel.
+        sigma: a positive float (fixed) or (min, max) with 0 < min <= max; stored as
+            (min, max).
+
+    Raises:
+        ValueError: as torchvision's GaussianBlur for an even or non-positive kernel
+            size or a bad sigma.
+
+    Example:
+        >>> GaussianBlur(5, sigma=1.5)
+        GaussianBlur(kernel_size=(5, 5), sigma=(1.5, 1.5))
+    """
+
+    kernel_size: Size
+    sigma: Union[float, Sequence[float]] = (0.1, 2.0)
+
+    def __post_init__(self):
+        size = self.kernel_size
+        if isinstance(size, numbers.Number):
+            size = (int(size), int(size))
+        elif isinstance(size, (tuple, list)) and len(size) == 1:
+            size = (int(size[0]), int(size[0]))
+        if not isinstance(size, (tuple, list)) or len(size) != 2:
+            raise ValueError("Kernel size should be a tuple/list of two integers")
+        size = tuple(int(k) for k in size)
+        if any(k <= 0 or k % 2 == 0 for k in size):
+            raise ValueError("Kernel size value should be an odd and positive number.")
+        object.__setattr__(self, "kernel_size", size)
+        sigma = self.sigma
+        if isinstance(sigma, numbers.Number):
+            if sigma <= 0:
+                raise ValueError("If sigma is a single number, it must be positive.")
+            sigma = (float(sigma), float(sigma))
+        elif isinstance(sigma, (tuple, list)) and len(sigma) == 2:
+            if not 0.0 < sigma[0] <= sigma[1]:
+                raise ValueError("sigma values should be positive and of the form (min, max).")
+            sigma = (float(sigma[0]), float(sigma[1]))
+        else:
+            raise ValueError("sigma should be a single number or a list/tuple with length 2.")
+        object.__setattr__(self, "sigma", sigma)
 
 
 @dataclass(frozen=True)
@@ -259,7 +326,7 @@ class ToDtype:
 
 
 SPECS = (RandomResizedCrop, Resize, CenterCrop, RandomCrop, RandomHorizontalFlip, RandomVerticalFlip, Normalize,
-         ToDtype)
+         ToDtype, GaussianBlur)
 
 # The colour specs (augment/color.py) are specs too: a native dataset takes them.
 from fastload.augment.color import SPECS as _COLOR_SPECS  # noqa: E402

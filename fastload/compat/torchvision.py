@@ -2,11 +2,12 @@
 
 `fastload.DataLoader(torchvision.datasets.ImageFolder(root, transform=...))` runs on the
 C++ engine when every transform has a native equivalent (v1 and v2: RandomResizedCrop,
-Resize, CenterCrop, RandomCrop (zero padding), RandomHorizontalFlip, RandomVerticalFlip, ToTensor,
-PILToTensor, ToImage, ToDtype, ConvertImageDtype, Normalize, ToPureTensor, ColorJitter,
-Grayscale(3), RandomGrayscale, RandomErasing; timm's equivalents, see compat/timm.py). The
-output keeps torchvision's dtype, shape and value range; the random draws are fastload's
-own (torchvision's distributions, a different generator).
+Resize, CenterCrop, RandomCrop (fill, padding modes), RandomHorizontalFlip,
+RandomVerticalFlip, ToTensor, PILToTensor, ToImage, ToDtype, ConvertImageDtype, Normalize,
+ToPureTensor, ColorJitter, Grayscale(3), RandomGrayscale, GaussianBlur, RandomErasing;
+timm's equivalents, see compat/timm.py). The output keeps torchvision's dtype, shape and
+value range; the random draws are fastload's own (torchvision's distributions, a
+different generator).
 
 Wrappers are seen through: transforms inside a Compose (v1, v2), an nn.Sequential or a
 preset object whose `__call__` is exactly `return self.transforms(img)` (compat/presets.py);
@@ -115,13 +116,12 @@ def leaf_specs(transform: Any) -> List[Any]:
         fill = transform.fill
         if isinstance(fill, dict):  # v2: per tv_tensor type
             fill = next(iter(fill.values()), 0) if len(set(map(repr, fill.values()))) == 1 else fill
-        crop = specs.RandomCrop(tuple(transform.size), padding, bool(transform.pad_if_needed),
-                                0 if fill is None else fill, transform.padding_mode)
-        if crop.pads and (crop.padding_mode != "constant" or any(
-                float(f) != 0 for f in (crop.fill if isinstance(crop.fill, (tuple, list)) else (crop.fill,)))):
-            raise NotConvertible(f"pads with padding_mode={crop.padding_mode!r}, fill={crop.fill!r} "
-                                 f"(native: constant 0)", fix="pass fill=0, padding_mode='constant'")
-        return [crop]
+        if isinstance(fill, dict):
+            raise NotConvertible(f"fills per tv_tensor type ({fill!r})", fix="pass one fill")
+        return [specs.RandomCrop(tuple(transform.size), padding, bool(transform.pad_if_needed),
+                                 0 if fill is None else fill, transform.padding_mode)]
+    if _is_torchvision(transform, "GaussianBlur"):
+        return [specs.GaussianBlur(tuple(transform.kernel_size), tuple(float(s) for s in transform.sigma))]
     if _is_torchvision(transform, "RandomHorizontalFlip"):
         return [specs.RandomHorizontalFlip(float(transform.p))]
     if _is_torchvision(transform, "RandomVerticalFlip"):
