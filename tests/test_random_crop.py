@@ -127,9 +127,9 @@ def loader_crops(root, transform):
 @pytest.mark.parametrize("api", ["v1", "v2"])
 @pytest.mark.parametrize("padding, fill, padding_mode", [
     (4, (10, 200, 30), "constant"),
-    ((3, 5), 128.9, "constant"),  # torchvision's PIL pad: int(fill)
+    ((5, 4), 128.9, "constant"),  # torchvision's PIL pad: int(fill)
     (4, 0, "edge"),
-    ((2, 5, 4, 1), 0, "reflect"),
+    ((4, 5, 6, 3), 0, "reflect"),
     (4, 77, "symmetric"),  # the fill is only for constant padding
 ])
 def test_random_crop_fill_and_padding_modes_run_natively_as_torchvision(root, api, padding, fill, padding_mode):

@@ -197,6 +197,22 @@ def fuse(
             # Erasing writes final values: a later value op would map them again.
             raise UnsupportedPipeline(f"{op} after RandomErasing does not fuse (RandomErasing runs last, on the "
                                       f"normalised output)")
+        if isinstance(op, specs.GaussianBlur):
+            if value_started:
+                raise UnsupportedPipeline(f"{op} after ToTensor/ToDtype/Normalize blurs torchvision's float tensor; "
+                                          f"native: in the PIL stage, before the conversion")
+            if not geometry:
+                raise UnsupportedPipeline(f"{op} before the crop/resize does not fuse (the fused pass blurs the "
+                                          f"resized image)")
+            if blur is not None:
+                raise UnsupportedPipeline("two GaussianBlur ops do not fuse into one")
+            blur = op
+            continue
+        if blur is not None and isinstance(op, (color.ColorJitter, color.Grayscale, color.RandomGrayscale,
+                                                specs.RandomResizedCrop, specs.Resize, specs.CenterCrop,
+                                                specs.RandomCrop)):
+            raise UnsupportedPipeline(f"{op} after GaussianBlur does not fuse (the fused pass blurs after the "
+                                      f"crop/resize and the colour ops)")
         if isinstance(op, (color.ColorJitter, color.Grayscale, color.RandomGrayscale)):
             name = type(op).__name__
             if value_started:
@@ -231,22 +247,6 @@ def fuse(
                 raise UnsupportedPipeline(f"{op}: {error}") from None
             erasing = op
             continue
-        if isinstance(op, specs.GaussianBlur):
-            if value_started:
-                raise UnsupportedPipeline(f"{op} after ToTensor/ToDtype/Normalize blurs torchvision's float tensor; "
-                                          f"native: in the PIL stage, before the conversion")
-            if not geometry:
-                raise UnsupportedPipeline(f"{op} before the crop/resize does not fuse (the fused pass blurs the "
-                                          f"resized image)")
-            if blur is not None:
-                raise UnsupportedPipeline("two GaussianBlur ops do not fuse into one")
-            blur = op
-            continue
-        if blur is not None and isinstance(op, (color.ColorJitter, color.Grayscale, color.RandomGrayscale,
-                                                specs.RandomResizedCrop, specs.Resize, specs.CenterCrop,
-                                                specs.RandomCrop)):
-            raise UnsupportedPipeline(f"{op} after GaussianBlur does not fuse (the fused pass blurs after the "
-                                      f"crop/resize and the colour ops)")
         if isinstance(op, (specs.RandomResizedCrop, specs.Resize, specs.CenterCrop, specs.RandomCrop)):
             if value_started and isinstance(op, (specs.CenterCrop, specs.RandomCrop)):
                 raise UnsupportedPipeline(f"{op} after a dtype/normalise op pads in normalised space")
