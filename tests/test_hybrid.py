@@ -666,3 +666,34 @@ def test_held_hybrid_batches_are_never_overwritten_by_later_ones(folder):
     assert len({batch[0].data_ptr() for batch in held}) == 4
     for a, b in zip(held, copies):
         assert equal(a, b)
+
+
+# ---- a prefix that stops fusing is cut there, not sent to the generic path --------------
+
+UNFUSED = {  # name: (transforms, native prefix, python tail)
+    "ColorJitter after ToTensor": ([T.RandomResizedCrop(16), T.ToTensor(), T.ColorJitter(0.4, 0.4, 0.4)],
+                                   "RandomResizedCrop -> ToDtype", "ColorJitter"),
+    "two ColorJitters": ([T.RandomResizedCrop(16), T.ColorJitter(0.4), T.ColorJitter(0.2), T.ToTensor()],
+                         "RandomResizedCrop -> ColorJitter", "ColorJitter -> ToTensor"),
+    "Normalize after RandomErasing": ([T.RandomResizedCrop(16), T.ToTensor(), T.RandomErasing(1.0),
+                                       T.Normalize(MEAN, STD)],
+                                      "RandomResizedCrop -> ToDtype -> RandomErasing", "Normalize"),
+}
+
+
+@pytest.mark.parametrize("name", UNFUSED)
+def test_a_prefix_that_stops_fusing_is_cut_there_and_the_rest_runs_in_python(folder, name):
+    transforms, prefix, tail = UNFUSED[name]
+    dataset = torchvision.datasets.ImageFolder(folder, transform=T.Compose(transforms))
+    loader = fastload.DataLoader(dataset, batch_size=4)
+    assert loader.path.startswith(f"hybrid: native [{prefix}] + python [{tail}]"), loader.path
+    assert "does not fuse after the native transforms before it" in loader.path
+    assert fastload.explain(dataset).splitlines()[-1].startswith("  verdict: hybrid path")
+    images, labels = next(iter(loader))
+    want = torch.stack([dataset[i][0] for i in range(4)])
+    assert images.shape == want.shape and images.dtype == want.dtype
+
+
+def test_a_prefix_that_never_fuses_stays_generic_with_the_reason(folder):
+    dataset = torchvision.datasets.ImageFolder(folder, transform=T.Compose([T.Resize(12), T.ToTensor()]))
+    assert fastload.DataLoader(dataset, batch_size=2).path.startswith("generic: Resize(")
