@@ -119,3 +119,8 @@ def test_a_shard_cache_without_its_timing_record_is_finished_not_trusted(tmp_pat
     assert not again["cached"] and again["shards"] == made["shards"] and os.path.exists(again["timing_path"])
     assert again["prep_s_per_1000"] is None  # nothing was prepared: no time to report
     assert prepared.ensure_prepared(ds.root, mode, fingerprint, True, workers=0)["cached"]
+
+
+def test_psnr_cells_read_whole_then_25_then_8_percent_whatever_the_stored_order():
+    row = {"label": "fastload 384q90", "status": "ok", "psnr_db": {"25%": 33.2, "8%": 32.0, "whole": 38.4}}
+    assert prepared._display(row)["psnr"] == "38.4/33.2/32.0"

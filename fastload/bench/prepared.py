@@ -262,7 +262,7 @@ def cached_psnr(info: Dict[str, Any], root: str, images: int) -> Dict[str, float
     if str(images) not in table:
         table[str(images)] = psnr_of_crops(root, info["shards"], images)
         write_json_atomic(info["timing_path"], timing)
-    return table[str(images)]
+    return {name: table[str(images)][name] for name, _ in CROP_AREAS}
 
 
 def ffcv_unavailable() -> Optional[str]:
@@ -407,7 +407,9 @@ def _display(row: Dict[str, Any]) -> Dict[str, Any]:
     prep = row.get("prep_s_per_1000")
     out["prep"] = "-" if prep is None else f"{prep:.1f}"
     psnr = row.get("psnr_db")
-    out["psnr"] = "-" if not psnr else "/".join("inf" if math.isinf(v) else f"{v:.1f}" for v in psnr.values())
+    # In CROP_AREAS order: the record beside the shards is stored with sorted keys.
+    out["psnr"] = "-" if not psnr else "/".join("inf" if math.isinf(psnr[name]) else f"{psnr[name]:.1f}"
+                                                for name, _ in CROP_AREAS)
     return out
 
 
