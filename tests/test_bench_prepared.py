@@ -124,3 +124,29 @@ def test_a_shard_cache_without_its_timing_record_is_finished_not_trusted(tmp_pat
 def test_psnr_cells_read_whole_then_25_then_8_percent_whatever_the_stored_order():
     row = {"label": "fastload 384q90", "status": "ok", "psnr_db": {"25%": 33.2, "8%": 32.0, "whole": 38.4}}
     assert prepared._display(row)["psnr"] == "38.4/33.2/32.0"
+
+
+def test_a_mode_that_cannot_be_prepared_is_a_row_not_a_crash(tmp_path, monkeypatch, capsys):
+    from fastload.bench import dataset as data
+
+    monkeypatch.setenv("FASTLOAD_CACHE", str(tmp_path / "cache"))
+    ds = data.ensure_dataset(data.DatasetSpec(images=2, classes=1, seed=6), processes=1)
+
+    def broken(root, mode, *args, **kwargs):
+        raise OSError(f"disk full while writing {mode.name}")
+
+    def fake_measure(config, timeout, forward_stderr):
+        return {"contender": config.contender, "pipeline": "train", "status": "ok", "path": "stub",
+                "images": 2, "images_per_s": 10.0, "cpu_ms_per_image": 1.0, "first_batch_s": 0.1}
+
+    monkeypatch.setattr(prepared, "ensure_prepared", broken)
+    monkeypatch.setattr(prepared, "run_in_subprocess", fake_measure)
+    out = tmp_path / "out.json"
+    assert main(["--suite", "prepared", "--data", ds.root, "--prepared-modes", "lossless,q75", "--no-progress",
+                 "--json", str(out)]) == 0
+    rows = {r["label"]: r for r in json.loads(out.read_text())["prepared"]["rows"]}
+    assert list(rows) == ["torch+PIL original", "fastload original", "fastload lossless", "fastload q75",
+                          "ffcv (own .beton)"]
+    for label in ("fastload lossless", "fastload q75"):
+        assert rows[label]["status"] == "failed" and "disk full while writing" in rows[label]["reason"]
+    assert "fastload q75: failed: preparation failed: OSError: disk full while writing q75" in capsys.readouterr().out

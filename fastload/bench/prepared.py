@@ -291,10 +291,16 @@ def run_suite(bench_data: Any, args: Any, say: Callable[[str], None] = print) ->
     fingerprint = as_source(root).fingerprint()
     generated = not getattr(args, "data", None)
     original_bytes = folder_bytes(root)
-    infos = []
+    infos, failed = [], {}
     for mode in modes:
-        info = ensure_prepared(root, mode, fingerprint, generated, args.workers, args.progress)
-        info["psnr"] = cached_psnr(info, root, args.psnr_images)
+        try:
+            info = ensure_prepared(root, mode, fingerprint, generated, args.workers, args.progress)
+            info["psnr"] = cached_psnr(info, root, args.psnr_images)
+        except Exception as error:  # noqa: BLE001 -- a mode that cannot be prepared is a row, not a crash
+            lines = str(error).strip().splitlines()
+            failed[mode.name] = f"preparation failed: {type(error).__name__}: {lines[0] if lines else ''}"[:300]
+            say(f"  shards {mode.name}: {failed[mode.name]}")
+            continue
         infos.append(info)
         made = f"cached, made {info['prepared_at']}" if info["cached"] else "prepared now"
         per_1000 = info["prep_s_per_1000"]
@@ -322,6 +328,11 @@ def run_suite(bench_data: Any, args: Any, say: Callable[[str], None] = print) ->
         else:
             row.update(size_bytes=original_bytes, prep_s_per_1000=None, psnr_db=None)
         rows.append(row)
+    for name, reason in failed.items():
+        rows.append({"label": f"fastload {name}", "contender": "fastload-tar", "data": name, "status": "failed",
+                     "reason": reason})
+    order = [TORCH, ORIGINAL] + [f"fastload {m.name}" for m in modes]
+    rows.sort(key=lambda r: order.index(r["label"]))  # --prepared-modes' order, failed ones in place
     ffcv = ffcv_unavailable()
     rows.append({"label": FFCV_LABEL, "contender": "ffcv", "data": "ffcv", "status": "unavailable",
                  "reason": ffcv})
