@@ -3,6 +3,7 @@
     fastload-bench                        # generated ImageNet-like data, train + eval, all contenders
     fastload-bench --data /imagenet/train --pipeline train --workers 8 --json out.json
     fastload-bench --suite decode         # decode-only micro-benchmark
+    fastload-bench --suite prepared       # fastload.prepare's shards against the original files
     fastload-bench --dataset mymodule:make --plot bench.png   # your own Dataset, torch vs fastload
     fastload-bench --list                 # contenders and whether they can run here
 
@@ -21,10 +22,10 @@ from typing import List, Optional
 
 from fastload.bench import contenders as registry
 from fastload.bench import dataset as data
-from fastload.bench import micro, report
+from fastload.bench import micro, prepared, report
 from fastload.bench.measure import MeasureConfig, run_in_subprocess
 
-SUITES = ("main", "decode", "scaling")
+SUITES = ("main", "decode", "scaling", "prepared")
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
@@ -50,10 +51,16 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                    help="train: RandomResizedCrop 224 + flip + normalize; eval: Resize 256 + CenterCrop 224")
     p.add_argument("--suite", default="main,decode,scaling",
                    help="comma-separated: main (the table), decode (decode-only micro-benchmark), "
-                        "scaling (1 vs --workers threads) (default: all three)")
+                        "scaling (1 vs --workers threads), prepared (fastload.prepare's shards against the "
+                        "original files) (default: main,decode,scaling)")
     p.add_argument("--scaling-contenders", default="fastload-native",
                    help="contenders of the scaling suite (default: fastload-native)")
     p.add_argument("--decode-images", type=int, default=200, help="files of the decode micro-benchmark (200)")
+    p.add_argument("--prepared-modes", default=prepared.DEFAULT_MODES,
+                   help="shards of the prepared suite: lossless, <max_side>q<quality> (512q90), q<quality>, "
+                        f"<max_side>; comma-separated (default: {prepared.DEFAULT_MODES})")
+    p.add_argument("--psnr-images", type=int, default=64, help="images whose crops give the prepared suite's "
+                   "PSNR (64)")
     p.add_argument("--shards", type=int, default=8, help="tar shards made for the webdataset contender (8)")
     p.add_argument("--timeout", type=float, default=600, help="seconds before a contender is killed (600)")
     p.add_argument("--json", metavar="PATH", help="write every figure and the machine's description here")
@@ -80,7 +87,12 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     for suite in args.suite:
         if suite not in SUITES:
             p.error(f"unknown suite {suite!r}: expected one of {', '.join(SUITES)}")
-    for name in ("images", "repeat", "batch_size", "warmup_batches", "dataset_images", "classes", "decode_images", "shards"):
+    try:
+        args.prepared_modes = prepared.parse_modes(args.prepared_modes)
+    except ValueError as error:
+        p.error(str(error))
+    for name in ("images", "repeat", "batch_size", "warmup_batches", "dataset_images", "classes", "decode_images",
+                 "shards", "psnr_images"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.workers < 0:
@@ -166,8 +178,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         _say(f"scaling ({pipelines[0]} pipeline), 1 vs {workers} workers/threads:")
         _say(report.format_table(rows, micro.SCALING_COLUMNS))
 
+    if "prepared" in args.suite:
+        _say()
+        record["prepared"] = prepared.run_suite(bench_data, args, _say)
+
     if args.plot:
-        report.plot(record.get("results", []), args.plot)
+        rows = record.get("results") or prepared.plot_rows(record.get("prepared", {}).get("rows", []))
+        report.plot(rows, args.plot)
         _say(f"\nplot written to {args.plot}")
 
     if args.json:
