@@ -697,3 +697,23 @@ def test_a_prefix_that_stops_fusing_is_cut_there_and_the_rest_runs_in_python(fol
 def test_a_prefix_that_never_fuses_stays_generic_with_the_reason(folder):
     dataset = torchvision.datasets.ImageFolder(folder, transform=T.Compose([T.Resize(12), T.ToTensor()]))
     assert fastload.DataLoader(dataset, batch_size=2).path.startswith("generic: Resize(")
+
+
+@pytest.mark.parametrize("tail_on", ["inline", "threads"])
+def test_the_tail_runs_on_one_intra_op_thread_and_the_loop_keeps_its_own(folder, tail_on):
+    seen = []
+
+    def record(image):
+        seen.append(torch.get_num_threads())
+        return image
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        dataset = torchvision.datasets.ImageFolder(folder, transform=T.Compose([T.RandomResizedCrop(16), record,
+                                                                               T.ToTensor()]))
+        for _ in fastload.DataLoader(dataset, batch_size=4, tail_on=tail_on):
+            assert torch.get_num_threads() == 2  # the training loop's setting, between batches
+    finally:
+        torch.set_num_threads(before)
+    assert seen and set(seen) == {1}

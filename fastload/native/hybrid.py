@@ -34,6 +34,7 @@ tail), counted in stats()["skipped"].
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -81,7 +82,8 @@ class HybridRunner:
         self.pin_memory = bool(pin_memory) and torch.cuda.is_available()
         self.description = description
         self.decode_on = "cpu"
-        self._pool = ThreadPoolExecutor(max(1, int(num_threads)), thread_name_prefix="fastload-tail") \
+        self._pool = ThreadPoolExecutor(max(1, int(num_threads)), thread_name_prefix="fastload-tail",
+                                        initializer=torch.set_num_threads, initargs=(1,)) \
             if parallel == "threads" else None
         self._tail_s = 0.0
         self._labels = labels
@@ -129,7 +131,7 @@ class HybridRunner:
 
         samples, images, epoch = self.native.collect(ticket)
         started = time.perf_counter()
-        with torch.profiler.record_function("fastload.python_tail"):
+        with torch.profiler.record_function("fastload.python_tail"), _one_intra_op_thread():
             slots = BatchSlots(len(samples), self._batches)
             outputs, failures = self._run(images, samples, epoch, slots)
             if failures:
@@ -225,6 +227,25 @@ class HybridRunner:
         raise DecodeError(f"{MAX_SKIP_ATTEMPTS} consecutive samples failed in the Python transforms; last: "
                           f"{self.tail.note(last, sample, self.index.source(sample))} ({last.error!r})",
                           sample, self.index.source(sample))
+
+
+@contextlib.contextmanager
+def _one_intra_op_thread():
+    """torch's intra-op threads set to 1 inside the block (restored after it), as torch's
+    DataLoader sets them in its workers: the tail's tensor ops are per sample and small,
+    and split over cores that the engine threads keep busy they spin instead of working
+    (a RandAugment tail on 2 cores, 2 intra-op threads: 5.4x the CPU time of 1). The
+    setting is the calling thread's (OpenMP), so the training loop's own ops on this
+    thread get their threads back between batches."""
+    threads = torch.get_num_threads()
+    if threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 # -- the tail in worker processes ---------------------------------------------------------
