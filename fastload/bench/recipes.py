@@ -224,6 +224,7 @@ COLUMNS = [
     ("torch CPU ms/img", "torch_cpu_ms_per_image"),
     ("fastload CPU ms/img", "fastload_cpu_ms_per_image"),
     ("CPU ratio", "cpu_ratio"),
+    ("others %", "others_cpu_pct"),
 ]
 
 
@@ -260,6 +261,9 @@ def table_rows(results: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
             row["ratio"] = row["fastload_images_per_s"] / row["torch_images_per_s"]
         if row.get("torch_cpu_ms_per_image") and row.get("fastload_cpu_ms_per_image"):
             row["cpu_ratio"] = row["torch_cpu_ms_per_image"] / row["fastload_cpu_ms_per_image"]
+        others = [row.get(f"{side}_others_cpu_pct") for side in ("torch", "fastload")]
+        if any(v is not None for v in others):  # the busier of the two runs: how far to trust the ratio
+            row["others_cpu_pct"] = max(v for v in others if v is not None)
         if "kind" not in row:  # fastload did not run: the reason stands in the path column
             row["status"] = "failed"
             row["reason"] = "; ".join(row.get("problems", ["no run"]))
