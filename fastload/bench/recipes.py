@@ -247,7 +247,7 @@ def table_rows(results: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
         row = rows.setdefault(r["recipe"], {"recipe": r["recipe"], "status": "ok"})
         side = "torch" if r["contender"] == "baseline" else "fastload"
         if r.get("status") != "ok":
-            row.setdefault("problems", []).append(f"{side}: {r.get('status', 'failed')}: {r.get('reason', '')}")
+            row.setdefault("problems", []).append((side, f"{r.get('status', 'failed')}: {r.get('reason', '')}"))
             continue
         row[f"{side}_images_per_s"] = r["images_per_s"]
         row[f"{side}_cpu_ms_per_image"] = r["cpu_ms_per_image"]
@@ -264,9 +264,14 @@ def table_rows(results: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
         others = [row.get(f"{side}_others_cpu_pct") for side in ("torch", "fastload")]
         if any(v is not None for v in others):  # the busier of the two runs: how far to trust the ratio
             row["others_cpu_pct"] = max(v for v in others if v is not None)
+        problems = row.pop("problems", [])
+        if len({text for _, text in problems}) == 1 and len(problems) > 1:  # a skipped recipe: one reason
+            row["problems"] = [problems[0][1]]
+        else:
+            row["problems"] = [f"{side}: {text}" for side, text in problems]
         if "kind" not in row:  # fastload did not run: the reason stands in the path column
             row["status"] = "failed"
-            row["reason"] = "; ".join(row.get("problems", ["no run"]))
+            row["reason"] = "; ".join(row["problems"]) or "no run"
     return list(rows.values())
 
 
@@ -305,7 +310,7 @@ def format_table(rows: List[Dict[str, Any]]) -> str:
         what = r.get("path") or r.get("reason", "")
         lines.append(textwrap.fill(f"{r['recipe']}: {what}", report.WIDTH, initial_indent="  ",
                                    subsequent_indent="      "))
-        for problem in r.get("problems", []) if r.get("kind") else []:
+        for problem in (r.get("problems") or []) if r.get("kind") else []:
             lines.append(textwrap.fill(f"{r['recipe']}: {problem}", report.WIDTH, initial_indent="  ",
                                        subsequent_indent="      "))
     return "\n".join(lines)
