@@ -42,7 +42,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--repeat", type=int, default=1,
                    help="runs per contender, round-robin; the table keeps each one's fastest (1)")
     p.add_argument("--warmup-batches", type=int, default=1, help="batches taken before timing (1)")
-    p.add_argument("--batch-size", type=int, help=f"(128; recipes: {recipes.BATCH_SIZE})")
+    p.add_argument("--batch-size", type=int, help=f"images per batch (128; recipes: {recipes.BATCH_SIZE})")
     p.add_argument("--workers", type=int,
                    help=f"worker processes or threads of every contender (default: all cores; recipes: {recipes.WORKERS})")
     p.add_argument("--contenders", default=",".join(registry.CONTENDERS),
