@@ -3,6 +3,7 @@
     fastload-bench                        # generated ImageNet-like data, train + eval, all contenders
     fastload-bench --data /imagenet/train --pipeline train --workers 8 --json out.json
     fastload-bench --suite decode         # decode-only micro-benchmark
+    fastload-bench --suite prepared       # fastload.prepare's shards against the original files
     fastload-bench --dataset mymodule:make --plot bench.png   # your own Dataset, torch vs fastload
     fastload-bench --recipes              # training recipes (torchvision presets, timm, ...): torch vs fastload
     fastload-bench --list                 # contenders, recipes and whether they can run here
@@ -22,10 +23,10 @@ from typing import List, Optional
 
 from fastload.bench import contenders as registry
 from fastload.bench import dataset as data
-from fastload.bench import micro, recipes, report
+from fastload.bench import micro, prepared, recipes, report
 from fastload.bench.measure import MeasureConfig, run_in_subprocess
 
-SUITES = ("main", "decode", "scaling", "recipes")
+SUITES = ("main", "decode", "scaling", "prepared", "recipes")
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
@@ -51,11 +52,17 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                    help="train: RandomResizedCrop 224 + flip + normalize; eval: Resize 256 + CenterCrop 224")
     p.add_argument("--suite",
                    help="comma-separated: main (the table), decode (decode-only micro-benchmark), "
-                        "scaling (1 vs --workers threads), recipes (see --recipes) (default: the first three; "
-                        "with --recipes: recipes)")
+                        "scaling (1 vs --workers threads), prepared (fastload.prepare's shards against the "
+                        "original files), recipes (see --recipes) (default: main,decode,scaling; with "
+                        "--recipes: recipes)")
     p.add_argument("--scaling-contenders", default="fastload-native",
                    help="contenders of the scaling suite (default: fastload-native)")
     p.add_argument("--decode-images", type=int, default=200, help="files of the decode micro-benchmark (200)")
+    p.add_argument("--prepared-modes", default=prepared.DEFAULT_MODES,
+                   help="shards of the prepared suite: lossless, <max_side>q<quality> (512q90), q<quality>, "
+                        f"<max_side>; comma-separated (default: {prepared.DEFAULT_MODES})")
+    p.add_argument("--psnr-images", type=int, default=64, help="images whose crops give the prepared suite's "
+                   "PSNR (64)")
     p.add_argument("--shards", type=int, default=8, help="tar shards made for the webdataset contender (8)")
     p.add_argument("--timeout", type=float, default=600, help="seconds before a contender is killed (600)")
     p.add_argument("--json", metavar="PATH", help="write every figure and the machine's description here")
@@ -96,10 +103,12 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
         if suite not in SUITES:
             p.error(f"unknown suite {suite!r}: expected one of {', '.join(SUITES)}")
     try:
+        args.prepared_modes = prepared.parse_modes(args.prepared_modes)
         args.recipes = recipes.parse_names(args.recipes)
     except ValueError as error:
         p.error(str(error))
-    for name in ("images", "repeat", "batch_size", "warmup_batches", "dataset_images", "classes", "decode_images", "shards"):
+    for name in ("images", "repeat", "batch_size", "warmup_batches", "dataset_images", "classes", "decode_images",
+                 "shards", "psnr_images"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.workers < 0:
@@ -187,11 +196,16 @@ def main(argv: Optional[List[str]] = None) -> int:
         _say(f"scaling ({pipelines[0]} pipeline), 1 vs {workers} workers/threads:")
         _say(report.format_table(rows, micro.SCALING_COLUMNS))
 
+    if "prepared" in args.suite:
+        _say()
+        record["prepared"] = prepared.run_suite(bench_data, args, _say)
+
     if "recipes" in args.suite:
         record["recipe_runs"], record["recipes"] = recipes.run_suite(args, bench_data.root, _say)
 
     if args.plot:
-        report.plot(record.get("results", []), args.plot)
+        rows = record.get("results") or prepared.plot_rows(record.get("prepared", {}).get("rows", []))
+        report.plot(rows, args.plot)
         _say(f"\nplot written to {args.plot}")
 
     if args.json:

@@ -42,10 +42,12 @@ from typing import Any, Callable, Dict, List, Optional, Set
 import torch
 
 from fastload.errors import DecodeError
+from fastload.native.producers import HELD_BY_LOOP
 from fastload.native.repair import MAX_SKIP_ATTEMPTS
 from fastload.native.runner import NativeRunner
-from fastload.native.tail import GlobalDraws, Tail, _TailError, sample_seed
+from fastload.native.tail import BatchSlots, GlobalDraws, Tail, _TailError, sample_seed
 from fastload.source.index import SampleIndex
+from fastload.transfer.buffers import BatchBuffers
 
 PARALLEL = ("inline", "threads")
 
@@ -83,6 +85,9 @@ class HybridRunner:
             if parallel == "threads" else None
         self._tail_s = 0.0
         self._labels = labels
+        # The tail's batches are made one at a time in result(): the one being made and
+        # those the training loop holds.
+        self._batches = BatchBuffers(capacity=1 + HELD_BY_LOOP)
 
     # -- the NativeRunner interface -------------------------------------------------------
     @property
@@ -125,13 +130,16 @@ class HybridRunner:
         samples, images, epoch = self.native.collect(ticket)
         started = time.perf_counter()
         with torch.profiler.record_function("fastload.python_tail"):
-            outputs, failures = self._run(images, samples, epoch)
+            slots = BatchSlots(len(samples), self._batches)
+            outputs, failures = self._run(images, samples, epoch, slots)
             if failures:
                 samples = samples.clone()
                 for slot, error in failures:
                     outputs[slot] = self._recover(slot, error, images, samples, epoch)
             try:
-                batch = default_collate(outputs)
+                batch = slots.collate(outputs)
+                if batch is None:
+                    batch = default_collate(outputs)
             except (TypeError, RuntimeError) as error:
                 from fastload.errors import add_note
 
@@ -159,12 +167,14 @@ class HybridRunner:
 
     def close(self) -> None:
         self.native.close()
+        self._batches.clear()
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
 
     # -- the tail -------------------------------------------------------------------------
-    def _run(self, images: torch.Tensor, samples: torch.Tensor, epoch: int):
-        """(outputs, [(slot, _TailError)]) of one batch; a failed slot's output is None."""
+    def _run(self, images: torch.Tensor, samples: torch.Tensor, epoch: int, slots: BatchSlots):
+        """(outputs, [(slot, _TailError)]) of one batch; a failed slot's output is None.
+        The tail's conversion writes straight into `slots` (its batch)."""
         indices = samples.tolist()
         outputs: List[Any] = [None] * len(indices)
         failures = []
@@ -174,14 +184,14 @@ class HybridRunner:
                 for slot, index in enumerate(indices):
                     draws.seed(sample_seed(seed, epoch, index))
                     try:
-                        outputs[slot] = self.tail(images[slot])
+                        outputs[slot] = self.tail(images[slot], slots, slot)
                     except _TailError as error:
                         failures.append((slot, error))
             return outputs, failures
 
         def run_one(slot: int):
             try:
-                return self.tail(images[slot]), None
+                return self.tail(images[slot], slots, slot), None
             except _TailError as error:
                 return None, error
 
