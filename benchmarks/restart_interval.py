@@ -5,10 +5,13 @@ the original file's figure measured in the same run (fastload::decode_jpeg).
 Images are the bench's generated ImageNet-like photos (fastload.bench.dataset:
 ~500x375, q90, 4:2:0, ~100 KB). Windows are RandomResizedCrop-like boxes of a fixed
 share of the image area (aspect 3/4..4/3, random position, seeded), the same for both
-files. Restart intervals finer than an MCU row cannot be prepared by transcode_jpeg
-(decode_jpeg_rows skips rows, not columns); their cost is shown from PIL re-encodes of
-the same pixels (optimised Huffman tables, restart every n MCUs) against the same
-re-encode without restarts. Times: best of `--rounds` passes over every image and
+files. Layouts: whole rows (a restart every 1, 2, 4 MCU rows) and column tiles (a
+restart every k MCUs, k the divisor of the image's MCUs per row nearest a tile width of
+32, 64 or 128 pixels, transcode_jpeg's -k; whole rows where none is within 32..128 px),
+and the transcoder's own choice (-1). The cost of restart markers alone (libjpeg-turbo
+leaves its fast Huffman path near each marker) is shown from PIL re-encodes of the same
+pixels (optimised Huffman tables, restart every n MCUs) against the same re-encode
+without restarts. Times: best of `--rounds` passes over every image and
 window, the original's and the prepared file's passes interleaved, CPU milliseconds per decode
 (process time of the one thread).
 
@@ -112,8 +115,19 @@ def main() -> None:
         f"{int(s * 100)}% window ms (original)" for s in shares) + " |"
     print(header)
     print("|" + "---|" * (3 + len(shares)))
-    for restart_rows in (1, 2, 4):
-        prepared = [fl.transcode_jpeg(d, restart_rows) for d in originals]
+    def tiles_of(data: torch.Tensor, width_px: int) -> int:
+        """transcode_jpeg's restart_rows for tiles nearest width_px wide (1: whole rows)."""
+        h, w, components = fl.jpeg_header(data)[:3]
+        mcu = 16  # the bench's photos are 4:2:0
+        mcus = -(-w // mcu)
+        ks = [k for k in range(2, mcus) if mcus % k == 0 and 32 <= k * mcu <= 128]
+        return -min(ks, key=lambda k: abs(k * mcu - width_px)) if ks else 1
+
+    layouts = [(f"restart every {r} MCU row{'s' if r > 1 else ''}", lambda d, r=r: r) for r in (1, 2, 4)]
+    layouts += [(f"tiles of ~{px} px", lambda d, px=px: tiles_of(d, px)) for px in (32, 64, 128)]
+    layouts += [("tiles, transcoder's choice (-1)", lambda d: -1)]
+    for label, restart_of in layouts:
+        prepared = [fl.transcode_jpeg(d, restart_of(d)) for d in originals]
         size = sum(p[0].numel() for p in prepared)
         indices = list(range(len(originals)))
         full_orig, full = paired_ms(lambda i: fl.decode_jpeg(originals[i]), lambda i: fl.decode_jpeg(prepared[i][0]),
@@ -124,7 +138,7 @@ def main() -> None:
                                 lambda iw: fl.decode_jpeg_rows(prepared[iw[0]][0], prepared[iw[0]][1], iw[1]),
                                 windows[s], args.rounds)
             cells.append(f"{t:.3f} ({orig:.3f})")
-        print(f"| prepared, restart every {restart_rows} MCU row{'s' if restart_rows > 1 else ''} | "
+        print(f"| prepared, {label} | "
               f"{size / size_orig:.3f} | {full:.3f} ({full_orig:.3f}) | " + " | ".join(cells) + " |")
 
     # Finer intervals (per MCU) from PIL re-encodes: cost only, no partial decode.
