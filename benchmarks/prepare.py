@@ -1,6 +1,7 @@
 """Prepared shards (fastload.prepare) against the original files, one run, interleaved.
 
     .venv/bin/python benchmarks/prepare.py [--images 1024] [--workers 2] [--rounds 3]
+                                           [--variants lossless,512/q90] [--no-torch]
 
 Data: the bench's generated ImageNet-like JPEGs (fastload.bench.dataset, ~500x375, q90).
 Variants: the original folder; lossless shards; max_side 512/q90, 512/q75, 384/q90.
@@ -141,7 +142,14 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--psnr-images", type=int, default=64)
     parser.add_argument("--out", default=None, help="where the prepared shards go (default: a temporary folder)")
+    parser.add_argument("--variants", default=",".join(n for n, _ in VARIANTS),
+                        help="prepared variants to measure, comma-separated (default: all)")
+    parser.add_argument("--no-torch", action="store_true", help="leave out torch+PIL (its columns show nan)")
     args = parser.parse_args()
+    chosen = args.variants.split(",")
+    unknown = [n for n in chosen if n not in dict(VARIANTS)]
+    if unknown:
+        parser.error(f"unknown variants {unknown}; expected some of {[n for n, _ in VARIANTS]}")
 
     data = ensure_dataset(DatasetSpec(images=args.images), progress=False)
     root = data.root
@@ -153,7 +161,7 @@ def main() -> int:
     original = fastload.ImageFolder(root)
     rows = {"original": {"prep": "-", "size": original_size, "psnr": {n: float("inf") for n, _ in CROP_AREAS}}}
     datasets = {"original": lambda p: fastload.ImageFolder(root, transforms=p)}
-    for name, options in VARIANTS:
+    for name, options in [v for v in VARIANTS if v[0] in chosen]:
         dst = os.path.join(work, name.replace("/", "_"))
         shutil.rmtree(dst, ignore_errors=True)
         t = time.perf_counter()
@@ -165,7 +173,7 @@ def main() -> int:
         datasets[name] = (lambda d: lambda p: fastload.TarShards(d, transforms=p))(dst)
         print(f"prepared {name}: {prep:.1f} s, {size / 1e6:.1f} MB", flush=True)
 
-    contenders = [("torch+PIL (original)", lambda: torch_loader(root, args.workers, args.batch))]
+    contenders = [] if args.no_torch else [("torch+PIL (original)", lambda: torch_loader(root, args.workers, args.batch))]
     contenders += [(f"fastload ({name})", (lambda f: lambda: fastload_loader(f, args.workers, args.batch))(f))
                    for name, f in datasets.items()]
     results = {name: [] for name, _ in contenders}
@@ -180,8 +188,8 @@ def main() -> int:
     best = {name: max(r[1] for r in runs) for name, runs in results.items()}
     first = {name: min(r[0] for r in runs) for name, runs in results.items()}
     cpu = {name: min(r[3] for r in runs) for name, runs in results.items()}
-    torch_rate, fl_original = best["torch+PIL (original)"], best["fastload (original)"]
-    torch_cpu, fl_cpu = cpu["torch+PIL (original)"], cpu["fastload (original)"]
+    torch_rate, fl_original = best.get("torch+PIL (original)", math.nan), best["fastload (original)"]
+    torch_cpu, fl_cpu = cpu.get("torch+PIL (original)", math.nan), cpu["fastload (original)"]
     print()
     print("| data | loader | img/s (best of %d) | vs torch+PIL | vs fastload on originals | CPU ms/img (least) | "
           "CPU vs torch+PIL / vs fastload on originals | first batch s | size MB (vs original) | "

@@ -4,7 +4,8 @@ the original file's figure measured in the same run (fastload::decode_jpeg).
 
 Images are the bench's generated ImageNet-like photos (fastload.bench.dataset:
 ~500x375, q90, 4:2:0, ~100 KB). Windows are RandomResizedCrop-like boxes of a fixed
-share of the image area (aspect 3/4..4/3, random position, seeded), the same for both
+share of the image area (aspect 3/4..4/3, random position, seeded), and
+RandomResizedCrop's own boxes (scale 0.08..1: the training mix), the same for both
 files. Layouts: whole rows (a restart every 1, 2, 4 MCU rows) and column tiles (a
 restart every k MCUs, k the divisor of the image's MCUs per row nearest a tile width of
 32, 64 or 128 pixels, transcode_jpeg's -k; whole rows where none is within 32..128 px),
@@ -79,6 +80,23 @@ def windows_of_area(h: int, w: int, share: float, count: int, rng: random.Random
     return out
 
 
+def rrc_windows(h: int, w: int, count: int, rng: random.Random):
+    """RandomResizedCrop's boxes (torchvision's sampling: scale 0.08..1, ratio 3/4..4/3,
+    ten tries, then the centre crop of the clamped ratio)."""
+    out = []
+    for _ in range(count):
+        for _ in range(10):
+            area = h * w * rng.uniform(0.08, 1.0)
+            aspect = math.exp(rng.uniform(math.log(3 / 4), math.log(4 / 3)))
+            ww, hh = round(math.sqrt(area * aspect)), round(math.sqrt(area / aspect))
+            if 0 < ww <= w and 0 < hh <= h:
+                out.append([rng.randint(0, h - hh), rng.randint(0, w - ww), hh, ww])
+                break
+        else:
+            out.append([0, 0, h, w])
+    return out
+
+
 def pil_encode(pixels, **options) -> bytes:
     from PIL import Image
 
@@ -99,12 +117,14 @@ def main() -> None:
     pixels = [draw_image(args.seed, i) for i in range(args.images)]
     originals = [as_tensor(pil_encode(p)) for p in pixels]
     rng = random.Random(args.seed)
-    shares = (0.08, 0.25, 1.0)
+    shares = (0.08, 0.25, 1.0, "RandomResizedCrop")
     windows = {s: [] for s in shares}
     for i, data in enumerate(originals):
         h, w = fl.jpeg_header(data)[:2]
         for s in shares:
-            windows[s] += [(i, win) for win in windows_of_area(h, w, s, args.windows, rng)]
+            boxes = rrc_windows(h, w, args.windows, rng) if isinstance(s, str) else \
+                windows_of_area(h, w, s, args.windows, rng)
+            windows[s] += [(i, win) for win in boxes]
     size_orig = sum(d.numel() for d in originals)
     sizes = [tuple(p.shape[:2]) for p in pixels]
     print(f"# {platform.processor() or platform.machine()}, torch {torch.__version__}, one thread; "
@@ -112,7 +132,7 @@ def main() -> None:
           f"{sum(s[1] for s in sizes) / len(sizes):.0f}, mean {size_orig / len(originals) / 1e3:.1f} KB (q90 4:2:0)")
 
     header = "| file | size vs original | full decode ms (original) | " + " | ".join(
-        f"{int(s * 100)}% window ms (original)" for s in shares) + " |"
+        f"{s if isinstance(s, str) else f'{int(s * 100)}%'} window ms (original)" for s in shares) + " |"
     print(header)
     print("|" + "---|" * (3 + len(shares)))
     def tiles_of(data: torch.Tensor, width_px: int) -> int:
