@@ -334,10 +334,16 @@ def test_transcoder_cuts_rows_into_column_tiles_that_divide_them(kind):
     k = 16 // tiles_per_row(segments)
     assert tiles_per_row(segments) > 1 and 16 % k == 0 and 32 <= k * mw <= 128
     assert torch.equal(ops.decode_jpeg(jpeg), ops.decode_jpeg(js.as_tensor(data)))
-    # A prime number of MCUs per row has no useful divisor: whole rows, as restart_rows=1.
+    # A prime number of MCUs per row has no divisor in range: one-MCU tiles where an MCU
+    # is 16 pixels or wider, else whole rows (as restart_rows=1).
     prime = sampled(kind, 40, 13 * mw, seed=2)
     jpeg13, segments13 = ops.transcode_jpeg(js.as_tensor(prime), -1)
-    assert tiles_per_row(segments13) == 1 and torch.equal(segments13, ops.transcode_jpeg(js.as_tensor(prime), 1)[1])
+    if mw >= 16:
+        assert tiles_per_row(segments13) == 13
+        check_windows(prime, jpeg13, segments13, edge_windows(40, 13 * mw, np.random.default_rng(13)), scales=(1, 2))
+    else:
+        assert tiles_per_row(segments13) == 1
+        assert torch.equal(segments13, ops.transcode_jpeg(js.as_tensor(prime), 1)[1])
 
 
 @pytest.mark.parametrize("kind", list(SAMPLINGS))
