@@ -46,7 +46,7 @@ namespace fastload {
 constexpr int kMaxRestartRows = 8;
 
 // restart_rows for transcode_jpeg: column tiles of a width the transcoder chooses
-// (choose_tile_mcus), whole MCU rows where the row has no useful divisor. A negative
+// (choose_tile_mcus), whole MCU rows where it finds none. A negative
 // restart_rows -k (k >= 2) asks for tiles of exactly k MCUs (k must divide the MCUs per
 // row): for measuring the choice.
 constexpr int kRestartTiles = -1;
@@ -58,8 +58,9 @@ constexpr int kTileWidth = 64;
 constexpr int kMinTileWidth = 32;
 constexpr int kMaxTileWidth = 128;
 
-// The tile interval (MCUs) for a scan of mcus_per_row MCUs of mcu_width pixels; 0: no
-// divisor gives a tile width in range (or a single tile would be the whole row).
+// The tile interval (MCUs) for a scan of mcus_per_row MCUs of mcu_width pixels: a
+// divisor of at least 2 in range; else 1 (one-MCU tiles) where an MCU is at least 16
+// pixels wide; else 0: whole rows (also for a one-MCU-wide image).
 int choose_tile_mcus(int mcus_per_row, int mcu_width);
 
 struct TranscodedJpeg {
