@@ -1,7 +1,7 @@
 """Hybrid pipelines against torch's DataLoader: torchvision's training recipes with an auto-augmentation.
 
 The recipes are torchvision's reference ClassificationPresetTrain (references/classification/
-presets.py, backend "pil", v1 transforms) with an auto_augment_policy:
+presets.py, backend "pil", v1 transforms; the copy in fastload.bench.recipes) with an auto_augment_policy:
 
 - ta_wide+erase: RandomResizedCrop(224), RandomHorizontalFlip, TrivialAugmentWide,
   PILToTensor, ConvertImageDtype, Normalize, RandomErasing(0.1);
@@ -44,36 +44,10 @@ from torchvision import transforms as T
 
 import fastload
 from fastload.bench.dataset import DatasetSpec, ensure_dataset
+from fastload.bench.recipes import ClassificationPresetTrain
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 BATCH = 64
-
-
-class ClassificationPresetTrain:
-    """torchvision's references/classification/presets.py training preset (backend "pil", v1)."""
-
-    def __init__(self, *, crop_size, mean=MEAN, std=STD, interpolation=T.InterpolationMode.BILINEAR, hflip_prob=0.5,
-                 auto_augment_policy=None, ra_magnitude=9, augmix_severity=3, random_erase_prob=0.0):
-        transforms = [T.RandomResizedCrop(crop_size, interpolation=interpolation, antialias=True)]
-        if hflip_prob > 0:
-            transforms.append(T.RandomHorizontalFlip(hflip_prob))
-        if auto_augment_policy is not None:
-            if auto_augment_policy == "ra":
-                transforms.append(T.RandAugment(interpolation=interpolation, magnitude=ra_magnitude))
-            elif auto_augment_policy == "ta_wide":
-                transforms.append(T.TrivialAugmentWide(interpolation=interpolation))
-            elif auto_augment_policy == "augmix":
-                transforms.append(T.AugMix(interpolation=interpolation, severity=augmix_severity))
-            else:
-                policy = T.AutoAugmentPolicy(auto_augment_policy)
-                transforms.append(T.AutoAugment(policy=policy, interpolation=interpolation))
-        transforms += [T.PILToTensor(), T.ConvertImageDtype(torch.float), T.Normalize(mean=mean, std=std)]
-        if random_erase_prob > 0:
-            transforms.append(T.RandomErasing(p=random_erase_prob))
-        self.transforms = T.Compose(transforms)
-
-    def __call__(self, img):
-        return self.transforms(img)
 
 
 RECIPES = {

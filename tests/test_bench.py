@@ -23,7 +23,7 @@ from PIL import Image
 from fastload import _ext
 from fastload.bench import contenders as registry
 from fastload.bench import dataset as data
-from fastload.bench import measure, report
+from fastload.bench import measure, recipes, report
 from fastload.bench.__main__ import main
 from fastload.bench.procfs import ProcessTree
 
@@ -426,3 +426,101 @@ def test_progress_bars_stay_off_when_stderr_is_not_a_terminal(tiny, capfd):
                  "--batch-size", "2", "--workers", "0", "--suite", "main"]) == 0
     err = capfd.readouterr().err
     assert "img/s]" not in err and "it/s]" not in err, err[-2000:]
+
+
+def _in_this_process(config, timeout, forward_stderr):
+    """measure.run_in_subprocess without the fresh interpreter (seconds instead of a
+    minute: the process boundary itself is tested above)."""
+    config.progress = False
+    return {**measure.run_in_this_process(config), "peak_rss_mb": 0.0, "peak_pss_mb": 0.0,
+            "workers": config.workers, "batch_size": config.batch_size}
+
+
+def test_recipes_mode_races_torch_and_fastload_on_each_requested_recipe(tiny, tmp_path, monkeypatch, capsys):
+    cache, ds = tiny
+    monkeypatch.setattr(measure, "run_in_subprocess", _in_this_process)
+    out = tmp_path / "recipes.json"
+    assert main(["--data", ds.root, "--recipes", "preset-eval,random-split", "--images", "2", "--batch-size", "2",
+                 "--workers", "0", "--no-progress", "--json", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert "results" not in record and "decode" not in record  # --recipes alone: the recipes suite only
+    rows = {r["recipe"]: r for r in record["recipes"]}
+    assert list(rows) == ["preset-eval", "random-split"]
+    for name, row in rows.items():
+        assert row["kind"] in ("native", "hybrid", "generic") and row["path"].startswith(row["kind"]), row
+        assert row["torch_images_per_s"] > 0 and row["fastload_images_per_s"] > 0 and row["ratio"] > 0
+        assert row["torch_cpu_ms_per_image"] >= 0 and row["fastload_cpu_ms_per_image"] >= 0
+    runs = {(r["recipe"], r["contender"]): r for r in record["recipe_runs"]}
+    assert sorted(runs) == sorted((n, c) for n in rows for c in ("baseline", "fastload"))
+    for name in rows:
+        torch_run, fastload_run = runs[(name, "baseline")], runs[(name, "fastload")]
+        assert torch_run["batch_size"] == fastload_run["batch_size"] == 2
+        # The same dataset object in both loaders: same output shape and dtype.
+        assert torch_run["first_batch"]["shape"] == fastload_run["first_batch"]["shape"] == [2, 3, 224, 224]
+        assert torch_run["first_batch"]["dtype"] == fastload_run["first_batch"]["dtype"] == "float32"
+    # Eval is unshuffled and deterministic: the same two images come out of both loaders.
+    torch_eval, fastload_eval = runs[("preset-eval", "baseline")], runs[("preset-eval", "fastload")]
+    assert torch_eval["first_batch"]["labels"] == fastload_eval["first_batch"]["labels"] == [0, 0]
+    tol = FASTLOAD_TOL if rows["preset-eval"]["kind"] == "native" else SAME_CODE_TOL
+    np.testing.assert_allclose(fastload_eval["first_batch"]["sample_means"], torch_eval["first_batch"]["sample_means"],
+                               atol=tol)
+    table = capsys.readouterr().out.split("| recipe")[1]
+    for name, row in rows.items():
+        assert f"| {name}" in table and f"{name}: {row['path'][:20]}" in table.replace("\n      ", " ")
+    assert recipes.COLUMNS[1][0] in table and "CPU ratio" in table
+
+
+def test_a_recipe_whose_module_is_missing_is_skipped_with_a_message(tmp_path, monkeypatch):
+    absent = recipes.Recipe("needs-absent", "x", lambda root: None, needs=("no_such_module_for_fastload",))
+    monkeypatch.setitem(recipes.RECIPES, absent.name, absent)
+    monkeypatch.setattr(measure, "run_in_subprocess", lambda *a, **k: pytest.fail("a skipped recipe ran"))
+    runs, rows = recipes.run([absent.name], str(tmp_path), ["baseline", "fastload"], batch_size=2, workers=0,
+                             images=2, warmup_batches=1, seed=0, repeat=1, timeout=10, progress=False,
+                             say=lambda *a: None)
+    assert [r["status"] for r in runs] == ["unavailable", "unavailable"]
+    (row,) = rows
+    assert row["status"] == "failed" and "no_such_module_for_fastload is not installed" in row["reason"]
+    text = recipes.format_table(rows)
+    assert "| did not run " in text.splitlines()[2]
+    assert text.splitlines()[-1] == "  needs-absent: unavailable: skipped: no_such_module_for_fastload is not installed"
+
+
+def test_recipe_table_reports_a_generic_fastload_row_and_its_reason():
+    path = "generic: the dataset is not one fastload converts (MyDataset overrides __getitem__)"
+    runs = [{"recipe": "mine", "contender": "baseline", "status": "ok", "images_per_s": 100.0, "cpu_ms_per_image": 20.0},
+            {"recipe": "mine", "contender": "fastload", "status": "ok", "images_per_s": 90.0, "cpu_ms_per_image": 21.0,
+             "path": path}]
+    (row,) = recipes.table_rows(runs)
+    assert row["kind"] == "generic" and row["target"] == "-" and row["ratio"] == pytest.approx(0.9)
+    text = recipes.format_table([row])
+    assert "| generic " in text.splitlines()[2] and "overrides __getitem__" in text.replace("\n      ", " ")
+
+
+def test_recipes_are_listed_and_unknown_ones_refused(capsys):
+    assert main(["--list"]) == 0
+    listed = capsys.readouterr().out
+    assert all(f"recipe {name} " in listed for name in recipes.RECIPES)
+    with pytest.raises(SystemExit):
+        main(["--recipes", "preset,nope"])
+    assert "unknown recipe 'nope'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--recipes", "--dataset", "m:f"])
+
+
+@pytest.mark.parametrize("name", list(recipes.RECIPES))
+def test_every_recipe_runs_off_the_generic_path(name, tiny, capsys):
+    import fastload
+    if not _ext.has_ops():
+        pytest.skip("the native extension is not built: every loader is generic")
+    recipe = recipes.get(name)
+    if recipe.unavailable():
+        pytest.skip(recipe.unavailable())
+    _, ds = tiny
+    dataset = recipes.dataset(name, ds.root)
+    verdict = fastload.explain(dataset).splitlines()[-1]
+    loader = fastload.DataLoader(dataset, batch_size=2, num_workers=0, shuffle=recipe.train)
+    try:
+        assert recipes.path_kind(loader.path) in ("native", "hybrid"), loader.path
+        assert "generic" not in verdict and verdict.split(": ", 1)[1].startswith(recipes.path_kind(loader.path)), verdict
+    finally:
+        getattr(loader, "close", lambda: None)()

@@ -579,3 +579,141 @@ def test_the_loader_takes_tail_on_and_refuses_unknown_places(folder):
         loader.close()
     with pytest.raises(ValueError, match=r"expected tail_on in \('auto', 'inline', 'threads', 'processes'\)"):
         fastload.DataLoader(dataset, batch_size=2, tail_on="gpu")
+
+
+# ---- the tail's conversion to a tensor (fastload.native.tail.Conversion) ----------------
+
+CONVERSIONS = {
+    "v1 ToTensor+Normalize": [T.ToTensor(), T.Normalize(MEAN, STD)],
+    "v1 PILToTensor+ConvertImageDtype+Normalize": [T.PILToTensor(), T.ConvertImageDtype(torch.float32),
+                                                   T.Normalize(MEAN, STD)],
+    "v2 PILToTensor+ToDtype+Normalize": [v2.PILToTensor(), v2.ToDtype(torch.float32, scale=True),
+                                         v2.Normalize(MEAN, STD)],
+    "v2 ToDtype unscaled": [v2.PILToTensor(), v2.ToDtype(torch.float32)],
+    "v1 ToTensor alone": [T.ToTensor()],
+    "v1 PILToTensor alone": [T.PILToTensor()],
+    "one-value Normalize": [T.ToTensor(), T.Normalize([0.5], [0.25])],
+}
+
+
+def pil_image(height, width, mode):
+    from PIL import Image
+
+    pixels = np.random.default_rng(height * 100 + width).integers(0, 256, (height, width, 3), dtype=np.uint8)
+    return Image.fromarray(pixels).convert(mode)
+
+
+@pytest.mark.parametrize("mode", ["RGB", "L"])
+@pytest.mark.parametrize("size", [(1, 1), (3, 5), (17, 16)])
+@pytest.mark.parametrize("name", CONVERSIONS)
+def test_the_tails_conversion_gives_torchvisions_tensor_bit_for_bit(name, size, mode):
+    from fastload.native.tail import Tail
+
+    first = T.RandomInvert(1.0)  # a Python transform before the conversion, as in a hybrid tail
+    transforms = [first] + CONVERSIONS[name]
+    if mode == "L" and any(len(getattr(t, "mean", ())) == 3 for t in transforms):
+        pytest.skip("torchvision refuses three means for one channel")
+    image = pil_image(*size, mode)
+    tail = Tail(transforms)
+    assert tail._conversion is not None and tail._conversion[:2] == (1, len(transforms))
+    want = image
+    for transform in transforms:
+        want = transform(want)
+    got = tail(torch.from_numpy(np.array(image)).reshape(*size, -1).permute(2, 0, 1))
+    assert type(got) is torch.Tensor and got.dtype == want.dtype and got.shape == want.shape
+    assert torch.equal(got, want)
+
+
+def test_the_conversion_run_stops_where_torchvision_would_do_more_than_convert():
+    from fastload.native.tail import Conversion
+
+    def run(*transforms):
+        found = Conversion.find([T.RandomInvert(1.0), *transforms])
+        return None if found is None else found[:2]
+
+    assert run(T.ToTensor(), T.Normalize(MEAN, STD), T.RandomErasing()) == (1, 3)
+    assert run(T.ToTensor(), T.ConvertImageDtype(torch.float16)) == (1, 2)  # float to float: torchvision's
+    assert run(T.PILToTensor(), T.Normalize(MEAN, STD)) == (1, 2)  # Normalize on uint8 raises in torchvision
+    assert run(T.ToTensor(), T.Normalize(MEAN, STD), T.Normalize(MEAN, STD)) == (1, 3)
+    assert run(v2.ToImage(), v2.ToDtype(torch.float32, scale=True)) is None  # (makes tv_tensors.Image)
+    assert run(T.Normalize(MEAN, STD)) is None
+    assert Conversion.find([T.ToTensor(), T.Normalize(MEAN, STD)]) is None  # nothing before it: native
+
+
+@pytest.mark.parametrize("make", [lambda image: image.convert("RGBA"), lambda image: np.array(image)],
+                         ids=["RGBA image", "numpy array"])
+def test_a_tail_value_the_conversion_does_not_take_goes_through_torchvision(make):
+    from fastload.native.tail import Tail
+
+    transforms = [T.Lambda(make), T.ToTensor(), T.Normalize([0.5], [0.25])]
+    image = pil_image(5, 7, "RGB")
+    want = image
+    for transform in transforms:
+        want = transform(want)
+    got = Tail(transforms)(torch.from_numpy(np.array(image)).permute(2, 0, 1))
+    assert torch.equal(got, want) and got.shape[0] == want.shape[0]
+
+
+def test_held_hybrid_batches_are_never_overwritten_by_later_ones(folder):
+    """The tail's batches reuse their memory only once nobody holds them."""
+    transforms = [T.RandomResizedCrop(16), T.TrivialAugmentWide(), T.ToTensor(), T.Normalize(MEAN, STD)]
+    def loader():
+        return fastload.DataLoader(fastload.ImageFolder(folder, transforms=transforms), batch_size=2, seed=5)
+
+    copies = [[batch[0].clone(), batch[1]] for batch in loader()]
+    held = list(loader())  # every batch kept alive at once
+    assert len(held) == len(copies) == 4
+    assert len({batch[0].data_ptr() for batch in held}) == 4
+    for a, b in zip(held, copies):
+        assert equal(a, b)
+
+
+# ---- a prefix that stops fusing is cut there, not sent to the generic path --------------
+
+UNFUSED = {  # name: (transforms, native prefix, python tail)
+    "ColorJitter after ToTensor": ([T.RandomResizedCrop(16), T.ToTensor(), T.ColorJitter(0.4, 0.4, 0.4)],
+                                   "RandomResizedCrop -> ToDtype", "ColorJitter"),
+    "two ColorJitters": ([T.RandomResizedCrop(16), T.ColorJitter(0.4), T.ColorJitter(0.2), T.ToTensor()],
+                         "RandomResizedCrop -> ColorJitter", "ColorJitter -> ToTensor"),
+    "Normalize after RandomErasing": ([T.RandomResizedCrop(16), T.ToTensor(), T.RandomErasing(1.0),
+                                       T.Normalize(MEAN, STD)],
+                                      "RandomResizedCrop -> ToDtype -> RandomErasing", "Normalize"),
+}
+
+
+@pytest.mark.parametrize("name", UNFUSED)
+def test_a_prefix_that_stops_fusing_is_cut_there_and_the_rest_runs_in_python(folder, name):
+    transforms, prefix, tail = UNFUSED[name]
+    dataset = torchvision.datasets.ImageFolder(folder, transform=T.Compose(transforms))
+    loader = fastload.DataLoader(dataset, batch_size=4)
+    assert loader.path.startswith(f"hybrid: native [{prefix}] + python [{tail}]"), loader.path
+    assert "does not fuse after the native transforms before it" in loader.path
+    assert fastload.explain(dataset).splitlines()[-1].startswith("  verdict: hybrid path")
+    images, labels = next(iter(loader))
+    want = torch.stack([dataset[i][0] for i in range(4)])
+    assert images.shape == want.shape and images.dtype == want.dtype
+
+
+def test_a_prefix_that_never_fuses_stays_generic_with_the_reason(folder):
+    dataset = torchvision.datasets.ImageFolder(folder, transform=T.Compose([T.Resize(12), T.ToTensor()]))
+    assert fastload.DataLoader(dataset, batch_size=2).path.startswith("generic: Resize(")
+
+
+@pytest.mark.parametrize("tail_on", ["inline", "threads"])
+def test_the_tail_runs_on_one_intra_op_thread_and_the_loop_keeps_its_own(folder, tail_on):
+    seen = []
+
+    def record(image):
+        seen.append(torch.get_num_threads())
+        return image
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        dataset = torchvision.datasets.ImageFolder(folder, transform=T.Compose([T.RandomResizedCrop(16), record,
+                                                                               T.ToTensor()]))
+        for _ in fastload.DataLoader(dataset, batch_size=4, tail_on=tail_on):
+            assert torch.get_num_threads() == 2  # the training loop's setting, between batches
+    finally:
+        torch.set_num_threads(before)
+    assert seen and set(seen) == {1}

@@ -21,7 +21,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, List, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,8 @@ class Pipeline:
 
 
 def split_pipeline(transforms: Sequence[Any], to_specs: Callable[[Any], List[Any]],
-                   not_native: Tuple[type, ...] = (ValueError,)) -> Pipeline:
+                   not_native: Tuple[type, ...] = (ValueError,),
+                   fuses: Optional[Callable[[List[Any]], str]] = None) -> Pipeline:
     """Cuts `transforms` (already flattened) at the first one `to_specs` refuses.
 
     Args:
@@ -49,18 +50,34 @@ def split_pipeline(transforms: Sequence[Any], to_specs: Callable[[Any], List[Any
         to_specs: one transform -> its fastload specs; raises one of `not_native` (with
             the reason as its message) when it has none.
         not_native: the exception types that mean "no native equivalent".
+        fuses: specs -> "" when they fuse into one engine pass, else why not. Given, a
+            prefix that does not fuse (e.g. a ColorJitter after ToTensor) is cut earlier,
+            at the last transform boundary where it still fuses, and the rest joins the
+            tail, so that the engine still runs what it can; where no such boundary
+            exists the prefix is left as it is (the loader then reports why it does not fuse).
     """
     native: List[Any] = []
+    ends: List[int] = [0]  # ends[k]: len(native) after the first k transforms
+    cut = len(transforms)
     for position, transform in enumerate(transforms):
         try:
             native.extend(to_specs(transform))
         except not_native:
-            tail = tuple(transforms[position:])
-            blockers = []
-            for t in tail:
-                try:
-                    to_specs(t)
-                except not_native as error:
-                    blockers.append(f"{t!r}: {error}")
-            return Pipeline(tuple(native), tail, tuple(blockers))
-    return Pipeline(tuple(native), (), ())
+            cut = position
+            break
+        ends.append(len(native))
+    blockers: List[str] = []
+    if fuses is not None and cut > 0 and fuses(native):
+        for k in range(cut - 1, 0, -1):
+            if not fuses(native[:ends[k]]):
+                blockers.append(f"{transforms[k]!r}: does not fuse after the native transforms before it "
+                                f"({fuses(native[:ends[k + 1]])})")
+                native, cut = native[:ends[k]], k
+                break
+    tail = tuple(transforms[cut:])
+    for t in tail[len(blockers):]:
+        try:
+            to_specs(t)
+        except not_native as error:
+            blockers.append(f"{t!r}: {error}")
+    return Pipeline(tuple(native), tail, tuple(blockers))

@@ -3,8 +3,10 @@
     fastload-bench                        # generated ImageNet-like data, train + eval, all contenders
     fastload-bench --data /imagenet/train --pipeline train --workers 8 --json out.json
     fastload-bench --suite decode         # decode-only micro-benchmark
+    fastload-bench --suite prepared       # fastload.prepare's shards against the original files
     fastload-bench --dataset mymodule:make --plot bench.png   # your own Dataset, torch vs fastload
-    fastload-bench --list                 # contenders and whether they can run here
+    fastload-bench --recipes              # training recipes (torchvision presets, timm, ...): torch vs fastload
+    fastload-bench --list                 # contenders, recipes and whether they can run here
 
 Every contender gets the same data, batch size, workers, float32 output and warm-up, each
 in a fresh process; the table gives img/s, the ratio to the torchvision baseline of the
@@ -21,10 +23,10 @@ from typing import List, Optional
 
 from fastload.bench import contenders as registry
 from fastload.bench import dataset as data
-from fastload.bench import micro, report
+from fastload.bench import micro, prepared, recipes, report
 from fastload.bench.measure import MeasureConfig, run_in_subprocess
 
-SUITES = ("main", "decode", "scaling")
+SUITES = ("main", "decode", "scaling", "prepared", "recipes")
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
@@ -41,19 +43,26 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--repeat", type=int, default=1,
                    help="runs per contender, round-robin; the table keeps each one's fastest (1)")
     p.add_argument("--warmup-batches", type=int, default=1, help="batches taken before timing (1)")
-    p.add_argument("--batch-size", type=int, default=128)
-    p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
-                   help="worker processes or threads of every contender (default: all cores)")
+    p.add_argument("--batch-size", type=int, help=f"images per batch (128; recipes: {recipes.BATCH_SIZE})")
+    p.add_argument("--workers", type=int,
+                   help=f"worker processes or threads of every contender (default: all cores; recipes: {recipes.WORKERS})")
     p.add_argument("--contenders", default=",".join(registry.CONTENDERS),
                    help=f"comma-separated, from: {', '.join(registry.CONTENDERS)} (default: all)")
     p.add_argument("--pipeline", choices=("train", "eval", "both"), default="both",
                    help="train: RandomResizedCrop 224 + flip + normalize; eval: Resize 256 + CenterCrop 224")
-    p.add_argument("--suite", default="main,decode,scaling",
+    p.add_argument("--suite",
                    help="comma-separated: main (the table), decode (decode-only micro-benchmark), "
-                        "scaling (1 vs --workers threads) (default: all three)")
+                        "scaling (1 vs --workers threads), prepared (fastload.prepare's shards against the "
+                        "original files), recipes (see --recipes) (default: main,decode,scaling; with "
+                        "--recipes: recipes)")
     p.add_argument("--scaling-contenders", default="fastload-native",
                    help="contenders of the scaling suite (default: fastload-native)")
     p.add_argument("--decode-images", type=int, default=200, help="files of the decode micro-benchmark (200)")
+    p.add_argument("--prepared-modes", default=prepared.DEFAULT_MODES,
+                   help="shards of the prepared suite: lossless, <max_side>q<quality> (512q90), q<quality>, "
+                        f"<max_side>; comma-separated (default: {prepared.DEFAULT_MODES})")
+    p.add_argument("--psnr-images", type=int, default=64, help="images whose crops give the prepared suite's "
+                   "PSNR (64)")
     p.add_argument("--shards", type=int, default=8, help="tar shards made for the webdataset contender (8)")
     p.add_argument("--timeout", type=float, default=600, help="seconds before a contender is killed (600)")
     p.add_argument("--json", metavar="PATH", help="write every figure and the machine's description here")
@@ -63,12 +72,25 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                    "columns, each row's path listed under it)")
     p.add_argument("--plot", metavar="PATH", help="draw img/s, CPU ms/img and peak RSS per contender into PATH "
                    "(.png, .svg: needs matplotlib)")
-    p.add_argument("--list", action="store_true", help="list the contenders and exit")
+    p.add_argument("--recipes", nargs="?", const="all", metavar="NAMES",
+                   help="the recipes suite alone (with --suite, beside others): real training scripts' datasets, "
+                        "torch's DataLoader vs fastload.DataLoader on each, comma-separated names from "
+                        f"{', '.join(recipes.RECIPES)} (default: all)")
+    p.add_argument("--list", action="store_true", help="list the contenders and recipes, and exit")
     args = p.parse_args(argv)
+    if args.suite is None:
+        args.suite = "recipes" if args.recipes is not None else "main,decode,scaling"
+    # The recipes keep their scripts' batch and workers unless told otherwise.
+    args.recipe_batch_size = recipes.BATCH_SIZE if args.batch_size is None else args.batch_size
+    args.recipe_workers = recipes.WORKERS if args.workers is None else args.workers
+    args.batch_size = 128 if args.batch_size is None else args.batch_size
+    args.workers = (os.cpu_count() or 1) if args.workers is None else args.workers
     if args.dataset and args.contenders == ",".join(registry.CONTENDERS):
         args.contenders = ",".join(name for name, c in registry.CONTENDERS.items() if c.runs_user_dataset)
     if args.dataset and args.data:
         p.error("--dataset and --data exclude each other: the dataset function says where its data is")
+    if args.dataset and args.recipes is not None:
+        p.error("--dataset and --recipes exclude each other: a recipe builds its own dataset")
     if args.dataset:
         args.suite = "main"
     args.contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
@@ -80,7 +102,13 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     for suite in args.suite:
         if suite not in SUITES:
             p.error(f"unknown suite {suite!r}: expected one of {', '.join(SUITES)}")
-    for name in ("images", "repeat", "batch_size", "warmup_batches", "dataset_images", "classes", "decode_images", "shards"):
+    try:
+        args.prepared_modes = prepared.parse_modes(args.prepared_modes)
+        args.recipes = recipes.parse_names(args.recipes)
+    except ValueError as error:
+        p.error(str(error))
+    for name in ("images", "repeat", "batch_size", "warmup_batches", "dataset_images", "classes", "decode_images",
+                 "shards", "psnr_images"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.workers < 0:
@@ -99,6 +127,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.list:
         for name, contender in registry.CONTENDERS.items():
             _say(f"{name:16} {contender.unavailable() or 'available'}: {contender.summary}")
+        for line in recipes.listing():
+            _say(line)
         return 0
 
     machine = report.machine_info()
@@ -166,8 +196,16 @@ def main(argv: Optional[List[str]] = None) -> int:
         _say(f"scaling ({pipelines[0]} pipeline), 1 vs {workers} workers/threads:")
         _say(report.format_table(rows, micro.SCALING_COLUMNS))
 
+    if "prepared" in args.suite:
+        _say()
+        record["prepared"] = prepared.run_suite(bench_data, args, _say)
+
+    if "recipes" in args.suite:
+        record["recipe_runs"], record["recipes"] = recipes.run_suite(args, bench_data.root, _say)
+
     if args.plot:
-        report.plot(record.get("results", []), args.plot)
+        rows = record.get("results") or prepared.plot_rows(record.get("prepared", {}).get("rows", []))
+        report.plot(rows, args.plot)
         _say(f"\nplot written to {args.plot}")
 
     if args.json:

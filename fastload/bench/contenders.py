@@ -48,6 +48,7 @@ class RunConfig:
     seed: int = 0
     shards: List[str] = dataclasses.field(default_factory=list)  # tar shards of root (webdataset)
     dataset_factory: Optional[str] = None  # "module:function" returning the user's Dataset (--dataset)
+    recipe: Optional[str] = None  # a training recipe of fastload.bench.recipes (--recipes)
 
     @property
     def train(self) -> bool:
@@ -60,7 +61,7 @@ class Contender:
     name = ""
     summary = ""
     needs_shards = False  # the parent makes tar shards of the folder first
-    runs_user_dataset = False  # can race on the user's own Dataset (--dataset module:factory)
+    runs_user_dataset = False  # can race on the user's own Dataset (--dataset module:factory) and the recipes
 
     def unavailable(self) -> Optional[str]:
         """None when this contender can run here, else why not (cheap: no heavy import)."""
@@ -182,6 +183,10 @@ class Baseline(Contender):
     def dataset(self, config):
         if config.dataset_factory:
             return user_dataset(config.dataset_factory)
+        if config.recipe:
+            from fastload.bench import recipes
+
+            return recipes.dataset(config.recipe, config.root)
         import torchvision
 
         return torchvision.datasets.ImageFolder(config.root, transform=torchvision_transform(config.pipeline))

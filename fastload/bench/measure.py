@@ -53,6 +53,7 @@ class MeasureConfig:
     shards: list = dataclasses.field(default_factory=list)
     progress: bool = True
     dataset_factory: Optional[str] = None  # --dataset module:function
+    recipe: Optional[str] = None  # --recipes: a recipe of fastload.bench.recipes
 
 
 def _first_batch_summary(images, labels) -> Dict[str, Any]:
@@ -96,7 +97,7 @@ def run_in_this_process(config: MeasureConfig) -> Dict[str, Any]:
         run = RunConfig(
             root=config.root, pipeline=config.pipeline, batch_size=config.batch_size,
             workers=config.workers, seed=config.seed, shards=list(config.shards),
-            dataset_factory=config.dataset_factory,
+            dataset_factory=config.dataset_factory, recipe=config.recipe,
         )
         import torch
 
@@ -157,7 +158,7 @@ def _bar(config: MeasureConfig):
 
     return tqdm(
         total=config.images, unit="img", leave=False, file=sys.stderr,
-        desc=f"{config.contender} ({config.pipeline})",
+        desc=f"{config.contender} ({config.recipe or config.pipeline})",
     )
 
 

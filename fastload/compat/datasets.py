@@ -343,14 +343,14 @@ def _base(dataset: Any, wrapped: bool) -> Analysis:
         else:
             out.refuse(f"{name} is not a torchvision dataset fastload recognises ({_KNOWN})", _OWN_DATASET_FIX)
         if transform is not None:
-            out.transform, out.pipeline = transform, split_transform(transform)
+            out.transform, out.pipeline = transform, split_transform(transform, to_run=True)
             out.wrappers = flatten(transform)[1]
         return out
 
     out = Analysis(f"torchvision {name}")
     cls = type(dataset)
     out.transform = dataset.transform
-    out.pipeline = split_transform(dataset.transform)
+    out.pipeline = split_transform(dataset.transform, to_run=True)
     out.wrappers = flatten(dataset.transform)[1]
     out.target_transform = dataset.target_transform
     if not _same(cls, folder.DatasetFolder, "__getitem__", "__getitems__", "__len__"):

@@ -66,8 +66,11 @@ def explain(dataset: Any) -> str:
         if pipeline.tail:
             lines.append(f"{_INDENT}python tail:   {_arrow(pipeline.tail)}")
             lines.append(f"{_INDENT}blockers in the tail:")
-            refused = [(t, e) for t in pipeline.tail for e in [_refusal(t)] if e is not None]
-            for (_, error), text in zip(refused, pipeline.blockers):
+            refused = [e for t in pipeline.tail for e in [_refusal(t)] if e is not None]
+            # A prefix cut where it stopped fusing names that transform first (it has an
+            # equivalent, so no refusal of its own).
+            refused = [None] * (len(pipeline.blockers) - len(refused)) + refused
+            for error, text in zip(refused, pipeline.blockers):
                 lines.append(f"{_INDENT * 2}- {text}")
                 if getattr(error, "fix", ""):
                     lines.append(f"{_INDENT * 3}change: {error.fix}")

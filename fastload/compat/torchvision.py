@@ -200,11 +200,24 @@ def flatten(transform: Any) -> Tuple[List[Any], List[str]]:
     return leaves, wrappers
 
 
-def split_transform(transform: Any) -> Pipeline:
+def split_transform(transform: Any, *, to_run: bool = False) -> Pipeline:
     """`transform` (None, a torchvision transform, a Compose, a preset, ...) cut into its
-    native prefix (fastload specs) and its Python tail, with every blocker named."""
+    native prefix (fastload specs) and its Python tail, with every blocker named.
+    to_run: cut also where the prefix stops fusing into one engine pass (what a loader
+    runs; without it the cut is at the first transform without an equivalent)."""
     leaves, _ = flatten(transform)
-    return split_pipeline(leaves, _readable_leaf_specs, (ValueError,))
+    return split_pipeline(leaves, _readable_leaf_specs, (ValueError,), fuses=_why_not_fused if to_run else None)
+
+
+def _why_not_fused(native: List[Any]) -> str:
+    from fastload.augment.plan import fuse
+    from fastload.errors import UnsupportedPipeline
+
+    try:
+        fuse(list(native))
+    except (UnsupportedPipeline, ValueError) as error:
+        return str(error)
+    return ""
 
 
 def _readable_leaf_specs(transform: Any) -> List[Any]:

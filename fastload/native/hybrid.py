@@ -34,6 +34,7 @@ tail), counted in stats()["skipped"].
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -42,10 +43,12 @@ from typing import Any, Callable, Dict, List, Optional, Set
 import torch
 
 from fastload.errors import DecodeError
+from fastload.native.producers import HELD_BY_LOOP
 from fastload.native.repair import MAX_SKIP_ATTEMPTS
 from fastload.native.runner import NativeRunner
-from fastload.native.tail import GlobalDraws, Tail, _TailError, sample_seed
+from fastload.native.tail import BatchSlots, GlobalDraws, Tail, _TailError, sample_seed
 from fastload.source.index import SampleIndex
+from fastload.transfer.buffers import BatchBuffers
 
 PARALLEL = ("inline", "threads")
 
@@ -79,10 +82,14 @@ class HybridRunner:
         self.pin_memory = bool(pin_memory) and torch.cuda.is_available()
         self.description = description
         self.decode_on = "cpu"
-        self._pool = ThreadPoolExecutor(max(1, int(num_threads)), thread_name_prefix="fastload-tail") \
+        self._pool = ThreadPoolExecutor(max(1, int(num_threads)), thread_name_prefix="fastload-tail",
+                                        initializer=torch.set_num_threads, initargs=(1,)) \
             if parallel == "threads" else None
         self._tail_s = 0.0
         self._labels = labels
+        # The tail's batches are made one at a time in result(): the one being made and
+        # those the training loop holds.
+        self._batches = BatchBuffers(capacity=1 + HELD_BY_LOOP)
 
     # -- the NativeRunner interface -------------------------------------------------------
     @property
@@ -124,14 +131,17 @@ class HybridRunner:
 
         samples, images, epoch = self.native.collect(ticket)
         started = time.perf_counter()
-        with torch.profiler.record_function("fastload.python_tail"):
-            outputs, failures = self._run(images, samples, epoch)
+        with torch.profiler.record_function("fastload.python_tail"), _one_intra_op_thread():
+            slots = BatchSlots(len(samples), self._batches)
+            outputs, failures = self._run(images, samples, epoch, slots)
             if failures:
                 samples = samples.clone()
                 for slot, error in failures:
                     outputs[slot] = self._recover(slot, error, images, samples, epoch)
             try:
-                batch = default_collate(outputs)
+                batch = slots.collate(outputs)
+                if batch is None:
+                    batch = default_collate(outputs)
             except (TypeError, RuntimeError) as error:
                 from fastload.errors import add_note
 
@@ -159,12 +169,14 @@ class HybridRunner:
 
     def close(self) -> None:
         self.native.close()
+        self._batches.clear()
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
 
     # -- the tail -------------------------------------------------------------------------
-    def _run(self, images: torch.Tensor, samples: torch.Tensor, epoch: int):
-        """(outputs, [(slot, _TailError)]) of one batch; a failed slot's output is None."""
+    def _run(self, images: torch.Tensor, samples: torch.Tensor, epoch: int, slots: BatchSlots):
+        """(outputs, [(slot, _TailError)]) of one batch; a failed slot's output is None.
+        The tail's conversion writes straight into `slots` (its batch)."""
         indices = samples.tolist()
         outputs: List[Any] = [None] * len(indices)
         failures = []
@@ -174,14 +186,14 @@ class HybridRunner:
                 for slot, index in enumerate(indices):
                     draws.seed(sample_seed(seed, epoch, index))
                     try:
-                        outputs[slot] = self.tail(images[slot])
+                        outputs[slot] = self.tail(images[slot], slots, slot)
                     except _TailError as error:
                         failures.append((slot, error))
             return outputs, failures
 
         def run_one(slot: int):
             try:
-                return self.tail(images[slot]), None
+                return self.tail(images[slot], slots, slot), None
             except _TailError as error:
                 return None, error
 
@@ -215,6 +227,25 @@ class HybridRunner:
         raise DecodeError(f"{MAX_SKIP_ATTEMPTS} consecutive samples failed in the Python transforms; last: "
                           f"{self.tail.note(last, sample, self.index.source(sample))} ({last.error!r})",
                           sample, self.index.source(sample))
+
+
+@contextlib.contextmanager
+def _one_intra_op_thread():
+    """torch's intra-op threads set to 1 inside the block (restored after it), as torch's
+    DataLoader sets them in its workers: the tail's tensor ops are per sample and small,
+    and split over cores that the engine threads keep busy they spin instead of working
+    (a RandAugment tail on 2 cores, 2 intra-op threads: 5.4x the CPU time of 1). The
+    setting is the calling thread's (OpenMP), so the training loop's own ops on this
+    thread get their threads back between batches."""
+    threads = torch.get_num_threads()
+    if threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 # -- the tail in worker processes ---------------------------------------------------------

@@ -41,6 +41,7 @@ own worker draws are not across worker counts).
 from __future__ import annotations
 
 import random
+import threading
 import types
 from typing import Any, List, Optional, Sequence, Tuple
 
@@ -135,6 +136,150 @@ class GlobalDraws:
         np.random.set_state(self._numpy)
 
 
+# ---- the conversion to a tensor, run without torchvision's per-call overhead -------------
+#
+# Most tails end in a conversion: [TrivialAugmentWide, PILToTensor, ConvertImageDtype,
+# Normalize] or [AugMix, ToTensor, Normalize]. torchvision runs it per sample through
+# Python-level checks and fresh tensors, then default_collate copies every sample into the
+# batch: on 224x224 images that is ~2 ms per sample, more than the augmentation. The same
+# element-wise steps (the same torch calls, so the same float32 values, bit for bit) run
+# here straight into the batch's slot.
+
+# A conversion run starts with one of these: (makes float32, divides by 255 as v1 does).
+_CONVERTERS = {"ToTensor": True, "PILToTensor": False, "MaybeToTensor": True, "MaybePILToTensor": False}
+
+
+def _is_class(transform: Any, module: str, names: Any) -> bool:
+    kind = type(transform)
+    return kind.__module__.startswith(module) and kind.__name__ in names
+
+
+class Conversion:
+    """Steps that turn a PIL image into the tensor a run of
+    torchvision conversion transforms would make, written into a given tensor.
+
+    `Conversion.find(transforms)` gives (begin, end, Conversion) for the first run in a
+    tail: a ToTensor / PILToTensor (v1 or v2, timm's MaybeToTensor / MaybePILToTensor)
+    after at least one other transform, then any ConvertImageDtype(float32),
+    ToDtype(float32) and Normalize that follow. Anything else ends the run.
+
+    Example:
+        >>> import torch
+        >>> from torchvision import transforms as T
+        >>> begin, end, conversion = Conversion.find([T.RandomInvert(), T.ToTensor(), T.Normalize([0.5], [0.5])])
+        >>> begin, end, conversion.dtype
+        (1, 3, torch.float32)
+        >>> out = torch.empty(1, 1, 2)
+        >>> conversion.write(torch.tensor([[[0, 255]]], dtype=torch.uint8), out).tolist()  # (x / 255 - 0.5) / 0.5
+        [[[-1.0, 1.0]]]
+    """
+
+    def __init__(self, dtype: torch.dtype, scale_step: Optional[Tuple[str, float]] = None,
+                 normalize: Optional[Tuple[Any, Any]] = None):
+        self.dtype = dtype  # uint8 (PILToTensor alone) or float32
+        self.scale_step = scale_step  # ("div", 255.0) as v1 does, ("mul", 1 / 255) as v2 does, or None
+        self.mean, self.std = (None, None) if normalize is None else (
+            torch.as_tensor(normalize[0], dtype=torch.float32).view(-1, 1, 1),
+            torch.as_tensor(normalize[1], dtype=torch.float32).view(-1, 1, 1))
+
+    @staticmethod
+    def find(transforms: Sequence[Any]) -> Optional[Tuple[int, int, "Conversion"]]:
+        for begin in range(1, len(transforms)):
+            first = transforms[begin]
+            v1 = _is_class(first, "torchvision.transforms", _CONVERTERS) and not _is_class(
+                first, "torchvision.transforms.v2", ("ToTensor",))
+            if not (v1 or _is_class(first, "timm.", ("MaybeToTensor", "MaybePILToTensor"))):
+                continue
+            floats = _CONVERTERS[type(first).__name__]
+            scale_step = ("div", 255.0) if floats else None
+            normalize = None
+            end = begin + 1
+            for transform in transforms[begin + 1:]:
+                name = type(transform).__name__
+                if not _is_class(transform, "torchvision.transforms", ("ConvertImageDtype", "ToDtype", "Normalize")):
+                    break
+                if name == "Normalize":
+                    if not floats or normalize is not None:
+                        break
+                    normalize = (transform.mean, transform.std)
+                elif transform.dtype is not torch.float32 or floats:
+                    break  # (float to float: leave it to torchvision)
+                elif name == "ConvertImageDtype":
+                    floats, scale_step = True, ("div", 255.0)
+                else:  # v2 ToDtype
+                    floats, scale_step = True, ("mul", 1.0 / 255) if transform.scale else None
+                end += 1
+            return begin, end, Conversion(torch.float32 if floats else torch.uint8, scale_step, normalize)
+        return None
+
+    def pixels(self, value: Any) -> Optional[torch.Tensor]:
+        """A PIL image's pixels as a uint8 [C, H, W] view, or None where torchvision would
+        do something else with `value` (another PIL mode, a tensor, a numpy array...)."""
+        from PIL import Image
+
+        if not isinstance(value, Image.Image) or value.mode not in ("RGB", "L"):
+            return None
+        hwc = np.asarray(value)  # (a copy of the pixels already: PIL hands them over as bytes)
+        # numpy's transposing copy is ~3x faster than torch's uint8 -> float copy from the
+        # permuted view; the float conversion then runs on contiguous memory.
+        chw = hwc[None] if hwc.ndim == 2 else np.ascontiguousarray(hwc.transpose(2, 0, 1))
+        return torch.from_numpy(chw) if chw.flags.writeable else torch.from_numpy(chw.copy())
+
+    def shape_of(self, pixels: torch.Tensor) -> Optional[Tuple[int, ...]]:
+        """The output shape for these pixels, or None when Normalize would not broadcast."""
+        if self.mean is not None and max(self.mean.shape[0], self.std.shape[0]) not in (1, pixels.shape[0]):
+            return None
+        return tuple(pixels.shape)
+
+    def write(self, pixels: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """Converts uint8 [C, H, W] `pixels` into `out` ([C, H, W] of self.dtype): the
+        calls torchvision makes, in its order."""
+        out.copy_(pixels)
+        if self.scale_step is not None:
+            (out.div_ if self.scale_step[0] == "div" else out.mul_)(self.scale_step[1])
+        if self.mean is not None:
+            out.sub_(self.mean).div_(self.std)
+        return out
+
+
+class BatchSlots:
+    """The batch tensor a tail's conversion writes into, made at the first converted
+    sample (from `buffers`, a fastload.transfer.buffers.BatchBuffers, when given: fresh
+    pages cost a page fault each); `collate` returns it once every output fits, else None
+    (default_collate then)."""
+
+    def __init__(self, size: int, buffers: Any = None):
+        self.size = size
+        self.tensor: Optional[torch.Tensor] = None
+        self._buffers = buffers
+        self._lock = threading.Lock()
+
+    def slot(self, position: int, shape: Tuple[int, ...], dtype: torch.dtype) -> Optional[torch.Tensor]:
+        with self._lock:
+            if self.tensor is None:
+                shape_of_batch = (self.size, *shape)
+                self.tensor = torch.empty(shape_of_batch, dtype=dtype) if self._buffers is None else \
+                    self._buffers.take(shape_of_batch, dtype, torch.contiguous_format)
+        if tuple(self.tensor.shape[1:]) != shape or self.tensor.dtype != dtype:
+            return None
+        return self.tensor[position]
+
+    def collate(self, outputs: Sequence[Any]) -> Optional[torch.Tensor]:
+        """The batch, outputs not already in their slot copied in (what torch.stack in
+        default_collate would make), or None when an output is not a tensor that fits."""
+        batch = self.tensor
+        if batch is None or len(outputs) != self.size:
+            return None
+        for output in outputs:
+            if type(output) is not torch.Tensor or output.shape != batch.shape[1:] or output.dtype != batch.dtype:
+                return None
+        for position, output in enumerate(outputs):
+            slot = batch[position]
+            if output.data_ptr() != slot.data_ptr() or output.stride() != slot.stride():
+                slot.copy_(output)
+        return batch
+
+
 class _TailError(Exception):
     """Internal: a tail transform raised; `position` says which one."""
 
@@ -165,6 +310,8 @@ class Tail:
         self.input = "tensor" if prefix_makes_tensor else input
         self.prefix_makes_tensor = bool(prefix_makes_tensor)
         self.blockers = tuple(blockers)
+        # (begin, end, Conversion): transforms[begin:end] turn the PIL image into a tensor.
+        self._conversion = Conversion.find(self.transforms) if self.takes_pil else None
 
     def __len__(self) -> int:
         return len(self.transforms)
@@ -199,15 +346,35 @@ class Tail:
         # uint8 [H, W] is mode L, [H, W, 3] mode RGB: the modes torchvision's loader gives.
         return Image.fromarray(np.ascontiguousarray(pixels[:, :, 0] if pixels.shape[2] == 1 else pixels))
 
-    def __call__(self, image: torch.Tensor) -> Any:
-        """Runs the tail on one prefix output [C, H, W]; _TailError names the transform that raised."""
+    def __call__(self, image: torch.Tensor, slots: Optional[BatchSlots] = None, slot: int = 0) -> Any:
+        """Runs the tail on one prefix output [C, H, W]; _TailError names the transform
+        that raised. The tail's conversion run (Conversion) writes into `slots`' slot
+        `slot` when given, else into a tensor of its own."""
         value = self.to_input(image)
-        for position, transform in enumerate(self.transforms):
+        run = self._conversion
+        at = 0
+        while at < len(self.transforms):
+            if run is not None and at == run[0]:
+                converted = self._convert(run[2], value, slots, slot)
+                if converted is not None:
+                    value, at = converted, run[1]
+                    continue
             try:
-                value = transform(value)
+                value = self.transforms[at](value)
             except Exception as error:
-                raise _TailError(error, position) from error
+                raise _TailError(error, at) from error
+            at += 1
         return value
+
+    @staticmethod
+    def _convert(conversion: Conversion, value: Any, slots: Optional[BatchSlots], slot: int) -> Optional[torch.Tensor]:
+        """The conversion run's output for `value`, or None: torchvision's transforms then run."""
+        pixels = conversion.pixels(value)
+        shape = None if pixels is None else conversion.shape_of(pixels)
+        if shape is None:
+            return None
+        out = slots.slot(slot, shape, conversion.dtype) if slots is not None else None
+        return conversion.write(pixels, torch.empty(shape, dtype=conversion.dtype) if out is None else out)
 
     def note(self, error: _TailError, index: int, source: Optional[str]) -> str:
         """The note a raised tail error gets: the transform, the sample, its file."""
