@@ -4,11 +4,15 @@ the original file's figure measured in the same run (fastload::decode_jpeg).
 
 Images are the bench's generated ImageNet-like photos (fastload.bench.dataset:
 ~500x375, q90, 4:2:0, ~100 KB). Windows are RandomResizedCrop-like boxes of a fixed
-share of the image area (aspect 3/4..4/3, random position, seeded), the same for both
-files. Restart intervals finer than an MCU row cannot be prepared by transcode_jpeg
-(decode_jpeg_rows skips rows, not columns); their cost is shown from PIL re-encodes of
-the same pixels (optimised Huffman tables, restart every n MCUs) against the same
-re-encode without restarts. Times: best of `--rounds` passes over every image and
+share of the image area (aspect 3/4..4/3, random position, seeded), and
+RandomResizedCrop's own boxes (scale 0.08..1: the training mix), the same for both
+files. Layouts: whole rows (a restart every 1, 2, 4 MCU rows) and column tiles (a
+restart every k MCUs, k the divisor of the image's MCUs per row nearest a tile width of
+32, 64 or 128 pixels, transcode_jpeg's -k; whole rows where none is within 32..128 px),
+and the transcoder's own choice (-1). The cost of restart markers alone (libjpeg-turbo
+leaves its fast Huffman path near each marker) is shown from PIL re-encodes of the same
+pixels (optimised Huffman tables, restart every n MCUs) against the same re-encode
+without restarts. Times: best of `--rounds` passes over every image and
 window, the original's and the prepared file's passes interleaved, CPU milliseconds per decode
 (process time of the one thread).
 
@@ -76,6 +80,23 @@ def windows_of_area(h: int, w: int, share: float, count: int, rng: random.Random
     return out
 
 
+def rrc_windows(h: int, w: int, count: int, rng: random.Random):
+    """RandomResizedCrop's boxes (torchvision's sampling: scale 0.08..1, ratio 3/4..4/3,
+    ten tries, then the centre crop of the clamped ratio)."""
+    out = []
+    for _ in range(count):
+        for _ in range(10):
+            area = h * w * rng.uniform(0.08, 1.0)
+            aspect = math.exp(rng.uniform(math.log(3 / 4), math.log(4 / 3)))
+            ww, hh = round(math.sqrt(area * aspect)), round(math.sqrt(area / aspect))
+            if 0 < ww <= w and 0 < hh <= h:
+                out.append([rng.randint(0, h - hh), rng.randint(0, w - ww), hh, ww])
+                break
+        else:
+            out.append([0, 0, h, w])
+    return out
+
+
 def pil_encode(pixels, **options) -> bytes:
     from PIL import Image
 
@@ -96,12 +117,14 @@ def main() -> None:
     pixels = [draw_image(args.seed, i) for i in range(args.images)]
     originals = [as_tensor(pil_encode(p)) for p in pixels]
     rng = random.Random(args.seed)
-    shares = (0.08, 0.25, 1.0)
+    shares = (0.08, 0.25, 1.0, "RandomResizedCrop")
     windows = {s: [] for s in shares}
     for i, data in enumerate(originals):
         h, w = fl.jpeg_header(data)[:2]
         for s in shares:
-            windows[s] += [(i, win) for win in windows_of_area(h, w, s, args.windows, rng)]
+            boxes = rrc_windows(h, w, args.windows, rng) if isinstance(s, str) else \
+                windows_of_area(h, w, s, args.windows, rng)
+            windows[s] += [(i, win) for win in boxes]
     size_orig = sum(d.numel() for d in originals)
     sizes = [tuple(p.shape[:2]) for p in pixels]
     print(f"# {platform.processor() or platform.machine()}, torch {torch.__version__}, one thread; "
@@ -109,11 +132,22 @@ def main() -> None:
           f"{sum(s[1] for s in sizes) / len(sizes):.0f}, mean {size_orig / len(originals) / 1e3:.1f} KB (q90 4:2:0)")
 
     header = "| file | size vs original | full decode ms (original) | " + " | ".join(
-        f"{int(s * 100)}% window ms (original)" for s in shares) + " |"
+        f"{s if isinstance(s, str) else f'{int(s * 100)}%'} window ms (original)" for s in shares) + " |"
     print(header)
     print("|" + "---|" * (3 + len(shares)))
-    for restart_rows in (1, 2, 4):
-        prepared = [fl.transcode_jpeg(d, restart_rows) for d in originals]
+    def tiles_of(data: torch.Tensor, width_px: int) -> int:
+        """transcode_jpeg's restart_rows for tiles nearest width_px wide (1: whole rows)."""
+        h, w, components = fl.jpeg_header(data)[:3]
+        mcu = 16  # the bench's photos are 4:2:0
+        mcus = -(-w // mcu)
+        ks = [k for k in range(2, mcus) if mcus % k == 0 and 32 <= k * mcu <= 128]
+        return -min(ks, key=lambda k: abs(k * mcu - width_px)) if ks else 1
+
+    layouts = [(f"restart every {r} MCU row{'s' if r > 1 else ''}", lambda d, r=r: r) for r in (1, 2, 4)]
+    layouts += [(f"tiles of ~{px} px", lambda d, px=px: tiles_of(d, px)) for px in (32, 64, 128)]
+    layouts += [("tiles, transcoder's choice (-1)", lambda d: -1)]
+    for label, restart_of in layouts:
+        prepared = [fl.transcode_jpeg(d, restart_of(d)) for d in originals]
         size = sum(p[0].numel() for p in prepared)
         indices = list(range(len(originals)))
         full_orig, full = paired_ms(lambda i: fl.decode_jpeg(originals[i]), lambda i: fl.decode_jpeg(prepared[i][0]),
@@ -124,7 +158,7 @@ def main() -> None:
                                 lambda iw: fl.decode_jpeg_rows(prepared[iw[0]][0], prepared[iw[0]][1], iw[1]),
                                 windows[s], args.rounds)
             cells.append(f"{t:.3f} ({orig:.3f})")
-        print(f"| prepared, restart every {restart_rows} MCU row{'s' if restart_rows > 1 else ''} | "
+        print(f"| prepared, {label} | "
               f"{size / size_orig:.3f} | {full:.3f} ({full_orig:.3f}) | " + " | ".join(cells) + " |")
 
     # Finer intervals (per MCU) from PIL re-encodes: cost only, no partial decode.

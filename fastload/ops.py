@@ -292,17 +292,22 @@ def transcode_jpeg(data: torch.Tensor, restart_rows: int = 1, *,
                    max_pixels: int = DEFAULT_MAX_PIXELS) -> Tuple[torch.Tensor, torch.Tensor]:
     """Losslessly transcodes a JPEG into a prepared one whose rows decode apart.
 
-    In the DCT domain (no pixel changes): baseline, optimised Huffman tables, a restart
-    marker every `restart_rows` MCU rows, APPn/COM markers kept (EXIF, ICC).
+    In the DCT domain (no pixel changes): baseline, optimised Huffman tables, restart
+    markers that cut the image into segments decodable apart, APPn/COM markers kept (EXIF,
+    ICC).
 
     Args:
         data: uint8 1-D contiguous CPU tensor with the file's bytes.
-        restart_rows: MCU rows per restart segment, 1..8.
+        restart_rows: 1..8: a segment every `restart_rows` MCU rows; -1: each MCU row cut
+            into column tiles of the transcoder's choice (~64 px; whole rows where no
+            width fits, csrc/decode/transcode.h); -k: tiles of k MCUs (k divides the MCUs
+            per row).
         max_pixels: refuse images with more pixels (<= 0: no limit).
 
     Returns:
         (jpeg uint8 [M], segments int64 [K + 1, 2]): row k < K is (byte offset of restart
-        segment k's entropy data, its first MCU row); row K is (len(jpeg), MCU rows).
+        segment k's entropy data, its first MCU row; with tiles, each tile of a row repeats
+        the row); row K is (len(jpeg), MCU rows).
         decode_jpeg(jpeg) equals decode_jpeg(data) bit for bit.
 
     Raises:

@@ -152,9 +152,9 @@ def test_engine_refuses_a_malformed_segment_index_marker(tmp_path):
     jpeg, segments = ops.transcode_jpeg(js.as_tensor(data))
     prepared = seg.embed_segments(jpeg.numpy().tobytes(), segments.numpy())
     at = prepared.index(seg.IDENT) + len(seg.IDENT)
-    (tmp_path / "v2.jpg").write_bytes(prepared[:at] + bytes([2]) + prepared[at + 1:])  # an unknown version
-    dataset = fastload.FileList([str(tmp_path / "v2.jpg")], transforms=[T.CenterCrop(16)])
-    with pytest.raises(fastload.DecodeError, match="segment index marker .* of version 1"):
+    (tmp_path / "v3.jpg").write_bytes(prepared[:at] + bytes([3]) + prepared[at + 1:])  # an unknown version
+    dataset = fastload.FileList([str(tmp_path / "v3.jpg")], transforms=[T.CenterCrop(16)])
+    with pytest.raises(fastload.DecodeError, match="segment index marker .* version 2 or 1.*version 3"):
         next(iter(fastload.DataLoader(dataset, batch_size=1)))
 
 
@@ -275,3 +275,191 @@ def test_prepare_command_line(folder, tmp_path, capsys):
     assert "samples in 3 shards" in capsys.readouterr().out
     assert main([str(tmp_path / "nowhere"), str(tmp_path / "x"), "--workers", "0"]) == 1
     assert "expected an image folder or tar shards" in capsys.readouterr().err
+
+
+# ---- column tiles ------------------------------------------------------------------
+
+# (h, v) of each component for every chroma sampling a prepared file can have.
+SAMPLINGS = {"444": [(1, 1)] * 3, "422": [(2, 1), (1, 1), (1, 1)], "420": [(2, 2), (1, 1), (1, 1)],
+             "440": [(1, 2), (1, 1), (1, 1)], "411": [(4, 1), (1, 1), (1, 1)], "gray": [(1, 1)],
+             "cmyk": [(1, 1)] * 4}
+
+
+def sampled(kind: str, height: int, width: int, seed: int = 0) -> bytes:
+    if kind == "gray":
+        return js.encode_sampled(js.photo(height, width, seed)[..., 1], SAMPLINGS[kind])
+    if kind == "cmyk":
+        return js.encode_sampled(js.photo_cmyk(height, width, seed), SAMPLINGS[kind])
+    return js.encode_sampled(js.photo(height, width, seed), SAMPLINGS[kind])
+
+
+def mcu_width(kind: str) -> int:
+    return 8 * max(h for h, _ in SAMPLINGS[kind]) if kind not in ("gray",) else 8
+
+
+def tiles_per_row(segments: torch.Tensor) -> int:
+    rows = segments[:-1, 1].tolist()
+    return rows.count(0)
+
+
+def scaled_box(window, d):
+    top, left, h, w = window
+    return slice(top // d, -(-(top + h) // d)), slice(left // d, -(-(left + w) // d))
+
+
+def check_windows(original: bytes, jpeg, segments, windows, scales=(1, 2, 4, 8), channels=3):
+    for d in scales:
+        full = ops.decode_jpeg(js.as_tensor(original), [], d, channels).numpy()
+        for window in windows:
+            got = ops.decode_jpeg_rows(jpeg, segments, window, d, channels).numpy()
+            ys, xs = scaled_box(window, d)
+            np.testing.assert_array_equal(got, full[ys, xs], err_msg=f"window {window} at 1/{d}")
+
+
+def edge_windows(h: int, w: int, rng: np.random.Generator, count: int = 12):
+    """Windows touching each edge and corner, 1-pixel ones, and random ones."""
+    out = [[0, 0, h, w], [0, 0, 1, 1], [h - 1, w - 1, 1, 1], [0, w - 1, h, 1], [h - 1, 0, 1, w],
+           [0, 0, min(h, 9), min(w, 9)], [max(0, h - 9), max(0, w - 9), min(h, 9), min(w, 9)]]
+    for _ in range(count):
+        top, left = int(rng.integers(h)), int(rng.integers(w))
+        out.append([top, left, int(rng.integers(1, h - top + 1)), int(rng.integers(1, w - left + 1))])
+    return out
+
+
+@pytest.mark.parametrize("kind", list(SAMPLINGS))
+def test_transcoder_cuts_rows_into_column_tiles_that_divide_them(kind):
+    mw = mcu_width(kind)
+    data = sampled(kind, 40, 16 * mw - 3, seed=1)  # 16 MCUs a row: tiles of a divisor
+    jpeg, segments = ops.transcode_jpeg(js.as_tensor(data), -1)
+    k = 16 // tiles_per_row(segments)
+    assert tiles_per_row(segments) > 1 and 16 % k == 0 and 32 <= k * mw <= 128
+    assert torch.equal(ops.decode_jpeg(jpeg), ops.decode_jpeg(js.as_tensor(data)))
+    # A prime number of MCUs per row has no divisor in range: one-MCU tiles where an MCU
+    # is 16 pixels or wider, else whole rows (as restart_rows=1).
+    prime = sampled(kind, 40, 13 * mw, seed=2)
+    jpeg13, segments13 = ops.transcode_jpeg(js.as_tensor(prime), -1)
+    if mw >= 16:
+        assert tiles_per_row(segments13) == 13
+        check_windows(prime, jpeg13, segments13, edge_windows(40, 13 * mw, np.random.default_rng(13)), scales=(1, 2))
+    else:
+        assert tiles_per_row(segments13) == 1
+        assert torch.equal(segments13, ops.transcode_jpeg(js.as_tensor(prime), 1)[1])
+
+
+@pytest.mark.parametrize("kind", list(SAMPLINGS))
+@pytest.mark.parametrize("size", ["6mcus", "1px", "1mcu", "10mcus_short"])
+def test_tiled_windows_equal_the_originals_at_every_edge_and_scale(kind, size):
+    mw = mcu_width(kind)
+    h, w = {"6mcus": (37, 6 * mw - mw // 2),  # a partial last MCU
+            "1px": (1, 1), "1mcu": (29, mw), "10mcus_short": (5, 10 * mw)}[size]
+    data = sampled(kind, h, w, seed=h + w)
+    mcus = -(-w // mw)
+    # The narrowest tiles (2 MCUs) where they divide the row, else the transcoder's choice.
+    jpeg, segments = ops.transcode_jpeg(js.as_tensor(data), -2 if mcus % 2 == 0 and mcus > 2 else -1)
+    assert tiles_per_row(segments) == (mcus // 2 if mcus % 2 == 0 and mcus > 2 else 1)
+    check_windows(data, jpeg, segments, edge_windows(h, w, np.random.default_rng(h * 1000 + w)))
+    check_windows(data, jpeg, segments, edge_windows(h, w, np.random.default_rng(w), 4), channels=1)
+
+
+@pytest.mark.parametrize("kind", ["420", "422", "444", "411"])
+def test_every_small_window_of_a_tiled_file_equals_the_original(kind):
+    mw = mcu_width(kind)
+    h, w = 19, 6 * mw - 5  # 6 MCUs: 3 tiles of 2, the last one partial
+    data = sampled(kind, h, w, seed=5)
+    jpeg, segments = ops.transcode_jpeg(js.as_tensor(data), -2)
+    assert tiles_per_row(segments) == 3
+    windows = [[top, left, hh, ww] for top, hh in ((0, 1), (15, 4)) for left in range(w) for ww in (1, 2, 9)
+               if top + hh <= h and left + ww <= w]
+    check_windows(data, jpeg, segments, windows)
+
+
+def test_tiled_window_reads_only_the_tiles_it_needs():
+    # Corrupt data in a tile outside the window (and outside its upsampling context)
+    # is never read: the window decodes exactly; a window over that tile fails.
+    data = sampled("420", 32, 128, seed=9)  # 8 MCUs a row
+    jpeg, segments = ops.transcode_jpeg(js.as_tensor(data), -2)  # 4 tiles of 32 pixels
+    assert tiles_per_row(segments) == 4
+    broken = jpeg.clone()
+    start, end = int(segments[3, 0]), int(segments[4, 0]) - 2  # row 0, last tile
+    broken[start:end] = 0xFF  # no valid entropy data, a run of fill bytes
+    window = [0, 2, 16, 60]
+    expected = ops.decode_jpeg(js.as_tensor(data), window)
+    assert torch.equal(ops.decode_jpeg_rows(broken, segments, window), expected)
+    with pytest.raises(RuntimeError, match="fastload.decode_jpeg_rows: "):
+        ops.decode_jpeg_rows(broken, segments, [0, 100, 16, 20])
+
+
+def embedded(data: bytes, restart_rows: int = -1) -> bytes:
+    jpeg, segments = ops.transcode_jpeg(js.as_tensor(data), restart_rows)
+    return seg.embed_segments(jpeg.numpy().tobytes(), segments.numpy())
+
+
+def engine_decode(tmp_path, data: bytes, name: str = "x.jpg"):
+    (tmp_path / name).write_bytes(data)
+    dataset = fastload.FileList([str(tmp_path / name)], transforms=[T.CenterCrop(16)])
+    return next(iter(fastload.DataLoader(dataset, batch_size=1)))[0]
+
+
+def test_engine_decodes_tiled_prepared_files_and_version_1_files(tmp_path):
+    data = js.encode(js.photo(40, 256, 3))
+    reference = engine_decode(tmp_path, data, "original.jpg")
+    tiled = embedded(data)
+    assert tiles_per_row(torch.from_numpy(read_segments(tiled))) == 4
+    assert torch.equal(engine_decode(tmp_path, tiled, "tiled.jpg"), reference)
+    # A version 1 index (whole rows, (u32 offset, u32 row) pairs), as files prepared
+    # before column tiles carry it, still decodes.
+    jpeg, segments = ops.transcode_jpeg(js.as_tensor(data), 1)
+    pairs = segments.numpy().copy()
+    length = 2 + len(seg.IDENT) + 1 + 8 * len(pairs)
+    pairs[:, 0] += 2 + length
+    raw = jpeg.numpy().tobytes()
+    at = 2 + 2 + ((raw[4] << 8) | raw[5])  # after the JFIF APP0
+    v1 = raw[:at] + bytes([0xFF, 0xEF, length >> 8, length & 0xFF]) + seg.IDENT + b"\x01" + \
+        pairs.astype(">u4").tobytes() + raw[at:]
+    assert np.array_equal(read_segments(v1), pairs)
+    assert torch.equal(engine_decode(tmp_path, v1, "v1.jpg"), reference)
+
+
+def _index_field(data: bytes, at: int, value: bytes) -> bytes:
+    """data with the bytes at offset `at` of the FLSEG body (after the version) replaced."""
+    start = data.index(seg.IDENT) + len(seg.IDENT) + 1 + at
+    return data[:start] + value + data[start + len(value):]
+
+
+@pytest.mark.parametrize("case, match", [
+    ("interval", "layout of a restart every 3 MCUs in rows of 16 MCUs for a file whose header says 4 and 16"),
+    ("mcus_per_row", "rows of 17 MCUs"),
+    ("column", "tile column 2 in entry 1 .1 expected"),
+    ("first_offset", "first offset of 4294967295 outside"),
+    ("offset", "offset 4294967295 in row 2"),
+    ("row", "MCU row 7 in row 5"),
+    ("length", "version 2 body of 11 bytes"),
+    ("version", "version 9 .this fastload reads versions 1 and 2"),
+    ("empty", "an empty one"),
+    ("count", "segments for a file of 3 MCU rows with 4 tiles per MCU row"),
+], ids=lambda x: x if " " not in x else "")
+def test_hostile_segment_index_is_refused_naming_the_field(tmp_path, case, match):
+    jpeg, segments = ops.transcode_jpeg(js.as_tensor(js.encode(js.photo(40, 256, 3))), -1)
+    jpeg, segments = jpeg.numpy().tobytes(), segments.numpy()
+    good = seg.embed_segments(jpeg, segments)  # 3 MCU rows of 16 MCUs, tiles of 4
+    ident = good.index(seg.IDENT)
+    body = ident + len(seg.IDENT)
+    length = (good[ident - 2] << 8) | good[ident - 1]
+    bad = {
+        "interval": lambda: _index_field(good, 0, b"\x00\x03"),
+        "mcus_per_row": lambda: _index_field(good, 2, b"\x00\x11"),
+        "column": lambda: _index_field(good, 4 + 8 + 6, b"\x00\x02"),
+        "first_offset": lambda: _index_field(good, 4, b"\xff\xff\xff\xff"),
+        "offset": lambda: _index_field(good, 4 + 2 * 8, b"\xff\xff\xff\xff"),
+        "row": lambda: _index_field(good, 4 + 5 * 8 + 4, b"\x00\x07"),
+        # The marker shortened to a body that is no whole number of entries.
+        "length": lambda: good[:ident - 2] + bytes([0, 2 + len(seg.IDENT) + 12]) + good[ident:body + 12] +
+        good[ident - 2 + length:],
+        "version": lambda: good[:body] + b"\x09" + good[body + 1:],
+        "empty": lambda: good[:ident - 2] + bytes([0, 2 + len(seg.IDENT)]) + good[ident:body] +
+        good[ident - 2 + length:],
+        # One entry fewer (the last tile of the last row dropped, the end entry kept).
+        "count": lambda: seg.embed_segments(jpeg, np.delete(segments, -2, axis=0)),
+    }[case]()
+    with pytest.raises(fastload.DecodeError, match=match):
+        engine_decode(tmp_path, bad)

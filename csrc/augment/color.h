@@ -144,26 +144,37 @@ FASTLOAD_HD void pil_rgb_to_hsv(uint8_t r, uint8_t g, uint8_t b, uint8_t* hsv) {
   } else {
     h = static_cast<float>(4.0 + static_cast<double>(gc) - static_cast<double>(rc));
   }
-  h = static_cast<float>(fmod(static_cast<double>(h) / 6.0 + 1.0, 1.0));
+  // fmod(t, 1.0) for t = h / 6 + 1 in [5/6, 11/6] (h in [-1, 5]): t - 1 from 1 on, which
+  // is exact, so the libm call is not needed for the same value.
+  const double t = static_cast<double>(h) / 6.0 + 1.0;
+  h = static_cast<float>(t >= 1.0 ? t - 1.0 : t);
   hsv[0] = static_cast<uint8_t>(clip8(static_cast<int>(static_cast<double>(h) * 255.0)));
   hsv[1] = static_cast<uint8_t>(clip8(static_cast<int>(static_cast<double>(s) * 255.0)));
 }
 
-// Pillow's hsv2rgb (Convert.c).
+// C's round (half away from zero) for 0 <= x < 2^31, without libm: x - trunc(x) is
+// exact there, so comparing it with 0.5 is what round does.
+FASTLOAD_HD int round_nonnegative(double x) {
+  const int t = static_cast<int>(x);
+  return t + (x - static_cast<double>(t) >= 0.5 ? 1 : 0);
+}
+
+// Pillow's hsv2rgb (Convert.c). h6 >= 0, so floor is the truncation, and every rounded
+// product below is non-negative (fs, f in [0, 1]).
 FASTLOAD_HD void pil_hsv_to_rgb(uint8_t h, uint8_t s, uint8_t v, uint8_t* rgb) {
   if (s == 0) {
     rgb[0] = rgb[1] = rgb[2] = v;
     return;
   }
   const double h6 = static_cast<double>(h) * 6.0 / 255.0;
-  const int i = static_cast<int>(floor(h6));
+  const int i = static_cast<int>(h6);
   const float f = static_cast<float>(h6 - static_cast<double>(i));
   const float fs = static_cast<float>(static_cast<double>(s) / 255.0);
   const double vd = static_cast<double>(v);
-  const uint8_t up = static_cast<uint8_t>(clip8(static_cast<int>(round(vd * (1.0 - fs)))));
-  const uint8_t uq = static_cast<uint8_t>(clip8(static_cast<int>(round(vd * (1.0 - mul_rn(fs, f))))));
-  const uint8_t ut = static_cast<uint8_t>(
-      clip8(static_cast<int>(round(vd * (1.0 - dmul_rn(fs, 1.0 - static_cast<double>(f)))))));
+  const uint8_t up = static_cast<uint8_t>(clip8(round_nonnegative(vd * (1.0 - fs))));
+  const uint8_t uq = static_cast<uint8_t>(clip8(round_nonnegative(vd * (1.0 - mul_rn(fs, f)))));
+  const uint8_t ut =
+      static_cast<uint8_t>(clip8(round_nonnegative(vd * (1.0 - dmul_rn(fs, 1.0 - static_cast<double>(f))))));
   switch (i % 6) {
     case 0: rgb[0] = v; rgb[1] = ut; rgb[2] = up; break;
     case 1: rgb[0] = uq; rgb[1] = v; rgb[2] = up; break;

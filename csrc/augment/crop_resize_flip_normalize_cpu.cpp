@@ -32,6 +32,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "augment/crop_resize_flip_normalize.h"
 #include "augment/crop_resize_flip_normalize_checks.h"
@@ -63,6 +65,16 @@ using augment::Taps;
 constexpr int kTapChunk = 16;
 // The ring's size cap, in floats (4 MB): reached only by strong downscaling of big images.
 constexpr int64_t kRingFloats = int64_t{1} << 20;
+
+// One sample's colour ops over its uint8 rows (the PIL stage). Brightness and contrast
+// blend every value with one grey per sample, so a 256-entry table of Pillow's blend
+// (color.h, the same function) stands in for the float math; contrast's is made once its
+// mean is known, after the first pass.
+struct ColorRows {
+  uint8_t brightness[256];
+  uint8_t contrast[256];
+  uint8_t hue_shift;
+};
 
 // Per-sample plan: tap tables and buffers, all inside the caller's ResizeScratch.
 struct Plan {
@@ -100,7 +112,8 @@ struct Plan {
   const augment::color::ColorPass* color;
   uint8_t* pixels;
   uint64_t luma_sum;
-  bool pixels_ready;  // pixels already hold the resampled sample with the first colour steps
+  bool pixels_ready;  // pixels already hold Pillow's resampled sample (the first colour steps still to run)
+  ColorRows color_rows;
 };
 
 // The taps of every output index of an axis, in order. NEAREST walks Pillow's
@@ -492,22 +505,82 @@ FASTLOAD_INLINE void run_any_rows(const Plan& p, const ImageView& in, Sink sink)
   run_rows<WIDE>(p, in, sink);
 }
 
-// The colour pass's first step on output row y (in hrow): Pillow's uint8 resize output,
-// the colour steps before contrast, the luma sum contrast needs.
-FASTLOAD_INLINE void color_first_row(Plan& p, int y) {
+void color_rows_init(ColorRows& t, const augment::color::ColorPass& cp) {
+  namespace color = augment::color;
+  const color::JitterParams& jp = cp.jitter_params;
+  const bool jitter = cp.jitter;
+  for (int v = 0; v < 256; ++v)
+    t.brightness[v] = jitter && jp.enabled[color::kBrightness]
+                          ? color::pil_blend(0, static_cast<uint8_t>(v), jp.factor[color::kBrightness])
+                          : static_cast<uint8_t>(v);
+  t.hue_shift = jitter && jp.enabled[color::kHue] ? color::pil_hue_shift(jp.factor[color::kHue]) : 0;
+}
+
+void color_rows_contrast(ColorRows& t, const augment::color::ColorPass& cp, int mean) {
+  namespace color = augment::color;
+  const float f = cp.jitter_params.factor[color::kContrast];
+  for (int v = 0; v < 256; ++v) t.contrast[v] = color::pil_blend(static_cast<uint8_t>(mean), static_cast<uint8_t>(v), f);
+}
+
+// The jitter ops order[begin, end) over n pixels of one row, op after op (the row stays
+// in L1), then the grayscale: what color_first / color_second do per pixel.
+FASTLOAD_INLINE void color_ops_row(const augment::color::ColorPass& cp, const ColorRows& t, uint8_t* px, int n,
+                                   int C, int begin, int end, bool grayscale) {
+  namespace color = augment::color;
+  const color::JitterParams& jp = cp.jitter_params;
+  for (int k = begin; cp.jitter && k < end; ++k) {
+    const int op = jp.order[k];
+    if (op < 0 || op > 3 || !jp.enabled[op]) continue;
+    if (op == color::kBrightness || op == color::kContrast) {
+      const uint8_t* lut = op == color::kBrightness ? t.brightness : t.contrast;
+      for (int i = 0; i < n * C; ++i) px[i] = lut[px[i]];
+    } else if (C == 3 && op == color::kSaturation) {
+      const float f = jp.factor[op];
+      for (int i = 0; i < n; ++i) {
+        uint8_t* q = px + 3 * i;
+        const uint8_t g = color::pil_luma(q[0], q[1], q[2]);
+        q[0] = color::pil_blend(g, q[0], f);
+        q[1] = color::pil_blend(g, q[1], f);
+        q[2] = color::pil_blend(g, q[2], f);
+      }
+    } else if (C == 3 && op == color::kHue) {
+      for (int i = 0; i < n; ++i) color::pil_hue(px + 3 * i, 3, t.hue_shift);
+    }
+  }
+  if (grayscale)
+    for (int i = 0; i < n; ++i) color::pil_grayscale(px + i * C, C, px + i * C, C);
+}
+
+FASTLOAD_INLINE uint64_t luma_row_sum(const uint8_t* px, int n, int C) {
+  uint64_t sum = 0;
+  if (C == 3) {
+    for (int i = 0; i < n; ++i) sum += augment::color::pil_luma(px[3 * i], px[3 * i + 1], px[3 * i + 2]);
+  } else {
+    for (int i = 0; i < n * C; i += C) sum += px[i];
+  }
+  return sum;
+}
+
+// The first colour steps on uint8 row y: the jitter ops before contrast (all of them,
+// and the grayscale, when contrast does not run), and the luma sum contrast needs.
+FASTLOAD_INLINE void color_first_pixels(Plan& p, int y) {
   const augment::color::ColorPass& cp = *p.color;
+  const int C = p.channels, OW = p.out_w;
+  uint8_t* row = p.pixels + static_cast<size_t>(y) * OW * C;
+  const int split = cp.split();
+  color_ops_row(cp, p.color_rows, row, OW, C, 0, split, split == 4 && cp.grayscale);
+  if (split < 4) p.luma_sum += luma_row_sum(row, OW, C);
+}
+
+// The same on output row y resampled into hrow (nearest, whose float resample is
+// Pillow's): first Pillow's uint8 resize output.
+FASTLOAD_INLINE void color_first_row(Plan& p, int y) {
   const int C = p.channels, OW = p.out_w;
   const int lane = C == 3 ? 4 : 1;
   uint8_t* row = p.pixels + static_cast<size_t>(y) * OW * C;
-  const bool contrast = cp.split() < 4;
-  uint64_t sum = 0;
-  for (int x = 0; x < OW; ++x) {
-    uint8_t* px = row + x * C;
-    for (int c = 0; c < C; ++c) px[c] = augment::color::resampled_to_uint8(p.hrow[x * lane + c]);
-    augment::color::color_first(cp, px, C);
-    if (contrast) sum += augment::color::pil_luma(px, C);
-  }
-  p.luma_sum += sum;
+  for (int x = 0; x < OW; ++x)
+    for (int c = 0; c < C; ++c) row[x * C + c] = augment::color::resampled_to_uint8(p.hrow[x * lane + c]);
+  color_first_pixels(p, y);
 }
 
 // The second step: contrast and the steps after it, back to hrow, the value map and
@@ -516,16 +589,23 @@ template <typename S, typename CastFn>
 FASTLOAD_INLINE void color_finish(Plan& p, const OutputView& out, CastFn cast) {
   const augment::color::ColorPass& cp = *p.color;
   const int C = p.channels, OW = p.out_w;
-  const int lane = C == 3 ? 4 : 1;
-  const int mean = augment::color::pil_contrast_mean(p.luma_sum, static_cast<int64_t>(p.out_h) * OW);
+  const int split = cp.split();
+  if (cp.quantized() && split < 4)
+    color_rows_contrast(p.color_rows, cp,
+                        augment::color::pil_contrast_mean(p.luma_sum, static_cast<int64_t>(p.out_h) * OW));
   S* base = static_cast<S*>(out.data);
   for (int y = 0; y < p.out_h; ++y) {
     if (cp.quantized()) {
       uint8_t* row = p.pixels + static_cast<size_t>(y) * OW * C;
-      for (int x = 0; x < OW; ++x) {
-        uint8_t* px = row + x * C;
-        augment::color::color_second(cp, px, C, mean);
-        for (int c = 0; c < C; ++c) p.hrow[x * lane + c] = static_cast<float>(px[c]);
+      if (split < 4) color_ops_row(cp, p.color_rows, row, OW, C, split, 4, cp.grayscale);
+      if (C == 3) {
+        for (int x = 0; x < OW; ++x) {
+          p.hrow[4 * x] = row[3 * x];
+          p.hrow[4 * x + 1] = row[3 * x + 1];
+          p.hrow[4 * x + 2] = row[3 * x + 2];
+        }
+      } else {
+        for (int x = 0; x < OW * C; ++x) p.hrow[x] = row[x];
       }
       store_row(p, base + y * out.stride_y, out.stride_c, out.stride_x, cast);
     }
@@ -544,13 +624,18 @@ FASTLOAD_INLINE void run_cast(Plan& p, const ImageView& in, const OutputView& ou
   S* base = static_cast<S*>(out.data);
   auto store = [&](int y) { store_row(p, base + y * out.stride_y, out.stride_c, out.stride_x, cast); };
   if (p.color == nullptr || !p.color->any()) return run_any_rows<WIDE>(p, in, store);
+  if (p.color->quantized()) color_rows_init(p.color_rows, *p.color);
+  p.luma_sum = 0;
   if (p.pixels_ready) {
+    for (int y = 0; y < p.out_h; ++y) color_first_pixels(p, y);
   } else if (p.color->quantized()) {
-    p.luma_sum = 0;
     run_any_rows<WIDE>(p, in, [&](int y) { color_first_row(p, y); });
   } else {  // erasing only: the float values are stored as usual, then erased
     run_any_rows<WIDE>(p, in, store);
   }
+  // GaussianBlur (blur_cpu.h), after every colour step: p.color becomes what is left to store.
+  augment::color::ColorPass blurred;
+  if (p.pixels_ready) p.color = blur_uint8_stage(*p.color, p.pixels, p.out_h, p.out_w, p.channels, p.luma_sum, blurred);
   color_finish<S>(p, out, cast);
 }
 
@@ -596,11 +681,13 @@ void dispatch_sample(Plan& p, const ImageView& in, const OutputView& out) {
 
 // ---- Pillow's 8-bit resample, for the colour ops' PIL stage ----------------------------
 // torchvision's ColorJitter sees the uint8 image of Pillow's resize, whose rounding is
-// its own: coefficients in double, normalised, then 22-bit fixed point, horizontal pass
-// first into a uint8 image, then the vertical pass (Resample.c). A float resample
-// rounds differently on a few percent of values (ties at .5 are common when enlarging),
-// and the jitter's slopes would carry that on; so the PIL stage reproduces it exactly.
+// its own: coefficients in double, normalised, then 22-bit fixed point summed in int32
+// (Pillow's own accumulator: |sum| < 255 * 1.25 * 2^22 < 2^31), one pass into a uint8
+// image, then the other (Resample.c). A float resample rounds differently on a few
+// percent of values (ties at .5 are common when enlarging), and the jitter's slopes
+// would carry that on; so the PIL stage reproduces it exactly, pass order included.
 constexpr int kPilPrecision = 22;
+constexpr int32_t kPilHalf = int32_t{1} << (kPilPrecision - 1);
 
 double pil_filter(double x, Interpolation mode) {
   x = std::fabs(x);
@@ -613,20 +700,35 @@ double pil_filter(double x, Interpolation mode) {
   return x < 1.0 ? 1.0 - x : 0.0;
 }
 
-// Pillow's precompute_coeffs + normalize_coeffs_8bpp for one axis: output i reads
-// first[i] .. first[i] + count[i] - 1 with weights k[i * taps ..]. A centre outside the
-// image reads nothing (the kernel's padding rule: torchvision's CenterCrop pads with 0).
-void pil_axis(double in0, double size, int in_size, int out_size, Interpolation mode, bool mirror,
-              std::vector<int>& first, std::vector<int>& count, std::vector<int32_t>& k, int& taps) {
+// One axis as fixed windows, so the loops never branch on a tap count: output i reads
+// source indices first[i] .. first[i] + taps - 1 with the weights k[i * taps ..],
+// Pillow's (precompute_coeffs + normalize_coeffs_8bpc), moved right where the window had
+// to move left to end inside the image, zero elsewhere (a zero weight adds an exact 0).
+// live[i] is false for a centre outside the image (the kernel's padding rule, as
+// torchvision's CenterCrop pads with 0): all its weights are zero, so it reads 0.
+struct PilAxis {
+  std::vector<int> first;
+  std::vector<int32_t> k;
+  std::vector<uint8_t> live;
+  int taps = 0;
+  int lo = 0, hi = 0;  // the source indices the windows cover: [lo, hi); empty: no live output
+};
+
+void pil_axis(double in0, double size, int in_size, int out_size, Interpolation mode, bool mirror, PilAxis& a) {
   const double scale = size / out_size;
   const double filterscale = std::max(scale, 1.0);
   const double support = (mode == Interpolation::kBicubic ? 2.0 : 1.0) * filterscale;
-  taps = static_cast<int>(std::ceil(support)) * 2 + 1;
-  first.assign(out_size, 0);
-  count.assign(out_size, 0);
-  k.assign(static_cast<size_t>(out_size) * taps, 0);
+  const double ss = 1.0 / filterscale;  // Pillow multiplies by the inverse (a division rounds otherwise)
+  const int ksize = static_cast<int>(std::ceil(support)) * 2 + 1;
+  const int taps = std::min(ksize, in_size);
+  a.taps = taps;
+  a.first.assign(static_cast<size_t>(out_size), 0);
+  a.live.assign(static_cast<size_t>(out_size), 0);
+  a.k.assign(static_cast<size_t>(out_size) * taps, 0);
+  a.lo = INT_MAX;
+  a.hi = 0;
   thread_local std::vector<double> w;
-  w.assign(static_cast<size_t>(taps), 0.0);
+  w.assign(static_cast<size_t>(ksize), 0.0);
   for (int i = 0; i < out_size; ++i) {
     const double centre = in0 + (i + 0.5) * scale;
     const int o = mirror ? out_size - 1 - i : i;
@@ -635,97 +737,203 @@ void pil_axis(double in0, double size, int in_size, int out_size, Interpolation 
     if (xmin < 0) xmin = 0;
     int xmax = static_cast<int>(centre + support + 0.5);
     if (xmax > in_size) xmax = in_size;
-    xmax -= xmin;
-    xmax = std::min(xmax, taps);
+    const int count = std::min(xmax - xmin, ksize);
     double ww = 0.0;
-    for (int x = 0; x < xmax; ++x) {
-      w[x] = pil_filter((x + xmin - centre + 0.5) / filterscale, mode);
+    for (int x = 0; x < count; ++x) {
+      w[x] = pil_filter((x + xmin - centre + 0.5) * ss, mode);
       ww += w[x];
     }
-    first[o] = xmin;
-    count[o] = xmax;
-    for (int x = 0; x < xmax; ++x) {
+    // count <= in_size - xmin, so the moved window still holds every tap.
+    const int start = std::min(xmin, in_size - taps);
+    int32_t* k = a.k.data() + static_cast<size_t>(o) * taps + (xmin - start);
+    for (int x = 0; x < count; ++x) {
       const double v = ww != 0.0 ? w[x] / ww : w[x];
-      k[static_cast<size_t>(o) * taps + x] =
-          static_cast<int32_t>(v < 0 ? -0.5 + v * (1 << kPilPrecision) : 0.5 + v * (1 << kPilPrecision));
+      k[x] = static_cast<int32_t>(v < 0 ? -0.5 + v * (1 << kPilPrecision) : 0.5 + v * (1 << kPilPrecision));
+    }
+    a.first[o] = start;
+    a.live[o] = 1;
+    a.lo = std::min(a.lo, start);
+    a.hi = std::max(a.hi, start + taps);
+  }
+  if (a.lo >= a.hi) {
+    a.lo = a.hi = 0;
+    return;
+  }
+  for (int i = 0; i < out_size; ++i)
+    if (!a.live[i]) a.first[i] = a.lo;  // zero weights, a window inside [lo, hi)
+}
+
+// Pillow 13 runs the vertical pass first where the height shrinks by more than twice
+// as many pixels as the width (ImagingResampleInner: in_h > out_h and in_h - out_h >
+// 2 (in_w - out_w), read off its outputs over thousands of sizes); the horizontal pass
+// first otherwise, as every earlier Pillow. The image Pillow resizes is torchvision's
+// crop, the box here.
+bool pil_vertical_first(const Box& box, int out_h, int out_w) {
+  const double dh = static_cast<double>(box.height) - out_h;
+  const double dw = static_cast<double>(box.width) - out_w;
+  return dh > 0.0 && dh > 2.0 * dw;
+}
+
+FASTLOAD_INLINE uint8_t pil_clip8(int32_t ss) {
+  const int32_t v = ss >> kPilPrecision;
+  return static_cast<uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v));
+}
+
+#if defined(FASTLOAD_VECTOR_EXT)
+typedef int32_t PilLanes __attribute__((vector_size(16)));
+#endif
+
+// One row through the horizontal windows: src[0] is column a.lo of the row (C values a
+// pixel), dst gets out_w pixels. RGB widens [lo, hi) once into 4-lane int32 (wide,
+// hi - lo entries), so a tap is one 4-lane multiply-add for the three channels.
+template <int TAPS>
+FASTLOAD_INLINE void pil_row(const uint8_t* src, const PilAxis& a, int out_w, int C, void* wide_buffer,
+                             uint8_t* dst) {
+  const int T = TAPS > 0 ? TAPS : a.taps;
+  const int32_t* k = a.k.data();
+  const int* first = a.first.data();
+#if defined(FASTLOAD_VECTOR_EXT)
+  if (C == 3) {
+    PilLanes* wide = static_cast<PilLanes*>(wide_buffer);
+    const int n = a.hi - a.lo;
+    for (int x = 0; x < n; ++x, src += 3) wide[x] = PilLanes{src[0], src[1], src[2], 0};
+    for (int x = 0; x < out_w; ++x, k += T, dst += 3) {
+      const PilLanes* s = wide + (first[x] - a.lo);
+      PilLanes acc = {kPilHalf, kPilHalf, kPilHalf, kPilHalf};
+      for (int j = 0; j < T; ++j) acc += s[j] * k[j];
+      const PilLanes zero = {0, 0, 0, 0}, top = {255, 255, 255, 255};
+      acc >>= kPilPrecision;
+      acc = acc < zero ? zero : acc;
+      acc = acc > top ? top : acc;
+      dst[0] = static_cast<uint8_t>(acc[0]);
+      dst[1] = static_cast<uint8_t>(acc[1]);
+      dst[2] = static_cast<uint8_t>(acc[2]);
+    }
+    return;
+  }
+#endif
+  (void)wide_buffer;
+  for (int x = 0; x < out_w; ++x, k += T, dst += C) {
+    const uint8_t* s = src + static_cast<int64_t>(first[x] - a.lo) * C;
+    for (int c = 0; c < C; ++c) {
+      int32_t ss = kPilHalf;
+      for (int j = 0; j < T; ++j) ss += static_cast<int32_t>(s[j * C + c]) * k[j];
+      dst[c] = pil_clip8(ss);
     }
   }
 }
 
-uint8_t pil_clip8(int64_t ss) {
-  const int64_t v = ss >> kPilPrecision;
-  return static_cast<uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v));
+// One pass of the other axis: dst[i] = Pillow's sum over the window's rows (base, base +
+// stride, ...) of value i, i < n. Column-wise, so the loops vectorise; a zero weight
+// (padding of the window) skips its row, exactly: it adds 0.
+FASTLOAD_INLINE void pil_sums(const uint8_t* base, int64_t stride, const int32_t* k, int taps, int n, int32_t* acc,
+                              uint8_t* dst) {
+  for (int i = 0; i < n; ++i) acc[i] = kPilHalf;
+  for (int j = 0; j < taps; ++j) {
+    const int32_t kj = k[j];
+    if (kj == 0) continue;
+    const uint8_t* r = base + j * stride;
+    for (int i = 0; i < n; ++i) acc[i] += static_cast<int32_t>(r[i]) * kj;
+  }
+  for (int i = 0; i < n; ++i) dst[i] = pil_clip8(acc[i]);
 }
+
+struct PilPasses {
+  const ImageView* in;
+  const PilAxis* ax;
+  const PilAxis* ay;
+  int out_h, out_w;
+  bool vertical_first;
+  uint8_t* temp;      // horizontal first: [ay.hi - ay.lo][out_w * C]; vertical first: [ax.hi - ax.lo][C]
+  void* wide;         // [ax.hi - ax.lo] 4-lane int32
+  int32_t* acc;       // [max(out_w, ax.hi - ax.lo) * C]
+  uint8_t* pixels;    // out_h x out_w x C
+};
+
+template <int TAPS>
+FASTLOAD_INLINE void pil_run_taps(const PilPasses& p) {
+  const ImageView& in = *p.in;
+  const PilAxis& ax = *p.ax;
+  const PilAxis& ay = *p.ay;
+  const int C = in.channels, OW = p.out_w;
+  const size_t row_bytes = static_cast<size_t>(OW) * C;
+  if (p.vertical_first) {
+    const int n = (ax.hi - ax.lo) * C;
+    for (int y = 0; y < p.out_h; ++y) {
+      uint8_t* dst = p.pixels + static_cast<size_t>(y) * row_bytes;
+      if (!ay.live[y]) {
+        std::memset(dst, 0, row_bytes);
+        continue;
+      }
+      const uint8_t* base = in.data + static_cast<int64_t>(ay.first[y]) * in.row_stride + static_cast<int64_t>(ax.lo) * C;
+      pil_sums(base, in.row_stride, ay.k.data() + static_cast<size_t>(y) * ay.taps, ay.taps, n, p.acc, p.temp);
+      pil_row<TAPS>(p.temp, ax, OW, C, p.wide, dst);
+    }
+    return;
+  }
+  for (int r = ay.lo; r < ay.hi; ++r)
+    pil_row<TAPS>(in.data + static_cast<int64_t>(r) * in.row_stride + static_cast<int64_t>(ax.lo) * C, ax, OW, C,
+                  p.wide, p.temp + static_cast<size_t>(r - ay.lo) * row_bytes);
+  for (int y = 0; y < p.out_h; ++y) {
+    uint8_t* dst = p.pixels + static_cast<size_t>(y) * row_bytes;
+    if (!ay.live[y]) {
+      std::memset(dst, 0, row_bytes);
+      continue;
+    }
+    pil_sums(p.temp + static_cast<size_t>(ay.first[y] - ay.lo) * row_bytes, static_cast<int64_t>(row_bytes),
+             ay.k.data() + static_cast<size_t>(y) * ay.taps, ay.taps, static_cast<int>(row_bytes), p.acc, dst);
+  }
+}
+
+// The horizontal loop unrolled for the tap counts of everyday scales (bilinear 3 up, 5
+// down to 2x; bicubic 5 up, 7 down to 1.5x, 9 to 2x); the rest reads the count.
+template <bool WIDE>
+FASTLOAD_INLINE void pil_run(const PilPasses& p) {
+  switch (p.ax->taps) {
+    case 1: return pil_run_taps<1>(p);
+    case 2: return pil_run_taps<2>(p);
+    case 3: return pil_run_taps<3>(p);
+    case 4: return pil_run_taps<4>(p);
+    case 5: return pil_run_taps<5>(p);
+    case 6: return pil_run_taps<6>(p);
+    case 7: return pil_run_taps<7>(p);
+    case 8: return pil_run_taps<8>(p);
+    case 9: return pil_run_taps<9>(p);
+    default: return pil_run_taps<0>(p);
+  }
+}
+
+void pil_run_default(const PilPasses& p) { pil_run<false>(p); }
+
+#if defined(FASTLOAD_HAVE_AVX2_PATH)
+__attribute__((target("avx2,fma"))) void pil_run_avx2(const PilPasses& p) { pil_run<true>(p); }
+#endif
 
 // The sample resampled as Pillow does, into pixels (uint8 HWC, out_h x out_w).
 void pil_resample(const ImageView& in, const Box& box, const Resample& resample, int out_h, int out_w,
                   uint8_t* pixels) {
   const int C = in.channels;
-  thread_local std::vector<int> fx, cx, fy, cy;
-  thread_local std::vector<int32_t> kx, ky;
-  int tx = 0, ty = 0;
-  pil_axis(box.left, box.width, in.width, out_w, resample.interpolation, resample.flip, fx, cx, kx, tx);
-  pil_axis(box.top, box.height, in.height, out_h, resample.interpolation, resample.flip_v, fy, cy, ky, ty);
-  int row0 = INT_MAX, row1 = 0;
-  for (int y = 0; y < out_h; ++y)
-    if (cy[y] > 0) {
-      row0 = std::min(row0, fy[y]);
-      row1 = std::max(row1, fy[y] + cy[y]);
-    }
-  if (row0 >= row1) {
+  thread_local PilAxis ax, ay;
+  pil_axis(box.left, box.width, in.width, out_w, resample.interpolation, resample.flip, ax);
+  pil_axis(box.top, box.height, in.height, out_h, resample.interpolation, resample.flip_v, ay);
+  if (ax.lo >= ax.hi || ay.lo >= ay.hi) {
     std::memset(pixels, 0, static_cast<size_t>(out_h) * out_w * C);
     return;
   }
-  // Horizontal pass over the rows the vertical taps need: Pillow's uint8 intermediate.
-  // One buffer per thread, reused (ResizeScratch's layout is shared with the engine).
+  // One set of buffers per thread, reused (ResizeScratch's layout is shared with the engine).
   thread_local std::vector<uint8_t> temp;
-  temp.resize(static_cast<size_t>(row1 - row0) * out_w * C);
-  for (int r = row0; r < row1; ++r) {
-    const uint8_t* src = in.data + static_cast<int64_t>(r) * in.row_stride;
-    uint8_t* dst = temp.data() + static_cast<size_t>(r - row0) * out_w * C;
-    for (int x = 0; x < out_w; ++x) {
-      const int32_t* k = kx.data() + static_cast<size_t>(x) * tx;
-      const uint8_t* s = src + static_cast<int64_t>(fx[x]) * C;
-      for (int c = 0; c < C; ++c) {
-        int64_t ss = cx[x] > 0 ? (int64_t{1} << (kPilPrecision - 1)) : 0;
-        for (int j = 0; j < cx[x]; ++j) ss += static_cast<int64_t>(s[j * C + c]) * k[j];
-        dst[x * C + c] = pil_clip8(ss);
-      }
-    }
-  }
-  for (int y = 0; y < out_h; ++y) {
-    uint8_t* dst = pixels + static_cast<size_t>(y) * out_w * C;
-    const int32_t* k = ky.data() + static_cast<size_t>(y) * ty;
-    if (cy[y] == 0) {
-      std::memset(dst, 0, static_cast<size_t>(out_w) * C);
-      continue;
-    }
-    const uint8_t* base = temp.data() + static_cast<size_t>(fy[y] - row0) * out_w * C;
-    for (int i = 0; i < out_w * C; ++i) {
-      int64_t ss = int64_t{1} << (kPilPrecision - 1);
-      for (int j = 0; j < cy[y]; ++j) ss += static_cast<int64_t>(base[static_cast<size_t>(j) * out_w * C + i]) * k[j];
-      dst[i] = pil_clip8(ss);
-    }
-  }
-  // A padding column (no horizontal taps) reads 0 in every row.
-  for (int x = 0; x < out_w; ++x)
-    if (cx[x] == 0)
-      for (int y = 0; y < out_h; ++y) std::memset(pixels + (static_cast<size_t>(y) * out_w + x) * C, 0, C);
-}
-
-// The first colour steps and the luma sum over the Pillow-resampled sample.
-void pil_color_first(Plan& p) {
-  const augment::color::ColorPass& cp = *p.color;
-  const int C = p.channels;
-  const bool contrast = cp.split() < 4;
-  uint64_t sum = 0;
-  const int64_t n = static_cast<int64_t>(p.out_h) * p.out_w;
-  for (int64_t i = 0; i < n; ++i) {
-    uint8_t* px = p.pixels + i * C;
-    augment::color::color_first(cp, px, C);
-    if (contrast) sum += augment::color::pil_luma(px, C);
-  }
-  p.luma_sum = sum;
+  thread_local std::vector<int32_t> acc, wide;
+  const bool vertical_first = pil_vertical_first(box, out_h, out_w);
+  const int span = ax.hi - ax.lo;
+  temp.resize(vertical_first ? static_cast<size_t>(span) * C
+                             : static_cast<size_t>(ay.hi - ay.lo) * out_w * C);
+  acc.resize(static_cast<size_t>(std::max(out_w, span)) * C);
+  wide.resize(static_cast<size_t>(span) * 4 + 4);
+  const PilPasses passes{&in, &ax, &ay, out_h, out_w, vertical_first, temp.data(), wide.data(), acc.data(), pixels};
+#if defined(FASTLOAD_HAVE_AVX2_PATH)
+  if (use_avx2()) return pil_run_avx2(passes);
+#endif
+  pil_run_default(passes);
 }
 
 }  // namespace
@@ -748,17 +956,13 @@ void crop_resize_flip_normalize_cpu(const ImageView& in, const Box& box, const R
   plan.luma_sum = 0;
   plan.pixels = nullptr;
   plan.pixels_ready = false;
-  augment::color::ColorPass blurred;
   if (quantized) {
     scratch.color_pixels.resize(static_cast<size_t>(out.height) * out.width * in.channels);
     plan.pixels = scratch.color_pixels.data();
     if (resample.interpolation != Interpolation::kNearest) {  // nearest: the float path is Pillow's already
       pil_resample(in, box, resample, out.height, out.width, plan.pixels);
       pad_uint8_stage(*color, in, box, resample, out.height, out.width, plan.pixels);  // RandomCrop's padding
-      pil_color_first(plan);
       plan.pixels_ready = true;
-      // GaussianBlur, after the colour steps: plan.color becomes what is left to store.
-      plan.color = blur_uint8_stage(*color, plan.pixels, out.height, out.width, in.channels, plan.luma_sum, blurred);
     }
   }
   switch (out.dtype) {

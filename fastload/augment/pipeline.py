@@ -78,18 +78,29 @@ def _pil_axis(start: float, size: float, in_size: int, out_size: int, interpolat
 
 def _pil_resample(view: torch.Tensor, box, out_height: int, out_width: int, interpolation: str, flip: bool,
                   flip_v: bool) -> torch.Tensor:
-    """Pillow's uint8 resize of `box` of uint8 HWC `view` (fixed point, horizontal pass
-    first into uint8), flipped: uint8 [out_height, out_width, C]."""
+    """Pillow's uint8 resize of `box` of uint8 HWC `view` (fixed point, two passes into
+    uint8 in Pillow 13's order), flipped: uint8 [out_height, out_width, C]."""
     top, left, height, width = (float(v) for v in box)
     rows = _pil_axis(top, height, view.shape[0], out_height, interpolation)
     cols = _pil_axis(left, width, view.shape[1], out_width, interpolation)
     half = 1 << (_PIL_PRECISION - 1)
     source = view.numpy().astype(np.int64)  # [H, W, C]
-    horizontal = np.einsum("ow,hwc->hoc", cols, source)
-    horizontal = np.where(cols.any(axis=1)[None, :, None], horizontal + half, 0)
-    horizontal = np.clip(horizontal >> _PIL_PRECISION, 0, 255)
-    vertical = np.einsum("oh,hwc->owc", rows, horizontal) + half
-    vertical = np.where(rows.any(axis=1)[:, None, None], np.clip(vertical >> _PIL_PRECISION, 0, 255), 0)
+
+    def horizontal_pass(image):
+        out = np.einsum("ow,hwc->hoc", cols, image)
+        out = np.where(cols.any(axis=1)[None, :, None], out + half, 0)
+        return np.clip(out >> _PIL_PRECISION, 0, 255)
+
+    def vertical_pass(image):
+        out = np.einsum("oh,hwc->owc", rows, image) + half
+        return np.where(rows.any(axis=1)[:, None, None], np.clip(out >> _PIL_PRECISION, 0, 255), 0)
+
+    # Pillow 13 resamples vertically first where the height shrinks by more than twice as
+    # many pixels as the width (the box is the image torchvision's crop gives Pillow).
+    if height > out_height and height - out_height > 2 * (width - out_width):
+        vertical = horizontal_pass(vertical_pass(source))
+    else:
+        vertical = vertical_pass(horizontal_pass(source))
     vertical = np.where(cols.any(axis=1)[None, :, None], vertical, 0)
     out = torch.from_numpy(vertical.astype(np.uint8))
     if flip:

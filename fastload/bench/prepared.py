@@ -155,7 +155,11 @@ def prepared_folder(root: str, fingerprint: str, mode: Mode, generated: bool) ->
     the bench's cache; named after the mode and a hash of the source and the settings."""
     from fastload.bench.dataset import default_cache_dir
 
-    key = hashlib.sha256(json.dumps({"fingerprint": fingerprint, "options": mode.options(),
+    from fastload.prepare import encode, segments
+
+    # The layout too: shards made by an older fastload (whole-row segments) are not reused.
+    layout = {"index_version": segments.VERSION, "restart_rows": encode.RESTART_ROWS}
+    key = hashlib.sha256(json.dumps({"fingerprint": fingerprint, "options": mode.options(), "layout": layout,
                                      "samples_per_shard": SAMPLES_PER_SHARD}, sort_keys=True).encode()).hexdigest()
     base = os.path.dirname(os.path.abspath(root)) if generated else os.path.join(default_cache_dir(), "prepared")
     return os.path.join(base, f"prepared-{mode.name}-{key[:16]}")

@@ -1,7 +1,8 @@
 """One image, encoded for a prepared shard: the per-image modes.
 
 - lossless: a JPEG is transcoded in the DCT domain (same pixels, optimised Huffman
-  tables, a restart marker every MCU row) and its segment index embedded
+  tables, restart markers cutting each MCU row into column tiles, or every MCU row where
+  the row has no useful divisor) and its segment index embedded
   (segments.py); anything else is stored as it is, after checking that it decodes.
 - resize (max_side, quality): decoded, downscaled so that its longer side is at most
   max_side (antialiased, never upscaled), re-encoded as a JPEG of that quality and then
@@ -23,9 +24,11 @@ from typing import Optional
 from fastload.prepare import segments as seg
 
 MODES = ("lossless", "resize")
-# One MCU row per restart segment: what benchmarks/restart_interval.py measured best for
-# crop windows (8 % window 0.55 vs 0.94 ms, full image +5 %, file 2.2 % smaller).
-RESTART_ROWS = 1
+# Column tiles chosen by the transcoder (ops.transcode_jpeg's -1: tiles of ~64 pixels,
+# whole MCU rows where the row has no divisor that wide): crop windows skip the columns
+# beside them as well as the rows above; benchmarks/restart_interval.py measured the
+# choice (benchmarks/RESULTS.md, "Prepared shards").
+RESTART_ROWS = -1
 MAX_RESTART_ROWS = 8  # csrc/decode/transcode.h kMaxRestartRows
 # Member extensions of formats stored as they are (what TarShards reads as images).
 EXT_OF_FORMAT = {"JPEG": "jpg", "PNG": "png", "WEBP": "webp", "PPM": "ppm", "BMP": "bmp", "TIFF": "tiff",
@@ -109,7 +112,7 @@ def _prepare_jpeg(data: bytes, restart_rows: int, keep_on_refusal: bool) -> Enco
     tensor = torch.frombuffer(bytearray(data), dtype=torch.uint8)
     try:
         jpeg, segments = ops.transcode_jpeg(tensor, restart_rows)
-        if segments.shape[0] > seg.MAX_ROWS:  # a very tall image: fewer, longer segments
+        if segments.shape[0] > seg.MAX_ROWS:  # a very large image: whole rows, fewer, longer segments
             rows = min(MAX_RESTART_ROWS, math.ceil(int(segments[-1, 1]) / (seg.MAX_ROWS - 1)))
             jpeg, segments = ops.transcode_jpeg(tensor, rows)
     except RuntimeError as refusal:

@@ -47,7 +47,11 @@ def _originals():
 
 
 ORIGINALS = _originals()
-PREPARED = [(fl.transcode_jpeg(js.as_tensor(d), r)) for d in ORIGINALS for r in (1, 2)]
+# Column tiles as the transcoder chooses them (whole rows where the row has no divisor),
+# and tiles of 2 MCUs in a 4:2:0 file of 8 MCUs a row.
+WIDE = js.encode(js.photo(45, 128, seed=23), subsampling="4:2:0")
+PREPARED = [(fl.transcode_jpeg(js.as_tensor(d), r)) for d in ORIGINALS for r in (1, 2)] + \
+    [fl.transcode_jpeg(js.as_tensor(d), -1) for d in ORIGINALS[1:5]] + [fl.transcode_jpeg(js.as_tensor(WIDE), -2)]
 ACCEPTED = (RuntimeError,)
 
 
@@ -156,7 +160,7 @@ def test_mutated_originals_transcode_or_raise(fuzz_trace):
         data = _mutate_bytes(ORIGINALS[case % len(ORIGINALS)], rng)
         fuzz_trace(f"original case {case} (seed {SEED})")
         try:
-            jpeg, segments = fl.transcode_jpeg(js.as_tensor(data), rng.choice([1, 2, 4]), FUZZ_MAX_PIXELS)
+            jpeg, segments = fl.transcode_jpeg(js.as_tensor(data), rng.choice([1, 2, 4, -1]), FUZZ_MAX_PIXELS)
         except ACCEPTED as e:
             assert str(e).startswith("fastload.transcode_jpeg: "), str(e)
             outcomes["error"] += 1
@@ -178,3 +182,41 @@ def test_every_truncation_of_a_prepared_file_raises(index):
     for end in range(0, len(data) - 1, max(1, len(data) // 200)):
         with pytest.raises(RuntimeError, match="fastload.decode_jpeg_rows: "):
             fl.decode_jpeg_rows(js.as_tensor(data[:end]), segments, [0, 0, h, w])
+
+
+def test_mutated_embedded_segment_index_decodes_exactly_or_raises(fuzz_trace, tmp_path):
+    # The index inside the file (APP15 FLSEG, read by the engine for every JPEG) is
+    # hostile input too: each field mutated, the engine either decodes the original's
+    # pixels (an index that passes every check is the true one) or raises a DecodeError.
+    import fastload
+    from fastload import transforms as T
+    from fastload.prepare import segments as seg
+
+    rng = random.Random(SEED + 3)
+    jpeg, segments = fl.transcode_jpeg(js.as_tensor(WIDE), -1)
+    good = seg.embed_segments(bytes(jpeg.numpy()), segments.numpy())
+    start = good.index(seg.IDENT) - 4
+    end = start + 2 + ((good[start + 2] << 8) | good[start + 3])
+
+    def load(data: bytes):
+        path = tmp_path / "x.jpg"
+        path.write_bytes(data)
+        dataset = fastload.FileList([str(path)], transforms=[T.RandomResizedCrop(24, scale=(0.05, 0.5))], seed=3)
+        return next(iter(fastload.DataLoader(dataset, batch_size=1)))[0]
+
+    want = load(good)
+    outcomes = {"decoded": 0, "error": 0}
+    for case in range(max(10, CASES // 10)):
+        b = bytearray(good)
+        for _ in range(rng.randint(1, 3)):
+            at = rng.randrange(start + 2, end)  # the length field, the version, the layout, the entries
+            b[at] = rng.choice([0, 1, 2, 0xFF, rng.randrange(256), b[at] ^ (1 << rng.randrange(8))])
+        fuzz_trace(f"embedded index case {case} (seed {SEED})")
+        try:
+            out = load(bytes(b))
+        except fastload.DecodeError:
+            outcomes["error"] += 1
+            continue
+        assert torch.equal(out, want)
+        outcomes["decoded"] += 1
+    assert outcomes["error"] > 0, outcomes
