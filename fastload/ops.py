@@ -404,6 +404,26 @@ def erase(image: torch.Tensor, box: Sequence[int], value: Sequence[float], seed:
     return _ops().erase(image, list(box), [float(v) for v in value], seed, epoch, index)
 
 
+def gaussian_blur(image: torch.Tensor, kernel_size: Sequence[int], sigma: float) -> torch.Tensor:
+    """torchvision's GaussianBlur of a PIL image (float32 kernel, reflect padding, rounded
+    to uint8), on a uint8 HWC image [H, W, 1 or 3]; the engine's uint8-stage blur.
+
+    Example:
+        >>> import torch
+        >>> flat = torch.full((5, 5, 1), 9, dtype=torch.uint8)
+        >>> torch.equal(gaussian_blur(flat, [3, 3], 1.0), flat)
+        True
+    """
+    return _ops().gaussian_blur(image, [int(k) for k in kernel_size], float(sigma))
+
+
+def gaussian_blur_params(indices: torch.Tensor, seed: int, epoch: int, sigma_min: float,
+                         sigma_max: float) -> torch.Tensor:
+    """The sigma GaussianBlur draws for each sample (uniform in [sigma_min, sigma_max], as
+    torchvision's get_params), as the engine draws it: float32 [N]."""
+    return _ops().gaussian_blur_params(indices, seed, epoch, float(sigma_min), float(sigma_max))
+
+
 def color_jitter_params(indices: torch.Tensor, seed: int, epoch: int,
                         ranges: Sequence[float]) -> Tuple[torch.Tensor, torch.Tensor]:
     """Per sample (order int64 [N, 4], factors float32 [N, 4]) of ColorJitter, a pure

@@ -11,12 +11,13 @@ flip) are a pure function of (seed, epoch, sample index).
 | `RandomResizedCrop(size, scale, ratio)` | `RandomResizedCrop` (bilinear, antialiased) |
 | `Resize(size, max_size)` | `Resize` (bilinear, antialiased) |
 | `CenterCrop(size)` | `CenterCrop` |
-| `RandomCrop(size, padding, pad_if_needed)` | `RandomCrop` (zero padding: fill 0, padding_mode "constant") |
+| `RandomCrop(size, padding, pad_if_needed, fill, padding_mode)` | `RandomCrop` (constant, edge, reflect, symmetric; not before a resize) |
 | `RandomHorizontalFlip(p)` | `RandomHorizontalFlip` |
 | `Normalize(mean, std)` | `Normalize` (on values scaled to [0, 1]) |
 | `ToDtype(dtype, scale)` | `v2.ToDtype` / `ToTensor` (float32, scale=True) |
 | `ColorJitter(brightness, contrast, saturation, hue)` | `ColorJitter` (PIL semantics, after the crop/resize, before ToDtype) |
 | `Grayscale(3)`, `RandomGrayscale(p)` | `Grayscale(num_output_channels=3)`, `RandomGrayscale` (after ColorJitter) |
+| `GaussianBlur(kernel_size, sigma)` | `GaussianBlur` (on the uint8 image, after the colour ops) |
 | `RandomErasing(p, scale, ratio, value)` | `RandomErasing` (last: on the normalised output) |
 
 A dataset without a ToDtype outputs uint8 [C, H, W]; torchvision transforms with a native
@@ -37,8 +38,8 @@ Example:
 from __future__ import annotations
 
 from fastload.augment.color import ColorJitter, Grayscale, RandomErasing, RandomGrayscale
-from fastload.augment.specs import (CenterCrop, Normalize, RandomCrop, RandomHorizontalFlip, RandomResizedCrop,
-                                    RandomVerticalFlip, Resize, ToDtype)
+from fastload.augment.specs import (CenterCrop, GaussianBlur, Normalize, RandomCrop, RandomHorizontalFlip,
+                                    RandomResizedCrop, RandomVerticalFlip, Resize, ToDtype)
 
 __all__ = ["RandomResizedCrop", "Resize", "CenterCrop", "RandomCrop", "RandomHorizontalFlip", "RandomVerticalFlip",
-           "Normalize", "ToDtype", "ColorJitter", "Grayscale", "RandomGrayscale", "RandomErasing"]
+           "Normalize", "ToDtype", "ColorJitter", "Grayscale", "RandomGrayscale", "GaussianBlur", "RandomErasing"]

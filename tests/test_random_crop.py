@@ -239,3 +239,23 @@ def test_random_crop_fill_of_the_wrong_length_gets_torchvisions_error(fill):
     with pytest.raises(ValueError) as ours:
         fuse([specs.RandomCrop(8, padding=2, fill=fill)], channels=3)
     assert str(ours.value) == str(theirs.value)
+
+
+@pytest.mark.parametrize("padding_mode, fill", [("constant", (9, 200, 40)), ("edge", 0), ("reflect", 0),
+                                                ("symmetric", 0)])
+def test_padding_modes_and_blur_equal_the_twin(root, padding_mode, fill):
+    """The native batches against the plain-PyTorch twin (fastload.augment.pipeline), which
+    pads with numpy.pad as torchvision's pad of a PIL image does, then blurs."""
+    from fastload.augment.pipeline import apply_plan_reference
+
+    transforms = [specs.RandomCrop(32, padding=4, fill=fill, padding_mode=padding_mode), specs.RandomHorizontalFlip(),
+                  specs.GaussianBlur(3, (0.5, 1.5))]
+    dataset = fastload.ImageFolder(root, transforms=transforms)
+    loader = fastload.DataLoader(dataset, batch_size=4, seed=3)
+    assert loader.path.startswith("native"), loader.path
+    images = torch.cat([b for b, _ in loader])
+    plan = build_plan(transforms, seed=loader.state_dict()["native_seed"])
+    for i in range(len(dataset)):
+        pixels = fastload.ops.decode_jpeg(torch.frombuffer(bytearray(dataset.index.read(i)), dtype=torch.uint8))
+        want = apply_plan_reference(plan, pixels, epoch=0, index=i)
+        assert (images[i].int() - want.int()).abs().max() <= 1, i

@@ -5,7 +5,7 @@ twin of the native pipeline."""
 from __future__ import annotations
 
 import functools
-from typing import Any, Sequence
+from typing import Any, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -35,13 +35,39 @@ def apply_plan_reference(plan: Plan, image: torch.Tensor, *, epoch: int, index: 
                                           torch.tensor([[height, width]]))
     top, left, view_height, view_width = views[0].tolist()
     view = image[top:top + view_height, left:left + view_width]
-    if not (list(plan.jitter) or plan.grayscale_p > 0 or plan.erase_p > 0):
+    relative_box = relative[0].tolist()
+    if plan.padding_mode != 0 or len(plan.pad_fill):
+        view, relative_box = _padded_window(plan, image, box)
+    if not (list(plan.jitter) or plan.grayscale_p > 0 or plan.erase_p > 0 or plan.blur_kernel_x > 0 or
+            plan.padding_mode != 0 or len(plan.pad_fill)):
         return reference.crop_resize_flip_normalize(
             view, relative[0].tolist(), list(plan.out_size), flip, plan.value_scale, list(plan.mean),
             list(plan.std), plan.dtype, False, flip_v=flip_v, interpolation=interpolation_of(plan)
         )
-    return _apply_color_reference(plan, view, relative[0].tolist(), flip, flip_v, interpolation_of(plan), epoch,
-                                  index)
+    return _apply_color_reference(plan, view, relative_box, flip, flip_v, interpolation_of(plan), epoch, index)
+
+
+_NUMPY_PADDING = {1: "edge", 2: "reflect", 3: "symmetric"}  # geometry.h PaddingMode (0: constant)
+
+
+def _padded_window(plan: Plan, image: torch.Tensor, box) -> Tuple[torch.Tensor, list]:
+    """A padding RandomCrop's window of `image` padded as torchvision pads a PIL image
+    (numpy.pad's modes; the fill per channel), and the box in it: (window, [0, 0, h, w])."""
+    top, left, height, width = (int(round(v)) for v in box)
+    pixels = image.numpy()
+    pads = ((max(0, -top), max(0, top + height - pixels.shape[0])),
+            (max(0, -left), max(0, left + width - pixels.shape[1])), (0, 0))
+    if plan.padding_mode == 0:
+        fill = list(plan.pad_fill) or [0.0]
+        padded = np.empty((pixels.shape[0] + sum(pads[0]), pixels.shape[1] + sum(pads[1]), pixels.shape[2]),
+                          np.uint8)
+        padded[:] = np.array(fill if len(fill) == pixels.shape[2] else fill[:1] * pixels.shape[2], np.uint8)
+        padded[pads[0][0]:pads[0][0] + pixels.shape[0], pads[1][0]:pads[1][0] + pixels.shape[1]] = pixels
+    else:
+        padded = np.pad(pixels, pads, mode=_NUMPY_PADDING[int(plan.padding_mode)])
+    top, left = top + pads[0][0], left + pads[1][0]
+    window = torch.from_numpy(np.ascontiguousarray(padded[top:top + height, left:left + width]))
+    return window, [0.0, 0.0, float(height), float(width)]
 
 
 _PIL_PRECISION = 22
@@ -121,7 +147,8 @@ def _apply_color_reference(plan: Plan, view: torch.Tensor, box, flip, flip_v, in
     from fastload.augment.plan import jitter_nan_ranges
 
     channels = plan.channels
-    quantized = bool(list(plan.jitter)) or plan.grayscale_p > 0
+    quantized = bool(list(plan.jitter)) or plan.grayscale_p > 0 or plan.blur_kernel_x > 0 or \
+        plan.padding_mode != 0 or len(plan.pad_fill) > 0
     if quantized:
         if interpolation == "nearest":  # Pillow's nearest is the float path's, exactly
             pixels = reference.crop_resize_flip_normalize(
@@ -137,6 +164,10 @@ def _apply_color_reference(plan: Plan, view: torch.Tensor, box, flip, flip_v, in
         if plan.grayscale_p > 0 and bool(fl_ops.random_grayscale_params(indices, plan.seed, epoch,
                                                                       plan.grayscale_p)[0]):
             pixels = color.pil_grayscale(pixels, channels)
+        if plan.blur_kernel_x > 0:
+            sigma = fl_ops.gaussian_blur_params(indices, plan.seed, epoch, plan.blur_sigma_min, plan.blur_sigma_max)
+            pixels = fl_ops.gaussian_blur(pixels.contiguous(), [plan.blur_kernel_x, plan.blur_kernel_y],
+                                          float(sigma[0]))
         values = pixels.permute(2, 0, 1).to(torch.float64)
     else:
         identity = [0.0] * channels, [1.0] * channels
