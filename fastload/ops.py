@@ -447,6 +447,7 @@ def random_erasing_params(indices: torch.Tensor, seed: int, epoch: int, height: 
 from fastload.augment.color import ColorJitter, Grayscale, RandomErasing, RandomGrayscale  # noqa: E402,F401
 from fastload.augment.specs import (  # noqa: E402
     CenterCrop,
+    GaussianBlur,
     Normalize,
     RandomCrop,
     RandomHorizontalFlip,
