@@ -196,11 +196,14 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         exact: the old name of `not dct_scaling` (exact=True is dct_scaling=False), still
             accepted; given with a dct_scaling=False it disagrees with, a ValueError.
         tail_on: hybrid path only (a native prefix, then Python transforms): where the
-            Python tail runs. "auto" (the default) is "inline": the consumer thread runs
-            each sample's tail under its own seed while num_workers engine threads decode
-            (measured fastest on 2 cores, and reproducible); "threads": a pool of
-            num_workers Python threads (random draws not reproducible); "processes":
-            num_workers worker processes making whole batches (prefix and tail).
+            Python tail runs. "auto" (the default) is where torch's DataLoader runs a
+            dataset's Python: "processes" with num_workers >= 1, "inline" without;
+            "processes": num_workers worker processes making whole batches (prefix and
+            tail; the training loop's thread is free, a heavy tail uses every core);
+            "inline": the consumer thread runs each sample's tail while num_workers engine
+            threads decode (the least CPU; a tail of a few ms per sample then caps the
+            rate); "threads": a pool of num_workers Python threads (random draws not
+            reproducible). Every mode but "threads" draws the same per-sample seeds.
 
     Yields:
         What torch's DataLoader yields for the same arguments (same order, same values);

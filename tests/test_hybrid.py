@@ -551,7 +551,10 @@ def test_tail_on_chooses_where_the_tail_runs(folder):
     dataset = tv_folder(folder, "ta_wide+erase")
     runners = {tail_on: select_path(dataset, tail_on=tail_on, **args)[0] for tail_on in ("auto", "threads", "processes")}
     try:
-        assert type(runners["auto"]) is HybridRunner and runners["auto"].parallel == "inline"
+        assert type(runners["auto"]) is ProcessHybridRunner  # worker processes, as torch's num_workers
+        inline = select_path(dataset, tail_on="auto", **{**args, "num_workers": 0})[0]
+        assert type(inline) is HybridRunner and inline.parallel == "inline"
+        inline.close()
         assert runners["threads"].parallel == "threads" and type(runners["processes"]) is ProcessHybridRunner
     finally:
         for runner in runners.values():

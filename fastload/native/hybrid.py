@@ -18,10 +18,10 @@ Where the tail runs:
   processes, each with its own engine: the tail's Python runs in parallel, off the
   training loop's thread, and as reproducibly as inline.
 
-hybrid_runner(tail_on=...) picks one; "auto" gives a loader the inline tail with
-num_workers engine threads: benchmarks/hybrid_tail.py measures the three (figures in
-fastload/native/README.md); on 2 cores the inline tail was as fast as the thread pool or
-faster, reproducible, and cheaper in CPU than worker processes.
+hybrid_runner(tail_on=...) picks one; "auto" gives a loader worker processes when it has
+num_workers >= 1 (as torch's DataLoader runs the dataset's Python) and the inline tail
+without: benchmarks/hybrid_tail.py measures the three (figures in fastload/native/README.md
+and benchmarks/RESULTS.md).
 
 A torchvision dataset's target_transform runs on each batch's labels after the tail
 (`labels=`), or after a fully native batch (LabelledRunner).
@@ -449,10 +449,14 @@ def hybrid_runner(index: SampleIndex, plan: Any, tail: Tail, *, num_workers: int
     tail_on: "inline" (max(1, num_workers) engine threads, the tail on the consumer
     thread), "threads" (the same, the tail on a pool of num_workers Python threads: draws
     not reproducible), "processes" (num_workers worker processes making whole batches,
-    ProcessHybridRunner), or "auto": inline, measured in benchmarks/hybrid_tail.py
-    (fastload/native/README.md gives the figures)."""
+    ProcessHybridRunner), or "auto": as torch's DataLoader runs the dataset's Python, in
+    num_workers worker processes ("processes"), in the loop's own process without workers
+    ("inline"). Worker processes keep the tail off the training loop's thread, and a heavy
+    tail runs on every core: on 2 cores AugMix 1.37x torch's DataLoader in processes
+    against 0.76x inline, RandAugment 1.68x against 1.55x, TrivialAugmentWide 1.68x
+    against 1.73x (benchmarks/RESULTS.md, "Training recipes")."""
     if check_tail_on(tail_on) == "auto":
-        tail_on = "inline"
+        tail_on = "processes" if num_workers >= 1 else "inline"
     if tail_on == "processes":
         return ProcessHybridRunner(index, plan, tail, num_threads=max(1, num_workers), pin_memory=pin_memory,
                                    on_error=on_error, description=description, labels=labels)
