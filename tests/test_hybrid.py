@@ -7,6 +7,7 @@ batches agree with the dataset's generic twin and keep torchvision's output cont
 from __future__ import annotations
 
 import json
+import os
 import random
 
 import numpy as np
@@ -720,3 +721,35 @@ def test_the_tail_runs_on_one_intra_op_thread_and_the_loop_keeps_its_own(folder,
     finally:
         torch.set_num_threads(before)
     assert seen and set(seen) == {1}
+
+
+@pytest.mark.timeout(60)
+def test_worker_processes_end_when_their_parent_ends_without_closing(folder):
+    """A training process that os._exit()s (or is killed) with a hybrid loader open must not
+    leave its tail workers behind."""
+    import subprocess
+    import sys
+    import textwrap
+    import time
+
+    code = textwrap.dedent(f"""
+        import multiprocessing, os, torchvision, fastload
+        from torchvision import transforms as T
+        dataset = torchvision.datasets.ImageFolder({folder!r}, transform=T.Compose(
+            [T.RandomResizedCrop(16), T.RandomInvert(), T.ToTensor()]))
+        loader = fastload.DataLoader(dataset, batch_size=2, num_workers=2, tail_on="processes")
+        next(iter(loader))
+        print(" ".join(str(child.pid) for child in multiprocessing.active_children()), flush=True)
+        os._exit(0)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50)
+    assert out.returncode == 0, out.stderr
+    pids = [int(p) for p in out.stdout.split()]
+    assert pids, out.stdout
+    deadline = time.monotonic() + 10
+    alive = pids
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.2)
+        alive = [p for p in pids if os.path.exists(f"/proc/{p}") and
+                 open(f"/proc/{p}/stat").read().split(")")[1].split()[0] != "Z"]
+    assert not alive, f"tail workers {alive} outlived their parent"

@@ -257,6 +257,25 @@ def _start_worker(index: SampleIndex, plan: Any, tail: Tail, on_error: str) -> N
     global _WORKER
     torch.set_num_threads(1)  # as torch's DataLoader workers: the cores are the workers'
     _WORKER = HybridRunner(index, plan, tail, num_threads=1, on_error=on_error, parallel="inline")
+    _exit_with_parent(os.getppid())
+
+
+# How often a worker looks for its parent (torch's DataLoader workers poll alike).
+PARENT_POLL_S = 1.0
+
+
+def _exit_with_parent(parent: int) -> None:
+    """Ends this worker once its parent process is gone. A parent that ends without closing
+    the pool (os._exit, a kill) leaves its workers blocked on a queue whose write end they
+    hold themselves: they would live on, holding the parent's pipes open."""
+    import threading
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="fastload-parent-watch", daemon=True).start()
 
 
 def _work(indices: List[int], epoch: int, seed: int, on_error: str, pass_id: int):
