@@ -139,6 +139,20 @@ void read_index_v2(const uint8_t* data, size_t size, const uint8_t* p, size_t le
   }
 }
 
+// The MCUs [first, last) of one axis that pixels [begin, end) need, of `count` MCUs of
+// `mcu` pixels. Where chroma is upsampled along the axis (the triangle filter spans
+// adjacent chroma samples), only the first and the last scaled pixel of an MCU read the
+// neighbouring MCU: a window that starts after its MCU's first scaled pixel, or ends
+// before its last, needs no context on that side. A scaled pixel covers `scale_denom`
+// full-resolution ones.
+void mcu_span(int begin, int end, int mcu, int count, bool upsampled, int scale_denom, int& first, int& last) {
+  first = begin / mcu;
+  last = (end + mcu - 1) / mcu;
+  if (!upsampled) return;
+  if (begin % mcu < scale_denom) first = std::max(first - 1, 0);
+  if (end % mcu == 0 || end % mcu > mcu - scale_denom) last = std::min(last + 1, count);
+}
+
 }  // namespace
 
 bool read_embedded_segments(const uint8_t* data, size_t size, std::vector<int64_t>& segments) {
@@ -213,34 +227,15 @@ void decode_jpeg_rows(const uint8_t* data, size_t size, const int64_t* seg, int6
                                 ", width=" + std::to_string(width) + "]");
   }
   const int right = std::min(left + width, L.width);
-  // MCU rows the window touches, widened for the upsampling context, then whole segments.
-  int row0 = top / L.mcu_height;
-  int row1 = (bottom + L.mcu_height - 1) / L.mcu_height;
-  if (L.vertical_upsampling) {
-    // Only the first and the last scaled row of an MCU row read the neighbouring MCU
-    // row's chroma (the triangle filter spans adjacent chroma rows): a window that
-    // starts below its MCU row's first scaled row, or ends above its last, needs no
-    // context on that side. A scaled row covers scale_denom full-resolution rows.
-    const int d = scale_denom;
-    if (top % L.mcu_height < d) row0 = std::max(row0 - 1, 0);
-    if (bottom % L.mcu_height == 0 || bottom % L.mcu_height > L.mcu_height - d) {
-      row1 = std::min(row1 + 1, L.mcu_rows);
-    }
-  }
-  // Tiles likewise: the MCU columns the window touches, widened where the first or last
-  // scaled column of an MCU is in the window and chroma is upsampled horizontally.
+  // MCU rows, then MCU columns (for tiles), the window touches, widened for the
+  // upsampling context, then whole segments.
+  int row0 = 0, row1 = 0;
+  mcu_span(top, bottom, L.mcu_height, L.mcu_rows, L.vertical_upsampling, scale_denom, row0, row1);
   const int64_t tiles = L.tiles_per_row;
   int64_t t0 = 0, t1 = tiles;
   if (tiles > 1) {
-    int col0 = left / L.mcu_width;
-    int col1 = (right + L.mcu_width - 1) / L.mcu_width;
-    if (L.horizontal_upsampling) {
-      const int d = scale_denom;
-      if (left % L.mcu_width < d) col0 = std::max(col0 - 1, 0);
-      if (right % L.mcu_width == 0 || right % L.mcu_width > L.mcu_width - d) {
-        col1 = std::min(col1 + 1, L.mcus_per_row);
-      }
-    }
+    int col0 = 0, col1 = 0;
+    mcu_span(left, right, L.mcu_width, L.mcus_per_row, L.horizontal_upsampling, scale_denom, col0, col1);
     t0 = col0 / L.restart_interval;
     t1 = (col1 + L.restart_interval - 1) / L.restart_interval;
   }
