@@ -345,31 +345,8 @@ def test_state_is_plain_data_with_a_hybrid_runner(folder):
 # ---- torchvision datasets: the compat layer's pipelines, hybrid ------------------------------
 
 
-class ClassificationPresetTrain:
-    """torchvision's references/classification/presets.py training preset (backend="pil",
-    v1), as training scripts copy it: a Compose in self.transforms, __call__ returning
-    self.transforms(img)."""
-
-    def __init__(self, *, crop_size, mean=MEAN, std=STD, interpolation=T.InterpolationMode.BILINEAR, hflip_prob=0.5,
-                 auto_augment_policy=None, ra_magnitude=9, augmix_severity=3, random_erase_prob=0.0):
-        transforms = [T.RandomResizedCrop(crop_size, interpolation=interpolation, antialias=True)]
-        if hflip_prob > 0:
-            transforms.append(T.RandomHorizontalFlip(hflip_prob))
-        if auto_augment_policy == "ra":
-            transforms.append(T.RandAugment(interpolation=interpolation, magnitude=ra_magnitude))
-        elif auto_augment_policy == "ta_wide":
-            transforms.append(T.TrivialAugmentWide(interpolation=interpolation))
-        elif auto_augment_policy == "augmix":
-            transforms.append(T.AugMix(interpolation=interpolation, severity=augmix_severity))
-        elif auto_augment_policy is not None:
-            transforms.append(T.AutoAugment(policy=T.AutoAugmentPolicy(auto_augment_policy), interpolation=interpolation))
-        transforms += [T.PILToTensor(), T.ConvertImageDtype(torch.float), T.Normalize(mean=mean, std=std)]
-        if random_erase_prob > 0:
-            transforms.append(T.RandomErasing(p=random_erase_prob))
-        self.transforms = T.Compose(transforms)
-
-    def __call__(self, img):
-        return self.transforms(img)
+# torchvision's references/classification/presets.py training preset, as scripts copy it.
+from fastload.bench.recipes import ClassificationPresetTrain  # noqa: E402
 
 
 def double(image):

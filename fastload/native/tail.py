@@ -186,9 +186,9 @@ class Conversion:
     def find(transforms: Sequence[Any]) -> Optional[Tuple[int, int, "Conversion"]]:
         for begin in range(1, len(transforms)):
             first = transforms[begin]
-            v1 = _is_class(first, "torchvision.transforms", _CONVERTERS) and not _is_class(
+            torchvision_converter = _is_class(first, "torchvision.transforms", _CONVERTERS) and not _is_class(
                 first, "torchvision.transforms.v2", ("ToTensor",))
-            if not (v1 or _is_class(first, "timm.", ("MaybeToTensor", "MaybePILToTensor"))):
+            if not (torchvision_converter or _is_class(first, "timm.", ("MaybeToTensor", "MaybePILToTensor"))):
                 continue
             floats = _CONVERTERS[type(first).__name__]
             scale_step = ("div", 255.0) if floats else None
