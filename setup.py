@@ -10,7 +10,7 @@ Configuration (environment variables):
   TORCH_CUDA_ARCH_LIST   GPU architectures (default here: "8.0;9.0+PTX").
   FASTLOAD_DEBUG=1       -O0 -g and asserts.
   FASTLOAD_SANITIZE      e.g. "address,undefined": a CPU-only build instrumented with
-                         -fsanitize=<value> (-O1 -g, frame pointers) into
+                         -fsanitize=<value> (-O1 -g1, frame pointers) into
                          build-sanitize/ (objects in temp/, the module in lib/), so the
                          normal build/ and fastload/_C*.so stay as they are. Run it with
                          `make sanitize` (scripts/sanitize.sh), which loads it.
@@ -159,13 +159,15 @@ def extensions():
     with_cuda = want_cuda(torch, cuda_home)
 
     sources = sorted(glob.glob(os.path.join("csrc", "**", "*.cpp"), recursive=True))
-    cxx_flags = ["-O0", "-g"] if debug else ["-O3", "-DNDEBUG"]
+    # -g1: line tables for backtraces, without the full debug info that Python's own -g
+    # asks for (a third of the compile time, mostly of torch's headers).
+    cxx_flags = ["-O0", "-g"] if debug else ["-O3", "-DNDEBUG", "-g1"]
     if sanitize:
         # -O1 keeps the run bearable and the stacks readable. Python's own flags bring
         # -fwrapv, which makes signed overflow defined and so invisible to UBSan. The
         # libstdc++ macros make std::vector tell ASan its size (a read past size() but
         # within capacity, e.g. of a reused decode buffer, is reported) and bound-check [].
-        cxx_flags = ["-O1", "-g", "-fno-omit-frame-pointer", "-fno-wrapv", f"-fsanitize={sanitize}",
+        cxx_flags = ["-O1", "-g1", "-fno-omit-frame-pointer", "-fno-wrapv", f"-fsanitize={sanitize}",
                      "-D_GLIBCXX_SANITIZE_VECTOR", "-D_GLIBCXX_ASSERTIONS"]
     # torch's headers choose the C++ standard (C++20 for torch >= 2.10).
     cxx_flags += ["-fvisibility=hidden", "-Wall", "-Wno-unused-function"]

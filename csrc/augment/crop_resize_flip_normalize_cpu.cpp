@@ -42,8 +42,12 @@
 #if defined(__GNUC__) && !defined(__INTEL_COMPILER)
 #define FASTLOAD_VECTOR_EXT 1
 #define FASTLOAD_INLINE __attribute__((always_inline)) inline
+// On a lambda: g++ compiles a lambda it does not inline for the baseline ISA even inside
+// an AVX2 function, so the per-row sinks and casts are always inlined.
+#define FASTLOAD_INLINE_LAMBDA __attribute__((always_inline))
 #else
 #define FASTLOAD_INLINE inline
+#define FASTLOAD_INLINE_LAMBDA
 #endif
 // g++ >= 12 and clang: the 8-float horizontal pass (assembling it through memory instead
 // is 4x slower: store-forwarding stalls); older compilers take the 4-float one.
@@ -51,6 +55,12 @@
 #if __has_builtin(__builtin_shufflevector)
 #define FASTLOAD_SHUFFLEVECTOR 1
 #endif
+#endif
+// The loops compiled for baseline x86-64 (SSE2) and again for AVX2+FMA, chosen at run
+// time: the wheel must run on any x86-64, and -march=native is not an option.
+#if defined(__x86_64__) && defined(FASTLOAD_VECTOR_EXT)
+#define FASTLOAD_HAVE_AVX2_PATH 1
+#define FASTLOAD_AVX2 __attribute__((target("avx2,fma")))
 #endif
 
 namespace fastload {
@@ -343,7 +353,7 @@ FASTLOAD_INLINE void horizontal_gray(const Plan& p, float* __restrict out) {
 // Tap counts up to 8 cover bilinear downscaling by up to ~3.5x per axis (bicubic: ~1.7x):
 // unrolled. Writes `out` (p.hrow, or p.hscratch when clipped).
 template <bool WIDE>
-FASTLOAD_INLINE void horizontal_pass(const Plan& p, float* out) {
+FASTLOAD_INLINE void horizontal_pass_unrolled(const Plan& p, float* out) {
   if (p.channels == 3) {
     switch (p.taps_x) {
       case 1: return horizontal_rgb<1, WIDE>(p, out);
@@ -363,6 +373,26 @@ FASTLOAD_INLINE void horizontal_pass(const Plan& p, float* out) {
     case 4: return horizontal_gray<4>(p, out);
     default: return horizontal_gray<0>(p, out);
   }
+}
+
+// Out of line, once per instruction set: inlined, its thirteen unrolled loops were
+// compiled again for every output dtype and row sink (minutes of build time), to save
+// one call per row.
+__attribute__((noinline)) void horizontal_pass_baseline(const Plan& p, float* out) {
+  horizontal_pass_unrolled<false>(p, out);
+}
+#if defined(FASTLOAD_HAVE_AVX2_PATH)
+__attribute__((noinline)) FASTLOAD_AVX2 void horizontal_pass_avx2(const Plan& p, float* out) {
+  horizontal_pass_unrolled<true>(p, out);
+}
+#endif
+
+template <bool WIDE>
+FASTLOAD_INLINE void horizontal_pass(const Plan& p, float* out) {
+#if defined(FASTLOAD_HAVE_AVX2_PATH)
+  if constexpr (WIDE) return horizontal_pass_avx2(p, out);
+#endif
+  horizontal_pass_baseline(p, out);
 }
 
 // out[c, y, x] = cast(v[c, x] * alpha[c] + beta[c]) through the strides, v from hrow
@@ -622,16 +652,20 @@ FASTLOAD_INLINE void color_finish(Plan& p, const OutputView& out, CastFn cast) {
 template <bool WIDE, typename S, typename CastFn>
 FASTLOAD_INLINE void run_cast(Plan& p, const ImageView& in, const OutputView& out, CastFn cast) {
   S* base = static_cast<S*>(out.data);
-  auto store = [&](int y) { store_row(p, base + y * out.stride_y, out.stride_c, out.stride_x, cast); };
-  if (p.color == nullptr || !p.color->any()) return run_any_rows<WIDE>(p, in, store);
-  if (p.color->quantized()) color_rows_init(p.color_rows, *p.color);
-  p.luma_sum = 0;
-  if (p.pixels_ready) {
-    for (int y = 0; y < p.out_h; ++y) color_first_pixels(p, y);
-  } else if (p.color->quantized()) {
-    run_any_rows<WIDE>(p, in, [&](int y) { color_first_row(p, y); });
-  } else {  // erasing only: the float values are stored as usual, then erased
+  auto store = [&](int y) FASTLOAD_INLINE_LAMBDA { store_row(p, base + y * out.stride_y, out.stride_c, out.stride_x, cast); };
+  const bool colour = p.color != nullptr && p.color->any();
+  const bool quantized = colour && p.color->quantized();
+  if (!quantized) {  // no colour steps, or erasing only: the float values are stored as usual
     run_any_rows<WIDE>(p, in, store);
+    if (!colour) return;
+  } else {
+    color_rows_init(p.color_rows, *p.color);
+    p.luma_sum = 0;
+    if (p.pixels_ready) {
+      for (int y = 0; y < p.out_h; ++y) color_first_pixels(p, y);
+    } else {
+      run_any_rows<WIDE>(p, in, [&](int y) FASTLOAD_INLINE_LAMBDA { color_first_row(p, y); });
+    }
   }
   // GaussianBlur (blur_cpu.h), after every colour step: p.color becomes what is left to store.
   augment::color::ColorPass blurred;
@@ -643,23 +677,19 @@ template <bool WIDE, typename T>
 FASTLOAD_INLINE void run_sample(Plan& p, const ImageView& in, const OutputView& out) {
   using S = typename Cast<T>::Storage;
   if constexpr (std::is_same_v<T, uint8_t>) {
-    if (p.uint8_bounded) return run_cast<WIDE, S>(p, in, out, [](float v) { return augment::to_uint8_bounded(v); });
+    if (p.uint8_bounded) return run_cast<WIDE, S>(p, in, out, [](float v) FASTLOAD_INLINE_LAMBDA { return augment::to_uint8_bounded(v); });
   }
-  run_cast<WIDE, S>(p, in, out, [](float v) { return Cast<T>::apply(v); });
+  run_cast<WIDE, S>(p, in, out, [](float v) FASTLOAD_INLINE_LAMBDA { return Cast<T>::apply(v); });
 }
 
-// The same loops compiled for baseline x86-64 (SSE2) and for AVX2+FMA, chosen at run
-// time: the wheel must run on any x86-64, and -march=native is not an option.
 template <typename T>
 void run_sample_default(Plan& p, const ImageView& in, const OutputView& out) {
   run_sample<false, T>(p, in, out);
 }
 
-#if defined(__x86_64__) && defined(FASTLOAD_VECTOR_EXT)
-#define FASTLOAD_HAVE_AVX2_PATH 1
+#if defined(FASTLOAD_HAVE_AVX2_PATH)
 template <typename T>
-__attribute__((target("avx2,fma"))) void run_sample_avx2(Plan& p, const ImageView& in,
-                                                           const OutputView& out) {
+FASTLOAD_AVX2 void run_sample_avx2(Plan& p, const ImageView& in, const OutputView& out) {
   run_sample<true, T>(p, in, out);
 }
 
@@ -906,7 +936,7 @@ FASTLOAD_INLINE void pil_run(const PilPasses& p) {
 void pil_run_default(const PilPasses& p) { pil_run<false>(p); }
 
 #if defined(FASTLOAD_HAVE_AVX2_PATH)
-__attribute__((target("avx2,fma"))) void pil_run_avx2(const PilPasses& p) { pil_run<true>(p); }
+FASTLOAD_AVX2 void pil_run_avx2(const PilPasses& p) { pil_run<true>(p); }
 #endif
 
 // The sample resampled as Pillow does, into pixels (uint8 HWC, out_h x out_w).
