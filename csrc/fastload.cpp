@@ -92,7 +92,7 @@ TORCH_LIBRARY(fastload, m) {
   m.def("erase(Tensor image, int[] box, float[] value, int seed, int epoch, int index) -> Tensor");
   // Random parameters, pure functions of (seed, epoch, index):
   // (order int64 [N, 4], factors float32 [N, 4]); ranges = (min, max) per op, NaN pair = off.
-  m.def("color_jitter_params(Tensor indices, int seed, int epoch, float[] ranges) -> (Tensor, Tensor)");
+  m.def("color_jitter_params(Tensor indices, int seed, int epoch, float[] ranges, float p=1.) -> (Tensor, Tensor)");
   m.def("random_grayscale_params(Tensor indices, int seed, int epoch, float p) -> Tensor");
   // Boxes int64 [N, 4] (top, left, height, width), zeros = nothing erased.
   m.def(

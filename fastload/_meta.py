@@ -72,7 +72,7 @@ def _rgb_to_grayscale(image, num_output_channels):
 
 
 @torch.library.register_fake("fastload::color_jitter_params")
-def _color_jitter_params(indices, seed, epoch, ranges):
+def _color_jitter_params(indices, seed, epoch, ranges, p=1.0):
     n = indices.shape[0]
     return indices.new_empty((n, 4), dtype=torch.int64), indices.new_empty((n, 4), dtype=torch.float32)
 

@@ -424,11 +424,13 @@ def gaussian_blur_params(indices: torch.Tensor, seed: int, epoch: int, sigma_min
     return _ops().gaussian_blur_params(indices, seed, epoch, float(sigma_min), float(sigma_max))
 
 
-def color_jitter_params(indices: torch.Tensor, seed: int, epoch: int,
-                        ranges: Sequence[float]) -> Tuple[torch.Tensor, torch.Tensor]:
+def color_jitter_params(indices: torch.Tensor, seed: int, epoch: int, ranges: Sequence[float],
+                        p: float = 1.0) -> Tuple[torch.Tensor, torch.Tensor]:
     """Per sample (order int64 [N, 4], factors float32 [N, 4]) of ColorJitter, a pure
-    function of (seed, epoch, index); ranges: (min, max) per op, a NaN pair where off."""
-    return tuple(_ops().color_jitter_params(indices, seed, epoch, [float(r) for r in ranges]))
+    function of (seed, epoch, index); ranges: (min, max) per op, a NaN pair where off.
+    p: the probability that the jitter runs at all (RandomApply([ColorJitter], p)); a
+    sample it skips has every factor NaN."""
+    return tuple(_ops().color_jitter_params(indices, seed, epoch, [float(r) for r in ranges], float(p)))
 
 
 def random_grayscale_params(indices: torch.Tensor, seed: int, epoch: int, p: float) -> torch.Tensor:

@@ -16,6 +16,7 @@ flip) are a pure function of (seed, epoch, sample index).
 | `Normalize(mean, std)` | `Normalize` (on values scaled to [0, 1]) |
 | `ToDtype(dtype, scale)` | `v2.ToDtype` / `ToTensor` (float32, scale=True) |
 | `ColorJitter(brightness, contrast, saturation, hue)` | `ColorJitter` (PIL semantics, after the crop/resize, before ToDtype) |
+| `ColorJitter(..., p=0.8)` | `RandomApply([ColorJitter(...)], p=0.8)` |
 | `Grayscale(3)`, `RandomGrayscale(p)` | `Grayscale(num_output_channels=3)`, `RandomGrayscale` (after ColorJitter) |
 | `GaussianBlur(kernel_size, sigma)` | `GaussianBlur` (on the uint8 image, after the colour ops) |
 | `RandomErasing(p, scale, ratio, value)` | `RandomErasing` (last: on the normalised output) |

@@ -340,6 +340,33 @@ def test_random_grayscale_probability_matches_torchvision():
     assert abs(ours - DRAWS * p) < Z_1E3 * math.sqrt(DRAWS * p * (1 - p))
 
 
+@pytest.mark.parametrize("p", [0.8, 0.3])
+def test_random_apply_of_color_jitter_skips_a_sample_with_torchvisions_probability(p):
+    """RandomApply([ColorJitter], p): torch.rand(1) < p per call decides; a skipped sample
+    has every factor NaN, and the others keep exactly the draws of a plain ColorJitter."""
+    spec = color.ColorJitter(0.4, 0.4, 0.4, 0.1)
+    order, factors = spec.params(torch.arange(DRAWS), 9, 2)
+    applied_order, applied_factors = color.ColorJitter(0.4, 0.4, 0.4, 0.1, p=p).params(torch.arange(DRAWS), 9, 2)
+    skipped = torch.isnan(applied_factors).all(1)
+    ours = int((~skipped).sum())
+    torch.manual_seed(0)
+    theirs = int((torch.rand(DRAWS) < p).sum())
+    assert two_proportion_z(ours, DRAWS, theirs, DRAWS) < Z_1E3
+    assert abs(ours - DRAWS * p) < Z_1E3 * math.sqrt(DRAWS * p * (1 - p))
+    assert torch.equal(applied_order, order)
+    assert torch.equal(applied_factors[~skipped], factors[~skipped])
+
+
+def test_random_apply_probability_bounds_and_checks():
+    indices = torch.arange(100)
+    assert not torch.isnan(color.ColorJitter(0.4, p=1.5).params(indices, 0, 0)[1][:, 0]).any()
+    assert torch.isnan(color.ColorJitter(0.4, p=-1).params(indices, 0, 0)[1]).all()
+    with pytest.raises(TypeError, match="p should be a real number"):
+        color.ColorJitter(0.4, p="0.5")
+    with pytest.raises(ValueError, match="expected p in"):
+        ops.color_jitter_params(indices, 0, 0, [0.6, 1.4] * 4, 1.5)
+
+
 ERASE_DRAWS = 40_000  # torchvision's get_params costs ~60 us a call here: 40k keep it near 3 s
 
 

@@ -29,6 +29,21 @@ def test_torchvision_color_transforms_map_to_color_specs(TV):
                                                                                       hue=None)]
 
 
+@pytest.mark.parametrize("TV", [T, v2], ids=["v1", "v2"])
+def test_random_apply_of_one_color_jitter_maps_to_a_jitter_with_p(TV):
+    got = convert_transform(TV.Compose([TV.RandomResizedCrop(32), TV.RandomApply([TV.ColorJitter(0.4, 0.4)], p=0.8)]))
+    assert got == [specs.RandomResizedCrop(32),
+                   color.ColorJitter((0.6, 1.4), (0.6, 1.4), None, None, p=0.8)]
+
+
+@pytest.mark.parametrize("TV", [T, v2], ids=["v1", "v2"])
+def test_random_apply_of_anything_else_is_a_blocker_that_says_why(TV):
+    inner = [TV.ColorJitter(0.4), TV.GaussianBlur(3)]
+    pipeline = split_transform(TV.Compose([TV.CenterCrop(8), TV.RandomApply(inner, p=0.5), TV.PILToTensor()]))
+    assert pipeline.native == (specs.CenterCrop(8),)
+    assert "single ColorJitter only (this one applies ColorJitter, GaussianBlur)" in pipeline.blockers[0]
+
+
 @pytest.mark.parametrize("value, want", [(0, 0.0), ("random", "random"), ((0.1, 0.2, 0.3), (0.1, 0.2, 0.3)),
                                          (7, 7.0)])
 @pytest.mark.parametrize("TV", [T, v2], ids=["v1", "v2"])

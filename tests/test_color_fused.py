@@ -78,7 +78,8 @@ def torchvision_uint8(path, plan, epoch, index):
         image = F.hflip(image)
     indices = torch.tensor([index])
     if list(plan.jitter):
-        order, factors = fl_ops.color_jitter_params(indices, plan.seed, epoch, jitter_nan_ranges(plan.jitter))
+        order, factors = fl_ops.color_jitter_params(indices, plan.seed, epoch, jitter_nan_ranges(plan.jitter),
+                                                    plan.jitter_p)
         for op in order[0].tolist():
             factor = float(factors[0, op])
             if not math.isnan(factor):
@@ -133,6 +134,7 @@ def test_color_ops_that_do_not_fuse_say_why(ops, reason):
     (dict(jitter=[1.4, 0.6, 1, 1, 1, 1, 0, 0]), "brightness range"),
     (dict(jitter=[1, 1, 1, 1, 1, 1, -0.7, 0.1]), "hue range"),
     (dict(erase_p=1.5), "erase_p"),
+    (dict(jitter=[0.6, 1.4] * 3 + [0, 0], jitter_p=1.5), "jitter_p"),
     (dict(erase_p=0.5, erase_scale_min=0.5, erase_scale_max=0.2), "RandomErasing scale"),
     (dict(erase_p=0.5, erase_value=[1.0, 2.0]), "single value or 3"),
     (dict(erase_p=0.5, erase_random=3), "erase_random"),
@@ -215,6 +217,27 @@ def test_color_jitter_after_random_resized_crop_matches_torchvision_within_one_l
                                 batch_size=4)
     unjittered = torch.cat([b for b, _ in plain])
     assert (unjittered.to(torch.int32) - want.to(torch.int32)).abs().gt(1).double().mean() > 0.1
+
+
+@pytest.mark.parametrize("api", ["v1", "v2"])
+def test_random_apply_of_color_jitter_runs_natively_and_matches_torchvision(root, api):
+    """SimCLR's colour step: the jitter runs on the samples its p draw picks (torchvision
+    with the drawn parameters, within a level), the others are the plain resized crop."""
+    TV = T if api == "v1" else v2
+    to_uint8 = T.PILToTensor() if api == "v1" else v2.PILToTensor()
+    transform = TV.Compose([TV.RandomResizedCrop(OUT), TV.RandomApply([TV.ColorJitter(0.4, 0.4, 0.4, 0.1)], p=0.5),
+                            TV.RandomGrayscale(0.2), to_uint8])
+    dataset = ImageFolder(root, transform=transform)
+    loader, images = loader_batches(dataset, seed=3)
+    assert "RandomApply" not in loader.path, loader.path
+    plan = native_plan(loader, transform)
+    assert plan.jitter_p == 0.5
+    _, factors = fl_ops.color_jitter_params(torch.arange(len(dataset)), plan.seed, 0, jitter_nan_ranges(plan.jitter),
+                                            plan.jitter_p)
+    skipped = torch.isnan(factors).all(1)
+    assert skipped.any() and not skipped.all(), skipped  # both kinds of sample are checked
+    want = torch.stack([torchvision_uint8(path, plan, 0, i) for i, (path, _) in enumerate(dataset.samples)])
+    assert_within_one_level(images, want)
 
 
 def test_color_jitter_then_normalize_matches_torchvision_in_float(root):

@@ -361,7 +361,7 @@ def test_a_plan_survives_pickle_and_deepcopy_with_every_field():
                    value_scale=0.5, mean=[0.25], std=[2.0], channels=1,
                    dct_scaling=False, max_pixels=12345, seed=2**40 + 3, pad_top=1, pad_left=2, pad_bottom=3,
                    pad_right=4, pad_if_needed=True, jitter=[0.5, 1.5, 0.25, 1.75, 0.0, 2.0, -0.25, 0.5],
-                   grayscale_p=0.125, erase_p=0.375, erase_scale_min=0.0625, erase_scale_max=0.5,
+                   jitter_p=0.625, grayscale_p=0.125, erase_p=0.375, erase_scale_min=0.0625, erase_scale_max=0.5,
                    padding_mode=2, pad_fill=[7.0], blur_kernel_x=5, blur_kernel_y=3, blur_sigma_min=0.5,
                    blur_sigma_max=1.5,
                    erase_ratio_min=0.5, erase_ratio_max=2.0, erase_value=[0.5], erase_random=2)

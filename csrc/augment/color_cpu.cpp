@@ -200,15 +200,18 @@ void check_indices(const at::Tensor& indices, const char* op) {
                        indices.scalar_type(), ".");
 }
 
-// ranges: [b_min, b_max, c_min, c_max, s_min, s_max, h_min, h_max], a NaN pair = off.
-// Returns (order int64 [N, 4], factors float32 [N, 4], NaN where off).
+// ranges: [b_min, b_max, c_min, c_max, s_min, s_max, h_min, h_max], a NaN pair = off;
+// p: the probability that the jitter runs (RandomApply).
+// Returns (order int64 [N, 4], factors float32 [N, 4], NaN where off or not applied).
 std::tuple<at::Tensor, at::Tensor> color_jitter_params_cpu(const at::Tensor& indices, int64_t seed, int64_t epoch,
-                                                           at::ArrayRef<double> ranges) {
+                                                           at::ArrayRef<double> ranges, double p) {
   const char* op = "color_jitter_params";
   check_indices(indices, op);
   FASTLOAD_CHECK_VALUE(ranges.size() == 8, op, "expected 8 range values (min, max per op), got ", ranges.size(),
                        ".");
+  FASTLOAD_CHECK_VALUE(std::isfinite(p) && p >= 0 && p <= 1, op, "expected p in [0, 1], got ", p, ".");
   JitterRanges r;
+  r.p = p;
   for (int k = 0; k < 4; ++k) {
     r.min[k] = ranges[2 * k];
     r.max[k] = ranges[2 * k + 1];

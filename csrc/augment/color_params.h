@@ -7,6 +7,9 @@
 //                   24 orders with probability 1/24); then each enabled factor uniform in
 //                   [min, max], rounded to float as torch's float32 uniform_ is (hue in
 //                   [-h, h] is just its [min, max]). Disabled (None) factors draw nothing.
+//                   RandomApply([ColorJitter], p) first draws torch.rand(1) < p: here on
+//                   a stream of its own, so the jitter's draws are the same with or
+//                   without it.
 //   RandomGrayscale torch.rand(1) < p.
 //   RandomErasing   torch.rand(1) < p, then get_params: 10 attempts of
 //                   area * U(scale) and exp(U(log ratio)), h = round(sqrt(area * ratio)),
@@ -28,10 +31,12 @@
 namespace fastload::augment::color {
 
 // ColorJitter's ranges, per ColorOp; enabled[op] false where torchvision holds None.
+// p: the probability that the jitter runs at all (RandomApply around it; 1 without).
 struct JitterRanges {
   double min[4];
   double max[4];
   bool enabled[4];
+  double p = 1.0;
 };
 
 FASTLOAD_HD JitterParams color_jitter_params(const JitterRanges& ranges, SampleRng& rng) {
@@ -53,7 +58,13 @@ FASTLOAD_HD JitterParams color_jitter_params(const JitterRanges& ranges, SampleR
 FASTLOAD_HD JitterParams color_jitter_params(const JitterRanges& ranges, int64_t seed, int64_t epoch,
                                              int64_t index) {
   SampleRng rng(seed, epoch, index, ParamStream::kColorJitter);
-  return color_jitter_params(ranges, rng);
+  JitterParams p = color_jitter_params(ranges, rng);
+  if (ranges.p < 1.0) {
+    SampleRng apply(seed, epoch, index, ParamStream::kJitterApply);
+    if (!(apply.uniform() < ranges.p))
+      for (int op = 0; op < 4; ++op) p.enabled[op] = false;
+  }
+  return p;
 }
 
 FASTLOAD_HD bool random_grayscale(double p, int64_t seed, int64_t epoch, int64_t index) {

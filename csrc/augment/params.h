@@ -24,6 +24,7 @@ enum class ParamStream : uint64_t {
   kEraseValue = 6,
   kFlipVertical = 7,
   kBlur = 8,
+  kJitterApply = 9,
 };
 
 FASTLOAD_HD uint64_t splitmix64(uint64_t x) {

@@ -94,6 +94,8 @@ void Plan::validate_color(const char* op) const {
   FASTLOAD_CHECK_VALUE(std::isfinite(grayscale_p) && std::isfinite(erase_p) && erase_p >= 0 && erase_p <= 1, op,
                        "expected finite grayscale_p and erase_p in [0, 1], got ", grayscale_p, " and ", erase_p,
                        ".");
+  FASTLOAD_CHECK_VALUE(std::isfinite(jitter_p) && jitter_p >= 0 && jitter_p <= 1, op,
+                       "expected jitter_p (the RandomApply probability of ColorJitter) in [0, 1], got ", jitter_p, ".");
   if (erase_p <= 0) return;
   FASTLOAD_CHECK_VALUE(std::isfinite(erase_scale_min) && std::isfinite(erase_scale_max) && 0 <= erase_scale_min &&
                            erase_scale_min <= erase_scale_max && erase_scale_max <= 1 &&
@@ -120,6 +122,7 @@ augment::color::ColorPass color_pass_of(const Plan& plan, int64_t epoch, int64_t
       ranges.max[k] = plan.jitter[2 * k + 1];
       ranges.enabled[k] = !(ranges.min[k] == kJitterCentre[k] && ranges.max[k] == kJitterCentre[k]);
     }
+    ranges.p = plan.jitter_p;
     cp.jitter_params = augment::color::color_jitter_params(ranges, plan.seed, epoch, index);
     cp.jitter = true;
   }

@@ -46,6 +46,7 @@ struct Plan {
   // brightness, contrast, saturation and hue factors; an op whose range is exactly its
   // neutral point (1, 1) or, for hue, (0, 0) is off (torchvision's None).
   std::vector<double> jitter{};
+  double jitter_p = 1.0;  // RandomApply([ColorJitter], p): p, drawn on ParamStream::kJitterApply
   double grayscale_p = 0.0;  // RandomGrayscale (1: Grayscale(3)), drawn on ParamStream::kGrayscale
   // RandomErasing on the normalised output: p, torchvision's scale and ratio ranges, and
   // the value: erase_value (one, or one per channel), or random standard normals
@@ -89,7 +90,7 @@ augment::color::ColorPass color_pass_of(const Plan& plan, int64_t epoch, int64_t
   X(resize_short) X(resize_height) X(resize_width) X(max_size) X(pad_top) X(pad_left) X(pad_bottom)       \
   X(pad_right) X(pad_if_needed) X(interpolation) X(flip_p)                                                 \
   X(flip_v_p) X(value_scale) X(mean) X(std) X(channels) X(dct_scaling) X(max_pixels) X(seed)     \
-  X(jitter) X(grayscale_p) X(erase_p) X(erase_scale_min) X(erase_scale_max) X(erase_ratio_min)             \
+  X(jitter) X(jitter_p) X(grayscale_p) X(erase_p) X(erase_scale_min) X(erase_scale_max) X(erase_ratio_min)             \
   X(erase_ratio_max) X(erase_value) X(erase_random) X(padding_mode) X(pad_fill) X(blur_kernel_x) X(blur_kernel_y)  \
   X(blur_sigma_min) X(blur_sigma_max)
 

@@ -68,6 +68,10 @@ class ColorJitter:
     as a tuple, or None where the op is off. Per sample: a uniformly random order of the
     four ops, then each enabled factor uniform in its range.
 
+    p: the probability that the jitter runs at all, torchvision's
+    ``RandomApply([ColorJitter(...)], p)`` (SimCLR, MoCo and BYOL recipes); 1 for a plain
+    ColorJitter. As RandomApply, p >= 1 always runs and p <= 0 never does.
+
     Raises:
         ValueError, TypeError: as torchvision.transforms.ColorJitter, same messages.
     """
@@ -76,6 +80,7 @@ class ColorJitter:
     contrast: Union[float, Tuple[float, float], None] = 0
     saturation: Union[float, Tuple[float, float], None] = 0
     hue: Union[float, Tuple[float, float], None] = 0
+    p: float = 1.0
 
     def __post_init__(self):
         for name in ("brightness", "contrast", "saturation"):
@@ -83,6 +88,9 @@ class ColorJitter:
         object.__setattr__(
             self, "hue", self._normalised(self.hue, "hue", center=0, bound=(-0.5, 0.5), clip_first_on_zero=False)
         )
+        if not isinstance(self.p, numbers.Real) or math.isnan(self.p):
+            raise TypeError(f"p should be a real number, got {self.p!r}")
+        object.__setattr__(self, "p", min(max(float(self.p), 0.0), 1.0))
 
     @staticmethod
     def _normalised(value, name, **kwargs) -> Range:
@@ -101,8 +109,9 @@ class ColorJitter:
 
     def params(self, indices: torch.Tensor, seed: int, epoch: int) -> Tuple[torch.Tensor, torch.Tensor]:
         """Per sample: order int64 [N, 4] (op ids: 0 brightness, 1 contrast, 2 saturation,
-        3 hue, in application order) and factors float32 [N, 4] (by op id, NaN where off)."""
-        return _native("color_jitter_params")(indices, seed, epoch, self.ranges())
+        3 hue, in application order) and factors float32 [N, 4] (by op id, NaN where off,
+        all NaN where p skips the sample)."""
+        return _native("color_jitter_params")(indices, seed, epoch, self.ranges(), self.p)
 
 
 @dataclass(frozen=True)

@@ -159,7 +159,7 @@ def _apply_color_reference(plan: Plan, view: torch.Tensor, box, flip, flip_v, in
         indices = torch.tensor([index], dtype=torch.int64)
         if list(plan.jitter):
             order, factors = fl_ops.color_jitter_params(indices, plan.seed, epoch,
-                                                        jitter_nan_ranges(plan.jitter))
+                                                        jitter_nan_ranges(plan.jitter), plan.jitter_p)
             pixels = color.color_jitter(pixels, order[0].tolist(), factors[0].tolist())
         if plan.grayscale_p > 0 and bool(fl_ops.random_grayscale_params(indices, plan.seed, epoch,
                                                                       plan.grayscale_p)[0]):

@@ -298,6 +298,7 @@ def fuse(
                   max_pixels=max_pixels, seed=seed)
     if jitter is not None:
         fields["jitter"] = _jitter_ranges(jitter)
+        fields["jitter_p"] = jitter.p
     fields["grayscale_p"] = grayscale_p
     if erasing is not None and erasing.p > 0:
         fill = erasing.fill(channels)

@@ -154,6 +154,17 @@ def _imagenet_example(root: str) -> Any:
     return _image_folder(root, imagenet_example_transform())
 
 
+def _simclr_colour(root: str) -> Any:
+    from torchvision import transforms as T
+
+    # SimCLR / MoCo v2's colour distortion (strength 0.5, without their blur).
+    return _image_folder(root, T.Compose([
+        T.RandomResizedCrop(224), T.RandomHorizontalFlip(),
+        T.RandomApply([T.ColorJitter(0.4, 0.4, 0.4, 0.1)], p=0.8), T.RandomGrayscale(0.2),
+        T.ToTensor(), T.Normalize(MEAN, STD),
+    ]))
+
+
 def _random_split(root: str) -> Any:
     from torchvision import transforms as T
 
@@ -188,6 +199,9 @@ RECIPES: Dict[str, Recipe] = {r.name: r for r in [
            train=False, needs=_TIMM),
     Recipe("imagenet-example", "pytorch/examples imagenet: RandomResizedCrop(224), RandomHorizontalFlip, "
            "ColorJitter(0.4, 0.4, 0.4), ToTensor, Normalize", _imagenet_example),
+    Recipe("simclr-colour", "SimCLR's colour distortion: RandomResizedCrop(224), RandomHorizontalFlip, "
+           "RandomApply([ColorJitter(0.4, 0.4, 0.4, 0.1)], p=0.8), RandomGrayscale(0.2), ToTensor, Normalize",
+           _simclr_colour),
     Recipe("random-split", "torch.utils.data.random_split(ImageFolder(train transform), [0.8, 0.2]): the 80% Subset",
            _random_split),
     Recipe("bicubic-rrc", "RandomResizedCrop(224, interpolation=BICUBIC), RandomHorizontalFlip, ToTensor, Normalize",

@@ -4,7 +4,8 @@
 C++ engine when every transform has a native equivalent (v1 and v2: RandomResizedCrop,
 Resize, CenterCrop, RandomCrop (fill, padding modes), RandomHorizontalFlip,
 RandomVerticalFlip, ToTensor, PILToTensor, ToImage, ToDtype, ConvertImageDtype, Normalize,
-ToPureTensor, ColorJitter, Grayscale(3), RandomGrayscale, GaussianBlur, RandomErasing;
+ToPureTensor, ColorJitter (also inside RandomApply), Grayscale(3), RandomGrayscale, GaussianBlur,
+RandomErasing;
 timm's equivalents, see compat/timm.py). The output keeps torchvision's dtype, shape and
 value range; the random draws are fastload's own (torchvision's distributions, a
 different generator).
@@ -27,6 +28,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any, List, Tuple
 
 import torch
@@ -155,11 +157,20 @@ def _range(value: Any) -> Any:
 
 
 def _color_specs(transform: Any) -> Any:
-    """The colour specs of a v1 or v2 ColorJitter, Grayscale, RandomGrayscale or
-    RandomErasing (their checked attributes: ranges or None, p, value), else None."""
+    """The colour specs of a v1 or v2 ColorJitter, RandomApply([ColorJitter]), Grayscale,
+    RandomGrayscale or RandomErasing (their checked attributes: ranges or None, p, value),
+    else None."""
     if _is_torchvision(transform, "ColorJitter"):
         return [color.ColorJitter(*(_range(getattr(transform, name))
                                     for name in ("brightness", "contrast", "saturation", "hue")))]
+    if _is_torchvision(transform, "RandomApply"):
+        inner = list(transform.transforms)
+        if len(inner) != 1 or not _is_torchvision(inner[0], "ColorJitter"):
+            names = ", ".join(type(t).__name__ for t in inner) or "nothing"
+            raise NotConvertible(f"is native around a single ColorJitter only (this one applies {names})",
+                                 fix="apply the other transforms outside RandomApply, or keep it in the Python tail")
+        (jitter,) = _color_specs(inner[0])
+        return [dataclasses.replace(jitter, p=float(transform.p))]
     if _is_torchvision(transform, "Grayscale"):
         if int(transform.num_output_channels) != 3:
             raise NotConvertible("makes one channel of the loader's three (native: num_output_channels=3)",
