@@ -42,7 +42,7 @@ enum ColorOp : int { kBrightness = 0, kContrast = 1, kSaturation = 2, kHue = 3 }
 // ---- exactly rounded arithmetic ---------------------------------------------------------
 
 // fl32(a * b), fl32(a + b): one rounding each, never fused.
-FASTLOAD_HD float mul_rn(float a, float b) {
+FASTLOAD_HD_INLINE float mul_rn(float a, float b) {
 #if defined(__CUDA_ARCH__)
   return __fmul_rn(a, b);
 #else
@@ -50,7 +50,7 @@ FASTLOAD_HD float mul_rn(float a, float b) {
 #endif
 }
 
-FASTLOAD_HD float add_rn(float a, float b) {
+FASTLOAD_HD_INLINE float add_rn(float a, float b) {
 #if defined(__CUDA_ARCH__)
   return __fadd_rn(a, b);
 #else
@@ -60,7 +60,7 @@ FASTLOAD_HD float add_rn(float a, float b) {
 
 // fl64(a * b), never fused into a following add (only the one PIL expression that
 // would be a multiply-subtract needs it).
-FASTLOAD_HD double dmul_rn(double a, double b) {
+FASTLOAD_HD_INLINE double dmul_rn(double a, double b) {
 #if defined(__CUDA_ARCH__)
   return __dmul_rn(a, b);
 #else
@@ -74,7 +74,7 @@ FASTLOAD_HD double dmul_rn(double a, double b) {
 // Pillow's ImagingBlend: (UINT8)(in1 + alpha * (in2 - in1)) in float, clipped to
 // [0, 255] when extrapolating (inside [0, 1] the value cannot leave it), truncated.
 // alpha is the factor as C float (Pillow takes a double and narrows it). NaN -> 0.
-FASTLOAD_HD uint8_t pil_blend(uint8_t degenerate, uint8_t value, float alpha) {
+FASTLOAD_HD_INLINE uint8_t pil_blend(uint8_t degenerate, uint8_t value, float alpha) {
   const float diff = static_cast<float>(static_cast<int>(value) - static_cast<int>(degenerate));
   const float t = add_rn(static_cast<float>(degenerate), mul_rn(alpha, diff));
   if (!(t > 0.0f)) return 0;
@@ -83,12 +83,12 @@ FASTLOAD_HD uint8_t pil_blend(uint8_t degenerate, uint8_t value, float alpha) {
 }
 
 // Pillow's RGB -> "L": ITU-R 601-2 luma in 16-bit fixed point, rounded.
-FASTLOAD_HD uint8_t pil_luma(uint8_t r, uint8_t g, uint8_t b) {
+FASTLOAD_HD_INLINE uint8_t pil_luma(uint8_t r, uint8_t g, uint8_t b) {
   return static_cast<uint8_t>((r * 19595u + g * 38470u + b * 7471u + 0x8000u) >> 16);
 }
 
 // The "L" value of a pixel of 1 (already "L") or 3 channels.
-FASTLOAD_HD uint8_t pil_luma(const uint8_t* px, int channels) {
+FASTLOAD_HD_INLINE uint8_t pil_luma(const uint8_t* px, int channels) {
   return channels == 3 ? pil_luma(px[0], px[1], px[2]) : px[0];
 }
 
@@ -119,7 +119,7 @@ FASTLOAD_HD void pil_saturation(uint8_t* px, int channels, float factor) {
   for (int c = 0; c < 3; ++c) px[c] = pil_blend(grey, px[c], factor);
 }
 
-FASTLOAD_HD int clip8(int v) { return v < 0 ? 0 : (v > 255 ? 255 : v); }
+FASTLOAD_HD_INLINE int clip8(int v) { return v < 0 ? 0 : (v > 255 ? 255 : v); }
 
 // Pillow's rgb2hsv (Convert.c), its float and double steps as written there.
 FASTLOAD_HD void pil_rgb_to_hsv(uint8_t r, uint8_t g, uint8_t b, uint8_t* hsv) {
@@ -154,7 +154,7 @@ FASTLOAD_HD void pil_rgb_to_hsv(uint8_t r, uint8_t g, uint8_t b, uint8_t* hsv) {
 
 // C's round (half away from zero) for 0 <= x < 2^31, without libm: x - trunc(x) is
 // exact there, so comparing it with 0.5 is what round does.
-FASTLOAD_HD int round_nonnegative(double x) {
+FASTLOAD_HD_INLINE int round_nonnegative(double x) {
   const int t = static_cast<int>(x);
   return t + (x - static_cast<double>(t) >= 0.5 ? 1 : 0);
 }
@@ -201,7 +201,7 @@ FASTLOAD_HD void pil_hue(uint8_t* px, int channels, uint8_t shift) {
 
 // Grayscale / RandomGrayscale: convert("L"), copied to every output channel (3 for
 // num_output_channels=3). `out` may alias `px`.
-FASTLOAD_HD void pil_grayscale(const uint8_t* px, int channels, uint8_t* out, int out_channels) {
+FASTLOAD_HD_INLINE void pil_grayscale(const uint8_t* px, int channels, uint8_t* out, int out_channels) {
   const uint8_t grey = pil_luma(px, channels);
   for (int c = 0; c < out_channels; ++c) out[c] = grey;
 }
@@ -294,7 +294,7 @@ struct JitterParams {
 
 // Position (0..4) in `order` of contrast, or 4 when contrast does not run: the ops
 // before it are the prefix whose result the contrast mean is taken of.
-FASTLOAD_HD int contrast_position(const JitterParams& p) {
+FASTLOAD_HD_INLINE int contrast_position(const JitterParams& p) {
   if (!p.enabled[kContrast]) return 4;
   for (int k = 0; k < 4; ++k)
     if (p.order[k] == kContrast) return k;
@@ -335,7 +335,7 @@ struct EraseBox {
   int top, left, height, width;
 };
 
-FASTLOAD_HD bool erase_covers(const EraseBox& box, int y, int x) {
+FASTLOAD_HD_INLINE bool erase_covers(const EraseBox& box, int y, int x) {
   return y >= box.top && y < box.top + box.height && x >= box.left && x < box.left + box.width;
 }
 

@@ -39,12 +39,12 @@ struct ColorPass {
   blur::BlurParams blur{};
 
   // The resampled value goes through uint8 (the PIL stage) before the value map.
-  FASTLOAD_HD bool quantized() const { return jitter || grayscale || pad.on || blur.on(); }
-  FASTLOAD_HD bool erases() const { return erase.height > 0 && erase.width > 0; }
-  FASTLOAD_HD bool any() const { return quantized() || erases(); }
+  FASTLOAD_HD_INLINE bool quantized() const { return jitter || grayscale || pad.on || blur.on(); }
+  FASTLOAD_HD_INLINE bool erases() const { return erase.height > 0 && erase.width > 0; }
+  FASTLOAD_HD_INLINE bool any() const { return quantized() || erases(); }
   // Position in the jitter order of contrast (4: contrast does not run): the ops before
   // it run in the first pass, contrast and the rest in the second.
-  FASTLOAD_HD int split() const { return jitter ? contrast_position(jitter_params) : 4; }
+  FASTLOAD_HD_INLINE int split() const { return jitter ? contrast_position(jitter_params) : 4; }
 };
 
 // The first pass's steps on one pixel already rounded to uint8: the jitter ops before
@@ -90,7 +90,7 @@ FASTLOAD_HD bool color_pass_valid(const ColorPass& cp, int out_h, int out_w) {
 }
 
 // Pillow's resize output: the resampled value rounded (half up) and saturated to uint8.
-FASTLOAD_HD uint8_t resampled_to_uint8(float v) {
+FASTLOAD_HD_INLINE uint8_t resampled_to_uint8(float v) {
   v = v > 0.0f ? v : 0.0f;
   v = v < 255.0f ? v : 255.0f;
   return static_cast<uint8_t>(static_cast<int>(v + 0.5f));
