@@ -811,26 +811,92 @@ FASTLOAD_INLINE uint8_t pil_clip8(int32_t ss) {
 
 #if defined(FASTLOAD_VECTOR_EXT)
 typedef int32_t PilLanes __attribute__((vector_size(16)));
+typedef int32_t PilLanes8 __attribute__((vector_size(32)));
+typedef uint8_t PilBytes32 __attribute__((vector_size(32)));
+typedef uint8_t PilBytes16 __attribute__((vector_size(16)));
+
+FASTLOAD_INLINE PilLanes pil_load4(const int32_t* p) {
+  PilLanes v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
 #endif
 
+// The horizontal windows of an RGB row laid out for the 8-lane loop: output pixels in
+// quads (out_w rounded up, the extra ones reading column lo with zero weights), each
+// pixel pair's tap j one 8-lane weight vector (pixel 2q in lanes 0-3, 2q+1 in 4-7).
+struct PilQuads {
+  std::vector<int> first;       // [quads * 4], relative to the axis' lo
+  std::vector<int32_t> weights;  // [quads * 2][taps][8]
+};
+
+void pil_quads(const PilAxis& a, int out_w, PilQuads& q) {
+  const int T = a.taps, padded = (out_w + 3) / 4 * 4;
+  q.first.assign(static_cast<size_t>(padded), 0);
+  q.weights.assign(static_cast<size_t>(padded / 2) * T * 8, 0);
+  for (int x = 0; x < out_w; ++x) {
+    q.first[x] = a.first[x] - a.lo;
+    int32_t* w = q.weights.data() + static_cast<size_t>(x / 2) * T * 8 + (x % 2) * 4;
+    for (int j = 0; j < T; ++j)
+      for (int lane = 0; lane < 4; ++lane) w[8 * j + lane] = a.k[static_cast<size_t>(x) * T + j];
+  }
+}
+
 // One row through the horizontal windows: src[0] is column a.lo of the row (C values a
-// pixel), dst gets out_w pixels. RGB widens [lo, hi) once into 4-lane int32 (wide,
-// hi - lo entries), so a tap is one 4-lane multiply-add for the three channels.
-template <int TAPS>
-FASTLOAD_INLINE void pil_row(const uint8_t* src, const PilAxis& a, int out_w, int C, void* wide_buffer,
-                             uint8_t* dst) {
+// pixel), dst gets out_w pixels. RGB widens [lo, hi) once into int32 (wide, 3 values a
+// pixel and a zero tail), so a tap is one multiply-add for the three channels (and a
+// spare lane); WIDE (AVX2) serves two output pixels per 8-lane multiply-add and packs
+// four pixels' 12 bytes at once.
+template <int TAPS, bool WIDE>
+FASTLOAD_INLINE void pil_row(const uint8_t* __restrict src, const PilAxis& a, const PilQuads& q, int out_w, int C,
+                             int32_t* __restrict wide, uint8_t* __restrict dst) {
   const int T = TAPS > 0 ? TAPS : a.taps;
-  const int32_t* k = a.k.data();
-  const int* first = a.first.data();
 #if defined(FASTLOAD_VECTOR_EXT)
   if (C == 3) {
-    PilLanes* wide = static_cast<PilLanes*>(wide_buffer);
-    const int n = a.hi - a.lo;
-    for (int x = 0; x < n; ++x, src += 3) wide[x] = PilLanes{src[0], src[1], src[2], 0};
+    const int n = 3 * (a.hi - a.lo);
+    for (int i = 0; i < n; ++i) wide[i] = src[i];
+    for (int i = n; i < n + 4; ++i) wide[i] = 0;
+#if defined(FASTLOAD_SHUFFLEVECTOR)
+    if constexpr (WIDE) {
+      const int32_t* w = q.weights.data();
+      for (int x = 0; x < out_w; x += 4, w += 16 * T) {
+        const int32_t* s0 = wide + 3 * q.first[x];
+        const int32_t* s1 = wide + 3 * q.first[x + 1];
+        const int32_t* s2 = wide + 3 * q.first[x + 2];
+        const int32_t* s3 = wide + 3 * q.first[x + 3];
+        PilLanes8 acc01, acc23;
+        for (int lane = 0; lane < 8; ++lane) acc01[lane] = acc23[lane] = kPilHalf;
+        for (int j = 0; j < T; ++j) {
+          PilLanes8 w01, w23;
+          std::memcpy(&w01, w + 8 * j, sizeof(w01));
+          std::memcpy(&w23, w + 8 * (T + j), sizeof(w23));
+          acc01 += __builtin_shufflevector(pil_load4(s0 + 3 * j), pil_load4(s1 + 3 * j), 0, 1, 2, 3, 4, 5, 6, 7) * w01;
+          acc23 += __builtin_shufflevector(pil_load4(s2 + 3 * j), pil_load4(s3 + 3 * j), 0, 1, 2, 3, 4, 5, 6, 7) * w23;
+        }
+        const PilLanes8 zero = {}, top = zero + 255;
+        acc01 >>= kPilPrecision;
+        acc23 >>= kPilPrecision;
+        acc01 = acc01 < zero ? zero : (acc01 > top ? top : acc01);
+        acc23 = acc23 < zero ? zero : (acc23 > top ? top : acc23);
+        // Each lane's low byte is its value: RGB of the four pixels, spare lanes last.
+        const PilBytes16 rgb = __builtin_shufflevector(reinterpret_cast<PilBytes32&>(acc01),
+                                                       reinterpret_cast<PilBytes32&>(acc23), 0, 4, 8, 16, 20, 24, 32,
+                                                       36, 40, 48, 52, 56, 12, 28, 44, 60);
+        if (x + 6 <= out_w) {
+          std::memcpy(dst + 3 * x, &rgb, sizeof(rgb));  // the 4 spare bytes land where the next quad writes
+        } else {
+          for (int i = 0; i < 3 * std::min(4, out_w - x); ++i) dst[3 * x + i] = rgb[i];
+        }
+      }
+      return;
+    }
+#endif
+    const int* first = a.first.data();
+    const int32_t* k = a.k.data();
     for (int x = 0; x < out_w; ++x, k += T, dst += 3) {
-      const PilLanes* s = wide + (first[x] - a.lo);
+      const int32_t* s = wide + 3 * (first[x] - a.lo);
       PilLanes acc = {kPilHalf, kPilHalf, kPilHalf, kPilHalf};
-      for (int j = 0; j < T; ++j) acc += s[j] * k[j];
+      for (int j = 0; j < T; ++j) acc += pil_load4(s + 3 * j) * k[j];
       const PilLanes zero = {0, 0, 0, 0}, top = {255, 255, 255, 255};
       acc >>= kPilPrecision;
       acc = acc < zero ? zero : acc;
@@ -842,7 +908,10 @@ FASTLOAD_INLINE void pil_row(const uint8_t* src, const PilAxis& a, int out_w, in
     return;
   }
 #endif
-  (void)wide_buffer;
+  (void)q;
+  (void)wide;
+  const int* first = a.first.data();
+  const int32_t* k = a.k.data();
   for (int x = 0; x < out_w; ++x, k += T, dst += C) {
     const uint8_t* s = src + static_cast<int64_t>(first[x] - a.lo) * C;
     for (int c = 0; c < C; ++c) {
@@ -875,12 +944,13 @@ struct PilPasses {
   int out_h, out_w;
   bool vertical_first;
   uint8_t* temp;      // horizontal first: [ay.hi - ay.lo][out_w * C]; vertical first: [ax.hi - ax.lo][C]
-  void* wide;         // [ax.hi - ax.lo] 4-lane int32
+  const PilQuads* quads;  // ax for the 8-lane loop
+  int32_t* wide;      // [3 (ax.hi - ax.lo) + 4]
   int32_t* acc;       // [max(out_w, ax.hi - ax.lo) * C]
   uint8_t* pixels;    // out_h x out_w x C
 };
 
-template <int TAPS>
+template <int TAPS, bool WIDE>
 FASTLOAD_INLINE void pil_run_taps(const PilPasses& p) {
   const ImageView& in = *p.in;
   const PilAxis& ax = *p.ax;
@@ -897,13 +967,13 @@ FASTLOAD_INLINE void pil_run_taps(const PilPasses& p) {
       }
       const uint8_t* base = in.data + static_cast<int64_t>(ay.first[y]) * in.row_stride + static_cast<int64_t>(ax.lo) * C;
       pil_sums(base, in.row_stride, ay.k.data() + static_cast<size_t>(y) * ay.taps, ay.taps, n, p.acc, p.temp);
-      pil_row<TAPS>(p.temp, ax, OW, C, p.wide, dst);
+      pil_row<TAPS, WIDE>(p.temp, ax, *p.quads, OW, C, p.wide, dst);
     }
     return;
   }
   for (int r = ay.lo; r < ay.hi; ++r)
-    pil_row<TAPS>(in.data + static_cast<int64_t>(r) * in.row_stride + static_cast<int64_t>(ax.lo) * C, ax, OW, C,
-                  p.wide, p.temp + static_cast<size_t>(r - ay.lo) * row_bytes);
+    pil_row<TAPS, WIDE>(in.data + static_cast<int64_t>(r) * in.row_stride + static_cast<int64_t>(ax.lo) * C, ax,
+                        *p.quads, OW, C, p.wide, p.temp + static_cast<size_t>(r - ay.lo) * row_bytes);
   for (int y = 0; y < p.out_h; ++y) {
     uint8_t* dst = p.pixels + static_cast<size_t>(y) * row_bytes;
     if (!ay.live[y]) {
@@ -920,16 +990,16 @@ FASTLOAD_INLINE void pil_run_taps(const PilPasses& p) {
 template <bool WIDE>
 FASTLOAD_INLINE void pil_run(const PilPasses& p) {
   switch (p.ax->taps) {
-    case 1: return pil_run_taps<1>(p);
-    case 2: return pil_run_taps<2>(p);
-    case 3: return pil_run_taps<3>(p);
-    case 4: return pil_run_taps<4>(p);
-    case 5: return pil_run_taps<5>(p);
-    case 6: return pil_run_taps<6>(p);
-    case 7: return pil_run_taps<7>(p);
-    case 8: return pil_run_taps<8>(p);
-    case 9: return pil_run_taps<9>(p);
-    default: return pil_run_taps<0>(p);
+    case 1: return pil_run_taps<1, WIDE>(p);
+    case 2: return pil_run_taps<2, WIDE>(p);
+    case 3: return pil_run_taps<3, WIDE>(p);
+    case 4: return pil_run_taps<4, WIDE>(p);
+    case 5: return pil_run_taps<5, WIDE>(p);
+    case 6: return pil_run_taps<6, WIDE>(p);
+    case 7: return pil_run_taps<7, WIDE>(p);
+    case 8: return pil_run_taps<8, WIDE>(p);
+    case 9: return pil_run_taps<9, WIDE>(p);
+    default: return pil_run_taps<0, WIDE>(p);
   }
 }
 
@@ -958,8 +1028,11 @@ void pil_resample(const ImageView& in, const Box& box, const Resample& resample,
   temp.resize(vertical_first ? static_cast<size_t>(span) * C
                              : static_cast<size_t>(ay.hi - ay.lo) * out_w * C);
   acc.resize(static_cast<size_t>(std::max(out_w, span)) * C);
-  wide.resize(static_cast<size_t>(span) * 4 + 4);
-  const PilPasses passes{&in, &ax, &ay, out_h, out_w, vertical_first, temp.data(), wide.data(), acc.data(), pixels};
+  wide.resize(static_cast<size_t>(span) * 3 + 4);
+  thread_local PilQuads quads;
+  if (C == 3) pil_quads(ax, out_w, quads);
+  const PilPasses passes{&in, &ax, &ay, out_h, out_w, vertical_first, temp.data(), &quads, wide.data(), acc.data(),
+                         pixels};
 #if defined(FASTLOAD_HAVE_AVX2_PATH)
   if (use_avx2()) return pil_run_avx2(passes);
 #endif
