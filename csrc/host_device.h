@@ -15,3 +15,21 @@
 #define FASTLOAD_HD inline
 #define FASTLOAD_HD_INLINE inline
 #endif
+
+// A value the host optimiser must take as it is: an empty asm that "may change" it, at
+// no run-time cost. Keeps a rounded product from being fused into the add that follows
+// it: g++ narrows (float)((double)a * (double)b) to a * b, which is exact, and then
+// contracts a * b + c into one FMA wherever the target has one (-ffp-contract=fast, its
+// default). Where no register constraint is known, a volatile round trip does the same.
+template <typename T>
+inline __attribute__((always_inline)) T host_opaque(T v) {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+  asm("" : "+x"(v));
+#elif defined(__GNUC__) && defined(__aarch64__)
+  asm("" : "+w"(v));
+#else
+  volatile T stored = v;
+  v = stored;
+#endif
+  return v;
+}

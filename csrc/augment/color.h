@@ -24,9 +24,9 @@
 // Rounding: the PIL functions reproduce C float/double expressions whose every product
 // and sum is rounded on its own. A fused multiply-add (nvcc contracts by default; g++
 // does under target("fma")) would round once and move a value across an integer now and
-// then, so the device code uses the explicitly rounded intrinsics, and the host
-// computes float products and sums in double (exact or innocuously double-rounded:
-// 53 >= 2 * 24 + 2) and rounds once, which no contraction can change.
+// then, so the device code uses the explicitly rounded intrinsics, and the host rounds
+// each product where it is made (host_opaque: computing it in double and rounding to
+// float is not enough, g++ narrows that back to a float product and fuses it).
 #pragma once
 
 #include <cmath>
@@ -46,7 +46,7 @@ FASTLOAD_HD_INLINE float mul_rn(float a, float b) {
 #if defined(__CUDA_ARCH__)
   return __fmul_rn(a, b);
 #else
-  return static_cast<float>(static_cast<double>(a) * static_cast<double>(b));
+  return host_opaque(a * b);
 #endif
 }
 
@@ -54,7 +54,7 @@ FASTLOAD_HD_INLINE float add_rn(float a, float b) {
 #if defined(__CUDA_ARCH__)
   return __fadd_rn(a, b);
 #else
-  return static_cast<float>(static_cast<double>(a) + static_cast<double>(b));
+  return a + b;  // an add has nothing to fuse with once its operands are rounded
 #endif
 }
 
@@ -64,8 +64,7 @@ FASTLOAD_HD_INLINE double dmul_rn(double a, double b) {
 #if defined(__CUDA_ARCH__)
   return __dmul_rn(a, b);
 #else
-  volatile double product = a * b;  // a store the compiler must round at
-  return product;
+  return host_opaque(a * b);
 #endif
 }
 

@@ -83,6 +83,7 @@ constexpr int64_t kRingFloats = int64_t{1} << 20;
 struct ColorRows {
   uint8_t brightness[256];
   uint8_t contrast[256];
+  int contrast_mean;
   uint8_t hue_shift;
 };
 
@@ -535,6 +536,132 @@ FASTLOAD_INLINE void run_any_rows(const Plan& p, const ImageView& in, Sink sink)
   run_rows<WIDE>(p, in, sink);
 }
 
+#if defined(FASTLOAD_SHUFFLEVECTOR)
+// Eight RGB pixels of a uint8 row at a time (the AVX2 build): the colour ops' per-pixel
+// math of color.h on 8-lane vectors, bit for bit.
+typedef uint8_t Bytes8 __attribute__((vector_size(8)));
+typedef uint8_t Bytes16 __attribute__((vector_size(16)));
+typedef uint8_t Bytes32 __attribute__((vector_size(32)));
+typedef int32_t Ints8 __attribute__((vector_size(32)));
+typedef float Floats8 __attribute__((vector_size(32)));
+
+struct Rgb8 {
+  Ints8 r, g, b;
+};
+
+FASTLOAD_INLINE Bytes16 load16(const uint8_t* p) {
+  Bytes16 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+// Pixels px[0, 8), deinterleaved. Reads 28 bytes (pixels 0-4 and 4-8 as two 16-byte
+// loads, so that each 128-bit half holds its own four pixels and every shuffle stays in
+// its half): the caller leaves 4 bytes after pixel 7.
+FASTLOAD_INLINE Rgb8 load_rgb8(const uint8_t* px) {
+  const Bytes32 v = __builtin_shufflevector(load16(px), load16(px + 12), 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13,
+                                            14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31);
+  const Bytes32 z = {};
+  // Byte c of pixel k, zero-extended into lane k (index 32: a zero byte of z).
+#define FASTLOAD_LANES(c)                                                                                     \
+  __builtin_shufflevector(v, z, c, 32, 32, 32, c + 3, 32, 32, 32, c + 6, 32, 32, 32, c + 9, 32, 32, 32, c + 16, \
+                          32, 32, 32, c + 19, 32, 32, 32, c + 22, 32, 32, 32, c + 25, 32, 32, 32)
+  const Bytes32 r = FASTLOAD_LANES(0), g = FASTLOAD_LANES(1), b = FASTLOAD_LANES(2);
+#undef FASTLOAD_LANES
+  return {reinterpret_cast<const Ints8&>(r), reinterpret_cast<const Ints8&>(g), reinterpret_cast<const Ints8&>(b)};
+}
+
+// Values 0..255 back to 24 interleaved bytes (writes exactly px[0, 24)).
+FASTLOAD_INLINE void store_rgb8(const Rgb8& v, uint8_t* px) {
+  const Ints8 rgbx = v.r | (v.g << 8) | (v.b << 16);
+  const Bytes32 bytes = reinterpret_cast<const Bytes32&>(rgbx);
+  const Bytes32 rgb = __builtin_shufflevector(bytes, bytes, 0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, 3, 7, 11, 15, 16,
+                                              17, 18, 20, 21, 22, 24, 25, 26, 28, 29, 30, 19, 23, 27, 31);
+  const Bytes16 lo = __builtin_shufflevector(rgb, rgb, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const Bytes16 hi = __builtin_shufflevector(rgb, rgb, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31);
+  std::memcpy(px, &lo, 16);  // its last 4 bytes are pixel 4's and 5's, which `hi` writes next
+  std::memcpy(px + 12, &hi, 12);
+}
+
+// pil_luma of eight pixels.
+FASTLOAD_INLINE Ints8 pil_luma8(const Rgb8& v) { return (v.r * 19595 + v.g * 38470 + v.b * 7471 + 0x8000) >> 16; }
+
+// pil_blend of eight values: two float roundings (mul_rn's, add_rn's), clipped, truncated.
+FASTLOAD_INLINE Ints8 pil_blend8(Ints8 degenerate, Ints8 value, Floats8 alpha) {
+  const Floats8 d = __builtin_convertvector(degenerate, Floats8);
+  Floats8 t = d + host_opaque(alpha * (__builtin_convertvector(value, Floats8) - d));
+  const Floats8 zero = {}, top = zero + 255.0f;
+  t = t > zero ? t : zero;
+  t = t < top ? t : top;
+  return __builtin_convertvector(t, Ints8);
+}
+
+// ImageEnhance.Color (pil_saturation) over n RGB pixels.
+FASTLOAD_INLINE void pil_saturation_row8(uint8_t* px, int n, float factor) {
+  const Floats8 alpha = Floats8{} + factor;
+  int i = 0;
+  for (; i + 10 <= n; i += 8) {  // load_rgb8 reads 4 bytes past the 8 pixels
+    const Rgb8 v = load_rgb8(px + 3 * i);
+    const Ints8 grey = pil_luma8(v);
+    store_rgb8({pil_blend8(grey, v.r, alpha), pil_blend8(grey, v.g, alpha), pil_blend8(grey, v.b, alpha)}, px + 3 * i);
+  }
+  for (; i < n; ++i) augment::color::pil_saturation(px + 3 * i, 3, factor);
+}
+
+// Sixteen bytes zero-extended into two 8-lane vectors (values 0-7, 8-15) and back: byte
+// shuffles that stay inside each 128-bit half (one vpshufb each) and one dword permute.
+// g++'s __builtin_convertvector between byte and int vectors goes through scalars.
+FASTLOAD_INLINE void widen16(Bytes16 v, Ints8& lo, Ints8& hi) {
+  const Bytes32 vv = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5,
+                                             6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const Bytes32 z = {};
+  const Bytes32 a = __builtin_shufflevector(vv, z, 0, 32, 32, 32, 1, 32, 32, 32, 2, 32, 32, 32, 3, 32, 32, 32, 20, 32, 32,
+                                            32, 21, 32, 32, 32, 22, 32, 32, 32, 23, 32, 32, 32);
+  const Bytes32 b = __builtin_shufflevector(vv, z, 8, 32, 32, 32, 9, 32, 32, 32, 10, 32, 32, 32, 11, 32, 32, 32, 28, 32,
+                                            32, 32, 29, 32, 32, 32, 30, 32, 32, 32, 31, 32, 32, 32);
+  lo = reinterpret_cast<const Ints8&>(a);
+  hi = reinterpret_cast<const Ints8&>(b);
+}
+
+// lo, hi: values 0..255.
+FASTLOAD_INLINE Bytes16 narrow16(Ints8 lo, Ints8 hi) {
+  const Ints8 both = lo | (hi << 8);
+  const Bytes32 bytes = reinterpret_cast<const Bytes32&>(both);
+  const Bytes32 halves = __builtin_shufflevector(bytes, bytes, 0, 4, 8, 12, 1, 5, 9, 13, 2, 3, 6, 7, 10, 11, 14, 15, 16,
+                                                 20, 24, 28, 17, 21, 25, 29, 18, 19, 22, 23, 26, 27, 30, 31);
+  const Ints8 dwords = reinterpret_cast<const Ints8&>(halves);
+  const Ints8 ordered = __builtin_shufflevector(dwords, dwords, 0, 4, 1, 5, 2, 3, 6, 7);
+  const Bytes32 out = reinterpret_cast<const Bytes32&>(ordered);
+  return __builtin_shufflevector(out, out, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+}
+
+// pil_blend(degenerate, v, factor) of every value px[0, n), one degenerate for all
+// (brightness: 0, contrast: the mean).
+FASTLOAD_INLINE void pil_blend_row8(uint8_t* px, int n, int degenerate, float factor) {
+  const Floats8 alpha = Floats8{} + factor;
+  const Ints8 grey = Ints8{} + degenerate;
+  int i = 0;
+  for (; i + 16 <= n; i += 16) {
+    Ints8 lo, hi;
+    widen16(load16(px + i), lo, hi);
+    const Bytes16 out = narrow16(pil_blend8(grey, lo, alpha), pil_blend8(grey, hi, alpha));
+    std::memcpy(px + i, &out, sizeof(out));
+  }
+  for (; i < n; ++i) px[i] = augment::color::pil_blend(static_cast<uint8_t>(degenerate), px[i], factor);
+}
+
+// The sum of pil_luma over n RGB pixels.
+FASTLOAD_INLINE uint64_t luma_sum_row8(const uint8_t* px, int n) {
+  Ints8 sums = {};  // < 2^31: a lane adds 255 at most n / 8 times
+  int i = 0;
+  for (; i + 10 <= n; i += 8) sums += pil_luma8(load_rgb8(px + 3 * i));
+  uint64_t sum = 0;
+  for (int lane = 0; lane < 8; ++lane) sum += static_cast<uint32_t>(sums[lane]);
+  for (; i < n; ++i) sum += augment::color::pil_luma(px[3 * i], px[3 * i + 1], px[3 * i + 2]);
+  return sum;
+}
+#endif
+
 void color_rows_init(ColorRows& t, const augment::color::ColorPass& cp) {
   namespace color = augment::color;
   const color::JitterParams& jp = cp.jitter_params;
@@ -550,10 +677,12 @@ void color_rows_contrast(ColorRows& t, const augment::color::ColorPass& cp, int 
   namespace color = augment::color;
   const float f = cp.jitter_params.factor[color::kContrast];
   for (int v = 0; v < 256; ++v) t.contrast[v] = color::pil_blend(static_cast<uint8_t>(mean), static_cast<uint8_t>(v), f);
+  t.contrast_mean = mean;
 }
 
 // The jitter ops order[begin, end) over n pixels of one row, op after op (the row stays
 // in L1), then the grayscale: what color_first / color_second do per pixel.
+template <bool WIDE>
 FASTLOAD_INLINE void color_ops_row(const augment::color::ColorPass& cp, const ColorRows& t, uint8_t* px, int n,
                                    int C, int begin, int end, bool grayscale) {
   namespace color = augment::color;
@@ -562,10 +691,22 @@ FASTLOAD_INLINE void color_ops_row(const augment::color::ColorPass& cp, const Co
     const int op = jp.order[k];
     if (op < 0 || op > 3 || !jp.enabled[op]) continue;
     if (op == color::kBrightness || op == color::kContrast) {
+#if defined(FASTLOAD_SHUFFLEVECTOR)
+      if constexpr (WIDE) {
+        pil_blend_row8(px, n * C, op == color::kBrightness ? 0 : t.contrast_mean, jp.factor[op]);
+        continue;
+      }
+#endif
       const uint8_t* lut = op == color::kBrightness ? t.brightness : t.contrast;
       for (int i = 0; i < n * C; ++i) px[i] = lut[px[i]];
     } else if (C == 3 && op == color::kSaturation) {
       const float f = jp.factor[op];
+#if defined(FASTLOAD_SHUFFLEVECTOR)
+      if constexpr (WIDE) {
+        pil_saturation_row8(px, n, f);
+        continue;
+      }
+#endif
       for (int i = 0; i < n; ++i) {
         uint8_t* q = px + 3 * i;
         const uint8_t g = color::pil_luma(q[0], q[1], q[2]);
@@ -581,7 +722,13 @@ FASTLOAD_INLINE void color_ops_row(const augment::color::ColorPass& cp, const Co
     for (int i = 0; i < n; ++i) color::pil_grayscale(px + i * C, C, px + i * C, C);
 }
 
+template <bool WIDE>
 FASTLOAD_INLINE uint64_t luma_row_sum(const uint8_t* px, int n, int C) {
+#if defined(FASTLOAD_SHUFFLEVECTOR)
+  if constexpr (WIDE) {
+    if (C == 3) return luma_sum_row8(px, n);
+  }
+#endif
   uint64_t sum = 0;
   if (C == 3) {
     for (int i = 0; i < n; ++i) sum += augment::color::pil_luma(px[3 * i], px[3 * i + 1], px[3 * i + 2]);
@@ -593,29 +740,31 @@ FASTLOAD_INLINE uint64_t luma_row_sum(const uint8_t* px, int n, int C) {
 
 // The first colour steps on uint8 row y: the jitter ops before contrast (all of them,
 // and the grayscale, when contrast does not run), and the luma sum contrast needs.
+template <bool WIDE>
 FASTLOAD_INLINE void color_first_pixels(Plan& p, int y) {
   const augment::color::ColorPass& cp = *p.color;
   const int C = p.channels, OW = p.out_w;
   uint8_t* row = p.pixels + static_cast<size_t>(y) * OW * C;
   const int split = cp.split();
-  color_ops_row(cp, p.color_rows, row, OW, C, 0, split, split == 4 && cp.grayscale);
-  if (split < 4) p.luma_sum += luma_row_sum(row, OW, C);
+  color_ops_row<WIDE>(cp, p.color_rows, row, OW, C, 0, split, split == 4 && cp.grayscale);
+  if (split < 4) p.luma_sum += luma_row_sum<WIDE>(row, OW, C);
 }
 
 // The same on output row y resampled into hrow (nearest, whose float resample is
 // Pillow's): first Pillow's uint8 resize output.
+template <bool WIDE>
 FASTLOAD_INLINE void color_first_row(Plan& p, int y) {
   const int C = p.channels, OW = p.out_w;
   const int lane = C == 3 ? 4 : 1;
   uint8_t* row = p.pixels + static_cast<size_t>(y) * OW * C;
   for (int x = 0; x < OW; ++x)
     for (int c = 0; c < C; ++c) row[x * C + c] = augment::color::resampled_to_uint8(p.hrow[x * lane + c]);
-  color_first_pixels(p, y);
+  color_first_pixels<WIDE>(p, y);
 }
 
 // The second step: contrast and the steps after it, back to hrow, the value map and
 // store; then the erased rectangle over the stored values.
-template <typename S, typename CastFn>
+template <bool WIDE, typename S, typename CastFn>
 FASTLOAD_INLINE void color_finish(Plan& p, const OutputView& out, CastFn cast) {
   const augment::color::ColorPass& cp = *p.color;
   const int C = p.channels, OW = p.out_w;
@@ -627,7 +776,7 @@ FASTLOAD_INLINE void color_finish(Plan& p, const OutputView& out, CastFn cast) {
   for (int y = 0; y < p.out_h; ++y) {
     if (cp.quantized()) {
       uint8_t* row = p.pixels + static_cast<size_t>(y) * OW * C;
-      if (split < 4) color_ops_row(cp, p.color_rows, row, OW, C, split, 4, cp.grayscale);
+      if (split < 4) color_ops_row<WIDE>(cp, p.color_rows, row, OW, C, split, 4, cp.grayscale);
       if (C == 3) {
         for (int x = 0; x < OW; ++x) {
           p.hrow[4 * x] = row[3 * x];
@@ -662,15 +811,15 @@ FASTLOAD_INLINE void run_cast(Plan& p, const ImageView& in, const OutputView& ou
     color_rows_init(p.color_rows, *p.color);
     p.luma_sum = 0;
     if (p.pixels_ready) {
-      for (int y = 0; y < p.out_h; ++y) color_first_pixels(p, y);
+      for (int y = 0; y < p.out_h; ++y) color_first_pixels<WIDE>(p, y);
     } else {
-      run_any_rows<WIDE>(p, in, [&](int y) FASTLOAD_INLINE_LAMBDA { color_first_row(p, y); });
+      run_any_rows<WIDE>(p, in, [&](int y) FASTLOAD_INLINE_LAMBDA { color_first_row<WIDE>(p, y); });
     }
   }
   // GaussianBlur (blur_cpu.h), after every colour step: p.color becomes what is left to store.
   augment::color::ColorPass blurred;
   if (p.pixels_ready) p.color = blur_uint8_stage(*p.color, p.pixels, p.out_h, p.out_w, p.channels, p.luma_sum, blurred);
-  color_finish<S>(p, out, cast);
+  color_finish<WIDE, S>(p, out, cast);
 }
 
 template <bool WIDE, typename T>
