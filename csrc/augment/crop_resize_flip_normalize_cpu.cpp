@@ -650,6 +650,30 @@ FASTLOAD_INLINE void pil_blend_row8(uint8_t* px, int n, int degenerate, float fa
   for (; i < n; ++i) px[i] = augment::color::pil_blend(static_cast<uint8_t>(degenerate), px[i], factor);
 }
 
+// hrow[4x + c] = px[3x + c] for n RGB pixels (the spare lane 0): four pixels a step.
+FASTLOAD_INLINE void rgb_to_rgbx_row8(const uint8_t* px, int n, float* hrow) {
+  const Bytes32 z = {};
+  int i = 0;
+  for (; i + 6 <= n; i += 4) {  // reads 16 bytes: 4 past the four pixels
+    const Bytes16 v = load16(px + 3 * i);
+    const Bytes32 vv = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4,
+                                               5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const Bytes32 a = __builtin_shufflevector(vv, z, 0, 32, 32, 32, 1, 32, 32, 32, 2, 32, 32, 32, 32, 32, 32, 32, 19, 32,
+                                              32, 32, 20, 32, 32, 32, 21, 32, 32, 32, 32, 32, 32, 32);
+    const Bytes32 b = __builtin_shufflevector(vv, z, 6, 32, 32, 32, 7, 32, 32, 32, 8, 32, 32, 32, 32, 32, 32, 32, 25, 32,
+                                              32, 32, 26, 32, 32, 32, 27, 32, 32, 32, 32, 32, 32, 32);
+    const Floats8 fa = __builtin_convertvector(reinterpret_cast<const Ints8&>(a), Floats8);
+    const Floats8 fb = __builtin_convertvector(reinterpret_cast<const Ints8&>(b), Floats8);
+    std::memcpy(hrow + 4 * i, &fa, sizeof(fa));
+    std::memcpy(hrow + 4 * i + 8, &fb, sizeof(fb));
+  }
+  for (; i < n; ++i) {
+    hrow[4 * i] = px[3 * i];
+    hrow[4 * i + 1] = px[3 * i + 1];
+    hrow[4 * i + 2] = px[3 * i + 2];
+  }
+}
+
 // The sum of pil_luma over n RGB pixels.
 FASTLOAD_INLINE uint64_t luma_sum_row8(const uint8_t* px, int n) {
   Ints8 sums = {};  // < 2^31: a lane adds 255 at most n / 8 times
@@ -777,6 +801,11 @@ FASTLOAD_INLINE void color_finish(Plan& p, const OutputView& out, CastFn cast) {
     if (cp.quantized()) {
       uint8_t* row = p.pixels + static_cast<size_t>(y) * OW * C;
       if (split < 4) color_ops_row<WIDE>(cp, p.color_rows, row, OW, C, split, 4, cp.grayscale);
+#if defined(FASTLOAD_SHUFFLEVECTOR)
+      if (WIDE && C == 3) {
+        rgb_to_rgbx_row8(row, OW, p.hrow);
+      } else
+#endif
       if (C == 3) {
         for (int x = 0; x < OW; ++x) {
           p.hrow[4 * x] = row[3 * x];
