@@ -209,29 +209,51 @@ BLEND_FACTORS = [0.0, 0.6, 0.6000001, 0.75, 1.0, 1.0000001, 1.25, 1.4, 1.3999999
 _ENHANCE = {"brightness": F.adjust_brightness, "contrast": F.adjust_contrast, "saturation": F.adjust_saturation}
 
 
+def fused_jitter_op(image: np.ndarray, op: str, factor: float) -> np.ndarray:
+    """The fused pass with the one jitter op at `factor` on a whole uint8 HWC image, same
+    size (Pillow's resample is then the identity): uint8 HWC."""
+    core = _ext.require_ops()
+    h, w, c = image.shape
+    plan = build_plan([specs.RandomResizedCrop(8), color.ColorJitter(**{op: (factor, factor)})], seed=0)
+    out = torch.empty(1, c, h, w, dtype=torch.uint8)
+    fl_ops.crop_resize_flip_normalize_batch(torch.from_numpy(image).flatten(), torch.tensor([[0, h, w, w * c]]),
+                                            torch.tensor([[0, 0, h, w]], dtype=torch.float32), torch.tensor([False]),
+                                            1.0, torch.zeros(c), torch.ones(c), out,
+                                            color=core.color_passes(plan, torch.tensor([0]), 0))
+    return out[0].permute(1, 2, 0).numpy()
+
+
 @pytest.mark.parametrize("op", sorted(_ENHANCE))
 def test_fused_blends_equal_pillow_on_every_value(op):
     """Brightness, contrast and saturation in the fused pass (the AVX2 build: 16 values or
     8 pixels a step, then the row's tail) equal Pillow's ImageEnhance bit for bit: every
     uint8 value against every grey level (saturation: random pixels; contrast: images of
     many means), over factors chosen to catch a different rounding."""
-    core = _ext.require_ops()
     rng = np.random.default_rng(7)
-    h, w = 61, 67  # odd rows: vector steps and scalar tails in every row
     for factor in BLEND_FACTORS:
-        image = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+        image = rng.integers(0, 256, (61, 67, 3), dtype=np.uint8)  # odd rows: vector steps and tails
         image.reshape(-1)[:256] = np.arange(256)  # every value
         if op == "contrast":  # a mean anywhere in 0..255
             image = (image.astype(np.int32) * rng.uniform(0, 1) + rng.integers(0, 128)).clip(0, 255).astype(np.uint8)
-        plan = build_plan([specs.RandomResizedCrop(8), color.ColorJitter(**{op: (factor, factor)})], seed=0)
-        out = torch.empty(1, 3, h, w, dtype=torch.uint8)
-        fl_ops.crop_resize_flip_normalize_batch(torch.from_numpy(image).flatten(), torch.tensor([[0, h, w, w * 3]]),
-                                                torch.tensor([[0, 0, h, w]], dtype=torch.float32),
-                                                torch.tensor([False]), 1.0, torch.zeros(3), torch.ones(3), out,
-                                                color=core.color_passes(plan, torch.tensor([0]), 0))
-        got = out[0].permute(1, 2, 0).numpy()
+        got = fused_jitter_op(image, op, factor)
         want = np.asarray(_ENHANCE[op](Image.fromarray(image), factor))
         assert np.array_equal(got, want), f"{op} {factor!r}: {int((got != want).sum())} values differ"
+
+
+def test_fused_hue_equals_pillow_on_every_colour_class():
+    """Hue in the fused pass (the AVX2 build: 8 pixels a step through Pillow's HSV in float
+    and double lanes, then the row's tail) equals torchvision's PIL adjust_hue bit for bit:
+    greys, primaries, each channel the maximum, ties, random colours, shifts of both signs.
+    (All 2^24 colours were compared once, at eight shifts.)"""
+    rng = np.random.default_rng(11)
+    levels = np.array([0, 1, 2, 63, 127, 128, 129, 191, 254, 255], dtype=np.uint8)
+    grid = np.stack(np.meshgrid(levels, levels, levels, indexing="ij"), -1).reshape(-1, 3)
+    pixels = np.concatenate([grid, rng.integers(0, 256, (61 * 67 - len(grid), 3), dtype=np.uint8)])
+    image = pixels.reshape(61, 67, 3)
+    for factor in [-0.5, -0.377, -0.1, -0.004, 0.0039, 0.05, 0.1, 0.25, 0.5]:  # 0: ColorJitter skips hue
+        got = fused_jitter_op(image, "hue", factor)
+        want = np.asarray(F.adjust_hue(Image.fromarray(image), factor))
+        assert np.array_equal(got, want), f"hue {factor!r}: {int((got != want).any(-1).sum())} pixels differ"
 
 
 @pytest.mark.parametrize("api", ["v1", "v2"])

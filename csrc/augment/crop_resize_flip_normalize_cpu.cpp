@@ -674,6 +674,82 @@ FASTLOAD_INLINE void rgb_to_rgbx_row8(const uint8_t* px, int n, float* hrow) {
   }
 }
 
+typedef double Doubles8 __attribute__((vector_size(64)));
+typedef double Doubles4 __attribute__((vector_size(32)));
+
+// host_opaque for a vector two registers wide.
+FASTLOAD_INLINE Doubles8 host_opaque_pair(Doubles8 x) {
+  const Doubles4 lo = host_opaque(__builtin_shufflevector(x, x, 0, 1, 2, 3));
+  const Doubles4 hi = host_opaque(__builtin_shufflevector(x, x, 4, 5, 6, 7));
+  return __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7);
+}
+
+// round_nonnegative of eight values, as doubles.
+FASTLOAD_INLINE Doubles8 round_nonnegative8(Doubles8 x) {
+  const Doubles8 t = __builtin_convertvector(__builtin_convertvector(x, Ints8), Doubles8);
+  return x - t >= 0.5 ? t + 1.0 : t;
+}
+
+// pil_hue of eight pixels (pil_rgb_to_hsv, the shift, pil_hsv_to_rgb), every float and
+// double step as there: lanes of one branch each, the others' results discarded.
+FASTLOAD_INLINE Rgb8 pil_hue8(const Rgb8& px, int shift) {
+  const Ints8 r = px.r, g = px.g, b = px.b;
+  const Ints8 maxc = r > g ? (r > b ? r : b) : (g > b ? g : b);
+  const Ints8 minc = r < g ? (r < b ? r : b) : (g < b ? g : b);
+  const Ints8 one = Ints8{} + 1;
+  const Ints8 grey = minc == maxc;  // -1 where h = s = 0
+  // Greys divide by 1 instead of 0: their quotients are discarded.
+  const Floats8 cr = __builtin_convertvector(grey ? one : maxc - minc, Floats8);
+  const Floats8 s = cr / __builtin_convertvector(grey ? one : maxc, Floats8);
+  const Doubles8 rc = __builtin_convertvector(__builtin_convertvector(maxc - r, Floats8) / cr, Doubles8);
+  const Floats8 gc = __builtin_convertvector(maxc - g, Floats8) / cr;
+  const Floats8 bc = __builtin_convertvector(maxc - b, Floats8) / cr;
+  const Doubles8 gcd = __builtin_convertvector(gc, Doubles8), bcd = __builtin_convertvector(bc, Doubles8);
+  const Floats8 h_r = bc - gc;
+  const Floats8 h_g = __builtin_convertvector(2.0 + rc - bcd, Floats8);
+  const Floats8 h_b = __builtin_convertvector(4.0 + gcd - rc, Floats8);
+  const Floats8 h = r == maxc ? h_r : (g == maxc ? h_g : h_b);
+  const Doubles8 t = __builtin_convertvector(h, Doubles8) / 6.0 + 1.0;
+  const Doubles8 hf = __builtin_convertvector(__builtin_convertvector(t >= 1.0 ? t - 1.0 : t, Floats8), Doubles8);
+  const Ints8 zero = {}, top = zero + 255;
+  Ints8 hue = __builtin_convertvector(hf * 255.0, Ints8);
+  Ints8 sat = __builtin_convertvector(__builtin_convertvector(s, Doubles8) * 255.0, Ints8);
+  hue = grey ? zero : (hue < zero ? zero : (hue > top ? top : hue));
+  sat = grey ? zero : (sat < zero ? zero : (sat > top ? top : sat));
+  hue = (hue + shift) & 255;
+
+  const Doubles8 h6 = __builtin_convertvector(hue, Doubles8) * 6.0 / 255.0;
+  const Ints8 sector = __builtin_convertvector(h6, Ints8);
+  const Floats8 f = __builtin_convertvector(h6 - __builtin_convertvector(sector, Doubles8), Floats8);
+  const Floats8 fs = __builtin_convertvector(__builtin_convertvector(sat, Doubles8) / 255.0, Floats8);
+  const Doubles8 fsd = __builtin_convertvector(fs, Doubles8);
+  const Doubles8 vd = __builtin_convertvector(maxc, Doubles8);
+  const Ints8 up = __builtin_convertvector(round_nonnegative8(vd * (1.0 - fsd)), Ints8);
+  const Ints8 uq =
+      __builtin_convertvector(round_nonnegative8(vd * (1.0 - __builtin_convertvector(host_opaque(fs * f), Doubles8))),
+                              Ints8);
+  const Ints8 ut = __builtin_convertvector(
+      round_nonnegative8(vd * (1.0 - host_opaque_pair(fsd * (1.0 - __builtin_convertvector(f, Doubles8))))), Ints8);
+  const Ints8 i = sector == 6 ? zero : sector;
+  const Ints8 v = maxc;
+  Rgb8 out;
+  out.r = (i == 0) | (i == 5) ? v : (i == 1 ? uq : (i == 4 ? ut : up));
+  out.g = (i == 1) | (i == 2) ? v : (i == 0 ? ut : (i == 3 ? uq : up));
+  out.b = (i == 3) | (i == 4) ? v : (i == 2 ? ut : (i == 5 ? uq : up));
+  const Ints8 flat = sat == 0;
+  out.r = flat ? v : (out.r < zero ? zero : (out.r > top ? top : out.r));
+  out.g = flat ? v : (out.g < zero ? zero : (out.g > top ? top : out.g));
+  out.b = flat ? v : (out.b < zero ? zero : (out.b > top ? top : out.b));
+  return out;
+}
+
+// adjust_hue (pil_hue) over n RGB pixels.
+FASTLOAD_INLINE void pil_hue_row8(uint8_t* px, int n, uint8_t shift) {
+  int i = 0;
+  for (; i + 10 <= n; i += 8) store_rgb8(pil_hue8(load_rgb8(px + 3 * i), shift), px + 3 * i);
+  for (; i < n; ++i) augment::color::pil_hue(px + 3 * i, 3, shift);
+}
+
 // The sum of pil_luma over n RGB pixels.
 FASTLOAD_INLINE uint64_t luma_sum_row8(const uint8_t* px, int n) {
   Ints8 sums = {};  // < 2^31: a lane adds 255 at most n / 8 times
@@ -739,6 +815,12 @@ FASTLOAD_INLINE void color_ops_row(const augment::color::ColorPass& cp, const Co
         q[2] = color::pil_blend(g, q[2], f);
       }
     } else if (C == 3 && op == color::kHue) {
+#if defined(FASTLOAD_SHUFFLEVECTOR)
+      if constexpr (WIDE) {
+        pil_hue_row8(px, n, t.hue_shift);
+        continue;
+      }
+#endif
       for (int i = 0; i < n; ++i) color::pil_hue(px + 3 * i, 3, t.hue_shift);
     }
   }
