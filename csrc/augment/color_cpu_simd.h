@@ -35,6 +35,12 @@ FASTLOAD_INLINE Bytes16 load16(const uint8_t* p) {
   return v;
 }
 
+// v in both 128-bit halves, so that an in-half shuffle can take any of its bytes.
+FASTLOAD_INLINE Bytes32 both_halves(Bytes16 v) {
+  return __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7, 8,
+                                 9, 10, 11, 12, 13, 14, 15);
+}
+
 // Pixels px[0, 8), deinterleaved. Reads 28 bytes (pixels 0-4 and 4-8 as two 16-byte
 // loads, so that each 128-bit half holds its own four pixels and every shuffle stays in
 // its half): the caller leaves 4 bytes after pixel 7.
@@ -91,13 +97,12 @@ FASTLOAD_INLINE void pil_saturation_row8(uint8_t* px, int n, float factor) {
 // Sixteen bytes zero-extended into two 8-lane vectors (values 0-7, 8-15) and back: byte
 // shuffles inside each 128-bit half and one dword permute.
 FASTLOAD_INLINE void widen16(Bytes16 v, Ints8& lo, Ints8& hi) {
-  const Bytes32 vv = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5,
-                                             6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const Bytes32 vv = both_halves(v);
   const Bytes32 z = {};
-  const Bytes32 a = __builtin_shufflevector(vv, z, 0, 32, 32, 32, 1, 32, 32, 32, 2, 32, 32, 32, 3, 32, 32, 32, 20, 32, 32,
-                                            32, 21, 32, 32, 32, 22, 32, 32, 32, 23, 32, 32, 32);
-  const Bytes32 b = __builtin_shufflevector(vv, z, 8, 32, 32, 32, 9, 32, 32, 32, 10, 32, 32, 32, 11, 32, 32, 32, 28, 32,
-                                            32, 32, 29, 32, 32, 32, 30, 32, 32, 32, 31, 32, 32, 32);
+  const Bytes32 a = __builtin_shufflevector(vv, z, 0, 32, 32, 32, 1, 32, 32, 32, 2, 32, 32, 32, 3, 32, 32, 32,  //
+                                            20, 32, 32, 32, 21, 32, 32, 32, 22, 32, 32, 32, 23, 32, 32, 32);
+  const Bytes32 b = __builtin_shufflevector(vv, z, 8, 32, 32, 32, 9, 32, 32, 32, 10, 32, 32, 32, 11, 32, 32, 32,  //
+                                            28, 32, 32, 32, 29, 32, 32, 32, 30, 32, 32, 32, 31, 32, 32, 32);
   lo = reinterpret_cast<const Ints8&>(a);
   hi = reinterpret_cast<const Ints8&>(b);
 }
@@ -134,13 +139,11 @@ FASTLOAD_INLINE void rgb_to_rgbx_row8(const uint8_t* px, int n, float* hrow) {
   const Bytes32 z = {};
   int i = 0;
   for (; i + 6 <= n; i += 4) {  // reads 16 bytes: 4 past the four pixels
-    const Bytes16 v = load16(px + 3 * i);
-    const Bytes32 vv = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4,
-                                               5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const Bytes32 a = __builtin_shufflevector(vv, z, 0, 32, 32, 32, 1, 32, 32, 32, 2, 32, 32, 32, 32, 32, 32, 32, 19, 32,
-                                              32, 32, 20, 32, 32, 32, 21, 32, 32, 32, 32, 32, 32, 32);
-    const Bytes32 b = __builtin_shufflevector(vv, z, 6, 32, 32, 32, 7, 32, 32, 32, 8, 32, 32, 32, 32, 32, 32, 32, 25, 32,
-                                              32, 32, 26, 32, 32, 32, 27, 32, 32, 32, 32, 32, 32, 32);
+    const Bytes32 vv = both_halves(load16(px + 3 * i));
+    const Bytes32 a = __builtin_shufflevector(vv, z, 0, 32, 32, 32, 1, 32, 32, 32, 2, 32, 32, 32, 32, 32, 32, 32,  //
+                                              19, 32, 32, 32, 20, 32, 32, 32, 21, 32, 32, 32, 32, 32, 32, 32);
+    const Bytes32 b = __builtin_shufflevector(vv, z, 6, 32, 32, 32, 7, 32, 32, 32, 8, 32, 32, 32, 32, 32, 32, 32,  //
+                                              25, 32, 32, 32, 26, 32, 32, 32, 27, 32, 32, 32, 32, 32, 32, 32);
     const Floats8 fa = __builtin_convertvector(reinterpret_cast<const Ints8&>(a), Floats8);
     const Floats8 fb = __builtin_convertvector(reinterpret_cast<const Ints8&>(b), Floats8);
     std::memcpy(hrow + 4 * i, &fa, sizeof(fa));

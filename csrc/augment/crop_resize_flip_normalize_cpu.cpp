@@ -556,7 +556,8 @@ void color_rows_init(ColorRows& t, const augment::color::ColorPass& cp) {
 void color_rows_contrast(ColorRows& t, const augment::color::ColorPass& cp, int mean) {
   namespace color = augment::color;
   const float f = cp.jitter_params.factor[color::kContrast];
-  for (int v = 0; v < 256; ++v) t.contrast[v] = color::pil_blend(static_cast<uint8_t>(mean), static_cast<uint8_t>(v), f);
+  for (int v = 0; v < 256; ++v)
+    t.contrast[v] = color::pil_blend(static_cast<uint8_t>(mean), static_cast<uint8_t>(v), f);
   t.contrast_mean = mean;
 }
 
@@ -692,7 +693,9 @@ FASTLOAD_INLINE void color_finish(Plan& p, const OutputView& out, CastFn cast) {
 template <bool WIDE, typename S, typename CastFn>
 FASTLOAD_INLINE void run_cast(Plan& p, const ImageView& in, const OutputView& out, CastFn cast) {
   S* base = static_cast<S*>(out.data);
-  auto store = [&](int y) FASTLOAD_INLINE_LAMBDA { store_row(p, base + y * out.stride_y, out.stride_c, out.stride_x, cast); };
+  auto store = [&](int y) FASTLOAD_INLINE_LAMBDA {
+    store_row(p, base + y * out.stride_y, out.stride_c, out.stride_x, cast);
+  };
   const bool colour = p.color != nullptr && p.color->any();
   const bool quantized = colour && p.color->quantized();
   if (!quantized) {  // no colour steps, or erasing only: the float values are stored as usual
@@ -717,7 +720,9 @@ template <bool WIDE, typename T>
 FASTLOAD_INLINE void run_sample(Plan& p, const ImageView& in, const OutputView& out) {
   using S = typename Cast<T>::Storage;
   if constexpr (std::is_same_v<T, uint8_t>) {
-    if (p.uint8_bounded) return run_cast<WIDE, S>(p, in, out, [](float v) FASTLOAD_INLINE_LAMBDA { return augment::to_uint8_bounded(v); });
+    if (p.uint8_bounded)
+      return run_cast<WIDE, S>(p, in, out,
+                               [](float v) FASTLOAD_INLINE_LAMBDA { return augment::to_uint8_bounded(v); });
   }
   run_cast<WIDE, S>(p, in, out, [](float v) FASTLOAD_INLINE_LAMBDA { return Cast<T>::apply(v); });
 }
