@@ -168,7 +168,9 @@ def test_worker_processes_give_the_inline_batches_random_draws_included(folder):
     plan = build_plan(dataset.transforms, seed=9)
     batches = [[5, 0, 3], [3, 7, 1], [2, 6]]
     epochs = []
+    # The worker's runner makes its batches on shared memory (sent as a handle, no copy).
     for runner in (HybridRunner(dataset.index, plan, dataset.python_tail(), num_threads=2),
+                   HybridRunner(dataset.index, plan, dataset.python_tail(), num_threads=2, shared_batches=True),
                    ProcessHybridRunner(dataset.index, plan, dataset.python_tail(), num_threads=2)):
         try:
             epochs.append([batch for batch, _ in NativeFeed(runner, iter(batches), epoch=1, depth=2)])
@@ -176,7 +178,10 @@ def test_worker_processes_give_the_inline_batches_random_draws_included(folder):
         finally:
             runner.close()
         assert (stats["images"], stats["batches"]) == (8, 3)
-    assert all(equal(a, b) for a, b in zip(*epochs, strict=True))
+    assert not any(batch[0].is_shared() for batch in epochs[0])
+    assert all(batch[0].is_shared() for batch in epochs[1])
+    for other in epochs[1:]:
+        assert all(equal(a, b) for a, b in zip(epochs[0], other, strict=True))
 
 
 def test_random_tail_draws_are_reproducible_and_leave_the_global_generators_alone(folder):

@@ -48,7 +48,7 @@ from fastload.native.repair import MAX_SKIP_ATTEMPTS
 from fastload.native.runner import NativeRunner
 from fastload.native.tail import BatchSlots, GlobalDraws, Tail, _TailError, sample_seed
 from fastload.source.index import SampleIndex
-from fastload.transfer.buffers import BatchBuffers
+from fastload.transfer.buffers import BatchBuffers, SharedBatches
 
 PARALLEL = ("inline", "threads")
 
@@ -65,11 +65,13 @@ class HybridRunner:
         parallel: "inline" or "threads" (see the module docstring).
         labels: None, or what makes a batch's labels from the class indexes int64 [B]
             (a torchvision dataset's target_transform, collated: Conversion.collate_labels).
+        shared_batches: make each batch on fresh shared memory (a worker process's
+            runner, whose batches are sent to the parent).
     """
 
     def __init__(self, index: SampleIndex, plan: Any, tail: Tail, *, num_threads: int = 1, pin_memory: bool = False,
                  on_error: str = "raise", description: str = "hybrid", parallel: str = "inline",
-                 labels: Optional[Callable[[torch.Tensor], Any]] = None):
+                 labels: Optional[Callable[[torch.Tensor], Any]] = None, shared_batches: bool = False):
         if parallel not in PARALLEL:
             raise ValueError(f"fastload.HybridRunner: expected parallel in {PARALLEL}, got {parallel!r}.")
         # PIL images are made from HWC pixels: a channels_last batch gives them without a copy.
@@ -88,8 +90,9 @@ class HybridRunner:
         self._tail_s = 0.0
         self._labels = labels
         # The tail's batches are made one at a time in result(): the one being made and
-        # those the training loop holds.
-        self._batches = BatchBuffers(capacity=1 + HELD_BY_LOOP)
+        # those the training loop holds. In a worker process each goes to the parent:
+        # made on shared memory, it travels as a handle, not as a copy.
+        self._batches = SharedBatches() if shared_batches else BatchBuffers(capacity=1 + HELD_BY_LOOP)
 
     # -- the NativeRunner interface -------------------------------------------------------
     @property
@@ -256,7 +259,8 @@ _WORKER: Optional[HybridRunner] = None  # this worker process's runner (processe
 def _start_worker(index: SampleIndex, plan: Any, tail: Tail, on_error: str) -> None:
     global _WORKER
     torch.set_num_threads(1)  # as torch's DataLoader workers: the cores are the workers'
-    _WORKER = HybridRunner(index, plan, tail, num_threads=1, on_error=on_error, parallel="inline")
+    _WORKER = HybridRunner(index, plan, tail, num_threads=1, on_error=on_error, parallel="inline",
+                           shared_batches=True)
     _exit_with_parent(os.getppid())
 
 

@@ -72,3 +72,30 @@ class BatchBuffers:
     def clear(self) -> None:
         """Forgets the buffers (tensors still using one keep it alive themselves)."""
         self._buffers.clear()
+
+
+class SharedBatches:
+    """BatchBuffers' interface for batches a worker process sends to its parent: each
+    batch on fresh shared memory, as torch's default_collate makes it in a DataLoader
+    worker. Sending a tensor on pageable memory through a multiprocessing queue copies
+    it into shared memory first (torch.multiprocessing's reductions); on shared memory
+    only its handle travels.
+
+    Example:
+        >>> import torch
+        >>> from fastload.transfer.buffers import SharedBatches
+        >>> batch = SharedBatches().take((2, 3, 4, 4), torch.float32, torch.contiguous_format)
+        >>> batch.is_shared(), batch.shape
+        (True, torch.Size([2, 3, 4, 4]))
+    """
+
+    @staticmethod
+    def take(shape: Tuple[int, ...], dtype: torch.dtype, memory_format: torch.memory_format) -> torch.Tensor:
+        """An uninitialised tensor of `shape`, `dtype` and `memory_format` on new shared memory."""
+        strides = torch.empty(shape, dtype=dtype, memory_format=memory_format, device="meta").stride()
+        nbytes = int(np.prod(shape)) * torch.empty((), dtype=dtype).element_size()
+        storage = torch.UntypedStorage._new_shared(nbytes)
+        return torch.empty(0, dtype=dtype).set_(storage, 0, shape, strides)
+
+    def clear(self) -> None:
+        """Nothing is kept: each batch's memory is its own."""
