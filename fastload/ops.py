@@ -418,10 +418,19 @@ def gaussian_blur(image: torch.Tensor, kernel_size: Sequence[int], sigma: float)
 
 
 def gaussian_blur_params(indices: torch.Tensor, seed: int, epoch: int, sigma_min: float,
-                         sigma_max: float) -> torch.Tensor:
+                         sigma_max: float, p: float = 1.0) -> torch.Tensor:
     """The sigma GaussianBlur draws for each sample (uniform in [sigma_min, sigma_max], as
-    torchvision's get_params), as the engine draws it: float32 [N]."""
-    return _ops().gaussian_blur_params(indices, seed, epoch, float(sigma_min), float(sigma_max))
+    torchvision's get_params), as the engine draws it: float32 [N]. p < 1 is
+    RandomApply([GaussianBlur], p): NaN for the samples it leaves unblurred.
+
+    Example:
+        >>> import torch
+        >>> from fastload import ops
+        >>> sigmas = ops.gaussian_blur_params(torch.arange(1000), 0, 0, 0.1, 2.0, p=0.5)
+        >>> bool(((sigmas >= 0.1) & (sigmas <= 2.0) | sigmas.isnan()).all()), 400 < int(sigmas.isnan().sum()) < 600
+        (True, True)
+    """
+    return _ops().gaussian_blur_params(indices, seed, epoch, float(sigma_min), float(sigma_max), float(p))
 
 
 def color_jitter_params(indices: torch.Tensor, seed: int, epoch: int, ranges: Sequence[float],

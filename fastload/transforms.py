@@ -19,6 +19,7 @@ flip) are a pure function of (seed, epoch, sample index).
 | `ColorJitter(..., p=0.8)` | `RandomApply([ColorJitter(...)], p=0.8)` |
 | `Grayscale(3)`, `RandomGrayscale(p)` | `Grayscale(num_output_channels=3)`, `RandomGrayscale` (after ColorJitter) |
 | `GaussianBlur(kernel_size, sigma)` | `GaussianBlur` (on the uint8 image, after the colour ops) |
+| `GaussianBlur(..., p=0.5)` | `RandomApply([GaussianBlur(...)], p=0.5)` |
 | `RandomErasing(p, scale, ratio, value)` | `RandomErasing` (last: on the normalised output) |
 
 A dataset without a ToDtype outputs uint8 [C, H, W]; torchvision transforms with a native

@@ -37,11 +37,18 @@ def test_random_apply_of_one_color_jitter_maps_to_a_jitter_with_p(TV):
 
 
 @pytest.mark.parametrize("TV", [T, v2], ids=["v1", "v2"])
+def test_random_apply_of_one_gaussian_blur_maps_to_a_blur_with_p(TV):
+    got = convert_transform(TV.Compose([TV.RandomResizedCrop(32), TV.RandomApply([TV.GaussianBlur(5, (0.2, 1.5))],
+                                                                                  p=0.3)]))
+    assert got == [specs.RandomResizedCrop(32), specs.GaussianBlur((5, 5), (0.2, 1.5), p=0.3)]
+
+
+@pytest.mark.parametrize("TV", [T, v2], ids=["v1", "v2"])
 def test_random_apply_of_anything_else_is_a_blocker_that_says_why(TV):
     inner = [TV.ColorJitter(0.4), TV.GaussianBlur(3)]
     pipeline = split_transform(TV.Compose([TV.CenterCrop(8), TV.RandomApply(inner, p=0.5), TV.PILToTensor()]))
     assert pipeline.native == (specs.CenterCrop(8),)
-    assert "single ColorJitter only (this one applies ColorJitter, GaussianBlur)" in pipeline.blockers[0]
+    assert "single ColorJitter or GaussianBlur only (this one applies ColorJitter, GaussianBlur)" in pipeline.blockers[0]
 
 
 @pytest.mark.parametrize("value, want", [(0, 0.0), ("random", "random"), ((0.1, 0.2, 0.3), (0.1, 0.2, 0.3)),

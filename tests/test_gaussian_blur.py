@@ -253,3 +253,53 @@ def test_plan_validate_refuses_a_blur_it_cannot_run(fields, match):
         fields["interpolation"] = _ext.require_ops().Interpolation.NEAREST
     with pytest.raises(ValueError, match=match):
         Plan(**fields).validate()
+
+
+# ---- RandomApply([GaussianBlur], p) ------------------------------------------------------
+
+
+@pytest.mark.parametrize("p", [0.5, 0.2])
+def test_random_apply_of_gaussian_blur_skips_a_sample_with_torchvisions_probability(p):
+    """torch.rand(1) < p per sample decides (its own stream): a skipped sample's sigma is
+    NaN, the others keep exactly the sigmas of a plain GaussianBlur."""
+    indices = torch.arange(DRAWS)
+    plain = torch.ops.fastload.gaussian_blur_params(indices, 3, 1, 0.1, 2.0)
+    applied = torch.ops.fastload.gaussian_blur_params(indices, 3, 1, 0.1, 2.0, p)
+    kept = ~applied.isnan()
+    ours = int(kept.sum())
+    # RandomApply's count is binomial(DRAWS, p): within 4 standard deviations (alpha ~ 6e-5).
+    assert abs(ours - DRAWS * p) < 4 * (DRAWS * p * (1 - p)) ** 0.5
+    assert torch.equal(applied[kept], plain[kept])
+    assert torch.equal(torch.ops.fastload.gaussian_blur_params(indices, 3, 1, 0.1, 2.0, 1.0), plain)
+    assert torch.ops.fastload.gaussian_blur_params(indices[:100], 3, 1, 0.1, 2.0, 0.0).isnan().all()
+    with pytest.raises(ValueError, match=r"expected p in \[0, 1\]"):
+        torch.ops.fastload.gaussian_blur_params(indices[:2], 3, 1, 0.1, 2.0, 1.5)
+
+
+@pytest.mark.parametrize("api", ["v1", "v2"])
+def test_random_apply_of_gaussian_blur_runs_natively_as_torchvision(root, api):
+    TV = T if api == "v1" else v2
+    transform = TV.Compose([TV.Resize((20, 26)), TV.RandomApply([TV.GaussianBlur(5, sigma=(0.5, 2.5))], p=0.5),
+                            TV.PILToTensor()])
+    dataset = ImageFolder(root, transform=transform)
+    loader = fastload.DataLoader(dataset, batch_size=4, seed=3)
+    images = torch.cat([b for b, _ in loader])
+    assert loader.path.startswith("native"), loader.path
+    sigmas = torch.ops.fastload.gaussian_blur_params(torch.arange(len(dataset)), loader.state_dict()["native_seed"],
+                                                     0, 0.5, 2.5, 0.5)
+    assert 0 < int(sigmas.isnan().sum()) < len(dataset)  # both kinds of sample in the batch
+    want = []
+    for (path, _), sigma in zip(dataset.samples, sigmas.tolist()):
+        image = F.resize(Image.open(path).convert("RGB"), [20, 26], antialias=True)
+        if not np.isnan(sigma):
+            image = F.gaussian_blur(image, [5, 5], [sigma, sigma])
+        want.append(torch.from_numpy(np.asarray(image).copy()).permute(2, 0, 1))
+    assert_within_one_level(images, torch.stack(want))
+
+
+def test_random_apply_of_gaussian_blur_fuses_with_its_p():
+    fusion = fuse([specs.RandomResizedCrop(32), specs.GaussianBlur(9, (0.1, 2.0), p=0.5)])
+    assert fusion.fields["blur_p"] == 0.5
+    assert specs.GaussianBlur(3, p=1.5).p == 1.0 and specs.GaussianBlur(3, p=-1).p == 0.0  # RandomApply's clamp
+    with pytest.raises(TypeError, match="p should be a real number"):
+        specs.GaussianBlur(3, p="0.5")

@@ -241,15 +241,16 @@ def test_random_crop_fill_of_the_wrong_length_gets_torchvisions_error(fill):
     assert str(ours.value) == str(theirs.value)
 
 
-@pytest.mark.parametrize("padding_mode, fill", [("constant", (9, 200, 40)), ("edge", 0), ("reflect", 0),
-                                                ("symmetric", 0)])
-def test_padding_modes_and_blur_equal_the_twin(root, padding_mode, fill):
+@pytest.mark.parametrize("padding_mode, fill, blur_p", [("constant", (9, 200, 40), 1.0), ("edge", 0, 1.0),
+                                                        ("reflect", 0, 0.5), ("symmetric", 0, 1.0)])
+def test_padding_modes_and_blur_equal_the_twin(root, padding_mode, fill, blur_p):
     """The native batches against the plain-PyTorch twin (fastload.augment.pipeline), which
-    pads with numpy.pad as torchvision's pad of a PIL image does, then blurs."""
+    pads with numpy.pad as torchvision's pad of a PIL image does, then blurs (blur_p < 1:
+    RandomApply's draw decides per sample)."""
     from fastload.augment.pipeline import apply_plan_reference
 
     transforms = [specs.RandomCrop(32, padding=4, fill=fill, padding_mode=padding_mode), specs.RandomHorizontalFlip(),
-                  specs.GaussianBlur(3, (0.5, 1.5))]
+                  specs.GaussianBlur(3, (0.5, 1.5), p=blur_p)]
     dataset = fastload.ImageFolder(root, transforms=transforms)
     loader = fastload.DataLoader(dataset, batch_size=4, seed=3)
     assert loader.path.startswith("native"), loader.path

@@ -78,8 +78,15 @@ FASTLOAD_HD float blur_tap_sum(const T* src, int64_t stride, int i, int size, co
 }
 
 // GaussianBlur.get_params: sigma uniform in [sigma_min, sigma_max] (torch's uniform_ on a
-// float32 tensor, so a float32 sigma), drawn on the sample's own stream.
-FASTLOAD_HD float gaussian_blur_sigma(double sigma_min, double sigma_max, int64_t seed, int64_t epoch, int64_t index) {
+// float32 tensor, so a float32 sigma), drawn on the sample's own stream. p < 1:
+// RandomApply([GaussianBlur], p) first draws torch.rand(1) < p, on a stream of its own (the
+// sigma draws stay a plain GaussianBlur's); NaN where the blur does not run.
+FASTLOAD_HD float gaussian_blur_sigma(double sigma_min, double sigma_max, int64_t seed, int64_t epoch, int64_t index,
+                                      double p = 1.0) {
+  if (p < 1.0) {
+    SampleRng apply(seed, epoch, index, ParamStream::kBlurApply);
+    if (!(apply.uniform() < p)) return static_cast<float>(NAN);
+  }
   SampleRng rng(seed, epoch, index, ParamStream::kBlur);
   return static_cast<float>(rng.uniform(sigma_min, sigma_max));
 }

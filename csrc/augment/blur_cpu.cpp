@@ -47,21 +47,38 @@ void gaussian_blur_uint8(uint8_t* pixels, int height, int width, int channels, c
   augment::blur::gaussian_kernel1d(b.kernel_x, b.sigma, kx);
   augment::blur::gaussian_kernel1d(b.kernel_y, b.sigma, ky);
   const int64_t row = static_cast<int64_t>(width) * channels;
-  // The horizontal pass in float (no rounding between the passes: one 2-D convolution).
-  thread_local std::vector<float> horizontal;
+  const int half_x = b.kernel_x / 2, half_y = b.kernel_y / 2;
+  // The passes as blur_tap_sum computes each value (taps in order, float), but tap after
+  // tap over a whole row, so that the loops vectorise: the same sums, the same values.
+  // The horizontal pass stays in float (no rounding between the passes: one 2-D convolution).
+  thread_local std::vector<float> horizontal, padded, acc;
   horizontal.resize(static_cast<size_t>(height) * row);
+  padded.resize(static_cast<size_t>(width + 2 * half_x) * channels);
+  acc.resize(static_cast<size_t>(row));
   for (int y = 0; y < height; ++y) {
     const uint8_t* src = pixels + y * row;
-    float* dst = horizontal.data() + y * row;
-    for (int x = 0; x < width; ++x)
+    for (int x = -half_x; x < width + half_x; ++x)  // the row with torch's reflect padding
       for (int c = 0; c < channels; ++c)
-        dst[x * channels + c] = augment::blur::blur_tap_sum(src + c, channels, x, width, kx, b.kernel_x);
+        padded[static_cast<size_t>(x + half_x) * channels + c] =
+            static_cast<float>(src[static_cast<int64_t>(augment::blur::reflect_index(x, width)) * channels + c]);
+    float* __restrict dst = horizontal.data() + y * row;
+    for (int64_t i = 0; i < row; ++i) dst[i] = 0.f;
+    for (int k = 0; k < b.kernel_x; ++k) {
+      const float w = kx[k];
+      const float* __restrict tap = padded.data() + static_cast<int64_t>(k) * channels;
+      for (int64_t i = 0; i < row; ++i) dst[i] += w * tap[i];
+    }
   }
+  float* __restrict sums = acc.data();
   for (int y = 0; y < height; ++y) {
+    for (int64_t i = 0; i < row; ++i) sums[i] = 0.f;
+    for (int k = 0; k < b.kernel_y; ++k) {
+      const float w = ky[k];
+      const float* __restrict tap = horizontal.data() + augment::blur::reflect_index(y + k - half_y, height) * row;
+      for (int64_t i = 0; i < row; ++i) sums[i] += w * tap[i];
+    }
     uint8_t* dst = pixels + y * row;
-    for (int64_t i = 0; i < row; ++i)
-      dst[i] = augment::blur::blurred_to_uint8(
-          augment::blur::blur_tap_sum(horizontal.data() + i, row, y, height, ky, b.kernel_y));
+    for (int64_t i = 0; i < row; ++i) dst[i] = augment::blur::blurred_to_uint8(sums[i]);
   }
 }
 
@@ -115,21 +132,24 @@ at::Tensor gaussian_blur_op(const at::Tensor& image, at::IntArrayRef kernel_size
   return out;
 }
 
-// GaussianBlur.get_params of samples `indices`: float32 [N] sigmas.
+// GaussianBlur.get_params of samples `indices`: float32 [N] sigmas; p: the probability
+// that the blur runs (RandomApply), NaN where it does not.
 at::Tensor gaussian_blur_params_op(const at::Tensor& indices, int64_t seed, int64_t epoch, double sigma_min,
-                                   double sigma_max) {
+                                   double sigma_max, double p) {
   FASTLOAD_CHECK_VALUE(indices.dim() == 1 && indices.scalar_type() == at::kLong, "gaussian_blur_params",
                        "expected int64 sample indices [N], got ", indices.scalar_type(), " of shape ", indices.sizes(),
                        ".");
   FASTLOAD_CHECK_VALUE(std::isfinite(sigma_min) && std::isfinite(sigma_max) && 0 < sigma_min && sigma_min <= sigma_max,
                        "gaussian_blur_params", "sigma values should be positive and of the form (min, max). Got (",
                        sigma_min, ", ", sigma_max, ").");
+  FASTLOAD_CHECK_VALUE(std::isfinite(p) && p >= 0 && p <= 1, "gaussian_blur_params", "expected p in [0, 1], got ", p,
+                       ".");
   const at::Tensor idx = indices.contiguous();
   at::Tensor out = at::empty({idx.size(0)}, idx.options().dtype(at::kFloat));
   const int64_t* in = idx.data_ptr<int64_t>();
   float* o = out.data_ptr<float>();
   for (int64_t i = 0; i < idx.size(0); ++i)
-    o[i] = augment::blur::gaussian_blur_sigma(sigma_min, sigma_max, seed, epoch, in[i]);
+    o[i] = augment::blur::gaussian_blur_sigma(sigma_min, sigma_max, seed, epoch, in[i], p);
   return out;
 }
 
@@ -137,7 +157,7 @@ at::Tensor gaussian_blur_params_op(const at::Tensor& indices, int64_t seed, int6
 
 TORCH_LIBRARY_FRAGMENT(fastload, m) {
   m.def("gaussian_blur(Tensor image, int[] kernel_size, float sigma) -> Tensor");
-  m.def("gaussian_blur_params(Tensor indices, int seed, int epoch, float sigma_min, float sigma_max) -> Tensor");
+  m.def("gaussian_blur_params(Tensor indices, int seed, int epoch, float sigma_min, float sigma_max, float p=1.) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(fastload, CPU, m) {

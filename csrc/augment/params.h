@@ -25,6 +25,7 @@ enum class ParamStream : uint64_t {
   kFlipVertical = 7,
   kBlur = 8,
   kJitterApply = 9,
+  kBlurApply = 10,
 };
 
 FASTLOAD_HD uint64_t splitmix64(uint64_t x) {

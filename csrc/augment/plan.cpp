@@ -62,6 +62,8 @@ void Plan::validate(const char* op) const {
                              blur_sigma_min <= blur_sigma_max,
                          op, "sigma values should be positive and of the form (min, max), got (", blur_sigma_min, ", ",
                          blur_sigma_max, ").");
+    FASTLOAD_CHECK_VALUE(std::isfinite(blur_p) && blur_p >= 0 && blur_p <= 1, op,
+                         "expected blur_p (the RandomApply probability of GaussianBlur) in [0, 1], got ", blur_p, ".");
     // torch's reflect padding of kernel_size // 2 on the out_height x out_width sample.
     FASTLOAD_CHECK_VALUE(blur_kernel_x / 2 < out_width && blur_kernel_y / 2 < out_height, op,
                          "Padding size should be less than the corresponding input dimension: GaussianBlur's kernel "
@@ -148,9 +150,13 @@ augment::color::ColorPass color_pass_of(const Plan& plan, int64_t epoch, int64_t
     }
   }
   if (plan.blurs()) {
-    cp.blur.kernel_x = plan.blur_kernel_x;
-    cp.blur.kernel_y = plan.blur_kernel_y;
-    cp.blur.sigma = augment::blur::gaussian_blur_sigma(plan.blur_sigma_min, plan.blur_sigma_max, plan.seed, epoch, index);
+    const float sigma =
+        augment::blur::gaussian_blur_sigma(plan.blur_sigma_min, plan.blur_sigma_max, plan.seed, epoch, index, plan.blur_p);
+    if (!std::isnan(sigma)) {  // NaN: RandomApply skips this sample's blur
+      cp.blur.kernel_x = plan.blur_kernel_x;
+      cp.blur.kernel_y = plan.blur_kernel_y;
+      cp.blur.sigma = sigma;
+    }
   }
   return cp;
 }

@@ -60,6 +60,7 @@ struct Plan {
   // sigma drawn uniformly in [min, max] per sample on ParamStream::kBlur.
   int blur_kernel_x = 0, blur_kernel_y = 0;
   double blur_sigma_min = 0.1, blur_sigma_max = 2.0;
+  double blur_p = 1.0;  // RandomApply([GaussianBlur], p): p, drawn on ParamStream::kBlurApply
 
   // True when RandomCrop pads with something else than the kernel's zeros.
   bool pads_uint8() const {
@@ -92,6 +93,6 @@ augment::color::ColorPass color_pass_of(const Plan& plan, int64_t epoch, int64_t
   X(flip_v_p) X(value_scale) X(mean) X(std) X(channels) X(dct_scaling) X(max_pixels) X(seed)     \
   X(jitter) X(jitter_p) X(grayscale_p) X(erase_p) X(erase_scale_min) X(erase_scale_max) X(erase_ratio_min)             \
   X(erase_ratio_max) X(erase_value) X(erase_random) X(padding_mode) X(pad_fill) X(blur_kernel_x) X(blur_kernel_y)  \
-  X(blur_sigma_min) X(blur_sigma_max)
+  X(blur_sigma_min) X(blur_sigma_max) X(blur_p)
 
 }  // namespace fastload

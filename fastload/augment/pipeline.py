@@ -5,6 +5,7 @@ twin of the native pipeline."""
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any, Sequence, Tuple
 
 import numpy as np
@@ -164,10 +165,12 @@ def _apply_color_reference(plan: Plan, view: torch.Tensor, box, flip, flip_v, in
         if plan.grayscale_p > 0 and bool(fl_ops.random_grayscale_params(indices, plan.seed, epoch,
                                                                       plan.grayscale_p)[0]):
             pixels = color.pil_grayscale(pixels, channels)
+        sigma = math.nan
         if plan.blur_kernel_x > 0:
-            sigma = fl_ops.gaussian_blur_params(indices, plan.seed, epoch, plan.blur_sigma_min, plan.blur_sigma_max)
-            pixels = fl_ops.gaussian_blur(pixels.contiguous(), [plan.blur_kernel_x, plan.blur_kernel_y],
-                                          float(sigma[0]))
+            sigma = float(fl_ops.gaussian_blur_params(indices, plan.seed, epoch, plan.blur_sigma_min,
+                                                      plan.blur_sigma_max, plan.blur_p)[0])
+        if not math.isnan(sigma):  # NaN: no blur, or RandomApply skips it for this sample
+            pixels = fl_ops.gaussian_blur(pixels.contiguous(), [plan.blur_kernel_x, plan.blur_kernel_y], sigma)
         values = pixels.permute(2, 0, 1).to(torch.float64)
     else:
         identity = [0.0] * channels, [1.0] * channels

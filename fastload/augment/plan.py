@@ -356,5 +356,5 @@ def fuse(
         if interpolation == "nearest" and resamplers:
             raise UnsupportedPipeline(f"{blur} after a nearest resize does not fuse (native: bilinear, bicubic)")
         fields.update(blur_kernel_x=kx, blur_kernel_y=ky, blur_sigma_min=blur.sigma[0],
-                      blur_sigma_max=blur.sigma[1])
+                      blur_sigma_max=blur.sigma[1], blur_p=blur.p)
     return Fusion(fields, " -> ".join(type(op).__name__ for op in ops), dtype or out_dtype)

@@ -234,6 +234,9 @@ class GaussianBlur:
         kernel_size: odd positive (kx, ky), or an int for a square kernel.
         sigma: a positive float (fixed) or (min, max) with 0 < min <= max; stored as
             (min, max).
+        p: the probability that the blur runs at all, torchvision's
+            ``RandomApply([GaussianBlur(...)], p)``; 1 for a plain GaussianBlur. As
+            RandomApply, p >= 1 always runs and p <= 0 never does.
 
     Raises:
         ValueError: as torchvision's GaussianBlur for an even or non-positive kernel
@@ -246,6 +249,7 @@ class GaussianBlur:
 
     kernel_size: Size
     sigma: Union[float, Sequence[float]] = (0.1, 2.0)
+    p: float = 1.0
 
     def __post_init__(self):
         size = self.kernel_size
@@ -271,6 +275,9 @@ class GaussianBlur:
         else:
             raise ValueError("sigma should be a single number or a list/tuple with length 2.")
         object.__setattr__(self, "sigma", sigma)
+        if not isinstance(self.p, numbers.Real) or math.isnan(self.p):
+            raise TypeError(f"p should be a real number, got {self.p!r}")
+        object.__setattr__(self, "p", min(max(float(self.p), 0.0), 1.0))
 
 
 @dataclass(frozen=True)

@@ -165,6 +165,17 @@ def _simclr_colour(root: str) -> Any:
     ]))
 
 
+def _simclr_blur(root: str) -> Any:
+    from torchvision import transforms as T
+
+    # SimCLR's augmentation with its blur: a kernel of ~10% of the side, applied to half the images.
+    return _image_folder(root, T.Compose([
+        T.RandomResizedCrop(224), T.RandomHorizontalFlip(),
+        T.RandomApply([T.ColorJitter(0.4, 0.4, 0.4, 0.1)], p=0.8), T.RandomGrayscale(0.2),
+        T.RandomApply([T.GaussianBlur(23, sigma=(0.1, 2.0))], p=0.5), T.ToTensor(), T.Normalize(MEAN, STD),
+    ]))
+
+
 def _random_split(root: str) -> Any:
     from torchvision import transforms as T
 
@@ -202,6 +213,8 @@ RECIPES: Dict[str, Recipe] = {r.name: r for r in [
     Recipe("simclr-colour", "SimCLR's colour distortion: RandomResizedCrop(224), RandomHorizontalFlip, "
            "RandomApply([ColorJitter(0.4, 0.4, 0.4, 0.1)], p=0.8), RandomGrayscale(0.2), ToTensor, Normalize",
            _simclr_colour),
+    Recipe("simclr-blur", "SimCLR's augmentation: simclr-colour, then RandomApply([GaussianBlur(23, (0.1, 2.0))], "
+           "p=0.5)", _simclr_blur),
     Recipe("random-split", "torch.utils.data.random_split(ImageFolder(train transform), [0.8, 0.2]): the 80% Subset",
            _random_split),
     Recipe("bicubic-rrc", "RandomResizedCrop(224, interpolation=BICUBIC), RandomHorizontalFlip, ToTensor, Normalize",

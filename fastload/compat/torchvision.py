@@ -4,8 +4,8 @@
 C++ engine when every transform has a native equivalent (v1 and v2: RandomResizedCrop,
 Resize, CenterCrop, RandomCrop (fill, padding modes), RandomHorizontalFlip,
 RandomVerticalFlip, ToTensor, PILToTensor, ToImage, ToDtype, ConvertImageDtype, Normalize,
-ToPureTensor, ColorJitter (also inside RandomApply), Grayscale(3), RandomGrayscale, GaussianBlur,
-RandomErasing;
+ToPureTensor, ColorJitter and GaussianBlur (each also alone inside RandomApply), Grayscale(3),
+RandomGrayscale, RandomErasing;
 timm's equivalents, see compat/timm.py). The output keeps torchvision's dtype, shape and
 value range; the random draws are fastload's own (torchvision's distributions, a
 different generator).
@@ -123,7 +123,7 @@ def leaf_specs(transform: Any) -> List[Any]:
         return [specs.RandomCrop(tuple(transform.size), padding, bool(transform.pad_if_needed),
                                  0 if fill is None else fill, transform.padding_mode)]
     if _is_torchvision(transform, "GaussianBlur"):
-        return [specs.GaussianBlur(tuple(transform.kernel_size), tuple(float(s) for s in transform.sigma))]
+        return _gaussian_blur(transform)
     if _is_torchvision(transform, "RandomHorizontalFlip"):
         return [specs.RandomHorizontalFlip(float(transform.p))]
     if _is_torchvision(transform, "RandomVerticalFlip"):
@@ -156,6 +156,10 @@ def _range(value: Any) -> Any:
     return None if value is None else (float(value[0]), float(value[1]))
 
 
+def _gaussian_blur(transform: Any) -> Any:
+    return [specs.GaussianBlur(tuple(transform.kernel_size), tuple(float(s) for s in transform.sigma))]
+
+
 def _color_specs(transform: Any) -> Any:
     """The colour specs of a v1 or v2 ColorJitter, RandomApply([ColorJitter]), Grayscale,
     RandomGrayscale or RandomErasing (their checked attributes: ranges or None, p, value),
@@ -165,12 +169,13 @@ def _color_specs(transform: Any) -> Any:
                                     for name in ("brightness", "contrast", "saturation", "hue")))]
     if _is_torchvision(transform, "RandomApply"):
         inner = list(transform.transforms)
-        if len(inner) != 1 or not _is_torchvision(inner[0], "ColorJitter"):
+        if len(inner) != 1 or not _is_torchvision(inner[0], "ColorJitter", "GaussianBlur"):
             names = ", ".join(type(t).__name__ for t in inner) or "nothing"
-            raise NotConvertible(f"is native around a single ColorJitter only (this one applies {names})",
+            raise NotConvertible(f"is native around a single ColorJitter or GaussianBlur only (this one applies "
+                                 f"{names})",
                                  fix="apply the other transforms outside RandomApply, or keep it in the Python tail")
-        (jitter,) = _color_specs(inner[0])
-        return [dataclasses.replace(jitter, p=float(transform.p))]
+        (spec,) = _color_specs(inner[0]) if _is_torchvision(inner[0], "ColorJitter") else _gaussian_blur(inner[0])
+        return [dataclasses.replace(spec, p=float(transform.p))]
     if _is_torchvision(transform, "Grayscale"):
         if int(transform.num_output_channels) != 3:
             raise NotConvertible("makes one channel of the loader's three (native: num_output_channels=3)",
