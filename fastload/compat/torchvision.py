@@ -161,7 +161,7 @@ def _gaussian_blur(transform: Any) -> Any:
 
 
 def _color_specs(transform: Any) -> Any:
-    """The colour specs of a v1 or v2 ColorJitter, RandomApply([ColorJitter]), Grayscale,
+    """The colour specs of a v1 or v2 ColorJitter, RandomApply([ColorJitter or GaussianBlur]), Grayscale,
     RandomGrayscale or RandomErasing (their checked attributes: ranges or None, p, value),
     else None."""
     if _is_torchvision(transform, "ColorJitter"):
