@@ -244,7 +244,9 @@ class GaussianBlur:
 
     Example:
         >>> GaussianBlur(5, sigma=1.5)
-        GaussianBlur(kernel_size=(5, 5), sigma=(1.5, 1.5))
+        GaussianBlur(kernel_size=(5, 5), sigma=(1.5, 1.5), p=1.0)
+        >>> GaussianBlur(23, sigma=(0.1, 2.0), p=0.5).p  # RandomApply([GaussianBlur(23)], p=0.5)
+        0.5
     """
 
     kernel_size: Size
