@@ -287,11 +287,14 @@ FASTLOAD_INLINE void vertical_pass(const float* const* src, const float* w, int 
 typedef float Float4 __attribute__((vector_size(16)));
 typedef float Float8 __attribute__((vector_size(32)));
 
-FASTLOAD_INLINE Float4 load4(const float* p) {
-  Float4 v;
+// A vector of lanes from p (unaligned): the float and the fixed-point passes' loads.
+template <typename V, typename T>
+FASTLOAD_INLINE V load_lanes(const T* p) {
+  V v;
   std::memcpy(&v, p, sizeof(v));
   return v;
 }
+FASTLOAD_INLINE Float4 load4(const float* p) { return load_lanes<Float4>(p); }
 FASTLOAD_INLINE void load8(Float8& v, const float* p) { std::memcpy(&v, p, sizeof(v)); }
 #endif
 
@@ -857,14 +860,8 @@ FASTLOAD_INLINE uint8_t pil_clip8(int32_t ss) {
 #if defined(FASTLOAD_VECTOR_EXT)
 typedef int32_t PilLanes __attribute__((vector_size(16)));
 typedef int32_t PilLanes8 __attribute__((vector_size(32)));
-typedef uint8_t PilBytes32 __attribute__((vector_size(32)));
-typedef uint8_t PilBytes16 __attribute__((vector_size(16)));
 
-FASTLOAD_INLINE PilLanes pil_load4(const int32_t* p) {
-  PilLanes v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
+FASTLOAD_INLINE PilLanes pil_load4(const int32_t* p) { return load_lanes<PilLanes>(p); }
 #endif
 
 // The horizontal windows of an RGB row laid out for the 8-lane loop: output pixels in
@@ -924,8 +921,8 @@ FASTLOAD_INLINE void pil_row(const uint8_t* __restrict src, const PilAxis& a, co
         acc01 = acc01 < zero ? zero : (acc01 > top ? top : acc01);
         acc23 = acc23 < zero ? zero : (acc23 > top ? top : acc23);
         // Each lane's low byte is its value: RGB of the four pixels, spare lanes last.
-        const PilBytes16 rgb = __builtin_shufflevector(reinterpret_cast<PilBytes32&>(acc01),
-                                                       reinterpret_cast<PilBytes32&>(acc23), 0, 4, 8, 16, 20, 24, 32,
+        const simd::Bytes16 rgb = __builtin_shufflevector(reinterpret_cast<simd::Bytes32&>(acc01),
+                                                          reinterpret_cast<simd::Bytes32&>(acc23), 0, 4, 8, 16, 20, 24, 32,
                                                        36, 40, 48, 52, 56, 12, 28, 44, 60);
         if (x + 6 <= out_w) {
           std::memcpy(dst + 3 * x, &rgb, sizeof(rgb));  // the 4 spare bytes land where the next quad writes
@@ -1074,12 +1071,14 @@ void pil_resample(const ImageView& in, const Box& box, const Resample& resample,
                              : static_cast<size_t>(ay.hi - ay.lo) * out_w * C);
   acc.resize(static_cast<size_t>(std::max(out_w, span)) * C);
   wide.resize(static_cast<size_t>(span) * 3 + 4);
-  thread_local PilQuads quads;
-  if (C == 3) pil_quads(ax, out_w, quads);
+  thread_local PilQuads quads;  // read by the AVX2 loop only
   const PilPasses passes{&in, &ax, &ay, out_h, out_w, vertical_first, temp.data(), &quads, wide.data(), acc.data(),
                          pixels};
 #if defined(FASTLOAD_HAVE_AVX2_PATH)
-  if (use_avx2()) return pil_run_avx2(passes);
+  if (use_avx2()) {
+    if (C == 3) pil_quads(ax, out_w, quads);
+    return pil_run_avx2(passes);
+  }
 #endif
   pil_run_default(passes);
 }

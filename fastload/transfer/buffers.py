@@ -28,6 +28,13 @@ import numpy as np
 import torch
 
 
+def _layout(shape: Tuple[int, ...], dtype: torch.dtype,
+            memory_format: torch.memory_format) -> Tuple[Tuple[int, ...], int]:
+    """The strides of a tensor of `shape` in `memory_format`, and its size in bytes."""
+    strides = torch.empty(shape, dtype=dtype, memory_format=memory_format, device="meta").stride()
+    return strides, int(np.prod(shape)) * torch.empty((), dtype=dtype).element_size()
+
+
 class BatchBuffers:
     """Reuses the memory of pageable batch tensors once nobody holds them any more.
 
@@ -42,8 +49,7 @@ class BatchBuffers:
     def take(self, shape: Tuple[int, ...], dtype: torch.dtype, memory_format: torch.memory_format) -> torch.Tensor:
         """An uninitialised tensor of `shape`, `dtype` and `memory_format`, on memory no
         live tensor uses."""
-        strides = torch.empty(shape, dtype=dtype, memory_format=memory_format, device="meta").stride()
-        nbytes = int(np.prod(shape)) * torch.empty((), dtype=dtype).element_size()
+        strides, nbytes = _layout(shape, dtype, memory_format)
         for buffer in self._buffers:
             # Free: referenced by this list, `buffer` and getrefcount's argument only.
             if buffer.nbytes == nbytes and sys.getrefcount(buffer) <= 3:
@@ -92,8 +98,7 @@ class SharedBatches:
     @staticmethod
     def take(shape: Tuple[int, ...], dtype: torch.dtype, memory_format: torch.memory_format) -> torch.Tensor:
         """An uninitialised tensor of `shape`, `dtype` and `memory_format` on new shared memory."""
-        strides = torch.empty(shape, dtype=dtype, memory_format=memory_format, device="meta").stride()
-        nbytes = int(np.prod(shape)) * torch.empty((), dtype=dtype).element_size()
+        strides, nbytes = _layout(shape, dtype, memory_format)
         storage = torch.UntypedStorage._new_shared(nbytes)
         return torch.empty(0, dtype=dtype).set_(storage, 0, shape, strides)
 
