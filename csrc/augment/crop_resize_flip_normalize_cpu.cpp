@@ -921,9 +921,9 @@ FASTLOAD_INLINE void pil_row(const uint8_t* __restrict src, const PilAxis& a, co
         acc01 = acc01 < zero ? zero : (acc01 > top ? top : acc01);
         acc23 = acc23 < zero ? zero : (acc23 > top ? top : acc23);
         // Each lane's low byte is its value: RGB of the four pixels, spare lanes last.
-        const simd::Bytes16 rgb = __builtin_shufflevector(reinterpret_cast<simd::Bytes32&>(acc01),
-                                                          reinterpret_cast<simd::Bytes32&>(acc23), 0, 4, 8, 16, 20, 24, 32,
-                                                       36, 40, 48, 52, 56, 12, 28, 44, 60);
+        const simd::Bytes16 rgb =
+            __builtin_shufflevector(reinterpret_cast<simd::Bytes32&>(acc01), reinterpret_cast<simd::Bytes32&>(acc23),
+                                    0, 4, 8, 16, 20, 24, 32, 36, 40, 48, 52, 56, 12, 28, 44, 60);
         if (x + 6 <= out_w) {
           std::memcpy(dst + 3 * x, &rgb, sizeof(rgb));  // the 4 spare bytes land where the next quad writes
         } else {
