@@ -82,20 +82,6 @@ void gaussian_blur_uint8(uint8_t* pixels, int height, int width, int channels, c
   }
 }
 
-const augment::color::ColorPass* blur_uint8_stage(const augment::color::ColorPass& cp, uint8_t* pixels, int out_h,
-                                                  int out_w, int channels, uint64_t luma_sum,
-                                                  augment::color::ColorPass& rest) {
-  if (!cp.blur.on()) return &cp;
-  const int64_t n = static_cast<int64_t>(out_h) * out_w;
-  const int mean = augment::color::pil_contrast_mean(luma_sum, n);
-  for (int64_t i = 0; i < n; ++i) augment::color::color_second(cp, pixels + i * channels, channels, mean);
-  gaussian_blur_uint8(pixels, out_h, out_w, channels, cp.blur);
-  rest = cp;
-  rest.jitter = false;  // done: the store's second colour step then does nothing
-  rest.grayscale = false;
-  return &rest;
-}
-
 namespace {
 
 constexpr const char* kOp = "gaussian_blur";

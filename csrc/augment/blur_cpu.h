@@ -1,8 +1,8 @@
 // The uint8 stage's geometric ops on the CPU: RandomCrop's padding other than zeros and
-// GaussianBlur (blur.h), and the two places the fused pass calls them.
+// GaussianBlur (blur.h), as the fused pass calls them.
 //
 // Stage: augment, inside crop_resize_flip_normalize_cpu's uint8 (Pillow-exact) path:
-//   pil_resample -> pad_uint8_stage -> the first colour steps -> blur_uint8_stage -> store.
+//   pil_resample -> pad_uint8_stage -> the colour steps -> gaussian_blur_uint8 -> AutoAugment -> store.
 #pragma once
 
 #include <cstdint>
@@ -18,13 +18,6 @@ namespace fastload {
 // Nothing when cp.pad is off.
 void pad_uint8_stage(const augment::color::ColorPass& cp, const ImageView& in, const Box& box, const Resample& resample,
                      int out_h, int out_w, uint8_t* pixels);
-
-// After the first colour steps: the rest of them (contrast's pass, with the grey level of
-// `luma_sum`) and the blur, in place. Returns the record the store then runs: `rest`, the
-// same one without the colour steps already done, or &cp when cp does not blur.
-const augment::color::ColorPass* blur_uint8_stage(const augment::color::ColorPass& cp, uint8_t* pixels, int out_h,
-                                                  int out_w, int channels, uint64_t luma_sum,
-                                                  augment::color::ColorPass& rest);
 
 // GaussianBlur of a packed uint8 HWC image in place (b.on(), blur_fits).
 void gaussian_blur_uint8(uint8_t* pixels, int height, int width, int channels, const augment::blur::BlurParams& b);

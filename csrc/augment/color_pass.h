@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "../host_device.h"
+#include "autoaugment.h"
 #include "blur.h"
 #include "color.h"
 #include "color_params.h"
@@ -37,9 +38,13 @@ struct ColorPass {
   // than zeros, on the resampled pixels; GaussianBlur, after the colour ops.
   PadRecord pad{};
   blur::BlurParams blur{};
+  // TrivialAugmentWide / RandAugment's drawn ops, after the blur (autoaugment_cpu.h).
+  autoaugment::AugmentRecord augment{};
 
   // The resampled value goes through uint8 (the PIL stage) before the value map.
-  FASTLOAD_HD_INLINE bool quantized() const { return jitter || grayscale || pad.on || blur.on(); }
+  FASTLOAD_HD_INLINE bool quantized() const { return jitter || grayscale || pad.on || blur.on() || augment.on(); }
+  // Whole-image steps after the colour ops: the second colour pass then runs before them.
+  FASTLOAD_HD_INLINE bool whole_image() const { return blur.on() || augment.on(); }
   FASTLOAD_HD_INLINE bool erases() const { return erase.height > 0 && erase.width > 0; }
   FASTLOAD_HD_INLINE bool any() const { return quantized() || erases(); }
   // Position in the jitter order of contrast (4: contrast does not run): the ops before
@@ -86,6 +91,12 @@ FASTLOAD_HD bool color_pass_valid(const ColorPass& cp, int out_h, int out_w) {
     seen |= 1 << op;
   }
   if (cp.pad.mode < kPadConstant || cp.pad.mode > kPadSymmetric) return false;
+  if (cp.augment.count < 0 || cp.augment.count > autoaugment::kMaxSteps) return false;
+  for (int k = 0; k < cp.augment.count; ++k) {
+    const autoaugment::Step& step = cp.augment.steps[k];
+    if (step.op < 0 || step.op >= autoaugment::kOpCount || step.magnitude - step.magnitude != 0.0) return false;  // NaN or inf
+    if (step.op == autoaugment::kPosterize && !(step.magnitude >= 1 && step.magnitude < 9)) return false;
+  }
   return !cp.blur.on() || blur::blur_fits(cp.blur, out_h, out_w);
 }
 

@@ -20,6 +20,7 @@
 // twice, for baseline x86-64 and for AVX2+FMA, picked at run time (README.md has the
 // figures).
 #include "augment/crop_resize_flip_normalize_cpu.h"
+#include "augment/autoaugment_cpu.h"
 #include "augment/blur_cpu.h"
 
 #include <ATen/ATen.h>
@@ -693,6 +694,26 @@ FASTLOAD_INLINE void color_finish(Plan& p, const OutputView& out, CastFn cast) {
   }
 }
 
+// The uint8 stage's whole-image steps (GaussianBlur, blur_cpu.h; then TrivialAugmentWide /
+// RandAugment, autoaugment_cpu.h) after the first colour steps: contrast's pass and the
+// colour steps after it run first, so that they see the colour ops' result. Returns the
+// record the store then runs: `rest`, cp without the colour steps already done, or &cp
+// when cp has no whole-image step.
+inline const augment::color::ColorPass* whole_image_stage(const augment::color::ColorPass& cp, uint8_t* pixels,
+                                                          int out_h, int out_w, int channels, uint64_t luma_sum,
+                                                          augment::color::ColorPass& rest) {
+  if (!cp.whole_image()) return &cp;
+  const int64_t n = static_cast<int64_t>(out_h) * out_w;
+  const int mean = augment::color::pil_contrast_mean(luma_sum, n);
+  for (int64_t i = 0; i < n; ++i) augment::color::color_second(cp, pixels + i * channels, channels, mean);
+  if (cp.blur.on()) gaussian_blur_uint8(pixels, out_h, out_w, channels, cp.blur);
+  auto_augment_uint8(cp.augment, pixels, out_h, out_w, channels);
+  rest = cp;
+  rest.jitter = false;  // done: the store's second colour step then does nothing
+  rest.grayscale = false;
+  return &rest;
+}
+
 template <bool WIDE, typename S, typename CastFn>
 FASTLOAD_INLINE void run_cast(Plan& p, const ImageView& in, const OutputView& out, CastFn cast) {
   S* base = static_cast<S*>(out.data);
@@ -713,9 +734,9 @@ FASTLOAD_INLINE void run_cast(Plan& p, const ImageView& in, const OutputView& ou
       run_any_rows<WIDE>(p, in, [&](int y) FASTLOAD_INLINE_LAMBDA { color_first_row<WIDE>(p, y); });
     }
   }
-  // GaussianBlur (blur_cpu.h), after every colour step: p.color becomes what is left to store.
-  augment::color::ColorPass blurred;
-  if (p.pixels_ready) p.color = blur_uint8_stage(*p.color, p.pixels, p.out_h, p.out_w, p.channels, p.luma_sum, blurred);
+  // GaussianBlur and the AutoAugment ops, after every colour step: p.color becomes what is left to store.
+  augment::color::ColorPass rest;
+  if (p.pixels_ready) p.color = whole_image_stage(*p.color, p.pixels, p.out_h, p.out_w, p.channels, p.luma_sum, rest);
   color_finish<WIDE, S>(p, out, cast);
 }
 

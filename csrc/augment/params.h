@@ -26,6 +26,7 @@ enum class ParamStream : uint64_t {
   kBlur = 8,
   kJitterApply = 9,
   kBlurApply = 10,
+  kAutoAugment = 11,
 };
 
 FASTLOAD_HD uint64_t splitmix64(uint64_t x) {

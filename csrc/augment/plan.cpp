@@ -70,6 +70,7 @@ void Plan::validate(const char* op) const {
                          "(", blur_kernel_x, ", ", blur_kernel_y, ") on the ", out_height, "x", out_width,
                          " output. Use a kernel_size below twice the output's sides.");
   }
+  validate_augment(op);
   validate_color(op);
 }
 
@@ -112,6 +113,36 @@ void Plan::validate_color(const char* op) const {
   FASTLOAD_CHECK_VALUE(erase_random != 0 || erase_value.size() == 1 || static_cast<int>(erase_value.size()) == channels,
                        op, "If value is a sequence, it should have either a single value or ", channels,
                        " (number of input channels), got ", erase_value.size(), " values.");
+}
+
+void Plan::validate_augment(const char* op) const {
+  namespace aa = augment::autoaugment;
+  if (augment_ops.empty()) return;
+  for (const int id : augment_ops)
+    FASTLOAD_CHECK_VALUE(id >= 0 && id < aa::kOpCount, op, "expected augment_ops ids in [0, ", int(aa::kOpCount),
+                         ") (fastload.augment.autoaugment.OPS), got ", id, ".");
+  const size_t ops = augment_ops.size();
+  FASTLOAD_CHECK_VALUE(!augment_magnitudes.empty() && augment_magnitudes.size() % ops == 0, op,
+                       "expected augment_magnitudes as [", ops, " ops x bins] values, got ", augment_magnitudes.size(),
+                       ".");
+  const int bins = static_cast<int>(augment_magnitudes.size() / ops);
+  for (size_t k = 0; k < ops; ++k) {
+    for (int b = 0; b < bins; ++b) {
+      const double m = augment_magnitudes[k * bins + b];
+      FASTLOAD_CHECK_VALUE(std::isfinite(m), op, "expected finite augment_magnitudes, got ", m, ".");
+      FASTLOAD_CHECK_VALUE(augment_ops[k] != aa::kPosterize || (m >= 1 && m < 9), op,
+                           "Posterize's bits must be between or equal to 1 and 8, got ", m, ".");
+    }
+  }
+  FASTLOAD_CHECK_VALUE(augment_num_ops >= 1 && augment_num_ops <= aa::kMaxSteps, op, "expected augment_num_ops in [1, ",
+                       aa::kMaxSteps, "] (RandAugment's num_ops), got ", augment_num_ops, ".");
+  FASTLOAD_CHECK_VALUE(augment_magnitude_bin >= -1 && augment_magnitude_bin < bins, op,
+                       "expected augment_magnitude_bin -1 (drawn) or in [0, ", bins, "), got ", augment_magnitude_bin,
+                       ".");
+  FASTLOAD_CHECK_VALUE(augment_fill.empty() || augment_fill.size() == 1 ||
+                           static_cast<int>(augment_fill.size()) == channels,
+                       op, "The number of elements in 'fill' does not match the number of channels of the image (",
+                       augment_fill.size(), " != ", channels, ")");
 }
 
 augment::color::ColorPass color_pass_of(const Plan& plan, int64_t epoch, int64_t index) {
@@ -157,6 +188,19 @@ augment::color::ColorPass color_pass_of(const Plan& plan, int64_t epoch, int64_t
       cp.blur.kernel_y = plan.blur_kernel_y;
       cp.blur.sigma = sigma;
     }
+  }
+  if (plan.augments()) {
+    const std::vector<int32_t> ops(plan.augment_ops.begin(), plan.augment_ops.end());
+    const int space_ops = static_cast<int>(ops.size());
+    const augment::autoaugment::AugmentSpace space{ops.data(), plan.augment_magnitudes.data(), space_ops,
+                                                   static_cast<int>(plan.augment_magnitudes.size()) / space_ops,
+                                                   plan.augment_num_ops, plan.augment_magnitude_bin};
+    uint8_t fill[3] = {0, 0, 0};
+    for (int c = 0; c < 3 && !plan.augment_fill.empty(); ++c)
+      fill[c] = static_cast<uint8_t>(
+          std::clamp(plan.augment_fill[plan.augment_fill.size() == 1 ? 0 : std::min<size_t>(c, plan.augment_fill.size() - 1)],
+                     0.f, 255.f));
+    cp.augment = augment::autoaugment::auto_augment_draw(space, fill, plan.seed, epoch, index);
   }
   return cp;
 }

@@ -61,6 +61,17 @@ struct Plan {
   int blur_kernel_x = 0, blur_kernel_y = 0;
   double blur_sigma_min = 0.1, blur_sigma_max = 2.0;
   double blur_p = 1.0;  // RandomApply([GaussianBlur], p): p, drawn on ParamStream::kBlurApply
+  // TrivialAugmentWide / RandAugment (PIL stage, last): the augmentation space's op ids
+  // (autoaugment.h AugmentOp, torchvision's order; empty: none) and their magnitudes
+  // [ops x bins] (torchvision's tables, zeros for ops without); augment_num_ops ops per
+  // sample, at bin augment_magnitude_bin (-1: drawn per op, TrivialAugmentWide); the
+  // affine ops' fill (uint8, one value or one per channel; empty: 0). Drawn on
+  // ParamStream::kAutoAugment.
+  std::vector<int> augment_ops{};
+  std::vector<double> augment_magnitudes{};
+  int augment_num_ops = 1;
+  int augment_magnitude_bin = -1;
+  std::vector<float> augment_fill{};
 
   // True when RandomCrop pads with something else than the kernel's zeros.
   bool pads_uint8() const {
@@ -68,13 +79,17 @@ struct Plan {
   }
   bool blurs() const { return blur_kernel_x > 0 && blur_kernel_y > 0; }
   // True when the plan has an op of the fused uint8 stage (jitter, grayscale, erasing,
-  // blur, padding other than zeros).
-  bool has_color() const { return !jitter.empty() || grayscale_p > 0.0 || erase_p > 0.0 || blurs() || pads_uint8(); }
+  // blur, padding other than zeros, TrivialAugmentWide / RandAugment).
+  bool augments() const { return !augment_ops.empty(); }
+  bool has_color() const {
+    return !jitter.empty() || grayscale_p > 0.0 || erase_p > 0.0 || blurs() || pads_uint8() || augments();
+  }
 
   // Raises ValueError "fastload.<op>: expected ..." for a plan the engine cannot run
   // (channels, mean/std lengths, output size, scale/ratio ranges, Resize arguments).
   void validate(const char* op) const;
   void validate_color(const char* op) const;  // the colour fields, part of validate
+  void validate_augment(const char* op) const;  // the TrivialAugmentWide / RandAugment fields, part of validate
 };
 
 // Geometry of one sample: a pure function of (plan, image size, epoch, index), following
@@ -93,6 +108,7 @@ augment::color::ColorPass color_pass_of(const Plan& plan, int64_t epoch, int64_t
   X(flip_v_p) X(value_scale) X(mean) X(std) X(channels) X(dct_scaling) X(max_pixels) X(seed)     \
   X(jitter) X(jitter_p) X(grayscale_p) X(erase_p) X(erase_scale_min) X(erase_scale_max) X(erase_ratio_min)             \
   X(erase_ratio_max) X(erase_value) X(erase_random) X(padding_mode) X(pad_fill) X(blur_kernel_x) X(blur_kernel_y)  \
-  X(blur_sigma_min) X(blur_sigma_max) X(blur_p)
+  X(blur_sigma_min) X(blur_sigma_max) X(blur_p) X(augment_ops) X(augment_magnitudes) X(augment_num_ops)            \
+  X(augment_magnitude_bin) X(augment_fill)
 
 }  // namespace fastload

@@ -1,0 +1,393 @@
+// TrivialAugmentWide / RandAugment on the CPU (autoaugment_cpu.h), and the ops
+// fastload::auto_augment (ops with given magnitudes on one image) and
+// fastload::auto_augment_params (the per-sample draws).
+#include "augment/autoaugment_cpu.h"
+
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "augment/color.h"
+#include "check.h"
+
+namespace fastload {
+
+namespace aa = augment::autoaugment;
+namespace color = augment::color;
+
+namespace {
+
+// CPython's math.radians / math.degrees factors.
+constexpr double kPi = 3.14159265358979323846;
+constexpr double kDegToRad = kPi / 180.0;
+constexpr double kRadToDeg = 180.0 / kPi;
+
+// Python's float % (the result takes the divisor's sign).
+double python_mod(double x, double y) {
+  double mod = std::fmod(x, y);
+  if (mod != 0.0) {
+    if ((y < 0) != (mod < 0)) mod += y;
+  } else {
+    mod = std::copysign(0.0, y);
+  }
+  return mod;
+}
+
+// Python's round(x, 15): correctly rounded to 15 decimals (glibc's printf rounds the
+// exact binary value, half to even, as CPython's dtoa does), then read back.
+double python_round15(double x) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.15f", x);
+  return std::strtod(text, nullptr);
+}
+
+// torchvision.transforms.functional._get_inverse_affine_matrix (scale 1), term by term.
+void inverse_affine_matrix(double cx, double cy, double angle, double tx, double ty, double shear_x, double shear_y,
+                           double* m) {
+  using color::dmul_rn;
+  const double rot = angle * kDegToRad, sx = shear_x * kDegToRad, sy = shear_y * kDegToRad;
+  const double a = std::cos(rot - sy) / std::cos(sy);
+  const double b = dmul_rn(-std::cos(rot - sy), std::tan(sx)) / std::cos(sy) - std::sin(rot);
+  const double c = std::sin(rot - sy) / std::cos(sy);
+  const double d = dmul_rn(-std::sin(rot - sy), std::tan(sx)) / std::cos(sy) + std::cos(rot);
+  m[0] = d;
+  m[1] = -b;
+  m[2] = 0.0;
+  m[3] = -c;
+  m[4] = a;
+  m[5] = 0.0;
+  m[2] += dmul_rn(m[0], -cx - tx) + dmul_rn(m[1], -cy - ty);
+  m[5] += dmul_rn(m[3], -cx - tx) + dmul_rn(m[4], -cy - ty);
+  m[2] += cx;
+  m[5] += cy;
+}
+
+}  // namespace
+
+AffineOp affine_op(int op, double magnitude, int width, int height) {
+  AffineOp out;
+  double* m = out.matrix;
+  switch (op) {
+    case aa::kShearX:  // F.affine(shear=[degrees(atan(m)), 0], center=[0, 0])
+      inverse_affine_matrix(0, 0, 0, 0, 0, std::atan(magnitude) * kRadToDeg, 0, m);
+      break;
+    case aa::kShearY:
+      inverse_affine_matrix(0, 0, 0, 0, 0, 0, std::atan(magnitude) * kRadToDeg, m);
+      break;
+    case aa::kTranslateX:  // F.affine(translate=[int(m), 0]) about the PIL centre
+      inverse_affine_matrix(width * 0.5, height * 0.5, 0, std::trunc(magnitude), 0, 0, 0, m);
+      break;
+    case aa::kTranslateY:
+      inverse_affine_matrix(width * 0.5, height * 0.5, 0, 0, std::trunc(magnitude), 0, 0, m);
+      break;
+    case aa::kRotate: {  // Image.rotate(m, NEAREST, expand=False)
+      const double angle = python_mod(magnitude, 360.0);
+      if (angle == 0.0) return {AffineOp::kCopy, {}};
+      if (angle == 180.0) return {AffineOp::kRotate180, {}};
+      if ((angle == 90.0 || angle == 270.0) && width == height)
+        return {angle == 90.0 ? AffineOp::kRotate90 : AffineOp::kRotate270, {}};
+      const double cx = width / 2.0, cy = height / 2.0;
+      const double r = -(angle * kDegToRad);
+      m[0] = python_round15(std::cos(r));
+      m[1] = python_round15(std::sin(r));
+      m[2] = 0.0;
+      m[3] = python_round15(-std::sin(r));
+      m[4] = python_round15(std::cos(r));
+      m[5] = 0.0;
+      using color::dmul_rn;
+      const double x = -cx, y = -cy;
+      const double m2 = dmul_rn(m[0], x) + dmul_rn(m[1], y) + m[2];
+      const double m5 = dmul_rn(m[3], x) + dmul_rn(m[4], y) + m[5];
+      m[2] = m2 + cx;
+      m[5] = m5 + cy;
+      break;
+    }
+    default:
+      out.kind = AffineOp::kCopy;
+  }
+  return out;
+}
+
+namespace {
+
+// dst (filled with `fill` where no source pixel maps) = src under Pillow's nearest
+// affine transform with matrix a (Geometry.c ImagingTransformAffine).
+void pil_affine(const uint8_t* src, uint8_t* dst, int h, int w, int C, const double* a, const uint8_t* fill) {
+  const int64_t row = static_cast<int64_t>(w) * C;
+  for (int64_t i = 0; i < static_cast<int64_t>(h) * w; ++i)
+    for (int c = 0; c < C; ++c) dst[i * C + c] = fill[c];
+  auto copy = [&](int y, int x, int yin, int xin) {
+    std::memcpy(dst + y * row + static_cast<int64_t>(x) * C, src + yin * row + static_cast<int64_t>(xin) * C, C);
+  };
+  switch (aa::affine_path(a, w, h)) {
+    case aa::AffinePath::kScale: {  // ImagingScaleAffine: doubles, a column table
+      thread_local std::vector<int> xintab;
+      xintab.assign(static_cast<size_t>(w), 0);
+      double xo = a[2] + a[0] * 0.5, yo = a[5] + a[4] * 0.5;
+      int xmin = w, xmax = 0;
+      for (int x = 0; x < w; ++x, xo += a[0]) {
+        const int xin = aa::pil_coord(xo);
+        if (xin >= 0 && xin < w) {
+          xmax = x + 1;
+          if (x < xmin) xmin = x;
+          xintab[x] = xin;
+        }
+      }
+      for (int y = 0; y < h; ++y, yo += a[4]) {
+        const int yi = aa::pil_coord(yo);
+        if (yi < 0 || yi >= h) continue;
+        for (int x = xmin; x < xmax; ++x) copy(y, x, yi, xintab[x]);
+      }
+      return;
+    }
+    case aa::AffinePath::kFixed: {  // affine_fixed: 16.16 fixed point
+      const int64_t a0 = aa::pil_fix(a[0]), a1 = aa::pil_fix(a[1]), a3 = aa::pil_fix(a[3]), a4 = aa::pil_fix(a[4]);
+      int64_t a2 = aa::pil_fix(a[2] + a[0] * 0.5 + a[1] * 0.5);
+      int64_t a5 = aa::pil_fix(a[5] + a[3] * 0.5 + a[4] * 0.5);
+      for (int y = 0; y < h; ++y, a2 += a1, a5 += a4) {
+        int64_t xx = a2, yy = a5;
+        for (int x = 0; x < w; ++x, xx += a0, yy += a3) {
+          const int64_t xin = xx >> 16;
+          if (xin < 0 || xin >= w) continue;
+          const int64_t yin = yy >> 16;
+          if (yin >= 0 && yin < h) copy(y, x, static_cast<int>(yin), static_cast<int>(xin));
+        }
+      }
+      return;
+    }
+    case aa::AffinePath::kFloat: {  // corners beyond +-32768: doubles
+      double xo = a[2] + a[1] * 0.5 + a[0] * 0.5, yo = a[5] + a[4] * 0.5 + a[3] * 0.5;
+      for (int y = 0; y < h; ++y, xo += a[1], yo += a[4]) {
+        double xx = xo, yy = yo;
+        for (int x = 0; x < w; ++x, xx += a[0], yy += a[3]) {
+          const int xin = aa::pil_coord(xx);
+          if (xin < 0 || xin >= w) continue;
+          const int yin = aa::pil_coord(yy);
+          if (yin >= 0 && yin < h) copy(y, x, yin, xin);
+        }
+      }
+      return;
+    }
+  }
+}
+
+// Image.transpose(ROTATE_90 / 180 / 270) of a square (90, 270) or any (180) image.
+void pil_transpose(const uint8_t* src, uint8_t* dst, int h, int w, int C, AffineOp::Kind kind) {
+  const int64_t row = static_cast<int64_t>(w) * C;
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      int sy = y, sx = x;
+      if (kind == AffineOp::kRotate90) {  // counter-clockwise: out[y][x] = in[x][w - 1 - y]
+        sy = x;
+        sx = w - 1 - y;
+      } else if (kind == AffineOp::kRotate180) {
+        sy = h - 1 - y;
+        sx = w - 1 - x;
+      } else if (kind == AffineOp::kRotate270) {
+        sy = h - 1 - x;
+        sx = y;
+      }
+      std::memcpy(dst + y * row + static_cast<int64_t>(x) * C, src + sy * row + static_cast<int64_t>(sx) * C, C);
+    }
+  }
+}
+
+void apply_table(uint8_t* pixels, int64_t values, int C, const uint8_t (*tables)[256]) {
+  for (int64_t i = 0; i < values; ++i) pixels[i] = tables[i % C][pixels[i]];
+}
+
+// ImageEnhance.Sharpness: blend with ImageFilter.SMOOTH of the image (its border pixels
+// unfiltered; an image under 3x3 is its own SMOOTH, so nothing changes).
+void pil_sharpness(uint8_t* pixels, int h, int w, int C, float factor) {
+  if (h < 3 || w < 3) return;
+  const int64_t row = static_cast<int64_t>(w) * C, n = static_cast<int64_t>(h) * row;
+  thread_local std::vector<uint8_t> smooth;
+  smooth.assign(pixels, pixels + n);
+  for (int y = 1; y < h - 1; ++y) {
+    const uint8_t* above = pixels + (y - 1) * row;
+    const uint8_t* line = pixels + y * row;
+    const uint8_t* below = pixels + (y + 1) * row;
+    uint8_t* out = smooth.data() + y * row;
+    for (int64_t i = C; i < row - C; ++i) out[i] = aa::smooth_value(above, line, below, static_cast<int>(i), C);
+  }
+  for (int64_t i = 0; i < n; ++i) pixels[i] = color::pil_blend(smooth[i], pixels[i], factor);
+}
+
+void channel_histograms(const uint8_t* pixels, int64_t values, int C, uint32_t (*histograms)[256]) {
+  for (int c = 0; c < C; ++c) std::memset(histograms[c], 0, sizeof histograms[c]);
+  for (int64_t i = 0; i < values; ++i) ++histograms[i % C][pixels[i]];
+}
+
+}  // namespace
+
+void auto_augment_step(uint8_t* pixels, int h, int w, int C, int op, double magnitude, const uint8_t* fill) {
+  const int64_t n = static_cast<int64_t>(h) * w * C;
+  // ImageEnhance's factor as Pillow's blend takes it: 1 + magnitude, narrowed to float.
+  const float factor = static_cast<float>(1.0 + magnitude);
+  uint8_t tables[3][256];
+  uint32_t histograms[3][256];
+  if (aa::op_is_affine(op)) {
+    const AffineOp affine = affine_op(op, magnitude, w, h);
+    if (affine.kind == AffineOp::kCopy) return;
+    thread_local std::vector<uint8_t> source;
+    source.assign(pixels, pixels + n);
+    if (affine.kind == AffineOp::kMatrix)
+      pil_affine(source.data(), pixels, h, w, C, affine.matrix, fill);
+    else
+      pil_transpose(source.data(), pixels, h, w, C, affine.kind);
+    return;
+  }
+  switch (op) {
+    case aa::kBrightness:
+      for (int64_t i = 0; i < n; i += C) color::pil_brightness(pixels + i, C, factor);
+      return;
+    case aa::kColor:
+      for (int64_t i = 0; i < n; i += C) color::pil_saturation(pixels + i, C, factor);
+      return;
+    case aa::kContrast: {
+      uint64_t luma = 0;
+      for (int64_t i = 0; i < n; i += C) luma += color::pil_luma(pixels + i, C);
+      const int mean = color::pil_contrast_mean(luma, static_cast<int64_t>(h) * w);
+      for (int64_t i = 0; i < n; i += C) color::pil_contrast(pixels + i, C, factor, mean);
+      return;
+    }
+    case aa::kSharpness:
+      pil_sharpness(pixels, h, w, C, factor);
+      return;
+    case aa::kPosterize: {
+      const int bits = static_cast<int>(magnitude);
+      for (int v = 0; v < 256; ++v) tables[0][v] = aa::posterize(static_cast<uint8_t>(v), bits);
+      for (int64_t i = 0; i < n; ++i) pixels[i] = tables[0][pixels[i]];
+      return;
+    }
+    case aa::kSolarize:
+      for (int v = 0; v < 256; ++v) tables[0][v] = aa::solarize(static_cast<uint8_t>(v), magnitude);
+      for (int64_t i = 0; i < n; ++i) pixels[i] = tables[0][pixels[i]];
+      return;
+    case aa::kInvert:
+      for (int64_t i = 0; i < n; ++i) pixels[i] = static_cast<uint8_t>(255 - pixels[i]);
+      return;
+    case aa::kAutoContrast:
+    case aa::kEqualize:
+      channel_histograms(pixels, n, C, histograms);
+      for (int c = 0; c < C; ++c) {
+        if (op == aa::kAutoContrast)
+          aa::autocontrast_table(histograms[c], tables[c]);
+        else
+          aa::equalize_table(histograms[c], tables[c]);
+      }
+      apply_table(pixels, n, C, tables);
+      return;
+    default:  // kIdentity
+      return;
+  }
+}
+
+void auto_augment_uint8(const aa::AugmentRecord& record, uint8_t* pixels, int h, int w, int C) {
+  for (int k = 0; k < record.count && k < aa::kMaxSteps; ++k)
+    auto_augment_step(pixels, h, w, C, record.steps[k].op, record.steps[k].magnitude, record.fill);
+}
+
+namespace {
+
+constexpr const char* kOp = "auto_augment";
+constexpr const char* kParamsOp = "auto_augment_params";
+
+void check_op_ids(const char* op, at::IntArrayRef ops) {
+  for (const int64_t id : ops)
+    FASTLOAD_CHECK_VALUE(id >= 0 && id < aa::kOpCount, op, "expected op ids in [0, ", int(aa::kOpCount),
+                         ") (fastload.augment.autoaugment.OPS), got ", id, " in ", ops, ".");
+}
+
+// torchvision's _apply_op(img, op, magnitude) on a PIL image, for each (op, magnitude) in
+// order, of a uint8 HWC image [H, W, 1 or 3]; fill: the affine ops' fill ([] = 0).
+at::Tensor auto_augment_op(const at::Tensor& image, at::IntArrayRef ops, at::ArrayRef<double> magnitudes,
+                           at::IntArrayRef fill) {
+  FASTLOAD_CHECK_VALUE(image.dim() == 3 && image.scalar_type() == at::kByte && image.device().is_cpu() &&
+                           (image.size(2) == 1 || image.size(2) == 3),
+                       kOp, "expected a uint8 HWC image [H, W, 1 or 3] on the CPU, got ", image.scalar_type(),
+                       " of shape ", image.sizes(), " on ", image.device(), ".");
+  const int64_t H = image.size(0), W = image.size(1), C = image.size(2);
+  FASTLOAD_CHECK_VALUE(H > 0 && W > 0 && H <= INT32_MAX && W * C <= INT32_MAX, kOp,
+                       "expected a non-empty image with rows under 2^31 bytes, got shape ", image.sizes(), ".");
+  FASTLOAD_CHECK_VALUE(ops.size() == magnitudes.size(), kOp, "expected one magnitude per op, got ", ops.size(),
+                       " ops and ", magnitudes.size(), " magnitudes.");
+  check_op_ids(kOp, ops);
+  FASTLOAD_CHECK_VALUE(fill.empty() || fill.size() == 1 || static_cast<int64_t>(fill.size()) == C, kOp,
+                       "The number of elements in 'fill' does not match the number of channels of the image (",
+                       fill.size(), " != ", C, ")");
+  uint8_t fill_bytes[3] = {0, 0, 0};
+  for (int c = 0; c < C; ++c)
+    fill_bytes[c] = fill.empty() ? 0 : static_cast<uint8_t>(std::clamp<int64_t>(fill[fill.size() == 1 ? 0 : c], 0, 255));
+  for (size_t k = 0; k < ops.size(); ++k) {
+    if (ops[k] == aa::kPosterize) {
+      FASTLOAD_CHECK_VALUE(std::isfinite(magnitudes[k]) && static_cast<int>(magnitudes[k]) >= 1 &&
+                               static_cast<int>(magnitudes[k]) <= 8,
+                           kOp, "bits must be between or equal to 1 and 8, got ", magnitudes[k], " (Posterize).");
+    }
+    FASTLOAD_CHECK_VALUE(std::isfinite(magnitudes[k]), kOp, "expected finite magnitudes, got ", magnitudes[k], ".");
+  }
+  at::Tensor out = image.contiguous().clone();
+  for (size_t k = 0; k < ops.size(); ++k)
+    auto_augment_step(out.data_ptr<uint8_t>(), static_cast<int>(H), static_cast<int>(W), static_cast<int>(C),
+                      static_cast<int>(ops[k]), magnitudes[k], fill_bytes);
+  return out;
+}
+
+// The ops and signed magnitudes samples `indices` draw: (int64 [N, num_ops], float64
+// [N, num_ops]). space_ops: the augmentation space's op ids; magnitudes: [space_ops x
+// bins]; magnitude_bin -1 draws a bin per op (TrivialAugmentWide), else RandAugment's.
+std::tuple<at::Tensor, at::Tensor> auto_augment_params_op(const at::Tensor& indices, int64_t seed, int64_t epoch,
+                                                          at::IntArrayRef space_ops, at::ArrayRef<double> magnitudes,
+                                                          int64_t num_ops, int64_t magnitude_bin) {
+  FASTLOAD_CHECK_VALUE(indices.dim() == 1 && indices.scalar_type() == at::kLong, kParamsOp,
+                       "expected int64 sample indices [N], got ", indices.scalar_type(), " of shape ",
+                       indices.sizes(), ".");
+  check_op_ids(kParamsOp, space_ops);
+  FASTLOAD_CHECK_VALUE(!space_ops.empty() && magnitudes.size() % space_ops.size() == 0 &&
+                           !magnitudes.empty(),
+                       kParamsOp, "expected magnitudes [space_ops x bins], got ", magnitudes.size(), " for ",
+                       space_ops.size(), " ops.");
+  const int64_t bins = static_cast<int64_t>(magnitudes.size() / space_ops.size());
+  FASTLOAD_CHECK_VALUE(num_ops >= 1 && num_ops <= aa::kMaxSteps, kParamsOp, "expected num_ops in [1, ",
+                       aa::kMaxSteps, "], got ", num_ops, ".");
+  FASTLOAD_CHECK_VALUE(magnitude_bin >= -1 && magnitude_bin < bins, kParamsOp, "expected magnitude_bin -1 or in [0, ",
+                       bins, "), got ", magnitude_bin, ".");
+  std::vector<int32_t> ops32(space_ops.begin(), space_ops.end());
+  const aa::AugmentSpace space{ops32.data(), magnitudes.data(), static_cast<int>(ops32.size()), static_cast<int>(bins),
+                               static_cast<int>(num_ops), static_cast<int>(magnitude_bin)};
+  const at::Tensor idx = indices.contiguous();
+  const int64_t N = idx.size(0);
+  at::Tensor ops_out = at::empty({N, num_ops}, idx.options());
+  at::Tensor magnitudes_out = at::empty({N, num_ops}, idx.options().dtype(at::kDouble));
+  const uint8_t fill[3] = {0, 0, 0};
+  for (int64_t i = 0; i < N; ++i) {
+    const aa::AugmentRecord r = aa::auto_augment_draw(space, fill, seed, epoch, idx.data_ptr<int64_t>()[i]);
+    for (int64_t k = 0; k < num_ops; ++k) {
+      ops_out.data_ptr<int64_t>()[i * num_ops + k] = r.steps[k].op;
+      magnitudes_out.data_ptr<double>()[i * num_ops + k] = r.steps[k].magnitude;
+    }
+  }
+  return {ops_out, magnitudes_out};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(fastload, m) {
+  m.def("auto_augment(Tensor image, int[] ops, float[] magnitudes, int[] fill=[]) -> Tensor");
+  m.def(
+      "auto_augment_params(Tensor indices, int seed, int epoch, int[] space_ops, float[] magnitudes, int num_ops=1, "
+      "int magnitude_bin=-1) -> (Tensor, Tensor)");
+}
+
+TORCH_LIBRARY_IMPL(fastload, CPU, m) {
+  m.impl("auto_augment", &auto_augment_op);
+  m.impl("auto_augment_params", &auto_augment_params_op);
+}
+
+}  // namespace fastload

@@ -1,0 +1,34 @@
+// TrivialAugmentWide / RandAugment ops on the CPU (autoaugment.h's math), and the place
+// the fused pass calls them.
+//
+// Stage: augment, the last op of crop_resize_flip_normalize_cpu's uint8 (Pillow-exact)
+// stage: pil_resample -> padding -> colour ops -> blur -> these -> store.
+#pragma once
+
+#include <cstdint>
+
+#include "augment/autoaugment.h"
+
+namespace fastload {
+
+// What Pillow runs for one affine op on a width x height image: a transpose (Image.rotate's
+// shortcut for multiples of 90 degrees) or Image.transform with `matrix`, torchvision's
+// inverse affine matrix in Python's float arithmetic.
+struct AffineOp {
+  enum Kind : int { kMatrix = 0, kCopy = 1, kRotate90 = 2, kRotate180 = 3, kRotate270 = 4 } kind = kMatrix;
+  double matrix[6] = {1, 0, 0, 0, 1, 0};
+};
+
+AffineOp affine_op(int op, double magnitude, int width, int height);
+
+// One op of torchvision's augmentation space with its (signed) magnitude on a packed
+// uint8 HWC image, in place, as torchvision's _apply_op on a PIL image. `fill`: the
+// affine ops' fill, one value per channel.
+void auto_augment_step(uint8_t* pixels, int height, int width, int channels, int op, double magnitude,
+                       const uint8_t* fill);
+
+// A sample's drawn ops in order (nothing when the record is off).
+void auto_augment_uint8(const augment::autoaugment::AugmentRecord& record, uint8_t* pixels, int height, int width,
+                        int channels);
+
+}  // namespace fastload
