@@ -433,6 +433,43 @@ def gaussian_blur_params(indices: torch.Tensor, seed: int, epoch: int, sigma_min
     return _ops().gaussian_blur_params(indices, seed, epoch, float(sigma_min), float(sigma_max), float(p))
 
 
+def auto_augment(image: torch.Tensor, ops: Sequence[int], magnitudes: Sequence[float],
+                 fill: Sequence[int] = (), bilinear: bool = False) -> torch.Tensor:
+    """TrivialAugmentWide / RandAugment ops with given magnitudes, in order, on a uint8 HWC
+    image [H, W, 1 or 3]: torchvision's _apply_op on a PIL image, bit for bit (op ids:
+    fastload.augment.autoaugment.OPS; fill: the affine ops' fill, [] = 0; bilinear:
+    their interpolation BILINEAR, else NEAREST).
+
+    Example:
+        >>> import torch
+        >>> from fastload.augment.autoaugment import OPS
+        >>> image = torch.arange(12, dtype=torch.uint8).view(2, 2, 3)
+        >>> auto_augment(image, [OPS.index("Invert")], [0.0])[0, 0].tolist()
+        [255, 254, 253]
+    """
+    return _ops().auto_augment(image, [int(op) for op in ops], [float(m) for m in magnitudes],
+                               [int(f) for f in fill], bool(bilinear))
+
+
+def auto_augment_params(indices: torch.Tensor, seed: int, epoch: int, space_ops: Sequence[int],
+                        magnitudes: Sequence[float], num_ops: int = 1,
+                        magnitude_bin: int = -1) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The ops TrivialAugmentWide (magnitude_bin -1: a bin drawn per op) or RandAugment
+    (num_ops ops at bin magnitude_bin) draw per sample, as the engine draws them: (op ids
+    int64 [N, num_ops], signed magnitudes float64 [N, num_ops]). space_ops and magnitudes
+    [ops x bins]: the augmentation space (a spec's space()).
+
+    Example:
+        >>> import torch
+        >>> from fastload.augment.autoaugment import RandAugment
+        >>> ops, magnitudes = RandAugment().params(torch.arange(4), 0, 0, 224, 224)
+        >>> ops.shape, magnitudes.dtype
+        (torch.Size([4, 2]), torch.float64)
+    """
+    return tuple(_ops().auto_augment_params(indices, seed, epoch, [int(op) for op in space_ops],
+                                            [float(m) for m in magnitudes], int(num_ops), int(magnitude_bin)))
+
+
 def color_jitter_params(indices: torch.Tensor, seed: int, epoch: int, ranges: Sequence[float],
                         p: float = 1.0) -> Tuple[torch.Tensor, torch.Tensor]:
     """Per sample (order int64 [N, 4], factors float32 [N, 4]) of ColorJitter, a pure
@@ -455,6 +492,7 @@ def random_erasing_params(indices: torch.Tensor, seed: int, epoch: int, height: 
 
 
 # The transform specs (fastload.transforms), also here under their older home.
+from fastload.augment.autoaugment import RandAugment, TrivialAugmentWide  # noqa: E402,F401
 from fastload.augment.color import ColorJitter, Grayscale, RandomErasing, RandomGrayscale  # noqa: E402,F401
 from fastload.augment.specs import (  # noqa: E402
     CenterCrop,

@@ -20,6 +20,8 @@ flip) are a pure function of (seed, epoch, sample index).
 | `Grayscale(3)`, `RandomGrayscale(p)` | `Grayscale(num_output_channels=3)`, `RandomGrayscale` (after ColorJitter) |
 | `GaussianBlur(kernel_size, sigma)` | `GaussianBlur` (on the uint8 image, after the colour ops) |
 | `GaussianBlur(..., p=0.5)` | `RandomApply([GaussianBlur(...)], p=0.5)` |
+| `TrivialAugmentWide(num_magnitude_bins, interpolation, fill)` | `TrivialAugmentWide` (PIL semantics, last of the uint8 stage; NEAREST) |
+| `RandAugment(num_ops, magnitude, num_magnitude_bins, interpolation, fill)` | `RandAugment` (as TrivialAugmentWide) |
 | `RandomErasing(p, scale, ratio, value)` | `RandomErasing` (last: on the normalised output) |
 
 A dataset without a ToDtype outputs uint8 [C, H, W]; torchvision transforms with a native
@@ -39,9 +41,11 @@ Example:
 
 from __future__ import annotations
 
+from fastload.augment.autoaugment import RandAugment, TrivialAugmentWide
 from fastload.augment.color import ColorJitter, Grayscale, RandomErasing, RandomGrayscale
 from fastload.augment.specs import (CenterCrop, GaussianBlur, Normalize, RandomCrop, RandomHorizontalFlip,
                                     RandomResizedCrop, RandomVerticalFlip, Resize, ToDtype)
 
 __all__ = ["RandomResizedCrop", "Resize", "CenterCrop", "RandomCrop", "RandomHorizontalFlip", "RandomVerticalFlip",
-           "Normalize", "ToDtype", "ColorJitter", "Grayscale", "RandomGrayscale", "GaussianBlur", "RandomErasing"]
+           "Normalize", "ToDtype", "ColorJitter", "Grayscale", "RandomGrayscale", "GaussianBlur", "TrivialAugmentWide",
+           "RandAugment", "RandomErasing"]

@@ -4,9 +4,10 @@
 //
 // torchvision runs these transforms on the PIL image an ImageFolder pipeline holds after
 // its crop and flip, so every op here follows Pillow's C code on uint8 pixels:
-//   ShearX/Y, TranslateX/Y, Rotate  Image.transform(AFFINE, NEAREST) with torchvision's
-//                                   inverse matrix (Geometry.c: the scale, 16.16 fixed
-//                                   point and float paths, picked as Pillow picks them),
+//   ShearX/Y, TranslateX/Y, Rotate  Image.transform(AFFINE) with torchvision's inverse
+//                                   matrix; NEAREST: Geometry.c's scale, 16.16 fixed
+//                                   point and float paths, picked as Pillow picks them;
+//                                   BILINEAR: its generic transform and bilinear filter;
 //                                   Image.rotate's transposes for 90/180/270 degrees;
 //   Brightness, Color, Contrast     ImageEnhance (color.h's blends);
 //   Sharpness                       ImageEnhance.Sharpness: the SMOOTH 3x3 filter
@@ -71,10 +72,11 @@ struct Step {
 };
 
 // One sample's drawn ops. fill: the affine ops' fill colour per channel (torchvision's
-// fill, None = 0).
+// fill, None = 0); bilinear: their filter Pillow's BILINEAR (else NEAREST).
 struct AugmentRecord {
   int32_t count = 0;
-  uint8_t fill[4] = {0, 0, 0, 0};
+  uint8_t fill[3] = {0, 0, 0};
+  uint8_t bilinear = 0;
   Step steps[kMaxSteps] = {};
 
   FASTLOAD_HD_INLINE bool on() const { return count > 0; }
@@ -89,10 +91,12 @@ struct AugmentSpace {
   int bins;
   int num_ops;        // ops per sample: 1 (TrivialAugmentWide) or RandAugment's num_ops
   int magnitude_bin;  // -1: drawn per op (TrivialAugmentWide); else RandAugment's magnitude
+  bool bilinear = false;  // the affine ops' filter
 };
 
 FASTLOAD_HD AugmentRecord auto_augment_draw(const AugmentSpace& space, const uint8_t* fill, SampleRng& rng) {
   AugmentRecord record;
+  record.bilinear = space.bilinear ? 1 : 0;
   for (int c = 0; c < 3; ++c) record.fill[c] = fill[c];
   if (space.space_ops <= 0 || space.bins <= 0) return record;
   const int n = space.num_ops < kMaxSteps ? space.num_ops : kMaxSteps;

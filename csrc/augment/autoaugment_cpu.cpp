@@ -176,6 +176,41 @@ void pil_affine(const uint8_t* src, uint8_t* dst, int h, int w, int C, const dou
   }
 }
 
+// The same with Pillow's BILINEAR filter (ImagingGenericTransform, bilinear_filter8 /
+// 32RGB): the pixel centre mapped in doubles, outside the image -> fill, else the 2x2
+// neighbourhood (clamped to the image) blended in doubles and truncated.
+void pil_affine_bilinear(const uint8_t* src, uint8_t* dst, int h, int w, int C, const double* a, const uint8_t* fill) {
+  using color::dmul_rn;
+  const int64_t row = static_cast<int64_t>(w) * C;
+  auto clip = [](int v, int size) { return v < 0 ? 0 : (v < size ? v : size - 1); };
+  auto lerp = [](double lo, double hi, double d) { return lo + dmul_rn(hi - lo, d); };
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      uint8_t* out = dst + y * row + static_cast<int64_t>(x) * C;
+      const double px = x + 0.5, py = y + 0.5;
+      double xin = dmul_rn(a[0], px) + dmul_rn(a[1], py) + a[2];
+      double yin = dmul_rn(a[3], px) + dmul_rn(a[4], py) + a[5];
+      if (xin < 0.0 || xin >= w || yin < 0.0 || yin >= h) {
+        std::memcpy(out, fill, C);
+        continue;
+      }
+      xin -= 0.5;
+      yin -= 0.5;
+      const int x0 = xin < 0.0 ? static_cast<int>(std::floor(xin)) : static_cast<int>(xin);
+      const int y0 = yin < 0.0 ? static_cast<int>(std::floor(yin)) : static_cast<int>(yin);
+      const double dx = xin - x0, dy = yin - y0;
+      const uint8_t* top = src + clip(y0, h) * row;
+      const uint8_t* bottom = y0 + 1 >= 0 && y0 + 1 < h ? src + (y0 + 1) * row : nullptr;
+      const int64_t c0 = static_cast<int64_t>(clip(x0, w)) * C, c1 = static_cast<int64_t>(clip(x0 + 1, w)) * C;
+      for (int c = 0; c < C; ++c) {
+        const double v1 = lerp(top[c0 + c], top[c1 + c], dx);
+        const double v2 = bottom != nullptr ? lerp(bottom[c0 + c], bottom[c1 + c], dx) : v1;
+        out[c] = static_cast<uint8_t>(lerp(v1, v2, dy));
+      }
+    }
+  }
+}
+
 // Image.transpose(ROTATE_90 / 180 / 270) of a square (90, 270) or any (180) image.
 void pil_transpose(const uint8_t* src, uint8_t* dst, int h, int w, int C, AffineOp::Kind kind) {
   const int64_t row = static_cast<int64_t>(w) * C;
@@ -225,7 +260,8 @@ void channel_histograms(const uint8_t* pixels, int64_t values, int C, uint32_t (
 
 }  // namespace
 
-void auto_augment_step(uint8_t* pixels, int h, int w, int C, int op, double magnitude, const uint8_t* fill) {
+void auto_augment_step(uint8_t* pixels, int h, int w, int C, int op, double magnitude, const uint8_t* fill,
+                       bool bilinear) {
   const int64_t n = static_cast<int64_t>(h) * w * C;
   // ImageEnhance's factor as Pillow's blend takes it: 1 + magnitude, narrowed to float.
   const float factor = static_cast<float>(1.0 + magnitude);
@@ -236,7 +272,9 @@ void auto_augment_step(uint8_t* pixels, int h, int w, int C, int op, double magn
     if (affine.kind == AffineOp::kCopy) return;
     thread_local std::vector<uint8_t> source;
     source.assign(pixels, pixels + n);
-    if (affine.kind == AffineOp::kMatrix)
+    if (affine.kind == AffineOp::kMatrix && bilinear)
+      pil_affine_bilinear(source.data(), pixels, h, w, C, affine.matrix, fill);
+    else if (affine.kind == AffineOp::kMatrix)
       pil_affine(source.data(), pixels, h, w, C, affine.matrix, fill);
     else
       pil_transpose(source.data(), pixels, h, w, C, affine.kind);
@@ -290,7 +328,8 @@ void auto_augment_step(uint8_t* pixels, int h, int w, int C, int op, double magn
 
 void auto_augment_uint8(const aa::AugmentRecord& record, uint8_t* pixels, int h, int w, int C) {
   for (int k = 0; k < record.count && k < aa::kMaxSteps; ++k)
-    auto_augment_step(pixels, h, w, C, record.steps[k].op, record.steps[k].magnitude, record.fill);
+    auto_augment_step(pixels, h, w, C, record.steps[k].op, record.steps[k].magnitude, record.fill,
+                      record.bilinear != 0);
 }
 
 namespace {
@@ -305,9 +344,10 @@ void check_op_ids(const char* op, at::IntArrayRef ops) {
 }
 
 // torchvision's _apply_op(img, op, magnitude) on a PIL image, for each (op, magnitude) in
-// order, of a uint8 HWC image [H, W, 1 or 3]; fill: the affine ops' fill ([] = 0).
+// order, of a uint8 HWC image [H, W, 1 or 3]; fill: the affine ops' fill ([] = 0);
+// bilinear: the affine ops' interpolation BILINEAR (else NEAREST).
 at::Tensor auto_augment_op(const at::Tensor& image, at::IntArrayRef ops, at::ArrayRef<double> magnitudes,
-                           at::IntArrayRef fill) {
+                           at::IntArrayRef fill, bool bilinear) {
   FASTLOAD_CHECK_VALUE(image.dim() == 3 && image.scalar_type() == at::kByte && image.device().is_cpu() &&
                            (image.size(2) == 1 || image.size(2) == 3),
                        kOp, "expected a uint8 HWC image [H, W, 1 or 3] on the CPU, got ", image.scalar_type(),
@@ -335,7 +375,7 @@ at::Tensor auto_augment_op(const at::Tensor& image, at::IntArrayRef ops, at::Arr
   at::Tensor out = image.contiguous().clone();
   for (size_t k = 0; k < ops.size(); ++k)
     auto_augment_step(out.data_ptr<uint8_t>(), static_cast<int>(H), static_cast<int>(W), static_cast<int>(C),
-                      static_cast<int>(ops[k]), magnitudes[k], fill_bytes);
+                      static_cast<int>(ops[k]), magnitudes[k], fill_bytes, bilinear);
   return out;
 }
 
@@ -379,7 +419,7 @@ std::tuple<at::Tensor, at::Tensor> auto_augment_params_op(const at::Tensor& indi
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(fastload, m) {
-  m.def("auto_augment(Tensor image, int[] ops, float[] magnitudes, int[] fill=[]) -> Tensor");
+  m.def("auto_augment(Tensor image, int[] ops, float[] magnitudes, int[] fill=[], bool bilinear=False) -> Tensor");
   m.def(
       "auto_augment_params(Tensor indices, int seed, int epoch, int[] space_ops, float[] magnitudes, int num_ops=1, "
       "int magnitude_bin=-1) -> (Tensor, Tensor)");

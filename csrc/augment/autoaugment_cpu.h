@@ -23,9 +23,9 @@ AffineOp affine_op(int op, double magnitude, int width, int height);
 
 // One op of torchvision's augmentation space with its (signed) magnitude on a packed
 // uint8 HWC image, in place, as torchvision's _apply_op on a PIL image. `fill`: the
-// affine ops' fill, one value per channel.
+// affine ops' fill, one value per channel; `bilinear`: their filter BILINEAR, else NEAREST.
 void auto_augment_step(uint8_t* pixels, int height, int width, int channels, int op, double magnitude,
-                       const uint8_t* fill);
+                       const uint8_t* fill, bool bilinear);
 
 // A sample's drawn ops in order (nothing when the record is off).
 void auto_augment_uint8(const augment::autoaugment::AugmentRecord& record, uint8_t* pixels, int height, int width,

@@ -194,7 +194,8 @@ augment::color::ColorPass color_pass_of(const Plan& plan, int64_t epoch, int64_t
     const int space_ops = static_cast<int>(ops.size());
     const augment::autoaugment::AugmentSpace space{ops.data(), plan.augment_magnitudes.data(), space_ops,
                                                    static_cast<int>(plan.augment_magnitudes.size()) / space_ops,
-                                                   plan.augment_num_ops, plan.augment_magnitude_bin};
+                                                   plan.augment_num_ops, plan.augment_magnitude_bin,
+                                                   plan.augment_bilinear};
     uint8_t fill[3] = {0, 0, 0};
     for (int c = 0; c < 3 && !plan.augment_fill.empty(); ++c)
       fill[c] = static_cast<uint8_t>(

@@ -72,6 +72,7 @@ struct Plan {
   int augment_num_ops = 1;
   int augment_magnitude_bin = -1;
   std::vector<float> augment_fill{};
+  bool augment_bilinear = false;  // the affine ops' interpolation: BILINEAR (else NEAREST)
 
   // True when RandomCrop pads with something else than the kernel's zeros.
   bool pads_uint8() const {
@@ -109,6 +110,6 @@ augment::color::ColorPass color_pass_of(const Plan& plan, int64_t epoch, int64_t
   X(jitter) X(jitter_p) X(grayscale_p) X(erase_p) X(erase_scale_min) X(erase_scale_max) X(erase_ratio_min)             \
   X(erase_ratio_max) X(erase_value) X(erase_random) X(padding_mode) X(pad_fill) X(blur_kernel_x) X(blur_kernel_y)  \
   X(blur_sigma_min) X(blur_sigma_max) X(blur_p) X(augment_ops) X(augment_magnitudes) X(augment_num_ops)            \
-  X(augment_magnitude_bin) X(augment_fill)
+  X(augment_magnitude_bin) X(augment_fill) X(augment_bilinear)
 
 }  // namespace fastload

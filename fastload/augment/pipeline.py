@@ -40,7 +40,7 @@ def apply_plan_reference(plan: Plan, image: torch.Tensor, *, epoch: int, index: 
     if plan.padding_mode != 0 or len(plan.pad_fill):
         view, relative_box = _padded_window(plan, image, box)
     if not (list(plan.jitter) or plan.grayscale_p > 0 or plan.erase_p > 0 or plan.blur_kernel_x > 0 or
-            plan.padding_mode != 0 or len(plan.pad_fill)):
+            plan.padding_mode != 0 or len(plan.pad_fill) or len(plan.augment_ops)):
         return reference.crop_resize_flip_normalize(
             view, relative[0].tolist(), list(plan.out_size), flip, plan.value_scale, list(plan.mean),
             list(plan.std), plan.dtype, False, flip_v=flip_v, interpolation=interpolation_of(plan)
@@ -140,16 +140,17 @@ def _pil_resample(view: torch.Tensor, box, out_height: int, out_width: int, inte
 def _apply_color_reference(plan: Plan, view: torch.Tensor, box, flip, flip_v, interpolation: str, epoch: int,
                            index: int) -> torch.Tensor:
     """The colour plans' twin, in torchvision's order: the resize rounded to uint8 (the
-    PIL image), ColorJitter and grayscale on it (color.py's PIL twins), the value map,
+    PIL image), ColorJitter and grayscale on it (color.py's PIL twins), the blur, the
+    TrivialAugmentWide / RandAugment ops (torchvision's on a PIL image), the value map,
     then RandomErasing on the result; parameters from the engine's samplers."""
     from fastload import ops as fl_ops
     from fastload import reference
-    from fastload.augment import color
+    from fastload.augment import autoaugment, color
     from fastload.augment.plan import jitter_nan_ranges
 
     channels = plan.channels
     quantized = bool(list(plan.jitter)) or plan.grayscale_p > 0 or plan.blur_kernel_x > 0 or \
-        plan.padding_mode != 0 or len(plan.pad_fill) > 0
+        plan.padding_mode != 0 or len(plan.pad_fill) > 0 or len(plan.augment_ops) > 0
     if quantized:
         if interpolation == "nearest":  # Pillow's nearest is the float path's, exactly
             pixels = reference.crop_resize_flip_normalize(
@@ -171,6 +172,13 @@ def _apply_color_reference(plan: Plan, view: torch.Tensor, box, flip, flip_v, in
                                                       plan.blur_sigma_max, plan.blur_p)[0])
         if not math.isnan(sigma):  # NaN: no blur, or RandomApply skips it for this sample
             pixels = fl_ops.gaussian_blur(pixels.contiguous(), [plan.blur_kernel_x, plan.blur_kernel_y], sigma)
+        if len(plan.augment_ops):  # torchvision's own ops on the PIL image, with the engine's draws
+            ops, magnitudes = fl_ops.auto_augment_params(indices, plan.seed, epoch, list(plan.augment_ops),
+                                                         list(plan.augment_magnitudes), plan.augment_num_ops,
+                                                         plan.augment_magnitude_bin)
+            pixels = autoaugment.apply_reference(pixels.contiguous(), ops[0].tolist(), magnitudes[0].tolist(),
+                                                 list(plan.augment_fill),
+                                                 "bilinear" if plan.augment_bilinear else "nearest")
         values = pixels.permute(2, 0, 1).to(torch.float64)
     else:
         identity = [0.0] * channels, [1.0] * channels

@@ -3,7 +3,7 @@
 A plan is: one geometry (RandomResizedCrop, RandomCrop with its padding, or Resize and/or
 CenterCrop with a fixed output size) resampled with one interpolation (bilinear, bicubic
 or nearest), optional left-right and top-bottom flips, the uint8-stage ops (ColorJitter,
-Grayscale, then GaussianBlur), and one affine value map (scale, mean, std) with an
+Grayscale, then GaussianBlur, then TrivialAugmentWide or RandAugment), and one affine value map (scale, mean, std) with an
 output dtype. Lists that do not reduce to that raise UnsupportedPipeline with the
 reason; the loader then says so in `loader.path` and takes the generic path.
 
@@ -30,7 +30,7 @@ from typing import Any, Dict, NamedTuple, Optional, Sequence
 import torch
 
 from fastload import _ext
-from fastload.augment import color, specs
+from fastload.augment import autoaugment, color, specs
 from fastload.errors import UnsupportedPipeline  # noqa: F401  (raised here; re-exported)
 from fastload.ops import DEFAULT_MAX_PIXELS
 
@@ -142,6 +142,36 @@ def _random_crop_padding(crop: "specs.RandomCrop", channels: int) -> Dict[str, A
     return dict(padding_mode=_PADDING_MODES[crop.padding_mode])
 
 
+# csrc/augment/autoaugment.h kMaxSteps.
+_MAX_AUGMENT_OPS = 8
+
+
+def _augment_fields(augment: Any, out_size, channels: int, nearest_resize: bool) -> Dict[str, Any]:
+    """The plan fields of a TrivialAugmentWide / RandAugment on the out_size output;
+    UnsupportedPipeline where the engine cannot run it as torchvision does."""
+    if augment.interpolation not in ("nearest", "bilinear"):
+        raise UnsupportedPipeline(f"{augment}: the native affine ops have Pillow's NEAREST and BILINEAR, not "
+                                  f"{augment.interpolation}")
+    bins = augment.num_magnitude_bins
+    if bins < 2:
+        raise UnsupportedPipeline(f"{augment}: native with num_magnitude_bins >= 2")
+    if not -1 <= augment.magnitude_bin < bins:
+        raise UnsupportedPipeline(f"{augment}: magnitude {augment.magnitude_bin} is outside its "
+                                  f"{bins} bins, which torchvision refuses")
+    if augment.ops_per_sample > _MAX_AUGMENT_OPS:
+        raise UnsupportedPipeline(f"{augment}: native with at most {_MAX_AUGMENT_OPS} ops per sample")
+    if nearest_resize:
+        raise UnsupportedPipeline(f"{augment} after a nearest resize does not fuse (native: bilinear, bicubic)")
+    try:
+        fill = augment.uint8_fill(channels)
+    except ValueError as error:
+        raise UnsupportedPipeline(f"{augment}: {error}") from None
+    space_ops, magnitudes = augment.space(*out_size)
+    return dict(augment_ops=space_ops, augment_magnitudes=magnitudes, augment_num_ops=augment.ops_per_sample,
+                augment_magnitude_bin=augment.magnitude_bin, augment_fill=fill,
+                augment_bilinear=augment.interpolation == "bilinear")
+
+
 def build_plan(ops: Sequence[Any], **options: Any) -> Any:
     """Fuses `ops` into a Plan (fastload._C.Plan with description and dtype): fuse(), then
     make_plan(). Takes fuse()'s arguments; raises UnsupportedPipeline like it."""
@@ -192,11 +222,28 @@ def fuse(
     erasing: Optional[color.RandomErasing] = None
     color_started = False  # a PIL-stage colour op ran: geometry after it does not fuse
     blur: Optional[specs.GaussianBlur] = None
+    augment = None  # TrivialAugmentWide or RandAugment
     for op in ops:
         if erasing is not None and not isinstance(op, (specs.RandomHorizontalFlip, specs.RandomVerticalFlip)):
             # Erasing writes final values: a later value op would map them again.
             raise UnsupportedPipeline(f"{op} after RandomErasing does not fuse (RandomErasing runs last, on the "
                                       f"normalised output)")
+        if augment is not None and isinstance(op, (color.ColorJitter, color.Grayscale, color.RandomGrayscale,
+                                                   specs.GaussianBlur, specs.RandomHorizontalFlip,
+                                                   specs.RandomVerticalFlip) + autoaugment.SPECS):
+            raise UnsupportedPipeline(f"{op} after {type(augment).__name__} does not fuse (the fused pass flips "
+                                      f"while resampling and runs {type(augment).__name__} last on the uint8 image)")
+        if isinstance(op, autoaugment.SPECS):
+            name = type(op).__name__
+            if value_started:
+                raise UnsupportedPipeline(f"{name} after ToTensor/ToDtype/Normalize runs torchvision's tensor path; "
+                                          f"native: on the PIL image, before the conversion")
+            if not geometry:
+                raise UnsupportedPipeline(f"{name} before the crop/resize does not fuse (the fused pass augments the "
+                                          f"resized image)")
+            augment = op
+            color_started = True
+            continue
         if isinstance(op, specs.GaussianBlur):
             if value_started:
                 raise UnsupportedPipeline(f"{op} after ToTensor/ToDtype/Normalize blurs torchvision's float tensor; "
@@ -357,4 +404,7 @@ def fuse(
             raise UnsupportedPipeline(f"{blur} after a nearest resize does not fuse (native: bilinear, bicubic)")
         fields.update(blur_kernel_x=kx, blur_kernel_y=ky, blur_sigma_min=blur.sigma[0],
                       blur_sigma_max=blur.sigma[1], blur_p=blur.p)
+    if augment is not None and augment.ops_per_sample > 0:  # RandAugment(num_ops=0) does nothing
+        fields.update(_augment_fields(augment, fields["out_size"], channels, interpolation == "nearest" and
+                                      bool(resamplers)))
     return Fusion(fields, " -> ".join(type(op).__name__ for op in ops), dtype or out_dtype)

@@ -340,4 +340,6 @@ SPECS = (RandomResizedCrop, Resize, CenterCrop, RandomCrop, RandomHorizontalFlip
 # The colour specs (augment/color.py) are specs too: a native dataset takes them.
 from fastload.augment.color import SPECS as _COLOR_SPECS  # noqa: E402
 
-SPECS = SPECS + _COLOR_SPECS
+from fastload.augment.autoaugment import SPECS as _AUTOAUGMENT_SPECS  # noqa: E402
+
+SPECS = SPECS + _COLOR_SPECS + _AUTOAUGMENT_SPECS

@@ -5,7 +5,7 @@ C++ engine when every transform has a native equivalent (v1 and v2: RandomResize
 Resize, CenterCrop, RandomCrop (fill, padding modes), RandomHorizontalFlip,
 RandomVerticalFlip, ToTensor, PILToTensor, ToImage, ToDtype, ConvertImageDtype, Normalize,
 ToPureTensor, ColorJitter and GaussianBlur (each also alone inside RandomApply), Grayscale(3),
-RandomGrayscale, RandomErasing;
+RandomGrayscale, TrivialAugmentWide and RandAugment (NEAREST, BILINEAR), RandomErasing;
 timm's equivalents, see compat/timm.py). The output keeps torchvision's dtype, shape and
 value range; the random draws are fastload's own (torchvision's distributions, a
 different generator).
@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, List, Tuple
 
 import torch
 
-from fastload.augment import color, specs
+from fastload.augment import autoaugment, color, specs
 from fastload.augment.split import Pipeline, split_pipeline
 from fastload.source.index import SampleIndex
 
@@ -124,6 +124,8 @@ def leaf_specs(transform: Any) -> List[Any]:
                                  0 if fill is None else fill, transform.padding_mode)]
     if _is_torchvision(transform, "GaussianBlur"):
         return _gaussian_blur(transform)
+    if _is_torchvision(transform, "TrivialAugmentWide", "RandAugment"):
+        return [_auto_augment(transform)]
     if _is_torchvision(transform, "RandomHorizontalFlip"):
         return [specs.RandomHorizontalFlip(float(transform.p))]
     if _is_torchvision(transform, "RandomVerticalFlip"):
@@ -158,6 +160,27 @@ def _range(value: Any) -> Any:
 
 def _gaussian_blur(transform: Any) -> Any:
     return [specs.GaussianBlur(tuple(transform.kernel_size), tuple(float(s) for s in transform.sigma))]
+
+
+def _auto_augment(transform: Any) -> Any:
+    """The spec of a v1 or v2 TrivialAugmentWide / RandAugment (v2: its own magnitude tables)."""
+    interpolation = transform.interpolation
+    name = getattr(interpolation, "value", interpolation)
+    name = _PIL_MODES.get(name, name) if isinstance(name, int) else name
+    if name not in ("nearest", "bilinear"):
+        raise NotConvertible(f"uses {interpolation} for its affine ops (native: InterpolationMode.NEAREST, "
+                             f"the default, and BILINEAR)", fix="pass interpolation=InterpolationMode.BILINEAR")
+    fill = transform.fill
+    if isinstance(fill, dict):  # v2: per tv_tensor type
+        values = list(fill.values())
+        if len(set(map(repr, values))) > 1:
+            raise NotConvertible(f"fills per tv_tensor type ({fill!r})", fix="pass one fill")
+        fill = values[0] if values else None
+    v2 = type(transform).__module__.startswith("torchvision.transforms.v2")
+    if _is_torchvision(transform, "TrivialAugmentWide"):
+        return autoaugment.TrivialAugmentWide(int(transform.num_magnitude_bins), name, fill, v2)
+    return autoaugment.RandAugment(int(transform.num_ops), int(transform.magnitude), int(transform.num_magnitude_bins),
+                                   name, fill, v2)
 
 
 def _color_specs(transform: Any) -> Any:

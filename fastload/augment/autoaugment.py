@@ -1,0 +1,243 @@
+"""TrivialAugmentWide and RandAugment specs: torchvision's augmentation spaces on the
+uint8 (PIL) image, run in the engine's fused pass (csrc/augment/autoaugment.h).
+
+A spec holds torchvision's arguments and knows its augmentation space: the op ids in
+torchvision's order and each op's magnitudes, computed with torch exactly as
+torchvision computes them (the v1 and v2 tables differ in Solarize: a threshold in v1, a
+fraction of 255 in v2). The engine draws each sample's ops from (seed, epoch, index)
+with torchvision's distributions and applies them with Pillow's arithmetic, so an op
+with a given magnitude gives torchvision's pixels bit for bit.
+
+`apply_reference` is the plain torchvision twin (its functional ops on a PIL image),
+which the tests and the generic twin of a plan use.
+
+Example:
+    >>> from fastload.augment.autoaugment import TrivialAugmentWide, OPS
+    >>> ops, magnitudes = TrivialAugmentWide().space(224, 224)
+    >>> [OPS[op] for op in ops][:3], len(magnitudes) == len(ops) * 31
+    (['Identity', 'ShearX', 'ShearY'], True)
+    >>> RandAugment(num_ops=2, magnitude=9).magnitude_bin
+    9
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+# Op ids of csrc/augment/autoaugment.h AugmentOp, by torchvision's op names.
+OPS = ("Identity", "ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness", "Color", "Contrast",
+       "Sharpness", "Posterize", "Solarize", "AutoContrast", "Equalize", "Invert")
+
+
+def _fill(fill, name: str) -> Optional[Tuple[float, ...]]:
+    if fill is None:
+        return None
+    if isinstance(fill, numbers.Number):
+        return (float(fill),)
+    if isinstance(fill, (list, tuple)) and all(isinstance(f, numbers.Number) for f in fill):
+        return tuple(float(f) for f in fill)
+    raise TypeError(f"fastload.transforms.{name}: fill should be None, a number or a sequence of numbers, "
+                    f"got {fill!r}")
+
+
+def _linspace(start: float, end: float, bins: int) -> List[float]:
+    return torch.linspace(start, end, bins).tolist()
+
+
+def _posterize_bits(bins: int, top: int, steps: int, v2: bool) -> List[float]:
+    if v2:
+        return [float(b) for b in (top - (torch.arange(bins) / ((bins - 1) / steps))).round().int().tolist()]
+    return [float(b) for b in (top - (torch.arange(bins) / ((bins - 1) / steps)).round().int()).tolist()]
+
+
+def _space(wide: bool, bins: int, height: int, width: int, v2: bool) -> List[Tuple[str, List[float]]]:
+    """torchvision's augmentation space: (op, magnitudes) in its order (no magnitudes: [])."""
+    top = 0.99 if wide else 0.9
+    space = [("Identity", []),
+             ("ShearX", _linspace(0.0, 0.99 if wide else 0.3, bins)),
+             ("ShearY", _linspace(0.0, 0.99 if wide else 0.3, bins)),
+             ("TranslateX", _linspace(0.0, 32.0 if wide else 150.0 / 331.0 * width, bins)),
+             ("TranslateY", _linspace(0.0, 32.0 if wide else 150.0 / 331.0 * height, bins)),
+             ("Rotate", _linspace(0.0, 135.0 if wide else 30.0, bins))]
+    space += [(name, _linspace(0.0, top, bins)) for name in ("Brightness", "Color", "Contrast", "Sharpness")]
+    space.append(("Posterize", _posterize_bits(bins, 8, 6 if wide else 4, v2)))
+    if v2:
+        space.append(("Solarize", [255.0 * m for m in _linspace(1.0, 0.0, bins)]))
+    else:
+        space.append(("Solarize", _linspace(255.0, 0.0, bins)))
+    space += [("AutoContrast", []), ("Equalize", [])]
+    return space
+
+
+def _check_common(spec, name: str) -> None:
+    from fastload.augment.specs import _interpolation  # specs imports this module's SPECS
+
+    bins = spec.num_magnitude_bins
+    if isinstance(bins, bool) or not isinstance(bins, numbers.Integral):
+        raise TypeError(f"fastload.transforms.{name}: num_magnitude_bins should be an int, got {bins!r}")
+    object.__setattr__(spec, "interpolation", _interpolation(spec.interpolation, name))
+    object.__setattr__(spec, "fill", _fill(spec.fill, name))
+
+
+class _AutoAugment:
+    """What TrivialAugmentWide and RandAugment share: the space and the draws."""
+
+    wide = False
+
+    @property
+    def ops_per_sample(self) -> int:
+        return 1
+
+    @property
+    def magnitude_bin(self) -> int:
+        return -1
+
+    def space(self, height: int, width: int) -> Tuple[List[int], List[float]]:
+        """(op ids, magnitudes [ops x bins]) on height x width images: the plan's fields
+        (zeros for ops without magnitudes)."""
+        bins = self.num_magnitude_bins
+        ops, magnitudes = [], []
+        for op, values in _space(self.wide, bins, height, width, self.v2):
+            ops.append(OPS.index(op))
+            magnitudes += values if values else [0.0] * bins
+        return ops, magnitudes
+
+    def uint8_fill(self, channels: int) -> List[float]:
+        """The affine ops' fill as Pillow takes it: int() per channel ([] for None)."""
+        if self.fill is None:
+            return []
+        fill = list(self.fill) * channels if len(self.fill) == 1 else list(self.fill)
+        if len(fill) != channels:
+            raise ValueError(f"The number of elements in 'fill' does not match the number of channels of the "
+                             f"image ({len(fill)} != {channels})")
+        return [float(min(max(int(f), 0), 255)) for f in fill]
+
+    def params(self, indices: torch.Tensor, seed: int, epoch: int, height: int,
+               width: int) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The engine's draws for samples `indices`: (op ids int64 [N, k], signed
+        magnitudes float64 [N, k]), k ops per sample."""
+        from fastload import ops as native
+
+        space_ops, magnitudes = self.space(height, width)
+        return native.auto_augment_params(indices, seed, epoch, space_ops, magnitudes, self.ops_per_sample,
+                                          self.magnitude_bin)
+
+
+@dataclass(frozen=True)
+class TrivialAugmentWide(_AutoAugment):
+    """torchvision's TrivialAugmentWide on the uint8 image (after the crop and flip, as
+    on the PIL image an ImageFolder pipeline holds): per sample one op of its 14, one of
+    `num_magnitude_bins` magnitudes, a random sign for signed ops.
+
+    Args:
+        num_magnitude_bins: the number of magnitudes per op (>= 2 runs natively).
+        interpolation: of the affine ops; the engine has Pillow's NEAREST (the default)
+            and BILINEAR (torchvision's reference recipes pass BILINEAR).
+        fill: the affine ops' fill, None (0), a number or one per channel.
+        v2: torchvision.transforms.v2's tables (Solarize as a fraction of 255).
+
+    Example:
+        >>> TrivialAugmentWide().num_magnitude_bins, TrivialAugmentWide(fill=128).fill
+        (31, (128.0,))
+    """
+
+    num_magnitude_bins: int = 31
+    interpolation: object = "nearest"
+    fill: object = None
+    v2: bool = False
+
+    wide = True
+
+    def __post_init__(self):
+        _check_common(self, "TrivialAugmentWide")
+
+
+@dataclass(frozen=True)
+class RandAugment(_AutoAugment):
+    """torchvision's RandAugment on the uint8 image: per sample `num_ops` ops of its 14
+    (uniform, with repeats) at the fixed bin `magnitude` of `num_magnitude_bins`, each
+    with a random sign where signed.
+
+    Args:
+        num_ops, magnitude, num_magnitude_bins: torchvision's (2, 9, 31 by default).
+        interpolation, fill, v2: as TrivialAugmentWide.
+
+    Example:
+        >>> RandAugment().ops_per_sample, RandAugment(magnitude=5).magnitude_bin
+        (2, 5)
+    """
+
+    num_ops: int = 2
+    magnitude: int = 9
+    num_magnitude_bins: int = 31
+    interpolation: object = "nearest"
+    fill: object = None
+    v2: bool = False
+
+    def __post_init__(self):
+        _check_common(self, "RandAugment")
+        for name in ("num_ops", "magnitude"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise TypeError(f"fastload.transforms.RandAugment: {name} should be an int, got {value!r}")
+
+    @property
+    def ops_per_sample(self) -> int:
+        return int(self.num_ops)
+
+    @property
+    def magnitude_bin(self) -> int:
+        return int(self.magnitude)
+
+
+SPECS = (TrivialAugmentWide, RandAugment)
+
+
+def apply_reference(pixels: torch.Tensor, ops: Sequence[int], magnitudes: Sequence[float],
+                    fill: Sequence[float] = (), interpolation: str = "nearest") -> torch.Tensor:
+    """torchvision's ops (transforms.functional on a PIL image, as _apply_op calls them)
+    on a uint8 HWC image [H, W, 1 or 3]; fill: the affine ops' fill ([] = 0);
+    interpolation: theirs ("nearest" or "bilinear")."""
+    import torchvision.transforms.functional as F
+    from PIL import Image
+    from torchvision.transforms import InterpolationMode
+
+    array = pixels.numpy()
+    image = Image.fromarray(array[..., 0], "L") if array.shape[2] == 1 else Image.fromarray(array, "RGB")
+    fill_arg = [int(f) for f in fill] or None
+    nearest = InterpolationMode(interpolation)
+    for op, magnitude in zip(ops, magnitudes):
+        name = OPS[int(op)]
+        if name in ("ShearX", "ShearY"):
+            shear = math.degrees(math.atan(magnitude))
+            image = F.affine(image, angle=0.0, translate=[0, 0], scale=1.0,
+                             shear=[shear, 0.0] if name == "ShearX" else [0.0, shear], interpolation=nearest,
+                             fill=fill_arg, center=[0, 0])
+        elif name in ("TranslateX", "TranslateY"):
+            shift = [int(magnitude), 0] if name == "TranslateX" else [0, int(magnitude)]
+            image = F.affine(image, angle=0.0, translate=shift, scale=1.0, shear=[0.0, 0.0], interpolation=nearest,
+                             fill=fill_arg)
+        elif name == "Rotate":
+            image = F.rotate(image, magnitude, interpolation=nearest, fill=fill_arg)
+        elif name in ("Brightness", "Color", "Contrast", "Sharpness"):
+            adjust = {"Brightness": F.adjust_brightness, "Color": F.adjust_saturation,
+                      "Contrast": F.adjust_contrast, "Sharpness": F.adjust_sharpness}[name]
+            image = adjust(image, 1.0 + magnitude)
+        elif name == "Posterize":
+            image = F.posterize(image, int(magnitude))
+        elif name == "Solarize":
+            image = F.solarize(image, magnitude)
+        elif name == "AutoContrast":
+            image = F.autocontrast(image)
+        elif name == "Equalize":
+            image = F.equalize(image)
+        elif name == "Invert":
+            image = F.invert(image)
+    out = np.asarray(image)
+    return torch.from_numpy(np.ascontiguousarray(out if out.ndim == 3 else out[..., None]))
