@@ -11,7 +11,7 @@ from torch.utils.data import ConcatDataset, Dataset, Subset, random_split
 
 import fastload
 from fastload import _ext
-from fastload.augment import specs
+from fastload.augment import autoaugment, specs
 from fastload.compat.datasets import Conversion
 from fastload.compat.torchvision import NotConvertible, convert_dataset, convert_dataset_native, split_transform
 
@@ -236,6 +236,8 @@ class ClassificationPresetTrain:
             transforms.append(api.RandomHorizontalFlip(hflip_prob))
         if auto_augment_policy == "ta_wide":
             transforms.append(api.TrivialAugmentWide())
+        elif auto_augment_policy == "augmix":
+            transforms.append(api.AugMix())
         transforms.append(api.PILToTensor())
         transforms.append(v2.ToDtype(torch.float, scale=True) if use_v2 else T.ConvertImageDtype(torch.float))
         transforms.append(api.Normalize(mean=mean, std=std))
@@ -269,11 +271,17 @@ def test_reference_presets_are_opened_into_their_transforms(root, use_v2):
 
 
 def test_a_preset_with_an_augmentation_splits_into_native_prefix_and_tail():
-    pipeline = split_transform(ClassificationPresetTrain(crop_size=16, auto_augment_policy="ta_wide"))
+    pipeline = split_transform(ClassificationPresetTrain(crop_size=16, auto_augment_policy="augmix"))
     assert pipeline.native == TRAIN_SPECS[:2]
-    assert [type(t).__name__ for t in pipeline.tail] == ["TrivialAugmentWide", "PILToTensor", "ConvertImageDtype",
-                                                         "Normalize"]
-    assert len(pipeline.blockers) == 1 and pipeline.blockers[0].startswith("TrivialAugmentWide(")
+    assert [type(t).__name__ for t in pipeline.tail] == ["AugMix", "PILToTensor", "ConvertImageDtype", "Normalize"]
+    assert len(pipeline.blockers) == 1 and pipeline.blockers[0].startswith("AugMix(")
+
+
+@pytest.mark.parametrize("use_v2", [False, True])
+def test_a_preset_with_trivial_augment_wide_is_native(use_v2):
+    pipeline = split_transform(ClassificationPresetTrain(crop_size=16, auto_augment_policy="ta_wide", use_v2=use_v2))
+    assert pipeline.tail == () and pipeline.native[:2] == TRAIN_SPECS[:2]
+    assert pipeline.native[2] == autoaugment.TrivialAugmentWide(v2=use_v2) and pipeline.native[3:] == TRAIN_SPECS[2:]
 
 
 class FlipsAfter(ClassificationPresetTrain):

@@ -1,6 +1,6 @@
 """Hybrid pipelines: a native prefix on the engine, the rest of the transforms in Python.
 
-A fastload dataset whose transforms continue past what the engine can run (TrivialAugmentWide,
+A fastload dataset whose transforms continue past what the engine can run (AutoAugment,
 a user function, ...) runs the prefix on the engine and the tail per sample in Python; the
 batches agree with the dataset's generic twin and keep torchvision's output contract."""
 
@@ -64,7 +64,7 @@ def refuse_black(image):
 
 
 def recipe():
-    return [T.RandomResizedCrop(16), T.RandomHorizontalFlip(), T.TrivialAugmentWide(), T.ToTensor(),
+    return [T.RandomResizedCrop(16), T.RandomHorizontalFlip(), T.AutoAugment(), T.ToTensor(),
             T.Normalize(MEAN, STD), T.RandomErasing(0.5)]
 
 
@@ -77,13 +77,13 @@ def equal(a, b):
 def test_path_names_the_native_prefix_the_python_tail_and_its_blockers(folder):
     dataset = fastload.ImageFolder(folder, transforms=recipe()[:5])
     assert dataset.transforms == [specs.RandomResizedCrop(16), specs.RandomHorizontalFlip()]
-    assert [type(t).__name__ for t in dataset.tail] == ["TrivialAugmentWide", "ToTensor", "Normalize"]
+    assert [type(t).__name__ for t in dataset.tail] == ["AutoAugment", "ToTensor", "Normalize"]
     loader = fastload.DataLoader(dataset, batch_size=4)
     head = ("hybrid: native [RandomResizedCrop -> RandomHorizontalFlip] + python "
-            "[TrivialAugmentWide -> ToTensor -> Normalize], decode_on=cpu (auto); not native: TrivialAugmentWide(")
+            "[AutoAugment -> ToTensor -> Normalize], decode_on=cpu (auto); not native: AutoAugment(")
     assert loader.path.startswith(head), loader.path
-    assert loader.path.endswith("no native equivalent"), loader.path  # only TrivialAugmentWide blocks
-    assert loader.path.count("TrivialAugmentWide(") == 1, loader.path
+    assert loader.path.endswith("no native equivalent"), loader.path  # only AutoAugment blocks
+    assert loader.path.count("AutoAugment(") == 1, loader.path
     assert "ToTensor()" not in loader.path.split("not native:")[1]
 
 
@@ -360,10 +360,9 @@ def double(image):
 
 PRESET_TAIL = ["PILToTensor", "ConvertImageDtype", "Normalize"]
 RECIPES = {  # name: (transform, the tail's transform names)
-    "ta_wide+erase": (lambda: ClassificationPresetTrain(crop_size=16, auto_augment_policy="ta_wide",
-                                                        random_erase_prob=0.1),
-                      ["TrivialAugmentWide"] + PRESET_TAIL + ["RandomErasing"]),
-    "ra": (lambda: ClassificationPresetTrain(crop_size=16, auto_augment_policy="ra"), ["RandAugment"] + PRESET_TAIL),
+    "autoaugment+erase": (lambda: ClassificationPresetTrain(crop_size=16, auto_augment_policy="imagenet",
+                                                            random_erase_prob=0.1),
+                          ["AutoAugment"] + PRESET_TAIL + ["RandomErasing"]),
     "augmix": (lambda: ClassificationPresetTrain(crop_size=16, auto_augment_policy="augmix"), ["AugMix"] + PRESET_TAIL),
     "autoaugment-v2": (lambda: v2.Compose([v2.RandomResizedCrop(16), v2.RandomHorizontalFlip(), v2.AutoAugment(),
                                            v2.PILToTensor(), v2.ToDtype(torch.float32, scale=True)]),
@@ -404,7 +403,7 @@ def test_random_erasing_after_normalize_is_the_tail_or_native(folder):
 
 
 def test_torchvision_pipelines_the_engine_cannot_start_stay_generic_and_explain_agrees(folder):
-    for transform in (T.Compose([T.TrivialAugmentWide(), T.RandomResizedCrop(16), T.ToTensor()]),  # nothing native first
+    for transform in (T.Compose([T.AutoAugment(), T.RandomResizedCrop(16), T.ToTensor()]),  # nothing native first
                       T.Compose([T.ToTensor(), T.Normalize(MEAN, STD), double])):  # no crop: sizes differ
         dataset = torchvision.datasets.ImageFolder(folder, transform=transform)
         path = fastload.DataLoader(dataset, batch_size=2).path
@@ -444,7 +443,7 @@ def one_hot(label):
     return torch.nn.functional.one_hot(torch.tensor(label), 2)
 
 
-@pytest.mark.parametrize("name", ["ta_wide+erase", "augmix", "function"])
+@pytest.mark.parametrize("name", ["autoaugment+erase", "augmix", "function"])
 def test_torchvision_hybrid_batches_are_their_tail_run_on_the_engines_prefix(folder, name):
     dataset = torch.utils.data.Subset(tv_folder(folder, name, target_transform=one_hot), [7, 0, 3, 5, 1])
     loader = fastload.DataLoader(dataset, batch_size=2, seed=3)
@@ -457,7 +456,7 @@ def test_torchvision_hybrid_batches_are_their_tail_run_on_the_engines_prefix(fol
 
 
 def test_torchvision_hybrid_outputs_keep_torchvisions_dtypes_shapes_and_ranges(folder):
-    dataset = tv_folder(folder, "ta_wide+erase", target_transform=one_hot)
+    dataset = tv_folder(folder, "autoaugment+erase", target_transform=one_hot)
     theirs = next(iter(torch.utils.data.DataLoader(dataset, batch_size=8)))
     ours = next(iter(fastload.DataLoader(dataset, batch_size=8)))
     assert type(ours) is type(theirs) and len(ours) == 2
@@ -483,7 +482,7 @@ def test_a_target_transform_alone_keeps_the_images_native(folder, capsys):
 def test_torchvision_hybrid_loader_resumes_at_every_position(folder):
     from resume_helpers import check_resume_at_every_position
 
-    dataset = torch.utils.data.Subset(tv_folder(folder, "ta_wide+erase"), [7, 0, 3, 5, 1, 2, 6])
+    dataset = torch.utils.data.Subset(tv_folder(folder, "autoaugment+erase"), [7, 0, 3, 5, 1, 2, 6])
 
     def make():
         return fastload.DataLoader(dataset, batch_size=3, shuffle=True, num_workers=2, seed=11,
@@ -496,7 +495,7 @@ def test_torchvision_hybrid_loader_resumes_at_every_position(folder):
 
 def test_torchvision_hybrid_draws_are_reproducible_and_differ_by_seed(folder):
     def epoch(seed):
-        loader = fastload.DataLoader(tv_folder(folder, "ra"), batch_size=4, shuffle=True, seed=seed,
+        loader = fastload.DataLoader(tv_folder(folder, "autoaugment-v2"), batch_size=4, shuffle=True, seed=seed,
                                      generator=torch.Generator().manual_seed(0))
         return list(loader)
 
@@ -531,7 +530,7 @@ def test_tail_on_chooses_where_the_tail_runs(folder):
 
     args = dict(batch_size=2, collate_fn=None, num_workers=2, pin_memory=False, accelerate="auto", dtype=None,
                 memory_format=None, on_error="raise", seed=1)
-    dataset = tv_folder(folder, "ta_wide+erase")
+    dataset = tv_folder(folder, "autoaugment+erase")
     runners = {tail_on: select_path(dataset, tail_on=tail_on, **args)[0] for tail_on in ("auto", "threads", "processes")}
     try:
         assert type(runners["auto"]) is ProcessHybridRunner  # worker processes, as torch's num_workers
@@ -549,7 +548,7 @@ def test_tail_on_chooses_where_the_tail_runs(folder):
 def test_explain_of_a_fastload_dataset_with_a_tail_says_hybrid_as_its_loader(folder):
     dataset = fastload.ImageFolder(folder, transforms=recipe())
     report = fastload.explain(dataset)
-    assert any(line.startswith("  python tail:   TrivialAugmentWide(") for line in report.splitlines())
+    assert any(line.startswith("  python tail:   AutoAugment(") for line in report.splitlines())
     assert report.splitlines()[-1].startswith("  verdict: hybrid path: native prefix, then Python per sample")
     assert fastload.DataLoader(dataset, batch_size=2).path.startswith("hybrid: ")
 
@@ -557,7 +556,7 @@ def test_explain_of_a_fastload_dataset_with_a_tail_says_hybrid_as_its_loader(fol
 def test_the_loader_takes_tail_on_and_refuses_unknown_places(folder):
     from fastload.native.hybrid import ProcessHybridRunner
 
-    dataset = tv_folder(folder, "ta_wide+erase")
+    dataset = tv_folder(folder, "autoaugment+erase")
     loader = fastload.DataLoader(dataset, batch_size=2, num_workers=2, tail_on="processes")
     try:
         assert loader.path.startswith("hybrid:") and type(loader._runner) is ProcessHybridRunner
@@ -642,7 +641,7 @@ def test_a_tail_value_the_conversion_does_not_take_goes_through_torchvision(make
 
 def test_held_hybrid_batches_are_never_overwritten_by_later_ones(folder):
     """The tail's batches reuse their memory only once nobody holds them."""
-    transforms = [T.RandomResizedCrop(16), T.TrivialAugmentWide(), T.ToTensor(), T.Normalize(MEAN, STD)]
+    transforms = [T.RandomResizedCrop(16), T.AutoAugment(), T.ToTensor(), T.Normalize(MEAN, STD)]
     def loader():
         return fastload.DataLoader(fastload.ImageFolder(folder, transforms=transforms), batch_size=2, seed=5)
 

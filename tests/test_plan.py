@@ -363,7 +363,8 @@ def test_a_plan_survives_pickle_and_deepcopy_with_every_field():
                    pad_right=4, pad_if_needed=True, jitter=[0.5, 1.5, 0.25, 1.75, 0.0, 2.0, -0.25, 0.5],
                    jitter_p=0.625, grayscale_p=0.125, erase_p=0.375, erase_scale_min=0.0625, erase_scale_max=0.5,
                    padding_mode=2, pad_fill=[7.0], blur_kernel_x=5, blur_kernel_y=3, blur_sigma_min=0.5,
-                   blur_sigma_max=1.5, blur_p=0.375,
+                   blur_sigma_max=1.5, blur_p=0.375, augment_ops=[0, 5, 10], augment_magnitudes=[0.0, 9.0, 4.0],
+                   augment_num_ops=2, augment_magnitude_bin=0, augment_fill=[3.0], augment_bilinear=True,
                    erase_ratio_min=0.5, erase_ratio_max=2.0, erase_value=[0.5], erase_random=2)
     assert sorted(changed) == plan_fields()  # a new field must be added here too
     for name, value in changed.items():

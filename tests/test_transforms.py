@@ -21,7 +21,8 @@ from fastload.source.base import NativeDataset
 from fastload.source.index import SampleIndex
 
 SPEC_NAMES = ("RandomResizedCrop", "Resize", "CenterCrop", "RandomHorizontalFlip", "RandomVerticalFlip", "Normalize", "ToDtype",
-              "RandomCrop", "ColorJitter", "Grayscale", "RandomGrayscale", "GaussianBlur", "RandomErasing")
+              "RandomCrop", "ColorJitter", "Grayscale", "RandomGrayscale", "GaussianBlur", "RandomErasing",
+              "TrivialAugmentWide", "RandAugment")
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 

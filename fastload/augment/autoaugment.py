@@ -239,5 +239,5 @@ def apply_reference(pixels: torch.Tensor, ops: Sequence[int], magnitudes: Sequen
             image = F.equalize(image)
         elif name == "Invert":
             image = F.invert(image)
-    out = np.asarray(image)
-    return torch.from_numpy(np.ascontiguousarray(out if out.ndim == 3 else out[..., None]))
+    out = np.array(image)
+    return torch.from_numpy(out if out.ndim == 3 else out[..., None])

@@ -1,0 +1,382 @@
+"""TrivialAugmentWide and RandAugment (v1 and v2) on the native path.
+
+The op fastload::auto_augment against torchvision's own ops on PIL images for every op,
+bin and sign of both augmentation spaces; the spaces against torchvision's tables; the
+per-sample draws against torchvision's distributions; the fused pass against torchvision
+with the engine's draws; and what does not fuse.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import fastload
+from fastload import _ext
+from fastload import ops as fl_ops
+from fastload.augment import autoaugment, specs
+from fastload.augment.autoaugment import OPS, RandAugment, TrivialAugmentWide
+from fastload.augment.plan import build_plan, fuse
+from fastload.errors import UnsupportedPipeline
+
+tv = pytest.importorskip("torchvision")
+import torchvision.transforms as T  # noqa: E402
+import torchvision.transforms.functional as F  # noqa: E402
+from torchvision.datasets import ImageFolder  # noqa: E402
+from torchvision.transforms import autoaugment as tv_autoaugment  # noqa: E402
+from torchvision.transforms import v2  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not _ext.has_ops(), reason="fastload._C not built")
+
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+DRAWS = 100_000
+OUT = 40
+
+
+def pil_image(height: int, width: int, channels: int, seed: int = 0) -> Image.Image:
+    """A gradient with noise and a dark and a bright patch: every op changes it, the
+    histograms have gaps and ends to find, edges to shear."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:height, 0:width]
+    base = 40 + 150 * x / max(width - 1, 1) + 30 * np.sin(y / 3.0)
+    pixels = base[..., None] + rng.normal(0, 25, (height, width, channels))
+    pixels[: height // 4, : width // 4] = 3
+    pixels[-(height // 5):, -(width // 5):] = 250
+    pixels = np.clip(pixels, 0, 255).astype(np.uint8)
+    return Image.fromarray(pixels[..., 0] if channels == 1 else pixels, "L" if channels == 1 else "RGB")
+
+
+def hwc(image: Image.Image) -> torch.Tensor:
+    array = np.asarray(image)
+    return torch.from_numpy(array.copy() if array.ndim == 3 else array[..., None].copy())
+
+
+def torchvision_space(kind: str, bins: int, height: int, width: int):
+    """torchvision v1's augmentation space: [(op name, magnitudes (a list, [] for none), signed)]."""
+    if kind == "ta":
+        space = tv_autoaugment.TrivialAugmentWide()._augmentation_space(bins)
+    else:
+        space = tv_autoaugment.RandAugment()._augmentation_space(bins, (height, width))
+    return [(name, magnitudes.tolist() if magnitudes.ndim else [], signed)
+            for name, (magnitudes, signed) in space.items()]
+
+
+# ---- the op: every op, bin and sign against torchvision ----------------------------------
+
+
+@pytest.mark.parametrize("interpolation", [T.InterpolationMode.NEAREST, T.InterpolationMode.BILINEAR])
+@pytest.mark.parametrize("kind", ["ta", "ra"])
+@pytest.mark.parametrize("height, width, channels, fill", [
+    (37, 53, 3, None),
+    (24, 24, 3, [7, 100, 200]),  # square: Rotate's 90 and 270 degrees are transposes
+    (29, 18, 1, [9]),            # "L"
+    (2, 5, 3, None),             # under SMOOTH's 3x3: Sharpness changes nothing
+    (1, 1, 1, [255]),
+])
+def test_every_op_bin_and_sign_equals_torchvision_on_a_pil_image(kind, interpolation, height, width, channels, fill):
+    image = pil_image(height, width, channels, seed=height + width)
+    pixels = hwc(image)
+    bilinear = interpolation == T.InterpolationMode.BILINEAR
+    mismatches = []
+    for name, magnitudes, signed in torchvision_space(kind, 31, height, width):
+        for magnitude in magnitudes or [0.0]:
+            for sign in (1.0, -1.0) if signed else (1.0,):
+                m = float(magnitude) * sign
+                want = hwc(tv_autoaugment._apply_op(image, name, m, interpolation, fill))
+                got = fl_ops.auto_augment(pixels, [OPS.index(name)], [m], fill or [], bilinear)
+                if not torch.equal(got, want):
+                    mismatches.append((name, m, int((got != want).sum())))
+    assert not mismatches, mismatches[:10]
+
+
+def test_the_v2_ops_equal_torchvision_v2_on_a_pil_image():
+    image = pil_image(31, 44, 3, seed=5)
+    pixels = hwc(image)
+    augment = v2.TrivialAugmentWide()
+    fill = augment._fill
+    ops, magnitudes = TrivialAugmentWide(v2=True).space(31, 44)
+    mismatches = []
+    for k, op in enumerate(ops):
+        for b in (0, 7, 19, 30):
+            m = magnitudes[k * 31 + b]
+            for sign in (1.0, -1.0) if autoaugment.OPS[op] in ("ShearX", "Rotate", "Sharpness") else (1.0,):
+                name = OPS[op]
+                # v2 passes Solarize a fraction of 255; the spec's table holds the threshold.
+                given = m / 255.0 if name == "Solarize" else m * sign
+                want = hwc(augment._apply_image_or_video_transform(image, name, given, T.InterpolationMode.NEAREST,
+                                                                   fill))
+                got = fl_ops.auto_augment(pixels, [op], [m * sign])
+                if not torch.equal(got, want):
+                    mismatches.append((name, m * sign))
+    assert not mismatches, mismatches
+
+
+def test_several_ops_run_in_order():
+    image = pil_image(33, 27, 3, seed=2)
+    names = ["Rotate", "Equalize", "ShearY", "Contrast", "Posterize"]
+    magnitudes = [21.0, 0.0, -0.2, 0.6, 5.0]
+    want = image
+    for name, m in zip(names, magnitudes):
+        want = tv_autoaugment._apply_op(want, name, m, T.InterpolationMode.NEAREST, None)
+    got = fl_ops.auto_augment(hwc(image), [OPS.index(n) for n in names], magnitudes)
+    assert torch.equal(got, hwc(want))
+    assert torch.equal(autoaugment.apply_reference(hwc(image), [OPS.index(n) for n in names], magnitudes), hwc(want))
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: fl_ops.auto_augment(torch.zeros(4, 4, 3), [0], [0.0]), "expected a uint8 HWC image"),
+    (lambda: fl_ops.auto_augment(torch.zeros(4, 4, 2, dtype=torch.uint8), [0], [0.0]), "expected a uint8 HWC image"),
+    (lambda: fl_ops.auto_augment(torch.zeros(0, 4, 3, dtype=torch.uint8), [0], [0.0]), "non-empty"),
+    (lambda: fl_ops.auto_augment(torch.zeros(4, 4, 3, dtype=torch.uint8), [15], [0.0]), r"op ids in \[0, 15\)"),
+    (lambda: fl_ops.auto_augment(torch.zeros(4, 4, 3, dtype=torch.uint8), [0, 1], [0.0]), "one magnitude per op"),
+    (lambda: fl_ops.auto_augment(torch.zeros(4, 4, 3, dtype=torch.uint8), [10], [0.0]), "bits must be between"),
+    (lambda: fl_ops.auto_augment(torch.zeros(4, 4, 3, dtype=torch.uint8), [5], [float("nan")]), "finite"),
+    (lambda: fl_ops.auto_augment(torch.zeros(4, 4, 3, dtype=torch.uint8), [5], [1.0], [1, 2]), "fill"),
+])
+def test_bad_op_arguments_raise_with_the_reason(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+# ---- the spaces and the draws --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bins", [2, 3, 10, 31, 57])
+@pytest.mark.parametrize("height, width", [(224, 224), (37, 91)])
+def test_the_spaces_are_torchvisions_tables(bins, height, width):
+    for kind, spec in (("ta", TrivialAugmentWide(bins)), ("ra", RandAugment(num_magnitude_bins=bins))):
+        ops, magnitudes = spec.space(height, width)
+        space = torchvision_space(kind, bins, height, width)
+        assert [OPS[op] for op in ops] == [name for name, _, _ in space]
+        for k, (_, values, signed) in enumerate(space):
+            assert magnitudes[k * bins:(k + 1) * bins] == ([float(v) for v in values] or [0.0] * bins)
+            assert autoaugment_signed(ops[k]) == signed
+    for spec, augment in ((TrivialAugmentWide(bins, v2=True), v2.TrivialAugmentWide(num_magnitude_bins=bins)),
+                          (RandAugment(num_magnitude_bins=bins, v2=True), v2.RandAugment(num_magnitude_bins=bins))):
+        ops, magnitudes = spec.space(height, width)
+        assert [OPS[op] for op in ops] == list(augment._AUGMENTATION_SPACE)
+        for k, (name, (table, _)) in enumerate(augment._AUGMENTATION_SPACE.items()):
+            values = table(bins, height, width)
+            values = [] if values is None else [float(v) for v in values.tolist()]
+            if name == "Solarize":  # v2's threshold: 255 * the fraction
+                values = [255.0 * v for v in values]
+            assert magnitudes[k * bins:(k + 1) * bins] == (values or [0.0] * bins)
+
+
+def autoaugment_signed(op: int) -> bool:
+    return OPS[op] in ("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness", "Color", "Contrast",
+                       "Sharpness")
+
+
+def chi_square_uniform(counts: np.ndarray) -> bool:
+    """Pearson's statistic of counts against a uniform law, below its alpha = 1e-4 bound
+    (the Wilson-Hilferty approximation of the chi-square quantile)."""
+    expected = counts.sum() / len(counts)
+    statistic = ((counts - expected) ** 2 / expected).sum()
+    dof = len(counts) - 1
+    bound = dof * (1 - 2 / (9 * dof) + 3.719 * (2 / (9 * dof)) ** 0.5) ** 3
+    return statistic < bound
+
+
+def test_trivial_augment_wide_draws_follow_torchvisions_sampler():
+    spec = TrivialAugmentWide()
+    ops, magnitudes = spec.params(torch.arange(DRAWS), 4, 2, 224, 224)
+    assert ops.shape == magnitudes.shape == (DRAWS, 1)
+    ops, magnitudes = ops[:, 0].numpy(), magnitudes[:, 0].numpy()
+    space_ops, table = spec.space(224, 224)
+    table = np.array(table).reshape(len(space_ops), 31)
+    assert chi_square_uniform(np.bincount(ops, minlength=15)[space_ops])  # one op of the 14, uniformly
+    for k, op in enumerate(space_ops):
+        drawn = magnitudes[ops == op]
+        if not autoaugment.OPS[op] in ("Identity", "AutoContrast", "Equalize"):
+            # every bin uniformly: the index of |magnitude| in the op's table (first match)
+            bins = np.array([int(np.flatnonzero(table[k] == abs(m))[0]) for m in drawn[:2000]])
+            if len(set(table[k])) == 31:
+                assert chi_square_uniform(np.bincount(bins, minlength=31))
+        else:
+            assert (drawn == 0).all()
+        negative = np.signbit(drawn).mean()  # -0.0 included: bin 0 gets its sign too
+        if autoaugment_signed(op):
+            assert abs(negative - 0.5) < 4 * (0.25 / len(drawn)) ** 0.5  # the sign, p = 1/2
+        else:
+            assert negative == 0
+
+
+def test_rand_augment_draws_num_ops_ops_at_its_magnitude():
+    spec = RandAugment(num_ops=3, magnitude=7)
+    ops, magnitudes = spec.params(torch.arange(DRAWS // 4), 1, 0, 64, 48)
+    assert ops.shape == (DRAWS // 4, 3)
+    space_ops, table = spec.space(64, 48)
+    table = np.array(table).reshape(len(space_ops), 31)
+    for column in range(3):  # each op of the 14 uniformly, independently of the others
+        assert chi_square_uniform(np.bincount(ops[:, column].numpy(), minlength=15)[space_ops])
+    at_bin = {op: table[k, 7] for k, op in enumerate(space_ops)}
+    assert all(abs(m) == at_bin[op] for op, m in zip(ops.flatten().tolist(), magnitudes.flatten().tolist()))
+    same = (ops[:, 0] == ops[:, 1]).double().mean().item()  # repeats, as torchvision allows
+    assert abs(same - 1 / 14) < 0.01
+
+
+def test_draws_are_a_pure_function_of_seed_epoch_and_index():
+    spec = TrivialAugmentWide()
+    a = spec.params(torch.tensor([5, 9, 5]), 3, 1, 32, 32)
+    b = spec.params(torch.tensor([9, 5]), 3, 1, 32, 32)
+    assert torch.equal(a[0][0], a[0][2]) and torch.equal(a[0][1], b[0][0]) and torch.equal(a[1][1], b[1][0])
+    other_epoch = spec.params(torch.arange(200), 3, 2, 32, 32)[0]
+    assert not torch.equal(spec.params(torch.arange(200), 3, 1, 32, 32)[0], other_epoch)
+
+
+# ---- the fused pass --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    import jpeg_samples as js
+
+    folder = tmp_path_factory.mktemp("autoaugment")
+    # At most 75x87 pixels: crops stay under twice the output size (no DCT scaling), so
+    # the engine decodes what PIL decodes.
+    js.write_image_folder(folder, classes=2, per_class=8, size=(60, 70))
+    return str(folder)
+
+
+def torchvision_with_engine_draws(path, plan, spec, epoch, index):
+    """torchvision's PIL pipeline on one file with the engine's crop, flip and ops: uint8 [C, h, w]."""
+    core = _ext.require_ops()
+    image = Image.open(path).convert("RGB")
+    (top, left, height, width), _, flip = core.region_of(plan, image.height, image.width, epoch, index)
+    image = F.resized_crop(image, int(top), int(left), int(height), int(width), list(plan.out_size),
+                           T.InterpolationMode.BILINEAR, antialias=True)
+    if flip:
+        image = F.hflip(image)
+    ops, magnitudes = spec.params(torch.tensor([index]), plan.seed, epoch, *plan.out_size)
+    interpolation = T.InterpolationMode.BILINEAR if plan.augment_bilinear else T.InterpolationMode.NEAREST
+    fill = [int(f) for f in plan.augment_fill] or None
+    for op, m in zip(ops[0].tolist(), magnitudes[0].tolist()):
+        given = m / 255.0 if spec.v2 and OPS[op] == "Solarize" else m
+        if spec.v2:
+            image = v2.TrivialAugmentWide()._apply_image_or_video_transform(image, OPS[op], given, interpolation,
+                                                                            v2.TrivialAugmentWide(fill=fill)._fill)
+        else:
+            image = tv_autoaugment._apply_op(image, OPS[op], given, interpolation, fill)
+    return torch.from_numpy(np.asarray(image).copy()).permute(2, 0, 1)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: T.TrivialAugmentWide(),
+    lambda: T.TrivialAugmentWide(interpolation=T.InterpolationMode.BILINEAR, fill=[20, 40, 60]),
+    lambda: v2.TrivialAugmentWide(),
+    lambda: T.RandAugment(interpolation=T.InterpolationMode.BILINEAR),
+    lambda: v2.RandAugment(num_ops=3, magnitude=12, fill=128),
+], ids=["ta", "ta-bilinear-fill", "ta-v2", "ra-bilinear", "ra-v2-fill"])
+def test_the_loader_runs_it_natively_as_torchvision_with_the_engines_draws(root, make):
+    from fastload.compat.torchvision import convert_transform
+
+    augment = make()
+    api = v2 if type(augment).__module__.startswith("torchvision.transforms.v2") else T
+    transform = api.Compose([api.RandomResizedCrop(OUT), api.RandomHorizontalFlip(), augment, api.PILToTensor()])
+    dataset = ImageFolder(root, transform=transform)
+    loader = fastload.DataLoader(dataset, batch_size=4, shuffle=False)
+    images = torch.cat([batch for batch, _ in loader])
+    assert loader.path.startswith("native"), loader.path
+    native = convert_transform(transform)
+    plan = build_plan(native, seed=loader.state_dict()["native_seed"])
+    spec = native[2]
+    for i, (path, _) in enumerate(dataset.samples):
+        assert torch.equal(images[i], torchvision_with_engine_draws(path, plan, spec, 0, i)), f"sample {i}"
+
+
+def test_the_fused_recipe_equals_the_twin_with_normalize_and_erasing(root):
+    """torchvision's reference recipe (ta_wide, random_erase 0.1), float32: the engine
+    against the plan's twin (PIL-exact resample, torchvision's own ops, the value map)."""
+    from fastload.augment.pipeline import apply_plan_reference
+    from fastload.bench.recipes import ClassificationPresetTrain
+
+    dataset = ImageFolder(root, transform=ClassificationPresetTrain(crop_size=OUT, auto_augment_policy="ta_wide",
+                                                                    random_erase_prob=0.5))
+    loader = fastload.DataLoader(dataset, batch_size=4, shuffle=False)
+    images = torch.cat([batch for batch, _ in loader])
+    assert loader.path.startswith("native"), loader.path
+    assert images.dtype == torch.float32 and images.shape[1:] == (3, OUT, OUT)
+    from fastload.compat.torchvision import convert_dataset_native
+
+    _, native = convert_dataset_native(dataset)
+    plan = build_plan(native, seed=loader.state_dict()["native_seed"])
+    for i, (path, _) in enumerate(dataset.samples):
+        with open(path, "rb") as f:
+            pixels = fl_ops.decode_jpeg(torch.frombuffer(bytearray(f.read()), dtype=torch.uint8))
+        torch.testing.assert_close(images[i], apply_plan_reference(plan, pixels, epoch=0, index=i), rtol=1e-5,
+                                   atol=1e-5)
+
+
+# ---- what fuses, what does not ----------------------------------------------------------------
+
+
+def test_it_fuses_as_the_last_op_of_the_uint8_stage():
+    fields = fuse([specs.RandomResizedCrop(32), specs.RandomHorizontalFlip(), TrivialAugmentWide(fill=(1, 2, 3)),
+                   specs.ToDtype(torch.float32, scale=True), specs.Normalize(MEAN, STD)]).fields
+    assert len(fields["augment_ops"]) == 14 and len(fields["augment_magnitudes"]) == 14 * 31
+    assert (fields["augment_num_ops"], fields["augment_magnitude_bin"], fields["augment_fill"]) == (1, -1, [1, 2, 3])
+    assert fields["augment_bilinear"] is False
+    ra = fuse([specs.CenterCrop(16), RandAugment(num_ops=4, magnitude=3, interpolation="bilinear")]).fields
+    assert (ra["augment_num_ops"], ra["augment_magnitude_bin"], ra["augment_bilinear"]) == (4, 3, True)
+    assert "augment_ops" not in fuse([specs.CenterCrop(16), RandAugment(num_ops=0)]).fields  # does nothing
+    build_plan([specs.CenterCrop(16), RandAugment()]).validate()
+
+
+@pytest.mark.parametrize("ops, reason", [
+    ([specs.CenterCrop(16), specs.ToDtype(torch.float32, scale=True), TrivialAugmentWide()], "tensor path"),
+    ([TrivialAugmentWide(), specs.CenterCrop(16)], "before the crop/resize"),
+    ([specs.CenterCrop(16), TrivialAugmentWide(), fastload.transforms.ColorJitter(0.4)], "after TrivialAugmentWide"),
+    ([specs.CenterCrop(16), RandAugment(), specs.RandomHorizontalFlip()], "after RandAugment"),
+    ([specs.CenterCrop(16), TrivialAugmentWide(), RandAugment()], "after TrivialAugmentWide"),
+    ([specs.CenterCrop(16), TrivialAugmentWide(interpolation="bicubic")], "NEAREST and BILINEAR"),
+    ([specs.CenterCrop(16), TrivialAugmentWide(1)], "num_magnitude_bins >= 2"),
+    ([specs.CenterCrop(16), RandAugment(magnitude=31)], "outside its 31 bins"),
+    ([specs.CenterCrop(16), RandAugment(num_ops=9)], "at most 8 ops"),
+    ([specs.RandomResizedCrop(16, interpolation="nearest"), TrivialAugmentWide()], "nearest resize"),
+    ([specs.CenterCrop(16), TrivialAugmentWide(fill=(1, 2))], "fill"),
+])
+def test_what_does_not_fuse_says_why(ops, reason):
+    with pytest.raises(UnsupportedPipeline, match=reason):
+        fuse(ops)
+
+
+def test_a_loader_cuts_before_an_augment_that_does_not_fuse_and_runs_it_in_python(root):
+    transform = T.Compose([T.RandomResizedCrop(OUT), T.TrivialAugmentWide(), T.ColorJitter(0.3), T.PILToTensor()])
+    loader = fastload.DataLoader(ImageFolder(root, transform=transform), batch_size=4)
+    assert loader.path.startswith("hybrid: native [RandomResizedCrop -> TrivialAugmentWide] + python [ColorJitter"), \
+        loader.path
+    bicubic = T.Compose([T.RandomResizedCrop(OUT), T.RandAugment(interpolation=T.InterpolationMode.BICUBIC),
+                         T.PILToTensor()])
+    path = fastload.DataLoader(ImageFolder(root, transform=bicubic), batch_size=4).path
+    assert path.startswith("hybrid: native [RandomResizedCrop] + python [RandAugment") and "BICUBIC" in path, path
+
+
+@pytest.mark.parametrize("fields, match", [
+    (dict(augment_ops=[0, 15], augment_magnitudes=[0.0, 0.0]), r"augment_ops ids in \[0, 15\)"),
+    (dict(augment_ops=[0, 1], augment_magnitudes=[0.0, 0.0, 0.0]), "ops x bins"),
+    (dict(augment_ops=[10], augment_magnitudes=[8.0, 0.0]), "Posterize's bits"),
+    (dict(augment_ops=[5], augment_magnitudes=[float("inf")]), "finite"),
+    (dict(augment_ops=[5], augment_magnitudes=[1.0], augment_num_ops=9), "augment_num_ops"),
+    (dict(augment_ops=[5], augment_magnitudes=[1.0, 2.0], augment_magnitude_bin=2), "augment_magnitude_bin"),
+    (dict(augment_ops=[5], augment_magnitudes=[1.0], augment_fill=[1.0, 2.0]), "fill"),
+])
+def test_plan_validate_refuses_an_augmentation_it_cannot_run(fields, match):
+    plan = build_plan([specs.CenterCrop(16)])
+    for name, value in fields.items():
+        setattr(plan, name, value)
+    with pytest.raises(ValueError, match=match):
+        plan.validate()
+
+
+def test_invalid_arguments_get_errors_that_name_them():
+    with pytest.raises(TypeError, match="num_magnitude_bins should be an int"):
+        TrivialAugmentWide(num_magnitude_bins=3.5)
+    with pytest.raises(TypeError, match="num_ops should be an int"):
+        RandAugment(num_ops="2")
+    with pytest.raises(TypeError, match="fill should be None, a number or a sequence"):
+        TrivialAugmentWide(fill="white")
+    with pytest.raises(ValueError, match="interpolation"):
+        TrivialAugmentWide(interpolation="cubic-ish")
