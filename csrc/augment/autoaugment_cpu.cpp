@@ -22,11 +22,6 @@ namespace color = augment::color;
 
 namespace {
 
-// CPython's math.radians / math.degrees factors.
-constexpr double kPi = 3.14159265358979323846;
-constexpr double kDegToRad = kPi / 180.0;
-constexpr double kRadToDeg = 180.0 / kPi;
-
 // Python's float % (the result takes the divisor's sign).
 double python_mod(double x, double y) {
   double mod = std::fmod(x, y);
@@ -46,7 +41,8 @@ double python_round15(double x) {
   return std::strtod(text, nullptr);
 }
 
-// torchvision.transforms.functional._get_inverse_affine_matrix (scale 1), term by term.
+}  // namespace
+
 void inverse_affine_matrix(double cx, double cy, double angle, double tx, double ty, double shear_x, double shear_y,
                            double* m) {
   using color::dmul_rn;
@@ -66,8 +62,6 @@ void inverse_affine_matrix(double cx, double cy, double angle, double tx, double
   m[2] += cx;
   m[5] += cy;
 }
-
-}  // namespace
 
 AffineOp affine_op(int op, double magnitude, int width, int height) {
   AffineOp out;

@@ -11,6 +11,16 @@
 
 namespace fastload {
 
+// CPython's math.radians / math.degrees factors.
+constexpr double kPi = 3.14159265358979323846;
+constexpr double kDegToRad = kPi / 180.0;
+constexpr double kRadToDeg = 180.0 / kPi;
+
+// torchvision.transforms.functional._get_inverse_affine_matrix (scale 1), term by term in
+// Python's float arithmetic: centre (cx, cy), angle and shears in degrees, translation.
+void inverse_affine_matrix(double cx, double cy, double angle, double tx, double ty, double shear_x, double shear_y,
+                           double* matrix);
+
 // What Pillow runs for one affine op on a width x height image: a transpose (Image.rotate's
 // shortcut for multiples of 90 degrees) or Image.transform with `matrix`, torchvision's
 // inverse affine matrix in Python's float arithmetic.

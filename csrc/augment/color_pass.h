@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "../host_device.h"
+#include "augmix.h"
 #include "autoaugment.h"
 #include "blur.h"
 #include "color.h"
@@ -40,11 +41,13 @@ struct ColorPass {
   blur::BlurParams blur{};
   // TrivialAugmentWide / RandAugment's drawn ops, after the blur (autoaugment_cpu.h).
   autoaugment::AugmentRecord augment{};
+  // AugMix's drawn chains and weights, after the blur (augmix_cpu.h).
+  augmix::AugMixRecord augmix{};
 
   // The resampled value goes through uint8 (the PIL stage) before the value map.
-  FASTLOAD_HD_INLINE bool quantized() const { return jitter || grayscale || pad.on || blur.on() || augment.on(); }
+  FASTLOAD_HD_INLINE bool quantized() const { return jitter || grayscale || pad.on || blur.on() || augment.on() || augmix.on(); }
   // Whole-image steps after the colour ops: the second colour pass then runs before them.
-  FASTLOAD_HD_INLINE bool whole_image() const { return blur.on() || augment.on(); }
+  FASTLOAD_HD_INLINE bool whole_image() const { return blur.on() || augment.on() || augmix.on(); }
   FASTLOAD_HD_INLINE bool erases() const { return erase.height > 0 && erase.width > 0; }
   FASTLOAD_HD_INLINE bool any() const { return quantized() || erases(); }
   // Position in the jitter order of contrast (4: contrast does not run): the ops before
@@ -96,6 +99,16 @@ FASTLOAD_HD bool color_pass_valid(const ColorPass& cp, int out_h, int out_w) {
     const autoaugment::Step& step = cp.augment.steps[k];
     if (step.op < 0 || step.op >= autoaugment::kOpCount || step.magnitude - step.magnitude != 0.0) return false;  // NaN or inf
     if (step.op == autoaugment::kPosterize && !(step.magnitude >= 1 && step.magnitude < 9)) return false;
+  }
+  const augmix::AugMixRecord& mix = cp.augmix;
+  if (mix.width < 0 || mix.width > augmix::kMaxChains) return false;
+  for (int k = 0; k < mix.width; ++k) {
+    if (mix.depth[k] < 0 || mix.depth[k] > augmix::kMaxDepth) return false;
+    for (int s = 0; s < mix.depth[k]; ++s) {
+      const autoaugment::Step& step = mix.steps[k][s];
+      if (step.op < 0 || step.op >= autoaugment::kOpCount || step.magnitude - step.magnitude != 0.0) return false;
+      if (step.op == autoaugment::kPosterize && !(step.magnitude >= 0 && step.magnitude < 9)) return false;
+    }
   }
   return !cp.blur.on() || blur::blur_fits(cp.blur, out_h, out_w);
 }

@@ -20,6 +20,7 @@
 // twice, for baseline x86-64 and for AVX2+FMA, picked at run time (README.md has the
 // figures).
 #include "augment/crop_resize_flip_normalize_cpu.h"
+#include "augment/augmix_cpu.h"
 #include "augment/autoaugment_cpu.h"
 #include "augment/blur_cpu.h"
 
@@ -695,7 +696,7 @@ FASTLOAD_INLINE void color_finish(Plan& p, const OutputView& out, CastFn cast) {
 }
 
 // The uint8 stage's whole-image steps (GaussianBlur, blur_cpu.h; then TrivialAugmentWide /
-// RandAugment, autoaugment_cpu.h) after the first colour steps: contrast's pass and the
+// RandAugment, autoaugment_cpu.h, or AugMix, augmix_cpu.h) after the first colour steps: contrast's pass and the
 // colour steps after it run first, so that they see the colour ops' result. Returns the
 // record the store then runs: `rest`, cp without the colour steps already done, or &cp
 // when cp has no whole-image step.
@@ -708,6 +709,7 @@ inline const augment::color::ColorPass* whole_image_stage(const augment::color::
   for (int64_t i = 0; i < n; ++i) augment::color::color_second(cp, pixels + i * channels, channels, mean);
   if (cp.blur.on()) gaussian_blur_uint8(pixels, out_h, out_w, channels, cp.blur);
   auto_augment_uint8(cp.augment, pixels, out_h, out_w, channels);
+  augmix_uint8(cp.augmix, pixels, out_h, out_w, channels);
   rest = cp;
   rest.jitter = false;  // done: the store's second colour step then does nothing
   rest.grayscale = false;

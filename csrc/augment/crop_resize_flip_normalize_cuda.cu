@@ -137,9 +137,9 @@ __global__ void crop_resize_flip_normalize_kernel(Source source, int64_t batch, 
     const ColorPass* cp = color.of(n);
     // The uint8 stage's padding, blur and AutoAugment ops run on the CPU only (the loader
     // keeps such plans there); a record asking for them here would be silently wrong.
-    CUDA_KERNEL_ASSERT_MSG(cp == nullptr || (!cp->pad.on && !cp->blur.on() && !cp->augment.on()),
+    CUDA_KERNEL_ASSERT_MSG(cp == nullptr || (!cp->pad.on && !cp->blur.on() && !cp->augment.on() && !cp->augmix.on()),
                            "fastload.crop_resize_flip_normalize_batch: RandomCrop padding modes, GaussianBlur, "
-                           "TrivialAugmentWide and RandAugment run on the CPU only; pass records without them");
+                           "TrivialAugmentWide, RandAugment and AugMix run on the CPU only; pass records without them");
     const bool pil_round = cp != nullptr && cp->quantized();
     float acc[C];
 #pragma unroll

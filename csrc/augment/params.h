@@ -27,6 +27,7 @@ enum class ParamStream : uint64_t {
   kJitterApply = 9,
   kBlurApply = 10,
   kAutoAugment = 11,
+  kAugMix = 12,
 };
 
 FASTLOAD_HD uint64_t splitmix64(uint64_t x) {

@@ -117,6 +117,30 @@ void Plan::validate_color(const char* op) const {
 
 void Plan::validate_augment(const char* op) const {
   namespace aa = augment::autoaugment;
+  if (!augmix_ops.empty()) {
+    for (const int id : augmix_ops)
+      FASTLOAD_CHECK_VALUE(id >= 0 && id < aa::kOpCount, op, "expected augmix_ops ids in [0, ", int(aa::kOpCount),
+                           "), got ", id, ".");
+    const size_t ops = augmix_ops.size();
+    FASTLOAD_CHECK_VALUE(!augmix_magnitudes.empty() && augmix_magnitudes.size() % ops == 0, op,
+                         "expected augmix_magnitudes as [", ops, " ops x bins] values, got ", augmix_magnitudes.size(),
+                         ".");
+    const int bins = static_cast<int>(augmix_magnitudes.size() / ops);
+    for (size_t k = 0; k < augmix_magnitudes.size(); ++k) {
+      const double m = augmix_magnitudes[k];
+      FASTLOAD_CHECK_VALUE(std::isfinite(m) && (augmix_ops[k / bins] != aa::kPosterize || (m >= 0 && m < 9)), op,
+                           "expected finite augmix_magnitudes (Posterize: 0 to 8 bits), got ", m, ".");
+    }
+    FASTLOAD_CHECK_VALUE(augmix_severity >= 1 && augmix_severity <= bins, op, "expected augmix_severity in [1, ", bins,
+                         "], got ", augmix_severity, ".");
+    FASTLOAD_CHECK_VALUE(augmix_width >= 1 && augmix_width <= augment::augmix::kMaxChains &&
+                             augmix_depth <= augment::augmix::kMaxDepth,
+                         op, "expected augmix_width in [1, ", augment::augmix::kMaxChains, "] and augmix_depth at most ",
+                         augment::augmix::kMaxDepth, ", got ", augmix_width, " and ", augmix_depth, ".");
+    FASTLOAD_CHECK_VALUE(std::isfinite(augmix_alpha) && augmix_alpha > 0, op, "expected augmix_alpha > 0, got ",
+                         augmix_alpha, ".");
+    FASTLOAD_CHECK_VALUE(augment_ops.empty(), op, "expected one of TrivialAugmentWide / RandAugment and AugMix, got both.");
+  }
   if (augment_ops.empty()) return;
   for (const int id : augment_ops)
     FASTLOAD_CHECK_VALUE(id >= 0 && id < aa::kOpCount, op, "expected augment_ops ids in [0, ", int(aa::kOpCount),
@@ -202,6 +226,15 @@ augment::color::ColorPass color_pass_of(const Plan& plan, int64_t epoch, int64_t
           std::clamp(plan.augment_fill[plan.augment_fill.size() == 1 ? 0 : std::min<size_t>(c, plan.augment_fill.size() - 1)],
                      0.f, 255.f));
     cp.augment = augment::autoaugment::auto_augment_draw(space, fill, plan.seed, epoch, index);
+  }
+  if (!plan.augmix_ops.empty()) {
+    const std::vector<int32_t> ops(plan.augmix_ops.begin(), plan.augmix_ops.end());
+    const int space_ops = static_cast<int>(ops.size());
+    const augment::augmix::AugMixSpace space{ops.data(), plan.augmix_magnitudes.data(), space_ops,
+                                             static_cast<int>(plan.augmix_magnitudes.size()) / space_ops,
+                                             plan.augmix_severity, plan.augmix_width, plan.augmix_depth,
+                                             plan.augmix_alpha, plan.augmix_bilinear};
+    cp.augmix = augment::augmix::augmix_draw(space, plan.seed, epoch, index);
   }
   return cp;
 }

@@ -73,6 +73,15 @@ struct Plan {
   int augment_magnitude_bin = -1;
   std::vector<float> augment_fill{};
   bool augment_bilinear = false;  // the affine ops' interpolation: BILINEAR (else NEAREST)
+  // AugMix (PIL stage, last; torchvision's tensor-path ops): its space's op ids and
+  // magnitudes [ops x bins] (empty: none), severity (bins drawn from [0, severity)),
+  // mixture_width, chain_depth (<= 0: 1..3 drawn), alpha, and the affine ops' mode.
+  // Drawn on ParamStream::kAugMix.
+  std::vector<int> augmix_ops{};
+  std::vector<double> augmix_magnitudes{};
+  int augmix_severity = 3, augmix_width = 3, augmix_depth = -1;
+  double augmix_alpha = 1.0;
+  bool augmix_bilinear = true;
 
   // True when RandomCrop pads with something else than the kernel's zeros.
   bool pads_uint8() const {
@@ -81,7 +90,7 @@ struct Plan {
   bool blurs() const { return blur_kernel_x > 0 && blur_kernel_y > 0; }
   // True when the plan has an op of the fused uint8 stage (jitter, grayscale, erasing,
   // blur, padding other than zeros, TrivialAugmentWide / RandAugment).
-  bool augments() const { return !augment_ops.empty(); }
+  bool augments() const { return !augment_ops.empty() || !augmix_ops.empty(); }
   bool has_color() const {
     return !jitter.empty() || grayscale_p > 0.0 || erase_p > 0.0 || blurs() || pads_uint8() || augments();
   }
@@ -90,7 +99,7 @@ struct Plan {
   // (channels, mean/std lengths, output size, scale/ratio ranges, Resize arguments).
   void validate(const char* op) const;
   void validate_color(const char* op) const;  // the colour fields, part of validate
-  void validate_augment(const char* op) const;  // the TrivialAugmentWide / RandAugment fields, part of validate
+  void validate_augment(const char* op) const;  // the TrivialAugmentWide / RandAugment / AugMix fields
 };
 
 // Geometry of one sample: a pure function of (plan, image size, epoch, index), following
@@ -110,6 +119,7 @@ augment::color::ColorPass color_pass_of(const Plan& plan, int64_t epoch, int64_t
   X(jitter) X(jitter_p) X(grayscale_p) X(erase_p) X(erase_scale_min) X(erase_scale_max) X(erase_ratio_min)             \
   X(erase_ratio_max) X(erase_value) X(erase_random) X(padding_mode) X(pad_fill) X(blur_kernel_x) X(blur_kernel_y)  \
   X(blur_sigma_min) X(blur_sigma_max) X(blur_p) X(augment_ops) X(augment_magnitudes) X(augment_num_ops)            \
-  X(augment_magnitude_bin) X(augment_fill) X(augment_bilinear)
+  X(augment_magnitude_bin) X(augment_fill) X(augment_bilinear) X(augmix_ops) X(augmix_magnitudes)             \
+  X(augmix_severity) X(augmix_width) X(augmix_depth) X(augmix_alpha) X(augmix_bilinear)
 
 }  // namespace fastload

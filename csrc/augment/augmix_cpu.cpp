@@ -1,0 +1,329 @@
+// AugMix on the CPU (augmix_cpu.h): torchvision's tensor-path ops, the chains and the
+// mix; the ops fastload::augmix_step (one op on one image) and fastload::augmix_params
+// (the per-sample draws).
+#include "augment/augmix_cpu.h"
+
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "augment/autoaugment_cpu.h"
+#include "augment/color.h"
+#include "check.h"
+
+namespace fastload {
+
+namespace aa = augment::autoaugment;
+namespace am = augment::augmix;
+namespace color = augment::color;
+
+namespace {
+
+// torchvision's tensor-path affine (F.affine / F.rotate on a tensor -> _gen_affine_grid
+// -> grid_sample, zeros padding) of src into dst, HWC. grid_sample's values as torch's
+// vectorised CPU kernel makes them, whose multiply-adds are fused (its AVX2 and AVX-512
+// builds): the source coordinate and the four-corner sum through fma; the ties at .5
+// that a bilinear shear makes on whole rows round as torch rounds them only so.
+inline __attribute__((always_inline)) void tensor_affine_body(const uint8_t* src, uint8_t* dst, int h, int w, int C,
+                                                              const double* m, bool bilinear) {
+  using color::add_rn;
+  using color::mul_rn;
+  // theta (float32) transposed and divided by (0.5 w, 0.5 h): the grid's 3x2 matrix.
+  const float half_w = 0.5f * static_cast<float>(w), half_h = 0.5f * static_cast<float>(h);
+  const float r00 = static_cast<float>(m[0]) / half_w, r10 = static_cast<float>(m[1]) / half_w;
+  const float r20 = static_cast<float>(m[2]) / half_w;
+  const float r01 = static_cast<float>(m[3]) / half_h, r11 = static_cast<float>(m[4]) / half_h;
+  const float r21 = static_cast<float>(m[5]) / half_h;
+  const int64_t row = static_cast<int64_t>(w) * C;
+  for (int y = 0; y < h; ++y) {
+    const float by = static_cast<float>(y) + 0.5f - half_h;  // exact: half-integers
+    for (int x = 0; x < w; ++x) {
+      const float bx = static_cast<float>(x) + 0.5f - half_w;
+      const float gx = add_rn(add_rn(mul_rn(bx, r00), mul_rn(by, r10)), r20);
+      const float gy = add_rn(add_rn(mul_rn(bx, r01), mul_rn(by, r11)), r21);
+      const float ix = std::fma(add_rn(gx, 1.0f), static_cast<float>(w) / 2.0f, -0.5f);
+      const float iy = std::fma(add_rn(gy, 1.0f), static_cast<float>(h) / 2.0f, -0.5f);
+      uint8_t* out = dst + y * row + static_cast<int64_t>(x) * C;
+      if (!bilinear) {  // nearest: nearbyint (half to even), zeros outside
+        const float nx = std::nearbyint(ix), ny = std::nearbyint(iy);
+        if (nx >= 0 && nx < w && ny >= 0 && ny < h) {
+          std::memcpy(out, src + static_cast<int64_t>(ny) * row + static_cast<int64_t>(nx) * C, C);
+        } else {
+          std::memset(out, 0, C);
+        }
+        continue;
+      }
+      // The kernel's weights: distances w, n to the west and north neighbours, e = 1 - w,
+      // s = 1 - n, each corner's weight the product of the two far distances.
+      const float fx = std::floor(ix), fy = std::floor(iy);
+      const float dw = ix - fx, dn = iy - fy, de = 1.0f - dw, ds = 1.0f - dn;
+      const float nw = mul_rn(ds, de), ne = mul_rn(ds, dw), sw = mul_rn(dn, de), se = mul_rn(dn, dw);
+      const float e = fx + 1.0f, s = fy + 1.0f;
+      const int x0 = static_cast<int>(fx), y0 = static_cast<int>(fy);
+      // Corners outside the image count as 0 (zeros padding); far outside, all four do.
+      const bool in_x0 = fx >= 0 && fx < w, in_x1 = e >= 0 && e < w, in_y0 = fy >= 0 && fy < h,
+                 in_y1 = s >= 0 && s < h;
+      for (int c = 0; c < C; ++c) {
+        auto at = [&](int yy, int xx) { return static_cast<float>(src[yy * row + static_cast<int64_t>(xx) * C + c]); };
+        // ((nw + ne) + sw) + se, fused; outside corners' values 0
+        float v = mul_rn(in_x0 && in_y0 ? at(y0, x0) : 0.0f, nw);
+        v = std::fma(in_x1 && in_y0 ? at(y0, x0 + 1) : 0.0f, ne, v);
+        v = std::fma(in_x0 && in_y1 ? at(y0 + 1, x0) : 0.0f, sw, v);
+        v = std::fma(in_x1 && in_y1 ? at(y0 + 1, x0 + 1) : 0.0f, se, v);
+        v = std::nearbyint(v);
+        out[c] = static_cast<uint8_t>(v < 0.0f ? 0.0f : (v > 255.0f ? 255.0f : v));
+      }
+    }
+  }
+}
+
+#if defined(__x86_64__)
+// With the FMA unit the fused steps are single instructions; without it std::fma is
+// libm's (exact, slower).
+__attribute__((target("avx2,fma"))) void tensor_affine_fma(const uint8_t* src, uint8_t* dst, int h, int w, int C,
+                                                           const double* m, bool bilinear) {
+  tensor_affine_body(src, dst, h, w, C, m, bilinear);
+}
+#endif
+
+void tensor_affine(const uint8_t* src, uint8_t* dst, int h, int w, int C, int op, double magnitude, bool bilinear) {
+  double m[6];
+  tensor_affine_matrix(op, magnitude, w, h, m);
+#if defined(__x86_64__)
+  static const bool has_fma = __builtin_cpu_supports("fma");
+  if (has_fma) return tensor_affine_fma(src, dst, h, w, C, m, bilinear);
+#endif
+  tensor_affine_body(src, dst, h, w, C, m, bilinear);
+}
+
+void tensor_greys(const uint8_t* px, int64_t pixels, int C, uint8_t* grey) {
+  for (int64_t i = 0; i < pixels; ++i)
+    grey[i] = C == 3 ? am::tensor_grey(px[3 * i], px[3 * i + 1], px[3 * i + 2]) : px[i];
+}
+
+// _blurred_degenerate_image: conv2d with (1 1 1; 1 5 1; 1 1 1) / 13 in float32, rounded,
+// inside a one-pixel border of the original values.
+void tensor_smooth(const uint8_t* px, int h, int w, int C, uint8_t* out) {
+  using color::add_rn;
+  using color::mul_rn;
+  const float e = 1.0f / 13.0f, m = 5.0f / 13.0f;
+  const int64_t row = static_cast<int64_t>(w) * C;
+  std::memcpy(out, px, static_cast<size_t>(h) * row);
+  for (int y = 1; y < h - 1; ++y) {
+    for (int64_t i = C; i < row - C; ++i) {
+      float v = 0.0f;
+      for (int dy = -1; dy <= 1; ++dy) {
+        const uint8_t* r = px + (y + dy) * row + i;
+        for (int dx = -1; dx <= 1; ++dx)
+          v = add_rn(v, mul_rn(static_cast<float>(r[dx * C]), dy == 0 && dx == 0 ? m : e));
+      }
+      out[y * row + i] = static_cast<uint8_t>(std::nearbyint(v));
+    }
+  }
+}
+
+}  // namespace
+
+void tensor_affine_matrix(int op, double magnitude, int width, int height, double* m) {
+  // F.affine on a tensor: the centre relative to the image centre; F.rotate: -angle.
+  switch (op) {
+    case aa::kShearX:  // center=[0, 0]: the top-left corner, -(w / 2, h / 2) from the centre
+      inverse_affine_matrix(-width * 0.5, -height * 0.5, 0, 0, 0, std::atan(magnitude) * kRadToDeg, 0, m);
+      return;
+    case aa::kShearY:
+      inverse_affine_matrix(-width * 0.5, -height * 0.5, 0, 0, 0, 0, std::atan(magnitude) * kRadToDeg, m);
+      return;
+    case aa::kTranslateX:
+      inverse_affine_matrix(0, 0, 0, std::trunc(magnitude), 0, 0, 0, m);
+      return;
+    case aa::kTranslateY:
+      inverse_affine_matrix(0, 0, 0, 0, std::trunc(magnitude), 0, 0, m);
+      return;
+    case aa::kRotate:
+      inverse_affine_matrix(0, 0, -magnitude, 0, 0, 0, 0, m);
+      return;
+    default: {
+      const double identity[6] = {1, 0, 0, 0, 1, 0};
+      std::memcpy(m, identity, sizeof identity);
+    }
+  }
+}
+
+void augmix_step(uint8_t* px, int h, int w, int C, int op, double magnitude, bool bilinear) {
+  const int64_t pixels = static_cast<int64_t>(h) * w, n = pixels * C;
+  const float ratio = static_cast<float>(1.0 + magnitude), rest = static_cast<float>(1.0 - (1.0 + magnitude));
+  thread_local std::vector<uint8_t> scratch;
+  if (aa::op_is_affine(op)) {
+    scratch.assign(px, px + n);
+    tensor_affine(scratch.data(), px, h, w, C, op, magnitude, bilinear);
+    return;
+  }
+  switch (op) {
+    case aa::kBrightness:
+      for (int64_t i = 0; i < n; ++i) px[i] = am::tensor_blend(px[i], 0.0f, ratio, rest);
+      return;
+    case aa::kColor:
+      if (C != 3) return;  // adjust_saturation of one channel: the image
+      scratch.resize(static_cast<size_t>(pixels));
+      tensor_greys(px, pixels, C, scratch.data());
+      for (int64_t i = 0; i < n; ++i) px[i] = am::tensor_blend(px[i], scratch[i / 3], ratio, rest);
+      return;
+    case aa::kContrast: {
+      scratch.resize(static_cast<size_t>(pixels));
+      tensor_greys(px, pixels, C, scratch.data());
+      // torch.mean in float32: the sum of integers stays exact below 2^24, then one division.
+      double sum = 0;
+      for (int64_t i = 0; i < pixels; ++i) sum += scratch[i];
+      const float mean = static_cast<float>(sum) / static_cast<float>(pixels);
+      for (int64_t i = 0; i < n; ++i) px[i] = am::tensor_blend(px[i], mean, ratio, rest);
+      return;
+    }
+    case aa::kSharpness:
+      if (h <= 2 || w <= 2) return;
+      scratch.resize(static_cast<size_t>(n));
+      tensor_smooth(px, h, w, C, scratch.data());
+      for (int64_t i = 0; i < n; ++i) px[i] = am::tensor_blend(px[i], scratch[i], ratio, rest);
+      return;
+    case aa::kAutoContrast: {
+      uint8_t lo[3] = {255, 255, 255}, hi[3] = {0, 0, 0};
+      for (int64_t i = 0; i < n; ++i) {
+        lo[i % C] = std::min(lo[i % C], px[i]);
+        hi[i % C] = std::max(hi[i % C], px[i]);
+      }
+      for (int c = 0; c < C; ++c) {
+        if (lo[c] == hi[c]) continue;  // scale inf: torchvision keeps the channel
+        // bound / (max - min) is torch's __rtruediv__: the reciprocal, times 255.
+        const float minimum = lo[c], scale = color::mul_rn(1.0f / static_cast<float>(hi[c] - lo[c]), 255.0f);
+        for (int64_t i = c; i < n; i += C) {
+          float v = color::mul_rn(static_cast<float>(px[i]) - minimum, scale);
+          px[i] = static_cast<uint8_t>(v < 0.0f ? 0.0f : (v > 255.0f ? 255.0f : v));
+        }
+      }
+      return;
+    }
+    case aa::kPosterize:
+    case aa::kSolarize:
+    case aa::kEqualize:
+    case aa::kInvert: {  // integer ops: the tensor path's values are Pillow's
+      const uint8_t fill[3] = {0, 0, 0};
+      auto_augment_step(px, h, w, C, op, magnitude, fill, false);
+      return;
+    }
+    default:
+      return;
+  }
+}
+
+void augmix_uint8(const am::AugMixRecord& r, uint8_t* px, int h, int w, int C) {
+  if (!r.on()) return;
+  using color::add_rn;
+  using color::mul_rn;
+  const int64_t n = static_cast<int64_t>(h) * w * C;
+  thread_local std::vector<float> mix;
+  thread_local std::vector<uint8_t> chain;
+  mix.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) mix[i] = mul_rn(r.original_weight, static_cast<float>(px[i]));
+  for (int k = 0; k < r.width && k < am::kMaxChains; ++k) {
+    chain.assign(px, px + n);
+    for (int s = 0; s < r.depth[k] && s < am::kMaxDepth; ++s)
+      augmix_step(chain.data(), h, w, C, r.steps[k][s].op, r.steps[k][s].magnitude, r.bilinear != 0);
+    const float weight = r.chain_weight[k];
+    for (int64_t i = 0; i < n; ++i) mix[i] = add_rn(mix[i], mul_rn(weight, static_cast<float>(chain[i])));
+  }
+  for (int64_t i = 0; i < n; ++i) {  // .to(uint8): truncation (the weights sum to 1)
+    const float v = mix[i];
+    px[i] = static_cast<uint8_t>(v < 0.0f ? 0.0f : (v > 255.0f ? 255.0f : v));
+  }
+}
+
+namespace {
+
+constexpr const char* kStepOp = "augmix_step";
+constexpr const char* kParamsOp = "augmix_params";
+
+// One AugMix op (torchvision's tensor path) with its magnitude on a uint8 HWC image.
+at::Tensor augmix_step_op(const at::Tensor& image, int64_t op, double magnitude, bool bilinear) {
+  FASTLOAD_CHECK_VALUE(image.dim() == 3 && image.scalar_type() == at::kByte && image.device().is_cpu() &&
+                           (image.size(2) == 1 || image.size(2) == 3),
+                       kStepOp, "expected a uint8 HWC image [H, W, 1 or 3] on the CPU, got ", image.scalar_type(),
+                       " of shape ", image.sizes(), " on ", image.device(), ".");
+  const int64_t H = image.size(0), W = image.size(1), C = image.size(2);
+  FASTLOAD_CHECK_VALUE(H > 0 && W > 0 && H <= INT32_MAX && W * C <= INT32_MAX, kStepOp,
+                       "expected a non-empty image with rows under 2^31 bytes, got shape ", image.sizes(), ".");
+  FASTLOAD_CHECK_VALUE(op >= 0 && op < aa::kOpCount, kStepOp, "expected an op id in [0, ", int(aa::kOpCount),
+                       ") (fastload.augment.autoaugment.OPS), got ", op, ".");
+  FASTLOAD_CHECK_VALUE(std::isfinite(magnitude), kStepOp, "expected a finite magnitude, got ", magnitude, ".");
+  FASTLOAD_CHECK_VALUE(op != aa::kPosterize || (magnitude >= 0 && magnitude < 9), kStepOp,
+                       "bits must be between or equal to 0 and 8, got ", magnitude, " (Posterize).");
+  at::Tensor out = image.contiguous().clone();
+  augmix_step(out.data_ptr<uint8_t>(), static_cast<int>(H), static_cast<int>(W), static_cast<int>(C),
+              static_cast<int>(op), magnitude, bilinear);
+  return out;
+}
+
+// The draws of samples `indices`: (weights float32 [N, 1 + width]: m0 then each chain's;
+// depths int64 [N, width]; ops int64 [N, width, kMaxDepth] (-1 past the depth);
+// magnitudes float64 [N, width, kMaxDepth]).
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> augmix_params_op(
+    const at::Tensor& indices, int64_t seed, int64_t epoch, at::IntArrayRef space_ops, at::ArrayRef<double> magnitudes,
+    int64_t severity, int64_t width, int64_t chain_depth, double alpha) {
+  FASTLOAD_CHECK_VALUE(indices.dim() == 1 && indices.scalar_type() == at::kLong, kParamsOp,
+                       "expected int64 sample indices [N], got ", indices.scalar_type(), " of shape ",
+                       indices.sizes(), ".");
+  FASTLOAD_CHECK_VALUE(!space_ops.empty() && !magnitudes.empty() && magnitudes.size() % space_ops.size() == 0,
+                       kParamsOp, "expected magnitudes [space_ops x bins], got ", magnitudes.size(), " for ",
+                       space_ops.size(), " ops.");
+  for (const int64_t id : space_ops)
+    FASTLOAD_CHECK_VALUE(id >= 0 && id < aa::kOpCount, kParamsOp, "expected op ids in [0, ", int(aa::kOpCount),
+                         "), got ", id, ".");
+  const int64_t bins = static_cast<int64_t>(magnitudes.size() / space_ops.size());
+  FASTLOAD_CHECK_VALUE(severity >= 1 && severity <= bins, kParamsOp, "expected severity in [1, ", bins, "], got ",
+                       severity, ".");
+  FASTLOAD_CHECK_VALUE(width >= 1 && width <= am::kMaxChains && chain_depth <= am::kMaxDepth, kParamsOp,
+                       "expected mixture_width in [1, ", am::kMaxChains, "] and chain_depth at most ", am::kMaxDepth,
+                       ", got ", width, " and ", chain_depth, ".");
+  FASTLOAD_CHECK_VALUE(std::isfinite(alpha) && alpha > 0, kParamsOp, "expected alpha > 0, got ", alpha, ".");
+  std::vector<int32_t> ops32(space_ops.begin(), space_ops.end());
+  const am::AugMixSpace space{ops32.data(), magnitudes.data(), static_cast<int>(ops32.size()), static_cast<int>(bins),
+                              static_cast<int>(severity), static_cast<int>(width), static_cast<int>(chain_depth),
+                              alpha, false};
+  const at::Tensor idx = indices.contiguous();
+  const int64_t N = idx.size(0), D = am::kMaxDepth;
+  at::Tensor weights = at::empty({N, 1 + width}, idx.options().dtype(at::kFloat));
+  at::Tensor depths = at::empty({N, width}, idx.options());
+  at::Tensor ops = at::full({N, width, D}, -1, idx.options());
+  at::Tensor mags = at::zeros({N, width, D}, idx.options().dtype(at::kDouble));
+  for (int64_t i = 0; i < N; ++i) {
+    const am::AugMixRecord r = am::augmix_draw(space, seed, epoch, idx.data_ptr<int64_t>()[i]);
+    weights.data_ptr<float>()[i * (1 + width)] = r.original_weight;
+    for (int64_t k = 0; k < width; ++k) {
+      weights.data_ptr<float>()[i * (1 + width) + 1 + k] = r.chain_weight[k];
+      depths.data_ptr<int64_t>()[i * width + k] = r.depth[k];
+      for (int64_t s = 0; s < r.depth[k]; ++s) {
+        ops.data_ptr<int64_t>()[(i * width + k) * D + s] = r.steps[k][s].op;
+        mags.data_ptr<double>()[(i * width + k) * D + s] = r.steps[k][s].magnitude;
+      }
+    }
+  }
+  return {weights, depths, ops, mags};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(fastload, m) {
+  m.def("augmix_step(Tensor image, int op, float magnitude, bool bilinear=True) -> Tensor");
+  m.def(
+      "augmix_params(Tensor indices, int seed, int epoch, int[] space_ops, float[] magnitudes, int severity=3, "
+      "int width=3, int chain_depth=-1, float alpha=1.) -> (Tensor, Tensor, Tensor, Tensor)");
+}
+
+TORCH_LIBRARY_IMPL(fastload, CPU, m) {
+  m.impl("augmix_step", &augmix_step_op);
+  m.impl("augmix_params", &augmix_params_op);
+}
+
+}  // namespace fastload
