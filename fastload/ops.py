@@ -470,6 +470,40 @@ def auto_augment_params(indices: torch.Tensor, seed: int, epoch: int, space_ops:
                                             [float(m) for m in magnitudes], int(num_ops), int(magnitude_bin)))
 
 
+def augmix_step(image: torch.Tensor, op: int, magnitude: float, bilinear: bool = True) -> torch.Tensor:
+    """One AugMix op (torchvision's tensor path: what AugMix runs on its uint8 tensor) with
+    its magnitude on a uint8 HWC image [H, W, 1 or 3]; bilinear: the affine ops'
+    grid_sample mode (else nearest).
+
+    Example:
+        >>> import torch
+        >>> from fastload.augment.autoaugment import OPS
+        >>> image = torch.full((4, 4, 3), 100, dtype=torch.uint8)
+        >>> augmix_step(image, OPS.index("Brightness"), 0.5)[0, 0].tolist()
+        [150, 150, 150]
+    """
+    return _ops().augmix_step(image, int(op), float(magnitude), bool(bilinear))
+
+
+def augmix_params(indices: torch.Tensor, seed: int, epoch: int, space_ops: Sequence[int],
+                  magnitudes: Sequence[float], severity: int = 3, width: int = 3, chain_depth: int = -1,
+                  alpha: float = 1.0) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """AugMix's draws per sample, as the engine draws them: (weights float32 [N, 1 + width],
+    depths int64 [N, width], op ids int64 [N, width, 4] (-1 past the depth), signed
+    magnitudes float64 [N, width, 4]). See fastload.augment.autoaugment.AugMix.params.
+
+    Example:
+        >>> import torch
+        >>> from fastload.augment.autoaugment import AugMix
+        >>> weights, depths, ops, magnitudes = AugMix().params(torch.arange(3), 0, 0, 32, 32)
+        >>> weights.shape, bool(torch.allclose(weights.sum(1), torch.ones(3)))
+        (torch.Size([3, 4]), True)
+    """
+    return tuple(_ops().augmix_params(indices, seed, epoch, [int(op) for op in space_ops],
+                                      [float(m) for m in magnitudes], int(severity), int(width), int(chain_depth),
+                                      float(alpha)))
+
+
 def color_jitter_params(indices: torch.Tensor, seed: int, epoch: int, ranges: Sequence[float],
                         p: float = 1.0) -> Tuple[torch.Tensor, torch.Tensor]:
     """Per sample (order int64 [N, 4], factors float32 [N, 4]) of ColorJitter, a pure
@@ -492,7 +526,7 @@ def random_erasing_params(indices: torch.Tensor, seed: int, epoch: int, height: 
 
 
 # The transform specs (fastload.transforms), also here under their older home.
-from fastload.augment.autoaugment import RandAugment, TrivialAugmentWide  # noqa: E402,F401
+from fastload.augment.autoaugment import AugMix, RandAugment, TrivialAugmentWide  # noqa: E402,F401
 from fastload.augment.color import ColorJitter, Grayscale, RandomErasing, RandomGrayscale  # noqa: E402,F401
 from fastload.augment.specs import (  # noqa: E402
     CenterCrop,

@@ -22,7 +22,7 @@ from fastload.source.index import SampleIndex
 
 SPEC_NAMES = ("RandomResizedCrop", "Resize", "CenterCrop", "RandomHorizontalFlip", "RandomVerticalFlip", "Normalize", "ToDtype",
               "RandomCrop", "ColorJitter", "Grayscale", "RandomGrayscale", "GaussianBlur", "RandomErasing",
-              "TrivialAugmentWide", "RandAugment")
+              "TrivialAugmentWide", "RandAugment", "AugMix")
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 

@@ -213,7 +213,7 @@ augment::color::ColorPass color_pass_of(const Plan& plan, int64_t epoch, int64_t
       cp.blur.sigma = sigma;
     }
   }
-  if (plan.augments()) {
+  if (!plan.augment_ops.empty()) {
     const std::vector<int32_t> ops(plan.augment_ops.begin(), plan.augment_ops.end());
     const int space_ops = static_cast<int>(ops.size());
     const augment::autoaugment::AugmentSpace space{ops.data(), plan.augment_magnitudes.data(), space_ops,

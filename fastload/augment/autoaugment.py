@@ -196,7 +196,102 @@ class RandAugment(_AutoAugment):
         return int(self.magnitude)
 
 
-SPECS = (TrivialAugmentWide, RandAugment)
+# torchvision's AugMix._PARAMETER_MAX: its tables have this many bins.
+AUGMIX_BINS = 10
+
+
+@dataclass(frozen=True)
+class AugMix:
+    """torchvision's AugMix on the uint8 image. torchvision converts the PIL image to a
+    uint8 tensor inside AugMix, so its ops are the tensor path's (grid_sample for the
+    affine ops, float32 blends), run natively as torch computes them. Per sample:
+    weights m ~ Dirichlet(alpha, alpha) and w ~ Dirichlet(alpha, ...) * m[1];
+    `mixture_width` chains of `chain_depth` ops (-1: 1 to 3, drawn), each op uniform over
+    the space at a bin uniform in [0, severity), a random sign where signed; the result
+    m[0] * image + sum w_i * chain_i, truncated to uint8.
+
+    Args:
+        severity, mixture_width, chain_depth, alpha, all_ops, interpolation: torchvision's
+            (3, 3, -1, 1.0, True, BILINEAR by default); native: interpolation NEAREST or
+            BILINEAR, at most 4 chains of at most 4 ops.
+        fill: the affine ops' fill; natively None only (zeros, grid_sample's padding).
+
+    Raises:
+        ValueError: as torchvision for a severity outside [1, 10].
+
+    Example:
+        >>> AugMix().space(32, 32)[0][:2], len(AugMix(all_ops=False).space(32, 32)[0])
+        ([1, 2], 9)
+    """
+
+    severity: int = 3
+    mixture_width: int = 3
+    chain_depth: int = -1
+    alpha: float = 1.0
+    all_ops: bool = True
+    interpolation: object = "bilinear"
+    fill: object = None
+
+    def __post_init__(self):
+        if not 1 <= self.severity <= AUGMIX_BINS:
+            raise ValueError(f"The severity must be between [1, {AUGMIX_BINS}]. Got {self.severity} instead.")
+        for name in ("severity", "mixture_width", "chain_depth"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise TypeError(f"fastload.transforms.AugMix: {name} should be an int, got {value!r}")
+        from fastload.augment.specs import _interpolation
+
+        object.__setattr__(self, "interpolation", _interpolation(self.interpolation, "AugMix"))
+        object.__setattr__(self, "fill", _fill(self.fill, "AugMix"))
+        object.__setattr__(self, "alpha", float(self.alpha))
+
+    def space(self, height: int, width: int) -> Tuple[List[int], List[float]]:
+        """(op ids, magnitudes [ops x 10]) on height x width images, torchvision's order."""
+        bins = AUGMIX_BINS
+        space = [("ShearX", _linspace(0.0, 0.3, bins)), ("ShearY", _linspace(0.0, 0.3, bins)),
+                 ("TranslateX", _linspace(0.0, width / 3.0, bins)), ("TranslateY", _linspace(0.0, height / 3.0, bins)),
+                 ("Rotate", _linspace(0.0, 30.0, bins)), ("Posterize", _posterize_bits(bins, 4, 4, False)),
+                 ("Solarize", _linspace(255.0, 0.0, bins)), ("AutoContrast", []), ("Equalize", [])]
+        if self.all_ops:
+            space += [(name, _linspace(0.0, 0.9, bins)) for name in ("Brightness", "Color", "Contrast", "Sharpness")]
+        ops, magnitudes = [], []
+        for op, values in space:
+            ops.append(OPS.index(op))
+            magnitudes += values if values else [0.0] * bins
+        return ops, magnitudes
+
+    def params(self, indices: torch.Tensor, seed: int, epoch: int, height: int, width: int):
+        """The engine's draws for samples `indices`: (weights float32 [N, 1 + width]: the
+        image's, then each chain's; depths int64 [N, width]; op ids int64 [N, width, 4]
+        (-1 past the depth); signed magnitudes float64 [N, width, 4])."""
+        from fastload import ops as native
+
+        space_ops, magnitudes = self.space(height, width)
+        return native.augmix_params(indices, seed, epoch, space_ops, magnitudes, self.severity, self.mixture_width,
+                                    self.chain_depth, self.alpha)
+
+
+SPECS = (TrivialAugmentWide, RandAugment, AugMix)
+
+
+def augmix_reference(pixels: torch.Tensor, weights: Sequence[float], ops: Sequence[Sequence[int]],
+                     magnitudes: Sequence[Sequence[float]], interpolation: str = "bilinear") -> torch.Tensor:
+    """torchvision's AugMix mix with given draws, on a uint8 HWC image: its tensor-path
+    ops (transforms.autoaugment._apply_op on the uint8 tensor) per chain, then
+    weights[0] * image + sum weights[1 + i] * chain_i in float32, truncated, as its forward."""
+    from torchvision.transforms import InterpolationMode
+    from torchvision.transforms.autoaugment import _apply_op
+
+    batch = pixels.permute(2, 0, 1).unsqueeze(0).contiguous()
+    weights = torch.tensor([float(w) for w in weights], dtype=torch.float32)
+    mix = weights[0].view(1, 1, 1, 1) * batch
+    for i, (chain_ops, chain_magnitudes) in enumerate(zip(ops, magnitudes)):
+        aug = batch
+        for op, magnitude in zip(chain_ops, chain_magnitudes):
+            if int(op) >= 0:
+                aug = _apply_op(aug, OPS[int(op)], float(magnitude), InterpolationMode(interpolation), None)
+        mix.add_(weights[1 + i].view(1, 1, 1, 1) * aug)
+    return mix.to(torch.uint8)[0].permute(1, 2, 0).contiguous()
 
 
 def apply_reference(pixels: torch.Tensor, ops: Sequence[int], magnitudes: Sequence[float],

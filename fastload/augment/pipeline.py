@@ -40,7 +40,7 @@ def apply_plan_reference(plan: Plan, image: torch.Tensor, *, epoch: int, index: 
     if plan.padding_mode != 0 or len(plan.pad_fill):
         view, relative_box = _padded_window(plan, image, box)
     if not (list(plan.jitter) or plan.grayscale_p > 0 or plan.erase_p > 0 or plan.blur_kernel_x > 0 or
-            plan.padding_mode != 0 or len(plan.pad_fill) or len(plan.augment_ops)):
+            plan.padding_mode != 0 or len(plan.pad_fill) or len(plan.augment_ops) or len(plan.augmix_ops)):
         return reference.crop_resize_flip_normalize(
             view, relative[0].tolist(), list(plan.out_size), flip, plan.value_scale, list(plan.mean),
             list(plan.std), plan.dtype, False, flip_v=flip_v, interpolation=interpolation_of(plan)
@@ -141,7 +141,8 @@ def _apply_color_reference(plan: Plan, view: torch.Tensor, box, flip, flip_v, in
                            index: int) -> torch.Tensor:
     """The colour plans' twin, in torchvision's order: the resize rounded to uint8 (the
     PIL image), ColorJitter and grayscale on it (color.py's PIL twins), the blur, the
-    TrivialAugmentWide / RandAugment ops (torchvision's on a PIL image), the value map,
+    TrivialAugmentWide / RandAugment ops (torchvision's on a PIL image) or AugMix
+    (torchvision's tensor-path ops and mix), the value map,
     then RandomErasing on the result; parameters from the engine's samplers."""
     from fastload import ops as fl_ops
     from fastload import reference
@@ -150,7 +151,7 @@ def _apply_color_reference(plan: Plan, view: torch.Tensor, box, flip, flip_v, in
 
     channels = plan.channels
     quantized = bool(list(plan.jitter)) or plan.grayscale_p > 0 or plan.blur_kernel_x > 0 or \
-        plan.padding_mode != 0 or len(plan.pad_fill) > 0 or len(plan.augment_ops) > 0
+        plan.padding_mode != 0 or len(plan.pad_fill) > 0 or len(plan.augment_ops) > 0 or len(plan.augmix_ops) > 0
     if quantized:
         if interpolation == "nearest":  # Pillow's nearest is the float path's, exactly
             pixels = reference.crop_resize_flip_normalize(
@@ -179,6 +180,13 @@ def _apply_color_reference(plan: Plan, view: torch.Tensor, box, flip, flip_v, in
             pixels = autoaugment.apply_reference(pixels.contiguous(), ops[0].tolist(), magnitudes[0].tolist(),
                                                  list(plan.augment_fill),
                                                  "bilinear" if plan.augment_bilinear else "nearest")
+        if len(plan.augmix_ops):  # torchvision's tensor-path ops and mix, with the engine's draws
+            weights, _, ops, magnitudes = fl_ops.augmix_params(
+                indices, plan.seed, epoch, list(plan.augmix_ops), list(plan.augmix_magnitudes), plan.augmix_severity,
+                plan.augmix_width, plan.augmix_depth, plan.augmix_alpha)
+            pixels = autoaugment.augmix_reference(pixels.contiguous(), weights[0].tolist(), ops[0].tolist(),
+                                                  magnitudes[0].tolist(),
+                                                  "bilinear" if plan.augmix_bilinear else "nearest")
         values = pixels.permute(2, 0, 1).to(torch.float64)
     else:
         identity = [0.0] * channels, [1.0] * channels

@@ -3,7 +3,7 @@
 A plan is: one geometry (RandomResizedCrop, RandomCrop with its padding, or Resize and/or
 CenterCrop with a fixed output size) resampled with one interpolation (bilinear, bicubic
 or nearest), optional left-right and top-bottom flips, the uint8-stage ops (ColorJitter,
-Grayscale, then GaussianBlur, then TrivialAugmentWide or RandAugment), and one affine value map (scale, mean, std) with an
+Grayscale, then GaussianBlur, then TrivialAugmentWide, RandAugment or AugMix), and one affine value map (scale, mean, std) with an
 output dtype. Lists that do not reduce to that raise UnsupportedPipeline with the
 reason; the loader then says so in `loader.path` and takes the generic path.
 
@@ -172,6 +172,30 @@ def _augment_fields(augment: Any, out_size, channels: int, nearest_resize: bool)
                 augment_bilinear=augment.interpolation == "bilinear")
 
 
+# csrc/augment/augmix.h kMaxChains, kMaxDepth.
+_MAX_AUGMIX_CHAINS = _MAX_AUGMIX_DEPTH = 4
+
+
+def _augmix_fields(augmix: Any, out_size, nearest_resize: bool) -> Dict[str, Any]:
+    """The plan fields of an AugMix; UnsupportedPipeline where the engine cannot run it."""
+    if augmix.interpolation not in ("nearest", "bilinear"):
+        raise UnsupportedPipeline(f"{augmix}: the native affine ops have grid_sample's nearest and bilinear, not "
+                                  f"{augmix.interpolation}")
+    if augmix.fill is not None:
+        raise UnsupportedPipeline(f"{augmix}: native with fill=None (grid_sample's zeros)")
+    if not 1 <= augmix.mixture_width <= _MAX_AUGMIX_CHAINS or augmix.chain_depth > _MAX_AUGMIX_DEPTH:
+        raise UnsupportedPipeline(f"{augmix}: native with 1 to {_MAX_AUGMIX_CHAINS} chains of at most "
+                                  f"{_MAX_AUGMIX_DEPTH} ops")
+    if not augmix.alpha > 0:
+        raise UnsupportedPipeline(f"{augmix}: native with alpha > 0 (torch's Dirichlet needs it)")
+    if nearest_resize:
+        raise UnsupportedPipeline(f"{augmix} after a nearest resize does not fuse (native: bilinear, bicubic)")
+    space_ops, magnitudes = augmix.space(*out_size)
+    return dict(augmix_ops=space_ops, augmix_magnitudes=magnitudes, augmix_severity=augmix.severity,
+                augmix_width=augmix.mixture_width, augmix_depth=augmix.chain_depth, augmix_alpha=augmix.alpha,
+                augmix_bilinear=augmix.interpolation == "bilinear")
+
+
 def build_plan(ops: Sequence[Any], **options: Any) -> Any:
     """Fuses `ops` into a Plan (fastload._C.Plan with description and dtype): fuse(), then
     make_plan(). Takes fuse()'s arguments; raises UnsupportedPipeline like it."""
@@ -222,7 +246,7 @@ def fuse(
     erasing: Optional[color.RandomErasing] = None
     color_started = False  # a PIL-stage colour op ran: geometry after it does not fuse
     blur: Optional[specs.GaussianBlur] = None
-    augment = None  # TrivialAugmentWide or RandAugment
+    augment = None  # TrivialAugmentWide, RandAugment or AugMix
     for op in ops:
         if erasing is not None and not isinstance(op, (specs.RandomHorizontalFlip, specs.RandomVerticalFlip)):
             # Erasing writes final values: a later value op would map them again.
@@ -404,7 +428,9 @@ def fuse(
             raise UnsupportedPipeline(f"{blur} after a nearest resize does not fuse (native: bilinear, bicubic)")
         fields.update(blur_kernel_x=kx, blur_kernel_y=ky, blur_sigma_min=blur.sigma[0],
                       blur_sigma_max=blur.sigma[1], blur_p=blur.p)
-    if augment is not None and augment.ops_per_sample > 0:  # RandAugment(num_ops=0) does nothing
-        fields.update(_augment_fields(augment, fields["out_size"], channels, interpolation == "nearest" and
-                                      bool(resamplers)))
+    nearest_resize = interpolation == "nearest" and bool(resamplers)
+    if isinstance(augment, autoaugment.AugMix):
+        fields.update(_augmix_fields(augment, fields["out_size"], nearest_resize))
+    elif augment is not None and augment.ops_per_sample > 0:  # RandAugment(num_ops=0) does nothing
+        fields.update(_augment_fields(augment, fields["out_size"], channels, nearest_resize))
     return Fusion(fields, " -> ".join(type(op).__name__ for op in ops), dtype or out_dtype)

@@ -5,7 +5,7 @@ C++ engine when every transform has a native equivalent (v1 and v2: RandomResize
 Resize, CenterCrop, RandomCrop (fill, padding modes), RandomHorizontalFlip,
 RandomVerticalFlip, ToTensor, PILToTensor, ToImage, ToDtype, ConvertImageDtype, Normalize,
 ToPureTensor, ColorJitter and GaussianBlur (each also alone inside RandomApply), Grayscale(3),
-RandomGrayscale, TrivialAugmentWide and RandAugment (NEAREST, BILINEAR), RandomErasing;
+RandomGrayscale, TrivialAugmentWide and RandAugment (NEAREST, BILINEAR), AugMix (v1), RandomErasing;
 timm's equivalents, see compat/timm.py). The output keeps torchvision's dtype, shape and
 value range; the random draws are fastload's own (torchvision's distributions, a
 different generator).
@@ -126,6 +126,10 @@ def leaf_specs(transform: Any) -> List[Any]:
         return _gaussian_blur(transform)
     if _is_torchvision(transform, "TrivialAugmentWide", "RandAugment"):
         return [_auto_augment(transform)]
+    if _is_torchvision(transform, "AugMix") and not type(transform).__module__.startswith("torchvision.transforms.v2"):
+        return [autoaugment.AugMix(int(transform.severity), int(transform.mixture_width), int(transform.chain_depth),
+                                   float(transform.alpha), bool(transform.all_ops), transform.interpolation,
+                                   transform.fill)]
     if _is_torchvision(transform, "RandomHorizontalFlip"):
         return [specs.RandomHorizontalFlip(float(transform.p))]
     if _is_torchvision(transform, "RandomVerticalFlip"):

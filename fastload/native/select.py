@@ -275,10 +275,11 @@ def _augmentation_seed(dataset: Any, seed: Optional[int]) -> int:
 def _has_colour(plan: Any) -> bool:
     """The plan has ops of the uint8 stage or after it (ColorJitter, Grayscale,
     RandomErasing, GaussianBlur, RandomCrop padding other than zeros, TrivialAugmentWide,
-    RandAugment): the CPU engine's
+    RandAugment, AugMix): the CPU engine's
     fused pass runs them; the device kernels are not wired to them yet."""
     return bool(len(plan.jitter)) or plan.grayscale_p > 0 or plan.erase_p > 0 or plan.blur_kernel_x > 0 or \
-        plan.padding_mode != 0 or len(plan.pad_fill) > 0 or len(plan.augment_ops) > 0
+        plan.padding_mode != 0 or len(plan.pad_fill) > 0 or len(plan.augment_ops) > 0 or \
+        len(plan.augmix_ops) > 0
 
 
 def _resolve_decode_on(decode_on: str, device: Optional[torch.device], *, colour: bool = False) -> Tuple[str, str]:
