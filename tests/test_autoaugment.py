@@ -380,3 +380,188 @@ def test_invalid_arguments_get_errors_that_name_them():
         TrivialAugmentWide(fill="white")
     with pytest.raises(ValueError, match="interpolation"):
         TrivialAugmentWide(interpolation="cubic-ish")
+
+
+# ---- AugMix: torchvision's tensor-path ops, its draws and its mix ------------------------------
+
+
+def augmix_space(height: int, width: int, all_ops: bool = True):
+    space = tv_autoaugment.AugMix(all_ops=all_ops)._augmentation_space(autoaugment.AUGMIX_BINS, (height, width))
+    return [(name, magnitudes.tolist() if magnitudes.ndim else [], signed)
+            for name, (magnitudes, signed) in space.items()]
+
+
+@pytest.mark.parametrize("interpolation", [T.InterpolationMode.BILINEAR, T.InterpolationMode.NEAREST])
+@pytest.mark.parametrize("height, width, channels", [(37, 53, 3), (48, 48, 1), (2, 5, 3), (3, 3, 3), (1, 1, 1)])
+def test_every_augmix_op_equals_torchvisions_tensor_path(interpolation, height, width, channels):
+    pixels = hwc(pil_image(height, width, channels, seed=height * width))
+    tensor = pixels.permute(2, 0, 1).contiguous()
+    mismatches = []
+    for name, magnitudes, signed in augmix_space(height, width):
+        for magnitude in magnitudes or [0.0]:
+            for sign in (1.0, -1.0) if signed else (1.0,):
+                m = float(magnitude) * sign
+                want = tv_autoaugment._apply_op(tensor, name, m, interpolation, None).permute(1, 2, 0)
+                got = fl_ops.augmix_step(pixels, OPS.index(name), m, interpolation == T.InterpolationMode.BILINEAR)
+                if not torch.equal(got, want):
+                    mismatches.append((name, m, int((got != want).sum())))
+    assert not mismatches, mismatches[:10]
+
+
+def test_the_augmix_space_is_torchvisions():
+    for all_ops in (True, False):
+        ops, magnitudes = autoaugment.AugMix(all_ops=all_ops).space(61, 40)
+        space = augmix_space(61, 40, all_ops)
+        assert [OPS[op] for op in ops] == [name for name, _, _ in space]
+        bins = autoaugment.AUGMIX_BINS
+        for k, (_, values, signed) in enumerate(space):
+            assert magnitudes[k * bins:(k + 1) * bins] == ([float(v) for v in values] or [0.0] * bins)
+            assert autoaugment_signed(ops[k]) == signed
+
+
+def ks_statistic(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = np.sort(a), np.sort(b)
+    grid = np.concatenate([a, b])
+    return float(np.abs(np.searchsorted(a, grid, "right") / len(a) - np.searchsorted(b, grid, "right") / len(b)).max())
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.3, 2.5])
+def test_augmix_weights_follow_torchs_dirichlet(alpha):
+    spec = autoaugment.AugMix(alpha=alpha)
+    weights, _, _, _ = spec.params(torch.arange(DRAWS // 2), 7, 0, 32, 32)
+    torch.manual_seed(0)
+    m = torch._sample_dirichlet(torch.tensor([alpha, alpha]).expand(DRAWS // 2, -1))
+    theirs = torch._sample_dirichlet(torch.tensor([alpha] * 3).expand(DRAWS // 2, -1)) * m[:, 1:2]
+    critical = 2.15 * (2.0 / (DRAWS // 2)) ** 0.5  # two-sample KS at alpha = 1e-4
+    assert ks_statistic(weights[:, 0].numpy(), m[:, 0].numpy()) < critical
+    for k in range(3):
+        assert ks_statistic(weights[:, 1 + k].numpy(), theirs[:, k].numpy()) < critical
+    assert torch.allclose(weights.sum(1), torch.ones(DRAWS // 2), atol=1e-5)
+
+
+def test_augmix_chains_draw_torchvisions_depths_ops_and_bins():
+    spec = autoaugment.AugMix(severity=4)
+    _, depths, ops, magnitudes = spec.params(torch.arange(DRAWS // 4), 2, 3, 40, 40)
+    assert chi_square_uniform(np.bincount(depths.flatten().numpy(), minlength=4)[1:])  # 1, 2 or 3 ops
+    used = ops[ops >= 0].numpy()
+    space_ops, table = spec.space(40, 40)
+    assert chi_square_uniform(np.bincount(used, minlength=15)[space_ops])
+    table = np.array(table).reshape(len(space_ops), autoaugment.AUGMIX_BINS)
+    for k, op in enumerate(space_ops):
+        drawn = np.abs(magnitudes[ops == op].numpy())
+        if autoaugment.OPS[op] not in ("AutoContrast", "Equalize"):
+            assert set(drawn.tolist()) <= set(table[k, :4].tolist())  # bins [0, severity)
+    fixed = autoaugment.AugMix(chain_depth=2, mixture_width=2).params(torch.arange(50), 0, 0, 40, 40)[1]
+    assert (fixed == 2).all() and fixed.shape == (50, 2)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: T.AugMix(),
+    lambda: T.AugMix(severity=6, mixture_width=2, chain_depth=3, alpha=0.5, all_ops=False,
+                     interpolation=T.InterpolationMode.NEAREST),
+], ids=["default", "options"])
+def test_the_loader_runs_augmix_natively_as_the_twin(root, make):
+    """The engine against the plan's twin: torchvision's own tensor ops and its mix,
+    with the engine's draws."""
+    from fastload.augment.pipeline import apply_plan_reference
+    from fastload.compat.torchvision import convert_transform
+
+    transform = T.Compose([T.RandomResizedCrop(OUT), T.RandomHorizontalFlip(), make(), T.PILToTensor()])
+    dataset = ImageFolder(root, transform=transform)
+    loader = fastload.DataLoader(dataset, batch_size=4, shuffle=False)
+    images = torch.cat([batch for batch, _ in loader])
+    assert loader.path.startswith("native") and "AugMix" in loader.path, loader.path
+    plan = build_plan(convert_transform(transform), seed=loader.state_dict()["native_seed"])
+    for i, (path, _) in enumerate(dataset.samples):
+        with open(path, "rb") as f:
+            pixels = fl_ops.decode_jpeg(torch.frombuffer(bytearray(f.read()), dtype=torch.uint8))
+        assert torch.equal(images[i], apply_plan_reference(plan, pixels, epoch=0, index=i)), f"sample {i}"
+
+
+def test_the_augmix_twin_is_torchvisions_forward():
+    """augmix_reference with torchvision's own draws (replayed) equals AugMix.forward."""
+    image = pil_image(30, 34, 3, seed=9)
+    augmix = tv_autoaugment.AugMix()
+    torch.manual_seed(4)
+    want = hwc(augmix(image))
+    # Replay: the same generator state, the draws in forward's order.
+    torch.manual_seed(4)
+    m = torch._sample_dirichlet(torch.tensor([1.0, 1.0]).expand(1, -1))
+    w = torch._sample_dirichlet(torch.tensor([1.0] * 3).expand(1, -1)) * m[:, 1].view(1, -1)
+    space = list(augmix._augmentation_space(10, (30, 34)).items())
+    ops, magnitudes = [], []
+    for _ in range(3):
+        depth = int(torch.randint(low=1, high=4, size=(1,)).item())
+        chain_ops, chain_magnitudes = [], []
+        for _ in range(depth):
+            name, (table, signed) = space[int(torch.randint(len(space), (1,)).item())]
+            magnitude = float(table[torch.randint(3, (1,), dtype=torch.long)].item()) if table.ndim > 0 else 0.0
+            if signed and torch.randint(2, (1,)):
+                magnitude *= -1.0
+            chain_ops.append(OPS.index(name))
+            chain_magnitudes.append(magnitude)
+        ops.append(chain_ops)
+        magnitudes.append(chain_magnitudes)
+    weights = [float(m[0, 0])] + [float(v) for v in w[0]]
+    assert torch.equal(autoaugment.augmix_reference(hwc(image), weights, ops, magnitudes), want)
+    # And the engine's mix of the same draws: the native chains and mix.
+    assert torch.equal(native_augmix(hwc(image), weights, ops, magnitudes), want)
+
+
+def native_augmix(pixels, weights, ops, magnitudes):
+    """The mix of native op results, as augmix_uint8 forms it (float32, truncated)."""
+    mix = torch.tensor(weights[0], dtype=torch.float32) * pixels
+    for k, (chain_ops, chain_magnitudes) in enumerate(zip(ops, magnitudes)):
+        chain = pixels
+        for op, m in zip(chain_ops, chain_magnitudes):
+            chain = fl_ops.augmix_step(chain, op, m)
+        mix = mix + torch.tensor(weights[1 + k], dtype=torch.float32) * chain
+    return mix.to(torch.uint8)
+
+
+@pytest.mark.parametrize("ops, reason", [
+    ([specs.CenterCrop(16), autoaugment.AugMix(fill=3)], "fill=None"),
+    ([specs.CenterCrop(16), autoaugment.AugMix(mixture_width=5)], "1 to 4 chains"),
+    ([specs.CenterCrop(16), autoaugment.AugMix(chain_depth=5)], "at most 4 ops"),
+    ([specs.CenterCrop(16), autoaugment.AugMix(interpolation="bicubic")], "nearest and bilinear"),
+    ([specs.CenterCrop(16), autoaugment.AugMix(), TrivialAugmentWide()], "after AugMix"),
+])
+def test_an_augmix_that_does_not_fuse_says_why(ops, reason):
+    with pytest.raises(UnsupportedPipeline, match=reason):
+        fuse(ops)
+
+
+def test_augmix_arguments_get_torchvisions_errors():
+    with pytest.raises(ValueError, match=r"The severity must be between \[1, 10\]"):
+        autoaugment.AugMix(severity=11)
+    with pytest.raises(TypeError, match="mixture_width should be an int"):
+        autoaugment.AugMix(mixture_width=2.0)
+
+
+@pytest.mark.parametrize("fields, match", [
+    (dict(augmix_ops=[1, 15], augmix_magnitudes=[0.0] * 2), r"augmix_ops ids in \[0, 15\)"),
+    (dict(augmix_ops=[1], augmix_magnitudes=[0.0, 1.0], augmix_severity=3), "augmix_severity"),
+    (dict(augmix_ops=[10], augmix_magnitudes=[9.0], augmix_severity=1), "Posterize"),
+    (dict(augmix_ops=[1], augmix_magnitudes=[0.1], augmix_severity=1, augmix_width=5), "augmix_width"),
+    (dict(augmix_ops=[1], augmix_magnitudes=[0.1], augmix_severity=1, augmix_alpha=0.0), "augmix_alpha"),
+    (dict(augmix_ops=[1], augmix_magnitudes=[0.1], augmix_severity=1, augment_ops=[0], augment_magnitudes=[0.0]),
+     "both"),
+])
+def test_plan_validate_refuses_an_augmix_it_cannot_run(fields, match):
+    plan = build_plan([specs.CenterCrop(16)])
+    for name, value in fields.items():
+        setattr(plan, name, value)
+    with pytest.raises(ValueError, match=match):
+        plan.validate()
+
+
+def test_equalize_takes_pillow_13s_step():
+    """(count - count of the last value) // 255: 2040 // 255 = 8, where // 256 would be 7."""
+    rng = np.random.default_rng(3)
+    pixels = rng.integers(0, 201, (41, 50, 3), dtype=np.uint8)
+    pixels.reshape(-1, 3)[:10] = 255  # the last value: 10 pixels, 2040 others
+    image = Image.fromarray(pixels)
+    assert torch.equal(fl_ops.auto_augment(hwc(image), [OPS.index("Equalize")], [0.0]), hwc(F.equalize(image)))
+    tensor = torch.from_numpy(pixels).permute(2, 0, 1).contiguous()
+    assert torch.equal(fl_ops.augmix_step(hwc(image), OPS.index("Equalize"), 0.0),
+                       F.equalize(tensor).permute(1, 2, 0))

@@ -236,8 +236,8 @@ class ClassificationPresetTrain:
             transforms.append(api.RandomHorizontalFlip(hflip_prob))
         if auto_augment_policy == "ta_wide":
             transforms.append(api.TrivialAugmentWide())
-        elif auto_augment_policy == "augmix":
-            transforms.append(api.AugMix())
+        elif auto_augment_policy == "imagenet":
+            transforms.append(api.AutoAugment())
         transforms.append(api.PILToTensor())
         transforms.append(v2.ToDtype(torch.float, scale=True) if use_v2 else T.ConvertImageDtype(torch.float))
         transforms.append(api.Normalize(mean=mean, std=std))
@@ -271,10 +271,11 @@ def test_reference_presets_are_opened_into_their_transforms(root, use_v2):
 
 
 def test_a_preset_with_an_augmentation_splits_into_native_prefix_and_tail():
-    pipeline = split_transform(ClassificationPresetTrain(crop_size=16, auto_augment_policy="augmix"))
+    pipeline = split_transform(ClassificationPresetTrain(crop_size=16, auto_augment_policy="imagenet"))
     assert pipeline.native == TRAIN_SPECS[:2]
-    assert [type(t).__name__ for t in pipeline.tail] == ["AugMix", "PILToTensor", "ConvertImageDtype", "Normalize"]
-    assert len(pipeline.blockers) == 1 and pipeline.blockers[0].startswith("AugMix(")
+    assert [type(t).__name__ for t in pipeline.tail] == ["AutoAugment", "PILToTensor", "ConvertImageDtype",
+                                                         "Normalize"]
+    assert len(pipeline.blockers) == 1 and pipeline.blockers[0].startswith("AutoAugment(")
 
 
 @pytest.mark.parametrize("use_v2", [False, True])

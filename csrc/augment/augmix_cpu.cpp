@@ -23,6 +23,34 @@ namespace color = augment::color;
 
 namespace {
 
+// Four values a step (SSE2 lanes in the baseline build), each product rounded where it is
+// made (host_opaque, as color.h's mul_rn) so that no build fuses it into the add.
+using Float4 = float __attribute__((vector_size(16)));
+using Int4 = int32_t __attribute__((vector_size(16)));
+
+inline Float4 load4(const uint8_t* p) {
+  return Float4{static_cast<float>(p[0]), static_cast<float>(p[1]), static_cast<float>(p[2]), static_cast<float>(p[3])};
+}
+
+inline Float4 mul4(Float4 a, Float4 b) { return host_opaque(a * b); }
+
+// _blend over n values: degenerate[i] (or the constant `fixed` where degenerate is null),
+// clamped to [0, 255] and truncated, as am::tensor_blend value by value.
+void tensor_blend_values(uint8_t* px, const uint8_t* degenerate, float fixed, int64_t n, float ratio, float rest) {
+  const Float4 r = {ratio, ratio, ratio, ratio}, q = {rest, rest, rest, rest};
+  const Float4 zero = {0, 0, 0, 0}, top = {255, 255, 255, 255}, constant = {fixed, fixed, fixed, fixed};
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const Float4 d = degenerate != nullptr ? load4(degenerate + i) : constant;
+    Float4 v = mul4(r, load4(px + i)) + mul4(q, d);
+    v = v > zero ? v : zero;
+    v = v < top ? v : top;
+    const Int4 t = __builtin_convertvector(v, Int4);  // truncation
+    for (int k = 0; k < 4; ++k) px[i + k] = static_cast<uint8_t>(t[k]);
+  }
+  for (; i < n; ++i) px[i] = am::tensor_blend(px[i], degenerate != nullptr ? degenerate[i] : fixed, ratio, rest);
+}
+
 // torchvision's tensor-path affine (F.affine / F.rotate on a tensor -> _gen_affine_grid
 // -> grid_sample, zeros padding) of src into dst, HWC. grid_sample's values as torch's
 // vectorised CPU kernel makes them, whose multiply-adds are fused (its AVX2 and AVX-512
@@ -164,13 +192,14 @@ void augmix_step(uint8_t* px, int h, int w, int C, int op, double magnitude, boo
   }
   switch (op) {
     case aa::kBrightness:
-      for (int64_t i = 0; i < n; ++i) px[i] = am::tensor_blend(px[i], 0.0f, ratio, rest);
+      tensor_blend_values(px, nullptr, 0.0f, n, ratio, rest);
       return;
     case aa::kColor:
       if (C != 3) return;  // adjust_saturation of one channel: the image
-      scratch.resize(static_cast<size_t>(pixels));
-      tensor_greys(px, pixels, C, scratch.data());
-      for (int64_t i = 0; i < n; ++i) px[i] = am::tensor_blend(px[i], scratch[i / 3], ratio, rest);
+      scratch.resize(static_cast<size_t>(n));  // each pixel's grey, once per channel
+      for (int64_t i = 0; i < pixels; ++i)
+        scratch[3 * i] = scratch[3 * i + 1] = scratch[3 * i + 2] = am::tensor_grey(px[3 * i], px[3 * i + 1], px[3 * i + 2]);
+      tensor_blend_values(px, scratch.data(), 0.0f, n, ratio, rest);
       return;
     case aa::kContrast: {
       scratch.resize(static_cast<size_t>(pixels));
@@ -179,20 +208,22 @@ void augmix_step(uint8_t* px, int h, int w, int C, int op, double magnitude, boo
       double sum = 0;
       for (int64_t i = 0; i < pixels; ++i) sum += scratch[i];
       const float mean = static_cast<float>(sum) / static_cast<float>(pixels);
-      for (int64_t i = 0; i < n; ++i) px[i] = am::tensor_blend(px[i], mean, ratio, rest);
+      tensor_blend_values(px, nullptr, mean, n, ratio, rest);
       return;
     }
     case aa::kSharpness:
       if (h <= 2 || w <= 2) return;
       scratch.resize(static_cast<size_t>(n));
       tensor_smooth(px, h, w, C, scratch.data());
-      for (int64_t i = 0; i < n; ++i) px[i] = am::tensor_blend(px[i], scratch[i], ratio, rest);
+      tensor_blend_values(px, scratch.data(), 0.0f, n, ratio, rest);
       return;
     case aa::kAutoContrast: {
       uint8_t lo[3] = {255, 255, 255}, hi[3] = {0, 0, 0};
-      for (int64_t i = 0; i < n; ++i) {
-        lo[i % C] = std::min(lo[i % C], px[i]);
-        hi[i % C] = std::max(hi[i % C], px[i]);
+      for (int64_t i = 0; i < n; i += C) {
+        for (int c = 0; c < C; ++c) {
+          lo[c] = std::min(lo[c], px[i + c]);
+          hi[c] = std::max(hi[c], px[i + c]);
+        }
       }
       for (int c = 0; c < C; ++c) {
         if (lo[c] == hi[c]) continue;  // scale inf: torchvision keeps the channel
@@ -226,13 +257,25 @@ void augmix_uint8(const am::AugMixRecord& r, uint8_t* px, int h, int w, int C) {
   thread_local std::vector<float> mix;
   thread_local std::vector<uint8_t> chain;
   mix.resize(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) mix[i] = mul_rn(r.original_weight, static_cast<float>(px[i]));
+  const float w0 = r.original_weight;
+  int64_t vectors = n / 4 * 4;
+  for (int64_t i = 0; i < vectors; i += 4) {
+    const Float4 v = mul4(Float4{w0, w0, w0, w0}, load4(px + i));
+    std::memcpy(mix.data() + i, &v, sizeof v);
+  }
+  for (int64_t i = vectors; i < n; ++i) mix[i] = mul_rn(w0, static_cast<float>(px[i]));
   for (int k = 0; k < r.width && k < am::kMaxChains; ++k) {
     chain.assign(px, px + n);
     for (int s = 0; s < r.depth[k] && s < am::kMaxDepth; ++s)
       augmix_step(chain.data(), h, w, C, r.steps[k][s].op, r.steps[k][s].magnitude, r.bilinear != 0);
     const float weight = r.chain_weight[k];
-    for (int64_t i = 0; i < n; ++i) mix[i] = add_rn(mix[i], mul_rn(weight, static_cast<float>(chain[i])));
+    for (int64_t i = 0; i < vectors; i += 4) {
+      Float4 v;
+      std::memcpy(&v, mix.data() + i, sizeof v);
+      v += mul4(Float4{weight, weight, weight, weight}, load4(chain.data() + i));
+      std::memcpy(mix.data() + i, &v, sizeof v);
+    }
+    for (int64_t i = vectors; i < n; ++i) mix[i] = add_rn(mix[i], mul_rn(weight, static_cast<float>(chain[i])));
   }
   for (int64_t i = 0; i < n; ++i) {  // .to(uint8): truncation (the weights sum to 1)
     const float v = mix[i];

@@ -227,7 +227,8 @@ void pil_transpose(const uint8_t* src, uint8_t* dst, int h, int w, int C, Affine
 }
 
 void apply_table(uint8_t* pixels, int64_t values, int C, const uint8_t (*tables)[256]) {
-  for (int64_t i = 0; i < values; ++i) pixels[i] = tables[i % C][pixels[i]];
+  for (int64_t i = 0; i < values; i += C)
+    for (int c = 0; c < C; ++c) pixels[i + c] = tables[c][pixels[i + c]];
 }
 
 // ImageEnhance.Sharpness: blend with ImageFilter.SMOOTH of the image (its border pixels
@@ -249,7 +250,8 @@ void pil_sharpness(uint8_t* pixels, int h, int w, int C, float factor) {
 
 void channel_histograms(const uint8_t* pixels, int64_t values, int C, uint32_t (*histograms)[256]) {
   for (int c = 0; c < C; ++c) std::memset(histograms[c], 0, sizeof histograms[c]);
-  for (int64_t i = 0; i < values; ++i) ++histograms[i % C][pixels[i]];
+  for (int64_t i = 0; i < values; i += C)
+    for (int c = 0; c < C; ++c) ++histograms[c][pixels[i + c]];
 }
 
 }  // namespace
