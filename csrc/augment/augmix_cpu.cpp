@@ -32,12 +32,6 @@ namespace {
 using Float4 = float __attribute__((vector_size(16)));
 using Int4 = int32_t __attribute__((vector_size(16)));
 
-inline Float4 load4(const uint8_t* p) {
-  return Float4{static_cast<float>(p[0]), static_cast<float>(p[1]), static_cast<float>(p[2]), static_cast<float>(p[3])};
-}
-
-inline Float4 mul4(Float4 a, Float4 b) { return host_opaque(a * b); }
-
 // The float of every byte value.
 struct ByteFloats {
   float value[256];
@@ -47,6 +41,15 @@ struct ByteFloats {
 };
 constexpr ByteFloats kByteFloats{};
 constexpr const float* kByteFloat = kByteFloats.value;
+
+// Bytes become floats through the table: cvtsi2ss would chain every value to the last
+// one's register.
+inline Float4 load4(const uint8_t* p) {
+  return Float4{kByteFloat[p[0]], kByteFloat[p[1]], kByteFloat[p[2]], kByteFloat[p[3]]};
+}
+
+inline Float4 mul4(Float4 a, Float4 b) { return host_opaque(a * b); }
+
 
 // _blend over n values: degenerate[i] (or the constant `fixed` where degenerate is null),
 // clamped to [0, 255] and truncated, as am::tensor_blend value by value.
@@ -127,8 +130,7 @@ inline __attribute__((always_inline)) void tensor_affine_body(const uint8_t* src
       const int y0 = static_cast<int>(std::min(std::max(fy, -2.0f), static_cast<float>(h)));
       const uint8_t* p = padded.data() + (y0 + kBorder) * padded_row + static_cast<int64_t>(x0 + kBorder) * C;
       for (int c = 0; c < C; ++c) {
-        // ((nw + ne) + sw) + se, fused; outside corners' values 0. Bytes become floats
-        // through a table: cvtsi2ss would chain every value to the last one's register.
+        // ((nw + ne) + sw) + se, fused; outside corners' values 0.
         float v = mul_rn(kByteFloat[p[c]], nw);
         v = std::fma(kByteFloat[p[C + c]], ne, v);
         v = std::fma(kByteFloat[p[padded_row + c]], sw, v);
@@ -237,22 +239,40 @@ void tensor_greys(const uint8_t* px, int64_t pixels, int C, uint8_t* grey) {
 }
 
 // _blurred_degenerate_image: conv2d with (1 1 1; 1 5 1; 1 1 1) / 13 in float32, rounded,
-// inside a one-pixel border of the original values.
+// inside a one-pixel border of the original values. The exact sums are multiples of 1/13,
+// never within float error of a .5 tie, so every summation order (torch's conv2d has its
+// own) rounds the same, and v + 0.5 truncated is that rounding. Four values a step.
 void tensor_smooth(const uint8_t* px, int h, int w, int C, uint8_t* out) {
-  using color::add_rn;
-  using color::mul_rn;
   const float e = 1.0f / 13.0f, m = 5.0f / 13.0f;
-  const int64_t row = static_cast<int64_t>(w) * C;
-  std::memcpy(out, px, static_cast<size_t>(h) * row);
+  const Float4 edge = {e, e, e, e}, centre = {m, m, m, m}, half = {0.5f, 0.5f, 0.5f, 0.5f};
+  const int64_t row = static_cast<int64_t>(w) * C, n = static_cast<int64_t>(h) * row;
+  std::memcpy(out, px, static_cast<size_t>(n));
+  thread_local std::vector<float> values;  // the image as floats, once
+  values.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) values[i] = kByteFloat[px[i]];
+  auto at = [](const float* p) {
+    Float4 v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  };
   for (int y = 1; y < h - 1; ++y) {
-    for (int64_t i = C; i < row - C; ++i) {
+    const float* above = values.data() + (y - 1) * row;
+    const float* line = values.data() + y * row;
+    const float* below = values.data() + (y + 1) * row;
+    uint8_t* dst = out + y * row;
+    int64_t i = C;
+    for (; i + 4 <= row - C; i += 4) {
+      Float4 v = mul4(at(above + i - C), edge) + mul4(at(above + i), edge) + mul4(at(above + i + C), edge);
+      v += mul4(at(line + i - C), edge) + mul4(at(line + i), centre) + mul4(at(line + i + C), edge);
+      v += mul4(at(below + i - C), edge) + mul4(at(below + i), edge) + mul4(at(below + i + C), edge);
+      const Int4 t = __builtin_convertvector(v + half, Int4);
+      for (int k = 0; k < 4; ++k) dst[i + k] = static_cast<uint8_t>(t[k]);
+    }
+    for (; i < row - C; ++i) {
       float v = 0.0f;
-      for (int dy = -1; dy <= 1; ++dy) {
-        const uint8_t* r = px + (y + dy) * row + i;
-        for (int dx = -1; dx <= 1; ++dx)
-          v = add_rn(v, mul_rn(static_cast<float>(r[dx * C]), dy == 0 && dx == 0 ? m : e));
-      }
-      out[y * row + i] = static_cast<uint8_t>(std::nearbyint(v));
+      for (const float* r : {above, line, below})
+        for (int dx = -1; dx <= 1; ++dx) v += color::mul_rn(r[i + dx * C], r == line && dx == 0 ? m : e);
+      dst[i] = static_cast<uint8_t>(static_cast<int>(v + 0.5f));
     }
   }
 }
