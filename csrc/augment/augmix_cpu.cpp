@@ -53,19 +53,68 @@ inline Float4 mul4(Float4 a, Float4 b) { return host_opaque(a * b); }
 
 // _blend over n values: degenerate[i] (or the constant `fixed` where degenerate is null),
 // clamped to [0, 255] and truncated, as am::tensor_blend value by value.
-void tensor_blend_values(uint8_t* px, const uint8_t* degenerate, float fixed, int64_t n, float ratio, float rest) {
-  const Float4 r = {ratio, ratio, ratio, ratio}, q = {rest, rest, rest, rest};
-  const Float4 zero = {0, 0, 0, 0}, top = {255, 255, 255, 255}, constant = {fixed, fixed, fixed, fixed};
-  int64_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    const Float4 d = degenerate != nullptr ? load4(degenerate + i) : constant;
-    Float4 v = mul4(r, load4(px + i)) + mul4(q, d);
-    v = v > zero ? v : zero;
-    v = v < top ? v : top;
-    const Int4 t = __builtin_convertvector(v, Int4);  // truncation
-    for (int k = 0; k < 4; ++k) px[i + k] = static_cast<uint8_t>(t[k]);
+// The value loops below are plain float expressions that the compiler vectorises: their
+// products must stay apart from the adds, so they are compiled where no FMA exists (the
+// baseline build, and an AVX2 clone without FMA, picked at run time); a build for a CPU
+// with FMA (-march=native) rounds the products explicitly instead.
+#if defined(__FMA__)
+#define FASTLOAD_PRODUCT(a, b) color::mul_rn((a), (b))
+#else
+#define FASTLOAD_PRODUCT(a, b) ((a) * (b))
+#endif
+
+inline __attribute__((always_inline)) uint8_t clamp_truncate(float v) {
+  return static_cast<uint8_t>(static_cast<int>(std::min(std::max(v, 0.0f), 255.0f)));
+}
+
+// _blend over n values: degenerate[i] (or the constant `fixed` where degenerate is null),
+// clamped to [0, 255] and truncated, as am::tensor_blend value by value.
+inline __attribute__((always_inline)) void blend_values_body(uint8_t* px, const uint8_t* degenerate, float fixed,
+                                                             int64_t n, float ratio, float rest) {
+  if (degenerate == nullptr) {
+    const float constant = FASTLOAD_PRODUCT(rest, fixed);
+    for (int64_t i = 0; i < n; ++i) px[i] = clamp_truncate(FASTLOAD_PRODUCT(ratio, static_cast<float>(px[i])) + constant);
+  } else {
+    for (int64_t i = 0; i < n; ++i)
+      px[i] = clamp_truncate(FASTLOAD_PRODUCT(ratio, static_cast<float>(px[i])) +
+                             FASTLOAD_PRODUCT(rest, static_cast<float>(degenerate[i])));
   }
-  for (; i < n; ++i) px[i] = am::tensor_blend(px[i], degenerate != nullptr ? degenerate[i] : fixed, ratio, rest);
+}
+
+// mix = weight * values (start), or mix + weight * values.
+inline __attribute__((always_inline)) void mix_body(float* mix, const uint8_t* values, int64_t n, float weight,
+                                                    bool start) {
+  if (start) {
+    for (int64_t i = 0; i < n; ++i) mix[i] = FASTLOAD_PRODUCT(weight, static_cast<float>(values[i]));
+  } else {
+    for (int64_t i = 0; i < n; ++i) mix[i] = mix[i] + FASTLOAD_PRODUCT(weight, static_cast<float>(values[i]));
+  }
+}
+
+inline __attribute__((always_inline)) void truncate_body(const float* mix, uint8_t* px, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) px[i] = clamp_truncate(mix[i]);  // .to(uint8): the weights sum to 1
+}
+
+#if defined(__x86_64__) && !defined(__FMA__)
+#define FASTLOAD_AVX2_NO_FMA __attribute__((target("avx2")))
+FASTLOAD_AVX2_NO_FMA void blend_values_avx2(uint8_t* px, const uint8_t* d, float fixed, int64_t n, float r, float q) {
+  blend_values_body(px, d, fixed, n, r, q);
+}
+FASTLOAD_AVX2_NO_FMA void mix_avx2(float* mix, const uint8_t* values, int64_t n, float weight, bool start) {
+  mix_body(mix, values, n, weight, start);
+}
+FASTLOAD_AVX2_NO_FMA void truncate_avx2(const float* mix, uint8_t* px, int64_t n) { truncate_body(mix, px, n); }
+bool avx2_values() {
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  return avx2;
+}
+#define FASTLOAD_VALUES(name, ...) (avx2_values() ? name##_avx2(__VA_ARGS__) : name##_body(__VA_ARGS__))
+#else
+#define FASTLOAD_VALUES(name, ...) name##_body(__VA_ARGS__)
+#endif
+
+void tensor_blend_values(uint8_t* px, const uint8_t* degenerate, float fixed, int64_t n, float ratio, float rest) {
+  FASTLOAD_VALUES(blend_values, px, degenerate, fixed, n, ratio, rest);
 }
 
 // torchvision's tensor-path affine (F.affine / F.rotate on a tensor -> _gen_affine_grid
@@ -374,36 +423,18 @@ void augmix_step(uint8_t* px, int h, int w, int C, int op, double magnitude, boo
 
 void augmix_uint8(const am::AugMixRecord& r, uint8_t* px, int h, int w, int C) {
   if (!r.on()) return;
-  using color::add_rn;
-  using color::mul_rn;
   const int64_t n = static_cast<int64_t>(h) * w * C;
   thread_local std::vector<float> mix;
   thread_local std::vector<uint8_t> chain;
   mix.resize(static_cast<size_t>(n));
-  const float w0 = r.original_weight;
-  int64_t vectors = n / 4 * 4;
-  for (int64_t i = 0; i < vectors; i += 4) {
-    const Float4 v = mul4(Float4{w0, w0, w0, w0}, load4(px + i));
-    std::memcpy(mix.data() + i, &v, sizeof v);
-  }
-  for (int64_t i = vectors; i < n; ++i) mix[i] = mul_rn(w0, static_cast<float>(px[i]));
+  FASTLOAD_VALUES(mix, mix.data(), px, n, r.original_weight, true);
   for (int k = 0; k < r.width && k < am::kMaxChains; ++k) {
     chain.assign(px, px + n);
     for (int s = 0; s < r.depth[k] && s < am::kMaxDepth; ++s)
       augmix_step(chain.data(), h, w, C, r.steps[k][s].op, r.steps[k][s].magnitude, r.bilinear != 0);
-    const float weight = r.chain_weight[k];
-    for (int64_t i = 0; i < vectors; i += 4) {
-      Float4 v;
-      std::memcpy(&v, mix.data() + i, sizeof v);
-      v += mul4(Float4{weight, weight, weight, weight}, load4(chain.data() + i));
-      std::memcpy(mix.data() + i, &v, sizeof v);
-    }
-    for (int64_t i = vectors; i < n; ++i) mix[i] = add_rn(mix[i], mul_rn(weight, static_cast<float>(chain[i])));
+    FASTLOAD_VALUES(mix, mix.data(), chain.data(), n, r.chain_weight[k], false);
   }
-  for (int64_t i = 0; i < n; ++i) {  // .to(uint8): truncation (the weights sum to 1)
-    const float v = mix[i];
-    px[i] = static_cast<uint8_t>(v < 0.0f ? 0.0f : (v > 255.0f ? 255.0f : v));
-  }
+  FASTLOAD_VALUES(truncate, mix.data(), px, n);
 }
 
 namespace {
