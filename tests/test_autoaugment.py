@@ -565,3 +565,37 @@ def test_equalize_takes_pillow_13s_step():
     tensor = torch.from_numpy(pixels).permute(2, 0, 1).contiguous()
     assert torch.equal(fl_ops.augmix_step(hwc(image), OPS.index("Equalize"), 0.0),
                        F.equalize(tensor).permute(1, 2, 0))
+
+
+@pytest.mark.parametrize("augment", [TrivialAugmentWide(), RandAugment(num_ops=4), autoaugment.AugMix()],
+                         ids=["ta", "ra", "augmix"])
+def test_the_batch_op_refuses_or_runs_hostile_records_never_reads_out_of_bounds(augment):
+    """Random bytes over the drawn records (op ids, magnitudes as NaN, inf or huge doubles,
+    weights, depths): the batch op runs them or raises ValueError (the sanitizer build
+    runs this test too)."""
+    core = _ext.require_ops()
+    plan = build_plan([specs.RandomResizedCrop(16), augment, specs.ToDtype(torch.float32, scale=True)], seed=1)
+    image = hwc(pil_image(20, 24, 3, seed=1)).flatten()
+    shapes = torch.tensor([[0, 20, 24, 72]])
+    boxes, flips = torch.tensor([[0.0, 0.0, 20.0, 24.0]]), torch.tensor([False])
+    mean, std = torch.zeros(3), torch.ones(3)
+    good = core.color_passes(plan, torch.tensor([3]), 0)
+    out = torch.empty(1, 3, 16, 16)
+    fl_ops.crop_resize_flip_normalize_batch(image, shapes, boxes, flips, 1 / 255, mean, std, out, color=good)
+    rng = np.random.default_rng(0)
+    hostile = [np.float64(v).tobytes() for v in (np.nan, np.inf, -1e300, 1e5, 3.5, -0.0)] + \
+              [np.float32(v).tobytes() for v in (np.nan, 2.0, -1.0)] + [np.int32(v).tobytes() for v in (-1, 15, 99)]
+    refused = 0
+    for _ in range(300):
+        record = good.clone()
+        raw = record.numpy()
+        for _ in range(rng.integers(1, 4)):
+            chunk = hostile[rng.integers(len(hostile))]
+            at = int(rng.integers(0, raw.shape[1] - len(chunk) + 1))
+            raw[0, at:at + len(chunk)] = np.frombuffer(chunk, np.uint8)
+        try:
+            fl_ops.crop_resize_flip_normalize_batch(image, shapes, boxes, flips, 1 / 255, mean, std, out, color=record)
+        except ValueError as error:
+            assert "colour record" in str(error)
+            refused += 1
+    assert 0 < refused < 300

@@ -453,7 +453,8 @@ at::Tensor augmix_step_op(const at::Tensor& image, int64_t op, double magnitude,
                        "expected a non-empty image with rows under 2^31 bytes, got shape ", image.sizes(), ".");
   FASTLOAD_CHECK_VALUE(op >= 0 && op < aa::kOpCount, kStepOp, "expected an op id in [0, ", int(aa::kOpCount),
                        ") (fastload.augment.autoaugment.OPS), got ", op, ".");
-  FASTLOAD_CHECK_VALUE(std::isfinite(magnitude), kStepOp, "expected a finite magnitude, got ", magnitude, ".");
+  FASTLOAD_CHECK_VALUE(aa::magnitude_valid(magnitude), kStepOp, "expected a finite magnitude within +-",
+                       aa::kMaxMagnitude, ", got ", magnitude, ".");
   FASTLOAD_CHECK_VALUE(op != aa::kPosterize || (magnitude >= 0 && magnitude < 9), kStepOp,
                        "bits must be between or equal to 0 and 8, got ", magnitude, " (Posterize).");
   at::Tensor out = image.contiguous().clone();

@@ -65,6 +65,11 @@ FASTLOAD_HD bool op_has_magnitudes(int op) { return op >= kShearX && op <= kSola
 
 FASTLOAD_HD bool op_is_affine(int op) { return op >= kShearX && op <= kRotate; }
 
+// The magnitudes the ops take: finite and within +-kMaxMagnitude (torchvision's tables
+// stay within 255; a translation of more keeps every coordinate far inside int).
+constexpr double kMaxMagnitude = 10000.0;
+FASTLOAD_HD bool magnitude_valid(double m) { return m >= -kMaxMagnitude && m <= kMaxMagnitude; }
+
 struct Step {
   int32_t op;
   int32_t unused;

@@ -366,7 +366,8 @@ at::Tensor auto_augment_op(const at::Tensor& image, at::IntArrayRef ops, at::Arr
                                static_cast<int>(magnitudes[k]) <= 8,
                            kOp, "bits must be between or equal to 1 and 8, got ", magnitudes[k], " (Posterize).");
     }
-    FASTLOAD_CHECK_VALUE(std::isfinite(magnitudes[k]), kOp, "expected finite magnitudes, got ", magnitudes[k], ".");
+    FASTLOAD_CHECK_VALUE(aa::magnitude_valid(magnitudes[k]), kOp, "expected finite magnitudes within +-",
+                         aa::kMaxMagnitude, ", got ", magnitudes[k], ".");
   }
   at::Tensor out = image.contiguous().clone();
   for (size_t k = 0; k < ops.size(); ++k)

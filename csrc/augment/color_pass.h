@@ -97,16 +97,18 @@ FASTLOAD_HD bool color_pass_valid(const ColorPass& cp, int out_h, int out_w) {
   if (cp.augment.count < 0 || cp.augment.count > autoaugment::kMaxSteps) return false;
   for (int k = 0; k < cp.augment.count; ++k) {
     const autoaugment::Step& step = cp.augment.steps[k];
-    if (step.op < 0 || step.op >= autoaugment::kOpCount || step.magnitude - step.magnitude != 0.0) return false;  // NaN or inf
+    if (step.op < 0 || step.op >= autoaugment::kOpCount || !autoaugment::magnitude_valid(step.magnitude)) return false;
     if (step.op == autoaugment::kPosterize && !(step.magnitude >= 1 && step.magnitude < 9)) return false;
   }
   const augmix::AugMixRecord& mix = cp.augmix;
   if (mix.width < 0 || mix.width > augmix::kMaxChains) return false;
+  if (mix.width > 0 && !(mix.original_weight >= 0.f && mix.original_weight <= 1.f)) return false;
   for (int k = 0; k < mix.width; ++k) {
     if (mix.depth[k] < 0 || mix.depth[k] > augmix::kMaxDepth) return false;
+    if (!(mix.chain_weight[k] >= 0.f && mix.chain_weight[k] <= 1.f)) return false;  // NaN too
     for (int s = 0; s < mix.depth[k]; ++s) {
       const autoaugment::Step& step = mix.steps[k][s];
-      if (step.op < 0 || step.op >= autoaugment::kOpCount || step.magnitude - step.magnitude != 0.0) return false;
+      if (step.op < 0 || step.op >= autoaugment::kOpCount || !autoaugment::magnitude_valid(step.magnitude)) return false;
       if (step.op == autoaugment::kPosterize && !(step.magnitude >= 0 && step.magnitude < 9)) return false;
     }
   }

@@ -128,8 +128,9 @@ void Plan::validate_augment(const char* op) const {
     const int bins = static_cast<int>(augmix_magnitudes.size() / ops);
     for (size_t k = 0; k < augmix_magnitudes.size(); ++k) {
       const double m = augmix_magnitudes[k];
-      FASTLOAD_CHECK_VALUE(std::isfinite(m) && (augmix_ops[k / bins] != aa::kPosterize || (m >= 0 && m < 9)), op,
-                           "expected finite augmix_magnitudes (Posterize: 0 to 8 bits), got ", m, ".");
+      FASTLOAD_CHECK_VALUE(aa::magnitude_valid(m) && (augmix_ops[k / bins] != aa::kPosterize || (m >= 0 && m < 9)), op,
+                           "expected finite augmix_magnitudes within +-", aa::kMaxMagnitude,
+                           " (Posterize: 0 to 8 bits), got ", m, ".");
     }
     FASTLOAD_CHECK_VALUE(augmix_severity >= 1 && augmix_severity <= bins, op, "expected augmix_severity in [1, ", bins,
                          "], got ", augmix_severity, ".");
@@ -153,7 +154,8 @@ void Plan::validate_augment(const char* op) const {
   for (size_t k = 0; k < ops; ++k) {
     for (int b = 0; b < bins; ++b) {
       const double m = augment_magnitudes[k * bins + b];
-      FASTLOAD_CHECK_VALUE(std::isfinite(m), op, "expected finite augment_magnitudes, got ", m, ".");
+      FASTLOAD_CHECK_VALUE(aa::magnitude_valid(m), op, "expected finite augment_magnitudes within +-",
+                           aa::kMaxMagnitude, ", got ", m, ".");
       FASTLOAD_CHECK_VALUE(augment_ops[k] != aa::kPosterize || (m >= 1 && m < 9), op,
                            "Posterize's bits must be between or equal to 1 and 8, got ", m, ".");
     }
