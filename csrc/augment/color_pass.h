@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "../host_device.h"
 #include "augmix.h"
@@ -82,7 +83,21 @@ FASTLOAD_HD float erase_value_at(const ColorPass& cp, int c, int y, int x) {
 // A record the kernels can run on an out_h x out_w sample: the erased rectangle inside
 // it, a known value mode, a permutation for the jitter order. The engine's records are
 // valid by construction; the batch op checks the ones it is given.
+// The bytes of n bools are 0 or 1 (read as bytes: loading another value as a bool is
+// undefined), as a record made from other bytes may not have them.
+FASTLOAD_HD_INLINE bool bool_bytes_valid(const bool* flags, int n) {
+  for (int k = 0; k < n; ++k) {
+    uint8_t byte;
+    memcpy(&byte, flags + k, 1);
+    if (byte > 1) return false;
+  }
+  return true;
+}
+
 FASTLOAD_HD bool color_pass_valid(const ColorPass& cp, int out_h, int out_w) {
+  if (!bool_bytes_valid(&cp.jitter, 1) || !bool_bytes_valid(&cp.grayscale, 1) ||
+      !bool_bytes_valid(cp.jitter_params.enabled, 4) || !bool_bytes_valid(&cp.pad.on, 1))
+    return false;
   const EraseBox& e = cp.erase;
   if (e.top < 0 || e.left < 0 || e.height < 0 || e.width < 0 || e.height > out_h - e.top ||
       e.width > out_w - e.left || cp.erase_values < -1 || cp.erase_values > 3)
