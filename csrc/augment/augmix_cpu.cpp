@@ -16,6 +16,7 @@
 #endif
 
 #include "augment/autoaugment_cpu.h"
+#include "augment/value_vectors.h"
 #include "augment/color.h"
 #include "check.h"
 
@@ -25,34 +26,15 @@ namespace aa = augment::autoaugment;
 namespace am = augment::augmix;
 namespace color = augment::color;
 
+using augment::at4;
+using augment::Float4;
+using augment::Int4;
+using augment::kByteFloat;
+using augment::load4;
+using augment::mul4;
+
 namespace {
 
-// Four values a step (SSE2 lanes in the baseline build), each product rounded where it is
-// made (host_opaque, as color.h's mul_rn) so that no build fuses it into the add.
-using Float4 = float __attribute__((vector_size(16)));
-using Int4 = int32_t __attribute__((vector_size(16)));
-
-// The float of every byte value.
-struct ByteFloats {
-  float value[256];
-  constexpr ByteFloats() : value() {
-    for (int v = 0; v < 256; ++v) value[v] = static_cast<float>(v);
-  }
-};
-constexpr ByteFloats kByteFloats{};
-constexpr const float* kByteFloat = kByteFloats.value;
-
-// Bytes become floats through the table: cvtsi2ss would chain every value to the last
-// one's register.
-inline Float4 load4(const uint8_t* p) {
-  return Float4{kByteFloat[p[0]], kByteFloat[p[1]], kByteFloat[p[2]], kByteFloat[p[3]]};
-}
-
-inline Float4 mul4(Float4 a, Float4 b) { return host_opaque(a * b); }
-
-
-// _blend over n values: degenerate[i] (or the constant `fixed` where degenerate is null),
-// clamped to [0, 255] and truncated, as am::tensor_blend value by value.
 // The value loops below are plain float expressions that the compiler vectorises: their
 // products must stay apart from the adds, so they are compiled where no FMA exists (the
 // baseline build, and an AVX2 clone without FMA, picked at run time); a build for a CPU
@@ -299,11 +281,6 @@ void tensor_smooth(const uint8_t* px, int h, int w, int C, uint8_t* out) {
   thread_local std::vector<float> values;  // the image as floats, once
   values.resize(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) values[i] = kByteFloat[px[i]];
-  auto at = [](const float* p) {
-    Float4 v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-  };
   for (int y = 1; y < h - 1; ++y) {
     const float* above = values.data() + (y - 1) * row;
     const float* line = values.data() + y * row;
@@ -311,9 +288,9 @@ void tensor_smooth(const uint8_t* px, int h, int w, int C, uint8_t* out) {
     uint8_t* dst = out + y * row;
     int64_t i = C;
     for (; i + 4 <= row - C; i += 4) {
-      Float4 v = mul4(at(above + i - C), edge) + mul4(at(above + i), edge) + mul4(at(above + i + C), edge);
-      v += mul4(at(line + i - C), edge) + mul4(at(line + i), centre) + mul4(at(line + i + C), edge);
-      v += mul4(at(below + i - C), edge) + mul4(at(below + i), edge) + mul4(at(below + i + C), edge);
+      Float4 v = mul4(at4(above + i - C), edge) + mul4(at4(above + i), edge) + mul4(at4(above + i + C), edge);
+      v += mul4(at4(line + i - C), edge) + mul4(at4(line + i), centre) + mul4(at4(line + i + C), edge);
+      v += mul4(at4(below + i - C), edge) + mul4(at4(below + i), edge) + mul4(at4(below + i + C), edge);
       const Int4 t = __builtin_convertvector(v + half, Int4);
       for (int k = 0; k < 4; ++k) dst[i + k] = static_cast<uint8_t>(t[k]);
     }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "augment/color.h"
+#include "augment/value_vectors.h"
 #include "check.h"
 
 namespace fastload {
@@ -115,8 +116,14 @@ void pil_affine(const uint8_t* src, uint8_t* dst, int h, int w, int C, const dou
   const int64_t row = static_cast<int64_t>(w) * C;
   for (int64_t i = 0; i < static_cast<int64_t>(h) * w; ++i)
     for (int c = 0; c < C; ++c) dst[i * C + c] = fill[c];
-  auto copy = [&](int y, int x, int yin, int xin) {
-    std::memcpy(dst + y * row + static_cast<int64_t>(x) * C, src + yin * row + static_cast<int64_t>(xin) * C, C);
+  auto copy = [&](int y, int x, int yin, int xin) {  // one pixel, its bytes inline (C is 1 or 3)
+    uint8_t* to = dst + y * row + static_cast<int64_t>(x) * C;
+    const uint8_t* from = src + yin * row + static_cast<int64_t>(xin) * C;
+    to[0] = from[0];
+    if (C == 3) {
+      to[1] = from[1];
+      to[2] = from[2];
+    }
   };
   switch (aa::affine_path(a, w, h)) {
     case aa::AffinePath::kScale: {  // ImagingScaleAffine: doubles, a column table
@@ -231,21 +238,58 @@ void apply_table(uint8_t* pixels, int64_t values, int C, const uint8_t (*tables)
     for (int c = 0; c < C; ++c) pixels[i + c] = tables[c][pixels[i + c]];
 }
 
+// Pillow's blend (color::pil_blend) of every value with its degenerate, four a step.
+void pil_blend_values(uint8_t* pixels, const uint8_t* degenerate, int64_t n, float alpha) {
+  using augment::Float4;
+  const Float4 a = {alpha, alpha, alpha, alpha}, zero = {0, 0, 0, 0}, top = {255, 255, 255, 255};
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const Float4 d = augment::load4(degenerate + i);
+    Float4 t = d + augment::mul4(a, augment::load4(pixels + i) - d);  // the difference of integers: exact
+    t = t > zero ? t : zero;
+    t = t < top ? t : top;
+    const augment::Int4 v = __builtin_convertvector(t, augment::Int4);
+    for (int k = 0; k < 4; ++k) pixels[i + k] = static_cast<uint8_t>(v[k]);
+  }
+  for (; i < n; ++i) pixels[i] = color::pil_blend(degenerate[i], pixels[i], alpha);
+}
+
 // ImageEnhance.Sharpness: blend with ImageFilter.SMOOTH of the image (its border pixels
-// unfiltered; an image under 3x3 is its own SMOOTH, so nothing changes).
+// unfiltered; an image under 3x3 is its own SMOOTH, so nothing changes). SMOOTH's exact
+// sums are 0.5 + multiples of 1/13, never within float error of an integer, so Filter.c's
+// truncation gives the same value in any summation order: four values a step here.
 void pil_sharpness(uint8_t* pixels, int h, int w, int C, float factor) {
   if (h < 3 || w < 3) return;
+  using augment::Float4;
+  using augment::at4;
+  using augment::mul4;
   const int64_t row = static_cast<int64_t>(w) * C, n = static_cast<int64_t>(h) * row;
   thread_local std::vector<uint8_t> smooth;
+  thread_local std::vector<float> values;
   smooth.assign(pixels, pixels + n);
+  values.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) values[i] = augment::kByteFloat[pixels[i]];
+  const float e = aa::smooth_edge_weight(), m = aa::smooth_centre_weight();
+  const Float4 edge = {e, e, e, e}, centre = {m, m, m, m}, half = {0.5f, 0.5f, 0.5f, 0.5f};
+  const Float4 top = {255, 255, 255, 255};
   for (int y = 1; y < h - 1; ++y) {
-    const uint8_t* above = pixels + (y - 1) * row;
-    const uint8_t* line = pixels + y * row;
-    const uint8_t* below = pixels + (y + 1) * row;
+    const float* above = values.data() + (y - 1) * row;
+    const float* line = values.data() + y * row;
+    const float* below = values.data() + (y + 1) * row;
     uint8_t* out = smooth.data() + y * row;
-    for (int64_t i = C; i < row - C; ++i) out[i] = aa::smooth_value(above, line, below, static_cast<int>(i), C);
+    int64_t i = C;
+    for (; i + 4 <= row - C; i += 4) {
+      Float4 s = half + ((mul4(at4(below + i - C), edge) + mul4(at4(below + i), edge)) + mul4(at4(below + i + C), edge));
+      s += (mul4(at4(line + i - C), edge) + mul4(at4(line + i), centre)) + mul4(at4(line + i + C), edge);
+      s += (mul4(at4(above + i - C), edge) + mul4(at4(above + i), edge)) + mul4(at4(above + i + C), edge);
+      s = s < top ? s : top;
+      const augment::Int4 v = __builtin_convertvector(s, augment::Int4);
+      for (int k = 0; k < 4; ++k) out[i + k] = static_cast<uint8_t>(v[k]);
+    }
+    for (; i < row - C; ++i) out[i] = aa::smooth_value(pixels + (y - 1) * row, pixels + y * row, pixels + (y + 1) * row,
+                                                       static_cast<int>(i), C);
   }
-  for (int64_t i = 0; i < n; ++i) pixels[i] = color::pil_blend(smooth[i], pixels[i], factor);
+  pil_blend_values(pixels, smooth.data(), n, factor);
 }
 
 void channel_histograms(const uint8_t* pixels, int64_t values, int C, uint32_t (*histograms)[256]) {
@@ -277,17 +321,25 @@ void auto_augment_step(uint8_t* pixels, int h, int w, int C, int op, double magn
     return;
   }
   switch (op) {
-    case aa::kBrightness:
-      for (int64_t i = 0; i < n; i += C) color::pil_brightness(pixels + i, C, factor);
+    case aa::kBrightness:  // a blend with a fixed degenerate: one table for every value
+      for (int v = 0; v < 256; ++v) tables[0][v] = color::pil_blend(0, static_cast<uint8_t>(v), factor);
+      for (int64_t i = 0; i < n; ++i) pixels[i] = tables[0][pixels[i]];
       return;
-    case aa::kColor:
-      for (int64_t i = 0; i < n; i += C) color::pil_saturation(pixels + i, C, factor);
+    case aa::kColor: {  // a blend with each pixel's "L" (an "L" image is its own)
+      if (C != 3) return;
+      thread_local std::vector<uint8_t> grey;
+      grey.resize(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; i += 3) grey[i] = grey[i + 1] = grey[i + 2] = color::pil_luma(pixels + i, 3);
+      pil_blend_values(pixels, grey.data(), n, factor);
       return;
+    }
     case aa::kContrast: {
       uint64_t luma = 0;
       for (int64_t i = 0; i < n; i += C) luma += color::pil_luma(pixels + i, C);
       const int mean = color::pil_contrast_mean(luma, static_cast<int64_t>(h) * w);
-      for (int64_t i = 0; i < n; i += C) color::pil_contrast(pixels + i, C, factor, mean);
+      for (int v = 0; v < 256; ++v)
+        tables[0][v] = color::pil_blend(static_cast<uint8_t>(mean), static_cast<uint8_t>(v), factor);
+      for (int64_t i = 0; i < n; ++i) pixels[i] = tables[0][pixels[i]];
       return;
     }
     case aa::kSharpness:
