@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -183,6 +184,23 @@ void pil_affine(const uint8_t* src, uint8_t* dst, int h, int w, int C, const dou
 void pil_affine_bilinear(const uint8_t* src, uint8_t* dst, int h, int w, int C, const double* a, const uint8_t* fill) {
   using color::dmul_rn;
   const int64_t row = static_cast<int64_t>(w) * C;
+  // A translation by whole pixels (TranslateX/Y: torchvision's int(magnitude)): every
+  // centre maps onto a source centre, x + a[2] exactly, so the blend's distances are 0
+  // and its value is that pixel's (lo + (hi - lo) * 0 = lo): a shifted copy, the pixels
+  // that map outside reading the fill, as the generic loop below gives them.
+  if (a[0] == 1.0 && a[1] == 0.0 && a[3] == 0.0 && a[4] == 1.0 && a[2] == std::floor(a[2]) &&
+      a[5] == std::floor(a[5]) && std::fabs(a[2]) < 1 << 30 && std::fabs(a[5]) < 1 << 30) {
+    const int64_t dx = static_cast<int64_t>(a[2]), dy = static_cast<int64_t>(a[5]);
+    const int64_t x_begin = std::clamp<int64_t>(-dx, 0, w), x_end = std::clamp<int64_t>(w - dx, 0, w);
+    for (int y = 0; y < h; ++y) {
+      uint8_t* out = dst + y * row;
+      for (int x = 0; x < w; ++x) std::memcpy(out + static_cast<int64_t>(x) * C, fill, C);
+      const int64_t sy = y + dy;
+      if (sy < 0 || sy >= h || x_begin >= x_end) continue;
+      std::memcpy(out + x_begin * C, src + sy * row + (x_begin + dx) * C, static_cast<size_t>((x_end - x_begin) * C));
+    }
+    return;
+  }
   auto clip = [](int v, int size) { return v < 0 ? 0 : (v < size ? v : size - 1); };
   auto lerp = [](double lo, double hi, double d) { return lo + dmul_rn(hi - lo, d); };
   for (int y = 0; y < h; ++y) {
