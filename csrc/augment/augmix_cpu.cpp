@@ -421,15 +421,9 @@ constexpr const char* kParamsOp = "augmix_params";
 
 // One AugMix op (torchvision's tensor path) with its magnitude on a uint8 HWC image.
 at::Tensor augmix_step_op(const at::Tensor& image, int64_t op, double magnitude, bool bilinear) {
-  FASTLOAD_CHECK_VALUE(image.dim() == 3 && image.scalar_type() == at::kByte && image.device().is_cpu() &&
-                           (image.size(2) == 1 || image.size(2) == 3),
-                       kStepOp, "expected a uint8 HWC image [H, W, 1 or 3] on the CPU, got ", image.scalar_type(),
-                       " of shape ", image.sizes(), " on ", image.device(), ".");
+  check_augment_image(kStepOp, image);
   const int64_t H = image.size(0), W = image.size(1), C = image.size(2);
-  FASTLOAD_CHECK_VALUE(H > 0 && W > 0 && H <= INT32_MAX && W * C <= INT32_MAX, kStepOp,
-                       "expected a non-empty image with rows under 2^31 bytes, got shape ", image.sizes(), ".");
-  FASTLOAD_CHECK_VALUE(op >= 0 && op < aa::kOpCount, kStepOp, "expected an op id in [0, ", int(aa::kOpCount),
-                       ") (fastload.augment.autoaugment.OPS), got ", op, ".");
+  check_op_ids(kStepOp, {op});
   FASTLOAD_CHECK_VALUE(aa::magnitude_valid(magnitude), kStepOp, "expected a finite magnitude within +-",
                        aa::kMaxMagnitude, ", got ", magnitude, ".");
   FASTLOAD_CHECK_VALUE(op != aa::kPosterize || (magnitude >= 0 && magnitude < 9), kStepOp,
@@ -446,16 +440,7 @@ at::Tensor augmix_step_op(const at::Tensor& image, int64_t op, double magnitude,
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> augmix_params_op(
     const at::Tensor& indices, int64_t seed, int64_t epoch, at::IntArrayRef space_ops, at::ArrayRef<double> magnitudes,
     int64_t severity, int64_t width, int64_t chain_depth, double alpha) {
-  FASTLOAD_CHECK_VALUE(indices.dim() == 1 && indices.scalar_type() == at::kLong, kParamsOp,
-                       "expected int64 sample indices [N], got ", indices.scalar_type(), " of shape ",
-                       indices.sizes(), ".");
-  FASTLOAD_CHECK_VALUE(!space_ops.empty() && !magnitudes.empty() && magnitudes.size() % space_ops.size() == 0,
-                       kParamsOp, "expected magnitudes [space_ops x bins], got ", magnitudes.size(), " for ",
-                       space_ops.size(), " ops.");
-  for (const int64_t id : space_ops)
-    FASTLOAD_CHECK_VALUE(id >= 0 && id < aa::kOpCount, kParamsOp, "expected op ids in [0, ", int(aa::kOpCount),
-                         "), got ", id, ".");
-  const int64_t bins = static_cast<int64_t>(magnitudes.size() / space_ops.size());
+  const int64_t bins = check_augment_space(kParamsOp, indices, space_ops, magnitudes);
   FASTLOAD_CHECK_VALUE(severity >= 1 && severity <= bins, kParamsOp, "expected severity in [1, ", bins, "], got ",
                        severity, ".");
   FASTLOAD_CHECK_VALUE(width >= 1 && width <= am::kMaxChains && chain_depth <= am::kMaxDepth, kParamsOp,

@@ -398,29 +398,46 @@ void auto_augment_uint8(const aa::AugmentRecord& record, uint8_t* pixels, int h,
                       record.bilinear != 0);
 }
 
-namespace {
-
-constexpr const char* kOp = "auto_augment";
-constexpr const char* kParamsOp = "auto_augment_params";
-
 void check_op_ids(const char* op, at::IntArrayRef ops) {
   for (const int64_t id : ops)
     FASTLOAD_CHECK_VALUE(id >= 0 && id < aa::kOpCount, op, "expected op ids in [0, ", int(aa::kOpCount),
                          ") (fastload.augment.autoaugment.OPS), got ", id, " in ", ops, ".");
 }
 
+void check_augment_image(const char* op, const at::Tensor& image) {
+  FASTLOAD_CHECK_VALUE(image.dim() == 3 && image.scalar_type() == at::kByte && image.device().is_cpu() &&
+                           (image.size(2) == 1 || image.size(2) == 3),
+                       op, "expected a uint8 HWC image [H, W, 1 or 3] on the CPU, got ", image.scalar_type(),
+                       " of shape ", image.sizes(), " on ", image.device(), ".");
+  FASTLOAD_CHECK_VALUE(image.size(0) > 0 && image.size(1) > 0 && image.size(0) <= INT32_MAX &&
+                           image.size(1) * image.size(2) <= INT32_MAX,
+                       op, "expected a non-empty image with rows under 2^31 bytes, got shape ", image.sizes(), ".");
+}
+
+int64_t check_augment_space(const char* op, const at::Tensor& indices, at::IntArrayRef space_ops,
+                            at::ArrayRef<double> magnitudes) {
+  FASTLOAD_CHECK_VALUE(indices.dim() == 1 && indices.scalar_type() == at::kLong, op,
+                       "expected int64 sample indices [N], got ", indices.scalar_type(), " of shape ",
+                       indices.sizes(), ".");
+  check_op_ids(op, space_ops);
+  FASTLOAD_CHECK_VALUE(!space_ops.empty() && !magnitudes.empty() && magnitudes.size() % space_ops.size() == 0, op,
+                       "expected magnitudes [space_ops x bins], got ", magnitudes.size(), " for ", space_ops.size(),
+                       " ops.");
+  return static_cast<int64_t>(magnitudes.size() / space_ops.size());
+}
+
+namespace {
+
+constexpr const char* kOp = "auto_augment";
+constexpr const char* kParamsOp = "auto_augment_params";
+
 // torchvision's _apply_op(img, op, magnitude) on a PIL image, for each (op, magnitude) in
 // order, of a uint8 HWC image [H, W, 1 or 3]; fill: the affine ops' fill ([] = 0);
 // bilinear: the affine ops' interpolation BILINEAR (else NEAREST).
 at::Tensor auto_augment_op(const at::Tensor& image, at::IntArrayRef ops, at::ArrayRef<double> magnitudes,
                            at::IntArrayRef fill, bool bilinear) {
-  FASTLOAD_CHECK_VALUE(image.dim() == 3 && image.scalar_type() == at::kByte && image.device().is_cpu() &&
-                           (image.size(2) == 1 || image.size(2) == 3),
-                       kOp, "expected a uint8 HWC image [H, W, 1 or 3] on the CPU, got ", image.scalar_type(),
-                       " of shape ", image.sizes(), " on ", image.device(), ".");
+  check_augment_image(kOp, image);
   const int64_t H = image.size(0), W = image.size(1), C = image.size(2);
-  FASTLOAD_CHECK_VALUE(H > 0 && W > 0 && H <= INT32_MAX && W * C <= INT32_MAX, kOp,
-                       "expected a non-empty image with rows under 2^31 bytes, got shape ", image.sizes(), ".");
   FASTLOAD_CHECK_VALUE(ops.size() == magnitudes.size(), kOp, "expected one magnitude per op, got ", ops.size(),
                        " ops and ", magnitudes.size(), " magnitudes.");
   check_op_ids(kOp, ops);
@@ -452,15 +469,7 @@ at::Tensor auto_augment_op(const at::Tensor& image, at::IntArrayRef ops, at::Arr
 std::tuple<at::Tensor, at::Tensor> auto_augment_params_op(const at::Tensor& indices, int64_t seed, int64_t epoch,
                                                           at::IntArrayRef space_ops, at::ArrayRef<double> magnitudes,
                                                           int64_t num_ops, int64_t magnitude_bin) {
-  FASTLOAD_CHECK_VALUE(indices.dim() == 1 && indices.scalar_type() == at::kLong, kParamsOp,
-                       "expected int64 sample indices [N], got ", indices.scalar_type(), " of shape ",
-                       indices.sizes(), ".");
-  check_op_ids(kParamsOp, space_ops);
-  FASTLOAD_CHECK_VALUE(!space_ops.empty() && magnitudes.size() % space_ops.size() == 0 &&
-                           !magnitudes.empty(),
-                       kParamsOp, "expected magnitudes [space_ops x bins], got ", magnitudes.size(), " for ",
-                       space_ops.size(), " ops.");
-  const int64_t bins = static_cast<int64_t>(magnitudes.size() / space_ops.size());
+  const int64_t bins = check_augment_space(kParamsOp, indices, space_ops, magnitudes);
   FASTLOAD_CHECK_VALUE(num_ops >= 1 && num_ops <= aa::kMaxSteps, kParamsOp, "expected num_ops in [1, ",
                        aa::kMaxSteps, "], got ", num_ops, ".");
   FASTLOAD_CHECK_VALUE(magnitude_bin >= -1 && magnitude_bin < bins, kParamsOp, "expected magnitude_bin -1 or in [0, ",

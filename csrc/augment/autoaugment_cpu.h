@@ -5,6 +5,8 @@
 // stage: pil_resample -> padding -> colour ops -> blur -> these -> store.
 #pragma once
 
+#include <ATen/core/Tensor.h>
+
 #include <cstdint>
 
 #include "augment/autoaugment.h"
@@ -40,5 +42,13 @@ void auto_augment_step(uint8_t* pixels, int height, int width, int channels, int
 // A sample's drawn ops in order (nothing when the record is off).
 void auto_augment_uint8(const augment::autoaugment::AugmentRecord& record, uint8_t* pixels, int height, int width,
                         int channels);
+
+// The ops' argument checks, shared with augmix_cpu.cpp's (ValueError "fastload.<op>: ..."):
+// op ids of AugmentOp; a non-empty uint8 HWC image [H, W, 1 or 3] on the CPU; int64 sample
+// indices [N] and an augmentation space (op ids, magnitudes [ops x bins]): its bins.
+void check_op_ids(const char* op, at::IntArrayRef ops);
+void check_augment_image(const char* op, const at::Tensor& image);
+int64_t check_augment_space(const char* op, const at::Tensor& indices, at::IntArrayRef space_ops,
+                            at::ArrayRef<double> magnitudes);
 
 }  // namespace fastload

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "check.h"
 
@@ -115,23 +116,35 @@ void Plan::validate_color(const char* op) const {
                        " (number of input channels), got ", erase_value.size(), " values.");
 }
 
+namespace {
+
+// An augmentation space's fields "<name>_ops" (AugmentOp ids) and "<name>_magnitudes"
+// ([ops x bins], finite within +-kMaxMagnitude, Posterize's bits in [min_bits, 8]): its bins.
+int check_space(const char* op, const char* name, const std::vector<int>& ops, const std::vector<double>& magnitudes,
+                int min_bits) {
+  namespace aa = augment::autoaugment;
+  for (const int id : ops)
+    FASTLOAD_CHECK_VALUE(id >= 0 && id < aa::kOpCount, op, "expected ", name, "_ops ids in [0, ", int(aa::kOpCount),
+                         ") (fastload.augment.autoaugment.OPS), got ", id, ".");
+  FASTLOAD_CHECK_VALUE(!magnitudes.empty() && magnitudes.size() % ops.size() == 0, op, "expected ", name,
+                       "_magnitudes as [", ops.size(), " ops x bins] values, got ", magnitudes.size(), ".");
+  const int bins = static_cast<int>(magnitudes.size() / ops.size());
+  for (size_t k = 0; k < magnitudes.size(); ++k) {
+    const double m = magnitudes[k];
+    FASTLOAD_CHECK_VALUE(aa::magnitude_valid(m), op, "expected finite ", name, "_magnitudes within +-",
+                         aa::kMaxMagnitude, ", got ", m, ".");
+    FASTLOAD_CHECK_VALUE(ops[k / bins] != aa::kPosterize || (m >= min_bits && m < 9), op,
+                         "Posterize's bits must be between or equal to ", min_bits, " and 8, got ", m, ".");
+  }
+  return bins;
+}
+
+}  // namespace
+
 void Plan::validate_augment(const char* op) const {
   namespace aa = augment::autoaugment;
   if (!augmix_ops.empty()) {
-    for (const int id : augmix_ops)
-      FASTLOAD_CHECK_VALUE(id >= 0 && id < aa::kOpCount, op, "expected augmix_ops ids in [0, ", int(aa::kOpCount),
-                           "), got ", id, ".");
-    const size_t ops = augmix_ops.size();
-    FASTLOAD_CHECK_VALUE(!augmix_magnitudes.empty() && augmix_magnitudes.size() % ops == 0, op,
-                         "expected augmix_magnitudes as [", ops, " ops x bins] values, got ", augmix_magnitudes.size(),
-                         ".");
-    const int bins = static_cast<int>(augmix_magnitudes.size() / ops);
-    for (size_t k = 0; k < augmix_magnitudes.size(); ++k) {
-      const double m = augmix_magnitudes[k];
-      FASTLOAD_CHECK_VALUE(aa::magnitude_valid(m) && (augmix_ops[k / bins] != aa::kPosterize || (m >= 0 && m < 9)), op,
-                           "expected finite augmix_magnitudes within +-", aa::kMaxMagnitude,
-                           " (Posterize: 0 to 8 bits), got ", m, ".");
-    }
+    const int bins = check_space(op, "augmix", augmix_ops, augmix_magnitudes, 0);  // AugMix's tensor posterize: 0 too
     FASTLOAD_CHECK_VALUE(augmix_severity >= 1 && augmix_severity <= bins, op, "expected augmix_severity in [1, ", bins,
                          "], got ", augmix_severity, ".");
     FASTLOAD_CHECK_VALUE(augmix_width >= 1 && augmix_width <= augment::augmix::kMaxChains &&
@@ -143,23 +156,7 @@ void Plan::validate_augment(const char* op) const {
     FASTLOAD_CHECK_VALUE(augment_ops.empty(), op, "expected one of TrivialAugmentWide / RandAugment and AugMix, got both.");
   }
   if (augment_ops.empty()) return;
-  for (const int id : augment_ops)
-    FASTLOAD_CHECK_VALUE(id >= 0 && id < aa::kOpCount, op, "expected augment_ops ids in [0, ", int(aa::kOpCount),
-                         ") (fastload.augment.autoaugment.OPS), got ", id, ".");
-  const size_t ops = augment_ops.size();
-  FASTLOAD_CHECK_VALUE(!augment_magnitudes.empty() && augment_magnitudes.size() % ops == 0, op,
-                       "expected augment_magnitudes as [", ops, " ops x bins] values, got ", augment_magnitudes.size(),
-                       ".");
-  const int bins = static_cast<int>(augment_magnitudes.size() / ops);
-  for (size_t k = 0; k < ops; ++k) {
-    for (int b = 0; b < bins; ++b) {
-      const double m = augment_magnitudes[k * bins + b];
-      FASTLOAD_CHECK_VALUE(aa::magnitude_valid(m), op, "expected finite augment_magnitudes within +-",
-                           aa::kMaxMagnitude, ", got ", m, ".");
-      FASTLOAD_CHECK_VALUE(augment_ops[k] != aa::kPosterize || (m >= 1 && m < 9), op,
-                           "Posterize's bits must be between or equal to 1 and 8, got ", m, ".");
-    }
-  }
+  const int bins = check_space(op, "augment", augment_ops, augment_magnitudes, 1);  // ImageOps.posterize: 1 to 8
   FASTLOAD_CHECK_VALUE(augment_num_ops >= 1 && augment_num_ops <= aa::kMaxSteps, op, "expected augment_num_ops in [1, ",
                        aa::kMaxSteps, "] (RandAugment's num_ops), got ", augment_num_ops, ".");
   FASTLOAD_CHECK_VALUE(augment_magnitude_bin >= -1 && augment_magnitude_bin < bins, op,

@@ -110,13 +110,9 @@ class _AutoAugment:
 
     def uint8_fill(self, channels: int) -> List[float]:
         """The affine ops' fill as Pillow takes it: int() per channel ([] for None)."""
-        if self.fill is None:
-            return []
-        fill = list(self.fill) * channels if len(self.fill) == 1 else list(self.fill)
-        if len(fill) != channels:
-            raise ValueError(f"The number of elements in 'fill' does not match the number of channels of the "
-                             f"image ({len(fill)} != {channels})")
-        return [float(min(max(int(f), 0), 255)) for f in fill]
+        from fastload.augment.specs import uint8_fill
+
+        return [] if self.fill is None else [float(f) for f in uint8_fill(self.fill, channels)]
 
     def params(self, indices: torch.Tensor, seed: int, epoch: int, height: int,
                width: int) -> Tuple[torch.Tensor, torch.Tensor]:

@@ -208,20 +208,28 @@ class RandomCrop:
 
     def uint8_fill(self, channels: int) -> Tuple[int, ...]:
         """The constant fill as the uint8 values torchvision's pad of a PIL image of
-        `channels` channels writes: one per channel.
+        `channels` channels writes: one per channel (uint8_fill).
 
         Raises:
             ValueError: a fill sequence of neither 1 nor `channels` values (torchvision's
                 message).
         """
-        fill = 0 if self.fill is None else self.fill
-        fill = tuple(fill) if isinstance(fill, (tuple, list)) else (fill,) * channels
-        if len(fill) == 1:
-            fill = fill * channels
-        elif len(fill) != channels:
-            raise ValueError(f"The number of elements in 'fill' does not match the number of channels of the image "
-                             f"({len(fill)} != {channels})")
-        return tuple(min(max(int(f), 0), 255) for f in fill)
+        return uint8_fill(self.fill, channels)
+
+
+def uint8_fill(fill, channels: int) -> Tuple[int, ...]:
+    """A fill (None, a number or a sequence) as Pillow writes it into a uint8 image of
+    `channels` channels (torchvision's _parse_fill, then int()): one value per channel,
+    clamped to [0, 255]. ValueError (torchvision's message) for a sequence of neither 1 nor
+    `channels` values."""
+    fill = 0 if fill is None else fill
+    fill = tuple(fill) if isinstance(fill, (tuple, list)) else (fill,) * channels
+    if len(fill) == 1:
+        fill = fill * channels
+    elif len(fill) != channels:
+        raise ValueError(f"The number of elements in 'fill' does not match the number of channels of the image "
+                         f"({len(fill)} != {channels})")
+    return tuple(min(max(int(f), 0), 255) for f in fill)
 
 
 @dataclass(frozen=True)
