@@ -22,7 +22,9 @@
 #include "augment/geometry.h"
 #include "augment/plan.h"
 #include "check.h"
+#include "decode/decode_jpeg.h"
 #include "engine/batch.h"
+#include "engine/gil.h"
 #include "engine/sample.h"
 
 namespace py = pybind11;
@@ -330,6 +332,10 @@ void bind_plan(py::module_& m) {
         py::arg("index"), py::kw_only(), py::arg("vertical") = false,
         "(box, clamp, flip) of one sample under a plan, in full-resolution pixels; vertical=True: (box, clamp, "
         "flip, flip_v), required for a plan with flip_v_p > 0.");
+  m.def("dct_scale_denom", &choose_scale_denom, py::arg("crop_height"), py::arg("crop_width"), py::arg("out_height"),
+        py::arg("out_width"),
+        "The DCT scale denominator (1, 2, 4 or 8) the engine decodes a crop of this many full-resolution pixels "
+        "at for this output size.");
   m.def("color_passes", &color_passes, py::arg("plan"), py::arg("samples"), py::arg("epoch"),
         "uint8 [N, K]: the colour records (ColorJitter, grayscale, erasing) of samples [N] under a plan, as the "
         "engine draws them; the batch op's `color`.");
@@ -361,16 +367,18 @@ void bind_engine(py::module_& m) {
       // (status int32 [B], messages); in cpu+gpu mode (out=None) also (packed uint8,
       // shapes int64 [B, 4] = (offset, height, width, row_stride), boxes float32 [B, 4],
       // flips bool [B], or [B, 2] when the plan flips top-bottom): the inputs of
-      // crop_resize_flip_normalize_batch.
+      // crop_resize_flip_normalize_batch. None when `timeout` (seconds, > 0) passes first:
+      // the ticket stays valid.
       .def(
           "wait",
-          [](BatchEngine& engine, int64_t ticket) -> py::tuple {
-            engine::BatchResult result = engine.wait(ticket);
-            if (!result.windows.has_value()) return py::make_tuple(result.status, result.messages);
-            const engine::PackedWindows& w = *result.windows;
-            return py::make_tuple(result.status, result.messages, w.packed, w.shapes, w.boxes, w.flips);
+          [](BatchEngine& engine, int64_t ticket, double timeout) -> py::object {
+            std::optional<engine::BatchResult> result = engine.wait(ticket, timeout);
+            if (!result.has_value()) return py::none();
+            if (!result->windows.has_value()) return py::make_tuple(result->status, result->messages);
+            const engine::PackedWindows& w = *result->windows;
+            return py::make_tuple(result->status, result->messages, w.packed, w.shapes, w.boxes, w.flips);
           },
-          py::arg("ticket"))
+          py::arg("ticket"), py::arg("timeout") = 0.0)
       .def("read_samples", &BatchEngine::read_samples, py::arg("samples"))
       .def("thread_times", &BatchEngine::thread_times,
            "Each engine thread's seconds per stage (float64 [threads, stages], the stages of "
@@ -388,5 +396,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.doc() = "fastload native core: ops are in torch.ops.fastload";
   fastload::bind_plan(module);
   fastload::bind_engine(module);
+  fastload::engine::install_exit_guard();
   module.def("build_info", &fastload::build_info, "Compile-time configuration: versions, backends, flags.");
 }

@@ -43,6 +43,9 @@ _LAZY = {
     "NotBuiltError": ("fastload._ext", "NotBuiltError"),
     "ErrorPolicy": ("fastload.errors", "ErrorPolicy"),
     "UnsupportedPipeline": ("fastload.errors", "UnsupportedPipeline"),
+    "FolderInUse": ("fastload.errors", "FolderInUse"),
+    "PrepareDecodeError": ("fastload.prepare.run", "PrepareDecodeError"),
+    "UnreadableSample": ("fastload.prepare.source", "UnreadableSample"),
     "NotConvertible": ("fastload.compat.torchvision", "NotConvertible"),
 }
 

@@ -54,6 +54,11 @@ class UnsupportedPipeline(ValueError):
     """The transforms cannot run on the native pipeline; the message says why."""
 
 
+class FolderInUse(RuntimeError):
+    """Another fastload.prepare is writing into the same output folder; the message names
+    the folder, that run's process id, and what to do."""
+
+
 class ErrorPolicy:
     """on_error, validated once: what a stage does with a sample it cannot read.
 

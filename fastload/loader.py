@@ -490,7 +490,7 @@ def _choose_path(loader: DataLoader, dataset: Any, *, iterable: bool, sampler: A
         pin_memory=pin_memory or (device is not None and device.type == "cuda"),
         accelerate=accelerate, dtype=loader.dtype, memory_format=loader.memory_format, on_error=loader.on_error,
         seed=loader.seed, device=device, decode_on=loader.decode_on, dct_scaling=loader.dct_scaling,
-        tail_on=loader.tail_on)
+        tail_on=loader.tail_on, timeout=loader.timeout)
     if accelerate is True and runner is None:
         raise ValueError(
             f"{_PREFIX}: expected a dataset the native pipeline can run (accelerate=True), got "

@@ -289,3 +289,41 @@ def test_every_exception_type_fastload_raises_is_importable_from_fastload():
     for name, cls in public.items():
         assert name in fastload.__all__, name
         assert cls is None or getattr(fastload, name) is cls, name
+
+
+NATIVE_READ_NEVER_RETURNS = """
+import sys, time
+import fastload
+from fastload import transforms as T
+dataset = fastload.ImageFolder(sys.argv[1], transforms=[T.Resize(32), T.CenterCrop(32)])
+loader = fastload.DataLoader(dataset, batch_size=4, timeout=1.5)
+assert loader.path.startswith("native"), loader.path
+started = time.monotonic()
+try:
+    list(loader)
+except RuntimeError as error:
+    print(f"{time.monotonic() - started:.1f}s", error)
+"""
+
+
+def test_native_read_that_never_returns_honours_timeout_and_the_process_exits(tmp_path):
+    """A FIFO opened for reading blocks until a writer comes: the engine's read never
+    returns, as on a hung network file system. The loader raises torch's timeout error
+    naming the batch, and the process exits (close leaves the stuck thread behind)."""
+    import os
+    import subprocess
+    import sys
+
+    import jpeg_samples as js
+
+    js.write_image_folder(tmp_path, classes=1, per_class=3, size=(40, 40))
+    os.mkfifo(tmp_path / "class_0" / "img_9.jpg")
+    script = tmp_path / "child.py"
+    script.write_text(NATIVE_READ_NEVER_RETURNS)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [os.path.dirname(__file__),
+                                                                     os.environ.get("PYTHONPATH")])))
+    child = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True,
+                           timeout=60, env=env)
+    assert child.returncode == 0, child.stderr[-3000:]
+    assert "DataLoader timed out after 1.5 seconds" in child.stdout, child.stdout + child.stderr[-3000:]
+    assert "batch of samples [0, 1, 2, 3]" in child.stdout and "img_9.jpg" in child.stdout

@@ -138,12 +138,8 @@ def make_folder(root, jpegs):
 
 
 def scale_denom(box_height, box_width, out_height, out_width):
-    """The engine's DCT scale (csrc/decode/decode_jpeg.h choose_scale_denom): the largest
-    d with ceil(crop / d) >= out on both axes."""
-    for d in (8, 4, 2):
-        if -(-int(box_height) // d) >= out_height and -(-int(box_width) // d) >= out_width:
-            return d
-    return 1
+    """The engine's DCT scale (csrc/decode/decode_jpeg.h choose_scale_denom)."""
+    return _ext.require_ops().dct_scale_denom(int(box_height), int(box_width), out_height, out_width)
 
 
 def window_reference(data, plan, epoch, index):
@@ -615,3 +611,12 @@ def test_engine_with_bicubic_equals_the_single_image_op_on_the_decoded_image(tmp
     finally:
         runner.close()
     assert flipped > 0  # the vertical flip was exercised
+
+
+@needs_ops
+def test_crops_smaller_than_a_dct_block_decode_at_full_scale():
+    """A 1x1 crop decoded at scale 1/8 would read an 8x8 block's average, not its pixel."""
+    denom = _ext.require_ops().dct_scale_denom
+    assert denom(1, 1, 1, 1) == 1
+    assert denom(7, 30, 1, 1) == 4  # the largest scale with a whole scaled pixel on both axes
+    assert denom(800, 900, 100, 100) == 8 and denom(300, 300, 224, 224) == 1

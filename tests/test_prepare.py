@@ -11,8 +11,11 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
+import subprocess
 import sys
 import tarfile
+import time
 
 import numpy as np
 import pytest
@@ -275,6 +278,201 @@ def test_prepare_command_line(folder, tmp_path, capsys):
     assert "samples in 3 shards" in capsys.readouterr().out
     assert main([str(tmp_path / "nowhere"), str(tmp_path / "x"), "--workers", "0"]) == 1
     assert "expected an image folder or tar shards" in capsys.readouterr().err
+
+
+def test_broken_symlinks_raise_naming_the_file_or_are_skipped_and_listed(tmp_path):
+    src = tmp_path / "src" / "c"
+    src.mkdir(parents=True)
+    good = js.encode(js.photo(40, 40, 0))
+    (src / "a.jpg").write_bytes(good)
+    (src / "b.jpg").write_bytes(good[: len(good) // 2])  # truncated: the record every skip has
+    os.symlink("missing.jpg", src / "dangling.jpg")
+    os.symlink("loop.jpg", src / "loop.jpg")  # ELOOP
+    (src / "z.jpg").write_bytes(good)
+    with pytest.raises(fastload.DecodeError, match=r"sample 2, .*dangling\.jpg: .*'missing\.jpg', which does not "
+                                                   r"exist\)\. Fix or remove the file, or pass on_error='skip'"):
+        fastload.prepare(str(tmp_path / "src"), str(tmp_path / "raise"), num_workers=0)
+    assert not [n for n in os.listdir(tmp_path / "raise") if n.endswith((".tar", ".tmp"))]
+    os.unlink(src / "dangling.jpg")
+    with pytest.raises(fastload.DecodeError, match=r"loop\.jpg: .*leads back to itself"):
+        fastload.prepare(str(tmp_path / "src"), str(tmp_path / "raise"), num_workers=0)
+    os.symlink("missing.jpg", src / "dangling.jpg")
+
+    out = fastload.prepare(str(tmp_path / "src"), str(tmp_path / "skip"), num_workers=0, on_error="skip")
+    skipped = out.manifest["skipped"]
+    assert [os.path.basename(s["source"]) for s in skipped] == ["b.jpg", "dangling.jpg", "loop.jpg"]
+    assert all(set(s) == {"sample", "source", "reason"} and s["reason"] for s in skipped)
+    shards = fastload.TarShards(out.root)
+    assert len(shards) == 2 and shards.index.read(0) == shards.index.read(1)
+    images, _ = next(iter(fastload.DataLoader(fastload.TarShards(out.root, transforms=[T.CenterCrop(16)]),
+                                              batch_size=2)))
+    assert images.shape == (2, 3, 16, 16)
+    again = fastload.prepare(str(tmp_path / "src"), str(tmp_path / "skip"), num_workers=0, on_error="skip")
+    assert again.redone == 0  # the same broken links: the same source, the shards kept
+
+
+# A preparation that takes a while (0.5 s per image), run as its own process; each image
+# it starts appends the worker's pid to the file argv[3].
+SLOW_PREPARE = """
+import os, sys, time
+import fastload
+from fastload.prepare import run
+
+real = run.enc.encode
+
+def slow(data, name, sample, settings):
+    with open(sys.argv[3], "a") as f:
+        f.write(f"{os.getpid()}\\n")
+    time.sleep(0.5)
+    return real(data, name, sample, settings)
+
+run.enc.encode = slow
+fastload.prepare(sys.argv[1], sys.argv[2], samples_per_shard=4, num_workers=2, progress=False)
+"""
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def slow_prepare(src, dst, pids) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", SLOW_PREPARE, str(src), str(dst), str(pids)], cwd=ROOT,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(condition, what: str, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_second_preparation_into_the_same_folder_is_refused_while_the_first_runs(folder, prepared, tmp_path,
+                                                                                 capsys):
+    from fastload.prepare.cli import main
+
+    out, pids = tmp_path / "out", tmp_path / "pids"
+    first = slow_prepare(folder, out, pids)
+    try:
+        wait_for(lambda: pids.exists() or first.poll() is not None, "the first preparation to start on images")
+        assert first.poll() is None, first.stderr.read()
+        with pytest.raises(fastload.errors.FolderInUse,
+                           match=rf"another preparation \(process {first.pid}\) is writing into .*out'\. "
+                                 "Wait for it to finish, or choose another output folder"):
+            fastload.prepare(folder, str(out), samples_per_shard=4, num_workers=0)
+        assert main([folder, str(out), "--workers", "0", "--samples-per-shard", "4"]) == 1
+        assert f"another preparation (process {first.pid}) is writing into" in capsys.readouterr().err
+        assert first.wait(timeout=300) == 0, first.stderr.read()
+    finally:
+        first.kill()
+        first.wait()
+    manifest = fastload.prepare.read_manifest(str(out))
+    assert [s["sha256"] for s in manifest["shards"]] == [s["sha256"] for s in prepared.manifest["shards"]]
+    assert len(fastload.TarShards(str(out))) == len(fastload.TarShards(prepared.root))
+    # The lock file stays, and neither a rerun, a loader nor overwrite minds it.
+    assert os.path.exists(out / ".fastload-prepare.lock")
+    assert fastload.prepare(folder, str(out), samples_per_shard=4, num_workers=0).redone == 0
+    assert fastload.prepare(folder, str(out), samples_per_shard=3, num_workers=0, overwrite=True).redone == 4
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie writes nothing
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers die with their parent on Linux only")
+def test_killed_preparation_leaves_no_lock_and_no_worker_behind(folder, prepared, tmp_path):
+    out, pids = tmp_path / "out", tmp_path / "pids"
+    first = slow_prepare(folder, out, pids)
+    try:
+        workers = set()
+
+        def both_workers_busy() -> bool:
+            workers.update(int(p) for p in pids.read_text().split()) if pids.exists() else None
+            return len(workers) == 2 or first.poll() is not None
+
+        wait_for(both_workers_busy, "both workers to start on images")
+        assert first.poll() is None, first.stderr.read()
+        os.kill(first.pid, signal.SIGKILL)  # the preparing process only, as the OOM killer would
+        first.wait()
+        # Its workers go with it: left alone they would hold the lock, or write the shard
+        # they were on while the next run writes the same one.
+        wait_for(lambda: not any(_running(p) for p in workers), "the killed run's workers to end", timeout=10)
+    finally:
+        first.kill()
+        first.wait()
+    again = fastload.prepare(folder, str(out), samples_per_shard=4, num_workers=0)
+    assert [s["sha256"] for s in again.manifest["shards"]] == [s["sha256"] for s in prepared.manifest["shards"]]
+    assert len(fastload.TarShards(again.root)) == len(fastload.TarShards(prepared.root))
+
+
+def test_prepared_files_follow_the_umask(folder, tmp_path):
+    before = os.umask(0o022)
+    try:
+        out = fastload.prepare(folder, str(tmp_path / "out"), samples_per_shard=4, num_workers=0)
+    finally:
+        os.umask(before)
+    files = [os.path.join(d, f) for d, _, names in os.walk(out.root) for f in names]
+    assert {os.path.basename(f) for f in files} >= {"fastload-manifest.json", "shard-000000.tar",
+                                                    "shard-000000.tar.idx.json"}
+    assert {os.path.relpath(f, out.root): oct(os.stat(f).st_mode & 0o777) for f in files} == {
+        os.path.relpath(f, out.root): "0o644" for f in files}
+
+
+def test_bad_image_message_gives_the_advice_once_naming_the_callers_option(tmp_path, capsys):
+    from fastload.prepare.cli import main
+
+    src = tmp_path / "src" / "c"
+    src.mkdir(parents=True)
+    good = js.encode(js.photo(40, 40, 0))
+    (src / "a.jpg").write_bytes(good[: len(good) // 2])
+    with pytest.raises(fastload.DecodeError) as raised:
+        fastload.prepare(str(tmp_path / "src"), str(tmp_path / "api"), num_workers=0)
+    message = str(raised.value)
+    assert "a.jpg" in message and message.count("Fix or remove the file") == 1
+    assert message.count("on_error='skip'") == 1 and "loader" not in message and ".." not in message
+    assert main([str(tmp_path / "src"), str(tmp_path / "cli"), "--workers", "0"]) == 1
+    printed = capsys.readouterr().err
+    assert "a.jpg" in printed and printed.count("Fix or remove the file") == 1
+    assert printed.count("--on-error skip") == 1 and "on_error=" not in printed and ".." not in printed
+    # A worker process's error reaches the caller with its message.
+    (src / "b.jpg").write_bytes(good)
+    with pytest.raises(fastload.DecodeError, match="a.jpg: .*pass on_error='skip' to leave such files out"):
+        fastload.prepare(str(tmp_path / "src"), str(tmp_path / "pool"), num_workers=2, samples_per_shard=1)
+
+
+def test_help_explains_seed_samples_per_shard_and_raw_fraction(capsys):
+    from fastload.prepare.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--seed S which images --raw-fraction picks" in text
+    assert "--samples-per-shard N images per shard" in text and "at least 64" in text
+    assert "--raw-fraction F share of images (0..1) stored as raw pixels" in text
+
+
+def test_default_samples_per_shard_gives_every_worker_a_shard(tmp_path):
+    src = tmp_path / "src" / "c"
+    src.mkdir(parents=True)
+    for i in range(130):
+        (src / f"{i:03d}.jpg").write_bytes(js.encode(js.photo(16, 16, i)))
+    out = fastload.prepare(str(tmp_path / "src"), str(tmp_path / "out"), num_workers=2)
+    assert out.manifest["settings"]["samples_per_shard"] == 65 and [s["count"] for s in out.manifest["shards"]] == [
+        65, 65]
+    given = fastload.prepare(str(tmp_path / "src"), str(tmp_path / "given"), num_workers=2, samples_per_shard=100)
+    assert [s["count"] for s in given.manifest["shards"]] == [100, 30]
+    # Resuming with another worker count keeps the plan of the run it resumes.
+    os.unlink(out.shards[1])
+    os.unlink(os.path.join(out.root, "fastload-manifest.json"))
+    resumed = fastload.prepare(str(tmp_path / "src"), out.root, num_workers=0)
+    assert resumed.redone == 1 and resumed.manifest == out.manifest
+
+    from fastload.prepare.run import _default_samples_per_shard
+
+    assert [_default_samples_per_shard(n, w) for n, w in [(130, 2), (500, 2), (100, 8), (10 ** 6, 16),
+                                                          (1000, 1), (1000, 0), (5, 4)]] == [
+        65, 250, 64, 1000, 1000, 1000, 64]
 
 
 # ---- column tiles ------------------------------------------------------------------

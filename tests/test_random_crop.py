@@ -198,14 +198,82 @@ def test_random_crop_zero_fill_keeps_the_kernels_padding():
     assert fuse([specs.RandomCrop(32, padding=4, padding_mode="reflect")]).fields["padding_mode"] == 2
 
 
-@pytest.mark.parametrize("crop, reason", [
-    (specs.RandomCrop(32, padding=4, padding_mode="reflect", pad_if_needed=True), "pads as needed"),
-    (specs.RandomCrop(32, padding=(17, 2), padding_mode="symmetric"), "mirrors more than half the crop"),
+def crops_over_epochs(root, make_crop, padding, fill=0, padding_mode="constant", epochs=3):
+    """The loader's crops of `root` over several epochs beside torchvision's at the same
+    offsets: (native uint8 [N, C, h, w], torchvision's, how many crops lie wholly outside
+    their image)."""
+    transform = T.Compose([make_crop(T), T.RandomHorizontalFlip(), T.PILToTensor()])
+    dataset = ImageFolder(root, transform=transform)
+    loader = fastload.DataLoader(dataset, batch_size=4)
+    assert loader.path.startswith("native"), loader.path
+    crop = make_crop(specs)
+    plan = build_plan([crop, specs.RandomHorizontalFlip()], seed=loader.state_dict()["native_seed"])
+    got, want, outside = [], [], 0
+    for epoch in range(epochs):
+        loader.set_epoch(epoch)
+        got += [b for b, _ in loader]
+        for i, (path, _) in enumerate(dataset.samples):
+            want.append(torchvision_crop(path, plan, crop.padding or (0, 0, 0, 0), epoch, i, fill, padding_mode))
+            with Image.open(path) as image:
+                (top, left, height, width), _, _ = _ext.require_ops().region_of(plan, image.height, image.width,
+                                                                                epoch, i)
+                outside += top + height <= 0 or left + width <= 0 or top >= image.height or left >= image.width
+    return torch.cat(got), torch.stack(want), outside
+
+
+@pytest.mark.parametrize("padding_mode", ["constant", "edge", "reflect", "symmetric"])
+@pytest.mark.parametrize("size, padding, fill", [
+    (4, 50, (10, 200, 30)),  # most crops wholly in the padding
+    (1, (0, 5), 7),          # 1x1 crops, padding left and right only
+    (32, 100, 0),            # crops larger than the image, partly or wholly in the padding
+    ((5, 40), (30, 2), 90),  # a thin crop, padding wider than the image on one axis
 ])
-def test_random_crop_mirroring_beyond_the_decoded_margin_does_not_fuse(crop, reason):
-    with pytest.raises(UnsupportedPipeline, match=reason):
+def test_crops_in_the_padding_equal_torchvision(root, padding_mode, size, padding, fill):
+    """Crops that fall partly or wholly outside the image read the fill (constant) or
+    numpy.pad's edge / mirrored pixels, as torchvision's RandomCrop of a PIL image."""
+    def make_crop(module):
+        return module.RandomCrop(size, padding=padding, fill=fill, padding_mode=padding_mode)
+
+    images, want, outside = crops_over_epochs(root, make_crop, padding, fill, padding_mode)
+    # No resample: the decoded pixels (the same libjpeg-turbo decode) and their padding.
+    diff = (images.to(torch.int32) - want.to(torch.int32)).abs()
+    assert (diff <= 1).double().mean() >= 0.999, diff.max()
+    if size != (5, 40):
+        assert outside > 0  # the case that failed before is covered
+
+
+@pytest.mark.parametrize("padding_mode", ["reflect", "symmetric", "edge"])
+@pytest.mark.parametrize("size, padding, pad_if_needed", [(32, (17, 2), False), (48, 0, True), (32, 60, False)])
+def test_crops_mirrored_from_far_into_a_large_image_equal_torchvision(tmp_path, padding_mode, size, padding,
+                                                                       pad_if_needed):
+    """Mirrored padding wider than half the crop (or pad_if_needed) reads pixels far from the
+    crop: the engine decodes every pixel a padded position maps onto."""
+    import jpeg_samples as js
+
+    js.write_image_folder(tmp_path, classes=1, per_class=4, size=(40, 120))  # 30..50 x 90..150
+    def make_crop(module):
+        return module.RandomCrop(size, padding=padding, padding_mode=padding_mode, pad_if_needed=pad_if_needed)
+
+    images, want, _ = crops_over_epochs(str(tmp_path), make_crop, padding, padding_mode=padding_mode)
+    diff = (images.to(torch.int32) - want.to(torch.int32)).abs()
+    assert (diff <= 1).double().mean() >= 0.999, diff.max()
+
+
+@pytest.mark.parametrize("padding_mode", ["reflect", "symmetric"])
+def test_mirrored_padding_and_pad_if_needed_together_do_not_fuse_and_equal_torchvision(root, padding_mode):
+    """torchvision pads twice (padding, then what the crop misses), the second time
+    mirroring the padded image: not the engine's one mirror about the image's edges."""
+    crop = specs.RandomCrop(48, padding=4, padding_mode=padding_mode, pad_if_needed=True)
+    with pytest.raises(UnsupportedPipeline, match="mirrors an already padded image"):
         fuse([crop])
-    fuse([specs.RandomCrop(32, padding_mode="reflect", pad_if_needed=False)])  # nothing to pad: fuses
+    fuse([specs.RandomCrop(48, padding=4, padding_mode="edge", pad_if_needed=True)])  # edges of edges: fuses
+    torch.manual_seed(0)
+    transform = T.Compose([T.RandomCrop(48, padding=4, padding_mode=padding_mode, pad_if_needed=True),
+                           T.PILToTensor()])
+    dataset = ImageFolder(root, transform=transform)
+    loader = fastload.DataLoader(dataset, batch_size=4)
+    assert not loader.path.startswith("native") and "mirrors an already padded image" in loader.path, loader.path
+    assert next(iter(loader))[0].shape == (4, 3, 48, 48)
 
 
 def test_random_crop_then_resize_does_not_fuse_and_says_why(root):

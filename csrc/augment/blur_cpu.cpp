@@ -19,24 +19,30 @@ void pad_uint8_stage(const augment::color::ColorPass& cp, const ImageView& in, c
                      int out_h, int out_w, uint8_t* pixels) {
   if (!cp.pad.on) return;
   const int C = in.channels;
-  // RandomCrop's box: whole pixels, the output's size (scale 1).
-  const int64_t top = static_cast<int64_t>(std::lround(box.top)), left = static_cast<int64_t>(std::lround(box.left));
-  // The mapped pixel is inside the view whenever the plan fuses (the engine decodes what
-  // the reflection reaches); the clamp only keeps any other case inside the buffer.
-  const auto source = [](int64_t j, int size, int mode) {
-    return static_cast<int>(std::clamp<int64_t>(padded_source_index(j, size, mode), 0, size - 1));
+  const PadRecord& pad = cp.pad;
+  const int64_t image_h = pad.image_height > 0 ? pad.image_height : in.height;
+  const int64_t image_w = pad.image_width > 0 ? pad.image_width : in.width;
+  // RandomCrop's box: whole pixels, the output's size (scale 1), here in image coordinates.
+  const int64_t top = std::lround(box.top) + pad.view_top, left = std::lround(box.left) + pad.view_left;
+  // The pixel a padded position reads, in the view. It is inside the view whenever the
+  // engine decoded the window (sample.cpp's decode_window); the clamp only keeps any other
+  // case inside the buffer.
+  const auto source = [&](int64_t j, int64_t size, int64_t view_origin, int view_size) {
+    return static_cast<int>(std::clamp<int64_t>(padded_source_index(j, size, pad.mode) - view_origin, 0,
+                                                view_size - 1));
   };
   for (int y = 0; y < out_h; ++y) {
     const int64_t sy = top + (resample.flip_v ? out_h - 1 - y : y);
-    const bool row_inside = sy >= 0 && sy < in.height;
-    const uint8_t* src_row = in.data + static_cast<int64_t>(source(sy, in.height, cp.pad.mode)) * in.row_stride;
+    const bool row_inside = sy >= 0 && sy < image_h;
+    const uint8_t* src_row = in.data + static_cast<int64_t>(source(sy, image_h, pad.view_top, in.height)) * in.row_stride;
     uint8_t* dst = pixels + static_cast<size_t>(y) * out_w * C;
     for (int x = 0; x < out_w; ++x) {
       const int64_t sx = left + (resample.flip ? out_w - 1 - x : x);
-      if (row_inside && sx >= 0 && sx < in.width) continue;
+      if (row_inside && sx >= 0 && sx < image_w) continue;  // an image pixel: the kernel copied it
       for (int c = 0; c < C; ++c) {
-        dst[x * C + c] = cp.pad.mode == kPadConstant ? cp.pad.fill[c]
-                                                     : src_row[static_cast<int64_t>(source(sx, in.width, cp.pad.mode)) * C + c];
+        dst[x * C + c] = pad.mode == kPadConstant
+                             ? pad.fill[c]
+                             : src_row[static_cast<int64_t>(source(sx, image_w, pad.view_left, in.width)) * C + c];
       }
     }
   }

@@ -108,7 +108,9 @@ FASTLOAD_HD bool color_pass_valid(const ColorPass& cp, int out_h, int out_w) {
     if (op < 0 || op > 3 || (seen & (1 << op))) return false;
     seen |= 1 << op;
   }
-  if (cp.pad.mode < kPadConstant || cp.pad.mode > kPadSymmetric) return false;
+  if (cp.pad.mode < kPadConstant || cp.pad.mode > kPadSymmetric || cp.pad.view_top < 0 || cp.pad.view_left < 0 ||
+      cp.pad.image_height < 0 || cp.pad.image_width < 0)
+    return false;
   if (cp.augment.count < 0 || cp.augment.count > autoaugment::kMaxSteps) return false;
   for (int k = 0; k < cp.augment.count; ++k) {
     const autoaugment::Step& step = cp.augment.steps[k];

@@ -70,6 +70,10 @@ struct PadRecord {
   bool on = false;
   int mode = kPadConstant;
   uint8_t fill[3] = {0, 0, 0};
+  // Where the view the kernel reads starts in the image, and the image's size (0: the view
+  // is the whole image). Positions are mapped about the image's edges, not the view's, so
+  // the engine decodes only the pixels the crop and its padding read.
+  int32_t view_top = 0, view_left = 0, image_height = 0, image_width = 0;
 };
 
 // Where an image's output comes from, in full-resolution pixels of the source image.

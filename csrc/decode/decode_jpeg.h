@@ -87,7 +87,7 @@ at::Tensor scaled_window_tensor(std::unique_ptr<DecodedWindow> window, bool whol
 
 // Largest DCT scale denominator in {1, 2, 4, 8} at which a crop of crop_h x crop_w
 // full-resolution pixels still covers out_h x out_w output pixels:
-// ceil(crop / d) >= out in both dimensions (out <= 0 constrains nothing).
+// ceil(crop / d) >= out in both dimensions (out <= 0 constrains nothing), and crop >= d.
 int choose_scale_denom(int crop_h, int crop_w, int out_h, int out_w);
 
 }  // namespace fastload

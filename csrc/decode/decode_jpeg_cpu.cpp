@@ -426,8 +426,10 @@ void decode_jpeg_window(const uint8_t* data, size_t size, int top, int left, int
 
 int choose_scale_denom(int crop_h, int crop_w, int out_h, int out_w) {
   for (int d : {8, 4, 2}) {
-    // ceil(crop / d) >= out in both dimensions (out <= 0 constrains nothing).
-    if ((crop_h + d - 1) / d >= out_h && (crop_w + d - 1) / d >= out_w) return d;
+    // ceil(crop / d) >= out in both dimensions (out <= 0 constrains nothing), and at least
+    // one whole scaled pixel: a crop of fewer than d pixels (a 1x1 RandomCrop) would read
+    // the average of a d x d block, not its own pixels.
+    if ((crop_h + d - 1) / d >= out_h && (crop_w + d - 1) / d >= out_w && crop_h >= d && crop_w >= d) return d;
   }
   return 1;
 }

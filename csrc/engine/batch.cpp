@@ -8,36 +8,52 @@
 
 #include <ATen/MemoryOverlap.h>
 #include <ATen/record_function.h>
-#include <pybind11/pybind11.h>  // the GIL only: the bindings are in fastload.cpp
 #include <pthread.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <climits>
+#include <cmath>
 #include <cstring>
 
 #include "check.h"
-
-namespace py = pybind11;
+#include "engine/gil.h"
 
 namespace fastload::engine {
+namespace {
+
+// How long close() waits for the workers once a batch timed out (join_workers).
+constexpr std::chrono::seconds kStuckWorkerWait{2};
+
+}  // namespace
 
 BatchEngine::BatchEngine(int num_threads) : owner_pid_(::getpid()) {
   FASTLOAD_CHECK_VALUE(num_threads >= 1, "BatchEngine", "expected num_threads >= 1, got ", num_threads, ".");
-  for (int i = 0; i < num_threads; ++i) times_.push_back(std::make_unique<ThreadTimes>());
-  for (int i = 0; i < num_threads; ++i) workers_.emplace_back([this, i] { work(times_[i].get()); });
+  for (int i = 0; i < num_threads; ++i) times_.push_back(std::make_shared<ThreadTimes>());
+  queue_->running = num_threads;
+  for (int i = 0; i < num_threads; ++i) {
+    workers_.emplace_back([queue = queue_, times = times_[i]] {
+      work(queue, times);
+      std::lock_guard<std::mutex> lock(queue->mutex);
+      --queue->running;
+      queue->finished.notify_all();
+    });
+  }
 }
 
 bool BatchEngine::forked() const { return ::getpid() != owner_pid_; }
 
 BatchEngine::~BatchEngine() {
-  close();
+  // Joins holding the GIL where the caller holds it (workers never take it): a destructor
+  // is noexcept, so it must not take the GIL back, which can end the thread at exit.
+  stop(/*release_gil=*/false);
   if (forked()) {
     // The parent's idle workers were blocked in queue_->cv.wait() at the fork: glibc's
     // copy of the condition variable still counts them as waiters, so destroying it
     // here would block forever; a copied mutex may be locked; a job's `done` may have a
     // parent thread waiting in wait(). None of these may be destroyed in the child:
     // leak them all (the process's exit reclaims the memory).
-    queue_.release();
+    new std::shared_ptr<Queue>(std::move(queue_));  // never destroyed
   }
 }
 
@@ -152,10 +168,12 @@ int64_t BatchEngine::submit(const at::Tensor& samples, std::optional<at::Tensor>
   return ticket;
 }
 
-BatchResult BatchEngine::wait(int64_t ticket) {
+std::optional<BatchResult> BatchEngine::wait(int64_t ticket, double timeout_s) {
   // In a forked child no worker would ever finish the job: refuse rather than hang.
   FASTLOAD_CHECK(!forked(), "BatchEngine.wait", "expected the process that made the engine, got a forked "
                  "child (its threads do not exist here). Make fastload loaders inside the worker instead.");
+  FASTLOAD_CHECK_VALUE(std::isfinite(timeout_s) && timeout_s >= 0, "BatchEngine.wait",
+                       "expected a timeout >= 0 seconds (0: no limit), got ", timeout_s, ".");
   std::shared_ptr<Job> job;
   {
     std::lock_guard<std::mutex> lock(queue_->mutex);
@@ -166,13 +184,25 @@ BatchResult BatchEngine::wait(int64_t ticket) {
     queue_->jobs.erase(it);
   }
   BatchResult result;
+  bool done = true;
   {
-    py::gil_scoped_release no_gil;
+    GilRelease no_gil;
     {
       std::unique_lock<std::mutex> lock(job->mutex);
-      job->done.wait(lock, [&] { return job->remaining == 0; });
+      const auto finished = [&] { return job->remaining == 0; };
+      if (timeout_s > 0) {
+        done = job->done.wait_for(lock, std::chrono::duration<double>(timeout_s), finished);
+      } else {
+        job->done.wait(lock, finished);
+      }
     }
-    if (!job->out.defined()) result.windows = pack_windows(*job);
+    if (done && !job->out.defined()) result.windows = pack_windows(*job);
+  }
+  if (!done) {  // the ticket stays valid: wait again, or leave the job to finish
+    std::lock_guard<std::mutex> lock(queue_->mutex);
+    queue_->jobs.emplace(ticket, job);
+    queue_->timed_out = true;
+    return std::nullopt;
   }
   // Drop the job's Python-made tensors here, with the GIL: a worker may hold the last
   // reference to the job a moment longer, and must not free them.
@@ -191,7 +221,7 @@ std::pair<std::vector<at::Tensor>, std::vector<std::string>> BatchEngine::read_s
   const int64_t n = samples_c.numel();
   std::vector<at::Tensor> datas(static_cast<size_t>(n));
   std::vector<std::string> errors(static_cast<size_t>(n));
-  py::gil_scoped_release no_gil;
+  GilRelease no_gil;
   std::vector<uint8_t> bytes;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t sample = samples_c.data_ptr<int64_t>()[i];
@@ -209,7 +239,9 @@ std::pair<std::vector<at::Tensor>, std::vector<std::string>> BatchEngine::read_s
   return {datas, errors};
 }
 
-void BatchEngine::close() {
+void BatchEngine::close() { stop(/*release_gil=*/PyGILState_Check() != 0); }
+
+void BatchEngine::stop(bool release_gil) {
   if (forked()) {
     // Neither join (no such threads here) nor lock: leave the copies to the process's
     // exit (the destructor leaks the queue too, see there).
@@ -224,13 +256,33 @@ void BatchEngine::close() {
   }
   queue_->cv.notify_all();
   // Workers never take the GIL, but callers of close() may hold it: let other Python
-  // threads run while joining (the destructor can run without it, at shutdown).
-  if (PyGILState_Check()) {
-    py::gil_scoped_release no_gil;
-    for (auto& worker : workers_) worker.join();
+  // threads run while joining.
+  if (release_gil) {
+    GilRelease no_gil;
+    join_workers();
   } else {
-    for (auto& worker : workers_) worker.join();
+    join_workers();
   }
+}
+
+void BatchEngine::join_workers() {
+  bool stuck = false;
+  {
+    std::unique_lock<std::mutex> lock(queue_->mutex);
+    if (queue_->timed_out) {
+      // A batch outlived the caller's timeout: a worker may be blocked for good in a read
+      // (a hung network file system, a FIFO). Joining it would hang the caller (the loader
+      // at exit, its destructor): give the workers a moment to drain, then leave the ones
+      // still running to end on their own.
+      stuck = !queue_->finished.wait_for(lock, kStuckWorkerWait, [&] { return queue_->running == 0; });
+    }
+  }
+  if (stuck) {
+    for (auto& worker : workers_) worker.detach();  // each keeps the queue and its counters alive
+    workers_.clear();
+    return;
+  }
+  for (auto& worker : workers_) worker.join();
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> BatchEngine::thread_times() const {
@@ -249,7 +301,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> BatchEngine::thread_times() const
   return {seconds, samples, cpu};
 }
 
-void BatchEngine::work(ThreadTimes* times) {
+void BatchEngine::work(const std::shared_ptr<Queue>& queue, const std::shared_ptr<ThreadTimes>& times_owner) {
+  ThreadTimes* times = times_owner.get();
   clockid_t clock = 0;
   if (pthread_getcpuclockid(pthread_self(), &clock) == 0) {
     times->cpu_clock.store(clock, std::memory_order_relaxed);
@@ -269,14 +322,14 @@ void BatchEngine::work(ThreadTimes* times) {
   for (;;) {
     Task task;
     {
-      std::unique_lock<std::mutex> lock(queue_->mutex);
-      queue_->cv.wait(lock, [&] { return queue_->closed || !queue_->tasks.empty(); });
-      if (queue_->tasks.empty()) return;  // closed and drained
-      task = std::move(queue_->tasks.front());
-      queue_->tasks.pop_front();
+      std::unique_lock<std::mutex> lock(queue->mutex);
+      queue->cv.wait(lock, [&] { return queue->closed || !queue->tasks.empty(); });
+      if (queue->tasks.empty()) return;  // closed and drained
+      task = std::move(queue->tasks.front());
+      queue->tasks.pop_front();
     }
     Job& job = *task.job;
-    state.times = timing() ? times : nullptr;
+    state.times = queue->timing.load(std::memory_order_relaxed) ? times : nullptr;
     {
       std::optional<at::ThreadLocalStateGuard> profiling;
       if (job.profiling) profiling.emplace(*job.profiling);

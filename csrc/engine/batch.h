@@ -44,8 +44,8 @@ class BatchEngine {
 
   // Stage timing on (the default) or off: off, the threads read no clock per sample (for
   // measuring what timing costs). CPU seconds are kept either way.
-  void set_timing(bool on) { timing_.store(on, std::memory_order_relaxed); }
-  bool timing() const { return timing_.load(std::memory_order_relaxed); }
+  void set_timing(bool on) { queue_->timing.store(on, std::memory_order_relaxed); }
+  bool timing() const { return queue_->timing.load(std::memory_order_relaxed); }
 
   void set_index(at::Tensor path_bytes, at::Tensor path_offsets, at::Tensor file_ids, at::Tensor offsets,
                  at::Tensor sizes);
@@ -61,8 +61,9 @@ class BatchEngine {
   int64_t submit(const at::Tensor& samples, std::optional<at::Tensor> out, int64_t epoch,
                  const std::unordered_map<int64_t, at::Tensor>& predecoded, bool pin_memory);
 
-  // Waits for a batch, the GIL released (the caller holds it).
-  BatchResult wait(int64_t ticket);
+  // Waits for a batch, the GIL released (the caller holds it), at most `timeout_s` seconds
+  // where it is > 0: nullopt when the batch is not done by then (the ticket stays valid).
+  std::optional<BatchResult> wait(int64_t ticket, double timeout_s = 0);
 
   // The encoded bytes of samples (for decoders that run elsewhere, e.g. nvJPEG), read
   // on the calling thread with the GIL released; a failed read gives an empty tensor.
@@ -76,8 +77,9 @@ class BatchEngine {
     int64_t slot;
   };
 
-  // What the workers share, and wait on. Held by pointer so that a forked child can
-  // leak it instead of destroying it (see ~BatchEngine).
+  // What the workers share, and wait on. Shared by the engine and each worker, so that a
+  // worker left running (join_workers) outlives the engine safely, and so that a forked
+  // child can leak it instead of destroying it (see ~BatchEngine).
   struct Queue {
     std::mutex mutex;
     std::condition_variable cv;
@@ -85,19 +87,26 @@ class BatchEngine {
     std::unordered_map<int64_t, std::shared_ptr<Job>> jobs;
     int64_t next_ticket = 0;
     bool closed = false;
+    int running = 0;                   // workers not yet returned from work()
+    std::condition_variable finished;  // notified as each worker returns
+    bool timed_out = false;            // a wait() gave up on a batch: a worker may be stuck
+    std::atomic<bool> timing{true};
   };
 
   // True in a process forked from the one that started the threads (a DataLoader worker):
   // the threads do not exist there, and a mutex may have been copied locked.
   bool forked() const;
   void check_output(const at::Tensor& out, int64_t batch) const;
-  void work(ThreadTimes* times);
+  // close(), joining the workers with the GIL released where `release_gil` (the caller holds it).
+  void stop(bool release_gil);
+  void join_workers();
+  // A worker's loop: touches only the queue and its counters, never the engine.
+  static void work(const std::shared_ptr<Queue>& queue, const std::shared_ptr<ThreadTimes>& times);
 
   const pid_t owner_pid_;
-  std::unique_ptr<Queue> queue_ = std::make_unique<Queue>();
+  std::shared_ptr<Queue> queue_ = std::make_shared<Queue>();
   std::vector<std::thread> workers_;
-  std::vector<std::unique_ptr<ThreadTimes>> times_;  // one per worker, made before it starts
-  std::atomic<bool> timing_{true};
+  std::vector<std::shared_ptr<ThreadTimes>> times_;  // one per worker, made before it starts
   std::shared_ptr<const Index> index_;
   std::shared_ptr<const Plan> plan_;
 };

@@ -60,8 +60,14 @@ void finish(Job& job, int64_t slot, const Region& region, const uint8_t* pixels,
                        sv.width, channels, row_stride};
   if (job.out.defined()) {
     const bool color = plan.has_color();
-    const augment::color::ColorPass cp = color ? color_pass_of(plan, job.epoch, job.samples[slot])
-                                                : augment::color::ColorPass{};
+    augment::color::ColorPass cp = color ? color_pass_of(plan, job.epoch, job.samples[slot])
+                                          : augment::color::ColorPass{};
+    if (cp.pad.on) {  // RandomCrop (scale 1): its clamp is the whole image; the view lies in a window of it
+      cp.pad.view_top = origin_top + sv.top;
+      cp.pad.view_left = origin_left + sv.left;
+      cp.pad.image_height = static_cast<int32_t>(region.clamp.height);
+      cp.pad.image_width = static_cast<int32_t>(region.clamp.width);
+    }
     crop_resize_flip_normalize_cpu(view, sv.box, Resample{region.flip, region.flip_v, plan.interpolation},
                                    plan.value_scale, plan.mean.data(), plan.std.data(), output_slot(job.out, slot),
                                    scratch, color ? &cp : nullptr);
@@ -86,6 +92,60 @@ void finish(Job& job, int64_t slot, const Region& region, const uint8_t* pixels,
 // image has makes boxes of more than 2^31 source pixels, beyond the int conversion.
 // Capped at INT_MAX - 7 so that choose_scale_denom's ceil(side / d) cannot overflow.
 int int_side(float side) { return static_cast<int>(std::min(static_cast<double>(side), INT_MAX - 7.0)); }
+
+// Rows or columns [begin, end) of an image axis to decode.
+struct Span {
+  int begin, end;
+};
+
+struct DecodeWindow {
+  Span rows, cols;
+};
+
+// One axis of the decode window: the source pixels a sample's output reads, never empty,
+// inside the axis's `size` pixels.
+Span axis_window(const Plan& plan, double box_begin, double box_extent, double clamp_begin, double clamp_extent,
+                 double support, int size) {
+  const double box_end = box_begin + box_extent;
+  if (plan.geometry == Geometry::kRandomCrop && plan.padding_mode != kPadConstant &&
+      (box_begin < 0 || box_end > size)) {
+    // Edge, reflect and symmetric padding read edge or mirrored pixels, possibly far from
+    // the crop (numpy.pad repeats a reflection wider than the image): the pixels every
+    // position of the crop maps onto (pad_uint8_stage maps them about the image's edges).
+    const int64_t first = static_cast<int64_t>(std::lround(box_begin));
+    const int64_t last = first + static_cast<int64_t>(std::lround(box_extent));
+    int64_t low = size - 1, high = 0;
+    for (int64_t j = first; j < last && (low > 0 || high < size - 1); ++j) {
+      const int64_t pixel = std::clamp<int64_t>(padded_source_index(j, size, plan.padding_mode), 0, size - 1);
+      low = std::min(low, pixel);
+      high = std::max(high, pixel);
+    }
+    return {static_cast<int>(std::min(low, high)), static_cast<int>(high) + 1};
+  }
+  // Decode only what the taps can reach: the clamp region, less whatever lies farther than
+  // the filter's support from the sampled box. A box wholly outside the image (a crop in
+  // constant padding) reads no pixel: one pixel at the nearest edge keeps the window valid.
+  const double begin = std::max({0.0, clamp_begin, box_begin - support});
+  const double end = std::min({static_cast<double>(size), clamp_begin + clamp_extent, box_end + support});
+  const int first = static_cast<int>(std::clamp(std::floor(begin), 0.0, size - 1.0));
+  const int last = static_cast<int>(std::clamp(std::ceil(end), first + 1.0, static_cast<double>(size)));
+  return {first, last};
+}
+
+// The part of a height x width JPEG that a sample's region reads: its box and the
+// filter's support (bicubic's is twice bilinear's; nearest's one pixel lies within
+// bilinear's; a shrinking resize widens it by the scale), plus one pixel for rounding.
+DecodeWindow decode_window(const Plan& plan, const Region& region, int height, int width) {
+  const double filter_support = augment::filter_support(plan.interpolation);
+  const double support_y =
+      filter_support * std::max(1.0, static_cast<double>(region.box.height) / plan.out_height) + 1.0;
+  const double support_x =
+      filter_support * std::max(1.0, static_cast<double>(region.box.width) / plan.out_width) + 1.0;
+  return {axis_window(plan, region.box.top, region.box.height, region.clamp.top, region.clamp.height, support_y,
+                      height),
+          axis_window(plan, region.box.left, region.box.width, region.clamp.left, region.clamp.width, support_x,
+                      width)};
+}
 
 // Times one stage of one sample into its thread's counters, and shows it as a range
 // ("fastload.read", ...) on this engine thread in torch.profiler traces (RECORD_FUNCTION
@@ -146,24 +206,9 @@ void process_sample(Job& job, int64_t slot, SampleState& state) {
   const Region region = region_of(plan, info.height, info.width, job.epoch, sample);
   timer.mark(kHeader);
 
-  // Decode only what the taps can reach: the clamp region, less whatever lies farther
-  // than the filter's support (bicubic's is twice bilinear's; nearest's one pixel lies
-  // within bilinear's) from the sampled box, plus one pixel for rounding.
-  const double filter_support = augment::filter_support(plan.interpolation);
-  const double support_y =
-      filter_support * std::max(1.0, static_cast<double>(region.box.height) / plan.out_height) + 1.0;
-  const double support_x =
-      filter_support * std::max(1.0, static_cast<double>(region.box.width) / plan.out_width) + 1.0;
-  const double top = std::max<double>({0.0, region.clamp.top, region.box.top - support_y});
-  const double left = std::max<double>({0.0, region.clamp.left, region.box.left - support_x});
-  const double bottom = std::min<double>({static_cast<double>(info.height), region.clamp.top + region.clamp.height,
-                                          region.box.top + region.box.height + support_y});
-  const double right = std::min<double>({static_cast<double>(info.width), region.clamp.left + region.clamp.width,
-                                         region.box.left + region.box.width + support_x});
-  const int win_top = static_cast<int>(std::floor(top));
-  const int win_left = static_cast<int>(std::floor(left));
-  const int win_height = std::max(1, static_cast<int>(std::ceil(bottom)) - win_top);
-  const int win_width = std::max(1, static_cast<int>(std::ceil(right)) - win_left);
+  const DecodeWindow win = decode_window(plan, region, info.height, info.width);
+  const int win_top = win.rows.begin, win_height = win.rows.end - win.rows.begin;
+  const int win_left = win.cols.begin, win_width = win.cols.end - win.cols.begin;
   const int denom = !plan.dct_scaling ? 1
                                       : choose_scale_denom(int_side(region.box.height), int_side(region.box.width),
                                                            plan.out_height, plan.out_width);

@@ -125,20 +125,17 @@ _PADDING_MODES = {"constant": 0, "edge": 1, "reflect": 2, "symmetric": 3}  # geo
 
 
 def _random_crop_padding(crop: "specs.RandomCrop", channels: int) -> Dict[str, Any]:
-    """The plan fields of a padding RandomCrop's fill and padding_mode; UnsupportedPipeline
-    where the engine cannot pad as torchvision does."""
+    """The plan fields of a padding RandomCrop's fill and padding_mode (any width: the engine
+    decodes every pixel a mirrored or edge position reads); UnsupportedPipeline where the
+    engine cannot pad as torchvision does."""
     if crop.padding_mode == "constant":
         fill = crop.uint8_fill(channels)
         return {} if not any(fill) else dict(pad_fill=[float(f) for f in fill])
-    if crop.padding_mode in ("reflect", "symmetric"):
-        # The engine decodes the crop and a 2-pixel margin of the image: the mirrored
-        # pixels lie inside it while no side's padding is wider than about half the crop.
-        left, top, right, bottom = crop.padding or (0, 0, 0, 0)
-        height, width = crop.size
-        if crop.pad_if_needed or 2 * max(top, bottom) > height + 1 or 2 * max(left, right) > width + 1:
-            raise UnsupportedPipeline(f"{crop} mirrors more than half the crop (or pads as needed): the engine "
-                                      f"decodes only the crop and a margin; native: {crop.padding_mode} padding of "
-                                      f"at most (size + 1) // 2 a side, without pad_if_needed")
+    if crop.padding_mode in ("reflect", "symmetric") and crop.pad_if_needed and any(crop.padding or ()):
+        # torchvision pads twice: `padding`, then what the crop still misses, mirrored about
+        # the padded image's edges; the engine mirrors about the image's own.
+        raise UnsupportedPipeline(f"{crop} mirrors an already padded image (padding, then pad_if_needed); native: "
+                                  f"{crop.padding_mode} padding with padding or pad_if_needed, not both")
     return dict(padding_mode=_PADDING_MODES[crop.padding_mode])
 
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, List, Optional, Set
@@ -67,17 +68,23 @@ class HybridRunner:
             (a torchvision dataset's target_transform, collated: Conversion.collate_labels).
         shared_batches: make each batch on fresh shared memory (a worker process's
             runner, whose batches are sent to the parent).
+        timeout: seconds the engine may take over a batch (0: no limit; NativeRunner's).
+            The tail runs on the caller's thread (or threads of this process), where a
+            call that never returns cannot be stopped: as torch's DataLoader without
+            workers, it has no limit.
     """
 
     def __init__(self, index: SampleIndex, plan: Any, tail: Tail, *, num_threads: int = 1, pin_memory: bool = False,
                  on_error: str = "raise", description: str = "hybrid", parallel: str = "inline",
-                 labels: Optional[Callable[[torch.Tensor], Any]] = None, shared_batches: bool = False):
+                 labels: Optional[Callable[[torch.Tensor], Any]] = None, shared_batches: bool = False,
+                 timeout: float = 0):
         if parallel not in PARALLEL:
             raise ValueError(f"fastload.HybridRunner: expected parallel in {PARALLEL}, got {parallel!r}.")
         # PIL images are made from HWC pixels: a channels_last batch gives them without a copy.
         memory_format = torch.channels_last if tail.takes_pil else torch.contiguous_format
         self.native = NativeRunner(index, plan, num_threads=num_threads, on_error=on_error,
-                                   memory_format=memory_format, decode_on="cpu", description=description)
+                                   memory_format=memory_format, decode_on="cpu", description=description,
+                                   timeout=timeout)
         self.tail = tail
         self.index = index
         self.parallel = parallel
@@ -256,12 +263,34 @@ def _one_intra_op_thread():
 _WORKER: Optional[HybridRunner] = None  # this worker process's runner (processes mode)
 
 
-def _start_worker(index: SampleIndex, plan: Any, tail: Tail, on_error: str) -> None:
-    global _WORKER
+_BUSY: Any = None  # the parent's board of (pid, ticket) rows; this worker's row is _ROW
+_ROW = -1
+
+
+def _start_worker(index: SampleIndex, plan: Any, tail: Tail, on_error: str, busy: Any = None) -> None:
+    global _WORKER, _BUSY, _ROW
     torch.set_num_threads(1)  # as torch's DataLoader workers: the cores are the workers'
     _WORKER = HybridRunner(index, plan, tail, num_threads=1, on_error=on_error, parallel="inline",
                            shared_batches=True)
+    if busy is not None:
+        _BUSY, _ROW = busy, _claim_row(busy)
     _exit_with_parent(os.getppid())
+
+
+def _claim_row(busy: Any) -> int:
+    """This worker's row of `busy` (pid, ticket pairs): the first free one, else -1. The
+    parent reads it to say which batch a dead or stuck worker was making."""
+    with busy.get_lock():
+        for row in range(len(busy) // 2):
+            if busy[2 * row] == 0 or busy[2 * row] == os.getpid():
+                busy[2 * row], busy[2 * row + 1] = os.getpid(), -1
+                return row
+    return -1
+
+
+def _mark_busy(ticket: int) -> None:
+    if _BUSY is not None and _ROW >= 0:
+        _BUSY[2 * _ROW + 1] = ticket
 
 
 # How often a worker looks for its parent (torch's DataLoader workers poll alike).
@@ -282,7 +311,8 @@ def _exit_with_parent(parent: int) -> None:
     threading.Thread(target=watch, name="fastload-parent-watch", daemon=True).start()
 
 
-def _work(indices: List[int], epoch: int, seed: int, on_error: str, pass_id: int):
+def _work(indices: List[int], epoch: int, seed: int, on_error: str, pass_id: int, ticket: int = -1):
+    _mark_busy(ticket)
     runner = _WORKER
     if runner.plan.seed != seed:
         runner.set_seed(seed)
@@ -291,7 +321,10 @@ def _work(indices: List[int], epoch: int, seed: int, on_error: str, pass_id: int
     if getattr(runner, "_pass_id", None) != pass_id:
         runner._pass_id = pass_id
         runner.start_pass()
-    batch = runner.result(runner.submit(indices, epoch))
+    try:
+        batch = runner.result(runner.submit(indices, epoch))
+    finally:
+        _mark_busy(-1)
     return batch, dict(runner.stats(reset=True), pid=os.getpid())
 
 
@@ -307,7 +340,15 @@ class ProcessHybridRunner:
     tail runs under its own seed (a worker draws on one thread), so the draws are as
     reproducible as inline. Batches come back through shared memory (torch.multiprocessing).
 
-    Args: as HybridRunner's; num_threads is the number of worker processes.
+    Args: as HybridRunner's; num_threads is the number of worker processes; timeout:
+        seconds result() waits for a batch (0: forever), as torch's DataLoader timeout;
+        also settable as the `timeout` attribute.
+
+    A worker that dies (a signal: the OOM killer, a segfault) or a batch not made within
+    `timeout` raises RuntimeError in torch's words ("DataLoader worker (pid N) is killed by
+    signal: Killed.", "DataLoader timed out after N seconds.") naming the batch's sample
+    indices; the workers are then stopped, and the next submit (the next epoch) starts
+    fresh ones.
 
     A bad sample met by two workers in one pass (a replacement search crossing into a
     batch another worker made) is counted once by each.
@@ -315,10 +356,11 @@ class ProcessHybridRunner:
 
     def __init__(self, index: SampleIndex, plan: Any, tail: Tail, *, num_threads: int = 1, pin_memory: bool = False,
                  on_error: str = "raise", description: str = "hybrid",
-                 labels: Optional[Callable[[torch.Tensor], Any]] = None):
+                 labels: Optional[Callable[[torch.Tensor], Any]] = None, timeout: float = 0):
         from fastload.errors import ErrorPolicy
 
         self.index, self.plan, self.tail = index, plan, tail
+        self.timeout = timeout
         self.num_threads = max(1, int(num_threads))
         self.pin_memory = bool(pin_memory) and torch.cuda.is_available()
         self.description = description
@@ -326,7 +368,9 @@ class ProcessHybridRunner:
         self._on_error = ErrorPolicy(on_error, owner="fastload.HybridRunner").mode
         self._pool: Any = None
         self._owner_pid = os.getpid()
-        self._jobs: Dict[int, Any] = {}
+        self._jobs: Dict[int, Any] = {}  # ticket -> (future, the batch's sample indices)
+        self._workers: Dict[int, Any] = {}  # pid -> multiprocessing.Process, every worker this pool started
+        self._busy: Any = None  # (pid, ticket) per worker, written by the workers (_mark_busy)
         self._tickets = 0
         self._pass_id = 0
         self._stats: Dict[str, Any] = {}
@@ -357,6 +401,16 @@ class ProcessHybridRunner:
     def keep_in_flight(self, depth: int) -> None:
         """Nothing to size here: each worker's engine holds the one batch it makes."""
 
+    @property
+    def timeout(self) -> float:
+        return self._timeout
+
+    @timeout.setter
+    def timeout(self, timeout: float) -> None:
+        if timeout < 0:
+            raise ValueError(f"fastload.HybridRunner: expected timeout >= 0 (0: wait forever), got {timeout!r}.")
+        self._timeout = float(timeout)
+
     def submit(self, indices: List[int], epoch: int) -> int:
         if self._pool is None:
             import multiprocessing
@@ -366,17 +420,40 @@ class ProcessHybridRunner:
 
             # fork: the tail's callables (lambdas included) need no pickling, as in torch's
             # workers; a worker that dies fails its batches (BrokenProcessPool), never hangs.
-            self._pool = ProcessPoolExecutor(self.num_threads, mp_context=multiprocessing.get_context("fork"),
-                                             initializer=_start_worker,
-                                             initargs=(self.index, self.plan, self.tail, self._on_error))
+            context = multiprocessing.get_context("fork")
+            self._busy = context.Array("q", 2 * self.num_threads)
+            self._workers = {}
+            self._pool = ProcessPoolExecutor(self.num_threads, mp_context=context, initializer=_start_worker,
+                                             initargs=(self.index, self.plan, self.tail, self._on_error, self._busy))
         ticket, self._tickets = self._tickets, self._tickets + 1
-        self._jobs[ticket] = self._pool.submit(_work, list(indices), epoch, int(self.plan.seed), self._on_error,
-                                               self._pass_id)
+        indices = list(indices)
+        future = self._pool.submit(_work, indices, epoch, int(self.plan.seed), self._on_error, self._pass_id, ticket)
+        self._jobs[ticket] = (future, indices)
+        # The pool starts its workers as jobs come and forgets them once broken: kept here
+        # to find the one that died and its signal.
+        self._workers.update(getattr(self._pool, "_processes", None) or {})
         return ticket
 
     def result(self, ticket: int) -> List[Any]:
-        """Waits for a submitted batch; returns [collated tail outputs, labels int64 [B]]."""
-        batch, stats = self._jobs.pop(ticket).result()
+        """Waits for a submitted batch (at most `timeout` seconds where it is > 0); returns
+        [collated tail outputs, labels int64 [B]].
+
+        Raises:
+            RuntimeError: the batch was not made within `timeout` ("DataLoader timed out
+                after N seconds"), or a worker process died ("DataLoader worker (pid N) is
+                killed by signal: ..."); the workers are stopped, the next submit starts
+                fresh ones.
+        """
+        from concurrent.futures import TimeoutError as FutureTimeout
+        from concurrent.futures.process import BrokenProcessPool
+
+        future, indices = self._jobs.pop(ticket)
+        try:
+            batch, stats = future.result(timeout=self._timeout or None)
+        except FutureTimeout:
+            raise self._timed_out(ticket, indices) from None
+        except BrokenProcessPool as error:
+            raise self._worker_died(ticket, indices) from error
         pid = stats.pop("pid")
         for key, value in stats.items():
             if key == "thread_stages_s":  # one engine thread per worker: summed per worker
@@ -398,7 +475,8 @@ class ProcessHybridRunner:
     def discard(self, ticket: int) -> None:
         job = self._jobs.pop(ticket, None)
         if job is not None:
-            job.cancel()  # a batch already started is finished, and nobody takes it
+            future, _ = job
+            future.cancel()  # a batch already started is finished, and nobody takes it
 
     def stats(self, reset: bool = False) -> Dict[str, Any]:
         """The workers' counters summed (images, batches, skipped, ..., tail_s); threads
@@ -416,6 +494,77 @@ class ProcessHybridRunner:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
         self._jobs.clear()
+
+    # -- a stuck or dead worker -----------------------------------------------------------
+    def _doing(self) -> Dict[int, int]:
+        """pid -> the ticket each worker is making now (-1: between batches)."""
+        if self._busy is None:
+            return {}
+        with self._busy.get_lock():
+            values = list(self._busy)
+        return {values[i]: values[i + 1] for i in range(0, len(values), 2) if values[i]}
+
+    def _batch_of(self, ticket: int, waited: int, indices: List[int]) -> str:
+        if ticket == waited:
+            return f"the batch of samples {indices}"
+        job = self._jobs.get(ticket)
+        return f"the batch of samples {job[1]}" if job is not None else "a batch"
+
+    def _drop_pool(self, kill: bool) -> None:
+        """Stops the workers (SIGKILL where `kill`: a stuck tail never returns) and forgets
+        the pool and its batches: the next submit starts fresh workers."""
+        pool, self._pool = self._pool, None
+        if kill:
+            for process in list(self._workers.values()):
+                if process.exitcode is None:
+                    process.kill()
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+        self._jobs.clear()
+        self._workers = {}
+        self._busy = None
+
+    def _timed_out(self, ticket: int, indices: List[int]) -> RuntimeError:
+        doing = self._doing()
+        stuck = [f"worker pid {pid} on {self._batch_of(on, ticket, indices)}"
+                 for pid, on in doing.items() if on >= 0]
+        self._drop_pool(kill=True)
+        where = f" ({'; '.join(stuck)})" if stuck else ""
+        return RuntimeError(
+            f"DataLoader timed out after {self._timeout:g} seconds. fastload: waiting for the batch of samples "
+            f"{indices} made by a worker process of the hybrid pipeline [{self.tail.description}]{where}; the "
+            "workers were stopped, and the next iter(loader) starts fresh ones. A Python transform that never "
+            "returns (a lock, a network call) stops its worker: fix it, or raise timeout.")
+
+    def _worker_died(self, ticket: int, indices: List[int]) -> RuntimeError:
+        doing = self._doing()
+        dead = []
+        for pid, process in self._workers.items():
+            process.join(timeout=5)  # the pool ends the others with SIGTERM: tell them apart below
+            if process.exitcode is not None and process.exitcode != 0:
+                dead.append((pid, process.exitcode))
+        # The first to die is the one killed by something else than the pool's SIGTERM.
+        dead.sort(key=lambda row: row[1] == -signal.SIGTERM)
+        self._drop_pool(kill=True)
+        context = (f"fastload: a worker process of the hybrid pipeline [{self.tail.description}] died while the "
+                   f"loader waited for the batch of samples {indices}")
+        advice = ("the next iter(loader) starts fresh workers. A worker killed by signal: Killed is often the OOM "
+                  "killer (fewer num_workers or a smaller batch_size); Segmentation fault, a crash in a transform's "
+                  "native code.")
+        if not dead:
+            return RuntimeError(f"DataLoader worker exited unexpectedly. {context}; {advice}")
+        pid, code = dead[0]
+        on = doing.get(pid, -1)
+        making = f" (it was making {self._batch_of(on, ticket, indices)})" if on >= 0 else ""
+        if code < 0:
+            try:
+                name = signal.strsignal(-code) or signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            head = f"DataLoader worker (pid {pid}) is killed by signal: {name}."
+        else:
+            head = f"DataLoader worker (pid {pid}) exited unexpectedly with exit code {code}."
+        return RuntimeError(f"{head} {context}{making}; {advice}")
 
     def __del__(self):
         pool = getattr(self, "_pool", None)
@@ -466,8 +615,11 @@ def check_tail_on(tail_on: Any) -> str:
 
 def hybrid_runner(index: SampleIndex, plan: Any, tail: Tail, *, num_workers: int, pin_memory: bool, on_error: str,
                   description: str, tail_on: str = "auto",
-                  labels: Optional[Callable[[torch.Tensor], Any]] = None) -> Any:
+                  labels: Optional[Callable[[torch.Tensor], Any]] = None, timeout: float = 0) -> Any:
     """The runner a loader gets for a hybrid pipeline.
+
+    timeout: seconds a batch may take (torch's DataLoader timeout; 0: no limit): the whole
+    batch in a worker process on the "processes" runner, the engine's part on the others.
 
     tail_on: "inline" (max(1, num_workers) engine threads, the tail on the consumer
     thread), "threads" (the same, the tail on a pool of num_workers Python threads: draws
@@ -482,6 +634,6 @@ def hybrid_runner(index: SampleIndex, plan: Any, tail: Tail, *, num_workers: int
         tail_on = "processes" if num_workers >= 1 else "inline"
     if tail_on == "processes":
         return ProcessHybridRunner(index, plan, tail, num_threads=max(1, num_workers), pin_memory=pin_memory,
-                                   on_error=on_error, description=description, labels=labels)
+                                   on_error=on_error, description=description, labels=labels, timeout=timeout)
     return HybridRunner(index, plan, tail, num_threads=max(1, num_workers), pin_memory=pin_memory, on_error=on_error,
-                        description=description, parallel=tail_on, labels=labels)
+                        description=description, parallel=tail_on, labels=labels, timeout=timeout)

@@ -34,10 +34,23 @@ from fastload.transfer.buffers import BatchBuffers
 Collected = Tuple[torch.Tensor, List[str], torch.Tensor]
 
 
+def _wait(engine: Any, ticket: int, timeout: float) -> tuple:
+    """engine.wait(ticket) for at most `timeout` seconds (0: no limit). TimeoutError when
+    the batch is not done by then: its ticket stays in the engine, whose job still writes
+    into the batch's memory."""
+    result = engine.wait(ticket, timeout)
+    if result is None:
+        raise TimeoutError(ticket)
+    return result
+
+
 class Producer(Protocol):
     """What the runner needs of a mode. Constructed as `Producer(engine, plan, *,
     pin_memory, memory_format, device, stats)`; `stats` is the runner's counter dict,
-    which a producer may add to (e.g. gpu_cpu_fallback)."""
+    which a producer may add to (e.g. gpu_cpu_fallback). collect() raises TimeoutError
+    when the engine takes longer than `timeout` seconds (0: no limit)."""
+
+    timeout: float
 
     def submit(self, samples: torch.Tensor, epoch: int) -> Any: ...
 
@@ -71,6 +84,7 @@ class CpuProducer:
         self._engine, self._plan = engine, plan
         self._pin_memory, self._memory_format = pin_memory, memory_format
         self._buffers = BatchBuffers(capacity=batches_held(DEFAULT_DEPTH))
+        self.timeout = 0.0
 
     def _allocate(self, batch: int) -> torch.Tensor:
         shape = (batch, self._plan.channels, *self._plan.out_size)
@@ -84,7 +98,7 @@ class CpuProducer:
 
     def collect(self, handle: Tuple[int, torch.Tensor]) -> Collected:
         ticket, out = handle
-        status, messages = self._engine.wait(ticket)
+        status, messages = _wait(self._engine, ticket, self.timeout)
         return status, messages, out
 
     def discard(self, handle: Tuple[int, torch.Tensor]) -> None:
@@ -147,12 +161,13 @@ class CpuGpuProducer:
                  device: torch.device, stats: Dict[str, Any]):
         self._engine, self._pin_memory = engine, pin_memory
         self._augment = DeviceAugment(plan, device, memory_format)
+        self.timeout = 0.0
 
     def submit(self, samples: torch.Tensor, epoch: int) -> int:
         return self._engine.submit(samples, None, epoch, pin_memory=self._pin_memory)
 
     def collect(self, ticket: int) -> Collected:
-        status, messages, packed, shapes, boxes, flips = self._engine.wait(ticket)
+        status, messages, packed, shapes, boxes, flips = _wait(self._engine, ticket, self.timeout)
         return status, messages, self._augment(packed, shapes, boxes, flips)
 
     def discard(self, ticket: int) -> None:
@@ -186,6 +201,7 @@ class GpuProducer:
         self.decoder = NvjpegDecoder(engine.read_samples, channels=plan.channels, max_pixels=plan.max_pixels,
                                      device=device)
         self._augment = DeviceAugment(plan, device, memory_format)
+        self.timeout = 0.0  # nvJPEG decodes on the caller's thread, in collect(): nothing to wait for
 
     def submit(self, samples: torch.Tensor, epoch: int) -> Tuple[torch.Tensor, int]:
         return samples, epoch

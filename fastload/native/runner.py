@@ -45,11 +45,15 @@ class NativeRunner:
             two produce batches on `device`.
         device: where "cpu+gpu" and "gpu" batches are produced.
         description: what runs, for loader.path.
+        timeout: seconds result() waits for a batch (0: no limit), torch's DataLoader
+            `timeout`: past it, RuntimeError "DataLoader timed out after N seconds" naming
+            the batch's samples (a read that never returns: a hung network file system).
     """
 
     def __init__(self, index: SampleIndex, plan: Any, *, num_threads: int = 1, pin_memory: bool = False,
                  memory_format: Optional[torch.memory_format] = None, on_error: str = "raise",
-                 decode_on: str = "cpu", device: Optional[torch.device] = None, description: str = "native"):
+                 decode_on: str = "cpu", device: Optional[torch.device] = None, description: str = "native",
+                 timeout: float = 0):
         policy = ErrorPolicy(on_error, owner=_OWNER)
         if decode_on not in PRODUCERS:
             raise ValueError(f"{_OWNER}: expected decode_on in {tuple(PRODUCERS)}, got {decode_on!r}.")
@@ -83,7 +87,22 @@ class NativeRunner:
         self._tickets = itertools.count()
         # ticket -> (samples, producer handle, epoch, submit time)
         self._pending: Dict[int, Tuple[torch.Tensor, Any, int, float]] = {}
+        # Handles of batches that timed out: their jobs may still write into their memory,
+        # so it is never handed out again.
+        self._timed_out: List[Any] = []
         self._lock = threading.Lock()
+        self.timeout = timeout
+
+    @property
+    def timeout(self) -> float:
+        """Seconds result() waits for a batch (0: no limit); may be changed between batches."""
+        return self.producer.timeout
+
+    @timeout.setter
+    def timeout(self, timeout: float) -> None:
+        if not timeout >= 0:
+            raise ValueError(f"{_OWNER}: expected timeout >= 0 seconds (0: no limit), got {timeout!r}.")
+        self.producer.timeout = float(timeout)
 
     @property
     def on_error(self) -> str:
@@ -137,7 +156,11 @@ class NativeRunner:
             self._stats["queued"] += 1 + len(self._pending)  # batches in the engine's queue, this one too
         started = time.perf_counter()
         with torch.profiler.record_function("fastload.native_batch"):
-            status, messages, out = self.producer.collect(handle)
+            try:
+                status, messages, out = self.producer.collect(handle)
+            except TimeoutError:  # the batch outlived the loader's timeout
+                self._timed_out.append(handle)
+                raise self._timed_out_error(samples) from None
         finished = time.perf_counter()
         if torch.autograd._profiler_enabled():
             self._profile_stages()
@@ -148,6 +171,14 @@ class NativeRunner:
         stats["engine_s"] += finished - submitted
         stats["wait_s"] += finished - started
         return samples, out, epoch
+
+    def _timed_out_error(self, samples: torch.Tensor) -> RuntimeError:
+        indices = samples.tolist()
+        shown = ", ".join(self.index.source(i) for i in indices[:4]) + (", ..." if len(indices) > 4 else "")
+        return RuntimeError(
+            f"DataLoader timed out after {self.timeout:g} seconds. fastload: the native engine had not finished the "
+            f"batch of samples {indices} ({shown}). A read that never returns (a hung network file system) or an "
+            "overloaded machine: check the files' storage, or raise timeout (0: no limit).")
 
     @property
     def repair(self) -> Repair:

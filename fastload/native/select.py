@@ -182,6 +182,7 @@ def select_path(
     sampler: Any = None,
     batch_sampler: Any = None,
     tail_on: str = "auto",
+    timeout: float = 0,
 ) -> Tuple[Any, str]:
     """(runner, reason): a runner when the dataset can run natively, else None and why.
 
@@ -201,6 +202,7 @@ def select_path(
             (False: outputs follow a full decode to within rounding).
         tail_on: where a hybrid pipeline's Python tail runs (fastload.native.hybrid.TAIL_ON:
             "auto", "inline", "threads", "processes"; see hybrid_runner).
+        timeout: torch's DataLoader timeout: seconds a batch may take (0: no limit).
 
     Returns:
         (NativeRunner, "native: <what>, decode_on=<mode>[ (why)]"),
@@ -246,13 +248,14 @@ def select_path(
         why = {"auto": " (auto)", "cpu": ""}.get(decode_on, f" (decode_on={decode_on!r} is for fully native "
                                                             "pipelines: the Python tail needs host images)")
         runner = hybrid_runner(index, plan, tail, num_workers=num_workers, pin_memory=pin_memory,
-                               on_error=on_error, description=description, tail_on=tail_on, labels=labels)
+                               on_error=on_error, description=description, tail_on=tail_on, labels=labels,
+                               timeout=timeout)
         blockers = f"; not native: {'; '.join(tail.blockers)}" if tail.blockers else ""
         return runner, f"{description}, decode_on=cpu{why}{labels_note}{blockers}"
     decode_on, why = _resolve_decode_on(decode_on, device, colour=_has_colour(plan))
     runner = NativeRunner(index, plan, num_threads=max(1, num_workers), pin_memory=pin_memory,
                           memory_format=memory_format, on_error=on_error, decode_on=decode_on,
-                          device=device, description=description)
+                          device=device, description=description, timeout=timeout)
     if labels is not None:
         runner = LabelledRunner(runner, labels)
     return runner, f"{description}, decode_on={decode_on}{why}{labels_note}"

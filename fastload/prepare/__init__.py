@@ -19,11 +19,13 @@ from __future__ import annotations
 import sys
 import types
 
+from fastload.errors import FolderInUse
 from fastload.prepare.manifest import MANIFEST_NAME, ManifestError, read_manifest
 from fastload.prepare.run import Prepared, prepare
 from fastload.prepare.segments import read_segments
 
-__all__ = ["prepare", "Prepared", "ManifestError", "read_manifest", "read_segments", "MANIFEST_NAME"]
+__all__ = ["prepare", "Prepared", "ManifestError", "FolderInUse", "read_manifest", "read_segments",
+           "MANIFEST_NAME"]
 
 
 class _CallableModule(types.ModuleType):

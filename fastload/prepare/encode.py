@@ -137,8 +137,14 @@ def _reraise_unless_decoder(error: BaseException) -> None:
         raise error
 
 
+# How the ops end a refusal of a bad file. prepare's message gives the advice itself, once,
+# with the option that skips such files, so the reason leaves it out.
+_OP_ADVICE = ". Fix or remove the file."
+
+
 def _reason(error: BaseException) -> str:
-    return str(error).split("\n")[0]
+    text = str(error).split("\n")[0]
+    return text[:-len(_OP_ADVICE)] if text.endswith(_OP_ADVICE) else text
 
 
 def _open(data: bytes, name: str):

@@ -15,7 +15,8 @@
 
 While a preparation runs, each finished shard's record is kept in
 `<dst>/.fastload-prepare/<shard>.json` (with the settings and fingerprint it was made
-under), so that an interrupted run resumes with the shards it finished.
+under), so that an interrupted run resumes with the shards it finished, and it holds a
+flock on `<dst>/.fastload-prepare.lock` (the file stays; loaders never read it).
 
 A manifest whose digest does not match (edited), or whose shards do not match it (size,
 count, and sha256 whenever the shard's tar index had to be rebuilt), is refused with a
@@ -27,16 +28,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from typing import Any, Dict, Optional
 
-from fastload.prepare.writer import remove_quietly
+from fastload.prepare.writer import create_temp, remove_quietly
 from fastload.source.tar import TarShardError
 
 MANIFEST_NAME = "fastload-manifest.json"
 FORMAT = "fastload-prepared"
 VERSION = 1
 STATE_DIR = ".fastload-prepare"
+LOCK_NAME = ".fastload-prepare.lock"
 
 
 class ManifestError(TarShardError):
@@ -50,7 +51,7 @@ def digest_of(record: Dict[str, Any]) -> str:
 
 def write_json_atomic(path: str, record: Dict[str, Any]) -> None:
     folder = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".fastload-tmp-")
+    fd, tmp = create_temp(folder, ".fastload-tmp-")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(record, f, indent=1, sort_keys=True)

@@ -8,25 +8,62 @@ loader opens it without a scan) and records it in the state folder. The manifest
 written last. Re-running after an interruption keeps every shard whose record matches
 the settings and source fingerprint (and whose file still has the recorded size) and
 redoes the rest.
+
+One run at a time per output folder: a run holds an exclusive flock on
+`<dst>/.fastload-prepare.lock` from start to end (another is refused with FolderInUse
+at once). The kernel drops the lock when the process dies, and the workers die with it
+(Linux), so a killed run leaves no stale lock and no process writing into the folder.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import multiprocessing
 import os
 import sys
+import warnings
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, Iterator, List, Optional, Union
 
-from fastload.errors import DecodeError, ErrorPolicy
+from fastload.errors import DecodeError, ErrorPolicy, FolderInUse
 from fastload.prepare import encode as enc
 from fastload.prepare import manifest as mf
 from fastload.prepare import writer
-from fastload.prepare.source import Source, as_source
+from fastload.prepare.source import Source, UnreadableSample, as_source
 
+try:
+    import fcntl
+except ImportError:  # Windows: no flock; there, run one preparation per folder at a time
+    fcntl = None
+
+# The default samples per shard: at most DEFAULT_SAMPLES_PER_SHARD (a shard is the unit
+# of work and of resume), fewer so that every worker gets a shard (with one shard, other
+# workers idle and the progress bar jumps from 0 to 100 %), but not below
+# MIN_DEFAULT_SAMPLES_PER_SHARD (each shard costs a file, a tar index and a state record).
 DEFAULT_SAMPLES_PER_SHARD = 1000
+MIN_DEFAULT_SAMPLES_PER_SHARD = 64
 DEFAULT_QUALITY = 90
+
+
+class PrepareDecodeError(DecodeError):
+    """A sample fastload.prepare cannot read or decode (a DecodeError: index, source, reason).
+
+    Its advice names the option that skips such samples where prepare was called from:
+    `skip_option` is on_error='skip' for the Python API, --on-error skip for the command.
+    """
+
+    def __init__(self, reason: str, index: Optional[int] = None, source: Optional[str] = None,
+                 skip_option: str = "on_error='skip'"):
+        super().__init__(reason, index, source)
+        self.skip_option = skip_option
+        where = ", ".join(p for p in (f"sample {index}" if index is not None else None, source) if p)
+        self.args = (f"fastload.prepare: cannot prepare {where or 'a sample'}: {reason.rstrip('.')}. Fix or "
+                     f"remove the file, or pass {skip_option} to leave such files out (each is listed in the "
+                     "manifest's \"skipped\").",)
+
+    def __reduce__(self):  # keeps the fields (and the message) through a worker process's pickling
+        return (type(self), (self.reason, self.index, self.source, self.skip_option))
 
 
 @dataclass(frozen=True)
@@ -51,7 +88,7 @@ class Prepared:
 
 def prepare(src: Any, dst: Union[str, os.PathLike], *, max_side: Optional[int] = None,
             quality: Optional[int] = None, raw_fraction: float = 0.0,
-            samples_per_shard: int = DEFAULT_SAMPLES_PER_SHARD, name: str = "shard",
+            samples_per_shard: Optional[int] = None, name: str = "shard",
             num_workers: Optional[int] = None, on_error: Union[str, ErrorPolicy] = "raise", seed: int = 0,
             progress: Optional[bool] = None, overwrite: bool = False) -> Prepared:
     """Prepares a dataset once into WebDataset tar shards that fastload reads faster.
@@ -72,12 +109,16 @@ def prepare(src: Any, dst: Union[str, os.PathLike], *, max_side: Optional[int] =
             and `fastload-manifest.json`.
         max_side, quality, raw_fraction: the resize mode (see above).
         samples_per_shard: samples per shard (the unit of parallel work and of resume).
+            Default: 1000, or fewer so that every worker process gets a shard
+            (ceil(samples / workers)), but at least 64; a resumed run keeps the value
+            of the run it resumes.
         name: the shards' file name prefix.
         num_workers: worker processes (default: the CPUs this process may use; 0: in
             this process).
-        on_error: "raise": a corrupt or truncated image stops preparation with a
-            DecodeError naming it. "skip": it is left out and listed in the manifest's
-            `skipped` (never dropped silently).
+        on_error: "raise": a corrupt or truncated image, or a file that cannot be
+            opened (e.g. a broken symbolic link), stops preparation with a DecodeError
+            naming it. "skip": it is left out and listed in the manifest's `skipped`
+            (never dropped silently).
         seed: which images raw_fraction picks.
         progress: a tqdm bar on stderr (default: only when stderr is a terminal).
         overwrite: replace a preparation with other settings or of another source in
@@ -89,6 +130,7 @@ def prepare(src: Any, dst: Union[str, os.PathLike], *, max_side: Optional[int] =
     Raises:
         DecodeError: a bad image under on_error="raise".
         ValueError: bad arguments, or `dst` holds another preparation (without overwrite).
+        FolderInUse: another preparation is writing into `dst` now.
 
     Example:
         >>> out = fastload.prepare("data/train", "prepared/train", num_workers=8)   # doctest: +SKIP
@@ -99,18 +141,34 @@ def prepare(src: Any, dst: Union[str, os.PathLike], *, max_side: Optional[int] =
     _ext.require_ops()  # before any image: a missing build is not a corrupt dataset
     policy = ErrorPolicy(on_error, owner="fastload.prepare")
     settings = _settings(max_side, quality, raw_fraction, seed)
-    if not isinstance(samples_per_shard, int) or samples_per_shard < 1:
-        raise ValueError(f"fastload.prepare: expected samples_per_shard >= 1, got {samples_per_shard!r}.")
+    if samples_per_shard is not None and (not isinstance(samples_per_shard, int) or samples_per_shard < 1):
+        raise ValueError(f"fastload.prepare: expected samples_per_shard >= 1 or None, got {samples_per_shard!r}.")
     if not name or "/" in name or os.sep in name:
         raise ValueError(f"fastload.prepare: expected a file name prefix without '/', got {name!r}.")
+    workers = _workers(num_workers)
     source = as_source(src)
     dst = os.fspath(dst)
+    os.makedirs(dst, exist_ok=True)
+    with _locked(dst):
+        return _prepare(source, dst, settings, samples_per_shard, name, workers, policy, progress, overwrite)
+
+
+def _prepare(source: Source, dst: str, settings: enc.EncodeSettings, samples_per_shard: Optional[int], name: str,
+             workers: int, policy: ErrorPolicy, progress: Optional[bool], overwrite: bool) -> Prepared:
+    """prepare() once its arguments are checked and `dst` is locked."""
     os.makedirs(os.path.join(dst, mf.STATE_DIR), exist_ok=True)
+    fingerprint, unreadable = source.stat_files()
+    if unreadable and not policy.skips:  # before any work; under "skip" the shard's read lists it
+        sample, reason = unreadable[0]
+        raise PrepareDecodeError(reason, sample, source.index.source(sample))
+    n = len(source)
     job = {"settings": settings.as_dict(), "samples_per_shard": samples_per_shard, "name": name,
-           "on_error": policy.mode, "fingerprint": source.fingerprint()}
+           "on_error": policy.mode, "fingerprint": fingerprint}
+    if samples_per_shard is None:
+        samples_per_shard = _earlier_plan(dst, job) or _default_samples_per_shard(n, workers)
+        job["samples_per_shard"] = samples_per_shard
     _check_previous(dst, job, overwrite)
 
-    n = len(source)
     count = max(1, -(-n // samples_per_shard))
     tasks = [(s, f"{name}-{s:06d}.tar", s * samples_per_shard, min(n, (s + 1) * samples_per_shard))
              for s in range(count)]
@@ -126,7 +184,6 @@ def prepare(src: Any, dst: Union[str, os.PathLike], *, max_side: Optional[int] =
         else:
             todo.append(task)
 
-    workers = _workers(num_workers)
     show = sys.stderr.isatty() if progress is None else bool(progress)
     from tqdm.auto import tqdm
 
@@ -141,8 +198,8 @@ def prepare(src: Any, dst: Union[str, os.PathLike], *, max_side: Optional[int] =
             context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods()
                                                   else None)
             with concurrent.futures.ProcessPoolExecutor(
-                    max_workers=min(workers, len(todo)), mp_context=context, initializer=_init_worker,
-                    initargs=(source, settings, policy.mode, dst, job)) as pool:
+                    max_workers=min(workers, len(todo)), mp_context=context, initializer=_init_pool_worker,
+                    initargs=(os.getpid(), source, settings, policy.mode, dst, job)) as pool:
                 futures = {pool.submit(_run_task, task): task for task in todo}
                 try:
                     for future in concurrent.futures.as_completed(futures):
@@ -165,7 +222,7 @@ def prepare(src: Any, dst: Union[str, os.PathLike], *, max_side: Optional[int] =
     manifest = {
         "settings": {**settings.as_dict(), "samples_per_shard": samples_per_shard, "name": name,
                      "on_error": policy.mode},
-        "source": {"description": source.description, "samples": n, "fingerprint": job["fingerprint"]},
+        "source": {"description": source.description, "samples": n, "fingerprint": fingerprint},
         "shards": [{k: r[k] for k in ("name", "sha256", "size", "count", "first_sample", "kinds")} for r in shards],
         "skipped": skipped,
         "kinds": kinds,
@@ -204,6 +261,70 @@ def _workers(num_workers: Optional[int]) -> int:
     if not isinstance(num_workers, int) or num_workers < 0:
         raise ValueError(f"fastload.prepare: expected num_workers >= 0 or None, got {num_workers!r}.")
     return num_workers
+
+
+def _default_samples_per_shard(samples: int, workers: int) -> int:
+    """Up to DEFAULT_SAMPLES_PER_SHARD, fewer so that each of `workers` processes gets a
+    shard, at least MIN_DEFAULT_SAMPLES_PER_SHARD (see their comment)."""
+    per_worker = -(-samples // max(1, workers))
+    return min(DEFAULT_SAMPLES_PER_SHARD, max(MIN_DEFAULT_SAMPLES_PER_SHARD, per_worker))
+
+
+def _earlier_plan(dst: str, job: Dict[str, Any]) -> Optional[int]:
+    """The samples_per_shard of an earlier run in `dst` of the same job (settings, name,
+    on_error, source), if any: the default depends on the worker count, and resuming with
+    other workers must keep the shards already written."""
+    import json
+
+    state = os.path.join(dst, mf.STATE_DIR)
+    for entry in sorted(os.listdir(state)):
+        try:
+            with open(os.path.join(state, entry), encoding="utf-8") as f:
+                earlier = json.load(f).get("job")
+            if earlier == dict(job, samples_per_shard=earlier.get("samples_per_shard")):
+                value = earlier["samples_per_shard"]
+                if isinstance(value, int) and value >= 1:
+                    return value
+        except (OSError, ValueError, AttributeError, KeyError):
+            continue
+    return None
+
+
+@contextlib.contextmanager
+def _locked(dst: str) -> Iterator[None]:
+    """Holds an exclusive lock on the output folder `dst` while the block runs.
+
+    Two runs writing into one folder would write the same `.tmp` files and record sizes
+    read mid-write. The lock is a non-blocking flock on `<dst>/.fastload-prepare.lock`,
+    which holds the owner's pid for the message. The file stays (removing it would let a
+    third run lock a new file while a second still waits on the old one); the lock itself
+    goes with the process that held it, however it ended.
+
+    Raises:
+        FolderInUse: another process holds the lock.
+    """
+    path = os.path.join(dst, mf.LOCK_NAME)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        if fcntl is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                owner = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+                who = f" (process {owner})" if owner.isdigit() else ""
+                raise FolderInUse(
+                    f"fastload.prepare: another preparation{who} is writing into {dst!r}. Wait for it to finish, "
+                    "or choose another output folder.") from None
+            except OSError as error:  # a file system without flock (some network mounts)
+                warnings.warn(f"fastload.prepare: cannot lock {path!r} ({error.strerror or error}); nothing stops "
+                              "another preparation from writing into the same folder at the same time.",
+                              stacklevel=3)
+            else:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _state_path(dst: str, shard_name: str) -> str:
@@ -261,6 +382,30 @@ def _init_worker(source: Source, settings: enc.EncodeSettings, on_error: str, ds
     _WORKER.update(source=source, settings=settings, policy=ErrorPolicy(on_error), dst=dst, job=job)
 
 
+def _init_pool_worker(parent: int, *args) -> None:
+    _die_with_parent(parent)
+    _init_worker(*args)
+
+
+def _die_with_parent(parent: int) -> None:
+    """Asks the kernel to end this worker when the preparing process `parent` dies.
+
+    A pool worker outlives a killed parent (it waits on its queue forever), holding the
+    folder's lock (inherited by fork) and finishing the shard it was writing while the
+    next run writes the same one. Linux only (prctl PR_SET_PDEATHSIG).
+    """
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            return
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+
+
 def _run_task(task) -> Dict[str, Any]:
     """Prepares one shard; returns (and records in the state folder) its record."""
     shard_id, shard_name, first, end = task
@@ -274,11 +419,11 @@ def _run_task(task) -> Dict[str, Any]:
     def samples():
         for i in range(first, end):
             try:
-                data = source.index.read(i)
+                data = source.read(i)
                 encoded = enc.encode(data, source.names[i], i, settings)
-            except (OSError, EOFError, enc._EncodeError) as error:
+            except (UnreadableSample, enc._EncodeError, OSError, EOFError) as error:  # OSError, EOFError: PIL's
                 reason = getattr(error, "reason", None) or str(error)
-                policy.handle(DecodeError(reason, i, source.index.source(i)))
+                policy.handle(PrepareDecodeError(reason, i, source.index.source(i)))
                 skipped.append({"sample": i, "source": source.index.source(i), "reason": reason})
                 continue
             kinds[encoded.kind] = kinds.get(encoded.kind, 0) + 1

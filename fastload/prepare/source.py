@@ -3,16 +3,21 @@
 An ImageFolder-layout directory, tar shards (a path, brace pattern or list ending in
 .tar), fastload.ImageFolder / FileList / TarShards, or a torchvision ImageFolder /
 DatasetFolder: all become a SampleIndex (where each sample's bytes are, its label) plus
-each sample's name, so worker processes read bytes with SampleIndex.read and nothing
-else crosses a process boundary.
+each sample's name, so worker processes read bytes with Source.read and nothing else
+crosses a process boundary.
+
+A file that cannot be opened (a dangling or looping symbolic link, no permission) is a
+bad sample like a corrupt image, not a crash: the fingerprint records it, and reading it
+raises UnreadableSample with a short reason, which prepare raises or lists under on_error.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 from dataclasses import dataclass
-from typing import Any, List, Sequence, Union
+from typing import Any, List, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -39,16 +44,82 @@ class Source:
     def fingerprint(self) -> str:
         """A hash of what the source holds: every file's path, size and mtime, and every
         sample's place and label. A changed, added or removed file changes it."""
+        return self.stat_files()[0]
+
+    def stat_files(self) -> Tuple[str, List[Tuple[int, str]]]:
+        """(the fingerprint, [(sample, reason)] for every file that cannot be stat'ed).
+
+        An unreadable file enters the fingerprint as its path and errno, so the same
+        broken link gives the same fingerprint (and a resumed run keeps its shards);
+        `sample` is the first sample the file holds.
+        """
         digest = hashlib.sha256()
         index = self.index
+        failed: List[Tuple[int, str]] = []  # (file, reason)
         for i in range(len(index.files)):
             path = index.files[i]
-            st = os.stat(path)
-            digest.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\n".encode("utf-8", "surrogateescape"))
+            try:
+                st = os.stat(path)
+                line = f"{path}\0{st.st_size}\0{st.st_mtime_ns}\n"
+            except OSError as error:
+                line = f"{path}\0unreadable\0{error.errno}\n"
+                failed.append((i, unreadable_reason(path, error, "cannot open")))
+            digest.update(line.encode("utf-8", "surrogateescape"))
         for array in (index.file_ids, index.offsets, index.sizes, index.labels):
             digest.update(np.ascontiguousarray(array, dtype=np.int64).tobytes())
         digest.update(self.names.data.tobytes())
-        return digest.hexdigest()
+        unreadable: List[Tuple[int, str]] = []
+        if failed:
+            files, first = np.unique(index.file_ids, return_index=True)
+            first_sample = dict(zip(files.tolist(), first.tolist()))
+            unreadable = [(first_sample[f], reason) for f, reason in failed if f in first_sample]
+        return digest.hexdigest(), unreadable
+
+    def read(self, i: int) -> bytes:
+        """The encoded bytes of sample i (SampleIndex.read's read: the whole file, or
+        `size` bytes at `offset` of a shard).
+
+        Raises:
+            UnreadableSample: the file cannot be opened or read, or ends before the sample's
+                last byte; `reason` says which, without the sample's name.
+        """
+        index = self.index
+        path = index.files[int(index.file_ids[i])]
+        size, offset = int(index.sizes[i]), int(index.offsets[i])
+        try:
+            f = open(path, "rb")
+        except OSError as error:
+            raise UnreadableSample(unreadable_reason(path, error, "cannot open")) from error
+        with f:
+            try:
+                data = f.read() if size < 0 else os.pread(f.fileno(), size, offset)
+            except OSError as error:
+                raise UnreadableSample(unreadable_reason(path, error, "cannot read")) from error
+        if 0 <= size != len(data):
+            raise UnreadableSample(f"expected {size} bytes at offset {offset}, the file ends after {len(data)} "
+                             "(truncated?)")
+        return data
+
+
+class UnreadableSample(Exception):
+    """A sample whose bytes cannot be read; `reason` says why (for messages and the manifest)."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def unreadable_reason(path: str, error: OSError, what: str) -> str:
+    """Why `path` cannot be opened, in words: the system's, and what a link points at."""
+    reason = f"{what}: {error.strerror or error}"
+    if error.errno == errno.ELOOP:
+        return reason + " (a symbolic link that leads back to itself, directly or through others)"
+    if error.errno == errno.ENOENT and os.path.islink(path):
+        try:
+            return reason + f" (a symbolic link to {os.readlink(path)!r}, which does not exist)"
+        except OSError:
+            pass
+    return reason
 
 
 def as_source(src: Any) -> Source:

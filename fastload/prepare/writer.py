@@ -71,6 +71,20 @@ def file_sha256(path: str) -> Tuple[str, int]:
     return digest.hexdigest(), size
 
 
+def create_temp(folder: str, prefix: str) -> Tuple[int, str]:
+    """(fd, path) of a new file open for writing in `folder`, named `prefix` + random.
+
+    What tempfile.mkstemp does, but with the mode of any new file (0o666 less the umask;
+    mkstemp's 0600 would leave a shared dataset folder unreadable to other accounts).
+    """
+    while True:
+        path = os.path.join(folder, prefix + os.urandom(6).hex())
+        try:
+            return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), path
+        except FileExistsError:
+            continue
+
+
 def remove_quietly(path: str) -> None:
     try:
         os.unlink(path)

@@ -639,7 +639,10 @@ def _write_atomic(target: str, record: Dict[str, Any]) -> bool:
     folder = os.path.dirname(target) or "."
     try:
         os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".fastload-idx-")
+        # Not mkstemp: its 0600 would hide the index from other accounts reading a shared
+        # folder; O_CREAT's mode is 0o666 less the umask, as for the shard beside it.
+        tmp = os.path.join(folder, ".fastload-idx-" + os.urandom(6).hex())
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     except OSError:  # read-only folder: try the next place
         return False
     try:
