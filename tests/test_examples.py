@@ -1,8 +1,15 @@
-"""The examples run: a tiny configuration of the AMP training loop on the CPU."""
+"""The examples run: a tiny configuration of each on the CPU (the AMP loop in this process,
+the others as scripts, as a user runs them), and the properties they rely on hold: the
+quantization calibration sees the same batches on every run, a Lightning run resumed
+mid-epoch sees the uninterrupted run's batches."""
 
 import importlib.util
+import json
 import math
 import os
+import re
+import subprocess
+import sys
 
 import pytest
 
@@ -27,3 +34,62 @@ def test_train_amp_tiny(amp, tmp_path):
     assert result["path"].startswith("native")
     assert result["batches"] == 2 and len(result["losses"]) == 4
     assert all(math.isfinite(loss) for loss in result["losses"])
+
+
+def run_example(name, *args, timeout=150):
+    """Runs examples/<name>.py as a script; returns its stdout (fails with its output)."""
+    result = subprocess.run([sys.executable, os.path.join(EXAMPLES, f"{name}.py"), *args], capture_output=True,
+                            text=True, timeout=timeout, cwd=os.path.join(EXAMPLES, ".."))
+    assert result.returncode == 0, \
+        f"{name}.py {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
+    return result.stdout
+
+
+def read_jsonl(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
+@pytest.mark.timeout(200)
+def test_train_lightning_tiny_resumed_run_sees_the_uninterrupted_runs_batches(tmp_path):
+    pytest.importorskip("pytorch_lightning")
+    out = run_example("train_lightning", "--tiny", "--record", str(tmp_path / "batches"))
+    assert "train loader: native" in out
+    step = int(re.search(r"resume: from \S*step=(\d+)\.ckpt", out).group(1))
+    full = read_jsonl(tmp_path / "batches.full.rank0")
+    resumed = read_jsonl(tmp_path / "batches.resumed.rank0")
+    assert [(r["epoch"], r["batch"]) for r in full] == [(e, b) for e in range(2) for b in range(8)]
+    assert len({r["hash"] for r in full}) == len(full)  # every batch differs: the hashes see the data
+    after = [r for r in full if r["step"] >= step]
+    assert 0 < len(after) < 8 and after[0]["batch"] > 0  # the checkpoint is inside an epoch
+    # The resumed run continues on the next batch: no batch skipped, none repeated, the
+    # same samples with the same random crops (each hash covers labels and pixels).
+    assert resumed == after
+
+
+def test_quantize_tiny_calibrates_on_the_same_batches_every_run(tmp_path):
+    data = load("train_amp").make_tiny_folder(str(tmp_path / "data"), classes=2, per_class=16)
+    out = run_example("quantize", "--tiny", "--data", data)
+    # The script hashed the calibration batches on two passes and stopped had they differed.
+    match = re.search(r"calibration: (\d+) batches, fingerprint (\w+) \(identical on 2 passes\)", out)
+    assert match, out
+    assert "calibration loader: native" in out
+    agreement = float(re.search(r"int8 agrees with fp32 on ([\d.]+)%", out).group(1))
+    assert 50 <= agreement <= 100
+    assert re.search(r"fp32 [\d.]+ ms, int8 [\d.]+ ms", out)
+
+    # Another run (this process, a new loader): the same batches, so the same int8 model.
+    example = load("quantize")
+    loader = example.calibration_loader(data, image_size=32, batch_size=8, images=1024, workers=2)
+    assert example.fingerprint(loader) == (match.group(2), int(match.group(1)))
+    loader.close()
+
+
+def test_prune_tiny_reaches_the_sparsity_and_fine_tunes():
+    out = run_example("prune", "--tiny", "--amount", "0.6")
+    assert "train loader: native" in out
+    sparsity = re.search(r"sparsity ([\d.]+)% \(permanent\)", out)
+    assert sparsity and abs(float(sparsity.group(1)) - 60.0) < 0.1, out
+    losses = re.search(r"val loss: dense ([\d.]+), pruned ([\d.]+), fine-tuned ([\d.]+)", out)
+    assert losses and all(math.isfinite(float(v)) for v in losses.groups()), out
+    assert "fine-tuned 12 steps (24 micro-batches, bf16 autocast)" in out
