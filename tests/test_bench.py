@@ -24,7 +24,7 @@ from fastload import _ext
 from fastload.bench import contenders as registry
 from fastload.bench import dataset as data
 from fastload.bench import measure, recipes, report
-from fastload.bench.__main__ import main
+from fastload.bench.__main__ import main, parse_args
 from fastload.bench.procfs import ProcessTree
 
 MEAN = np.array(registry.IMAGENET_MEAN, np.float64)
@@ -174,7 +174,10 @@ def test_every_contender_runs_and_agrees(tiny, tmp_path, monkeypatch):
             assert r["status"] == "unavailable" and r["reason"]
             continue
         assert r["status"] == "ok", r  # an available contender that fails is a bug here
-        assert r["images"] == 4 and r["images_per_s"] > 0 and r["first_batch_s"] > 0
+        # 8 images are 4 batches per epoch: the window is one whole epoch after a warm-up epoch.
+        assert r["images"] == 8 and r["images_per_s"] > 0 and r["first_batch_s"] > 0
+        assert r["window"]["epoch_starts"] == 1 and r["window"]["warmup_batches"] == 4, r["window"]
+        assert any(w.startswith("short window") for w in r["warnings"]), r["warnings"]
         assert r["peak_rss_mb"] > 50 and r["peak_pss_mb"] > 0 and r["path"]
         batch = r["first_batch"]
         assert batch["shape"] == [2, 3, 224, 224] and batch["dtype"] == "float32" and batch["finite"]
@@ -321,7 +324,7 @@ def make():
 
 class Dicts(torch.utils.data.Dataset):
     def __len__(self):
-        return 6
+        return 8
     def __getitem__(self, i):
         return {{"image": torch.full((3, 8, 8), float(i)), "label": i}}
 
@@ -440,7 +443,8 @@ def test_recipes_mode_races_torch_and_fastload_on_each_requested_recipe(tiny, tm
     cache, ds = tiny
     monkeypatch.setattr(measure, "run_in_subprocess", _in_this_process)
     out = tmp_path / "recipes.json"
-    assert main(["--data", ds.root, "--recipes", "preset-eval,random-split", "--images", "2", "--batch-size", "2",
+    # Batches of 1: random-split's 7 images make 7 batches, enough to time (4 needed).
+    assert main(["--data", ds.root, "--recipes", "preset-eval,random-split", "--images", "2", "--batch-size", "1",
                  "--workers", "0", "--no-progress", "--json", str(out)]) == 0
     record = json.loads(out.read_text())
     assert "results" not in record and "decode" not in record  # --recipes alone: the recipes suite only
@@ -454,13 +458,13 @@ def test_recipes_mode_races_torch_and_fastload_on_each_requested_recipe(tiny, tm
     assert sorted(runs) == sorted((n, c) for n in rows for c in ("baseline", "fastload"))
     for name in rows:
         torch_run, fastload_run = runs[(name, "baseline")], runs[(name, "fastload")]
-        assert torch_run["batch_size"] == fastload_run["batch_size"] == 2
+        assert torch_run["batch_size"] == fastload_run["batch_size"] == 1
         # The same dataset object in both loaders: same output shape and dtype.
-        assert torch_run["first_batch"]["shape"] == fastload_run["first_batch"]["shape"] == [2, 3, 224, 224]
+        assert torch_run["first_batch"]["shape"] == fastload_run["first_batch"]["shape"] == [1, 3, 224, 224]
         assert torch_run["first_batch"]["dtype"] == fastload_run["first_batch"]["dtype"] == "float32"
     # Eval is unshuffled and deterministic: the same two images come out of both loaders.
     torch_eval, fastload_eval = runs[("preset-eval", "baseline")], runs[("preset-eval", "fastload")]
-    assert torch_eval["first_batch"]["labels"] == fastload_eval["first_batch"]["labels"] == [0, 0]
+    assert torch_eval["first_batch"]["labels"] == fastload_eval["first_batch"]["labels"] == [0]
     tol = FASTLOAD_TOL if rows["preset-eval"]["kind"] == "native" else SAME_CODE_TOL
     np.testing.assert_allclose(fastload_eval["first_batch"]["sample_means"], torch_eval["first_batch"]["sample_means"],
                                atol=tol)
@@ -524,3 +528,163 @@ def test_every_recipe_runs_off_the_generic_path(name, tiny, capsys):
         assert "generic" not in verdict and verdict.split(": ", 1)[1].startswith(recipes.path_kind(loader.path)), verdict
     finally:
         getattr(loader, "close", lambda: None)()
+
+
+# -- the timed window -------------------------------------------------------------------
+# A loader that keeps `depth` batches asked for ahead of the one handed out, as torch's
+# DataLoader does (prefetch_factor x num_workers), and logs when each batch was asked for
+# and taken; the bench's clock (the process tree's CPU, read at t0 and at the end) logs
+# itself in the same list. No timing: only the order of events is checked.
+
+
+class _PrefetchingLoader:
+    def __init__(self, batches, depth, batch_size, log):
+        self.batches, self.depth, self.batch_size, self.log, self.epochs = batches, depth, batch_size, log, 0
+
+    def __len__(self):
+        return self.batches
+
+    def __iter__(self):
+        return _PrefetchingEpoch(self)
+
+
+class _PrefetchingEpoch:
+    def __init__(self, loader):
+        self.loader, self.epoch, self.asked, self.next_index = loader, loader.epochs, [], 0
+        loader.epochs += 1
+        self._top_up()  # like torch's iterator, asks for the first batches when it is made
+
+    def _top_up(self):
+        while len(self.asked) < self.loader.depth and self.next_index < self.loader.batches:
+            key = (self.epoch, self.next_index)
+            self.loader.log.append(("asked", key))
+            self.asked.append(key)
+            self.next_index += 1
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if not self.asked:
+            raise StopIteration
+        key = self.asked.pop(0)
+        self.loader.log.append(("taken", key))
+        self._top_up()
+        return torch.zeros(self.loader.batch_size, 1), torch.zeros(self.loader.batch_size, dtype=torch.int64)
+
+
+class _Prefetching(registry.Contender):
+    name = "prefetching"
+
+    def __init__(self, epoch_length, log):
+        self.epoch_length, self.log = epoch_length, log
+
+    def dataset(self, config):
+        return None
+
+    def loader(self, dataset, config):  # torch's prefetch_factor (2) x num_workers in flight
+        return _PrefetchingLoader(self.epoch_length, 2 * config.workers, config.batch_size, self.log)
+
+
+def _measure_prefetching(monkeypatch, tmp_path, epoch_batches, **config):
+    """(result, batches taken between the clock's reads, the log) of the fake contender."""
+    log = []
+
+    class ClockTree:
+        def __init__(self, pid):
+            pass
+
+        def cpu_seconds(self):
+            log.append(("clock", None))
+            return 0.0
+
+    monkeypatch.setitem(registry.CONTENDERS, "prefetching", _Prefetching(epoch_batches, log))
+    monkeypatch.setattr(measure, "ProcessTree", ClockTree)
+    result = measure.run_in_this_process(measure.MeasureConfig(
+        contender="prefetching", root=str(tmp_path), progress=False, **{"workers": 2, "batch_size": 128, **config}))
+    clocks = [i for i, (what, _) in enumerate(log) if what == "clock"]
+    timed = [key for what, key in log[clocks[0]:clocks[-1]] if what == "taken"] if clocks else []
+    return result, timed, log
+
+
+def _asked_before_the_clock(log, timed):
+    t0 = next(i for i, (what, _) in enumerate(log) if what == "clock")
+    early = {key for what, key in log[:t0] if what == "asked"}
+    return [key for key in timed if key in early]
+
+
+def test_the_default_window_is_many_prefetch_depths_long():
+    # 2 workers: torch keeps 2 x 2 batches in flight. The window is 20 times that.
+    args = parse_args(["--workers", "2", "--batch-size", "128"])
+    assert args.images >= 20 * 4 * 128 and args.warmup_batches >= 4 + 1
+    args = parse_args(["--workers", "8"])
+    assert args.images >= 20 * 16 * 128
+    plan = measure.plan_window(measure.MeasureConfig(contender="x", root="/x", workers=3, batch_size=64), 10**6)
+    assert plan.timed_batches >= 20 * 6 and plan.warmup_batches >= 7 and not plan.warnings
+    assert measure.MeasureConfig(contender="x", root="/x").images is None  # the minimum window, whatever workers
+
+
+def test_batches_asked_for_before_the_clock_are_a_small_share_of_the_window(monkeypatch, tmp_path):
+    # Large data: the window lies in the first epoch; what was in flight at t0 (the prefetch
+    # depth, 4 batches) is at most 1/20 of what is timed, and no epoch starts in it.
+    result, timed, log = _measure_prefetching(monkeypatch, tmp_path, epoch_batches=1000)
+    assert result["status"] == "ok", result
+    assert len(timed) >= 20 * 4 and result["images"] == 128 * len(timed)
+    assert len(_asked_before_the_clock(log, timed)) <= len(timed) / 20
+    assert {epoch for epoch, _ in timed} == {0} and result["window"]["epoch_starts"] == 0
+    assert not result["warnings"]
+
+
+def test_small_data_is_timed_in_whole_fresh_epochs_with_a_warning(monkeypatch, tmp_path):
+    # 10 batches per epoch (>= 2 x 4, < 10 x 4): the warm-up is all of epoch 0; each timed
+    # epoch starts after the clock, so no timed batch was asked for before it.
+    result, timed, log = _measure_prefetching(monkeypatch, tmp_path, epoch_batches=10)
+    assert result["status"] == "ok", result
+    assert _asked_before_the_clock(log, timed) == []
+    epochs = sorted({epoch for epoch, _ in timed})
+    assert epochs[0] == 1 and len(timed) == 10 * len(epochs) and len(timed) >= 20 * 4
+    assert result["window"]["epoch_starts"] == len(epochs) == result["window"]["whole_epochs"]
+    assert any(w.startswith("small data") for w in result["warnings"]), result["warnings"]
+
+
+def test_a_short_window_is_timed_with_a_warning(monkeypatch, tmp_path):
+    result, timed, _ = _measure_prefetching(monkeypatch, tmp_path, epoch_batches=1000, images=256)
+    assert result["status"] == "ok" and len(timed) == 2
+    assert [w.split(":")[0] for w in result["warnings"]] == ["short window"]
+    assert "--images 10240" in result["warnings"][0]
+
+
+def test_data_whose_epoch_fits_in_the_prefetch_is_refused(monkeypatch, tmp_path, tiny, capsys):
+    # 3 batches per epoch with 2 workers (4 in flight): nothing steady to time.
+    result, timed, _ = _measure_prefetching(monkeypatch, tmp_path, epoch_batches=3)
+    assert result["status"] == "refused" and timed == []
+    assert "at least 1024 images" in result["reason"], result["reason"]
+    # The command refuses before running anyone, and says how much data it needs.
+    _, ds = tiny
+    monkeypatch.setattr(measure, "run_in_subprocess", lambda *a, **k: pytest.fail("a refused run measured"))
+    assert main(["--data", ds.root, "--batch-size", "4", "--workers", "2", "--contenders", "baseline",
+                 "--pipeline", "eval", "--suite", "main", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "refused" in err and "at least 32 images" in err and "--data at a folder of at least 32" in err
+
+
+def test_marked_rows_say_why_in_the_table_the_json_and_the_plot(tmp_path):
+    warning = "small data: 15 batches of 128 per epoch"
+    rows = [{"contender": name, "pipeline": "train", "status": "ok", "path": "p", "images_per_s": ips,
+             "cpu_ms_per_image": 5.0, "peak_rss_mb": 900.0, "first_batch_s": 1.0, "others_cpu_pct": 1.0,
+             "window": {"epoch_starts": 6}, "warnings": [warning]} for name, ips in
+            (("baseline", 200.0), ("fastload", 1000.0))]
+    rows.append({"contender": "dali-cpu", "pipeline": "train", "status": "ok", "path": "p", "images_per_s": 400.0,
+                 "window": {"epoch_starts": 7}, "warnings": []})
+    report.add_ratios(rows)
+    assert rows[2]["warnings"] and rows[2]["warnings"][0].startswith("unlike windows: 7 epoch start(s)")
+    table = report.format_compact(rows)
+    assert "5.00x *" in table and "1.00x *" in table and "2.00x *" in table
+    notes = report.format_warnings(rows)
+    assert notes[0].startswith("* marked rows") and "baseline (train), fastload (train): small data" in notes[1]
+    assert "dali-cpu (train): unlike windows" in notes[2]
+    assert report.format_warnings([dict(rows[0], warnings=[])]) == []
+    pytest.importorskip("matplotlib")
+    report.plot(rows, str(tmp_path / "bench.svg"))
+    svg = (tmp_path / "bench.svg").read_text()
+    assert "small data" in svg and "(5.00x) *" in svg

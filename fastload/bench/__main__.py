@@ -8,14 +8,19 @@
     fastload-bench --recipes              # training recipes (torchvision presets, timm, ...): torch vs fastload
     fastload-bench --list                 # contenders, recipes and whether they can run here
 
-Every contender gets the same data, batch size, workers, float32 output and warm-up, each
-in a fresh process; the table gives img/s, the ratio to the torchvision baseline of the
-same pipeline, peak memory of the process tree, and the time to the first batch.
+Every contender gets the same data, batch size, workers, float32 output, warm-up and timed
+window, each in a fresh process; the table gives img/s, the ratio to the torchvision
+baseline of the same pipeline, peak memory of the process tree, and the time to the first
+batch. The window is long enough to be steady (20 x the prefetch depth in batches, whole
+epochs on small data: fastload/bench/measure.py says why); a shorter one, or small data,
+marks the rows " *" and says why under the table; data whose epoch fits in the prefetch is
+refused.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -23,7 +28,7 @@ from typing import List, Optional
 
 from fastload.bench import contenders as registry
 from fastload.bench import dataset as data
-from fastload.bench import micro, prepared, recipes, report
+from fastload.bench import measure, micro, prepared, recipes, report
 from fastload.bench.measure import MeasureConfig, run_in_subprocess
 
 SUITES = ("main", "decode", "scaling", "prepared", "recipes")
@@ -39,10 +44,16 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--dataset-images", type=int, default=2000, help="images to generate without --data (2000)")
     p.add_argument("--classes", type=int, default=10, help="classes to generate without --data (10)")
     p.add_argument("--seed", type=int, default=0, help="seed of the generated data and of the loaders (0)")
-    p.add_argument("--images", type=int, default=1536, help="images timed per contender, after warm-up (1536)")
+    p.add_argument("--images", type=int,
+                   help="images timed per contender, after warm-up (default: the shortest steady window, "
+                        f"{measure.WINDOW_DEPTHS} x the prefetch depth in batches: {measure.WINDOW_DEPTHS} x "
+                        f"max({measure.MIN_DEPTH}, {measure.PREFETCH_FACTOR} x workers) x batch size; fewer "
+                        "are timed with a warning)")
     p.add_argument("--repeat", type=int, default=1,
                    help="runs per contender, round-robin; the table keeps each one's fastest (1)")
-    p.add_argument("--warmup-batches", type=int, default=1, help="batches taken before timing (1)")
+    p.add_argument("--warmup-batches", type=int,
+                   help="batches taken before timing (default and least: the prefetch depth + 1; all of the first "
+                        "epoch when the window is whole epochs)")
     p.add_argument("--batch-size", type=int, help=f"images per batch (128; recipes: {recipes.BATCH_SIZE})")
     p.add_argument("--workers", type=int,
                    help=f"worker processes or threads of every contender (default: all cores; recipes: {recipes.WORKERS})")
@@ -85,6 +96,12 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     args.recipe_workers = recipes.WORKERS if args.workers is None else args.workers
     args.batch_size = 128 if args.batch_size is None else args.batch_size
     args.workers = (os.cpu_count() or 1) if args.workers is None else args.workers
+    # The timed window and warm-up follow the prefetch depth of the workers (measure.py).
+    args.images_given, args.warmup_given = args.images is not None, args.warmup_batches is not None
+    if not args.images_given:
+        args.images = measure.default_images(args.workers, args.batch_size)
+    if not args.warmup_given:
+        args.warmup_batches = measure.prefetch_depth(args.workers) + 1
     if args.dataset and args.contenders == ",".join(registry.CONTENDERS):
         args.contenders = ",".join(name for name, c in registry.CONTENDERS.items() if c.runs_user_dataset)
     if args.dataset and args.data:
@@ -148,11 +165,19 @@ def main(argv: Optional[List[str]] = None) -> int:
     base = dict(
         root=bench_data.root, batch_size=args.batch_size, images=args.images,
         warmup_batches=args.warmup_batches, seed=args.seed, dataset_factory=args.dataset,
+        dataset_images=bench_data.num_images,
     )
+    # The window every row of the main table gets (each child plans its own alike, from its
+    # loader's epoch length); data whose epochs fit in the prefetch is refused here, early.
+    plan = window_plan(args, args.workers, args.batch_size, args.images, bench_data.num_images)
+    if "main" in args.suite and plan.refused:  # the other suites' rows say it, each
+        print(refusal(plan, args, bench_data.num_images), file=sys.stderr, flush=True)
+        return 2
     needs_shards = not args.dataset and any(registry.get(c).needs_shards and not registry.get(c).unavailable()
                                             for c in args.contenders)
     shards = data.ensure_shards(bench_data, args.shards) if needs_shards and "main" in args.suite else []
-    record = {"machine": machine, "data": vars(bench_data), "args": {k: v for k, v in vars(args).items()}}
+    record = {"machine": machine, "data": vars(bench_data), "args": {k: v for k, v in vars(args).items()},
+              "window": {"rule": window_rule(), **dataclasses.asdict(plan)}}
 
     if "main" in args.suite:
         # Repeats go round-robin over every contender, so a burst of load from other
@@ -169,10 +194,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         report.add_ratios(rows)
         record["results"] = rows
         _say()
-        _say(f"batch {args.batch_size}, {args.workers} workers/threads, {args.images} timed images after "
-             f"{args.warmup_batches} warm-up batch(es), float32 output; peak memory summed over the process tree"
-             + (f"; best of {args.repeat} runs" if args.repeat > 1 else ""))
+        _say(f"batch {args.batch_size}, {args.workers} workers/threads, float32 output; {plan.describe(args.batch_size)}"
+             f" (prefetch depth {plan.prefetch_depth}, steady window >= {plan.min_timed_batches} batches); peak "
+             "memory summed over the process tree" + (f"; best of {args.repeat} runs" if args.repeat > 1 else ""))
         _say(report.format_table(rows) if args.wide else report.format_compact(rows))
+        record["warnings"] = report.warning_items(rows)
+        for line in report.format_warnings(rows):
+            _say(line)
         noisy = [r for r in rows if r.get("others_cpu_pct", 0) > report.NOISY_OTHERS_PCT]
         if noisy:
             _say(f"note: other processes used > {report.NOISY_OTHERS_PCT:.0f}% of the CPUs during "
@@ -187,8 +215,9 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     if "scaling" in args.suite:
         workers = max(2, args.workers)
+        images = args.images if args.images_given else measure.default_images(workers, args.batch_size)
         rows = micro.scaling_benchmark(
-            args.scaling_contenders, dict(base, pipeline=pipelines[0]), workers, args.timeout,
+            args.scaling_contenders, dict(base, pipeline=pipelines[0], images=images), workers, args.timeout,
             progress=args.progress, repeat=args.repeat,
         )
         record["scaling"] = rows
@@ -201,7 +230,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         record["prepared"] = prepared.run_suite(bench_data, args, _say)
 
     if "recipes" in args.suite:
-        record["recipe_runs"], record["recipes"] = recipes.run_suite(args, bench_data.root, _say)
+        # The recipes' own batch and workers set their window (unless --images/--warmup-batches say).
+        recipe_args = argparse.Namespace(**vars(args))
+        if not args.images_given:
+            recipe_args.images = measure.default_images(args.recipe_workers, args.recipe_batch_size)
+        if not args.warmup_given:
+            recipe_args.warmup_batches = measure.prefetch_depth(args.recipe_workers) + 1
+        record["recipe_runs"], record["recipes"] = recipes.run_suite(recipe_args, bench_data.root, _say)
 
     if args.plot:
         rows = record.get("results") or prepared.plot_rows(record.get("prepared", {}).get("rows", []))
@@ -214,6 +249,36 @@ def main(argv: Optional[List[str]] = None) -> int:
             json.dump(record, f, indent=1, default=str)
         _say(f"\nfigures written to {args.json}")
     return 0
+
+
+def window_plan(args: argparse.Namespace, workers: int, batch_size: int, images: int,
+                num_images: Optional[int]) -> measure.WindowPlan:
+    """The window of a run on `num_images` samples (None: unknown, planned as one epoch)."""
+    config = MeasureConfig(contender="", root="", batch_size=batch_size, workers=workers, images=images,
+                           warmup_batches=args.warmup_batches)
+    return measure.plan_window(config, None if num_images is None else num_images // batch_size)
+
+
+def window_rule() -> dict:
+    """The constants of the window rule, for the JSON record."""
+    return {"prefetch_depth": f"max({measure.MIN_DEPTH}, {measure.PREFETCH_FACTOR} x workers) batches",
+            "min_timed_batches": f"{measure.WINDOW_DEPTHS} x prefetch depth",
+            "warmup_batches": "prefetch depth + 1 (whole epochs: all of epoch 0)",
+            "small_data_below": f"{measure.EPOCH_DEPTHS} x prefetch depth batches per epoch",
+            "refused_below": f"{measure.REFUSE_DEPTHS} x prefetch depth batches per epoch"}
+
+
+def refusal(plan: measure.WindowPlan, args: argparse.Namespace, num_images: Optional[int]) -> str:
+    """Why the run is refused, and how much data it needs."""
+    need = measure.min_epoch_batches(args.workers) * args.batch_size
+    better = measure.EPOCH_DEPTHS * plan.prefetch_depth * args.batch_size
+    if args.dataset:
+        how = f"Make the dataset hold at least {need} samples"
+    elif args.data:
+        how = f"Point --data at a folder of at least {need} images"
+    else:
+        how = f"Pass --dataset-images {better} (at least {need})"
+    return f"fastload-bench: refused: {num_images} images are too few to time: {plan.refused}. {how}."
 
 
 def _measure(name: str, config_kwargs: dict, args: argparse.Namespace) -> dict:

@@ -9,6 +9,10 @@ two so the bench can time what a user waits for:
 - `dataset(config)`: untimed; index the data (scan the folder, list the shards).
 - `loader(dataset, config)`: timed with the first batch ("time to first batch").
 
+The batches come one epoch at a time (`epoch(loader, config, epoch)`, a generator that
+starts the epoch on its first next()): the bench times whole epochs of small data, each
+started after its clock, and counts the epoch starts inside its window.
+
 To add one, subclass Contender, fill in these methods and decorate it with @register.
 
 Example:
@@ -73,13 +77,25 @@ class Contender:
     def loader(self, dataset: Any, config: RunConfig) -> Any:
         raise NotImplementedError
 
+    def epoch(self, loader: Any, config: RunConfig, epoch: int) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
+        """(images, labels) batches of one epoch. A generator: the loader starts the epoch
+        (iter(loader), which primes its prefetch) on the first next(), not before."""
+        if hasattr(loader, "set_epoch"):
+            loader.set_epoch(epoch)
+        for batch in loader:
+            yield split_batch(batch)
+
+    def epoch_batches(self, loader: Any, config: RunConfig) -> Optional[int]:
+        """Batches per epoch, None when the loader cannot say (no len())."""
+        try:
+            return int(len(loader))
+        except (TypeError, NotImplementedError):
+            return None
+
     def batches(self, loader: Any, config: RunConfig) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
         """(images, labels) batches, epoch after epoch, without end."""
         for epoch in itertools.count():
-            if hasattr(loader, "set_epoch"):
-                loader.set_epoch(epoch)
-            for batch in loader:
-                yield split_batch(batch)
+            yield from self.epoch(loader, config, epoch)
 
     def path(self, loader: Any) -> str:
         """Which code path ran (the "path" column)."""
@@ -349,10 +365,9 @@ class DaliCpu(Contender):
             last_batch_policy=LastBatchPolicy.DROP, auto_reset=True,
         )
 
-    def batches(self, loader, config):
-        while True:
-            for outputs in loader:
-                yield outputs[0]["images"], outputs[0]["labels"].view(-1).long()
+    def epoch(self, loader, config, epoch):
+        for outputs in loader:  # auto_reset: the next `for` is the next epoch
+            yield outputs[0]["images"], outputs[0]["labels"].view(-1).long()
 
     def path(self, loader):
         import nvidia.dali
@@ -391,10 +406,9 @@ class WebDatasetLoader(Contender):
             dataset, batch_size=None, num_workers=config.workers, persistent_workers=config.workers > 0
         )
 
-    def batches(self, loader, config):
-        while True:
-            for images, labels in loader:
-                yield images, torch.as_tensor(labels)
+    def epoch(self, loader, config, epoch):
+        for images, labels in loader:
+            yield images, torch.as_tensor(labels)
 
     def path(self, loader):
         import webdataset

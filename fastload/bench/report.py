@@ -118,15 +118,60 @@ def best_run(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
 
 
 def add_ratios(rows: List[Dict[str, Any]]) -> None:
-    """Sets row["ratio"] = img/s over the same pipeline's baseline img/s."""
-    base = {
-        r["pipeline"]: r["images_per_s"]
-        for r in rows
-        if r.get("contender") == "baseline" and r.get("status") == "ok"
-    }
+    """Sets row["ratio"] = img/s over the same pipeline's baseline img/s, and warns (in
+    row["warnings"]) where a row's window timed other epoch starts than the baseline's."""
+    baselines = {r["pipeline"]: r for r in rows if r.get("contender") == "baseline" and r.get("status") == "ok"}
     for r in rows:
-        if r.get("status") == "ok" and base.get(r["pipeline"]):
-            r["ratio"] = r["images_per_s"] / base[r["pipeline"]]
+        base = baselines.get(r.get("pipeline"))
+        if r.get("status") != "ok" or not base or not base.get("images_per_s"):
+            continue
+        r["ratio"] = r["images_per_s"] / base["images_per_s"]
+        mine, theirs = (r.get("window") or {}).get("epoch_starts"), (base.get("window") or {}).get("epoch_starts")
+        if r is not base and mine is not None and theirs is not None and mine != theirs:
+            r.setdefault("warnings", []).append(
+                f"unlike windows: {mine} epoch start(s) timed, the baseline's {theirs}: the ratio weighs epoch "
+                "starts unevenly"
+            )
+
+
+WARNING_MARK = " *"  # after the ratio (or img/s) of a row whose figures carry a warning
+
+
+def warning_items(rows: List[Dict[str, Any]]) -> List[str]:
+    """Each warning of the rows (`row["warnings"]`) once, after the rows it concerns
+    ("every row" when all successful rows share it)."""
+    which: Dict[str, List[str]] = {}
+    ok = [r for r in rows if r.get("status") == "ok"]
+    for r in ok:
+        for warning in r.get("warnings") or []:
+            which.setdefault(warning, []).append(_name(r))
+    return [f"{'every row' if len(names) == len(ok) > 1 else ', '.join(names)}: {warning}"
+            for warning, names in which.items()]
+
+
+WARNINGS_HEADING = "* marked rows: not steady-state figures, not ratios to quote:"
+
+
+def format_warnings(rows: List[Dict[str, Any]]) -> List[str]:
+    """Lines for under a table: WARNINGS_HEADING and warning_items, wrapped to WIDTH; empty
+    when no row has a warning.
+
+    Example:
+        >>> rows = [{"contender": "fastload", "pipeline": "train", "status": "ok", "warnings": ["short window: x"]}]
+        >>> format_warnings(rows)[1]
+        '  fastload (train): short window: x'
+    """
+    import textwrap
+
+    items = warning_items(rows)
+    if not items:
+        return []
+    return [WARNINGS_HEADING] + [textwrap.fill(item, WIDTH, initial_indent="  ", subsequent_indent="      ")
+                                 for item in items]
+
+
+def _name(r: Dict[str, Any]) -> str:
+    return f"{r['contender']} ({r['pipeline']})" if r.get("pipeline") else str(r["contender"])
 
 
 def format_value(key: str, value: Any) -> str:
@@ -151,12 +196,17 @@ def format_table(rows: List[Dict[str, Any]], columns=COLUMNS, reasons: bool = Tr
 
     The first column names the row (with its pipeline, if any); a row whose status is not
     "ok" says why in the second column (only its status without `reasons`) and has "-"
-    elsewhere.
+    elsewhere. A row with warnings has its ratio (else img/s) marked " *"; format_warnings
+    gives the lines that explain the marks.
     """
     name_key, reason_key = columns[0][1], columns[1][1]
     body = []
+    keys = [key for _, key in columns]
     for r in rows:
         cells = []
+        marked = None
+        if r.get("status") == "ok" and r.get("warnings"):  # the ratio, else img/s, carries the mark
+            marked = next((k for k in ("ratio", "images_per_s") if k in keys and r.get(k) is not None), None)
         for _, key in columns:
             if key == name_key:
                 cells.append(f"{r[key]} ({r['pipeline']})" if key == "contender" and r.get("pipeline") else str(r[key]))
@@ -165,7 +215,7 @@ def format_table(rows: List[Dict[str, Any]], columns=COLUMNS, reasons: bool = Tr
                 short = "n/a" if status == "unavailable" else status
                 cells.append((f"{status}: {r.get('reason', '')}" if reasons else short) if key == reason_key else "-")
             else:
-                cells.append(format_value(key, r.get(key)))
+                cells.append(format_value(key, r.get(key)) + (WARNING_MARK if key == marked else ""))
         body.append(cells)
     header = [title for title, _ in columns]
     widths = [max(len(x) for x in column) for column in zip(header, *body)]
@@ -216,8 +266,9 @@ def format_compact(rows: List[Dict[str, Any]]) -> str:
 def plot(rows: List[Dict[str, Any]], path: str) -> None:
     """Draws img/s, CPU ms per image and peak RSS per contender (one panel each), and
     fastload's input stages in ms per image (stacked, one bar per fastload contender),
-    into `path` (.png, .svg, .pdf: matplotlib's formats). Needs matplotlib (`pip install
-    matplotlib`, or the `plot` extra)."""
+    into `path` (.png, .svg, .pdf: matplotlib's formats). Rows with warnings have their
+    img/s label marked " *" in red, and the warnings head the figure. Needs matplotlib
+    (`pip install matplotlib`, or the `plot` extra)."""
     try:
         import matplotlib
 
@@ -234,7 +285,13 @@ def plot(rows: List[Dict[str, Any]], path: str) -> None:
               ("peak_rss_mb", "peak RSS MB (lower is better)")]
     staged = [r for r in ok if r.get("stages_ms_per_image")]
     width = len(panels) + bool(staged)
-    figure, axes = plt.subplots(1, width, figsize=(5 * width, 0.45 * len(ok) + 2.2), squeeze=False)
+    import textwrap
+
+    items = warning_items(ok)
+    notes = "\n".join(textwrap.fill(line, 55 * width) for line in ([WARNINGS_HEADING] + items if items else []))
+    head = 0.15 * (notes.count("\n") + 1) + 0.1 if notes else 0.0  # inches of warning text on top
+    height = 0.45 * len(ok) + 2.2 + head
+    figure, axes = plt.subplots(1, width, figsize=(5 * width, height), squeeze=False)
     if staged:
         _plot_stages(axes[0][-1], [names[ok.index(r)] for r in staged], staged)
     for axis, (key, title) in zip(axes[0], panels):
@@ -248,9 +305,14 @@ def plot(rows: List[Dict[str, Any]], path: str) -> None:
             label = f"{value:.0f}" if key != "cpu_ms_per_image" else f"{value:.2f}"
             if key == "images_per_s" and r.get("ratio"):
                 label += f"  ({r['ratio']:.2f}x)"
-            axis.text(value, y, " " + label, va="center", fontsize=8)
+            if key == "images_per_s" and r.get("warnings"):
+                label += WARNING_MARK
+            axis.text(value, y, " " + label, va="center", fontsize=8,
+                      color="#c53030" if key == "images_per_s" and r.get("warnings") else "black")
         axis.margins(x=0.25)
-    figure.tight_layout()
+    if notes:  # the same words as under the table, above the panels, in red
+        figure.suptitle(notes, fontsize=8, color="#c53030", x=0.01, y=0.995, ha="left", va="top")
+    figure.tight_layout()  # leaves room for the suptitle
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     figure.savefig(path)
     plt.close(figure)
