@@ -642,3 +642,109 @@ def test_python_read_says_what_the_engine_read_says(tmp_path, folder):
     assert str(err.value) == f"fastload: cannot read sample 0, {ds.index.source(0)}: {what}. Fix or remove the file, or {SKIP_HINT}."
     engine = _engine_error(ds)
     assert engine.source == ds.index.source(0) and engine.reason == what
+
+
+def test_transforms_accept_a_torchvision_compose_or_one_transform(folder, shards):
+    import torchvision.transforms as v1
+    from torchvision.transforms import v2
+
+    tmp, paths = shards
+    cache = str(tmp / "cache")
+    listed = TarShards(paths, transforms=[v2.RandomResizedCrop(6), v2.RandomHorizontalFlip(), v2.ToImage(),
+                                          v2.ToDtype(torch.float32, scale=True), v2.Normalize([0.5] * 3, [0.2] * 3)],
+                       cache_dir=cache)
+    composed = TarShards(paths, transforms=v2.Compose([
+        v2.RandomResizedCrop(6), v2.Compose([v2.RandomHorizontalFlip(), v2.ToImage()]),  # nested: opened too
+        v2.ToDtype(torch.float32, scale=True), v2.Normalize([0.5] * 3, [0.2] * 3)]), cache_dir=cache)
+    assert composed.transforms == listed.transforms and composed.tail == ()
+    image, label = composed[3]
+    assert torch.equal(image, listed[3][0]) and image.shape == (3, 6, 6) and label == listed[3][1]
+    loader = fastload.DataLoader(composed, batch_size=5)
+    assert loader.path.startswith("native"), loader.path
+    assert next(iter(loader))[0].shape == (5, 3, 6, 6)
+
+    v1_composed = TarShards(paths, transforms=v1.Compose([v1.CenterCrop(4), v1.ToTensor()]), cache_dir=cache)
+    assert v1_composed.transforms == TarShards(paths, transforms=[v1.CenterCrop(4), v1.ToTensor()],
+                                               cache_dir=cache).transforms
+    one = [fastload.transforms.CenterCrop(4)]
+    assert TarShards(paths, transforms=v2.CenterCrop(4), cache_dir=cache).transforms == one
+    assert TarShards(paths, transforms=fastload.transforms.CenterCrop(4), cache_dir=cache).transforms == one
+    assert TarShards(paths, ops=v2.Compose([v2.CenterCrop(4)]), cache_dir=cache).transforms == one
+    # The other native datasets take them alike (the shared NativeDataset).
+    assert fastload.ImageFolder(folder, transforms=v2.Compose([v2.CenterCrop(4)])).transforms == one
+    files, targets = _files_of(folder)
+    assert fastload.FileList(files, targets, v1.Compose([v1.CenterCrop(4)])).transforms == one
+
+
+def test_classes_and_class_to_idx_from_integer_labels(folder, shards, tmp_path):
+    tmp, paths = shards
+    ds = TarShards(paths, cache_dir=str(tmp / "cache"))
+    assert ds.classes == [0, 1, 2] and len(ds.classes) == len(CLASSES)
+    assert ds.class_to_idx == {0: 0, 1: 1, 2: 2}
+    assert len(ds.classes) == int(ds.index.labels.max()) + 1
+    # Labels are class indices: a class without a sample here is still one of the classes.
+    sparse = TarShards(_tar(tmp_path / "s.tar", [("a.jpg", b"A"), ("a.cls", b"3"), ("b.jpg", b"B"), ("b.cls", b"1")]),
+                       cache_dir=str(tmp_path / "c"))
+    assert sparse.classes == [0, 1, 2, 3] and sparse.class_to_idx[3] == 3
+    assert all(sparse.classes[t] == t for t in sparse.targets)
+    empty = TarShards([], cache_dir=str(tmp_path / "c"))
+    assert empty.classes == [] and empty.class_to_idx == {}
+    assert pickle.loads(pickle.dumps(ds)).classes == [0, 1, 2]
+
+
+def test_keys_slice_index_and_iterate_like_a_list_of_str(shards):
+    tmp, paths = shards
+    ds = TarShards(paths, cache_dir=str(tmp / "cache"))
+    want = [f"{i:09d}" for i in range(13)]
+    assert ds.keys[:3] == want[:3] and all(type(k) is str for k in ds.keys[:3])
+    assert ds.keys[-1] == want[-1] and ds.keys[np.int64(2)] == want[2]
+    assert ds.keys[::-4] == want[::-4] and ds.keys[20:] == []
+    assert len(ds.keys) == 13 and list(ds.keys) == want and ds.keys.tolist() == want
+    assert want[5] in ds.keys and "nope" not in ds.keys and ds.keys.index(want[7]) == 7
+    assert ds.keys == want and list(reversed(ds.keys)) == want[::-1]
+    with pytest.raises(IndexError):
+        ds.keys[13]
+    with pytest.raises(IndexError):
+        ds.keys[-14]
+    with pytest.raises(TypeError):
+        ds.keys["0"]
+    assert pickle.loads(pickle.dumps(ds.keys)) == want
+
+
+def test_index_cache_root_is_fastload_cache_then_xdg_then_home(monkeypatch, tmp_path):
+    monkeypatch.setenv("FASTLOAD_CACHE", str(tmp_path / "fl"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert tarmod.default_cache_dir() == str(tmp_path / "fl")
+    assert TarShards([]).cache_dir == str(tmp_path / "fl")
+    monkeypatch.delenv("FASTLOAD_CACHE")
+    assert tarmod.default_cache_dir() == os.path.join(str(tmp_path / "xdg"), "fastload")
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert tarmod.default_cache_dir() == os.path.join(os.path.expanduser("~"), ".cache", "fastload")
+
+
+def test_read_only_shard_folder_indexes_into_the_cache_without_collisions(tmp_path, monkeypatch):
+    """Two read-only folders holding shards of the same name: each gets its own index in
+    fastload's cache, none is written beside the shards, and both are reused."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("FASTLOAD_CACHE", str(cache))
+    folders = [tmp_path / "a", tmp_path / "b"]
+    for label, folder in enumerate(folders):
+        folder.mkdir()
+        _tar(folder / "train-0000.tar", [("x.jpg", b"X" * (label + 1)), ("x.cls", str(label + 5).encode())])
+    for folder in folders:
+        os.chmod(folder, 0o555)
+    try:
+        if any(os.access(folder, os.W_OK) for folder in folders):
+            pytest.skip("chmod does not make a folder read-only here (running as root)")
+        shards = [str(folder / "train-0000.tar") for folder in folders]
+        first = [TarShards(shard) for shard in shards]
+        assert [ds.index_status for ds in first] == [["built"], ["built"]]
+        assert [ds.targets for ds in first] == [[5], [6]]
+        assert not any(os.path.exists(shard + ".idx.json") for shard in shards)
+        assert len(os.listdir(cache / "index")) == 2
+        again = [TarShards(shard) for shard in shards]
+        assert [ds.index_status for ds in again] == [["cached"], ["cached"]]
+        assert [ds.targets for ds in again] == [[5], [6]] and [ds.index.read(0) for ds in again] == [b"X", b"XX"]
+    finally:
+        for folder in folders:
+            os.chmod(folder, 0o755)

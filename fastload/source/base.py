@@ -9,6 +9,7 @@ parameters: a slow but faithful twin.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
@@ -31,17 +32,36 @@ def transforms_argument(transforms: Optional[Sequence[Any]], ops: Optional[Seque
     return ops
 
 
+def transform_list(transforms: Any) -> List[Any]:
+    """`transforms` as a list: None is [], a list, tuple or other iterable (nn.Sequential)
+    gives its items, and one transform (a fastload spec, a torchvision transform, a
+    torchvision Compose v1 or v2: none of them iterable) is a list of itself. Compose is
+    opened later, where the transforms are converted.
+
+    Example:
+        >>> from fastload import transforms as T
+        >>> transform_list(None), transform_list(T.CenterCrop(8)), transform_list((T.CenterCrop(8),))
+        ([], [CenterCrop(size=(8, 8))], [CenterCrop(size=(8, 8))])
+    """
+    if transforms is None:
+        return []
+    if isinstance(transforms, Iterable) and not isinstance(transforms, (str, bytes)):
+        return list(transforms)
+    return [transforms]
+
+
 def native_transforms(transforms: Optional[Sequence[Any]], owner: str = "fastload") -> List[Any]:
     """fastload.transforms specs for `transforms`: specs are kept, torchvision transforms
-    (v1 or v2, Compose flattened) become their fastload equivalents, anything else is
-    refused now rather than at the first batch.
+    (v1 or v2, Compose flattened; a Compose or one transform may stand for the list)
+    become their fastload equivalents, anything else is refused now rather than at the
+    first batch.
 
     Raises:
         UnsupportedPipeline: a torchvision transform without a fastload equivalent.
         TypeError: a transform that is neither a fastload spec nor a torchvision transform.
     """
     out: List[Any] = []
-    for position, transform in enumerate(list(transforms or [])):
+    for position, transform in enumerate(transform_list(transforms)):
         out.extend(_to_specs(transform, position, owner))
     return out
 
@@ -79,6 +99,7 @@ def split_transforms(transforms: Optional[Sequence[Any]], owner: str = "fastload
     """The transforms cut into their native prefix and Python tail
     (fastload.augment.split.Pipeline; Compose flattened): the prefix as fastload specs, the
     tail as the user's callables, from the first transform without a native equivalent.
+    `transforms` is a list, or one transform or Compose (transform_list).
 
     Raises:
         UnsupportedPipeline: the first transform has no native equivalent (the engine needs
@@ -92,7 +113,7 @@ def split_transforms(transforms: Optional[Sequence[Any]], owner: str = "fastload
     from fastload.errors import UnsupportedPipeline
     from fastload.native.tail import flatten
 
-    flat = flatten(list(transforms or []))
+    flat = flatten(transform_list(transforms))
     positions: dict = {}
     for position, transform in enumerate(flat):
         positions.setdefault(id(transform), position)
@@ -130,12 +151,14 @@ class NativeDataset(torch.utils.data.Dataset):
 
     Args:
         index: where each sample's bytes are, and its label.
-        transforms: specs from fastload.transforms (RandomResizedCrop, Normalize, ...);
-            torchvision transforms with a fastload equivalent are converted to them. From
-            the first transform without a native equivalent on (TrivialAugmentWide, a user
-            function, ...), the rest is the Python tail: callables run per sample, in order,
-            on the native prefix's output (a hybrid pipeline; fastload.native.tail says what
-            they receive). The first transform must be native.
+        transforms: a list of specs from fastload.transforms (RandomResizedCrop,
+            Normalize, ...); torchvision transforms with a fastload equivalent are
+            converted to them. A torchvision Compose (v1 or v2), or one transform, may
+            stand for the list. From the first transform without a native equivalent on
+            (TrivialAugmentWide, a user function, ...), the rest is the Python tail:
+            callables run per sample, in order, on the native prefix's output (a hybrid
+            pipeline; fastload.native.tail says what they receive). The first transform
+            must be native.
         seed: the base of every random parameter (crop, flip; the tail's per-sample seeds):
             parameters are a pure function of (seed, epoch, sample index). The loader
             overrides it with its own.

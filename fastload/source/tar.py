@@ -18,6 +18,8 @@ progress bar, then read locally.
 
 from __future__ import annotations
 
+import collections.abc
+import functools
 import hashlib
 import json
 import os
@@ -84,6 +86,55 @@ class Skipped(NamedTuple):
     shard: str
     member: Optional[str]
     reason: str
+
+
+class SampleKeys(FlatStrings, collections.abc.Sequence):
+    """The sample keys of a TarShards, as a read-only sequence of str.
+
+    Stored flat like every name in a SampleIndex (one UTF-8 buffer and offsets, no
+    per-sample Python objects); indexing (negative indices too), slicing (a list of str),
+    len, iteration, `in` and tolist() behave as on a list.
+
+    Example:
+        >>> keys = SampleKeys.from_list(["a/001", "a/002", "b/001"])
+        >>> keys[:2], keys[-1], len(keys), list(keys)[1:], "b/001" in keys
+        (['a/001', 'a/002'], 'b/001', 3, ['a/002', 'b/001'], True)
+    """
+
+    def __getitem__(self, i):
+        n = len(self)
+        if isinstance(i, slice):
+            return [FlatStrings.__getitem__(self, j) for j in range(*i.indices(n))]
+        try:
+            j = i.__index__()
+        except AttributeError:
+            raise TypeError(f"fastload.TarShards.keys: expected an int index or a slice, got {i!r}.") from None
+        if j < 0:
+            j += n
+        if not 0 <= j < n:
+            raise IndexError(f"fastload.TarShards.keys: index {i} out of range for {n} keys.")
+        return FlatStrings.__getitem__(self, j)
+
+    def __iter__(self):
+        data, bounds = self.data.tobytes(), self.offsets.tolist()
+        for start, end in zip(bounds, bounds[1:]):
+            yield data[start:end].decode("utf-8", "surrogateescape")
+
+    def tolist(self) -> List[str]:
+        return list(self)
+
+    def __eq__(self, other: Any) -> bool:
+        if isinstance(other, FlatStrings):
+            return np.array_equal(self.offsets, other.offsets) and np.array_equal(self.data, other.data)
+        if isinstance(other, list):
+            return self.tolist() == other
+        return NotImplemented
+
+    __hash__ = None  # unhashable, as a list (and FlatStrings) is
+
+    def __repr__(self) -> str:
+        head = ", ".join(repr(k) for k in self[:3])
+        return f"SampleKeys([{head}{', ...' if len(self) > 3 else ''}], {len(self)} keys)"
 
 
 def default_cache_dir() -> str:
@@ -748,9 +799,18 @@ class TarShards(NativeDataset):
             such a manifest are checked against it (size, sample count, and sha256 when a
             shard changed since it was indexed), and refused with a ManifestError if not
             as recorded.
-        transforms: specs from fastload.transforms, applied to every image.
-        cache_dir: where remote shards are downloaded and where indexes go when the
-            shard's folder is read-only (default: $FASTLOAD_CACHE or ~/.cache/fastload).
+        transforms: a list of specs from fastload.transforms (torchvision transforms
+            with an equivalent are converted), or a torchvision Compose (v1 or v2) or one
+            transform; applied to every image.
+        cache_dir: fastload's cache folder (default: $FASTLOAD_CACHE, else
+            $XDG_CACHE_HOME/fastload, else ~/.cache/fastload). Remote shards are
+            downloaded into `cache_dir/shards/`. Each shard's member index is read from
+            and written to `<shard>.idx.json` beside the shard (where fastload.prepare
+            writes it) when the shard's folder is writable; when it is read-only, to
+            `cache_dir/index/<hash of the shard's real path>-<shard name>.idx.json`, so
+            shards of the same name in other folders never share an index. Either index
+            is used only while it matches the shard (size, mtime, ctime, inode and a
+            hash of a few blocks), else rebuilt.
         on_error: "raise": a truncated shard, an image without a label (or the reverse),
             a bad label raise TarShardError naming the shard and member. "skip": such
             samples are left out and listed in `skipped`. An ErrorPolicy is taken as its
@@ -762,7 +822,17 @@ class TarShards(NativeDataset):
     Attributes:
         shards: the local path of every shard (downloaded copies for remote ones).
         urls: the expanded URLs, in the same order.
-        keys: the sample keys (FlatStrings), e.g. "train/n01/abc".
+        keys: the sample keys, e.g. "train/n01/abc": a read-only sequence of str
+            (SampleKeys: indexing, slicing, len, iteration as on a list; stored flat).
+        classes: the classes, as torchvision's ImageFolder.classes, so that
+            `len(dataset.classes)` is the number of outputs a classifier needs. The
+            shards' labels are class indices (integers), and neither the shards nor
+            fastload.prepare's manifest record class names, so `classes` is the list
+            of ints `[0, 1, ..., largest label]` (`classes[label] == label`; an index
+            that no sample has is still listed, as a class with no sample in this
+            split); [] for an empty dataset.
+        class_to_idx: {class: index} for `classes` (here each int maps to itself).
+        targets: every sample's label, a list of ints (as torchvision's ImageFolder).
         index: the SampleIndex (shard, offset, size, label per sample) the engine reads.
         skipped: a list of Skipped(shard, member, reason) left out by on_error="skip".
         index_status: "cached" or "built" per shard, for this construction.
@@ -779,6 +849,7 @@ class TarShards(NativeDataset):
         >>> ds = fastload.TarShards("shards/train-{0000..0127}.tar",
         ...                         transforms=[T.RandomResizedCrop(224), T.RandomHorizontalFlip()])  # doctest: +SKIP
         >>> image, label = ds[0]   # image: float32 [3, 224, 224]; label: int    # doctest: +SKIP
+        >>> num_classes = len(ds.classes)                                        # doctest: +SKIP
     """
 
     def __init__(self, urls: Union[str, Sequence[str]], transforms: Optional[Sequence[Any]] = None, *,
@@ -823,8 +894,19 @@ class TarShards(NativeDataset):
             files=FlatStrings.from_list(self.shards), file_ids=np.concatenate(file_ids),
             offsets=np.concatenate(offsets), sizes=np.concatenate(sizes),
             labels=np.asarray(labels, dtype=np.int64), members=FlatStrings.from_list(members))
-        self.keys = FlatStrings.from_list(keys)
+        self.keys = SampleKeys.from_list(keys)
         super().__init__(index, transforms, seed)
+
+    @functools.cached_property
+    def classes(self) -> List[int]:
+        """[0, 1, ..., largest label] (see the class's docstring); [] when empty."""
+        labels = self.index.labels
+        return list(range(int(labels.max()) + 1)) if len(labels) else []
+
+    @functools.cached_property
+    def class_to_idx(self) -> Dict[int, int]:
+        """{class: index} for `classes`: each label maps to itself."""
+        return {c: c for c in self.classes}
 
     def _problem(self, url: str, member: Optional[str], reason: str, fix: str) -> None:
         where = f"member {member!r} of shard {url!r}" if member else f"shard {url!r}"
