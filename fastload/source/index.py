@@ -6,21 +6,25 @@ to build, to pickle into workers, and to hand to the C++ engine without copies.
 
 from __future__ import annotations
 
+import collections.abc
 import os
 from dataclasses import dataclass
-from typing import Iterable, List, Optional, Sequence
+from typing import Any, Iterable, Iterator, List, Optional, Sequence
 
 import numpy as np
 
 
-@dataclass(frozen=True)
-class FlatStrings:
-    """A read-only list of strings stored as one UTF-8 byte buffer plus offsets.
+@dataclass(frozen=True, eq=False)
+class FlatStrings(collections.abc.Sequence):
+    """A read-only list of strings stored as one UTF-8 byte buffer plus offsets: no Python
+    object per string, with millions of files. Indexing (negative indices too), slicing (a
+    list of str), len, iteration, `in`, equality with a list and tolist() behave as on a
+    list.
 
     Example:
-        >>> names = FlatStrings.from_list(["a.jpg", "b/c.jpg"])
-        >>> len(names), names[1]
-        (2, 'b/c.jpg')
+        >>> names = FlatStrings.from_list(["a.jpg", "b/c.jpg", "d.jpg"])
+        >>> len(names), names[1], names[-1], names[:2], "d.jpg" in names
+        (3, 'b/c.jpg', 'd.jpg', ['a.jpg', 'b/c.jpg'], True)
     """
 
     data: np.ndarray  # uint8 [total_bytes]
@@ -37,12 +41,44 @@ class FlatStrings:
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
-    def __getitem__(self, i: int) -> str:
-        start, end = int(self.offsets[i]), int(self.offsets[i + 1])
+    def __getitem__(self, i: Any) -> Any:
+        n = len(self)
+        if isinstance(i, slice):
+            return [self._at(j) for j in range(*i.indices(n))]
+        try:
+            j = i.__index__()
+        except AttributeError:
+            raise TypeError(f"fastload.FlatStrings: expected an int index or a slice, got {i!r}.") from None
+        if j < 0:
+            j += n
+        if not 0 <= j < n:
+            raise IndexError(f"fastload.FlatStrings: index {i} out of range for {n} strings.")
+        return self._at(j)
+
+    def _at(self, j: int) -> str:
+        start, end = int(self.offsets[j]), int(self.offsets[j + 1])
         return self.data[start:end].tobytes().decode("utf-8", "surrogateescape")
 
+    def __iter__(self) -> Iterator[str]:
+        data, bounds = self.data.tobytes(), self.offsets.tolist()
+        for start, end in zip(bounds, bounds[1:]):
+            yield data[start:end].decode("utf-8", "surrogateescape")
+
     def tolist(self) -> List[str]:
-        return [self[i] for i in range(len(self))]
+        return list(self)
+
+    def __eq__(self, other: Any) -> bool:
+        if isinstance(other, FlatStrings):
+            return np.array_equal(self.offsets, other.offsets) and np.array_equal(self.data, other.data)
+        if isinstance(other, list):
+            return self.tolist() == other
+        return NotImplemented
+
+    __hash__ = None  # unhashable, as a list is
+
+    def __repr__(self) -> str:
+        head = ", ".join(repr(s) for s in self[:3])
+        return f"FlatStrings([{head}{', ...' if len(self) > 3 else ''}], {len(self)} strings)"
 
 
 @dataclass(frozen=True)

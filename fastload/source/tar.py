@@ -18,7 +18,6 @@ progress bar, then read locally.
 
 from __future__ import annotations
 
-import collections.abc
 import functools
 import hashlib
 import json
@@ -86,55 +85,6 @@ class Skipped(NamedTuple):
     shard: str
     member: Optional[str]
     reason: str
-
-
-class SampleKeys(FlatStrings, collections.abc.Sequence):
-    """The sample keys of a TarShards, as a read-only sequence of str.
-
-    Stored flat like every name in a SampleIndex (one UTF-8 buffer and offsets, no
-    per-sample Python objects); indexing (negative indices too), slicing (a list of str),
-    len, iteration, `in` and tolist() behave as on a list.
-
-    Example:
-        >>> keys = SampleKeys.from_list(["a/001", "a/002", "b/001"])
-        >>> keys[:2], keys[-1], len(keys), list(keys)[1:], "b/001" in keys
-        (['a/001', 'a/002'], 'b/001', 3, ['a/002', 'b/001'], True)
-    """
-
-    def __getitem__(self, i):
-        n = len(self)
-        if isinstance(i, slice):
-            return [FlatStrings.__getitem__(self, j) for j in range(*i.indices(n))]
-        try:
-            j = i.__index__()
-        except AttributeError:
-            raise TypeError(f"fastload.TarShards.keys: expected an int index or a slice, got {i!r}.") from None
-        if j < 0:
-            j += n
-        if not 0 <= j < n:
-            raise IndexError(f"fastload.TarShards.keys: index {i} out of range for {n} keys.")
-        return FlatStrings.__getitem__(self, j)
-
-    def __iter__(self):
-        data, bounds = self.data.tobytes(), self.offsets.tolist()
-        for start, end in zip(bounds, bounds[1:]):
-            yield data[start:end].decode("utf-8", "surrogateescape")
-
-    def tolist(self) -> List[str]:
-        return list(self)
-
-    def __eq__(self, other: Any) -> bool:
-        if isinstance(other, FlatStrings):
-            return np.array_equal(self.offsets, other.offsets) and np.array_equal(self.data, other.data)
-        if isinstance(other, list):
-            return self.tolist() == other
-        return NotImplemented
-
-    __hash__ = None  # unhashable, as a list (and FlatStrings) is
-
-    def __repr__(self) -> str:
-        head = ", ".join(repr(k) for k in self[:3])
-        return f"SampleKeys([{head}{', ...' if len(self) > 3 else ''}], {len(self)} keys)"
 
 
 def default_cache_dir() -> str:
@@ -823,7 +773,7 @@ class TarShards(NativeDataset):
         shards: the local path of every shard (downloaded copies for remote ones).
         urls: the expanded URLs, in the same order.
         keys: the sample keys, e.g. "train/n01/abc": a read-only sequence of str
-            (SampleKeys: indexing, slicing, len, iteration as on a list; stored flat).
+            (FlatStrings: indexing, slicing, len, iteration as on a list; stored flat).
         classes: the classes, as torchvision's ImageFolder.classes, so that
             `len(dataset.classes)` is the number of outputs a classifier needs. The
             shards' labels are class indices (integers), and neither the shards nor
@@ -894,7 +844,7 @@ class TarShards(NativeDataset):
             files=FlatStrings.from_list(self.shards), file_ids=np.concatenate(file_ids),
             offsets=np.concatenate(offsets), sizes=np.concatenate(sizes),
             labels=np.asarray(labels, dtype=np.int64), members=FlatStrings.from_list(members))
-        self.keys = SampleKeys.from_list(keys)
+        self.keys = FlatStrings.from_list(keys)
         super().__init__(index, transforms, seed)
 
     @functools.cached_property
