@@ -41,11 +41,14 @@ Example:
 
 from __future__ import annotations
 
+import base64
+import binascii
+import collections
 import copy
 import hashlib
 import os
 import weakref
-from typing import Any, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from fastload.source import sampling
 from fastload.source.base import NativeDataset
@@ -55,6 +58,57 @@ from fastload.source.base import NativeDataset
 STATE_VERSION = 2
 _STATE_VERSIONS = (1, 2)
 _PREFIX = "fastload.DataLoader"
+
+
+# A str value longer than this prints as "<key (base64), N bytes>" in a LoaderState's repr.
+_SHORT = 64
+
+
+class LoaderState(dict):
+    """What state_dict() returns: a dict of plain data (ints, strs, None, lists, dicts),
+    printed short. Its generator states (~5 KB of base64 text) print as
+    "<rng (base64), 5056 bytes>"; the dict holds the full text.
+
+    It pickles (torch.save, pickle) as a collections.OrderedDict of the same items: torch.load's default weights_only=True
+    accepts that without fastload, and the loaded state is an OrderedDict == the saved
+    one, which load_state_dict accepts (it prints in full). json.dumps writes it as any
+    dict; copy.copy and copy.deepcopy keep a LoaderState.
+
+    Example:
+        >>> state = LoaderState(epoch=0, order={"rng": "QUJD" * 40})
+        >>> state
+        {'epoch': 0, 'order': {'rng': <rng (base64), 120 bytes>}}
+        >>> state["order"]["rng"][:8], type(copy.deepcopy(state)).__name__
+        ('QUJDQUJD', 'LoaderState')
+    """
+
+    def __repr__(self) -> str:
+        return _short_repr(self, None)
+
+    def __reduce__(self) -> Any:
+        return (collections.OrderedDict, (list(self.items()),))
+
+    def __copy__(self) -> "LoaderState":
+        return LoaderState(self)
+
+    def __deepcopy__(self, memo: Dict[int, Any]) -> "LoaderState":
+        return LoaderState(copy.deepcopy(dict(self), memo))
+
+
+def _short_repr(value: Any, key: Any) -> str:
+    """repr(value), with every str longer than _SHORT shown by its size."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k!r}: {_short_repr(v, k)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        inner = ", ".join(_short_repr(v, key) for v in value)
+        return f"[{inner}]" if isinstance(value, list) else f"({inner}{',' if len(value) == 1 else ''})"
+    if isinstance(value, str) and len(value) > _SHORT:
+        try:
+            size = len(base64.b64decode(value, validate=True))
+        except (binascii.Error, ValueError):
+            return f"<{key} (text), {len(value)} characters>"
+        return f"<{key} (base64), {size} bytes>"
+    return repr(value)
 
 
 class Pass:
@@ -214,7 +268,7 @@ class Cursor:
         # A loaded state handed back before its epoch starts is re-saved as this version's.
         state["version"] = STATE_VERSION
         state["dataset"] = dataset_fingerprint(self.dataset)
-        return state
+        return LoaderState(state)
 
     def _position_state(self) -> dict:
         if self._selected is not None:

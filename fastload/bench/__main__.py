@@ -240,7 +240,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     if args.plot:
         rows = record.get("results") or prepared.plot_rows(record.get("prepared", {}).get("rows", []))
-        report.plot(rows, args.plot)
+        report.plot(rows, args.plot, data=bench_data.describe())
         _say(f"\nplot written to {args.plot}")
 
     if args.json:

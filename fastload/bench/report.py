@@ -263,12 +263,52 @@ def format_compact(rows: List[Dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def plot(rows: List[Dict[str, Any]], path: str) -> None:
+def plot_title(rows: List[Dict[str, Any]], data: Optional[str] = None) -> List[str]:
+    """The lines heading the plot: the data, batch size, workers and images timed of the
+    successful rows (a range where rows differ), then the noisy rows (others_cpu_pct above
+    NOISY_OTHERS_PCT, "noisy" in the table too).
+
+    Example:
+        >>> rows = [{"contender": "fastload", "pipeline": "train", "status": "ok", "batch_size": 128,
+        ...          "workers": 8, "images": 6144, "others_cpu_pct": 14.0}]
+        >>> print("\\n".join(plot_title(rows, "2,000 JPEGs in /data")))
+        fastload-bench: 2,000 JPEGs in /data
+        batch 128, 8 workers/threads, 6,144 images timed per row
+        noisy (other processes used > 10% of the CPUs while timed; img/s understated): fastload (train)
+    """
+    ok = [r for r in rows if r.get("status") == "ok"]
+
+    def spread(key: str) -> Optional[str]:
+        values = sorted({r[key] for r in ok if r.get(key) is not None})
+        if not values:
+            return None
+        return f"{values[0]:,}" if len(values) == 1 else f"{values[0]:,}-{values[-1]:,}"
+
+    lines = ["fastload-bench" + (f": {data}" if data else "")]
+    conditions = [f"{text}{value}{unit}" for text, value, unit in
+                  (("batch ", spread("batch_size"), ""), ("", spread("workers"), " workers/threads"),
+                   ("", spread("images"), " images timed per row")) if value is not None]
+    if conditions:
+        lines.append(", ".join(conditions))
+    noisy = [_name(r) for r in ok if (r.get("others_cpu_pct") or 0.0) > NOISY_OTHERS_PCT]
+    if noisy:
+        lines.append(f"noisy (other processes used > {NOISY_OTHERS_PCT:.0f}% of the CPUs while timed; img/s "
+                     f"understated): {', '.join(noisy)}")
+    return lines
+
+
+def plot(rows: List[Dict[str, Any]], path: str, data: Optional[str] = None) -> None:
     """Draws img/s, CPU ms per image and peak RSS per contender (one panel each), and
-    fastload's input stages in ms per image (stacked, one bar per fastload contender),
-    into `path` (.png, .svg, .pdf: matplotlib's formats). Rows with warnings have their
-    img/s label marked " *" in red, and the warnings head the figure. Needs matplotlib
-    (`pip install matplotlib`, or the `plot` extra)."""
+    fastload's input stages in CPU ms per image (stacked, one bar per fastload contender)
+    into `path` (.png, .svg, .pdf: matplotlib's formats), under a title naming `data` (what
+    was read, e.g. the bench's data description), the batch size, the workers and the
+    images timed (plot_title). Noisy rows (others_cpu_pct above NOISY_OTHERS_PCT) have
+    "noisy" after their img/s and are named under the title. Rows with warnings have their
+    img/s label marked " *" in red, and the warnings head the figure. The loop's wait
+    ("wait ..." stages) is not stacked on the input stages: those are CPU time summed over
+    threads, the wait is the loop's wall time, so it is drawn apart, as a thin hatched bar
+    under each contender's stages. Needs matplotlib (`pip install matplotlib`, or the
+    `plot` extra)."""
     try:
         import matplotlib
 
@@ -287,52 +327,72 @@ def plot(rows: List[Dict[str, Any]], path: str) -> None:
     width = len(panels) + bool(staged)
     import textwrap
 
+    title = "\n".join(textwrap.fill(line, 70 * width) for line in plot_title(ok, data))
     items = warning_items(ok)
     notes = "\n".join(textwrap.fill(line, 55 * width) for line in ([WARNINGS_HEADING] + items if items else []))
-    head = 0.15 * (notes.count("\n") + 1) + 0.1 if notes else 0.0  # inches of warning text on top
-    height = 0.45 * len(ok) + 2.2 + head
+    title_in = 0.2 * (title.count("\n") + 1) + 0.1
+    notes_in = 0.15 * (notes.count("\n") + 1) + 0.1 if notes else 0.0  # inches of warning text on top
+    height = 0.45 * len(ok) + 2.2 + title_in + notes_in
     figure, axes = plt.subplots(1, width, figsize=(5 * width, height), squeeze=False)
     if staged:
         _plot_stages(axes[0][-1], [names[ok.index(r)] for r in staged], staged)
-    for axis, (key, title) in zip(axes[0], panels):
+    for axis, (key, panel) in zip(axes[0], panels):
         values = [float(r.get(key) or 0.0) for r in ok]
         colors = ["#999999" if r["contender"] == "baseline" else "#2b6cb0" for r in ok]
         axis.barh(range(len(ok)), values, color=colors)
         axis.set_yticks(range(len(ok)), names if axis is axes[0][0] else [""] * len(ok))
         axis.invert_yaxis()
-        axis.set_title(title, fontsize=10)
+        axis.set_title(panel, fontsize=10)
         for y, (value, r) in enumerate(zip(values, ok)):
             label = f"{value:.0f}" if key != "cpu_ms_per_image" else f"{value:.2f}"
             if key == "images_per_s" and r.get("ratio"):
                 label += f"  ({r['ratio']:.2f}x)"
             if key == "images_per_s" and r.get("warnings"):
                 label += WARNING_MARK
+            if key == "images_per_s" and (r.get("others_cpu_pct") or 0.0) > NOISY_OTHERS_PCT:
+                label += " noisy"
             axis.text(value, y, " " + label, va="center", fontsize=8,
                       color="#c53030" if key == "images_per_s" and r.get("warnings") else "black")
         axis.margins(x=0.25)
-    if notes:  # the same words as under the table, above the panels, in red
-        figure.suptitle(notes, fontsize=8, color="#c53030", x=0.01, y=0.995, ha="left", va="top")
-    figure.tight_layout()  # leaves room for the suptitle
+    # The title (conditions, noisy rows) on top, then the warnings in red: the same words
+    # as around the table.
+    figure.text(0.01, 1 - 0.05 / height, title, fontsize=9, ha="left", va="top")
+    if notes:
+        figure.text(0.01, 1 - title_in / height, notes, fontsize=8, color="#c53030", ha="left", va="top")
+    figure.tight_layout(rect=(0, 0, 1, 1 - (title_in + notes_in) / height))  # room for the text on top
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     figure.savefig(path)
     plt.close(figure)
 
 
 def _plot_stages(axis: Any, names: List[str], rows: List[Dict[str, Any]]) -> None:
-    """One stacked bar per fastload contender: ms per image in each input stage (engine
-    CPU time summed over threads, or workers' time) and the loop's wait."""
+    """One stacked bar per fastload contender: CPU ms per image in each input stage
+    (engine CPU time summed over threads, or workers' time); under it, apart (not stacked:
+    wall time of the loop, not CPU time of a stage), a thin hatched bar of the loop's wait."""
     stages: List[str] = []
+    waits: List[str] = []
     for r in rows:
-        stages += [s for s in r["stages_ms_per_image"] if s not in stages]
+        for stage in r["stages_ms_per_image"]:
+            group = waits if stage.startswith("wait") else stages
+            if stage not in group:
+                group.append(stage)
     palette = ["#8fb8de", "#4a90c2", "#2b6cb0", "#38a169", "#9ae6b4", "#805ad5", "#b794f4", "#f6ad55"]
     for y, r in enumerate(rows):
         left = 0.0
         for i, stage in enumerate(stages):
             value = float(r["stages_ms_per_image"].get(stage, 0.0))
-            colour = "#d64545" if stage.startswith("wait") else palette[i % len(palette)]
-            axis.barh(y, value, left=left, color=colour, label=stage if y == 0 else None)
+            axis.barh(y - 0.1, value, height=0.6, left=left, color=palette[i % len(palette)],
+                      label=stage if y == 0 else None)
             left += value
+        if left > 0:
+            axis.text(left, y - 0.1, f" {left:.2f}", va="center", fontsize=7)
+        for stage in waits:
+            value = float(r["stages_ms_per_image"].get(stage, 0.0))
+            axis.barh(y + 0.32, value, height=0.16, color="none", edgecolor="#d64545", hatch="////", linewidth=0.8,
+                      label=f"{stage}: the loop's wait in __next__, wall ms/img (not stacked)" if y == 0 else None)
+            axis.text(value, y + 0.32, f" {value:.2f}", va="center", fontsize=7, color="#d64545")
     axis.set_yticks(range(len(rows)), names)
     axis.invert_yaxis()
-    axis.set_title("fastload input stages, ms per image", fontsize=10)
-    axis.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3, frameon=False)
+    axis.margins(x=0.2)
+    axis.set_title("fastload input stages, CPU ms per image", fontsize=10)
+    axis.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2, frameon=False)

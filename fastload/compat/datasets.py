@@ -71,6 +71,9 @@ class Conversion:
     origin: str
     prefix: Tuple[Any, ...] = ()
 
+    def __repr__(self) -> str:
+        return f"Conversion({_summary(self.origin, self.index, self.pipeline, self.target_transform)})"
+
     def blockers(self) -> List[str]:
         """Everything that keeps this dataset off the fully native path, in one list."""
         out = list(self.pipeline.blockers)
@@ -147,6 +150,10 @@ class Analysis:
     wrappers: List[str] = field(default_factory=list)
     native_dataset: bool = False
 
+    def __repr__(self) -> str:
+        reasons = f", reasons={self.reasons!r}" if self.reasons else ""
+        return f"Analysis({_summary(self.chain, self.index, self.pipeline, self.target_transform)}{reasons})"
+
     def refuse(self, reason: str, fix: str = "") -> "Analysis":
         self.reasons.append(reason)
         self.fixes.append(fix)
@@ -173,6 +180,21 @@ class Analysis:
             leaves = flatten(self.transform)[0]
             prefix = tuple(leaves[:len(leaves) - len(pipeline.tail)])
         return Conversion(self.index, pipeline, self.target_transform, self.chain, prefix)
+
+
+def _summary(chain: str, index: Optional[SampleIndex], pipeline: Optional[Pipeline], target_transform: Any) -> str:
+    """"<chain>, <n> samples, transforms=[<native>] + python[<tail>]" for the reprs (the
+    native part is what the engine runs, the tail what runs per sample in Python)."""
+    from fastload.source.base import transforms_repr
+
+    parts = [chain]
+    if index is not None:
+        parts.append(f"{len(index)} sample{'' if len(index) == 1 else 's'}")
+    if pipeline is not None:
+        parts.append(f"transforms={transforms_repr(pipeline.native, pipeline.tail)}")
+    if target_transform is not None:
+        parts.append(f"target_transform={_name(target_transform)}")
+    return ", ".join(parts)
 
 
 def _name(obj: Any) -> str:

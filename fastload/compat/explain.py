@@ -3,7 +3,8 @@
 Example:
     >>> import torch, fastload
     >>> data = torch.utils.data.Subset(torch.utils.data.TensorDataset(torch.arange(4)), [0, 2])
-    >>> report = fastload.explain(data)
+    >>> report = fastload.explain(data)   # prints nothing: a REPL shows the report once
+    >>> print(report)
     fastload.explain: Subset -> TensorDataset
       dataset: not convertible
         - TensorDataset is not a torchvision dataset fastload recognises (...)
@@ -24,8 +25,22 @@ def _arrow(items: Any) -> str:
     return " -> ".join(repr(item) for item in items) or "(none)"
 
 
-def explain(dataset: Any) -> str:
-    """Prints, and returns, how fastload's loader would run `dataset`: the dataset chain
+class Explanation(str):
+    """The text of fastload.explain: a str (splitlines, `in`, == work as on any str) whose
+    repr is the text itself, so a REPL shows the report once, as lines, not as a quoted
+    string with \\n in it; `print(explain(...))` prints the same."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def __reduce__(self) -> Any:
+        return (str, (str(self),))  # pickles as the plain text
+
+
+def explain(dataset: Any) -> Explanation:
+    """Returns, without printing it, how fastload's loader would run `dataset`: the dataset chain
     (e.g. Subset -> torchvision ImageFolder), the native prefix of its transforms, the
     Python tail, every blocker and what to change for each. Builds no loader, reads no
     image.
@@ -41,7 +56,9 @@ def explain(dataset: Any) -> str:
         dataset: any map-style dataset.
 
     Returns:
-        The report (str), also printed.
+        The report, an Explanation: a str whose repr is the report itself. Nothing is
+        printed: at a REPL `fastload.explain(ds)` shows the report once; in a script,
+        `print(fastload.explain(ds))`.
     """
     from fastload.compat.datasets import analyse
 
@@ -79,9 +96,23 @@ def explain(dataset: Any) -> str:
             # The engine batches the prefix: one that does not fuse (e.g. no crop before the
             # first Python transform) sends the whole pipeline to the generic path.
             unfused = _fuses(pipeline.native)
-            if unfused:
-                what = "native prefix" if pipeline.tail else "native transforms"
-                lines.append(f"{_INDENT}the {what} do not fuse into one plan: {unfused}")
+            if unfused and pipeline.tail:
+                # Where the blockers sit keeps the engine from starting: what the user wrote
+                # (the tail's blockers, counted above) is what to change. It counts as one more
+                # only if the native transforms would still not fuse without the blockers.
+                if pipeline.native:
+                    lines.append(f"{_INDENT}the native prefix does not fuse into one plan ({unfused}), so the "
+                                 "Python tail has no engine output to start from")
+                else:
+                    lines.append(f"{_INDENT}no native transform comes before the Python tail, so it has no engine "
+                                 "output to start from")
+                    lines.append(f"{_INDENT * 2}change: put the blockers after a native crop or resize, or drop them")
+                without = _fuses(list(pipeline.native) + _native_specs_of(pipeline.tail))
+                if without:
+                    lines.append(f"{_INDENT}without the blockers, the native transforms still do not fuse: {without}")
+                    blockers += 1
+            elif unfused:
+                lines.append(f"{_INDENT}the native transforms do not fuse into one plan: {unfused}")
                 blockers += 1
             elif pipeline.tail:
                 unfused = analysis.conversion().tail_refusal() or ""
@@ -110,9 +141,7 @@ def explain(dataset: Any) -> str:
         verdict = f"native path, labels through target_transform in Python ({blockers} blocker{plural} to a fully " \
                   "native path)"
     lines.append(f"{_INDENT}verdict: {verdict}")
-    report = "\n".join(lines)
-    print(report)
-    return report
+    return Explanation("\n".join(lines))
 
 
 def _refusal(transform: Any) -> Optional[ValueError]:
@@ -124,6 +153,19 @@ def _refusal(transform: Any) -> Optional[ValueError]:
     except ValueError as error:
         return error
     return None
+
+
+def _native_specs_of(transforms: Any) -> List[Any]:
+    """The fastload specs of those `transforms` that have a native equivalent, in order."""
+    from fastload.compat.torchvision import _readable_leaf_specs
+
+    out: List[Any] = []
+    for transform in transforms:
+        try:
+            out.extend(_readable_leaf_specs(transform))
+        except ValueError:
+            pass
+    return out
 
 
 def _fuses(native: Any) -> str:

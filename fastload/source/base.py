@@ -50,6 +50,19 @@ def transform_list(transforms: Any) -> List[Any]:
     return [transforms]
 
 
+def transforms_repr(native: Sequence[Any], tail: Sequence[Any] = ()) -> str:
+    """The transforms as a dataset's repr shows them: the native part (what the engine
+    runs), then the Python tail (what runs per sample in Python), when there is one.
+
+    Example:
+        >>> from fastload import transforms as T
+        >>> transforms_repr([T.CenterCrop(8)], [abs])
+        '[CenterCrop(size=(8, 8))] + python[<built-in function abs>]'
+    """
+    text = f"[{', '.join(repr(t) for t in native)}]"
+    return f"{text} + python[{', '.join(repr(t) for t in tail)}]" if tail else text
+
+
 def native_transforms(transforms: Optional[Sequence[Any]], owner: str = "fastload") -> List[Any]:
     """fastload.transforms specs for `transforms`: specs are kept, torchvision transforms
     (v1 or v2, Compose flattened; a Compose or one transform may stand for the list)

@@ -9,8 +9,13 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from fastload.source.base import NativeDataset
+from fastload.source.base import NativeDataset, transforms_repr
 from fastload.source.index import SampleIndex
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}{'es' if noun.endswith('s') else 's'}"
+
 
 # torchvision.datasets.folder.IMG_EXTENSIONS
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
@@ -81,8 +86,8 @@ class ImageFolder(NativeDataset):
         super().__init__(SampleIndex.from_files(paths, labels), transforms, seed, ops=ops)
 
     def __repr__(self) -> str:
-        return (f"fastload.ImageFolder({self.root!r}, {len(self)} images, {len(self.classes)} classes, "
-                f"transforms={self.transforms})")
+        return (f"fastload.ImageFolder({self.root!r}, {_count(len(self), 'image')}, "
+                f"{_count(len(self.classes), 'class')}, transforms={transforms_repr(self.transforms, self.tail)})")
 
 
 class FileList(NativeDataset):
@@ -110,3 +115,7 @@ class FileList(NativeDataset):
         if len(labels) != len(paths):
             raise ValueError(f"fastload.FileList: expected one label per path, got {len(labels)} labels for {len(paths)} paths")
         super().__init__(SampleIndex.from_files(paths, labels), transforms, seed, ops=ops)
+
+    def __repr__(self) -> str:
+        return (f"fastload.FileList({_count(len(self), 'image')}, "
+                f"transforms={transforms_repr(self.transforms, self.tail)})")

@@ -34,7 +34,7 @@ from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tu
 import numpy as np
 
 from fastload.errors import ErrorPolicy
-from fastload.source.base import NativeDataset, transforms_argument
+from fastload.source.base import NativeDataset, transforms_argument, transforms_repr
 from fastload.source.index import FlatStrings, SampleIndex
 
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")  # preference order when a key has several
@@ -917,4 +917,4 @@ class TarShards(NativeDataset):
     def __repr__(self) -> str:
         superseded = f"{sum(self.duplicates)} superseded duplicates, " if any(self.duplicates) else ""
         return (f"fastload.TarShards({len(self.urls)} shards, {len(self)} samples, "
-                f"{len(self.skipped)} skipped, {superseded}transforms={self.transforms})")
+                f"{len(self.skipped)} skipped, {superseded}transforms={transforms_repr(self.transforms, self.tail)})")
