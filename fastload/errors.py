@@ -5,9 +5,10 @@ tar shard indexing) takes `on_error` through `ErrorPolicy`, so the choice is val
 with one message and means the same everywhere:
 
 - "raise": the error reaches the caller, naming the sample and where its bytes are.
-- "skip": the sample is left out (the generic path drops it from its batch, the native
-  path replaces it with the next readable sample, tar indexing lists it in `skipped`)
-  and counted in `loader.stats()`.
+- "skip": a sample the loader cannot read is replaced in its batch by the next readable
+  sample in dataset order, on every path (ErrorPolicy says why), counted and listed in
+  `loader.stats()` and named by a warning; tar indexing leaves a malformed member out of
+  the index and lists it in `skipped`.
 
 Example:
     >>> from fastload.errors import ErrorPolicy
@@ -22,7 +23,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Iterator, Optional, Union
 
 ON_ERROR = ("raise", "skip")
 # The fix every "cannot read this sample" message ends with.
@@ -62,13 +63,47 @@ class FolderInUse(RuntimeError):
 class ErrorPolicy:
     """on_error, validated once: what a stage does with a sample it cannot read.
 
+    "raise" (torch's behaviour): the sample's exception reaches the caller, with a note
+    naming the sample index and, where the dataset says it, its file or shard member.
+
+    "skip" has one rule on every path (native, hybrid whatever its tail_on, generic with
+    or without worker processes): the unreadable sample is *replaced*, in its slot, by the
+    next readable sample in dataset order (index + 1, + 2, ..., wrapping at the end; see
+    `replacements`), with that sample's own label and random parameters (for fastload's
+    engine and datasets a pure function of (seed, epoch, index)). At most MAX_REPLACEMENTS
+    are tried, then the error is raised. Every batch keeps its size, so every epoch keeps
+    its batch count.
+
+    Why replace rather than drop. torch has no skip for a map-style Dataset; the usual
+    recipe (return None, and a collate_fn that filters it out) gives short batches.
+    webdataset's handlers (`warn_and_continue`) drop the sample from the stream and its
+    `batched()` refills batches from the samples after it, so an epoch has fewer batches
+    (and a short last one). Either way what an epoch holds depends on which files are
+    bad: under DDP the rank that meets a bad file sees fewer samples, or fewer batches and
+    a hung collective (a dropped batch of one sample, or webdataset's counts), and a
+    resume position counted in batches no longer says which samples were seen. Replacing
+    keeps len(loader) true, DDP ranks in lockstep, state_dict() positions exact, and the
+    native and generic paths agreeing on which samples each batch holds. The cost: the
+    replacing sample appears twice in that epoch, a small bias next to a few bad files;
+    each skipped sample is therefore reported, not hidden: a UserWarning naming it (once
+    per sample per loader), `loader.stats()["skipped"]` (distinct samples per pass) and
+    `loader.stats()["skipped_samples"]` (index, file or member, reason).
+
     Args:
         on_error: "raise" or "skip" (or another ErrorPolicy, whose choice is taken).
         owner: who was configured, for the error message (e.g. "fastload.DataLoader").
 
     Raises:
         ValueError: on_error is neither "raise" nor "skip".
+
+    Example:
+        >>> list(ErrorPolicy("skip").replacements(8, 10))[:3]
+        [9, 0, 1]
     """
+
+    # How many replacement candidates "skip" tries for one bad sample before concluding
+    # that the dataset is mostly unreadable (and raising).
+    MAX_REPLACEMENTS = 64
 
     __slots__ = ("mode",)
 
@@ -92,6 +127,13 @@ class ErrorPolicy:
         if note:
             add_note(error, note)
         raise error
+
+    def replacements(self, index: int, length: int) -> Iterator[int]:
+        """The samples "skip" tries in turn in place of unreadable sample `index` of a
+        dataset of `length` samples: the next ones in dataset order, wrapping around, at
+        most MAX_REPLACEMENTS (the first readable one takes the slot)."""
+        for step in range(1, self.MAX_REPLACEMENTS + 1):
+            yield (index + step) % length
 
     def __getstate__(self):
         return self.mode

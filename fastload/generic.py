@@ -11,13 +11,17 @@ picklable under the spawn start method):
   as its batch_sampler, so its workers fetch exactly those batches.
 - Fetch wrapper. The dataset torch's workers index is a thin wrapper that times the reads
   (shipped to the main process with the batch, for stats) and, when a sample raises,
-  attaches "fastload: raised by dataset[i] (sample index i)" to the exception as a note
-  (fastload.errors.add_note), so the type and message are kept and the caller learns the
-  index; under on_error="skip" (fastload.errors.ErrorPolicy) the sample is left out and
-  counted instead. The wrapper is invisible to user code: `loader.dataset` is the user's
-  dataset, and in each worker, before worker_init_fn runs, `get_worker_info().dataset` is
-  set back to the user's dataset object (the one the wrapper reads from), so the common
-  pattern of configuring the worker's dataset copy in worker_init_fn keeps working. We
+  attaches "fastload: raised by dataset[i] (<its file>)" to the exception as a note
+  (fastload.errors.add_note; the file where the dataset says it, see sample_source, else
+  "(sample index i)"), so the type and message are kept and the caller learns which
+  sample; under on_error="skip" (fastload.errors.ErrorPolicy) the sample is replaced by
+  the next readable one in dataset order, as on the native path, and recorded: the records
+  travel to the main process with the batch, where they are listed in stats(), counted
+  and warned about once (fastload.stats.SkippedSamples). The wrapper is invisible to user
+  code: `loader.dataset` is the user's dataset, and in each worker, before
+  worker_init_fn runs, `get_worker_info().dataset` is set back to the user's dataset
+  object (the one the wrapper reads from), so the common pattern of configuring the
+  worker's dataset copy in worker_init_fn keeps working. We
   chose this over wrapping collate_fn alone (it never sees which sample failed) and over
   patching torch's fetcher (a private class that changes between releases).
 - Collate wrapper. collate_fn runs as given, timed; the batch travels back with its
@@ -37,9 +41,11 @@ Example:
 
 from __future__ import annotations
 
+import operator
+import os
 import time
 import warnings
-from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 import torch.utils.data
@@ -47,8 +53,9 @@ from torch.profiler import record_function
 from torch.utils.data import IterableDataset, get_worker_info
 from torch.utils.data.dataloader import _DatasetKind
 
-from fastload.errors import ErrorPolicy, add_note
-from fastload.stats import LoaderStats, profile_summary
+from fastload.errors import DecodeError, ErrorPolicy, add_note
+from fastload.source.base import NativeDataset
+from fastload.stats import LoaderStats, profile_summary, skipped_record
 
 if TYPE_CHECKING:
     from fastload.loader import DataLoader
@@ -57,69 +64,130 @@ if TYPE_CHECKING:
 # Worker side: what torch's worker processes run
 
 
-class _Skipped:
-    """What a fetch returns in place of a sample that on_error='skip' dropped."""
+def sample_source(dataset: Any, index: Any) -> Optional[str]:
+    """Where dataset[index]'s bytes are, where the dataset says it: a fastload dataset's
+    index (a file path or "shard.tar:member"), a torchvision DatasetFolder / ImageFolder's
+    `samples[i][0]` (or `imgs`), through torch Subsets; else None. Never raises.
+
+    Example:
+        >>> class Folder(torch.utils.data.Dataset):
+        ...     samples = [("train/cat/000.jpg", 0), ("train/cat/001.jpg", 0)]
+        >>> sample_source(torch.utils.data.Subset(Folder(), [1, 0]), 0), sample_source([1, 2], 0)
+        ('train/cat/001.jpg', None)
+    """
+    try:
+        i = operator.index(index)
+        for _ in range(16):  # Subsets of Subsets
+            if not isinstance(dataset, torch.utils.data.Subset):
+                break
+            dataset, i = dataset.dataset, operator.index(dataset.indices[i])
+        if isinstance(dataset, NativeDataset):
+            return dataset.index.source(i + len(dataset) if i < 0 else i)
+        for name in ("samples", "imgs"):
+            entries = getattr(dataset, name, None)
+            if isinstance(entries, (list, tuple)) and -len(entries) <= i < len(entries):
+                entry = entries[i]
+                path = entry[0] if isinstance(entry, (list, tuple)) and entry else entry
+                if isinstance(path, (str, os.PathLike)):
+                    return os.fspath(path)
+    except Exception:  # noqa: BLE001 - a dataset that cannot say gets the plain message
+        pass
+    return None
 
 
-_SKIPPED = _Skipped()
+def raised_by(index: Any, source: Optional[str]) -> str:
+    """The note added to a sample's exception: "fastload: raised by dataset[3]
+    (train/cat/003.jpg)", or "(sample index 3)" where the file is not known."""
+    return f"fastload: raised by dataset[{index!r}] ({source if source else f'sample index {index!r}'})"
+
+
+def _reason(error: BaseException) -> str:
+    """What failed, for stats()["skipped_samples"] and the warning."""
+    if isinstance(error, DecodeError):
+        return error.reason
+    return f"{type(error).__name__}: {error}"
 
 
 class _WorkerBatch:
     """A collated batch plus what producing it cost, sent from a worker to the loader.
 
-    `empty` marks a batch whose every sample was skipped (on_error="skip"): the loader
-    counts it and moves on. pin_memory() is what torch's pin-memory thread (or its
-    single-process iterator) calls when pin_memory=True: it pins the batch like torch
-    would and measures it.
+    `skipped` lists the samples on_error="skip" replaced in it (fastload.stats.skipped_record
+    dicts): the loader lists, counts and warns about them. pin_memory() is what torch's
+    pin-memory thread (or its single-process iterator) calls when pin_memory=True: it pins
+    the batch like torch would and measures it.
     """
 
-    __slots__ = ("batch", "samples", "fetch_s", "collate_s", "pin_s", "skipped", "empty")
+    __slots__ = ("batch", "samples", "fetch_s", "collate_s", "pin_s", "skipped")
 
     def __init__(self, batch: Any, samples: int, fetch_s: float, collate_s: float, pin_s: float = 0.0,
-                 skipped: int = 0, empty: bool = False):
-        self.batch, self.samples, self.empty = batch, samples, empty
-        self.fetch_s, self.collate_s, self.pin_s, self.skipped = fetch_s, collate_s, pin_s, skipped
+                 skipped: Optional[List[Dict[str, Any]]] = None):
+        self.batch, self.samples = batch, samples
+        self.fetch_s, self.collate_s, self.pin_s, self.skipped = fetch_s, collate_s, pin_s, skipped or []
 
     def __reduce__(self):
-        return (_WorkerBatch, (self.batch, self.samples, self.fetch_s, self.collate_s, self.pin_s,
-                               self.skipped, self.empty))
+        return (_WorkerBatch, (self.batch, self.samples, self.fetch_s, self.collate_s, self.pin_s, self.skipped))
 
     def pin_memory(self) -> "_WorkerBatch":
         from torch.utils.data._utils.pin_memory import pin_memory
 
         start = time.perf_counter()
         with record_function("fastload.pin"):
-            batch = self.batch if self.empty else pin_memory(self.batch)
+            batch = pin_memory(self.batch)
         return _WorkerBatch(batch, self.samples, self.fetch_s, self.collate_s,
-                            self.pin_s + time.perf_counter() - start, self.skipped, self.empty)
+                            self.pin_s + time.perf_counter() - start, self.skipped)
 
 
 class _MapFetch(torch.utils.data.Dataset):
     """The map-style dataset torch's workers index: reads from the user's dataset, timed,
-    with the sample index attached to any exception (see the module docstring)."""
+    with the sample and its file attached to any exception; under on_error="skip" a bad
+    sample is replaced by the next readable one (see the module docstring)."""
 
     def __init__(self, dataset: Any, on_error: ErrorPolicy):
         self.dataset = dataset
         self.on_error = ErrorPolicy(on_error)
         self.fetch_s = 0.0
-        self.skipped = 0
+        self.skipped: List[Dict[str, Any]] = []
 
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def take(self) -> Tuple[float, int]:
-        """(fetch seconds, skipped samples) since the last take()."""
+    def take(self) -> Tuple[float, List[Dict[str, Any]]]:
+        """(fetch seconds, skipped_records) since the last take()."""
         out = (self.fetch_s, self.skipped)
-        self.fetch_s, self.skipped = 0.0, 0
+        self.fetch_s, self.skipped = 0.0, []
         return out
 
     def _one(self, index: Any) -> Any:
         try:
             return self.dataset[index]
         except Exception as error:
-            self.on_error.handle(error, f"fastload: raised by dataset[{index!r}] (sample index {index!r})")
-            self.skipped += 1
-            return _SKIPPED
+            return self._replace(index, error)
+
+    def _replace(self, index: Any, error: Exception) -> Any:
+        """dataset[index] raised `error`: raised with a note under "raise"; under "skip" the
+        next readable sample in dataset order (ErrorPolicy.replacements), the native path's
+        rule, each unreadable one recorded."""
+        source = sample_source(self.dataset, index)
+        self.on_error.handle(error, raised_by(index, source))
+        try:
+            sample, length = operator.index(index), len(self.dataset)
+        except TypeError:
+            sample = length = None
+        if sample is None:
+            add_note(error, f"{raised_by(index, source)}; on_error='skip' replaces a bad sample with the next one in "
+                            "dataset order, which needs integer indices and len(dataset)")
+            raise error
+        sample += length if sample < 0 else 0
+        self.skipped.append(skipped_record(sample, source, _reason(error)))
+        for candidate in self.on_error.replacements(sample, length):
+            try:
+                return self.dataset[candidate]
+            except Exception as again:  # noqa: BLE001 - the policy decides, as for the first
+                error, where = again, sample_source(self.dataset, candidate)
+                self.skipped.append(skipped_record(candidate, where, _reason(again)))
+        add_note(error, f"{raised_by(candidate, where)}; on_error='skip' found no readable sample among the "
+                        f"{ErrorPolicy.MAX_REPLACEMENTS} after dataset[{sample}], which raised too")
+        raise error
 
     def __getitem__(self, index: Any) -> Any:  # batch_size=None: one sample per fetch
         start = time.perf_counter()
@@ -141,8 +209,7 @@ class _MapFetch(torch.utils.data.Dataset):
                         # skip: find the bad samples one by one
                         self.on_error.handle(error, f"fastload: raised by dataset.__getitems__ for sample "
                                                     f"indices {list(indices)!r}")
-                data = [self._one(i) for i in indices]
-                return [d for d in data if d is not _SKIPPED] if self.on_error.skips else data
+                return [self._one(i) for i in indices]
         finally:
             self.fetch_s += time.perf_counter() - start
 
@@ -155,8 +222,8 @@ class _IterFetch(IterableDataset):
         self.dataset = dataset
         self.fetch_s = 0.0
 
-    def take(self) -> Tuple[float, int]:
-        out = (self.fetch_s, 0)
+    def take(self) -> Tuple[float, List[Dict[str, Any]]]:
+        out = (self.fetch_s, [])
         self.fetch_s = 0.0
         return out
 
@@ -193,9 +260,7 @@ class _TimedCollate:
         self.auto_collation = auto_collation
 
     def __call__(self, data: Any) -> _WorkerBatch:
-        fetch_s, skipped = self.fetch.take() if self.fetch is not None else (0.0, 0)
-        if data is _SKIPPED or (skipped and isinstance(data, list) and not data):
-            return _WorkerBatch(None, 0, fetch_s, 0.0, skipped=skipped, empty=True)
+        fetch_s, skipped = self.fetch.take() if self.fetch is not None else (0.0, [])
         samples = len(data) if self.auto_collation and hasattr(data, "__len__") else 1
         start = time.perf_counter()
         with record_function("fastload.collate"):
@@ -277,14 +342,16 @@ def inner_loader(loader: "DataLoader", kept: Optional[torch.utils.data.DataLoade
 
 
 class GenericFeed:
-    """(batch, (samples, position)) from torch's iterator; records the worker timings.
+    """(batch, (samples, position)) from torch's iterator; records the worker timings and
+    the skipped samples (listed, counted, warned about in this process).
 
     Args:
         torch_iter: iter() of the inner torch DataLoader (kept as `_it`: the loader's
             iterator answers for its attributes).
         stats: where worker timings and skipped samples are counted.
-        keep_batch_count: DDP: every rank must yield as many batches, so a batch whose
-            every sample was skipped raises instead of being dropped.
+        keep_batch_count: DDP: every rank must yield as many batches. Nothing here can
+            change a rank's count: on_error="skip" replaces bad samples, every batch keeps
+            its size (kept for the loader's call, and to say so).
     """
 
     def __init__(self, torch_iter: Iterator[Any], stats: LoaderStats, keep_batch_count: bool = False):
@@ -297,24 +364,16 @@ class GenericFeed:
         return self
 
     def __next__(self) -> Tuple[Any, Tuple[int, int]]:
-        while True:
-            item = next(self._it)
-            self.position += 1
-            if not isinstance(item, _WorkerBatch):  # a DataPipe, read without our wrappers
-                return item, (_count_samples(item), self.position)
-            self._stats.add_worker(item.fetch_s, item.collate_s, item.pin_s, item.skipped)
-            # The worker processes' ranges are in their own traces only: their times, per
-            # batch, in the main process's.
-            profile_summary("fastload.worker_batch", {"fetch_ms": 1e3 * item.fetch_s,
-                                                      "collate_ms": 1e3 * item.collate_s, "pin_ms": 1e3 * item.pin_s})
-            if not item.empty:
-                return item.batch, (item.samples, self.position)
-            if self._keep_batch_count:
-                raise RuntimeError(
-                    f"fastload.DataLoader: every sample of batch {self.position} failed and "
-                    "on_error='skip' dropped them all; under DDP a rank cannot drop a batch without "
-                    "hanging the others' collectives. Fix or remove the files (loader.stats() counts "
-                    "them), or use a fastload dataset, whose native path replaces bad samples.")
+        item = next(self._it)
+        self.position += 1
+        if not isinstance(item, _WorkerBatch):  # a DataPipe, read without our wrappers
+            return item, (_count_samples(item), self.position)
+        self._stats.add_worker(item.fetch_s, item.collate_s, item.pin_s, item.skipped)
+        # The worker processes' ranges are in their own traces only: their times, per
+        # batch, in the main process's.
+        profile_summary("fastload.worker_batch", {"fetch_ms": 1e3 * item.fetch_s,
+                                                  "collate_ms": 1e3 * item.collate_s, "pin_ms": 1e3 * item.pin_s})
+        return item.batch, (item.samples, self.position)
 
 
 def _count_samples(batch: Any) -> int:

@@ -172,14 +172,22 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         memory_format: e.g. torch.channels_last, applied to 4-D tensors on the device.
         prefetch_to_device: batches whose device copies are issued before the loop asks
             for them (>= 1; device memory holds that many plus the one in use).
-        accelerate: "auto" runs a dataset on the native path when it can, True requires it
-            (ValueError saying why not), False always uses the generic path.
+        accelerate: "auto" runs a dataset on the C++ engine when it can, else on the generic
+            path; True requires the engine: the native path or the hybrid path (a
+            ValueError, naming the reason, where the loader would take the generic path);
+            False always uses the generic path. loader.path says which ran, in one of three
+            forms: "native: <dataset> [<transforms>], ..." (the engine makes every sample),
+            "hybrid: native [<prefix>] + python [<tail>], ...; not native: <blockers>" (the
+            engine runs the native prefix, the Python tail runs per sample on its output), or
+            "generic: <why not>" (torch's DataLoader machinery).
         decode_on: where the native path decodes JPEGs: "cpu", "cpu+gpu" (CPU decodes the
             crop window, the GPU resizes and normalises), "gpu" (nvJPEG) or "auto" (by what
             was built and the device; loader.path says which). Ignored on the generic path.
-        on_error: "raise" (torch's behaviour) or "skip": a sample whose read raises is left
-            out of its batch (native path: replaced by the next good sample) and counted
-            in stats()["skipped"]; map-style datasets only.
+        on_error: "raise" (torch's behaviour) or "skip": a sample whose read raises is
+            replaced by the next readable sample in dataset order, on every path (batch
+            sizes, batch counts and resume positions unchanged), counted in
+            stats()["skipped"], listed in stats()["skipped_samples"] and warned about once
+            per sample (docs/errors.md); map-style datasets only.
         distributed: "auto" (shard across ranks when torch.distributed is initialised or
             torchrun's RANK/WORLD_SIZE are set), True (require it) or False.
         uneven: when the dataset does not split evenly across ranks: "pad", "drop" or
@@ -216,9 +224,10 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
     torch, or `loader.set_epoch`, which forwards to it).
 
     Resume: `state_dict()` is plain data ({"version", "epoch", "batches_consumed", "order",
-    "native_seed", "dataset"}) counting the batches delivered by __next__ (not those
-    prefetched); after `load_state_dict(sd)` the next iteration continues right after the
-    last delivered batch, and len(loader) stays the whole epoch's batch count (as torch's),
+    "native_seed", "dataset"}: a dict that prints short, fastload.resume.LoaderState)
+    counting the batches delivered by __next__ (not those prefetched); after
+    `load_state_dict(sd)` the next iteration continues right after the last delivered
+    batch, and len(loader) stays the whole epoch's batch count (as torch's),
     so a resumed epoch yields len(loader) - batches_consumed batches. A state saved after
     an epoch's last batch resumes at the next epoch's start. Without a generator, the
     epochs after a resumed one are shuffled with the seeds the uninterrupted run drew from
@@ -319,7 +328,10 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
     # -- public extras --------------------------------------------------------------------
     @property
     def path(self) -> str:
-        """Which path produces the batches and why: "native: <what>" or "generic: <reason>"."""
+        """Which path produces the batches and why, in one of three forms: "native: <what>"
+        (the C++ engine makes every sample), "hybrid: native [<prefix>] + python [<tail>], ...;
+        not native: <blockers>" (the engine runs the prefix, the Python tail runs per sample)
+        or "generic: <reason>" (torch's DataLoader machinery)."""
         return self._path
 
     def stats(self, reset: bool = False) -> Stats:
@@ -492,9 +504,11 @@ def _choose_path(loader: DataLoader, dataset: Any, *, iterable: bool, sampler: A
         seed=loader.seed, device=device, decode_on=loader.decode_on, dct_scaling=loader.dct_scaling,
         tail_on=loader.tail_on, timeout=loader.timeout)
     if accelerate is True and runner is None:
+        # True means "not the generic path": the native path, or the hybrid one (a native
+        # prefix, then a Python tail), whose loader.path names its Python part.
         raise ValueError(
-            f"{_PREFIX}: expected a dataset the native pipeline can run (accelerate=True), got "
-            f"{reason!r}. Pass accelerate='auto' to fall back to the generic path."
+            f"{_PREFIX}: expected a dataset the native pipeline can run (accelerate=True: the native or hybrid "
+            f"path), got {reason!r}. Pass accelerate='auto' to fall back to the generic path."
         )
     return order, runner, reason
 

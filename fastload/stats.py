@@ -16,7 +16,13 @@ Keys of the dict (seconds are float, counts int):
     epochs          iterations started (each __iter__)
     batches         batches delivered by __next__
     samples         samples in those batches (images for an image dataset)
-    skipped         samples skipped by on_error="skip" while reading or decoding
+    skipped         samples skipped by on_error="skip" while reading or decoding (each
+                    replaced by the next readable one): distinct samples per pass, summed
+                    over passes
+    skipped_samples those samples, each listed once (in the order first met) as
+                    {"sample": index in the dataset, "source": its file path or
+                    "shard.tar:member" (None where the dataset does not say), "reason":
+                    what failed}; every path (in worker processes too) sends them here
     skipped_at_index
                     samples the dataset left out while indexing (on_error="skip" on a
                     malformed tar member or label; `dataset.skipped` lists them)
@@ -46,9 +52,12 @@ Keys of the dict (seconds are float, counts int):
                     one was taken, on average: below the prefetch depth, the engine lags)
 
 `print(loader.stats())` shows the stages that ran on the loader's path (the workers'
-fetch/collate, or the engine's read/header/decode/augment; then pin, transfer, copy and
-the loop's wait), each with seconds, ms per batch and per sample and its share, and a
-verdict line: the input keeps up (stall below 5%), or which stage to speed up.
+fetch/collate, or the engine's read/header/decode/augment; then pin, and for batches sent
+to a device the transfer and the device copy, or on the CPU the dtype/layout conversion),
+each with seconds, ms per batch and per sample and its share, then one wait: "wait in
+__next__", the training loop's time blocked in __next__ (wait_s; not an input stage, so
+no share), and a verdict line: the input keeps up (stall below 5%), or which stage to speed
+up. The engine's own wait_s (native dict) is a part of that wait and is not printed.
 
 Every stage also shows in profiler traces as a `torch.profiler.record_function` range
 named "fastload.<stage>" (fetch and collate in the worker processes' own traces; each
@@ -74,7 +83,8 @@ Example:
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, List, Optional, Tuple
+import warnings
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
 import torch
 
@@ -85,8 +95,10 @@ _STAGE_LABELS = {
     "pin": "pin",
     "transfer": "transfer (host)",
     "copy": "copy (device)",
-    "wait": "wait (loop)",
+    "wait": "wait in __next__",
 }
+# transfer_s of a loader whose batches stay on the CPU: the dtype/memory_format conversion.
+_CONVERT_LABEL = "convert (host)"
 
 
 def profile_summary(name: str, milliseconds: Dict[str, float]) -> None:
@@ -108,10 +120,73 @@ class Stats(dict):
         return report(self)
 
 
+def skipped_record(sample: int, source: Optional[str], reason: str) -> Dict[str, Any]:
+    """One entry of stats()["skipped_samples"] (the shape fastload.prepare lists too)."""
+    return {"sample": int(sample), "source": source, "reason": reason}
+
+
+class SkippedSamples:
+    """The samples on_error="skip" replaced: each listed once (skipped_record), in the order
+    first met, and named by one UserWarning the first time it is met over this object's
+    life (reset() forgets the list, not the warnings: a bad file is named once per loader,
+    not once per epoch). The warning comes when the skip reaches the loader's process,
+    before the batch that holds the replacement is returned.
+
+    Args:
+        warn: give the warnings (False in worker processes: their records travel to the
+            loader's process with the batch, and are warned there).
+
+    Example:
+        >>> import warnings
+        >>> skipped = SkippedSamples()
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     first, again = (skipped.add(3, "train/cat/003.jpg", "Premature end of JPEG file") for _ in "ab")
+        >>> first, again, len(skipped.records()), len(caught)
+        (True, False, 1, 1)
+        >>> print(caught[0].message)
+        fastload: on_error='skip' skipped sample 3 (train/cat/003.jpg): Premature end of JPEG file. \
+It was replaced by the next readable sample; loader.stats()["skipped_samples"] lists every skipped sample.
+    """
+
+    def __init__(self, warn: bool = True) -> None:
+        self.warn = warn
+        self._records: Dict[int, Dict[str, Any]] = {}
+        self._warned: Set[int] = set()
+
+    def add(self, sample: int, source: Optional[str], reason: str) -> bool:
+        """Lists a skipped sample (warning the first time); True when it was not listed yet."""
+        sample = int(sample)
+        new = sample not in self._records
+        if new:
+            self._records[sample] = skipped_record(sample, source, reason)
+        if self.warn and sample not in self._warned:
+            self._warned.add(sample)
+            where = f" ({source})" if source else ""
+            warnings.warn(f"fastload: on_error='skip' skipped sample {sample}{where}: {reason.rstrip('. ')}. "
+                          "It was replaced by the next readable sample; loader.stats()[\"skipped_samples\"] lists "
+                          "every skipped sample.", UserWarning, stacklevel=2)
+        return new
+
+    def records(self) -> List[Dict[str, Any]]:
+        """The listed samples (copies), in the order first met."""
+        return [dict(record) for record in self._records.values()]
+
+    def reset(self) -> None:
+        """Forgets the list (stats(reset=True)); the samples already named stay named."""
+        self._records = {}
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+
 class LoaderStats:
     """Accumulates one loader's timings; cheap enough to run on every batch."""
 
     def __init__(self) -> None:
+        # The generic path's skipped samples (the native runners keep their own).
+        self.skipped_samples = SkippedSamples()
+        self._skipped_this_pass: Set[int] = set()
         self.reset()
 
     def reset(self) -> None:
@@ -121,6 +196,7 @@ class LoaderStats:
         self.batches = 0
         self.samples = 0
         self.skipped = 0
+        self.skipped_samples.reset()
         self.first_batch_s: Optional[float] = None
         self.loop_s = 0.0
         self.between_s = 0.0
@@ -131,16 +207,25 @@ class LoaderStats:
     def add_time(self, stage: str, seconds: float) -> None:
         self.times[stage] += seconds
 
-    def add_worker(self, fetch_s: float, collate_s: float, pin_s: float, skipped: int) -> None:
+    def add_worker(self, fetch_s: float, collate_s: float, pin_s: float,
+                   skipped: Iterable[Dict[str, Any]] = ()) -> None:
+        """A worker's (or the main process's) batch: its times, and the skipped_records of
+        the samples on_error="skip" replaced in it (listed, warned once, and counted once
+        per pass however many batches or workers met them)."""
         self.times["fetch"] += fetch_s
         self.times["collate"] += collate_s
         self.times["pin"] += pin_s
-        self.skipped += skipped
+        for record in skipped:
+            self.skipped_samples.add(record["sample"], record["source"], record["reason"])
+            if record["sample"] not in self._skipped_this_pass:
+                self._skipped_this_pass.add(record["sample"])
+                self.skipped += 1
 
     # -- the training loop ---------------------------------------------------------------
     def start_epoch(self) -> None:
         self.epochs += 1
         self._last_return = None
+        self._skipped_this_pass = set()
 
     def next_returned(self, called: float, samples: int) -> None:
         """A __next__ that started at perf_counter() == `called` returned a batch."""
@@ -168,6 +253,11 @@ class LoaderStats:
     # -- consumers -----------------------------------------------------------------------
     def as_dict(self, path: str, native: Optional[Dict[str, Any]] = None,
                 skipped_at_index: int = 0) -> Stats:
+        if native is not None:  # the native runner lists its skipped samples; they go on top
+            native = dict(native)
+            native_skipped = native.pop("skipped_samples", [])
+        else:
+            native_skipped = []
         out = Stats(
             path=path,
             epochs=self.epochs,
@@ -175,6 +265,7 @@ class LoaderStats:
             samples=self.samples,
             # The native engine replaces bad samples itself and counts them there.
             skipped=self.skipped + (native or {}).get("skipped", 0),
+            skipped_samples=self.skipped_samples.records() + [dict(r) for r in native_skipped],
             skipped_at_index=skipped_at_index,
             **{f"{stage}_s": self.times[stage] for stage in STAGES},
             first_batch_s=self.first_batch_s,
@@ -198,20 +289,30 @@ KEEPS_UP = 0.05
 def stage_times(stats: Dict[str, Any]) -> List[Tuple[str, float]]:
     """(label, seconds) of every input stage that ran, in data-flow order: the workers'
     fetch/collate or the engine's read/header/decode/augment, then pin, transfer, copy.
-    Stages that do not run on this path are left out rather than shown as zeros.
+    Stages that do not run on this path are left out rather than shown as zeros. The
+    loop's wait (wait_s) is not an input stage and is not among them.
+
+    transfer_s is "transfer (host)" when batches went to a CUDA device (its copies are
+    timed: copy_s > 0); otherwise it is the dtype/memory_format conversion of batches that
+    stay on the CPU, "convert (host)" (on a device without timed copies, such as "mps",
+    that time also holds the copy).
 
     Example:
         >>> stage_times({"fetch_s": 2.0, "collate_s": 0.5, "wait_s": 1.0})
         [('fetch (workers)', 2.0), ('collate (workers)', 0.5)]
+        >>> stage_times({"fetch_s": 2.0, "collate_s": 0.5, "transfer_s": 0.1})[-1]
+        ('convert (host)', 0.1)
     """
     native = stats.get("native") or {}
     rows: List[Tuple[str, float]] = []
     for name, seconds in (native.get("stages_s") or {}).items():
         rows.append((f"{name} (engine)", float(seconds)))
+    to_device = (stats.get("copy_s") or 0.0) > 0
     for stage in STAGES[:-1]:
         seconds = stats.get(f"{stage}_s") or 0.0
         if seconds > 0 or (stage in ("fetch", "collate") and not native):
-            rows.append((_STAGE_LABELS[stage], float(seconds)))
+            label = _CONVERT_LABEL if stage == "transfer" and not to_device else _STAGE_LABELS[stage]
+            rows.append((label, float(seconds)))
     return rows
 
 
@@ -248,6 +349,7 @@ def report(stats: Dict[str, Any]) -> str:
     lines.append(f"  epochs {g('epochs', 0)}, batches {batches}, samples {samples}, "
                  f"skipped {g('skipped', 0)}"
                  + (f" (+{g('skipped_at_index')} at index time)" if g("skipped_at_index") else ""))
+    lines.extend(_skipped_lines(g("skipped_samples") or []))
     sps = g("samples_per_s")
     lines.append(f"  throughput {'-' if sps is None else f'{sps:,.1f}'} samples/s over "
                  f"{_fmt(g('loop_s'))}; first batch {_fmt(g('first_batch_s'))}")
@@ -262,11 +364,27 @@ def report(stats: Dict[str, Any]) -> str:
         per_sample = f"{1e3 * seconds / samples:.3f}" if samples else "-"
         share = f"{100 * seconds / total:.0f}%" if total > 0 and label != _STAGE_LABELS["wait"] else ""
         lines.append(f"  {label:<20}{seconds:>10.3f}{per_batch:>10}{per_sample:>11}{share:>7}")
+    lines.append("    (the training loop's time blocked in __next__, first batch included; not an input stage: "
+                 "no share)")
     lines.append("  " + _verdict(stats, rows))
     native = g("native")
     if native:
         lines.extend(_native_lines(native))
     return "\n".join(lines)
+
+
+# How many skipped samples report() names before "... and N more".
+REPORT_SKIPPED = 10
+
+
+def _skipped_lines(records: List[Dict[str, Any]]) -> List[str]:
+    """The skipped samples, one a line: index, file or member, reason (the first
+    REPORT_SKIPPED; stats()["skipped_samples"] has them all)."""
+    lines = [f"    skipped sample {r['sample']}" + (f" ({r['source']})" if r.get("source") else "")
+             + f": {r['reason']}" for r in records[:REPORT_SKIPPED]]
+    if len(records) > REPORT_SKIPPED:
+        lines.append(f"    ... and {len(records) - REPORT_SKIPPED} more (stats()[\"skipped_samples\"])")
+    return lines
 
 
 def _native_lines(native: Dict[str, Any]) -> List[str]:
@@ -286,7 +404,10 @@ def _native_lines(native: Dict[str, Any]) -> List[str]:
     depth = native.get("queue_depth")
     if depth is not None:
         lines.append(f"  engine queue: {depth:.1f} batches submitted on average when one was taken")
-    counters = {k: v for k, v in native.items() if not isinstance(v, (dict, list)) and k not in ("queue_depth", "cpu_s")}
+    # The engine's wait_s (result() waiting for the engine) is a part of the loop's wait in
+    # __next__ above: one wait is printed, the dict keeps both.
+    counters = {k: v for k, v in native.items()
+                if not isinstance(v, (dict, list)) and k not in ("queue_depth", "cpu_s", "wait_s")}
     lines.append("  native: " + ", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
                                           for k, v in counters.items()))
     return lines

@@ -145,6 +145,40 @@ def test_worker_exception_keeps_type_message_and_names_the_sample(num_workers):
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_sample_error_names_its_file_where_the_dataset_says_it(tmp_path, num_workers):
+    """torchvision's ImageFolder: the error keeps torch's type and message, and its note
+    names the file: "fastload: raised by dataset[3] (<path>)". A Subset of it (whose
+    __getitems__ reads a whole batch) names the file in stats() under on_error="skip"."""
+    torchvision = pytest.importorskip("torchvision")
+    import jpeg_samples as js
+    from torch.utils.data import Subset
+
+    paths = js.write_image_folder(tmp_path, classes=2, per_class=3, size=(40, 48))
+    with open(paths[3], "rb") as f:
+        data = f.read()
+    with open(paths[3], "wb") as f:
+        f.write(data[:data.index(b"\xff\xda") + 30])  # truncated after the start of the scan
+    folder = torchvision.datasets.ImageFolder(str(tmp_path), transform=torchvision.transforms.Compose(
+        [torchvision.transforms.CenterCrop(24), torchvision.transforms.PILToTensor()]))
+    want = _error(lambda: list(TorchLoader(folder, batch_size=2, num_workers=num_workers)))
+    with pytest.raises(OSError) as info:
+        list(DataLoader(folder, batch_size=2, num_workers=num_workers, accelerate=False))
+    _release(info.value)
+    assert type(info.value) is want[0] and "image file is truncated" in want[1]
+    text = str(info.value) + " ".join(getattr(info.value, "__notes__", []))
+    if num_workers == 0:
+        assert str(info.value) == want[1]  # torch's message, the note apart
+    else:
+        assert str(info.value).startswith("Caught OSError in DataLoader worker process")
+    assert f"fastload: raised by dataset[3] ({paths[3]})" in text, text
+
+    loader = DataLoader(Subset(folder, [5, 4, 3]), batch_size=2, num_workers=num_workers, on_error="skip")
+    with pytest.warns(UserWarning, match=f"skipped sample 2 \\({paths[3]}\\)"):
+        assert [labels.tolist() for _, labels in loader] == [[1, 1], [1]]  # sample 2 replaced by sample 0
+    assert [(r["sample"], r["source"]) for r in loader.stats()["skipped_samples"]] == [(2, paths[3])]
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
 def test_key_error_and_unconstructible_exceptions_like_torch(num_workers):
     for make in (lambda: Failing(bad=(2,), error=KeyError), lambda: FailingTwo(bad=(2,))):
         want = _error(lambda: list(TorchLoader(make(), batch_size=2, num_workers=num_workers)))
@@ -205,19 +239,38 @@ def test_timeout_is_respected():
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
-def test_on_error_skip_drops_bad_samples_and_counts_them(num_workers):
+def test_on_error_skip_replaces_bad_samples_and_counts_them(num_workers):
     loader = DataLoader(Failing(n=10, bad=(1, 7)), batch_size=3, num_workers=num_workers, on_error="skip")
-    assert [b.view(-1).tolist() for b in loader] == [[0, 2], [3, 4, 5], [6, 8], [9]]
+    with pytest.warns(UserWarning, match="skipped sample"):
+        assert [b.view(-1).tolist() for b in loader] == [[0, 2, 2], [3, 4, 5], [6, 8, 8], [9]]
     stats = loader.stats()
-    assert stats["skipped"] == 2 and stats["samples"] == 8
+    assert stats["skipped"] == 2 and stats["samples"] == 10
+    assert [(r["sample"], r["source"], r["reason"]) for r in stats["skipped_samples"]] == [
+        (1, None, "ValueError: bad sample"), (7, None, "ValueError: bad sample")]
 
 
+@pytest.mark.filterwarnings("ignore:fastload. on_error='skip' skipped sample")
 def test_on_error_skip_whole_batch_and_single_samples():
+    # Samples 2 and 3 fail: slot 2 passes 3 (also bad) to 4; slot 3 gets 4 too. 3 counts once.
     loader = DataLoader(Failing(n=6, bad=(2, 3)), batch_size=2, on_error="skip")
-    assert [b.view(-1).tolist() for b in loader] == [[0, 1], [4, 5]]
-    assert loader.stats()["skipped"] == 2 and loader.stats()["batches"] == 2
+    assert [b.view(-1).tolist() for b in loader] == [[0, 1], [4, 4], [4, 5]]
+    assert loader.stats()["skipped"] == 2 and loader.stats()["batches"] == 3
     loader = DataLoader(Failing(n=4, bad=(2,)), batch_size=None, on_error="skip")
-    assert [b.tolist() for b in loader] == [[0], [1], [3]]
+    assert [b.tolist() for b in loader] == [[0], [1], [3], [3]]
+    loader = DataLoader(Failing(n=4, bad=(3,)), batch_size=2, on_error="skip")
+    assert [b.view(-1).tolist() for b in loader] == [[0, 1], [2, 0]]  # wraps to the dataset's start
+
+
+def test_on_error_skip_on_an_unreadable_dataset_raises_after_the_replacement_limit():
+    from fastload.errors import ErrorPolicy
+
+    n = ErrorPolicy.MAX_REPLACEMENTS + 10
+    loader = DataLoader(Failing(n=n, bad=range(n)), batch_size=2, on_error="skip")
+    with pytest.raises(ValueError, match="bad sample") as info:
+        next(iter(loader))
+    _release(info.value)
+    notes = " ".join(info.value.__notes__)
+    assert f"no readable sample among the {ErrorPolicy.MAX_REPLACEMENTS} after dataset[0]" in notes, notes
 
 
 def test_bad_states_and_epochs():
@@ -234,9 +287,11 @@ def test_bad_states_and_epochs():
         loader.set_epoch("1")
 
 
-def test_ddp_rank_never_drops_a_whole_batch_silently(monkeypatch):
-    """on_error='skip' on the generic path: a batch whose samples all failed cannot be
-    dropped on one rank (the other ranks would hang in their next collective)."""
+@pytest.mark.filterwarnings("ignore:fastload. on_error='skip' skipped sample")
+def test_ddp_rank_whose_every_sample_fails_keeps_its_batches(monkeypatch):
+    """on_error='skip' on the generic path: a batch whose samples all failed is not
+    dropped (the other ranks would hang in their next collective): each sample is replaced
+    by the next readable one, every rank yields len(loader) batches."""
     class Broken(torch.utils.data.Dataset):
         def __len__(self):
             return 8
@@ -246,15 +301,12 @@ def test_ddp_rank_never_drops_a_whole_batch_silently(monkeypatch):
                 raise OSError(f"unreadable sample {i}")
             return torch.tensor(i)
 
-    monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "2")
-    loader = DataLoader(Broken(), batch_size=1, on_error="skip")  # rank 0 gets samples 0, 2, 4, 6
-    with pytest.raises(RuntimeError, match="under DDP a rank cannot drop a batch"):
-        next(iter(loader))
-    monkeypatch.setenv("WORLD_SIZE", "1")
-    monkeypatch.setenv("RANK", "0")
-    single = DataLoader(Broken(), batch_size=1, on_error="skip")
-    assert [int(b) for b in single] == [1, 3, 5, 7]  # one process: dropping is fine
+    for rank, want in ((0, [1, 3, 5, 7]), (1, [1, 3, 5, 7])):  # rank 0 gets samples 0, 2, 4, 6
+        monkeypatch.setenv("RANK", str(rank))
+        loader = DataLoader(Broken(), batch_size=1, on_error="skip")
+        assert [int(b) for b in loader] == want and len(loader) == 4
+        assert loader.stats()["skipped"] == (4 if rank == 0 else 0)
 
 
 def test_every_exception_type_fastload_raises_is_importable_from_fastload():

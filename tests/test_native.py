@@ -362,8 +362,8 @@ def test_runner_stats_keys_end_in_s_for_seconds(folder):
     runner = NativeRunner(dataset.index, build_plan(dataset.ops), num_threads=2)
     runner.result(runner.submit([0, 1, 2], 0))
     stats = runner.stats(reset=True)
-    assert set(stats) == {"images", "batches", "skipped", "pil_fallback", "gpu_cpu_fallback", "engine_s", "wait_s",
-                          "threads", "queue_depth", "stages_s", "thread_stages_s", "cpu_s"}
+    assert set(stats) == {"images", "batches", "skipped", "skipped_samples", "pil_fallback", "gpu_cpu_fallback",
+                          "engine_s", "wait_s", "threads", "queue_depth", "stages_s", "thread_stages_s", "cpu_s"}
     assert (stats["images"], stats["batches"], stats["threads"], stats["queue_depth"]) == (3, 1, 2, 1.0)
     assert stats["engine_s"] >= stats["wait_s"] >= 0.0
     after = runner.stats()

@@ -29,7 +29,8 @@ A torchvision dataset's target_transform runs on each batch's labels after the t
 Failures of the tail follow on_error like a decode failure: "raise" re-raises the tail's
 own exception with a note naming the transform, the sample and its file; "skip" fills the
 slot with the next readable sample in dataset order (its prefix on the engine, then the
-tail), counted in stats()["skipped"].
+tail), counted in stats()["skipped"] and listed in stats()["skipped_samples"] (a worker
+process's list goes to the parent with each batch; the parent counts and warns).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from fastload.native.repair import MAX_SKIP_ATTEMPTS
 from fastload.native.runner import NativeRunner
 from fastload.native.tail import BatchSlots, GlobalDraws, Tail, _TailError, sample_seed
 from fastload.source.index import SampleIndex
+from fastload.stats import SkippedSamples
 from fastload.transfer.buffers import BatchBuffers, SharedBatches
 
 PARALLEL = ("inline", "threads")
@@ -223,7 +225,7 @@ class HybridRunner:
         failed: Set[int] = set()
         last: Optional[_TailError] = error
         for _ in range(MAX_SKIP_ATTEMPTS):
-            self.native.repair.replace(slot, sample, samples, images, epoch, failed)
+            self.native.repair.replace(slot, sample, samples, images, epoch, failed, self._tail_reason(last))
             sample = int(samples[slot])
             try:
                 with GlobalDraws() as draws:
@@ -237,6 +239,11 @@ class HybridRunner:
         raise DecodeError(f"{MAX_SKIP_ATTEMPTS} consecutive samples failed in the Python transforms; last: "
                           f"{self.tail.note(last, sample, self.index.source(sample))} ({last.error!r})",
                           sample, self.index.source(sample))
+
+    def _tail_reason(self, error: _TailError) -> str:
+        """What failed, for stats()["skipped_samples"]: the tail's exception and transform."""
+        return (f"{type(error.error).__name__}: {error.error} (in the Python transform "
+                f"{self.tail.transforms[error.position]!r})")
 
 
 @contextlib.contextmanager
@@ -272,6 +279,8 @@ def _start_worker(index: SampleIndex, plan: Any, tail: Tail, on_error: str, busy
     torch.set_num_threads(1)  # as torch's DataLoader workers: the cores are the workers'
     _WORKER = HybridRunner(index, plan, tail, num_threads=1, on_error=on_error, parallel="inline",
                            shared_batches=True)
+    # The skipped samples go to the parent with each batch (_work): it lists, counts and warns.
+    _WORKER.native.repair.skipped_samples.warn = False
     if busy is not None:
         _BUSY, _ROW = busy, _claim_row(busy)
     _exit_with_parent(os.getppid())
@@ -350,8 +359,10 @@ class ProcessHybridRunner:
     indices; the workers are then stopped, and the next submit (the next epoch) starts
     fresh ones.
 
-    A bad sample met by two workers in one pass (a replacement search crossing into a
-    batch another worker made) is counted once by each.
+    Each batch comes back with the samples its worker skipped (on_error="skip"); the parent
+    lists them, names each in a UserWarning once, and counts each once per pass in
+    stats()["skipped"], also one met by two workers (a replacement search crossing into a
+    batch another worker made).
     """
 
     def __init__(self, index: SampleIndex, plan: Any, tail: Tail, *, num_threads: int = 1, pin_memory: bool = False,
@@ -374,6 +385,8 @@ class ProcessHybridRunner:
         self._tickets = 0
         self._pass_id = 0
         self._stats: Dict[str, Any] = {}
+        self._skipped_samples = SkippedSamples()  # what the workers skipped, warned here
+        self._skipped_this_pass: Set[int] = set()
         self._labels = labels  # applied here: the workers return class indexes
 
     @property
@@ -394,6 +407,7 @@ class ProcessHybridRunner:
 
     def start_pass(self) -> None:
         self._pass_id += 1
+        self._skipped_this_pass = set()
 
     def set_seed(self, seed: int) -> None:
         self.plan.seed = int(seed)
@@ -455,6 +469,12 @@ class ProcessHybridRunner:
         except BrokenProcessPool as error:
             raise self._worker_died(ticket, indices) from error
         pid = stats.pop("pid")
+        stats.pop("skipped", None)  # counted here from the records, once per pass across workers
+        for record in stats.pop("skipped_samples", ()):
+            self._skipped_samples.add(record["sample"], record["source"], record["reason"])
+            if record["sample"] not in self._skipped_this_pass:
+                self._skipped_this_pass.add(record["sample"])
+                self._stats["skipped"] = self._stats.get("skipped", 0) + 1
         for key, value in stats.items():
             if key == "thread_stages_s":  # one engine thread per worker: summed per worker
                 per_worker = self._stats.setdefault(key, {}).setdefault(pid, {})
@@ -479,13 +499,17 @@ class ProcessHybridRunner:
             future.cancel()  # a batch already started is finished, and nobody takes it
 
     def stats(self, reset: bool = False) -> Dict[str, Any]:
-        """The workers' counters summed (images, batches, skipped, ..., tail_s); threads
-        is the number of worker processes; stages_s summed, thread_stages_s one row per worker."""
+        """The workers' counters summed (images, batches, ..., tail_s); skipped (distinct
+        samples per pass) and skipped_samples from the workers' records; threads is the
+        number of worker processes; stages_s summed, thread_stages_s one row per worker."""
         out = dict(self._stats, threads=self.num_threads)
+        out.setdefault("skipped", 0)
+        out["skipped_samples"] = self._skipped_samples.records()
         if "thread_stages_s" in out:
             out["thread_stages_s"] = [dict(row) for row in out["thread_stages_s"].values()]
         if reset:
             self._stats = {}
+            self._skipped_samples.reset()
         return out
 
     def close(self) -> None:

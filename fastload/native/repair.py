@@ -7,10 +7,12 @@ geometry has no pixels to sample. In that order of resort:
    augments the decoded pixels into the slot like any JPEG's (counted as pil_fallback);
 2. the error policy (fastload.errors.ErrorPolicy): "raise" raises fastload.DecodeError
    naming the sample and its file; "skip" fills the slot with the next readable sample in
-   dataset order, so the batch keeps its size, trying at most MAX_SKIP_ATTEMPTS samples.
+   dataset order (ErrorPolicy.replacements: the rule of every path, the generic one too),
+   so the batch keeps its size, trying at most MAX_SKIP_ATTEMPTS samples.
 
 Each distinct unreadable sample counts once per pass in stats["skipped"], however many
-batches' replacement searches pass it.
+batches' replacement searches pass it, and is listed once, with its file and what failed,
+in `skipped_samples` (fastload.stats.SkippedSamples: a UserWarning names it the first time).
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ import torch
 
 from fastload.errors import DecodeError, ErrorPolicy
 from fastload.native import contract
+from fastload.stats import SkippedSamples
 
 # How many replacement candidates on_error="skip" tries for one bad sample before
-# concluding that the dataset is mostly unreadable.
-MAX_SKIP_ATTEMPTS = 64
+# concluding that the dataset is mostly unreadable (the same on every path).
+MAX_SKIP_ATTEMPTS = ErrorPolicy.MAX_REPLACEMENTS
 
 
 class Repair:
@@ -36,6 +39,10 @@ class Repair:
         plan: the fused plan (channels, output size and dtype, pixel limit).
         policy: what to do with a sample nothing can decode.
         stats: the runner's counters; "skipped" and "pil_fallback" are added to.
+
+    Attributes:
+        skipped_samples: the samples replaced under "skip" (SkippedSamples; its `warn` is
+            False in a worker process, whose parent warns).
     """
 
     def __init__(self, engine: Any, index: Any, plan: Any, policy: ErrorPolicy, stats: Dict[str, Any]):
@@ -46,6 +53,7 @@ class Repair:
         # search may pass the same bad sample from several batches (or slots).
         self._skipped_seen: Set[int] = set()
         self._skipped_epoch: Optional[int] = None
+        self.skipped_samples = SkippedSamples()
 
     def start_pass(self) -> None:
         """A new pass over the data begins: its bad samples are counted afresh, even when
@@ -67,12 +75,12 @@ class Repair:
         return samples
 
     def replace(self, slot: int, sample: int, samples: torch.Tensor, out: torch.Tensor, epoch: int,
-                failed: Set[int]) -> None:
+                failed: Set[int], reason: str = "") -> None:
         """Fills out[slot] with the next readable sample after `sample`, which failed after
-        decoding (in a hybrid pipeline's Python tail); samples[slot] becomes that sample.
-        `sample` and the unreadable ones passed are added to `failed` (count them with
-        count_skipped). Only under on_error="skip"."""
-        self._repair(slot, sample, contract.DECODE_ERROR, "", samples, out, epoch, failed)
+        decoding (in a hybrid pipeline's Python tail, saying `reason`); samples[slot] becomes
+        that sample. `sample` and the unreadable ones passed are added to `failed` (count them
+        with count_skipped) and listed in skipped_samples. Only under on_error="skip"."""
+        self._repair(slot, sample, contract.DECODE_ERROR, reason, samples, out, epoch, failed)
 
     def count_skipped(self, failed: Set[int], epoch: int) -> None:
         """Counts in stats["skipped"] the samples of `failed` not yet counted this pass."""
@@ -93,7 +101,8 @@ class Repair:
             if not self.policy.skips:
                 raise DecodeError(message, candidate, self._index.source(candidate))
             failed.add(candidate)
-            candidate = (candidate + 1) % len(self._index)
+            self.skipped_samples.add(candidate, self._index.source(candidate), message)
+            candidate = (candidate + 1) % len(self._index)  # ErrorPolicy.replacements' order
             status, message = self._run_one(slot, candidate, out, epoch)
             if status == contract.OK:
                 samples[slot] = candidate

@@ -31,8 +31,9 @@ class NativeRunner:
     released). images: [B, C, H, W] of the plan's dtype (and memory format), pinned when
     asked; labels: int64 [B]. Failed samples follow on_error: "raise" raises
     fastload.DecodeError naming the sample and file; "skip" replaces the sample with the
-    next readable one (in dataset order) so the batch keeps its size, and counts it in
-    stats().
+    next readable one (in dataset order) so the batch keeps its size, counts it in
+    stats()["skipped"], lists it in stats()["skipped_samples"] and names it in a
+    UserWarning (once per sample over the runner's life).
 
     Args:
         index: where the samples' bytes are.
@@ -217,8 +218,9 @@ class NativeRunner:
         `stages_s` {stage: seconds the engine threads spent in it, summed} for the stages
         read, header, decode, augment; `cpu_s`, the CPU time of those threads (below the
         stages' sum when other processes take the cores); and `thread_stages_s` (one such
-        dict per thread, with its "samples" and "cpu_s"). `reset` starts them afresh after
-        returning them."""
+        dict per thread, with its "samples" and "cpu_s"); `skipped_samples`, the samples
+        replaced under on_error="skip" (fastload.stats.skipped_record dicts; the loader
+        moves them to the top of its stats). `reset` starts them afresh after returning them."""
         now = self._engine.thread_times()
         seconds, samples, cpu = (now[i] - self._times_at_reset[i] for i in range(3))
         out = dict(self._stats, threads=self.num_threads)
@@ -228,8 +230,10 @@ class NativeRunner:
         out["cpu_s"] = float(cpu.sum())
         out["thread_stages_s"] = [dict({name: float(v) for name, v in zip(self._stages, row)}, samples=int(n),
                                        cpu_s=float(c)) for row, n, c in zip(seconds, samples, cpu)]
+        out["skipped_samples"] = self._repair.skipped_samples.records()
         if reset:
             self._stats.update(_COUNTERS)
+            self._repair.skipped_samples.reset()
             self._times_at_reset = now
         return out
 
