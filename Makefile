@@ -50,7 +50,7 @@ bench: $(BUILT)
 # kernel tests under it. Short by default (CI); a long run:
 #   make sanitize FUZZ_CASES=100000 SANITIZE_TIMEOUT=0
 FUZZ_CASES ?= 100
-SANITIZE_TIMEOUT ?= 240
+SANITIZE_TIMEOUT ?= 420
 sanitize: $(VENV)/.deps
 	PY=$(PY) FASTLOAD_FUZZ_CASES=$(FUZZ_CASES) SANITIZE_TIMEOUT=$(SANITIZE_TIMEOUT) scripts/sanitize.sh
 
