@@ -11,10 +11,12 @@ Recognised (everything else: a reason naming the class):
 - torch ConcatDataset: the parts' indexes one after the other; every part must have the
   same transform pipeline and target_transform (one loader runs one pipeline).
 
-Not recognised: a Dataset of its own class with `samples` and `transform` attributes. Its
-`__getitem__` is arbitrary code (how it opens the file, whether it converts to RGB,
-applies the transform, what it returns) and nothing short of running it tells; such a
-dataset runs on the generic path, and the reason says how to make it native.
+Not recognised (a Dataset of its own class, a DatasetFolder with its own `__getitem__` or
+loader): its `__getitem__` is arbitrary code (how it opens the file, whether it converts
+to RGB, applies the transform, what it returns), and only running it tells. Such a dataset
+is run under the tracer (fastload/compat/trace.py): where it opens each image with PIL and
+hands it to a transform fastload maps, the trace gives the same index and pipeline (chain
+"traced <Class>.__getitem__"); else it runs on the generic path, and the reason says why.
 
 Labels: the index holds each sample's class index (int64). Without a target_transform
 that is the batch's label tensor; with one, each label is `target_transform(int(label))`
@@ -336,6 +338,14 @@ def _pipeline_text(part: Analysis) -> str:
     return text
 
 
+def _traced(dataset: Any, out: Analysis, wrapped: bool) -> Analysis:
+    """`out`, the analysis of a dataset not recognised, or what running its own
+    __getitem__ under the tracer shows (fastload/compat/trace.py)."""
+    from fastload.compat.trace import trace_dataset
+
+    return trace_dataset(dataset, out, wrapped=wrapped)
+
+
 def _base(dataset: Any, wrapped: bool) -> Analysis:
     from fastload.compat.torchvision import flatten, split_transform
     from fastload.source.base import NativeDataset
@@ -367,7 +377,7 @@ def _base(dataset: Any, wrapped: bool) -> Analysis:
         if transform is not None:
             out.transform, out.pipeline = transform, split_transform(transform, to_run=True)
             out.wrappers = flatten(transform)[1]
-        return out
+        return _traced(dataset, out, wrapped)
 
     out = Analysis(f"torchvision {name}")
     cls = type(dataset)
@@ -392,7 +402,7 @@ def _base(dataset: Any, wrapped: bool) -> Analysis:
     if joint is not None and type(joint).__name__ != "StandardTransform":
         out.refuse(f"{name} has joint (image, target) transforms", "pass transform= and target_transform=")
     if out.reasons:
-        return out
+        return _traced(dataset, out, wrapped)
     try:
         paths = [os.fspath(path) for path, _ in dataset.samples]
         labels = [label for _, label in dataset.samples]

@@ -104,6 +104,9 @@ class _Resolved(NamedTuple):
     tail: Any = None  # fastload.native.tail.Tail, or None
     labels: Optional[Callable[[torch.Tensor], Any]] = None  # labels int64 [B] -> the batch's labels
     labels_note: str = ""  # "; labels: target_transform f in Python"
+    # A traced dataset's own sample structure (fastload.compat.trace.SampleTemplates):
+    # (batch images, dataset indexes int64 [B]) -> the batch default_collate would give.
+    rebuild: Optional[Callable[[Any, torch.Tensor], Any]] = None
 
 
 def _resolve(dataset: Any, *, dtype: Optional[torch.dtype]) -> _Resolved:
@@ -111,7 +114,7 @@ def _resolve(dataset: Any, *, dtype: Optional[torch.dtype]) -> _Resolved:
     prefix before a Python tail), else UnsupportedPipeline with the reason."""
     from fastload.source.base import NativeDataset
 
-    labels, labels_note = None, ""
+    labels, labels_note, rebuild = None, "", None
     if isinstance(dataset, NativeDataset):
         index, specs, origin = dataset.index, dataset.ops, type(dataset).__name__
         tail = dataset.python_tail()
@@ -128,6 +131,7 @@ def _resolve(dataset: Any, *, dtype: Optional[torch.dtype]) -> _Resolved:
             raise UnsupportedPipeline(refusal)
         index, specs, origin = conversion.index, list(conversion.pipeline.native), conversion.origin
         tail = conversion.python_tail()
+        rebuild = getattr(conversion, "rebuild", None)
         if conversion.target_transform is not None:
             labels = conversion.collate_labels
             labels_note = f"; labels: target_transform {_name(conversion.target_transform)} in Python"
@@ -147,11 +151,11 @@ def _resolve(dataset: Any, *, dtype: Optional[torch.dtype]) -> _Resolved:
         where = "" if tail.takes_pil or tail.prefix_makes_tensor else \
             " on uint8 tensors (not PIL images: values within a level or two, see fastload.native.tail)"
         return _Resolved(index, fusion, f"hybrid: native [{fusion.description}] + python [{tail.description}]{where}",
-                         tail, labels, labels_note)
+                         tail, labels, labels_note, rebuild)
     if dtype in (torch.float32, torch.float16, torch.bfloat16) and fusion.dtype.is_floating_point:
         fusion = fusion._replace(dtype=dtype)  # e.g. bfloat16 for AMP, written directly by the kernel
     # (other dtypes, e.g. float64, are converted after the batch, as on the generic path)
-    return _Resolved(index, fusion, f"native: {origin} [{fusion.description}]", None, labels, labels_note)
+    return _Resolved(index, fusion, f"native: {origin} [{fusion.description}]", None, labels, labels_note, rebuild)
 
 
 def native_pipeline(dataset: Any, *, dtype: Optional[torch.dtype]) -> Tuple[SampleIndex, Fusion, str]:
@@ -228,7 +232,7 @@ def select_path(
         return None, "generic: custom collate_fn"
     check_decode_on(decode_on)
     try:
-        index, fusion, description, tail, labels, labels_note = _resolve(dataset, dtype=dtype)
+        index, fusion, description, tail, labels, labels_note, rebuild = _resolve(dataset, dtype=dtype)
     except UnsupportedPipeline as error:
         return None, f"generic: {error}"
     from fastload.source.base import NativeDataset
@@ -251,14 +255,32 @@ def select_path(
                                on_error=on_error, description=description, tail_on=tail_on, labels=labels,
                                timeout=timeout)
         blockers = f"; not native: {'; '.join(tail.blockers)}" if tail.blockers else ""
-        return runner, f"{description}, decode_on=cpu{why}{labels_note}{blockers}"
+        return _Rebuilt.wrap(runner, rebuild), f"{description}, decode_on=cpu{why}{labels_note}{blockers}"
     decode_on, why = _resolve_decode_on(decode_on, device, colour=_has_colour(plan))
     runner = NativeRunner(index, plan, num_threads=max(1, num_workers), pin_memory=pin_memory,
                           memory_format=memory_format, on_error=on_error, decode_on=decode_on,
                           device=device, description=description, timeout=timeout)
     if labels is not None:
         runner = LabelledRunner(runner, labels)
-    return runner, f"{description}, decode_on={decode_on}{why}{labels_note}"
+    return _Rebuilt.wrap(runner, rebuild), f"{description}, decode_on={decode_on}{why}{labels_note}"
+
+
+class _Rebuilt(LabelledRunner):
+    """A runner whose batches take a traced dataset's own structure: the runner's
+    [images, dataset indexes] go through `rebuild` (fastload.compat.trace.SampleTemplates)."""
+
+    @classmethod
+    def wrap(cls, runner: Any, rebuild: Optional[Callable[[Any, torch.Tensor], Any]]) -> Any:
+        return runner if rebuild is None else cls(runner, rebuild)
+
+    def result(self, ticket: int) -> Any:
+        images, rows = self.runner.result(ticket)
+        batch = self._labels(images, rows.cpu())
+        if getattr(self.runner, "pin_memory", False):
+            from torch.utils.data._utils.pin_memory import pin_memory
+
+            batch = pin_memory(batch)  # (the images are pinned already: kept as they are)
+        return batch
 
 
 def _augmentation_seed(dataset: Any, seed: Optional[int]) -> int:
