@@ -349,15 +349,14 @@ class GenericFeed:
         torch_iter: iter() of the inner torch DataLoader (kept as `_it`: the loader's
             iterator answers for its attributes).
         stats: where worker timings and skipped samples are counted.
-        keep_batch_count: DDP: every rank must yield as many batches. Nothing here can
-            change a rank's count: on_error="skip" replaces bad samples, every batch keeps
-            its size (kept for the loader's call, and to say so).
+
+    Nothing here changes a rank's batch count (DDP ranks stay in lockstep): on_error="skip"
+    replaces bad samples, so every batch keeps its size.
     """
 
-    def __init__(self, torch_iter: Iterator[Any], stats: LoaderStats, keep_batch_count: bool = False):
+    def __init__(self, torch_iter: Iterator[Any], stats: LoaderStats):
         self._it = torch_iter
         self._stats = stats
-        self._keep_batch_count = keep_batch_count
         self.position = 0
 
     def __iter__(self) -> "GenericFeed":

@@ -445,8 +445,7 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             if self.seed is not None:
                 self._user_dataset.seed = self.seed
         self._inner = inner_loader(self, self._inner, self._cursor.batch_sampler())
-        return GenericFeed(iter(self._inner), self._stats,
-                           keep_batch_count=getattr(self._order, "world_size", 1) > 1)
+        return GenericFeed(iter(self._inner), self._stats)
 
     def _transfer(self, feed: Iterator[Tuple[Any, Any]]) -> Iterator[Tuple[Any, Any]]:
         """The transfer stage after a feed: the device prefetcher, or dtype/layout on the CPU."""

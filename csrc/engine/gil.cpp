@@ -15,14 +15,6 @@ namespace {
 std::terminate_handler previous_handler = nullptr;
 std::atomic<unsigned long> main_thread{0};
 
-bool interpreter_finalizing() {
-#if PY_VERSION_HEX >= 0x030D0000
-  return Py_IsFinalizing() != 0;
-#else
-  return _Py_IsFinalizing() != 0;
-#endif
-}
-
 [[noreturn]] void terminate_or_park() {
   // No exception in flight: a forced unwind (pthread_exit) met a noexcept frame. Python's
   // finalisation ends threads that ask for the GIL back so; the main thread runs it.

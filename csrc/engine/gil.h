@@ -19,6 +19,16 @@
 
 namespace fastload::engine {
 
+// The interpreter is finalising: a thread asking for the GIL now is ended (pthread_exit).
+// Reads an atomic of the runtime: safe without the GIL.
+inline bool interpreter_finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing() != 0;
+#else
+  return _Py_IsFinalizing() != 0;
+#endif
+}
+
 class GilRelease {
  public:
   // PRECONDITION: the calling thread holds the GIL.
@@ -27,7 +37,7 @@ class GilRelease {
   GilRelease& operator=(const GilRelease&) = delete;
 
   ~GilRelease() noexcept(false) {
-    if (std::uncaught_exceptions() > 0 && finalizing()) {
+    if (std::uncaught_exceptions() > 0 && interpreter_finalizing()) {
       // Already unwinding an exception: a forced unwind could not leave this destructor.
       // The interpreter is going away and this thread must not run Python again; the
       // process's exit ends it.
@@ -37,14 +47,6 @@ class GilRelease {
   }
 
  private:
-  static bool finalizing() {
-#if PY_VERSION_HEX >= 0x030D0000
-    return Py_IsFinalizing() != 0;
-#else
-    return _Py_IsFinalizing() != 0;
-#endif
-  }
-
   PyThreadState* state_;
 };
 
