@@ -213,7 +213,7 @@ FASTLOAD_INLINE void store_row(const RowPlan& p, S* dst, int64_t stride_c, int64
 
 // Each output row, once resampled into hrow, goes to sink(y): the store, or the colour
 // pass's first step.
-template <bool WIDE, typename Sink>
+template <typename Sink>
 FASTLOAD_INLINE void run_rows(const RowPlan& p, const ImageView& in, Sink sink) {
   const int C = p.channels;
   const int n = p.span * C;
@@ -259,7 +259,7 @@ FASTLOAD_INLINE void clip_row(const float* src, int n, float* dst) {
 // uint8 intermediate saturates; here it stays float). Every source row an output row
 // needs is converted, resampled horizontally and clipped once, into the ring; the
 // vertical pass then sums ring rows into hrow.
-template <bool WIDE, typename Sink>
+template <typename Sink>
 FASTLOAD_INLINE void run_rows_clipped(const RowPlan& p, const ImageView& in, Sink sink) {
   const int C = p.channels;
   const int n = p.span * C;
@@ -297,10 +297,10 @@ FASTLOAD_INLINE void run_rows_clipped(const RowPlan& p, const ImageView& in, Sin
   }
 }
 
-template <bool WIDE, typename Sink>
+template <typename Sink>
 FASTLOAD_INLINE void run_any_rows(const RowPlan& p, const ImageView& in, Sink sink) {
-  if (p.clipped) return run_rows_clipped<WIDE>(p, in, sink);
-  run_rows<WIDE>(p, in, sink);
+  if (p.clipped) return run_rows_clipped(p, in, sink);
+  run_rows(p, in, sink);
 }
 
 // The colour steps' first pass, whatever the output dtype: Pillow's resampled rows
@@ -312,7 +312,7 @@ __attribute__((noinline)) void color_first_pass(RowPlan& p, const ImageView& in)
   if (p.pixels_ready) {
     for (int y = 0; y < p.out_h; ++y) color_first_pixels(p, y);
   } else {
-    run_any_rows<kWide>(p, in, [&](int y) FASTLOAD_INLINE_LAMBDA { color_first_row(p, y); });
+    run_any_rows(p, in, [&](int y) FASTLOAD_INLINE_LAMBDA { color_first_row(p, y); });
   }
 }
 
@@ -350,7 +350,7 @@ FASTLOAD_INLINE void run_cast(RowPlan& p, const ImageView& in, const OutputView&
   const bool colour = p.color != nullptr && p.color->any();
   const bool quantized = colour && p.color->quantized();
   if (!quantized) {  // no colour steps, or erasing only: the float values are stored as usual
-    run_any_rows<kWide>(p, in, store);
+    run_any_rows(p, in, store);
     if (!colour) return;
   } else {
     color_first_pass(p, in);
