@@ -1,6 +1,6 @@
 // The colour ops' uint8 row loops on 8-lane vectors, for the AVX2 build of the fused
-// CPU pass (crop_resize_flip_normalize_cpu.cpp includes it after defining
-// FASTLOAD_INLINE and FASTLOAD_SHUFFLEVECTOR): the per-pixel
+// CPU pass (color_stage_cpu_impl.h and resample_pil_cpu_impl.h include it after
+// simd_cpu.h, which defines FASTLOAD_INLINE and FASTLOAD_SHUFFLEVECTOR): the per-pixel
 // math of color.h eight pixels or sixteen values a step, the same IEEE operations in the
 // same order, so bit for bit; each loop ends with color.h's scalar code for the rest of
 // the row. GCC vector extensions, so the same source compiles for any target; the
