@@ -194,6 +194,10 @@ def extensions():
     define_macros.append(("FASTLOAD_BUILD_FLAGS", f'"{flags_text}"'))
     log(f"sources: {len(sources)}, flags: {flags_text}")
 
+    # ninja starts the compiles in this order: the longest first (nvcc compiles each .cu
+    # for every architecture; the bindings parse pybind11 on top of torch's headers), so
+    # they do not run alone at the end of the build on a machine with few cores.
+    sources.sort(key=lambda path: (not path.endswith(".cu"), os.path.basename(path) != "fastload.cpp", path))
     extension_class = cpp_extension.CUDAExtension if with_cuda else cpp_extension.CppExtension
     return [
         extension_class(

@@ -1,13 +1,20 @@
 // fastload._C: every operator schema, and every pybind11 binding, live here.
 //
 // Backend kernels register with TORCH_LIBRARY_IMPL in their own files (decode/,
-// augment/); fake (meta) kernels live in fastload/_meta.py. The batch engine
+// augment/); fake (meta) kernels live in fastload/_meta.py. Every enum, limit and default
+// Python shares with the C++ side is bound here from its one C++ definition (bind_contract),
+// so no Python module retypes one. The batch engine
 // (engine/batch.h) is a stateful thread pool, not a tensor op, so it is exposed as a
 // pybind11 class whose blocking calls release the GIL; the plan it runs, the geometry
 // functions Python shares with it, and the per-sample status are bound beside it, each
 // once, so no Python module mirrors them.
+#include <ATen/ATen.h>
 #include <pybind11/stl.h>
-#include <torch/extension.h>
+// pybind11 with torch's type casters (Tensor, ScalarType, Device), and the operator
+// registry: not torch/extension.h, which adds the whole C++ frontend (torch::nn, optim)
+// and doubles this file's compile time.
+#include <torch/csrc/utils/pybind.h>
+#include <torch/library.h>
 
 #include <climits>
 #include <cstddef>
@@ -18,44 +25,54 @@
 #include <string>
 #include <unordered_map>
 
+#include "augment/augmix.h"
+#include "augment/autoaugment.h"
+#include "augment/blur.h"
 #include "augment/crop_resize_flip_normalize_cpu.h"
 #include "augment/geometry.h"
 #include "augment/plan.h"
 #include "check.h"
 #include "decode/decode_jpeg.h"
+#include "decode/transcode.h"
 #include "engine/batch.h"
 #include "engine/gil.h"
 #include "engine/sample.h"
 
 namespace py = pybind11;
 
+#define FASTLOAD_STRINGIFY_(x) #x
+#define FASTLOAD_STRINGIFY(x) FASTLOAD_STRINGIFY_(x)
+// The schemas' max_pixels default, spelt from decode_jpeg.h's one definition.
+#define FASTLOAD_MAX_PIXELS_ARG "int max_pixels=" FASTLOAD_STRINGIFY(FASTLOAD_DEFAULT_MAX_PIXELS)
+
 TORCH_LIBRARY(fastload, m) {
   // ---- decode (csrc/decode) -------------------------------------------------
-  // Header only: [height, width, components, jpeg_color_space, progressive].
-  m.def("jpeg_header(Tensor data) -> int[]");
+  // Header only: int64 [5] = (height, width, components, jpeg_color_space, progressive).
+  // A tensor, not int[], so that its fake kernel has a shape to give.
+  m.def("jpeg_header(Tensor data) -> Tensor");
   // Decodes rows/columns window=[top, left, height, width] (full-resolution pixels;
   // [] = whole image) at 1/scale_denom (1, 2, 4 or 8) to uint8 HWC with `channels`
   // (1 or 3) channels. Returns exactly the window, scaled: ceil-rounded edges.
   m.def(
       "decode_jpeg(Tensor data, int[] window=[], int scale_denom=1, int channels=3, "
-      "int max_pixels=178956970) -> Tensor");
+      FASTLOAD_MAX_PIXELS_ARG ") -> Tensor");
   // nvJPEG batched decode of whole images (CPU bytes in): uint8 [H, W, channels] CUDA
   // tensors on the current stream, and a bool [N] CPU tensor: True where nvJPEG could not
   // take the sample and the CPU decoder did it (uploaded). Same limits as decode_jpeg.
   m.def(
       "decode_jpeg_cuda(Tensor[] datas, int channels=3, Device device=\"cuda\", "
-      "int max_pixels=178956970) -> (Tensor[], Tensor)");
+      FASTLOAD_MAX_PIXELS_ARG ") -> (Tensor[], Tensor)");
 
   // ---- prepared JPEGs (csrc/decode/transcode.h) ------------------------------
   // Lossless DCT-domain transcode to a prepared JPEG: baseline, optimised Huffman
   // tables, a restart marker every restart_rows MCU rows. Returns (jpeg uint8 [N],
   // segments int64 [K + 1, 2]); see csrc/decode/transcode.h for the index.
-  m.def("transcode_jpeg(Tensor data, int restart_rows=1, int max_pixels=178956970) -> (Tensor, Tensor)");
+  m.def("transcode_jpeg(Tensor data, int restart_rows=1, " FASTLOAD_MAX_PIXELS_ARG ") -> (Tensor, Tensor)");
   // decode_jpeg's result for the window of a prepared JPEG, entropy-decoding only the
   // restart segments its rows need.
   m.def(
       "decode_jpeg_rows(Tensor jpeg, Tensor segments, int[] window=[], int scale_denom=1, int channels=3, "
-      "int max_pixels=178956970) -> Tensor");
+      FASTLOAD_MAX_PIXELS_ARG ") -> Tensor");
 
   // ---- augment (csrc/augment) -----------------------------------------------
   // image: uint8 HWC (channel and column strides packed, any row stride).
@@ -100,6 +117,26 @@ TORCH_LIBRARY(fastload, m) {
   m.def(
       "random_erasing_params(Tensor indices, int seed, int epoch, int height, int width, "
       "float p, float[] scale, float[] ratio) -> Tensor");
+
+  // ---- whole-image stage (csrc/augment/{blur,autoaugment,augmix}_cpu.cpp) ---------
+  // image: uint8 HWC [H, W, 1 or 3]. kernel_size: (x, y), odd, at most BLUR_MAX_KERNEL.
+  m.def("gaussian_blur(Tensor image, int[] kernel_size, float sigma) -> Tensor");
+  // sigma float32 [N] per sample (0 = not blurred), a pure function of (seed, epoch, index).
+  m.def("gaussian_blur_params(Tensor indices, int seed, int epoch, float sigma_min, float sigma_max, float p=1.) -> Tensor");
+  // ops: AugmentOp ids (fastload._C.AUGMENT_OPS); the affine ops fill with `fill` ([] = 0).
+  m.def("auto_augment(Tensor image, int[] ops, float[] magnitudes, int[] fill=[], bool bilinear=False) -> Tensor");
+  // (ops int64 [N, num_ops], magnitudes float64 [N, num_ops]) drawn from the space
+  // (space_ops, magnitudes: a row of bins per op) as TrivialAugmentWide / RandAugment do.
+  m.def(
+      "auto_augment_params(Tensor indices, int seed, int epoch, int[] space_ops, float[] magnitudes, int num_ops=1, "
+      "int magnitude_bin=-1) -> (Tensor, Tensor)");
+  // One op of an AugMix chain on a uint8 HWC image (torchvision's tensor ops: grid_sample).
+  m.def("augmix_step(Tensor image, int op, float magnitude, bool bilinear=True) -> Tensor");
+  // (weights float32 [N, width + 1], depths int64 [N, width], ops int64 [N, width,
+  // AUGMIX_MAX_DEPTH], magnitudes float64 [N, width, AUGMIX_MAX_DEPTH]) per sample.
+  m.def(
+      "augmix_params(Tensor indices, int seed, int epoch, int[] space_ops, float[] magnitudes, int severity=3, "
+      "int width=3, int chain_depth=-1, float alpha=1.) -> (Tensor, Tensor, Tensor, Tensor)");
 }
 
 namespace fastload {
@@ -290,6 +327,13 @@ void bind_plan(py::module_& m) {
 #define FASTLOAD_BIND_FIELD(name) plan.def_readwrite(#name, &Plan::name);
   FASTLOAD_PLAN_FIELDS(FASTLOAD_BIND_FIELD)
 #undef FASTLOAD_BIND_FIELD
+  plan.def("has_color", &Plan::has_color,
+           "True when the plan has ops of the uint8 stage (ColorJitter, Grayscale, RandomErasing, GaussianBlur, "
+           "RandomCrop padding other than zeros, TrivialAugmentWide, RandAugment, AugMix), which only the CPU "
+           "engine's fused pass runs.");
+  plan.def("quantizes", &Plan::quantizes,
+           "True when the plan has uint8-stage steps other than RandomErasing (they work on Pillow's 8-bit "
+           "resample).");
   plan.def(
       "validate", [](const Plan& p) { p.validate("Plan.validate"); },
       "Raises ValueError (what is wrong, and the value) for a plan the engine cannot run.");
@@ -351,6 +395,28 @@ void bind_plan(py::module_& m) {
         "int64 [N, 2]: where each decoded image starts in the scaled whole image (a window).");
 }
 
+// The enums, limits and defaults Python shares with the C++ side, each from its one C++
+// definition: fastload/_contract.py and the modules above it read them from here.
+void bind_contract(py::module_& m) {
+  py::enum_<PaddingMode>(m, "PaddingMode", "RandomCrop's padding_mode as Plan.padding_mode holds it.")
+      .value("CONSTANT", kPadConstant, "pad_fill (0 without one)")
+      .value("EDGE", kPadEdge, "the nearest edge pixel")
+      .value("REFLECT", kPadReflect, "mirrored about the edge pixel")
+      .value("SYMMETRIC", kPadSymmetric, "mirrored about the edge");
+  py::tuple augment_ops(static_cast<size_t>(augment::autoaugment::kOpCount));
+  size_t id = 0;
+#define FASTLOAD_BIND_AUGMENT_OP(name) augment_ops[id++] = #name;
+  FASTLOAD_AUGMENT_OPS(FASTLOAD_BIND_AUGMENT_OP)
+#undef FASTLOAD_BIND_AUGMENT_OP
+  m.attr("AUGMENT_OPS") = augment_ops;  // torchvision's op names; the index is the AugmentOp id
+  m.attr("DEFAULT_MAX_PIXELS") = kDefaultMaxPixels;
+  m.attr("AUTOAUGMENT_MAX_STEPS") = augment::autoaugment::kMaxSteps;
+  m.attr("AUGMIX_MAX_CHAINS") = augment::augmix::kMaxChains;
+  m.attr("AUGMIX_MAX_DEPTH") = augment::augmix::kMaxDepth;
+  m.attr("BLUR_MAX_KERNEL") = augment::blur::kMaxKernel;
+  m.attr("MAX_RESTART_ROWS") = kMaxRestartRows;
+}
+
 void bind_engine(py::module_& m) {
   using engine::BatchEngine;
   py::tuple stages(static_cast<size_t>(engine::kStageCount));
@@ -394,6 +460,7 @@ void bind_engine(py::module_& m) {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.doc() = "fastload native core: ops are in torch.ops.fastload";
+  fastload::bind_contract(module);
   fastload::bind_plan(module);
   fastload::bind_engine(module);
   fastload::engine::install_exit_guard();

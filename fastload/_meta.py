@@ -22,16 +22,17 @@ def _crop_resize_flip_normalize_batch(images, shapes, boxes, flips, scale, mean,
     return None
 
 
-# Decode: output sizes depend on the bytes, so they are unbacked symbols. The defaults
-# repeat the schema's (the dispatcher leaves defaulted arguments out).
+# Decode: output sizes depend on the bytes, so they are unbacked symbols. The dispatcher
+# leaves defaulted arguments out, so the arguments a fake kernel reads (channels) repeat
+# the schema's default; max_pixels does not change a shape and is not read.
 @torch.library.register_fake("fastload::decode_jpeg")
-def _decode_jpeg(data, window=(), scale_denom=1, channels=3, max_pixels=178956970):
+def _decode_jpeg(data, window=(), scale_denom=1, channels=3, max_pixels=None):
     ctx = torch.library.get_ctx()
     return data.new_empty((ctx.new_dynamic_size(), ctx.new_dynamic_size(), channels), dtype=torch.uint8)
 
 
 @torch.library.register_fake("fastload::decode_jpeg_cuda")
-def _decode_jpeg_cuda(datas, channels=3, device="cuda", max_pixels=178956970):
+def _decode_jpeg_cuda(datas, channels=3, device="cuda", max_pixels=None):
     ctx = torch.library.get_ctx()
     images = [
         torch.empty((ctx.new_dynamic_size(), ctx.new_dynamic_size(), channels), dtype=torch.uint8, device=device)
@@ -40,20 +41,20 @@ def _decode_jpeg_cuda(datas, channels=3, device="cuda", max_pixels=178956970):
     return images, torch.empty((len(datas),), dtype=torch.bool)
 
 
-# fastload::jpeg_header has no fake kernel: it returns Python ints read from the bytes
-# (metadata for host-side planning), which no fake kernel can know; it is not meant to be
-# traced.
+@torch.library.register_fake("fastload::jpeg_header")
+def _jpeg_header(data):
+    return data.new_empty((5,), dtype=torch.int64)
 
 
 @torch.library.register_fake("fastload::transcode_jpeg")
-def _transcode_jpeg(data, restart_rows=1, max_pixels=178956970):
+def _transcode_jpeg(data, restart_rows=1, max_pixels=None):
     ctx = torch.library.get_ctx()
     return (data.new_empty((ctx.new_dynamic_size(),), dtype=torch.uint8),
             data.new_empty((ctx.new_dynamic_size(), 2), dtype=torch.int64))
 
 
 @torch.library.register_fake("fastload::decode_jpeg_rows")
-def _decode_jpeg_rows(jpeg, segments, window=(), scale_denom=1, channels=3, max_pixels=178956970):
+def _decode_jpeg_rows(jpeg, segments, window=(), scale_denom=1, channels=3, max_pixels=None):
     ctx = torch.library.get_ctx()
     return jpeg.new_empty((ctx.new_dynamic_size(), ctx.new_dynamic_size(), channels), dtype=torch.uint8)
 
@@ -62,7 +63,8 @@ def _same_image(image, *args):
     return torch.empty_like(image, memory_format=torch.contiguous_format)
 
 
-for _name in ("adjust_brightness", "adjust_contrast", "adjust_saturation", "adjust_hue", "color_jitter", "erase"):
+for _name in ("adjust_brightness", "adjust_contrast", "adjust_saturation", "adjust_hue", "color_jitter", "erase",
+              "gaussian_blur", "auto_augment", "augmix_step"):
     torch.library.register_fake(f"fastload::{_name}")(_same_image)
 
 
@@ -85,3 +87,24 @@ def _random_grayscale_params(indices, seed, epoch, p):
 @torch.library.register_fake("fastload::random_erasing_params")
 def _random_erasing_params(indices, seed, epoch, height, width, p, scale, ratio):
     return indices.new_empty((indices.shape[0], 4), dtype=torch.int64)
+
+
+@torch.library.register_fake("fastload::gaussian_blur_params")
+def _gaussian_blur_params(indices, seed, epoch, sigma_min, sigma_max, p=1.0):
+    return indices.new_empty((indices.shape[0],), dtype=torch.float32)
+
+
+@torch.library.register_fake("fastload::auto_augment_params")
+def _auto_augment_params(indices, seed, epoch, space_ops, magnitudes, num_ops=1, magnitude_bin=-1):
+    n = indices.shape[0]
+    return indices.new_empty((n, num_ops), dtype=torch.int64), indices.new_empty((n, num_ops), dtype=torch.float64)
+
+
+@torch.library.register_fake("fastload::augmix_params")
+def _augmix_params(indices, seed, epoch, space_ops, magnitudes, severity=3, width=3, chain_depth=-1, alpha=1.0):
+    from fastload import _C  # (loaded: fake kernels register when it is)
+
+    n, depth = indices.shape[0], _C.AUGMIX_MAX_DEPTH
+    return (indices.new_empty((n, width + 1), dtype=torch.float32), indices.new_empty((n, width), dtype=torch.int64),
+            indices.new_empty((n, width, depth), dtype=torch.int64),
+            indices.new_empty((n, width, depth), dtype=torch.float64))

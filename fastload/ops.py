@@ -16,8 +16,14 @@ import torch
 
 from fastload import _ext
 
-# Pillow's Image.MAX_IMAGE_PIXELS: the default decompression-bomb limit.
-DEFAULT_MAX_PIXELS = 178956970
+
+
+def __getattr__(name: str):
+    # DEFAULT_MAX_PIXELS: the decoders' decompression-bomb limit (Pillow's
+    # Image.MAX_IMAGE_PIXELS), the ops' schema default, from its one C++ definition.
+    if name == "DEFAULT_MAX_PIXELS":
+        return _ext.require_ops().DEFAULT_MAX_PIXELS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _ops():
@@ -25,17 +31,20 @@ def _ops():
     return torch.ops.fastload
 
 
-# The ops' interpolation codes (fastload._C.Interpolation's values, csrc/augment/geometry.h).
-INTERPOLATIONS = {"bilinear": 0, "bicubic": 1, "nearest": 2}
+def _max_pixels(max_pixels: Optional[int]) -> int:
+    return _ext.require_ops().DEFAULT_MAX_PIXELS if max_pixels is None else max_pixels
 
 
 def interpolation_code(interpolation, op: str = "crop_resize_flip_normalize") -> int:
     """The ops' int code of "bilinear" | "bicubic" | "nearest" (or a
-    fastload._C.Interpolation value). Raises ValueError naming the valid names."""
+    fastload._C.Interpolation value): the value of fastload._C.Interpolation. Raises
+    ValueError naming the valid names."""
     name = getattr(interpolation, "name", interpolation)  # _C.Interpolation.BICUBIC -> "BICUBIC"
-    if isinstance(name, str) and name.lower() in INTERPOLATIONS:
-        return INTERPOLATIONS[name.lower()]
-    raise ValueError(f"fastload.{op}: expected interpolation 'bilinear', 'bicubic' or 'nearest', got "
+    codes = _ext.require_ops().Interpolation.__members__
+    if isinstance(name, str) and name.upper() in codes:
+        return int(codes[name.upper()])
+    names = [repr(n.lower()) for n in codes]
+    raise ValueError(f"fastload.{op}: expected interpolation {', '.join(names[:-1])} or {names[-1]}, got "
                      f"{interpolation!r}.")
 
 
@@ -59,7 +68,7 @@ def jpeg_header(data: torch.Tensor) -> List[int]:
         >>> jpeg_header(torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8))
         [3, 5, 3, 3, 0]
     """
-    return list(_ops().jpeg_header(data))
+    return _ops().jpeg_header(data).tolist()
 
 
 def decode_jpeg(
@@ -67,7 +76,7 @@ def decode_jpeg(
     window: Optional[Sequence[int]] = None,
     scale_denom: int = 1,
     channels: int = 3,
-    max_pixels: int = DEFAULT_MAX_PIXELS,
+    max_pixels: Optional[int] = None,
 ) -> torch.Tensor:
     """Decodes a JPEG, or only a window of it, optionally DCT-scaled, with libjpeg-turbo.
 
@@ -85,7 +94,8 @@ def decode_jpeg(
             convert("RGB")) or 1 (luma: the Y plane, PIL's draft("L"); for CMYK,
             convert("L") of the RGB).
         max_pixels: refuse images with more pixels, checked from the header before
-            decoding (decompression bombs); <= 0: no limit.
+            decoding (decompression bombs); <= 0: no limit; None: the default,
+            DEFAULT_MAX_PIXELS (Pillow's Image.MAX_IMAGE_PIXELS).
 
     Returns:
         uint8 tensor [H, W, channels], contiguous: the window at that scale, rows
@@ -105,11 +115,11 @@ def decode_jpeg(
         >>> decode_jpeg(data).shape, decode_jpeg(data, [8, 4, 20, 30], scale_denom=2).shape
         (torch.Size([48, 64, 3]), torch.Size([10, 15, 3]))
     """
-    return _ops().decode_jpeg(data, list(window or []), scale_denom, channels, max_pixels)
+    return _ops().decode_jpeg(data, list(window or []), scale_denom, channels, _max_pixels(max_pixels))
 
 
 def decode_jpeg_cuda(
-    datas: Sequence[torch.Tensor], channels: int = 3, device="cuda", max_pixels: int = DEFAULT_MAX_PIXELS
+    datas: Sequence[torch.Tensor], channels: int = 3, device="cuda", max_pixels: Optional[int] = None
 ) -> Tuple[List[torch.Tensor], torch.Tensor]:
     """Decodes whole JPEGs with nvJPEG (one batched call; the hardware decoder where the
     GPU has one).
@@ -125,7 +135,8 @@ def decode_jpeg_cuda(
         channels: 3 (RGB) or 1 (luma).
         device: the CUDA device for the outputs (its current stream is used).
         max_pixels: refuse images with more pixels, checked from the header before
-            any decoding, as decode_jpeg does (<= 0: no limit). Progressive files with
+            any decoding, as decode_jpeg does (<= 0: no limit; None: the default).
+            Progressive files with
             more than 500 scans are refused too.
 
     Returns:
@@ -151,7 +162,7 @@ def decode_jpeg_cuda(
     datas = list(datas)
     if not datas:  # the dispatcher needs a tensor argument to pick the kernel
         return [], torch.zeros(0, dtype=torch.bool)
-    images, cpu_fallback = _ops().decode_jpeg_cuda(datas, channels, torch.device(device), max_pixels)
+    images, cpu_fallback = _ops().decode_jpeg_cuda(datas, channels, torch.device(device), _max_pixels(max_pixels))
     return list(images), cpu_fallback
 
 
@@ -289,7 +300,7 @@ def crop_resize_flip_normalize_batch(
 
 
 def transcode_jpeg(data: torch.Tensor, restart_rows: int = 1, *,
-                   max_pixels: int = DEFAULT_MAX_PIXELS) -> Tuple[torch.Tensor, torch.Tensor]:
+                   max_pixels: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     """Losslessly transcodes a JPEG into a prepared one whose rows decode apart.
 
     In the DCT domain (no pixel changes): baseline, optimised Huffman tables, restart
@@ -302,7 +313,7 @@ def transcode_jpeg(data: torch.Tensor, restart_rows: int = 1, *,
             into column tiles of the transcoder's choice (~64 px; whole rows where no
             width fits, csrc/decode/transcode.h); -k: tiles of k MCUs (k divides the MCUs
             per row).
-        max_pixels: refuse images with more pixels (<= 0: no limit).
+        max_pixels: refuse images with more pixels (<= 0: no limit; None: the default).
 
     Returns:
         (jpeg uint8 [M], segments int64 [K + 1, 2]): row k < K is (byte offset of restart
@@ -322,12 +333,12 @@ def transcode_jpeg(data: torch.Tensor, restart_rows: int = 1, *,
         >>> torch.equal(decode_jpeg(jpeg), decode_jpeg(data)), segments.shape
         (True, torch.Size([4, 2]))
     """
-    return tuple(_ops().transcode_jpeg(data, restart_rows, max_pixels))
+    return tuple(_ops().transcode_jpeg(data, restart_rows, _max_pixels(max_pixels)))
 
 
 def decode_jpeg_rows(jpeg: torch.Tensor, segments: torch.Tensor, window: Optional[Sequence[int]] = None,
                      scale_denom: int = 1, channels: int = 3, *,
-                     max_pixels: int = DEFAULT_MAX_PIXELS) -> torch.Tensor:
+                     max_pixels: Optional[int] = None) -> torch.Tensor:
     """decode_jpeg(original, window, scale_denom, channels) of a prepared JPEG (from
     transcode_jpeg), entropy-decoding only the restart segments the window's rows need.
 
@@ -350,7 +361,7 @@ def decode_jpeg_rows(jpeg: torch.Tensor, segments: torch.Tensor, window: Optiona
         >>> torch.equal(decode_jpeg_rows(jpeg, segments, [17, 3, 9, 20]), decode_jpeg(data, [17, 3, 9, 20]))
         True
     """
-    return _ops().decode_jpeg_rows(jpeg, segments, list(window or []), scale_denom, channels, max_pixels)
+    return _ops().decode_jpeg_rows(jpeg, segments, list(window or []), scale_denom, channels, _max_pixels(max_pixels))
 
 
 # ---- colour -------------------------------------------------------------------------

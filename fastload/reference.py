@@ -24,7 +24,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import torch
 
-from fastload.ops import DEFAULT_MAX_PIXELS
+from fastload import _ext
 
 __all__ = [
     "axis_weights",
@@ -234,7 +234,7 @@ def decode_jpeg(
     window: Optional[Sequence[int]] = None,
     scale_denom: int = 1,
     channels: int = 3,
-    max_pixels: int = DEFAULT_MAX_PIXELS,
+    max_pixels: Optional[int] = None,
 ) -> torch.Tensor:
     """Twin of fastload.ops.decode_jpeg with PIL: draft() for the DCT scale, convert() to
     RGB or L, then the window rows floor(top / d) .. ceil((top + height) / d)."""
@@ -245,6 +245,8 @@ def decode_jpeg(
                          f"got {channels} and {scale_denom}.")
     image = _open(data)
     full_height, full_width = image.height, image.width
+    if max_pixels is None:
+        max_pixels = _ext.require_ops().DEFAULT_MAX_PIXELS
     if max_pixels > 0 and full_height * full_width > max_pixels:
         raise RuntimeError(f"fastload.decode_jpeg: expected at most {max_pixels} pixels, got "
                            f"{full_width}x{full_height}.")
@@ -263,7 +265,7 @@ def decode_jpeg(
 
 
 def decode_jpeg_cuda(
-    datas: Sequence[torch.Tensor], channels: int = 3, device="cuda", max_pixels: int = DEFAULT_MAX_PIXELS
+    datas: Sequence[torch.Tensor], channels: int = 3, device="cuda", max_pixels: Optional[int] = None
 ) -> Tuple[List[torch.Tensor], torch.Tensor]:
     """Twin of fastload.ops.decode_jpeg_cuda: decode_jpeg on the CPU (the same limits),
     then moved to `device`; every sample is reported as CPU-decoded (cpu_fallback all True)."""

@@ -474,13 +474,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> augmix_params_op(
 
 }  // namespace
 
-TORCH_LIBRARY_FRAGMENT(fastload, m) {
-  m.def("augmix_step(Tensor image, int op, float magnitude, bool bilinear=True) -> Tensor");
-  m.def(
-      "augmix_params(Tensor indices, int seed, int epoch, int[] space_ops, float[] magnitudes, int severity=3, "
-      "int width=3, int chain_depth=-1, float alpha=1.) -> (Tensor, Tensor, Tensor, Tensor)");
-}
-
 TORCH_LIBRARY_IMPL(fastload, CPU, m) {
   m.impl("augmix_step", &augmix_step_op);
   m.impl("augmix_params", &augmix_params_op);

@@ -34,24 +34,17 @@
 
 namespace fastload::augment::autoaugment {
 
-// The ops, numbered for the plan's op tables (fastload/augment/autoaugment.py OPS).
+// The ops, numbered for the plan's op tables, by torchvision's names: the one list (Python
+// reads the names, in id order, as fastload._C.AUGMENT_OPS).
+#define FASTLOAD_AUGMENT_OPS(X)                                                                          \
+  X(Identity) X(ShearX) X(ShearY) X(TranslateX) X(TranslateY) X(Rotate) X(Brightness) X(Color) X(Contrast) \
+  X(Sharpness) X(Posterize) X(Solarize) X(AutoContrast) X(Equalize) X(Invert)
+
 enum AugmentOp : int32_t {
-  kIdentity = 0,
-  kShearX = 1,
-  kShearY = 2,
-  kTranslateX = 3,
-  kTranslateY = 4,
-  kRotate = 5,
-  kBrightness = 6,
-  kColor = 7,
-  kContrast = 8,
-  kSharpness = 9,
-  kPosterize = 10,
-  kSolarize = 11,
-  kAutoContrast = 12,
-  kEqualize = 13,
-  kInvert = 14,
-  kOpCount = 15,
+#define FASTLOAD_AUGMENT_OP_ID(name) k##name,
+  FASTLOAD_AUGMENT_OPS(FASTLOAD_AUGMENT_OP_ID)
+#undef FASTLOAD_AUGMENT_OP_ID
+  kOpCount,
 };
 
 // The most ops one sample runs (RandAugment's num_ops): the record is fixed-size.

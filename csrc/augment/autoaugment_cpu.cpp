@@ -494,13 +494,6 @@ std::tuple<at::Tensor, at::Tensor> auto_augment_params_op(const at::Tensor& indi
 
 }  // namespace
 
-TORCH_LIBRARY_FRAGMENT(fastload, m) {
-  m.def("auto_augment(Tensor image, int[] ops, float[] magnitudes, int[] fill=[], bool bilinear=False) -> Tensor");
-  m.def(
-      "auto_augment_params(Tensor indices, int seed, int epoch, int[] space_ops, float[] magnitudes, int num_ops=1, "
-      "int magnitude_bin=-1) -> (Tensor, Tensor)");
-}
-
 TORCH_LIBRARY_IMPL(fastload, CPU, m) {
   m.impl("auto_augment", &auto_augment_op);
   m.impl("auto_augment_params", &auto_augment_params_op);

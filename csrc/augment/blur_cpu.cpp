@@ -147,11 +147,6 @@ at::Tensor gaussian_blur_params_op(const at::Tensor& indices, int64_t seed, int6
 
 }  // namespace
 
-TORCH_LIBRARY_FRAGMENT(fastload, m) {
-  m.def("gaussian_blur(Tensor image, int[] kernel_size, float sigma) -> Tensor");
-  m.def("gaussian_blur_params(Tensor indices, int seed, int epoch, float sigma_min, float sigma_max, float p=1.) -> Tensor");
-}
-
 TORCH_LIBRARY_IMPL(fastload, CPU, m) {
   m.impl("gaussian_blur", &gaussian_blur_op);
   m.impl("gaussian_blur_params", &gaussian_blur_params_op);

@@ -91,9 +91,10 @@ struct Plan {
   // True when the plan has an op of the fused uint8 stage (jitter, grayscale, erasing,
   // blur, padding other than zeros, TrivialAugmentWide / RandAugment).
   bool augments() const { return !augment_ops.empty() || !augmix_ops.empty(); }
-  bool has_color() const {
-    return !jitter.empty() || grayscale_p > 0.0 || erase_p > 0.0 || blurs() || pads_uint8() || augments();
-  }
+  // True when the plan may resample to uint8 first (Pillow's 8-bit resample), for the
+  // steps that work on uint8 pixels: all of the uint8 stage but RandomErasing.
+  bool quantizes() const { return !jitter.empty() || grayscale_p > 0.0 || blurs() || pads_uint8() || augments(); }
+  bool has_color() const { return quantizes() || erase_p > 0.0; }
 
   // Raises ValueError "fastload.<op>: expected ..." for a plan the engine cannot run
   // (channels, mean/std lengths, output size, scale/ratio ranges, Resize arguments).

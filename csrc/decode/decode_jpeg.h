@@ -15,8 +15,11 @@
 
 namespace fastload {
 
-// Pillow's default decompression-bomb limit (Image.MAX_IMAGE_PIXELS).
-constexpr int64_t kDefaultMaxPixels = 178956970;
+// Pillow's default decompression-bomb limit (Image.MAX_IMAGE_PIXELS). A macro as well, so
+// the operator schemas (csrc/fastload.cpp) spell the same number as their default; Python
+// reads it as fastload._C.DEFAULT_MAX_PIXELS.
+#define FASTLOAD_DEFAULT_MAX_PIXELS 178956970
+constexpr int64_t kDefaultMaxPixels = FASTLOAD_DEFAULT_MAX_PIXELS;
 
 struct JpegInfo {
   int height = 0;

@@ -449,16 +449,19 @@ void check_data(const at::Tensor& data, const char* op) {
   FASTLOAD_CHECK(data.numel() > 0, op, "expected a JPEG, got 0 bytes. The file is empty: re-create or remove it.");
 }
 
-std::vector<int64_t> jpeg_header_op(const at::Tensor& data) {
+at::Tensor jpeg_header_op(const at::Tensor& data) {
   constexpr const char* op = "jpeg_header";
   check_data(data, op);
+  JpegInfo info;
   try {
-    const JpegInfo info = read_jpeg_info(data.data_ptr<uint8_t>(), static_cast<size_t>(data.numel()));
-    return {info.height, info.width, info.components, info.color_space, info.progressive ? 1 : 0};
+    info = read_jpeg_info(data.data_ptr<uint8_t>(), static_cast<size_t>(data.numel()));
   } catch (const DecodeError& e) {
     FASTLOAD_CHECK(false, op, e.what(), ". Fix or remove the file.");
   }
-  return {};
+  at::Tensor header = at::empty({5}, at::kLong);
+  const int64_t values[5] = {info.height, info.width, info.components, info.color_space, info.progressive ? 1 : 0};
+  std::copy(values, values + 5, header.data_ptr<int64_t>());
+  return header;
 }
 
 at::Tensor decode_jpeg_op(const at::Tensor& data, c10::IntArrayRef window, int64_t scale_denom, int64_t channels,

@@ -30,9 +30,19 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-# Op ids of csrc/augment/autoaugment.h AugmentOp, by torchvision's op names.
-OPS = ("Identity", "ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness", "Color", "Contrast",
-       "Sharpness", "Posterize", "Solarize", "AutoContrast", "Equalize", "Invert")
+from fastload import _ext
+
+
+def op_names() -> Tuple[str, ...]:
+    """torchvision's op names by the engine's op ids (csrc/augment/autoaugment.h
+    AugmentOp, bound as fastload._C.AUGMENT_OPS): op_names()[id] is op id's name."""
+    return _ext.require_ops().AUGMENT_OPS
+
+
+def __getattr__(name: str):
+    if name == "OPS":  # op_names(), as a module constant
+        return op_names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _fill(fill, name: str) -> Optional[Tuple[float, ...]]:
@@ -104,7 +114,7 @@ class _AutoAugment:
         bins = self.num_magnitude_bins
         ops, magnitudes = [], []
         for op, values in _space(self.wide, bins, height, width, self.v2):
-            ops.append(OPS.index(op))
+            ops.append(op_names().index(op))
             magnitudes += values if values else [0.0] * bins
         return ops, magnitudes
 
@@ -252,7 +262,7 @@ class AugMix:
             space += [(name, _linspace(0.0, 0.9, bins)) for name in ("Brightness", "Color", "Contrast", "Sharpness")]
         ops, magnitudes = [], []
         for op, values in space:
-            ops.append(OPS.index(op))
+            ops.append(op_names().index(op))
             magnitudes += values if values else [0.0] * bins
         return ops, magnitudes
 
@@ -285,7 +295,8 @@ def augmix_reference(pixels: torch.Tensor, weights: Sequence[float], ops: Sequen
         aug = batch
         for op, magnitude in zip(chain_ops, chain_magnitudes):
             if int(op) >= 0:
-                aug = _apply_op(aug, OPS[int(op)], float(magnitude), InterpolationMode(interpolation), None)
+                aug = _apply_op(aug, op_names()[int(op)], float(magnitude), InterpolationMode(interpolation),
+                               None)
         mix.add_(weights[1 + i].view(1, 1, 1, 1) * aug)
     return mix.to(torch.uint8)[0].permute(1, 2, 0).contiguous()
 
@@ -304,7 +315,7 @@ def apply_reference(pixels: torch.Tensor, ops: Sequence[int], magnitudes: Sequen
     fill_arg = [int(f) for f in fill] or None
     nearest = InterpolationMode(interpolation)
     for op, magnitude in zip(ops, magnitudes):
-        name = OPS[int(op)]
+        name = op_names()[int(op)]
         if name in ("ShearX", "ShearY"):
             shear = math.degrees(math.atan(magnitude))
             image = F.affine(image, angle=0.0, translate=[0, 0], scale=1.0,

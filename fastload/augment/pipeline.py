@@ -37,18 +37,14 @@ def apply_plan_reference(plan: Plan, image: torch.Tensor, *, epoch: int, index: 
     top, left, view_height, view_width = views[0].tolist()
     view = image[top:top + view_height, left:left + view_width]
     relative_box = relative[0].tolist()
-    if plan.padding_mode != 0 or len(plan.pad_fill):
+    if plan.padding_mode != core.PaddingMode.CONSTANT or len(plan.pad_fill):
         view, relative_box = _padded_window(plan, image, box)
-    if not (list(plan.jitter) or plan.grayscale_p > 0 or plan.erase_p > 0 or plan.blur_kernel_x > 0 or
-            plan.padding_mode != 0 or len(plan.pad_fill) or len(plan.augment_ops) or len(plan.augmix_ops)):
+    if not plan.has_color():
         return reference.crop_resize_flip_normalize(
             view, relative[0].tolist(), list(plan.out_size), flip, plan.value_scale, list(plan.mean),
             list(plan.std), plan.dtype, False, flip_v=flip_v, interpolation=interpolation_of(plan)
         )
     return _apply_color_reference(plan, view, relative_box, flip, flip_v, interpolation_of(plan), epoch, index)
-
-
-_NUMPY_PADDING = {1: "edge", 2: "reflect", 3: "symmetric"}  # geometry.h PaddingMode (0: constant)
 
 
 def _padded_window(plan: Plan, image: torch.Tensor, box) -> Tuple[torch.Tensor, list]:
@@ -58,14 +54,15 @@ def _padded_window(plan: Plan, image: torch.Tensor, box) -> Tuple[torch.Tensor, 
     pixels = image.numpy()
     pads = ((max(0, -top), max(0, top + height - pixels.shape[0])),
             (max(0, -left), max(0, left + width - pixels.shape[1])), (0, 0))
-    if plan.padding_mode == 0:
+    mode = _ext.require_ops().PaddingMode(plan.padding_mode)  # (numpy.pad's names, but constant)
+    if mode.name == "CONSTANT":
         fill = list(plan.pad_fill) or [0.0]
         padded = np.empty((pixels.shape[0] + sum(pads[0]), pixels.shape[1] + sum(pads[1]), pixels.shape[2]),
                           np.uint8)
         padded[:] = np.array(fill if len(fill) == pixels.shape[2] else fill[:1] * pixels.shape[2], np.uint8)
         padded[pads[0][0]:pads[0][0] + pixels.shape[0], pads[1][0]:pads[1][0] + pixels.shape[1]] = pixels
     else:
-        padded = np.pad(pixels, pads, mode=_NUMPY_PADDING[int(plan.padding_mode)])
+        padded = np.pad(pixels, pads, mode=mode.name.lower())
     top, left = top + pads[0][0], left + pads[1][0]
     window = torch.from_numpy(np.ascontiguousarray(padded[top:top + height, left:left + width]))
     return window, [0.0, 0.0, float(height), float(width)]
@@ -150,9 +147,7 @@ def _apply_color_reference(plan: Plan, view: torch.Tensor, box, flip, flip_v, in
     from fastload.augment.plan import jitter_nan_ranges
 
     channels = plan.channels
-    quantized = bool(list(plan.jitter)) or plan.grayscale_p > 0 or plan.blur_kernel_x > 0 or \
-        plan.padding_mode != 0 or len(plan.pad_fill) > 0 or len(plan.augment_ops) > 0 or len(plan.augmix_ops) > 0
-    if quantized:
+    if plan.quantizes():
         if interpolation == "nearest":  # Pillow's nearest is the float path's, exactly
             pixels = reference.crop_resize_flip_normalize(
                 view, box, list(plan.out_size), flip, 1.0, [0.0] * channels, [1.0] * channels, torch.uint8, False,

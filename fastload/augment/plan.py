@@ -32,7 +32,6 @@ import torch
 from fastload import _ext
 from fastload.augment import autoaugment, color, specs
 from fastload.errors import UnsupportedPipeline  # noqa: F401  (raised here; re-exported)
-from fastload.ops import DEFAULT_MAX_PIXELS
 
 
 def __getattr__(name: str) -> Any:
@@ -119,9 +118,12 @@ def jitter_nan_ranges(plan_jitter: Sequence[float]) -> list:
     return out
 
 
-# csrc/augment/blur.h kMaxKernel.
-_MAX_BLUR_KERNEL = 255
-_PADDING_MODES = {"constant": 0, "edge": 1, "reflect": 2, "symmetric": 3}  # geometry.h PaddingMode
+def _engine(op: Any) -> Any:
+    """fastload._C, where the engine's enums and limits the plan follows are defined once;
+    UnsupportedPipeline naming `op` when it is not built (the loader then runs generic)."""
+    if not _ext.has_ops():
+        raise UnsupportedPipeline(f"{op}: native needs fastload._C, which is not built")
+    return _ext.require_ops()
 
 
 def _random_crop_padding(crop: "specs.RandomCrop", channels: int) -> Dict[str, Any]:
@@ -136,11 +138,8 @@ def _random_crop_padding(crop: "specs.RandomCrop", channels: int) -> Dict[str, A
         # the padded image's edges; the engine mirrors about the image's own.
         raise UnsupportedPipeline(f"{crop} mirrors an already padded image (padding, then pad_if_needed); native: "
                                   f"{crop.padding_mode} padding with padding or pad_if_needed, not both")
-    return dict(padding_mode=_PADDING_MODES[crop.padding_mode])
+    return dict(padding_mode=int(_engine(crop).PaddingMode.__members__[crop.padding_mode.upper()]))
 
-
-# csrc/augment/autoaugment.h kMaxSteps.
-_MAX_AUGMENT_OPS = 8
 
 
 def _augment_fields(augment: Any, out_size, channels: int, nearest_resize: bool) -> Dict[str, Any]:
@@ -155,8 +154,9 @@ def _augment_fields(augment: Any, out_size, channels: int, nearest_resize: bool)
     if not -1 <= augment.magnitude_bin < bins:
         raise UnsupportedPipeline(f"{augment}: magnitude {augment.magnitude_bin} is outside its "
                                   f"{bins} bins, which torchvision refuses")
-    if augment.ops_per_sample > _MAX_AUGMENT_OPS:
-        raise UnsupportedPipeline(f"{augment}: native with at most {_MAX_AUGMENT_OPS} ops per sample")
+    most = _engine(augment).AUTOAUGMENT_MAX_STEPS
+    if augment.ops_per_sample > most:
+        raise UnsupportedPipeline(f"{augment}: native with at most {most} ops per sample")
     if nearest_resize:
         raise UnsupportedPipeline(f"{augment} after a nearest resize does not fuse (native: bilinear, bicubic)")
     try:
@@ -169,9 +169,6 @@ def _augment_fields(augment: Any, out_size, channels: int, nearest_resize: bool)
                 augment_bilinear=augment.interpolation == "bilinear")
 
 
-# csrc/augment/augmix.h kMaxChains, kMaxDepth.
-_MAX_AUGMIX_CHAINS = _MAX_AUGMIX_DEPTH = 4
-
 
 def _augmix_fields(augmix: Any, out_size, nearest_resize: bool) -> Dict[str, Any]:
     """The plan fields of an AugMix; UnsupportedPipeline where the engine cannot run it."""
@@ -180,9 +177,9 @@ def _augmix_fields(augmix: Any, out_size, nearest_resize: bool) -> Dict[str, Any
                                   f"{augmix.interpolation}")
     if augmix.fill is not None:
         raise UnsupportedPipeline(f"{augmix}: native with fill=None (grid_sample's zeros)")
-    if not 1 <= augmix.mixture_width <= _MAX_AUGMIX_CHAINS or augmix.chain_depth > _MAX_AUGMIX_DEPTH:
-        raise UnsupportedPipeline(f"{augmix}: native with 1 to {_MAX_AUGMIX_CHAINS} chains of at most "
-                                  f"{_MAX_AUGMIX_DEPTH} ops")
+    chains, depth = _engine(augmix).AUGMIX_MAX_CHAINS, _engine(augmix).AUGMIX_MAX_DEPTH
+    if not 1 <= augmix.mixture_width <= chains or augmix.chain_depth > depth:
+        raise UnsupportedPipeline(f"{augmix}: native with 1 to {chains} chains of at most {depth} ops")
     if not augmix.alpha > 0:
         raise UnsupportedPipeline(f"{augmix}: native with alpha > 0 (torch's Dirichlet needs it)")
     if nearest_resize:
@@ -204,7 +201,10 @@ def make_plan(fusion: Fusion) -> Any:
     fields = dict(fusion.fields)
     out_height, out_width = fields.pop("out_size")
     fields["geometry"] = getattr(_ext.require_ops().Geometry, fields["geometry"])
-    fields["interpolation"] = getattr(_ext.require_ops().Interpolation, fields["interpolation"].upper())
+    core = _ext.require_ops()
+    fields["interpolation"] = getattr(core.Interpolation, fields["interpolation"].upper())
+    if fields["max_pixels"] is None:
+        fields["max_pixels"] = core.DEFAULT_MAX_PIXELS
     plan = _plan_class()(out_height=out_height, out_width=out_width, **fields)
     plan.dtype, plan.description = fusion.dtype, fusion.description
     return plan
@@ -216,7 +216,7 @@ def fuse(
     channels: int = 3,
     dtype: Optional[torch.dtype] = None,
     dct_scaling: bool = True,
-    max_pixels: int = DEFAULT_MAX_PIXELS,
+    max_pixels: Optional[int] = None,
     seed: int = 0,
 ) -> Fusion:
     """Fuses `ops` (fastload transform specs, applied in order) into one plan's fields.
@@ -227,7 +227,8 @@ def fuse(
         dtype: overrides the output dtype (e.g. torch.bfloat16 for AMP), values unchanged.
         dct_scaling: decode at a reduced DCT scale where the crop allows it; False: never
             (outputs follow a full decode to rounding).
-        max_pixels: the decoder refuses images with more pixels (<= 0: no limit).
+        max_pixels: the decoder refuses images with more pixels (<= 0: no limit; None:
+            fastload._C.DEFAULT_MAX_PIXELS, Pillow's Image.MAX_IMAGE_PIXELS).
         seed: the random parameters are a pure function of (seed, epoch, index).
 
     Raises:
@@ -353,9 +354,9 @@ def fuse(
     # One fused pass resamples once, so with one filter.
     resamplers = [op for op in geometry if isinstance(op, (specs.RandomResizedCrop, specs.Resize))]
     for op in resamplers:
-        if op.interpolation not in specs.NATIVE_INTERPOLATIONS:
+        if not specs.has_native_filter(op.interpolation):
             raise UnsupportedPipeline(f"{type(op).__name__}(interpolation={op.interpolation!r}) has no native "
-                                      f"filter (native: {', '.join(specs.NATIVE_INTERPOLATIONS)})")
+                                      f"filter (native: {', '.join(specs.native_interpolations())})")
     modes = sorted({op.interpolation for op in resamplers})
     if len(modes) > 1:
         raise UnsupportedPipeline(f"resizes with different interpolations ({' and '.join(modes)}) do not fuse: "
@@ -419,8 +420,9 @@ def fuse(
             # torchvision's reflect padding raises on every sample: the generic path does too.
             raise UnsupportedPipeline(f"{blur} on the {out_height}x{out_width} output: its reflect padding "
                                       f"(kernel_size // 2) reaches past the image, which torchvision refuses")
-        if max(kx, ky) > _MAX_BLUR_KERNEL:
-            raise UnsupportedPipeline(f"{blur}: native kernels reach {_MAX_BLUR_KERNEL} pixels")
+        most = _engine(blur).BLUR_MAX_KERNEL
+        if max(kx, ky) > most:
+            raise UnsupportedPipeline(f"{blur}: native kernels reach {most} pixels")
         if interpolation == "nearest" and resamplers:
             raise UnsupportedPipeline(f"{blur} after a nearest resize does not fuse (native: bilinear, bicubic)")
         fields.update(blur_kernel_x=kx, blur_kernel_y=ky, blur_sigma_min=blur.sigma[0],

@@ -22,6 +22,8 @@ from typing import Optional, Sequence, Tuple, Union
 
 import torch
 
+from fastload import _ext
+
 Size = Union[int, Sequence[int]]
 
 
@@ -39,14 +41,25 @@ def _pair(size: Size, name: str) -> Tuple[int, int]:
 # torchvision's InterpolationMode values, and Pillow's integer constants for them (what
 # torchvision's _interpolation_modes_from_int maps).
 INTERPOLATIONS = ("nearest", "nearest-exact", "bilinear", "bicubic", "box", "hamming", "lanczos")
-NATIVE_INTERPOLATIONS = ("bilinear", "bicubic", "nearest")
 _PIL_INTERPOLATIONS = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
+
+
+def native_interpolations() -> Tuple[str, ...]:
+    """The filters the engine has, by torchvision's names: fastload._C.Interpolation's
+    members, lower-case (needs fastload._C)."""
+    return tuple(name.lower() for name in _ext.require_ops().Interpolation.__members__)
+
+
+def has_native_filter(interpolation: str) -> bool:
+    """Whether the engine has this filter; True when fastload._C is not built (the loader
+    then gives that reason instead)."""
+    return not _ext.has_ops() or interpolation in native_interpolations()
 
 
 def _interpolation(value, name: str) -> str:
     """The interpolation name ("bilinear", ...) of a name, a torchvision InterpolationMode
     or a Pillow integer constant. Every torchvision mode is accepted; the plan refuses the
-    ones without a native filter (NATIVE_INTERPOLATIONS), so the reason reaches loader.path."""
+    ones without a native filter (native_interpolations()), so the reason reaches loader.path."""
     if isinstance(value, enum.Enum):  # torchvision's InterpolationMode is a str Enum
         value = value.value
     if isinstance(value, bool) or not isinstance(value, (str, int)):

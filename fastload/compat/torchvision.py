@@ -57,7 +57,6 @@ _DTYPES = (torch.uint8, torch.float32, torch.float16, torch.bfloat16)
 _DTYPE_FIX = "convert to torch.float32, float16, bfloat16 or uint8 (other dtypes: convert the batch afterwards)"
 
 # The interpolation modes the engine resizes with (Pillow's filters, antialiased).
-NATIVE_INTERPOLATIONS = specs.NATIVE_INTERPOLATIONS
 # PIL's resampling constants (what v1 transforms and timm may hold instead of an enum).
 _PIL_MODES = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
 
@@ -74,9 +73,9 @@ def interpolation_mode(transform: Any) -> str:
     # v1 and v2 keep InterpolationMode enums (value "bilinear"); PIL constants are ints.
     name = getattr(interpolation, "value", interpolation)
     name = _PIL_MODES.get(name, name) if isinstance(name, int) else name
-    if name not in NATIVE_INTERPOLATIONS:
+    if not specs.has_native_filter(name):
         shown = interpolation if hasattr(interpolation, "value") else name  # InterpolationMode.BICUBIC
-        raise NotConvertible(f"uses {shown} interpolation (native: {', '.join(NATIVE_INTERPOLATIONS)} only)",
+        raise NotConvertible(f"uses {shown} interpolation (native: {', '.join(specs.native_interpolations())} only)",
                              fix="pass interpolation=InterpolationMode.BILINEAR")
     if getattr(transform, "antialias", True) is False:
         raise NotConvertible("has antialias=False (native: antialiased only)", fix="pass antialias=True")

@@ -31,14 +31,11 @@ def _core():
 
 
 def __getattr__(name: str) -> Any:
-    # The engine's per-sample status codes, from fastload._C.Status (an IntEnum of the
-    # values its wait() writes): OK, DECODE_ERROR, NOT_JPEG, READ_ERROR, BAD_GEOMETRY.
-    if name in _STATUS:
-        return getattr(_core().Status, name)
+    # The engine's per-sample status codes, each a member of fastload._C.Status (an
+    # IntEnum of the values its wait() writes): OK, DECODE_ERROR, NOT_JPEG, ...
+    if name.isupper() and name in _core().Status.__members__:
+        return _core().Status[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-_STATUS = ("OK", "DECODE_ERROR", "NOT_JPEG", "READ_ERROR", "BAD_GEOMETRY")
 
 
 def region_of(plan: Any, height: int, width: int, epoch: int, index: int) -> Tuple[Any, Any, bool, bool]:

@@ -256,7 +256,7 @@ def select_path(
                                timeout=timeout)
         blockers = f"; not native: {'; '.join(tail.blockers)}" if tail.blockers else ""
         return _Rebuilt.wrap(runner, rebuild), f"{description}, decode_on=cpu{why}{labels_note}{blockers}"
-    decode_on, why = _resolve_decode_on(decode_on, device, colour=_has_colour(plan))
+    decode_on, why = _resolve_decode_on(decode_on, device, colour=plan.has_color())
     runner = NativeRunner(index, plan, num_threads=max(1, num_workers), pin_memory=pin_memory,
                           memory_format=memory_format, on_error=on_error, decode_on=decode_on,
                           device=device, description=description, timeout=timeout)
@@ -295,16 +295,6 @@ def _augmentation_seed(dataset: Any, seed: Optional[int]) -> int:
         return int(dataset_seed)
     with torch.random.fork_rng(devices=[]):
         return int(torch.empty((), dtype=torch.int64).random_().item())
-
-
-def _has_colour(plan: Any) -> bool:
-    """The plan has ops of the uint8 stage or after it (ColorJitter, Grayscale,
-    RandomErasing, GaussianBlur, RandomCrop padding other than zeros, TrivialAugmentWide,
-    RandAugment, AugMix): the CPU engine's
-    fused pass runs them; the device kernels are not wired to them yet."""
-    return bool(len(plan.jitter)) or plan.grayscale_p > 0 or plan.erase_p > 0 or plan.blur_kernel_x > 0 or \
-        plan.padding_mode != 0 or len(plan.pad_fill) > 0 or len(plan.augment_ops) > 0 or \
-        len(plan.augmix_ops) > 0
 
 
 def _resolve_decode_on(decode_on: str, device: Optional[torch.device], *, colour: bool = False) -> Tuple[str, str]:

@@ -21,6 +21,7 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Optional
 
+from fastload import _ext
 from fastload.prepare import segments as seg
 
 MODES = ("lossless", "resize")
@@ -29,7 +30,6 @@ MODES = ("lossless", "resize")
 # beside them as well as the rows above; benchmarks/restart_interval.py measured the
 # choice (benchmarks/RESULTS.md, "Prepared shards").
 RESTART_ROWS = -1
-MAX_RESTART_ROWS = 8  # csrc/decode/transcode.h kMaxRestartRows
 # Member extensions of formats stored as they are (what TarShards reads as images).
 EXT_OF_FORMAT = {"JPEG": "jpg", "PNG": "png", "WEBP": "webp", "PPM": "ppm", "BMP": "bmp", "TIFF": "tiff",
                  "GIF": "gif"}
@@ -113,7 +113,7 @@ def _prepare_jpeg(data: bytes, restart_rows: int, keep_on_refusal: bool) -> Enco
     try:
         jpeg, segments = ops.transcode_jpeg(tensor, restart_rows)
         if segments.shape[0] > seg.MAX_ROWS:  # a very large image: whole rows, fewer, longer segments
-            rows = min(MAX_RESTART_ROWS, math.ceil(int(segments[-1, 1]) / (seg.MAX_ROWS - 1)))
+            rows = min(_ext.require_ops().MAX_RESTART_ROWS, math.ceil(int(segments[-1, 1]) / (seg.MAX_ROWS - 1)))
             jpeg, segments = ops.transcode_jpeg(tensor, rows)
     except RuntimeError as refusal:
         _reraise_unless_decoder(refusal)

@@ -523,15 +523,6 @@ def test_opcheck_decode_jpeg(args):
     torch.library.opcheck(torch.ops.fastload.decode_jpeg.default, (js.as_tensor(GOOD), *args))
 
 
-def test_opcheck_jpeg_header():
-    _ext.require_ops()
-    # Host metadata (Python ints): no fake kernel by design, so only schema + autograd.
-    torch.library.opcheck(
-        torch.ops.fastload.jpeg_header.default, (js.as_tensor(GOOD),),
-        test_utils=("test_schema", "test_autograd_registration"),
-    )
-
-
 # ---- decode_jpeg_cuda: argument checks here, pixels on a GPU ---------------------------
 
 

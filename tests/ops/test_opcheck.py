@@ -1,5 +1,7 @@
-"""torch.library.opcheck of the colour and prepared-JPEG ops: schemas, fake kernels
-(torch.compile, meta tensors) and autograd registration agree with the CPU kernels."""
+"""torch.library.opcheck of the ops: schemas, fake kernels (torch.compile, meta tensors)
+and autograd registration agree with the CPU kernels. The op list is the one the
+extension registers (csrc/fastload.cpp): every op there has a wrapper in fastload.ops, a
+fake kernel (fastload/_meta.py) and an opcheck case, here or in its family's test file."""
 
 from __future__ import annotations
 
@@ -10,7 +12,8 @@ import pytest
 import torch
 from PIL import Image
 
-from fastload import _ext
+from fastload import _ext, ops
+from fastload.augment.autoaugment import AugMix, RandAugment
 
 pytestmark = pytest.mark.skipif(not _ext.has_ops(), reason="fastload._C is not built")
 
@@ -43,6 +46,14 @@ def _cases():
     yield "random_grayscale_params", lambda: (fl().random_grayscale_params.default, (indices, 0, 1, 0.5))
     yield "random_erasing_params", lambda: (fl().random_erasing_params.default,
                                             (indices, 0, 1, 32, 48, 0.5, [0.02, 0.33], [0.3, 3.3]))
+    yield "gaussian_blur", lambda: (fl().gaussian_blur.default, (_image(), [5, 3], 1.2))
+    yield "gaussian_blur_params", lambda: (fl().gaussian_blur_params.default, (indices, 0, 1, 0.1, 2.0))  # (p < 1: NaN)
+    yield "auto_augment", lambda: (fl().auto_augment.default, (_image(), [1, 11, 13], [0.3, 128.0, 0.0], [], True))
+    yield "auto_augment_params", lambda: (fl().auto_augment_params.default,
+                                          (indices, 0, 1, *RandAugment(num_ops=2, magnitude=9).space(7, 9), 2, 9))
+    yield "augmix_step", lambda: (fl().augmix_step.default, (_image(), 3, 0.3))
+    yield "augmix_params", lambda: (fl().augmix_params.default, (indices, 0, 1, *AugMix().space(7, 9), 3, 2, -1))
+    yield "jpeg_header", lambda: (fl().jpeg_header.default, (_jpeg(),))
     yield "transcode_jpeg", lambda: (fl().transcode_jpeg.default, (_jpeg(), 1))
     yield "decode_jpeg_rows", lambda: (fl().decode_jpeg_rows.default,
                                        (*torch.ops.fastload.transcode_jpeg(_jpeg(), 1), [9, 3, 12, 20], 2, 3))
@@ -56,3 +67,31 @@ def test_opcheck_of_the_op(name):
     _ext.require_ops()
     op, args = CASES[name]()
     torch.library.opcheck(op, args)
+
+
+# Ops whose opcheck cases live with their family's tests (they need that file's inputs),
+# or that need a GPU.
+ELSEWHERE = {
+    "crop_resize_flip_normalize": "tests/ops/test_crop_resize_flip_normalize.py",
+    "crop_resize_flip_normalize_batch": "tests/ops/test_crop_resize_flip_normalize.py",
+    "decode_jpeg": "tests/ops/test_decode_jpeg.py",
+    "decode_jpeg_cuda": "a GPU (scripts/gpu_check.sh)",
+}
+
+
+def _registered_ops():
+    _ext.require_ops()
+    return sorted(name.split("::", 1)[1] for name in torch._C._dispatch_get_all_op_names()
+                  if name.startswith("fastload::"))
+
+
+def test_every_op_has_a_wrapper_a_fake_kernel_and_an_opcheck_case():
+    from torch._library.simple_registry import singleton
+
+    names = _registered_ops()
+    assert len(names) >= 20, names
+    no_case = [n for n in names if n not in CASES and n not in ELSEWHERE]
+    no_fake = [n for n in names if singleton.find(f"fastload::{n}").fake_impl.kernel is None]
+    no_wrapper = [n for n in names if not callable(getattr(ops, n, None))]
+    assert (no_case, no_fake, no_wrapper) == ([], [], []), "ops without an opcheck case, a fake kernel, a wrapper"
+    assert not set(CASES) & set(ELSEWHERE) and set(CASES) | set(ELSEWHERE) == set(names)
