@@ -36,14 +36,10 @@ OUT = 40
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory):
-    import jpeg_samples as js
-
-    folder = tmp_path_factory.mktemp("autoaugment")
+def root(make_image_folder):
     # At most 75x87 pixels: crops stay under twice the output size (no DCT scaling), so
     # the engine decodes what PIL decodes.
-    js.write_image_folder(folder, classes=2, per_class=8, size=(60, 70))
-    return str(folder)
+    return make_image_folder(classes=2, per_class=8, size=(60, 70))
 
 
 def torchvision_with_engine_draws(path, plan, spec, epoch, index):

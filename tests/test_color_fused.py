@@ -43,14 +43,10 @@ UINT8_LEVELS, UINT8_SHARE = 1, 0.999
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory):
-    import jpeg_samples as js
-
-    folder = tmp_path_factory.mktemp("color_fused")
+def root(make_image_folder):
     # Images of at most 75x87 pixels: crops stay under twice the output size (no DCT
     # scaling), so the engine decodes what PIL decodes.
-    js.write_image_folder(folder, classes=2, per_class=6, size=(60, 70))
-    return str(folder)
+    return make_image_folder(classes=2, per_class=6, size=(60, 70))
 
 
 def loader_batches(dataset, **kwargs):

@@ -32,12 +32,8 @@ MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory):
-    import jpeg_samples as js
-
-    folder = tmp_path_factory.mktemp("gaussian_blur")
-    js.write_image_folder(folder, classes=2, per_class=4, size=(30, 36))
-    return str(folder)
+def root(make_image_folder):
+    return make_image_folder(classes=2, per_class=4, size=(30, 36))
 
 
 def engine_sigmas(loader, plan, count):
