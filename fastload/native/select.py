@@ -300,8 +300,8 @@ def _augmentation_seed(dataset: Any, seed: Optional[int]) -> int:
 def _has_colour(plan: Any) -> bool:
     """The plan has ops of the uint8 stage or after it (ColorJitter, Grayscale,
     RandomErasing, GaussianBlur, RandomCrop padding other than zeros, TrivialAugmentWide,
-    RandAugment, AugMix): the CPU engine's
-    fused pass runs them; the device kernels are not wired to them yet."""
+    RandAugment, AugMix): the CPU engine's fused pass runs them; the device kernels are
+    not wired to them yet."""
     return bool(len(plan.jitter)) or plan.grayscale_p > 0 or plan.erase_p > 0 or plan.blur_kernel_x > 0 or \
         plan.padding_mode != 0 or len(plan.pad_fill) > 0 or len(plan.augment_ops) > 0 or \
         len(plan.augmix_ops) > 0
@@ -322,8 +322,9 @@ def _resolve_decode_on(decode_on: str, device: Optional[torch.device], *, colour
         raise ValueError(f"{_PREFIX}: decode_on={decode_on!r} needs device='cuda', got device={device}")
     if decode_on != "cpu" and colour:
         raise ValueError(f"{_PREFIX}: decode_on={decode_on!r} does not run colour ops (ColorJitter, Grayscale, "
-                         "RandomErasing) yet; pass decode_on='cpu' or 'auto' (the CPU engine runs them, the batch "
-                         "still goes to the device)")
+                         "RandomErasing, GaussianBlur, RandomCrop's non-zero padding, TrivialAugmentWide, RandAugment, "
+                         "AugMix) yet; pass decode_on='cpu' or 'auto' (the CPU engine runs them, the batch still goes "
+                         "to the device)")
     if decode_on != "cpu":
         _ext.require_cuda_ops()
     return decode_on, ""
