@@ -9,7 +9,7 @@ feed -> transfer -> iterator. Two paths produce the batches (`loader.path` says 
 ran, and why):
 
 - native: a fastload dataset (or a torchvision one the compat layer recognises) runs on the
-  C++ engine, one call per batch (fastload/native.py), num_workers engine threads; the
+  C++ engine, one call per batch (fastload/native/), num_workers engine threads; the
   native feed keeps `prefetch_factor` (at least 2) batches submitted and takes them in order.
 - generic: anything else runs on torch's own DataLoader machinery (worker processes,
   get_worker_info, worker_init_fn, timeout, persistent workers, in_order, pin memory),

@@ -1,8 +1,11 @@
 """Typed wrappers of the native operators (torch.ops.fastload.*).
 
-This module is the only caller of torch.ops.fastload; the ops' shapes and dtypes are in
-the docstrings, and their fake kernels in fastload/_meta.py. Each op has a plain-PyTorch
-twin in fastload/reference.py.
+This module is the package's only caller of torch.ops.fastload; the ops' shapes and
+dtypes are in the docstrings. Every op has a fake kernel (fastload/_meta.py) and an
+opcheck case (tests/ops/test_opcheck.py). Plain-PyTorch twins: fastload/reference.py
+(decode, crop_resize_flip_normalize), fastload/augment/color.py (the colour ops),
+fastload/augment/autoaugment.py (TrivialAugmentWide / RandAugment on PIL images, AugMix);
+the blur is checked against torchvision's GaussianBlur directly (tests/ops/test_blur.py).
 
 The transform specs (RandomResizedCrop, ...) that fastload datasets take as `ops=[...]`
 are re-exported here too (their public home is fastload.transforms).

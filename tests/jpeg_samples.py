@@ -255,6 +255,14 @@ def sample(name: str) -> JpegSample:
     raise KeyError(f"no standard JPEG sample named {name!r}; see standard_samples()")
 
 
+def noise_jpeg(rng: np.random.Generator, height: int, width: int) -> bytes:
+    """An RGB JPEG of uniform noise (PIL, quality 90): small files whose pixels differ
+    everywhere, for tests about where bytes go rather than what they decode to."""
+    out = io.BytesIO()
+    Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8)).save(out, format="JPEG", quality=90)
+    return out.getvalue()
+
+
 def as_tensor(data: bytes):
     """JPEG bytes as the ops take them: a uint8 1-D CPU tensor (a copy)."""
     import torch

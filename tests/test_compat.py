@@ -26,21 +26,13 @@ MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory):
-    import jpeg_samples as js
-
-    folder = tmp_path_factory.mktemp("compat")
-    js.write_image_folder(folder, classes=3, per_class=3, size=(16, 20))
-    return str(folder)
+def root(make_image_folder):
+    return make_image_folder(classes=3, per_class=3, size=(16, 20))
 
 
 @pytest.fixture(scope="module")
-def other_root(tmp_path_factory):
-    import jpeg_samples as js
-
-    folder = tmp_path_factory.mktemp("compat_other")
-    js.write_image_folder(folder, classes=2, per_class=2, size=(20, 16), seed=1)
-    return str(folder)
+def other_root(make_image_folder):
+    return make_image_folder(classes=2, per_class=2, size=(20, 16), seed=1)
 
 
 def train(api=v2):

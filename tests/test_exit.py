@@ -96,12 +96,8 @@ CHILD = textwrap.dedent("""
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory):
-    import jpeg_samples as js
-
-    folder = tmp_path_factory.mktemp("exit")
-    js.write_image_folder(folder, classes=2, per_class=8, size=(384, 512))
-    return str(folder)
+def root(make_image_folder):
+    return make_image_folder(classes=2, per_class=8, size=(384, 512))
 
 
 @pytest.mark.parametrize("call", ["wait", "read_samples", "close", "submit", "loader"])

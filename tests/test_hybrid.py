@@ -31,17 +31,8 @@ MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
 @pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    import jpeg_samples as js
-
-    root = tmp_path_factory.mktemp("hybrid")
-    js.write_image_folder(root, classes=2, per_class=4, size=(40, 52))
-    return str(root)
-
-
-@pytest.fixture(scope="module")
 def folder_with_black(tmp_path_factory):
-    """Like `folder`, plus one all-black image (sample 2, class_0/img_1b.jpg): a tail can
+    """Like `image_folder` with 3 images a class, plus one all-black image (sample 2, class_0/img_1b.jpg): a tail can
     fail on it alone."""
     from PIL import Image
 
@@ -74,8 +65,8 @@ def equal(a, b):
     return batches_equal(a, b)
 
 
-def test_path_names_the_native_prefix_the_python_tail_and_its_blockers(folder):
-    dataset = fastload.ImageFolder(folder, transforms=recipe()[:5])
+def test_path_names_the_native_prefix_the_python_tail_and_its_blockers(image_folder):
+    dataset = fastload.ImageFolder(image_folder, transforms=recipe()[:5])
     assert dataset.transforms == [specs.RandomResizedCrop(16), specs.RandomHorizontalFlip()]
     assert [type(t).__name__ for t in dataset.tail] == ["AutoAugment", "ToTensor", "Normalize"]
     loader = fastload.DataLoader(dataset, batch_size=4)
@@ -87,18 +78,19 @@ def test_path_names_the_native_prefix_the_python_tail_and_its_blockers(folder):
     assert "ToTensor()" not in loader.path.split("not native:")[1]
 
 
-def test_a_compose_is_cut_inside_and_a_user_function_is_named(folder):
-    dataset = fastload.ImageFolder(folder, transforms=[T.Compose([T.CenterCrop(16), T.RandomInvert(1.0)]), invert])
+def test_a_compose_is_cut_inside_and_a_user_function_is_named(image_folder):
+    dataset = fastload.ImageFolder(image_folder,
+                                   transforms=[T.Compose([T.CenterCrop(16), T.RandomInvert(1.0)]), invert])
     assert dataset.transforms == [specs.CenterCrop(16)] and len(dataset.tail) == 2
     assert fastload.DataLoader(dataset, batch_size=2).path.startswith(
         "hybrid: native [CenterCrop] + python [RandomInvert -> invert], decode_on=cpu (auto); not native: RandomInvert(")
 
 
-def tail_on_the_native_prefix(folder, tail, *, seed, batch_size, epoch=0):
+def tail_on_the_native_prefix(image_folder, tail, *, seed, batch_size, epoch=0):
     """What a hybrid loader must give: the fully native prefix's batches (the engine's
     uint8), each sample's tail run on them under its seed, then default_collate."""
-    prefix = fastload.ImageFolder(folder, transforms=[T.RandomResizedCrop(16), T.RandomHorizontalFlip()])
-    tail = fastload.ImageFolder(folder, transforms=[T.RandomResizedCrop(16)] + tail).python_tail()
+    prefix = fastload.ImageFolder(image_folder, transforms=[T.RandomResizedCrop(16), T.RandomHorizontalFlip()])
+    tail = fastload.ImageFolder(image_folder, transforms=[T.RandomResizedCrop(16)] + tail).python_tail()
     batches, start = [], 0
     for images, labels in fastload.DataLoader(prefix, batch_size=batch_size, seed=seed):
         outputs = []
@@ -116,21 +108,22 @@ TAILS = {"v1+function": [T.RandomInvert(1.0), T.ToTensor(), invert], "v2-on-pil"
 
 
 @pytest.mark.parametrize("name", TAILS)
-def test_hybrid_batches_are_the_tail_run_on_the_engines_prefix_exactly(folder, name):
+def test_hybrid_batches_are_the_tail_run_on_the_engines_prefix_exactly(image_folder, name):
     transforms = [T.RandomResizedCrop(16), T.RandomHorizontalFlip()] + TAILS[name]
-    hybrid = fastload.DataLoader(fastload.ImageFolder(folder, transforms=transforms), batch_size=3, seed=3)
+    hybrid = fastload.DataLoader(fastload.ImageFolder(image_folder, transforms=transforms), batch_size=3, seed=3)
     assert hybrid.path.startswith("hybrid")
-    got, want = list(hybrid), tail_on_the_native_prefix(folder, TAILS[name], seed=3, batch_size=3)
+    got, want = list(hybrid), tail_on_the_native_prefix(image_folder, TAILS[name], seed=3, batch_size=3)
     assert len(got) == len(want) == 3
     for a, b in zip(got, want):
         assert equal(a, b)
 
 
 @pytest.mark.parametrize("name", TAILS)
-def test_hybrid_batches_match_the_generic_twin(folder, name):
+def test_hybrid_batches_match_the_generic_twin(image_folder, name):
     """The twin decodes with PIL and resizes in plain PyTorch: the same crops, the same
     tail draws, the prefix's pixels equal but for rare one-level rounding differences."""
-    dataset = fastload.ImageFolder(folder, transforms=[T.RandomResizedCrop(16), T.RandomHorizontalFlip()] + TAILS[name],
+    dataset = fastload.ImageFolder(image_folder,
+                                   transforms=[T.RandomResizedCrop(16), T.RandomHorizontalFlip()] + TAILS[name],
                                    seed=3)
     # dct_scaling=False: the twin decodes whole images, so must the engine for equal pixels.
     hybrid = fastload.DataLoader(dataset, batch_size=3, shuffle=True, num_workers=2, dct_scaling=False,
@@ -145,10 +138,11 @@ def test_hybrid_batches_match_the_generic_twin(folder, name):
         assert (images == twin_images).double().mean() >= 0.99
 
 
-def test_a_threaded_tail_gives_the_same_batches_as_the_inline_one(folder):
+def test_a_threaded_tail_gives_the_same_batches_as_the_inline_one(image_folder):
     from fastload.augment.plan import build_plan
 
-    dataset = fastload.ImageFolder(folder, transforms=[T.CenterCrop(16), T.RandomInvert(1.0), T.ToTensor(), invert])
+    dataset = fastload.ImageFolder(image_folder,
+                                   transforms=[T.CenterCrop(16), T.RandomInvert(1.0), T.ToTensor(), invert])
     batches = []
     for parallel in ("inline", "threads"):
         runner = HybridRunner(dataset.index, build_plan(dataset.transforms), dataset.python_tail(), num_threads=2,
@@ -159,12 +153,12 @@ def test_a_threaded_tail_gives_the_same_batches_as_the_inline_one(folder):
 
 
 @pytest.mark.timeout(120)
-def test_worker_processes_give_the_inline_batches_random_draws_included(folder):
+def test_worker_processes_give_the_inline_batches_random_draws_included(image_folder):
     from fastload.augment.plan import build_plan
     from fastload.native.feed import NativeFeed
     from fastload.native.hybrid import ProcessHybridRunner
 
-    dataset = fastload.ImageFolder(folder, transforms=recipe())
+    dataset = fastload.ImageFolder(image_folder, transforms=recipe())
     plan = build_plan(dataset.transforms, seed=9)
     batches = [[5, 0, 3], [3, 7, 1], [2, 6]]
     epochs = []
@@ -184,11 +178,11 @@ def test_worker_processes_give_the_inline_batches_random_draws_included(folder):
         assert all(equal(a, b) for a, b in zip(epochs[0], other, strict=True))
 
 
-def test_random_tail_draws_are_reproducible_and_leave_the_global_generators_alone(folder):
+def test_random_tail_draws_are_reproducible_and_leave_the_global_generators_alone(image_folder):
     def loader(seed, **kwargs):
         # A generator of its own: torch's iterator draws its base seed from it, not from the
         # global one, so only the tail could move the global generators.
-        return fastload.DataLoader(fastload.ImageFolder(folder, transforms=recipe()), batch_size=4, seed=seed,
+        return fastload.DataLoader(fastload.ImageFolder(image_folder, transforms=recipe()), batch_size=4, seed=seed,
                                    generator=torch.Generator().manual_seed(0), **kwargs)
 
     torch.manual_seed(0)
@@ -209,11 +203,11 @@ def test_sample_seeds_depend_on_seed_epoch_and_index():
     assert len(seeds) == 3 * 3 * 50 and all(0 <= s < 2 ** 63 for s in seeds)
 
 
-def test_outputs_have_torchvisions_dtype_shape_and_range(folder):
+def test_outputs_have_torchvisions_dtype_shape_and_range(image_folder):
     transform = T.Compose(recipe())
-    theirs = next(iter(torch.utils.data.DataLoader(torchvision.datasets.ImageFolder(folder, transform=transform),
+    theirs = next(iter(torch.utils.data.DataLoader(torchvision.datasets.ImageFolder(image_folder, transform=transform),
                                                    batch_size=8)))
-    ours = next(iter(fastload.DataLoader(fastload.ImageFolder(folder, transforms=recipe()), batch_size=8)))
+    ours = next(iter(fastload.DataLoader(fastload.ImageFolder(image_folder, transforms=recipe()), batch_size=8)))
     assert type(ours) is type(theirs) and len(ours) == 2
     for a, b in zip(ours, theirs):
         assert (a.dtype, a.shape) == (b.dtype, b.shape)
@@ -221,11 +215,12 @@ def test_outputs_have_torchvisions_dtype_shape_and_range(folder):
     assert lowest <= ours[0].min() < -1.0 and 1.0 < ours[0].max() <= highest
 
 
-def test_a_deterministic_tail_matches_torchvisions_values(folder):
+def test_a_deterministic_tail_matches_torchvisions_values(image_folder):
     """Same crop (centre), same tail: within the resize's rounding of torchvision + PIL."""
     tail = [T.RandomInvert(1.0), T.ToTensor(), T.Normalize(MEAN, STD)]
-    theirs = torchvision.datasets.ImageFolder(folder, transform=T.Compose([T.Resize(20), T.CenterCrop(16)] + tail))
-    ours = fastload.DataLoader(fastload.ImageFolder(folder, transforms=[T.Resize(20), T.CenterCrop(16)] + tail),
+    theirs = torchvision.datasets.ImageFolder(image_folder,
+                                              transform=T.Compose([T.Resize(20), T.CenterCrop(16)] + tail))
+    ours = fastload.DataLoader(fastload.ImageFolder(image_folder, transforms=[T.Resize(20), T.CenterCrop(16)] + tail),
                                batch_size=8, dct_scaling=False)
     images = next(iter(ours))[0]
     expected = torch.stack([theirs[i][0] for i in range(8)])
@@ -233,31 +228,31 @@ def test_a_deterministic_tail_matches_torchvisions_values(folder):
     assert torch.allclose(images, expected, atol=2.5 / 255 / min(STD))
 
 
-def test_tail_input_tensor_hands_the_uint8_tensor_and_refuses_totensor(folder):
+def test_tail_input_tensor_hands_the_uint8_tensor_and_refuses_totensor(image_folder):
     seen = []
 
     def record(image):
         seen.append((type(image), image.dtype, tuple(image.shape)))
         return image
 
-    dataset = fastload.ImageFolder(folder, transforms=[T.CenterCrop(16), record, v2.ToDtype(torch.float32, True)])
+    dataset = fastload.ImageFolder(image_folder, transforms=[T.CenterCrop(16), record, v2.ToDtype(torch.float32, True)])
     dataset.tail_input = "tensor"
     images, _ = next(iter(fastload.DataLoader(dataset, batch_size=2)))
     assert seen == [(torch.Tensor, torch.uint8, (3, 16, 16))] * 2 and images.dtype == torch.float32
-    refused = fastload.ImageFolder(folder, transforms=[T.CenterCrop(16), record, T.ToTensor()])
+    refused = fastload.ImageFolder(image_folder, transforms=[T.CenterCrop(16), record, T.ToTensor()])
     refused.tail_input = "tensor"  # (a NativeDataset argument; ImageFolder keeps it as an attribute)
     path = fastload.DataLoader(refused, batch_size=2).path
     assert path.startswith("generic: the Python tail's ToTensor() does not convert the uint8 tensors"), path
 
 
-def test_a_prefix_that_ends_in_a_tensor_hands_that_tensor_to_the_tail(folder):
+def test_a_prefix_that_ends_in_a_tensor_hands_that_tensor_to_the_tail(image_folder):
     seen = []
 
     def record(image):
         seen.append((type(image), image.dtype))
         return image
 
-    dataset = fastload.ImageFolder(folder, transforms=[T.CenterCrop(16), T.ToTensor(), record])
+    dataset = fastload.ImageFolder(image_folder, transforms=[T.CenterCrop(16), T.ToTensor(), record])
     assert dataset.transforms == [specs.CenterCrop(16), specs.ToDtype(torch.float32, scale=True)]
     hybrid = next(iter(fastload.DataLoader(dataset, batch_size=2, dct_scaling=False)))
     assert seen == [(torch.Tensor, torch.float32)] * 2
@@ -289,10 +284,10 @@ def test_a_tail_error_under_skip_replaces_the_sample_and_counts_it(folder_with_b
     assert loader.stats()["native"]["skipped"] == 2  # once per pass
 
 
-def test_hybrid_loader_resumes_at_every_position(folder):
+def test_hybrid_loader_resumes_at_every_position(image_folder):
     from resume_helpers import check_resume_at_every_position
 
-    dataset = fastload.ImageFolder(folder, transforms=recipe())
+    dataset = fastload.ImageFolder(image_folder, transforms=recipe())
 
     def make():
         return fastload.DataLoader(dataset, batch_size=3, shuffle=True, num_workers=2, seed=11,
@@ -302,18 +297,18 @@ def test_hybrid_loader_resumes_at_every_position(folder):
     assert len(reference) == 3 and reference[0][0].dtype == torch.float32
 
 
-def test_tail_outputs_collate_like_torchs_default_collate(folder):
+def test_tail_outputs_collate_like_torchs_default_collate(image_folder):
     def as_dict(image):
         return {"image": image, "size": image.shape[-1], "name": "x"}
 
-    dataset = fastload.ImageFolder(folder, transforms=[T.CenterCrop(16), T.PILToTensor(), as_dict])
+    dataset = fastload.ImageFolder(image_folder, transforms=[T.CenterCrop(16), T.PILToTensor(), as_dict])
     hybrid = next(iter(fastload.DataLoader(dataset, batch_size=3, dct_scaling=False)))
     assert equal(hybrid, default_collate([dataset[i] for i in range(3)]))
     assert hybrid[0]["name"] == ["x"] * 3 and hybrid[0]["size"].dtype == torch.int64
 
 
-def test_a_tail_ending_in_pil_images_fails_to_collate_as_torch_does(folder):
-    dataset = fastload.ImageFolder(folder, transforms=[T.CenterCrop(16), T.Grayscale()])
+def test_a_tail_ending_in_pil_images_fails_to_collate_as_torch_does(image_folder):
+    dataset = fastload.ImageFolder(image_folder, transforms=[T.CenterCrop(16), T.Grayscale()])
     with pytest.raises(TypeError, match="default_collate: batch must contain tensors") as torchs:
         next(iter(torch.utils.data.DataLoader(dataset, batch_size=2)))
     with pytest.raises(TypeError, match=str(torchs.value).split(";")[0]) as ours:
@@ -321,12 +316,12 @@ def test_a_tail_ending_in_pil_images_fails_to_collate_as_torch_does(folder):
     assert "end the tail with a transform that returns tensors" in " ".join(ours.value.__notes__)
 
 
-def test_a_fastload_transform_after_a_python_one_is_refused(folder):
+def test_a_fastload_transform_after_a_python_one_is_refused(image_folder):
     with pytest.raises(fastload.UnsupportedPipeline, match=r"transforms\[2\] is fastload's Normalize.*after the "
                                                          r"Python transform"):
-        fastload.ImageFolder(folder, transforms=[T.CenterCrop(16), invert, specs.Normalize(MEAN, STD)])
+        fastload.ImageFolder(image_folder, transforms=[T.CenterCrop(16), invert, specs.Normalize(MEAN, STD)])
     with pytest.raises(TypeError, match=r"expected a callable at transforms\[1\]"):
-        fastload.ImageFolder(folder, transforms=[T.CenterCrop(16), "flip"])
+        fastload.ImageFolder(image_folder, transforms=[T.CenterCrop(16), "flip"])
 
 
 def test_global_draws_restore_the_callers_generators():
@@ -339,8 +334,8 @@ def test_global_draws_restore_the_callers_generators():
     assert torch.equal(torch.rand(3), expected)
 
 
-def test_state_is_plain_data_with_a_hybrid_runner(folder):
-    loader = fastload.DataLoader(fastload.ImageFolder(folder, transforms=recipe()), batch_size=3, seed=4)
+def test_state_is_plain_data_with_a_hybrid_runner(image_folder):
+    loader = fastload.DataLoader(fastload.ImageFolder(image_folder, transforms=recipe()), batch_size=3, seed=4)
     iterator = iter(loader)
     next(iterator)
     state = json.loads(json.dumps(loader.state_dict()))
@@ -379,8 +374,8 @@ def tv_folder(root, recipe_name, **kwargs):
 
 
 @pytest.mark.parametrize("name", RECIPES)
-def test_torchvision_recipes_run_hybrid_and_explain_says_the_same(folder, name, capsys):
-    dataset = torch.utils.data.Subset(tv_folder(folder, name), [7, 0, 3, 5])
+def test_torchvision_recipes_run_hybrid_and_explain_says_the_same(image_folder, name, capsys):
+    dataset = torch.utils.data.Subset(tv_folder(image_folder, name), [7, 0, 3, 5])
     path = fastload.DataLoader(dataset, batch_size=2).path
     prefix = "RandomResizedCrop -> RandomHorizontalFlip" + (" -> ToDtype" if name == "function" else "")
     assert path.startswith(f"hybrid: native [{prefix}] + python [{' -> '.join(RECIPES[name][1])}], decode_on=cpu "
@@ -389,12 +384,12 @@ def test_torchvision_recipes_run_hybrid_and_explain_says_the_same(folder, name, 
     assert verdict.startswith("  verdict: hybrid path: native prefix, then Python per sample"), verdict
 
 
-def test_random_erasing_after_normalize_is_the_tail_or_native(folder):
+def test_random_erasing_after_normalize_is_the_tail_or_native(image_folder):
     """Whatever the transform mapping makes of RandomErasing, loader.path and explain agree."""
     from fastload.compat.torchvision import split_transform
 
     transform = T.Compose([T.RandomResizedCrop(16), T.ToTensor(), T.Normalize(MEAN, STD), T.RandomErasing(0.5)])
-    dataset = torchvision.datasets.ImageFolder(folder, transform=transform)
+    dataset = torchvision.datasets.ImageFolder(image_folder, transform=transform)
     path = fastload.DataLoader(dataset, batch_size=2).path
     verdict = fastload.explain(dataset).splitlines()[-1]
     if split_transform(transform).tail:
@@ -404,10 +399,10 @@ def test_random_erasing_after_normalize_is_the_tail_or_native(folder):
         assert path.startswith("native: ") and verdict == "  verdict: native path"
 
 
-def test_torchvision_pipelines_the_engine_cannot_start_stay_generic_and_explain_agrees(folder):
+def test_torchvision_pipelines_the_engine_cannot_start_stay_generic_and_explain_agrees(image_folder):
     for transform in (T.Compose([T.AutoAugment(), T.RandomResizedCrop(16), T.ToTensor()]),  # nothing native first
                       T.Compose([T.ToTensor(), T.Normalize(MEAN, STD), double])):  # no crop: sizes differ
-        dataset = torchvision.datasets.ImageFolder(folder, transform=transform)
+        dataset = torchvision.datasets.ImageFolder(image_folder, transform=transform)
         path = fastload.DataLoader(dataset, batch_size=2).path
         assert path.startswith("generic: "), path
         assert fastload.explain(dataset).splitlines()[-1].startswith("  verdict: generic path")
@@ -446,8 +441,8 @@ def one_hot(label):
 
 
 @pytest.mark.parametrize("name", ["autoaugment+erase", "augmix-v2", "function"])
-def test_torchvision_hybrid_batches_are_their_tail_run_on_the_engines_prefix(folder, name):
-    dataset = torch.utils.data.Subset(tv_folder(folder, name, target_transform=one_hot), [7, 0, 3, 5, 1])
+def test_torchvision_hybrid_batches_are_their_tail_run_on_the_engines_prefix(image_folder, name):
+    dataset = torch.utils.data.Subset(tv_folder(image_folder, name, target_transform=one_hot), [7, 0, 3, 5, 1])
     loader = fastload.DataLoader(dataset, batch_size=2, seed=3)
     assert loader.path.startswith("hybrid: ") and "; labels: target_transform one_hot in Python" in loader.path
     got, want = list(loader), torchvision_tail_on_the_native_prefix(dataset, seed=3, batch_size=2)
@@ -457,8 +452,8 @@ def test_torchvision_hybrid_batches_are_their_tail_run_on_the_engines_prefix(fol
     assert got[0][1].shape == (2, 2)  # one-hot labels, collated
 
 
-def test_torchvision_hybrid_outputs_keep_torchvisions_dtypes_shapes_and_ranges(folder):
-    dataset = tv_folder(folder, "autoaugment+erase", target_transform=one_hot)
+def test_torchvision_hybrid_outputs_keep_torchvisions_dtypes_shapes_and_ranges(image_folder):
+    dataset = tv_folder(image_folder, "autoaugment+erase", target_transform=one_hot)
     theirs = next(iter(torch.utils.data.DataLoader(dataset, batch_size=8)))
     ours = next(iter(fastload.DataLoader(dataset, batch_size=8)))
     assert type(ours) is type(theirs) and len(ours) == 2
@@ -468,10 +463,10 @@ def test_torchvision_hybrid_outputs_keep_torchvisions_dtypes_shapes_and_ranges(f
     assert lowest <= ours[0].min() < -1.0 and 1.0 < ours[0].max() <= highest
 
 
-def test_a_target_transform_alone_keeps_the_images_native(folder, capsys):
+def test_a_target_transform_alone_keeps_the_images_native(image_folder, capsys):
     transform = T.Compose([T.RandomResizedCrop(16), T.ToTensor()])
-    plain = torchvision.datasets.ImageFolder(folder, transform=transform)
-    dataset = torchvision.datasets.ImageFolder(folder, transform=transform, target_transform=one_hot)
+    plain = torchvision.datasets.ImageFolder(image_folder, transform=transform)
+    dataset = torchvision.datasets.ImageFolder(image_folder, transform=transform, target_transform=one_hot)
     loader = fastload.DataLoader(dataset, batch_size=3, seed=1)
     assert loader.path.startswith("native: torchvision ImageFolder [RandomResizedCrop -> ToDtype]")
     assert loader.path.endswith("; labels: target_transform one_hot in Python")
@@ -481,10 +476,10 @@ def test_a_target_transform_alone_keeps_the_images_native(folder, capsys):
         assert torch.equal(labels, torch.nn.functional.one_hot(plain_labels, 2))
 
 
-def test_torchvision_hybrid_loader_resumes_at_every_position(folder):
+def test_torchvision_hybrid_loader_resumes_at_every_position(image_folder):
     from resume_helpers import check_resume_at_every_position
 
-    dataset = torch.utils.data.Subset(tv_folder(folder, "autoaugment+erase"), [7, 0, 3, 5, 1, 2, 6])
+    dataset = torch.utils.data.Subset(tv_folder(image_folder, "autoaugment+erase"), [7, 0, 3, 5, 1, 2, 6])
 
     def make():
         return fastload.DataLoader(dataset, batch_size=3, shuffle=True, num_workers=2, seed=11,
@@ -495,9 +490,9 @@ def test_torchvision_hybrid_loader_resumes_at_every_position(folder):
     assert len(reference) == 3 and reference[0][0].dtype == torch.float32
 
 
-def test_torchvision_hybrid_draws_are_reproducible_and_differ_by_seed(folder):
+def test_torchvision_hybrid_draws_are_reproducible_and_differ_by_seed(image_folder):
     def epoch(seed):
-        loader = fastload.DataLoader(tv_folder(folder, "autoaugment-v2"), batch_size=4, shuffle=True, seed=seed,
+        loader = fastload.DataLoader(tv_folder(image_folder, "autoaugment-v2"), batch_size=4, shuffle=True, seed=seed,
                                      generator=torch.Generator().manual_seed(0))
         return list(loader)
 
@@ -526,13 +521,13 @@ def test_a_torchvision_tail_error_goes_through_on_error(folder_with_black):
     assert skipping.stats()["native"]["skipped"] == 1
 
 
-def test_tail_on_chooses_where_the_tail_runs(folder):
+def test_tail_on_chooses_where_the_tail_runs(image_folder):
     from fastload.native.hybrid import ProcessHybridRunner
     from fastload.native.select import select_path
 
     args = dict(batch_size=2, collate_fn=None, num_workers=2, pin_memory=False, accelerate="auto", dtype=None,
                 memory_format=None, on_error="raise", seed=1)
-    dataset = tv_folder(folder, "autoaugment+erase")
+    dataset = tv_folder(image_folder, "autoaugment+erase")
     runners = {tail_on: select_path(dataset, tail_on=tail_on, **args)[0] for tail_on in ("auto", "threads", "processes")}
     try:
         assert type(runners["auto"]) is ProcessHybridRunner  # worker processes, as torch's num_workers
@@ -547,18 +542,18 @@ def test_tail_on_chooses_where_the_tail_runs(folder):
         select_path(dataset, tail_on="gpu", **args)
 
 
-def test_explain_of_a_fastload_dataset_with_a_tail_says_hybrid_as_its_loader(folder):
-    dataset = fastload.ImageFolder(folder, transforms=recipe())
+def test_explain_of_a_fastload_dataset_with_a_tail_says_hybrid_as_its_loader(image_folder):
+    dataset = fastload.ImageFolder(image_folder, transforms=recipe())
     report = fastload.explain(dataset)
     assert any(line.startswith("  python tail:   AutoAugment(") for line in report.splitlines())
     assert report.splitlines()[-1].startswith("  verdict: hybrid path: native prefix, then Python per sample")
     assert fastload.DataLoader(dataset, batch_size=2).path.startswith("hybrid: ")
 
 
-def test_the_loader_takes_tail_on_and_refuses_unknown_places(folder):
+def test_the_loader_takes_tail_on_and_refuses_unknown_places(image_folder):
     from fastload.native.hybrid import ProcessHybridRunner
 
-    dataset = tv_folder(folder, "autoaugment+erase")
+    dataset = tv_folder(image_folder, "autoaugment+erase")
     loader = fastload.DataLoader(dataset, batch_size=2, num_workers=2, tail_on="processes")
     try:
         assert loader.path.startswith("hybrid:") and type(loader._runner) is ProcessHybridRunner
@@ -641,11 +636,11 @@ def test_a_tail_value_the_conversion_does_not_take_goes_through_torchvision(make
     assert torch.equal(got, want) and got.shape[0] == want.shape[0]
 
 
-def test_held_hybrid_batches_are_never_overwritten_by_later_ones(folder):
+def test_held_hybrid_batches_are_never_overwritten_by_later_ones(image_folder):
     """The tail's batches reuse their memory only once nobody holds them."""
     transforms = [T.RandomResizedCrop(16), T.AutoAugment(), T.ToTensor(), T.Normalize(MEAN, STD)]
     def loader():
-        return fastload.DataLoader(fastload.ImageFolder(folder, transforms=transforms), batch_size=2, seed=5)
+        return fastload.DataLoader(fastload.ImageFolder(image_folder, transforms=transforms), batch_size=2, seed=5)
 
     copies = [[batch[0].clone(), batch[1]] for batch in loader()]
     held = list(loader())  # every batch kept alive at once
@@ -669,9 +664,9 @@ UNFUSED = {  # name: (transforms, native prefix, python tail)
 
 
 @pytest.mark.parametrize("name", UNFUSED)
-def test_a_prefix_that_stops_fusing_is_cut_there_and_the_rest_runs_in_python(folder, name):
+def test_a_prefix_that_stops_fusing_is_cut_there_and_the_rest_runs_in_python(image_folder, name):
     transforms, prefix, tail = UNFUSED[name]
-    dataset = torchvision.datasets.ImageFolder(folder, transform=T.Compose(transforms))
+    dataset = torchvision.datasets.ImageFolder(image_folder, transform=T.Compose(transforms))
     loader = fastload.DataLoader(dataset, batch_size=4)
     assert loader.path.startswith(f"hybrid: native [{prefix}] + python [{tail}]"), loader.path
     assert "does not fuse after the native transforms before it" in loader.path
@@ -681,13 +676,13 @@ def test_a_prefix_that_stops_fusing_is_cut_there_and_the_rest_runs_in_python(fol
     assert images.shape == want.shape and images.dtype == want.dtype
 
 
-def test_a_prefix_that_never_fuses_stays_generic_with_the_reason(folder):
-    dataset = torchvision.datasets.ImageFolder(folder, transform=T.Compose([T.Resize(12), T.ToTensor()]))
+def test_a_prefix_that_never_fuses_stays_generic_with_the_reason(image_folder):
+    dataset = torchvision.datasets.ImageFolder(image_folder, transform=T.Compose([T.Resize(12), T.ToTensor()]))
     assert fastload.DataLoader(dataset, batch_size=2).path.startswith("generic: Resize(")
 
 
 @pytest.mark.parametrize("tail_on", ["inline", "threads"])
-def test_the_tail_runs_on_one_intra_op_thread_and_the_loop_keeps_its_own(folder, tail_on):
+def test_the_tail_runs_on_one_intra_op_thread_and_the_loop_keeps_its_own(image_folder, tail_on):
     seen = []
 
     def record(image):
@@ -697,7 +692,7 @@ def test_the_tail_runs_on_one_intra_op_thread_and_the_loop_keeps_its_own(folder,
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        dataset = torchvision.datasets.ImageFolder(folder, transform=T.Compose([T.RandomResizedCrop(16), record,
+        dataset = torchvision.datasets.ImageFolder(image_folder, transform=T.Compose([T.RandomResizedCrop(16), record,
                                                                                T.ToTensor()]))
         for _ in fastload.DataLoader(dataset, batch_size=4, tail_on=tail_on):
             assert torch.get_num_threads() == 2  # the training loop's setting, between batches
@@ -707,7 +702,7 @@ def test_the_tail_runs_on_one_intra_op_thread_and_the_loop_keeps_its_own(folder,
 
 
 @pytest.mark.timeout(60)
-def test_worker_processes_end_when_their_parent_ends_without_closing(folder):
+def test_worker_processes_end_when_their_parent_ends_without_closing(image_folder):
     """A training process that os._exit()s (or is killed) with a hybrid loader open must not
     leave its tail workers behind."""
     import subprocess
@@ -718,7 +713,7 @@ def test_worker_processes_end_when_their_parent_ends_without_closing(folder):
     code = textwrap.dedent(f"""
         import multiprocessing, os, torchvision, fastload
         from torchvision import transforms as T
-        dataset = torchvision.datasets.ImageFolder({folder!r}, transform=T.Compose(
+        dataset = torchvision.datasets.ImageFolder({image_folder!r}, transform=T.Compose(
             [T.RandomResizedCrop(16), T.RandomInvert(), T.ToTensor()]))
         loader = fastload.DataLoader(dataset, batch_size=2, num_workers=2, tail_on="processes")
         next(iter(loader))

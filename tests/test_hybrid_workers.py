@@ -22,15 +22,6 @@ pytestmark = pytest.mark.skipif(not _ext.has_ops(), reason="fastload._C not buil
 SAMPLES = 8  # 2 classes x 4 images
 
 
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    import jpeg_samples as js
-
-    root = tmp_path_factory.mktemp("hybrid_workers")
-    js.write_image_folder(root, classes=2, per_class=4, size=(40, 52))
-    return str(root)
-
-
 class FailOn:
     """A Python transform that hangs or kills its own process on the image whose pixel sum
     is `marker`'s (one chosen sample), once only when `flag` names a file not there yet
@@ -56,9 +47,9 @@ def _pixel_sum(image) -> int:
     return int(np.asarray(image, dtype=np.int64).sum())
 
 
-def _dataset(folder, tail):
+def _dataset(image_folder, tail):
     # CenterCrop: a deterministic prefix, so the chosen sample's image is known beforehand.
-    return datasets.ImageFolder(folder, transform=T.Compose([T.Resize(32), T.CenterCrop(32), tail, T.ToTensor()]))
+    return datasets.ImageFolder(image_folder, transform=T.Compose([T.Resize(32), T.CenterCrop(32), tail, T.ToTensor()]))
 
 
 class Record:
@@ -70,10 +61,10 @@ class Record:
         return image
 
 
-def _marker(folder, sample: int) -> int:
+def _marker(image_folder, sample: int) -> int:
     """The pixel sum of `sample`'s image as the tail gets it (the engine's prefix, inline)."""
     record = Record()
-    loader = fastload.DataLoader(_dataset(folder, record), batch_size=4, num_workers=0)
+    loader = fastload.DataLoader(_dataset(image_folder, record), batch_size=4, num_workers=0)
     assert loader.path.startswith("hybrid: "), loader.path
     list(loader)
     assert len(set(record.sums)) == SAMPLES  # each sample told apart by its sum
@@ -87,8 +78,8 @@ def _loader(dataset, **kwargs):
 
 
 @pytest.mark.timeout(60)
-def test_hanging_tail_in_worker_honours_timeout_on_the_runner(folder):
-    loader = _loader(_dataset(folder, FailOn("hang", _marker(folder, 5))))
+def test_hanging_tail_in_worker_honours_timeout_on_the_runner(image_folder):
+    loader = _loader(_dataset(image_folder, FailOn("hang", _marker(image_folder, 5))))
     runner = loader._runner
     runner.timeout = 2
     started = time.monotonic()
@@ -101,9 +92,9 @@ def test_hanging_tail_in_worker_honours_timeout_on_the_runner(folder):
 
 
 @pytest.mark.timeout(60)
-def test_hanging_tail_in_worker_honours_the_loaders_timeout(folder, tmp_path):
+def test_hanging_tail_in_worker_honours_the_loaders_timeout(image_folder, tmp_path):
     flag = str(tmp_path / "hung_once")
-    dataset = _dataset(folder, FailOn("hang", _marker(folder, 5), flag=flag))
+    dataset = _dataset(image_folder, FailOn("hang", _marker(image_folder, 5), flag=flag))
     loader = _loader(dataset, timeout=2)
     with pytest.raises(RuntimeError, match=r"DataLoader timed out after 2 seconds") as raised:
         list(loader)
@@ -112,8 +103,8 @@ def test_hanging_tail_in_worker_honours_the_loaders_timeout(folder, tmp_path):
 
 
 @pytest.mark.timeout(60)
-def test_killed_tail_worker_names_pid_and_signal(folder):
-    loader = _loader(_dataset(folder, FailOn("kill", _marker(folder, 2))))
+def test_killed_tail_worker_names_pid_and_signal(image_folder):
+    loader = _loader(_dataset(image_folder, FailOn("kill", _marker(image_folder, 2))))
     with pytest.raises(RuntimeError, match=r"DataLoader worker \(pid \d+\) is killed by signal: Killed\.") as raised:
         list(loader)
     message = str(raised.value)
@@ -122,9 +113,9 @@ def test_killed_tail_worker_names_pid_and_signal(folder):
 
 
 @pytest.mark.timeout(90)
-def test_next_epoch_after_killed_worker_starts_fresh_workers(folder, tmp_path):
+def test_next_epoch_after_killed_worker_starts_fresh_workers(image_folder, tmp_path):
     flag = str(tmp_path / "killed_once")
-    dataset = _dataset(folder, FailOn("kill", _marker(folder, 6), flag=flag))
+    dataset = _dataset(image_folder, FailOn("kill", _marker(image_folder, 6), flag=flag))
     loader = _loader(dataset)
     with pytest.raises(RuntimeError, match="is killed by signal"):
         list(loader)
@@ -140,10 +131,10 @@ def test_next_epoch_after_killed_worker_starts_fresh_workers(folder, tmp_path):
 
 @pytest.mark.timeout(60)
 @pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
-def test_an_abandoned_epoch_discards_its_batches_in_flight(folder):
+def test_an_abandoned_epoch_discards_its_batches_in_flight(image_folder):
     import gc
 
-    loader = _loader(_dataset(folder, Record()))
+    loader = _loader(_dataset(image_folder, Record()))
     iterator = iter(loader)
     next(iterator)  # the second batch is in flight
     del iterator

@@ -51,7 +51,7 @@ def save(path, array, fmt="JPEG", mode=None, **kwargs):
 
 
 @pytest.fixture(scope="module")
-def folder(tmp_path_factory):
+def mixed_format_folder(tmp_path_factory):
     """An ImageFolder of varied JPEGs: sizes, grayscale, CMYK, progressive, plus a PNG."""
     root = tmp_path_factory.mktemp("folder")
     sizes = [(48, 64), (64, 48), (97, 131), (33, 35), (120, 90), (75, 200), (200, 75), (64, 64)]
@@ -79,16 +79,16 @@ def psnr(a, b):
     return float("inf") if mse == 0 else 10 * np.log10(255.0 ** 2 / mse)
 
 
-def test_imagefolder_discovers_like_torchvision(folder):
-    ours = fastload.ImageFolder(folder)
-    theirs = torchvision.datasets.ImageFolder(folder)
+def test_imagefolder_discovers_like_torchvision(mixed_format_folder):
+    ours = fastload.ImageFolder(mixed_format_folder)
+    theirs = torchvision.datasets.ImageFolder(mixed_format_folder)
     assert ours.classes == theirs.classes and ours.class_to_idx == theirs.class_to_idx
     assert ours.targets == theirs.targets
     assert [ours.index.source(i) for i in range(len(ours))] == [p for p, _ in theirs.samples]
 
 
-def test_train_batch_without_dct_scaling_matches_reference(folder):
-    dataset = fastload.ImageFolder(folder, ops=TRAIN, seed=3)
+def test_train_batch_without_dct_scaling_matches_reference(mixed_format_folder):
+    dataset = fastload.ImageFolder(mixed_format_folder, ops=TRAIN, seed=3)
     indices = list(range(len(dataset)))
     (images, labels), stats = run(dataset, indices, epoch=2, dct_scaling=False)
     assert images.shape == (len(indices), 3, 32, 32) and images.dtype == torch.float32
@@ -115,11 +115,11 @@ def test_dct_scaled_decode_stays_close(tmp_path):
         assert psnr(scaled[i], exact[i]) >= MIN_PSNR_DB
 
 
-def test_eval_pipeline_matches_torchvision_pil(folder):
+def test_eval_pipeline_matches_torchvision_pil(mixed_format_folder):
     """dct_scaling=False: within 2 uint8 levels of torchvision + PIL on >= 99.9% of values."""
     transform = v2.Compose([v2.Resize(40), v2.CenterCrop(36), v2.PILToTensor()])
-    theirs = torchvision.datasets.ImageFolder(folder, transform=transform)
-    ours = fastload.ImageFolder(folder, ops=[ops.Resize(40), ops.CenterCrop(36)])
+    theirs = torchvision.datasets.ImageFolder(mixed_format_folder, transform=transform)
+    ours = fastload.ImageFolder(mixed_format_folder, ops=[ops.Resize(40), ops.CenterCrop(36)])
     (images, labels), _ = run(ours, list(range(len(ours))), dct_scaling=False)
     expected = torch.stack([theirs[i][0] for i in range(len(theirs))])
     diff = (images.int() - expected.int()).abs()
@@ -127,8 +127,8 @@ def test_eval_pipeline_matches_torchvision_pil(folder):
     assert labels.tolist() == theirs.targets
 
 
-def test_same_batches_whatever_the_thread_count(folder):
-    dataset = fastload.ImageFolder(folder, ops=TRAIN, seed=5)
+def test_same_batches_whatever_the_thread_count(mixed_format_folder):
+    dataset = fastload.ImageFolder(mixed_format_folder, ops=TRAIN, seed=5)
     indices = [3, 1, 4, 1, 5, 9, 2, 6]
     (one, _), _ = run(dataset, indices, epoch=1, threads=1)
     (two, _), _ = run(dataset, indices, epoch=1, threads=2)
@@ -139,8 +139,8 @@ def test_same_batches_whatever_the_thread_count(folder):
 
 
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.bfloat16, torch.float16])
-def test_dtypes_and_channels_last(folder, dtype):
-    dataset = fastload.ImageFolder(folder, ops=[ops.Resize((20, 30)), ops.ToDtype(dtype, scale=True)])
+def test_dtypes_and_channels_last(mixed_format_folder, dtype):
+    dataset = fastload.ImageFolder(mixed_format_folder, ops=[ops.Resize((20, 30)), ops.ToDtype(dtype, scale=True)])
     plan = build_plan(dataset.ops)
     runner = NativeRunner(dataset.index, plan, memory_format=torch.channels_last)
     images, _ = runner.result(runner.submit([0, 1, 2], 0))
@@ -215,12 +215,13 @@ def test_skip_counts_each_bad_sample_once_per_epoch(tmp_path, shuffle):
 
 
 @pytest.mark.parametrize("api", ["v1", "v2"])
-def test_torchvision_transforms_in_a_fastload_dataset_become_fastload_ops(folder, api):
+def test_torchvision_transforms_in_a_fastload_dataset_become_fastload_ops(mixed_format_folder, api):
     T = torchvision.transforms if api == "v1" else v2
     transforms = [T.Compose([T.RandomResizedCrop(32), T.RandomHorizontalFlip()]), T.ToTensor() if api == "v1"
                   else T.Compose([T.ToImage(), T.ToDtype(torch.float32, scale=True)]), T.Normalize(MEAN, STD)]
-    converted = fastload.ImageFolder(folder, ops=transforms, seed=3)
-    native = fastload.ImageFolder(folder, ops=TRAIN[:2] + [ops.ToDtype(torch.float32, scale=True), TRAIN[2]],
+    converted = fastload.ImageFolder(mixed_format_folder, ops=transforms, seed=3)
+    native = fastload.ImageFolder(mixed_format_folder,
+                                  ops=TRAIN[:2] + [ops.ToDtype(torch.float32, scale=True), TRAIN[2]],
                                   seed=3)
     assert converted.ops == native.ops
     loader = fastload.DataLoader(converted, batch_size=4)
@@ -230,16 +231,16 @@ def test_torchvision_transforms_in_a_fastload_dataset_become_fastload_ops(folder
         assert torch.equal(images, want_images) and torch.equal(labels, want_labels)
 
 
-def test_a_transform_without_fastload_equivalent_is_refused_at_construction(folder):
+def test_a_transform_without_fastload_equivalent_is_refused_at_construction(mixed_format_folder):
     # First: with nothing native before it there is no native prefix to run (after a native
     # prefix it would start a Python tail, tests/test_hybrid.py).
     with pytest.raises(fastload.UnsupportedPipeline, match=r"transforms\[0\] is the torchvision transform Grayscale.*"
                                                          r"fastload\.transforms\.Resize.*torchvision\.datasets\.ImageFolder"):
-        fastload.ImageFolder(folder, ops=[v2.Grayscale(), ops.CenterCrop(8)])
+        fastload.ImageFolder(mixed_format_folder, ops=[v2.Grayscale(), ops.CenterCrop(8)])
     with pytest.raises(fastload.UnsupportedPipeline, match="LANCZOS"):
         fastload.FileList([], ops=[torchvision.transforms.Resize(8, interpolation=v2.InterpolationMode.LANCZOS)])
     with pytest.raises(TypeError, match=r"expected transforms made of fastload's transforms .* at transforms\[0\]"):
-        fastload.ImageFolder(folder, ops=[lambda image: image])
+        fastload.ImageFolder(mixed_format_folder, ops=[lambda image: image])
 
 
 def test_decompression_bomb_limit(tmp_path):
@@ -252,11 +253,11 @@ def test_decompression_bomb_limit(tmp_path):
     runner.close()
 
 
-def test_zero_code_torchvision_imagefolder(folder):
+def test_zero_code_torchvision_imagefolder(mixed_format_folder):
     """An unchanged torchvision script: the loader runs it natively, same output contract."""
     transform = v2.Compose([v2.RandomResizedCrop(24), v2.RandomHorizontalFlip(), v2.ToImage(),
                             v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)])
-    dataset = torchvision.datasets.ImageFolder(folder, transform=transform)
+    dataset = torchvision.datasets.ImageFolder(mixed_format_folder, transform=transform)
     loader = fastload.DataLoader(dataset, batch_size=4, shuffle=True, num_workers=2)
     batches = list(loader)
     assert loader.path.startswith("native"), loader.path
@@ -272,7 +273,7 @@ def test_zero_code_torchvision_imagefolder(folder):
 
     generic = fastload.DataLoader(dataset, batch_size=4, accelerate=False)
     assert generic.path.startswith("generic") and "accelerate=False" in generic.path
-    grayscale = torchvision.datasets.ImageFolder(folder, transform=v2.Compose([v2.Grayscale(), transform]))
+    grayscale = torchvision.datasets.ImageFolder(mixed_format_folder, transform=v2.Compose([v2.Grayscale(), transform]))
     assert "Grayscale" in fastload.DataLoader(grayscale, batch_size=4).path
 
 
@@ -303,10 +304,10 @@ def run_mode(dataset, indices, decode_on, epoch=0, **plan_options):
 
 @pytest.mark.parametrize("decode_on", ["cpu+gpu", "gpu"])
 @pytest.mark.parametrize("pipeline", [TRAIN, [ops.Resize(40), ops.CenterCrop(36), ops.Normalize(MEAN, STD)]])
-def test_device_modes_match_the_cpu_mode(folder, decode_on, pipeline):
+def test_device_modes_match_the_cpu_mode(mixed_format_folder, decode_on, pipeline):
     """cpu+gpu (CPU decodes windows, device augments) and gpu (device decodes whole
     images) produce the batches the CPU path does; PNG and bad samples are repaired."""
-    dataset = fastload.ImageFolder(folder, ops=pipeline, seed=4)
+    dataset = fastload.ImageFolder(mixed_format_folder, ops=pipeline, seed=4)
     indices = list(range(len(dataset)))
     (expected, labels), _ = run_mode(dataset, indices, "cpu", epoch=1, dct_scaling=False)
     (images, got_labels), stats = run_mode(dataset, indices, decode_on, epoch=1, dct_scaling=False)
@@ -331,10 +332,10 @@ def test_device_modes_apply_error_policy(bad_folder, decode_on):
 
 @pytest.mark.parametrize("decode_on, producer", [("cpu", "CpuProducer"), ("cpu+gpu", "CpuGpuProducer"),
                                                   ("gpu", "GpuProducer")])
-def test_each_decode_on_mode_runs_on_its_own_producer(folder, decode_on, producer):
+def test_each_decode_on_mode_runs_on_its_own_producer(mixed_format_folder, decode_on, producer):
     from fastload.decode.nvjpeg import NvjpegDecoder
 
-    dataset = fastload.ImageFolder(folder, ops=[ops.CenterCrop(16)])
+    dataset = fastload.ImageFolder(mixed_format_folder, ops=[ops.CenterCrop(16)])
     runner = NativeRunner(dataset.index, build_plan(dataset.ops), decode_on=decode_on, device="cpu")
     try:
         assert type(runner.producer).__name__ == producer and runner.decode_on == decode_on
@@ -343,8 +344,8 @@ def test_each_decode_on_mode_runs_on_its_own_producer(folder, decode_on, produce
         runner.close()
 
 
-def test_runner_arguments_are_checked_with_the_common_messages(folder):
-    dataset = fastload.ImageFolder(folder, ops=[ops.CenterCrop(16)])
+def test_runner_arguments_are_checked_with_the_common_messages(mixed_format_folder):
+    dataset = fastload.ImageFolder(mixed_format_folder, ops=[ops.CenterCrop(16)])
     plan = build_plan(dataset.ops)
     with pytest.raises(ValueError, match=r"fastload\.NativeRunner: expected on_error='raise' or 'skip', got 'ignore'"):
         NativeRunner(dataset.index, plan, on_error="ignore")
@@ -357,8 +358,8 @@ def test_runner_arguments_are_checked_with_the_common_messages(folder):
     runner.close()
 
 
-def test_runner_stats_keys_end_in_s_for_seconds(folder):
-    dataset = fastload.ImageFolder(folder, ops=[ops.CenterCrop(16)])
+def test_runner_stats_keys_end_in_s_for_seconds(mixed_format_folder):
+    dataset = fastload.ImageFolder(mixed_format_folder, ops=[ops.CenterCrop(16)])
     runner = NativeRunner(dataset.index, build_plan(dataset.ops), num_threads=2)
     runner.result(runner.submit([0, 1, 2], 0))
     stats = runner.stats(reset=True)
@@ -373,12 +374,12 @@ def test_runner_stats_keys_end_in_s_for_seconds(folder):
     runner.close()
 
 
-def test_native_loader_resumes_bit_for_bit_with_a_drawn_seed(folder):
+def test_native_loader_resumes_bit_for_bit_with_a_drawn_seed(mixed_format_folder):
     """seed=None draws the augmentation seed; the state carries it, so a new process
     (whose global RNG differs) resumes with the same crops and flips."""
     from resume_helpers import check_resume_at_every_position
 
-    dataset = fastload.ImageFolder(folder, ops=TRAIN)
+    dataset = fastload.ImageFolder(mixed_format_folder, ops=TRAIN)
 
     def make():
         # The helper builds the reference, then per position a run to interrupt (odd
@@ -404,10 +405,10 @@ def test_loader_dct_scaling_option_reaches_the_engine(tmp_path):
     assert torch.equal(exact, expected) and not torch.equal(scaled, exact)
 
 
-def test_generic_twin_of_a_native_dataset_gives_the_native_batches(folder):
+def test_generic_twin_of_a_native_dataset_gives_the_native_batches(mixed_format_folder):
     """accelerate=False runs dataset[i] (PIL + reference) with the epoch and the seed the
     native path uses: the same batches, to float rounding."""
-    dataset = fastload.ImageFolder(folder, ops=[ops.RandomResizedCrop(24), ops.RandomHorizontalFlip(),
+    dataset = fastload.ImageFolder(mixed_format_folder, ops=[ops.RandomResizedCrop(24), ops.RandomHorizontalFlip(),
                                                 ops.Normalize(MEAN, STD)], seed=11)
 
     def epochs(accelerate):
@@ -425,8 +426,8 @@ def test_generic_twin_of_a_native_dataset_gives_the_native_batches(folder):
             assert torch.equal(twin_labels, labels)
 
 
-def test_breaking_out_of_an_epoch_releases_the_batches_in_flight(folder):
-    dataset = fastload.ImageFolder(folder, ops=TRAIN)
+def test_breaking_out_of_an_epoch_releases_the_batches_in_flight(mixed_format_folder):
+    dataset = fastload.ImageFolder(mixed_format_folder, ops=TRAIN)
     loader = fastload.DataLoader(dataset, batch_size=2, num_workers=2, prefetch_factor=2)
     for epoch in range(3):
         for _ in loader:
@@ -436,10 +437,10 @@ def test_breaking_out_of_an_epoch_releases_the_batches_in_flight(folder):
     assert len(list(loader)) == len(loader)
 
 
-def test_native_feed_yields_the_runners_batches_in_order_and_releases_them_on_close(folder):
+def test_native_feed_yields_the_runners_batches_in_order_and_releases_them_on_close(mixed_format_folder):
     from fastload.native import NativeFeed
 
-    dataset = fastload.ImageFolder(folder, ops=[ops.CenterCrop(16)])
+    dataset = fastload.ImageFolder(mixed_format_folder, ops=[ops.CenterCrop(16)])
     runner = NativeRunner(dataset.index, build_plan(dataset.ops), num_threads=2)
     batches = [[0, 1, 2], [3, 4], [5, 6, 7], [8]]
     got = list(NativeFeed(runner, iter(batches), epoch=0, depth=2))
@@ -455,11 +456,12 @@ def test_native_feed_yields_the_runners_batches_in_order_and_releases_them_on_cl
     runner.close()
 
 
-def test_dtypes_the_engine_cannot_write_fall_back_or_convert(folder):
+def test_dtypes_the_engine_cannot_write_fall_back_or_convert(mixed_format_folder):
     transform = v2.Compose([v2.CenterCrop(8), v2.ToImage(), v2.ToDtype(torch.float64, scale=True)])
-    loader = fastload.DataLoader(torchvision.datasets.ImageFolder(folder, transform=transform), batch_size=4)
+    dataset = torchvision.datasets.ImageFolder(mixed_format_folder, transform=transform)
+    loader = fastload.DataLoader(dataset, batch_size=4)
     assert "float64" in loader.path and next(iter(loader))[0].dtype == torch.float64
-    dataset = fastload.ImageFolder(folder, ops=[ops.CenterCrop(8), ops.Normalize(MEAN, STD)])
+    dataset = fastload.ImageFolder(mixed_format_folder, ops=[ops.CenterCrop(8), ops.Normalize(MEAN, STD)])
     loader = fastload.DataLoader(dataset, batch_size=4, dtype=torch.float64)
     assert loader.path.startswith("native") and next(iter(loader))[0].dtype == torch.float64
 
@@ -473,20 +475,21 @@ def test_distributed_true_refuses_data_it_cannot_shard():
         fastload.DataLoader(Stream(), batch_size=2, distributed=True)
 
 
-def test_without_the_extension_native_datasets_fail_early_and_torchvision_falls_back(folder, monkeypatch):
+def test_without_the_extension_native_datasets_fail_early_and_torchvision_falls_back(mixed_format_folder, monkeypatch):
     from fastload import _ext
 
     monkeypatch.setattr(_ext, "_load", lambda: (None, ImportError("fastload._C not built")))
     with pytest.raises(_ext.NotBuiltError, match="make build"):
-        fastload.DataLoader(fastload.ImageFolder(folder, ops=TRAIN), batch_size=4)
+        fastload.DataLoader(fastload.ImageFolder(mixed_format_folder, ops=TRAIN), batch_size=4)
     transform = v2.Compose([v2.CenterCrop(8), v2.ToImage(), v2.ToDtype(torch.float32, scale=True)])
-    loader = fastload.DataLoader(torchvision.datasets.ImageFolder(folder, transform=transform), batch_size=4)
+    dataset = torchvision.datasets.ImageFolder(mixed_format_folder, transform=transform)
+    loader = fastload.DataLoader(dataset, batch_size=4)
     assert loader.path == "generic: fastload._C is not built (make build)"
     assert next(iter(loader))[0].shape == (4, 3, 8, 8)
 
 
-def test_batch_memory_is_reused_only_once_nobody_holds_it(folder):
-    dataset = fastload.ImageFolder(folder, ops=TRAIN)
+def test_batch_memory_is_reused_only_once_nobody_holds_it(mixed_format_folder):
+    dataset = fastload.ImageFolder(mixed_format_folder, ops=TRAIN)
     runner = NativeRunner(dataset.index, build_plan(dataset.ops))
     first, _ = runner.result(runner.submit([0, 1], 0))
     view = first[1, 0]  # a view keeps the memory as surely as the batch does
@@ -522,12 +525,12 @@ def wait_for_child(pid, timeout=30.0):
     pytest.fail(f"the forked child hung (killed after {timeout} s)")
 
 
-def test_a_forked_child_can_drop_the_engine_without_hanging(folder):
+def test_a_forked_child_can_drop_the_engine_without_hanging(mixed_format_folder):
     """DataLoader workers are forked: an engine (or a batch in flight) collected there must
     neither join threads that do not exist in the child nor wait for their jobs."""
     import gc
 
-    dataset = fastload.ImageFolder(folder, ops=TRAIN)
+    dataset = fastload.ImageFolder(mixed_format_folder, ops=TRAIN)
     runner = NativeRunner(dataset.index, build_plan(dataset.ops), num_threads=2)
     batch = list(range(len(dataset))) * 300  # long enough to be in flight at the fork
     ticket = runner.submit(batch, 0)
@@ -547,13 +550,13 @@ def test_a_forked_child_can_drop_the_engine_without_hanging(folder):
     runner.close()
 
 
-def test_a_forked_child_can_destroy_an_inherited_idle_engine(folder):
+def test_a_forked_child_can_destroy_an_inherited_idle_engine(mixed_format_folder):
     """A loader made before the fork, its threads idle (waiting for work) at the fork:
     the child drops its copy (as a DataLoader worker's garbage collection would), so the
     engine is destroyed there, and must not wait on what the parent's threads wait on."""
     import gc
 
-    dataset = fastload.ImageFolder(folder, ops=TRAIN)
+    dataset = fastload.ImageFolder(mixed_format_folder, ops=TRAIN)
     runner = NativeRunner(dataset.index, build_plan(dataset.ops), num_threads=3)
     runner.result(runner.submit([0, 1, 2], 0))  # the workers ran, and now wait idle
     pid = os.fork()

@@ -61,22 +61,22 @@ def jpeg_folder(root) -> str:
 
 
 @pytest.fixture(scope="module")
-def folder(tmp_path_factory):
+def jpeg_kinds_folder(tmp_path_factory):
     return jpeg_folder(tmp_path_factory.mktemp("src"))
 
 
 @pytest.fixture(scope="module")
-def prepared(folder, tmp_path_factory):
+def prepared(jpeg_kinds_folder, tmp_path_factory):
     out = tmp_path_factory.mktemp("prepared")
-    return fastload.prepare(folder, str(out), samples_per_shard=4, num_workers=0)
+    return fastload.prepare(jpeg_kinds_folder, str(out), samples_per_shard=4, num_workers=0)
 
 
 def decode(data: bytes, window=()) -> torch.Tensor:
     return ops.decode_jpeg(js.as_tensor(data), list(window))
 
 
-def test_lossless_shards_decode_to_the_original_pixels(folder, prepared):
-    original = fastload.ImageFolder(folder)
+def test_lossless_shards_decode_to_the_original_pixels(jpeg_kinds_folder, prepared):
+    original = fastload.ImageFolder(jpeg_kinds_folder)
     shards = fastload.TarShards(prepared.root)
     assert len(shards) == len(original) and shards.targets == original.targets
     assert prepared.manifest["kinds"] == {"prepared": len(SAMPLES) + 2, "as_is": 1}
@@ -122,8 +122,8 @@ def loader_batches(dataset, seed=0):
     [T.RandomResizedCrop(24, scale=(0.05, 0.3)), T.RandomHorizontalFlip()],
     [T.Resize(40), T.CenterCrop(32)],
 ], ids=["small-crops", "centre"])
-def test_loader_on_lossless_shards_gives_the_original_folders_batches(folder, prepared, pipeline):
-    original_loader, original = loader_batches(fastload.ImageFolder(folder, transforms=pipeline, seed=7))
+def test_loader_on_lossless_shards_gives_the_original_folders_batches(jpeg_kinds_folder, prepared, pipeline):
+    original_loader, original = loader_batches(fastload.ImageFolder(jpeg_kinds_folder, transforms=pipeline, seed=7))
     shards_loader, shards = loader_batches(fastload.TarShards(prepared.root, transforms=pipeline, seed=7))
     assert shards_loader.path.startswith("native") and original_loader.path.startswith("native")
     assert len(original) == len(shards)
@@ -161,7 +161,7 @@ def test_engine_refuses_a_malformed_segment_index_marker(tmp_path):
         next(iter(fastload.DataLoader(dataset, batch_size=1)))
 
 
-def test_interrupted_preparation_keeps_finished_shards_and_redoes_the_rest(folder, tmp_path, monkeypatch):
+def test_interrupted_preparation_keeps_finished_shards_and_redoes_the_rest(jpeg_kinds_folder, tmp_path, monkeypatch):
     from fastload.prepare import run
 
     real = run.enc.encode
@@ -174,7 +174,7 @@ def test_interrupted_preparation_keeps_finished_shards_and_redoes_the_rest(folde
     monkeypatch.setattr(run.enc, "encode", interrupted)
     out = tmp_path / "out"
     with pytest.raises(KeyboardInterrupt):
-        fastload.prepare(folder, str(out), samples_per_shard=2, num_workers=0)
+        fastload.prepare(jpeg_kinds_folder, str(out), samples_per_shard=2, num_workers=0)
     names = sorted(os.listdir(out))
     # Shards 0 and 1 are whole; shard 2 (samples 4, 5) was never renamed into place.
     assert [n for n in names if n.endswith(".tar")] == ["shard-000000.tar", "shard-000001.tar"]
@@ -184,15 +184,15 @@ def test_interrupted_preparation_keeps_finished_shards_and_redoes_the_rest(folde
         fastload.TarShards(str(out))  # no manifest yet: not a prepared dataset
 
     monkeypatch.setattr(run.enc, "encode", real)
-    resumed = fastload.prepare(folder, str(out), samples_per_shard=2, num_workers=0)
+    resumed = fastload.prepare(jpeg_kinds_folder, str(out), samples_per_shard=2, num_workers=0)
     assert resumed.redone == len(resumed.shards) - 2
     assert {n: os.stat(out / n).st_ino for n in kept} == kept
-    fresh = fastload.prepare(folder, str(tmp_path / "fresh"), samples_per_shard=2, num_workers=0)
+    fresh = fastload.prepare(jpeg_kinds_folder, str(tmp_path / "fresh"), samples_per_shard=2, num_workers=0)
     assert [s["sha256"] for s in resumed.manifest["shards"]] == [s["sha256"] for s in fresh.manifest["shards"]]
 
 
-def test_parallel_preparation_writes_the_same_shards(folder, prepared, tmp_path):
-    parallel = fastload.prepare(folder, str(tmp_path / "p"), samples_per_shard=4, num_workers=2)
+def test_parallel_preparation_writes_the_same_shards(jpeg_kinds_folder, prepared, tmp_path):
+    parallel = fastload.prepare(jpeg_kinds_folder, str(tmp_path / "p"), samples_per_shard=4, num_workers=2)
     assert [s["sha256"] for s in parallel.manifest["shards"]] == [s["sha256"] for s in prepared.manifest["shards"]]
 
 
@@ -213,8 +213,8 @@ def test_corrupt_sources_raise_or_are_skipped_and_listed(tmp_path):
     assert out.manifest["shards"][0]["count"] == 1 and len(fastload.TarShards(out.root)) == 1
 
 
-def test_tampered_manifest_or_shard_is_refused(folder, tmp_path):
-    out = fastload.prepare(folder, str(tmp_path / "out"), samples_per_shard=4, num_workers=0)
+def test_tampered_manifest_or_shard_is_refused(jpeg_kinds_folder, tmp_path):
+    out = fastload.prepare(jpeg_kinds_folder, str(tmp_path / "out"), samples_per_shard=4, num_workers=0)
     manifest_path = os.path.join(out.root, "fastload-manifest.json")
     record = json.load(open(manifest_path))
     record["shards"][0]["count"] += 1
@@ -222,7 +222,7 @@ def test_tampered_manifest_or_shard_is_refused(folder, tmp_path):
     with pytest.raises(ManifestError, match="edited after preparation"):
         fastload.TarShards(out.root)
 
-    out = fastload.prepare(folder, str(tmp_path / "out2"), samples_per_shard=4, num_workers=0)
+    out = fastload.prepare(jpeg_kinds_folder, str(tmp_path / "out2"), samples_per_shard=4, num_workers=0)
     shard = out.shards[1]
     with tarfile.open(shard) as tar:
         member = next(m for m in tar.getmembers() if m.name.endswith(".jpg"))
@@ -240,10 +240,10 @@ def test_tampered_manifest_or_shard_is_refused(folder, tmp_path):
         fastload.TarShards(out.shards)
 
 
-def test_resize_mode_bounds_the_longer_side_and_stores_raw_pixels(folder, tmp_path):
-    out = fastload.prepare(folder, str(tmp_path / "out"), max_side=64, quality=85, raw_fraction=0.3,
+def test_resize_mode_bounds_the_longer_side_and_stores_raw_pixels(jpeg_kinds_folder, tmp_path):
+    out = fastload.prepare(jpeg_kinds_folder, str(tmp_path / "out"), max_side=64, quality=85, raw_fraction=0.3,
                            samples_per_shard=4, num_workers=0)
-    original, shards = fastload.ImageFolder(folder), fastload.TarShards(out.root)
+    original, shards = fastload.ImageFolder(jpeg_kinds_folder), fastload.TarShards(out.root)
     assert out.manifest["settings"]["max_side"] == 64 and not out.manifest["exploit"]["pixel_identical"]
     kinds = out.manifest["kinds"]
     assert kinds["raw"] == sum(shards.index.members[i].endswith(".ppm") for i in range(len(shards))) >= 2
@@ -263,18 +263,19 @@ def test_resize_mode_bounds_the_longer_side_and_stores_raw_pixels(folder, tmp_pa
     assert images.shape == (len(shards), 3, 16, 16)
 
 
-def test_another_preparation_in_the_destination_is_refused_without_overwrite(folder, tmp_path):
-    fastload.prepare(folder, str(tmp_path / "out"), samples_per_shard=4, num_workers=0)
+def test_another_preparation_in_the_destination_is_refused_without_overwrite(jpeg_kinds_folder, tmp_path):
+    fastload.prepare(jpeg_kinds_folder, str(tmp_path / "out"), samples_per_shard=4, num_workers=0)
     with pytest.raises(ValueError, match="overwrite=True"):
-        fastload.prepare(folder, str(tmp_path / "out"), samples_per_shard=3, num_workers=0)
-    again = fastload.prepare(folder, str(tmp_path / "out"), samples_per_shard=3, num_workers=0, overwrite=True)
+        fastload.prepare(jpeg_kinds_folder, str(tmp_path / "out"), samples_per_shard=3, num_workers=0)
+    again = fastload.prepare(jpeg_kinds_folder, str(tmp_path / "out"), samples_per_shard=3, num_workers=0,
+                             overwrite=True)
     assert again.redone == len(again.shards) and len(fastload.TarShards(again.root)) == len(SAMPLES) + 3
 
 
-def test_prepare_command_line(folder, tmp_path, capsys):
+def test_prepare_command_line(jpeg_kinds_folder, tmp_path, capsys):
     from fastload.prepare.cli import main
 
-    assert main([folder, str(tmp_path / "out"), "--workers", "0", "--samples-per-shard", "5"]) == 0
+    assert main([jpeg_kinds_folder, str(tmp_path / "out"), "--workers", "0", "--samples-per-shard", "5"]) == 0
     assert "samples in 3 shards" in capsys.readouterr().out
     assert main([str(tmp_path / "nowhere"), str(tmp_path / "x"), "--workers", "0"]) == 1
     assert "expected an image folder or tar shards" in capsys.readouterr().err
@@ -344,20 +345,20 @@ def wait_for(condition, what: str, timeout: float = 120.0) -> None:
         time.sleep(0.05)
 
 
-def test_second_preparation_into_the_same_folder_is_refused_while_the_first_runs(folder, prepared, tmp_path,
+def test_second_preparation_into_the_same_folder_is_refused_while_the_first_runs(jpeg_kinds_folder, prepared, tmp_path,
                                                                                  capsys):
     from fastload.prepare.cli import main
 
     out, pids = tmp_path / "out", tmp_path / "pids"
-    first = slow_prepare(folder, out, pids)
+    first = slow_prepare(jpeg_kinds_folder, out, pids)
     try:
         wait_for(lambda: pids.exists() or first.poll() is not None, "the first preparation to start on images")
         assert first.poll() is None, first.stderr.read()
         with pytest.raises(fastload.errors.FolderInUse,
                            match=rf"another preparation \(process {first.pid}\) is writing into .*out'\. "
                                  "Wait for it to finish, or choose another output folder"):
-            fastload.prepare(folder, str(out), samples_per_shard=4, num_workers=0)
-        assert main([folder, str(out), "--workers", "0", "--samples-per-shard", "4"]) == 1
+            fastload.prepare(jpeg_kinds_folder, str(out), samples_per_shard=4, num_workers=0)
+        assert main([jpeg_kinds_folder, str(out), "--workers", "0", "--samples-per-shard", "4"]) == 1
         assert f"another preparation (process {first.pid}) is writing into" in capsys.readouterr().err
         assert first.wait(timeout=300) == 0, first.stderr.read()
     finally:
@@ -368,8 +369,8 @@ def test_second_preparation_into_the_same_folder_is_refused_while_the_first_runs
     assert len(fastload.TarShards(str(out))) == len(fastload.TarShards(prepared.root))
     # The lock file stays, and neither a rerun, a loader nor overwrite minds it.
     assert os.path.exists(out / ".fastload-prepare.lock")
-    assert fastload.prepare(folder, str(out), samples_per_shard=4, num_workers=0).redone == 0
-    assert fastload.prepare(folder, str(out), samples_per_shard=3, num_workers=0, overwrite=True).redone == 4
+    assert fastload.prepare(jpeg_kinds_folder, str(out), samples_per_shard=4, num_workers=0).redone == 0
+    assert fastload.prepare(jpeg_kinds_folder, str(out), samples_per_shard=3, num_workers=0, overwrite=True).redone == 4
 
 
 def _running(pid: int) -> bool:
@@ -381,9 +382,9 @@ def _running(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers die with their parent on Linux only")
-def test_killed_preparation_leaves_no_lock_and_no_worker_behind(folder, prepared, tmp_path):
+def test_killed_preparation_leaves_no_lock_and_no_worker_behind(jpeg_kinds_folder, prepared, tmp_path):
     out, pids = tmp_path / "out", tmp_path / "pids"
-    first = slow_prepare(folder, out, pids)
+    first = slow_prepare(jpeg_kinds_folder, out, pids)
     try:
         workers = set()
 
@@ -401,15 +402,15 @@ def test_killed_preparation_leaves_no_lock_and_no_worker_behind(folder, prepared
     finally:
         first.kill()
         first.wait()
-    again = fastload.prepare(folder, str(out), samples_per_shard=4, num_workers=0)
+    again = fastload.prepare(jpeg_kinds_folder, str(out), samples_per_shard=4, num_workers=0)
     assert [s["sha256"] for s in again.manifest["shards"]] == [s["sha256"] for s in prepared.manifest["shards"]]
     assert len(fastload.TarShards(again.root)) == len(fastload.TarShards(prepared.root))
 
 
-def test_prepared_files_follow_the_umask(folder, tmp_path):
+def test_prepared_files_follow_the_umask(jpeg_kinds_folder, tmp_path):
     before = os.umask(0o022)
     try:
-        out = fastload.prepare(folder, str(tmp_path / "out"), samples_per_shard=4, num_workers=0)
+        out = fastload.prepare(jpeg_kinds_folder, str(tmp_path / "out"), samples_per_shard=4, num_workers=0)
     finally:
         os.umask(before)
     files = [os.path.join(d, f) for d, _, names in os.walk(out.root) for f in names]

@@ -29,12 +29,8 @@ CHI2_CRIT_8 = 26.124
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory):
-    import jpeg_samples as js
-
-    folder = tmp_path_factory.mktemp("random_crop")
-    js.write_image_folder(folder, classes=2, per_class=5, size=(32, 32))  # 24..40 pixels a side
-    return str(folder)
+def root(make_image_folder):
+    return make_image_folder(classes=2, per_class=5, size=(32, 32))  # 24..40 pixels a side
 
 
 def torchvision_crop(path, plan, padding, epoch, index, fill=0, padding_mode="constant"):

@@ -39,12 +39,8 @@ def select(dataset, **kwargs):
 
 
 @pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    import jpeg_samples as js
-
-    root = tmp_path_factory.mktemp("select")
-    js.write_image_folder(root, classes=2, per_class=2)
-    return str(root)
+def folder(make_image_folder):
+    return make_image_folder(classes=2, per_class=2)
 
 
 def native_dataset(folder):

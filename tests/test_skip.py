@@ -54,7 +54,7 @@ def make_folder(root, bad):
 
 
 @pytest.fixture(scope="module")
-def folder(tmp_path_factory):
+def damaged_folder(tmp_path_factory):
     return make_folder(tmp_path_factory.mktemp("skip"), BAD)
 
 
@@ -127,23 +127,23 @@ def order(clean):
 
 
 @pytest.fixture(scope="module")
-def reference(folder, order):
+def reference(damaged_folder, order):
     """The native path's shuffled epoch, checked against the rule: each bad sample of the
     order replaced by the next readable one."""
-    native = epoch(shuffled("native", folder[0]))
+    native = epoch(shuffled("native", damaged_folder[0]))
     assert [labels.tolist() for _, labels in native] == [[next_readable(i) for i in b] for b in order]
     return native
 
 
 @pytest.mark.parametrize("name", list(PATHS))
-def test_every_path_delivers_the_same_samples(folder, reference, name):
+def test_every_path_delivers_the_same_samples(damaged_folder, reference, name):
     """Labels, order and pixels (the center crop is exact on every path) equal the native
     path's; on the plain order, the batches torch's DataLoader would give, with samples 3
     and 7 replaced by 4 and 8."""
-    got = epoch(shuffled(name, folder[0]))
+    got = epoch(shuffled(name, damaged_folder[0]))
     assert [labels.tolist() for _, labels in got] == [labels.tolist() for _, labels in reference]
     assert batches_equal(got, reference), name
-    plain = epoch(make_loader(name, folder[0]))
+    plain = epoch(make_loader(name, damaged_folder[0]))
     assert [labels.tolist() for _, labels in plain] == [[0, 1, 2, 4], [4, 5, 6, 8], [8, 9, 10, 11], [12]]
     assert torch.equal(plain[0][0][3], plain[1][0][0]) and torch.equal(plain[1][0][3], plain[2][0][0])
 
@@ -154,8 +154,8 @@ def skip_warnings(caught):
 
 @pytest.mark.parametrize("name", ["native", "generic", "generic-workers", "hybrid-inline", "hybrid-processes",
                                   "torchvision-generic-workers"])
-def test_stats_list_the_skipped_files_and_one_warning_names_each(folder, name):
-    root, paths = folder
+def test_stats_list_the_skipped_files_and_one_warning_names_each(damaged_folder, name):
+    root, paths = damaged_folder
     loader = make_loader(name, root)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -187,9 +187,9 @@ def test_stats_list_the_skipped_files_and_one_warning_names_each(folder, name):
 @pytest.mark.parametrize("name,positions", [("native", None), ("generic", None), ("hybrid-inline", None),
                                             ("generic-workers", [2]), ("hybrid-processes", [2])])
 @pytest.mark.filterwarnings("ignore:fastload. on_error='skip' skipped sample")  # (a colon would split it)
-def test_resume_with_skipped_samples_is_exact(folder, order, reference, name, positions):
+def test_resume_with_skipped_samples_is_exact(damaged_folder, order, reference, name, positions):
     def make():
-        return shuffled(name, folder[0])
+        return shuffled(name, damaged_folder[0])
 
     epoch_batches = check_resume_at_every_position(make, positions=positions)
     assert batches_equal(epoch_batches, reference)  # and the same samples as the native path

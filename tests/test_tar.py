@@ -23,25 +23,20 @@ from fastload.errors import SKIP_HINT, ErrorPolicy
 from fastload.source import tar as tarmod
 from fastload.source.tar import TarShardError, TarShards, expand_urls
 from fastload.source.write import write_shards
+from jpeg_samples import noise_jpeg
 
 CLASSES = ("cat", "dog", "eel")
 
 
-def _jpeg(rng, h, w) -> bytes:
-    out = io.BytesIO()
-    Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(out, format="JPEG", quality=90)
-    return out.getvalue()
-
-
 @pytest.fixture(scope="module")
-def folder(tmp_path_factory):
+def folder_with_png(tmp_path_factory):
     """An ImageFolder: 3 classes, 12 small JPEGs of different sizes, one PNG (13 images)."""
     root = tmp_path_factory.mktemp("folder")
     rng = np.random.default_rng(0)
     for c, name in enumerate(CLASSES):
         os.makedirs(root / name)
         for i in range(3 + c):
-            (root / name / f"{i:03d}.jpg").write_bytes(_jpeg(rng, 8 + i, 10 + 2 * c))
+            (root / name / f"{i:03d}.jpg").write_bytes(noise_jpeg(rng, 8 + i, 10 + 2 * c))
     buf = io.BytesIO()
     Image.fromarray(rng.integers(0, 256, (5, 7, 3), dtype=np.uint8)).save(buf, format="PNG")
     (root / "dog" / "zzz.png").write_bytes(buf.getvalue())
@@ -49,13 +44,13 @@ def folder(tmp_path_factory):
 
 
 @pytest.fixture
-def shards(folder, tmp_path):
-    paths = write_shards(folder, str(tmp_path / "train-%04d.tar"), maxcount=4)
+def shards(folder_with_png, tmp_path):
+    paths = write_shards(folder_with_png, str(tmp_path / "train-%04d.tar"), maxcount=4)
     return tmp_path, paths
 
 
-def _files_of(folder):
-    ds = fastload.ImageFolder(folder)
+def _files_of(folder_with_png):
+    ds = fastload.ImageFolder(folder_with_png)
     return [ds.index.files[i] for i in range(len(ds))], ds.targets
 
 
@@ -69,11 +64,11 @@ def _tar(path, members):
     return str(path)
 
 
-def test_write_then_read_matches_the_folder(folder, shards):
+def test_write_then_read_matches_the_folder(folder_with_png, shards):
     tmp, paths = shards
     assert [os.path.basename(p) for p in paths] == [f"train-{i:04d}.tar" for i in range(4)]
     ds = TarShards(str(tmp / "train-{0000..0003}.tar"), cache_dir=str(tmp / "cache"))
-    files, targets = _files_of(folder)
+    files, targets = _files_of(folder_with_png)
     assert len(ds) == len(files) == 13
     assert ds.targets == targets
     for i, path in enumerate(files):
@@ -84,11 +79,11 @@ def test_write_then_read_matches_the_folder(folder, shards):
     assert ds.keys[5] == "000000005"
 
 
-def test_getitem_decodes_members_like_pil(folder, shards):
+def test_getitem_decodes_members_like_pil(folder_with_png, shards):
     pytest.importorskip("fastload.reference")  # the generic path's op reference (issue 3)
     tmp, paths = shards
     ds = TarShards(paths, cache_dir=str(tmp / "cache"), ops=[fastload.ops.CenterCrop(5)])
-    files, targets = _files_of(folder)
+    files, targets = _files_of(folder_with_png)
     for i in (0, 7, 12):
         image, label = ds[i]
         want = center_crop(torch.from_numpy(np.asarray(Image.open(files[i]).convert("RGB")).copy()).permute(2, 0, 1), 5)
@@ -293,7 +288,7 @@ def test_tar_on_error_goes_through_the_error_policy(tmp_path):
     assert pickle.loads(pickle.dumps(ds)).on_error == "skip"
 
 
-def test_write_shards_from_datasets(tmp_path, folder):
+def test_write_shards_from_datasets(tmp_path, folder_with_png):
     # uint8 tensors, encoded losslessly as PNG: the pixels come back exactly.
     images = [torch.randint(0, 256, (3, 4 + i, 5), dtype=torch.uint8) for i in range(5)]
     paths = write_shards([(im, torch.tensor(i % 2)) for i, im in enumerate(images)],
@@ -306,7 +301,7 @@ def test_write_shards_from_datasets(tmp_path, folder):
         assert torch.equal(pixels, im)
     # A torchvision ImageFolder without transform: bytes copied, labels kept.
     torchvision = pytest.importorskip("torchvision")
-    tv = torchvision.datasets.ImageFolder(folder)
+    tv = torchvision.datasets.ImageFolder(folder_with_png)
     ds2 = TarShards(write_shards(tv, str(tmp_path / "tv-%02d.tar")), cache_dir=str(tmp_path))
     assert ds2.targets == tv.targets
     assert ds2.index.read(3) == open(tv.samples[3][0], "rb").read()
@@ -315,7 +310,7 @@ def test_write_shards_from_datasets(tmp_path, folder):
     assert len(ds3.shards) > 1 and ds3.targets == tv.targets
     assert [ds3.index.read(i) for i in range(len(ds3))] == [ds2.index.read(i) for i in range(len(ds2))]
     with pytest.raises(ValueError, match="printf field"):
-        write_shards(folder, str(tmp_path / "x.tar"))
+        write_shards(folder_with_png, str(tmp_path / "x.tar"))
 
 
 @pytest.mark.parametrize("fmt", [tarfile.PAX_FORMAT, tarfile.GNU_FORMAT, tarfile.USTAR_FORMAT])
@@ -618,7 +613,7 @@ def _engine_error(dataset):
     return err.value
 
 
-def test_python_read_says_what_the_engine_read_says(tmp_path, folder):
+def test_python_read_says_what_the_engine_read_says(tmp_path, folder_with_png):
     # A missing file: the same OSError subclass as before, with the engine's words.
     missing = str(tmp_path / "gone.jpg")
     ds = fastload.FileList([missing], transforms=[fastload.transforms.CenterCrop(4)])
@@ -631,7 +626,7 @@ def test_python_read_says_what_the_engine_read_says(tmp_path, folder):
     assert engine.source == missing and engine.reason == "cannot open: No such file or directory"
 
     # A shard cut after it was indexed: the member's bytes end early.
-    path = write_shards(folder, str(tmp_path / "s-%02d.tar"))[0]
+    path = write_shards(folder_with_png, str(tmp_path / "s-%02d.tar"))[0]
     ds = TarShards(path, transforms=[fastload.transforms.CenterCrop(4)], cache_dir=str(tmp_path / "c"))
     offset, size = int(ds.index.offsets[0]), int(ds.index.sizes[0])
     with open(path, "r+b") as f:
@@ -644,7 +639,7 @@ def test_python_read_says_what_the_engine_read_says(tmp_path, folder):
     assert engine.source == ds.index.source(0) and engine.reason == what
 
 
-def test_transforms_accept_a_torchvision_compose_or_one_transform(folder, shards):
+def test_transforms_accept_a_torchvision_compose_or_one_transform(folder_with_png, shards):
     import torchvision.transforms as v1
     from torchvision.transforms import v2
 
@@ -671,12 +666,12 @@ def test_transforms_accept_a_torchvision_compose_or_one_transform(folder, shards
     assert TarShards(paths, transforms=fastload.transforms.CenterCrop(4), cache_dir=cache).transforms == one
     assert TarShards(paths, ops=v2.Compose([v2.CenterCrop(4)]), cache_dir=cache).transforms == one
     # The other native datasets take them alike (the shared NativeDataset).
-    assert fastload.ImageFolder(folder, transforms=v2.Compose([v2.CenterCrop(4)])).transforms == one
-    files, targets = _files_of(folder)
+    assert fastload.ImageFolder(folder_with_png, transforms=v2.Compose([v2.CenterCrop(4)])).transforms == one
+    files, targets = _files_of(folder_with_png)
     assert fastload.FileList(files, targets, v1.Compose([v1.CenterCrop(4)])).transforms == one
 
 
-def test_classes_and_class_to_idx_from_integer_labels(folder, shards, tmp_path):
+def test_classes_and_class_to_idx_from_integer_labels(folder_with_png, shards, tmp_path):
     tmp, paths = shards
     ds = TarShards(paths, cache_dir=str(tmp / "cache"))
     assert ds.classes == [0, 1, 2] and len(ds.classes) == len(CLASSES)
@@ -728,15 +723,15 @@ def test_read_only_shard_folder_indexes_into_the_cache_without_collisions(tmp_pa
     cache = tmp_path / "cache"
     monkeypatch.setenv("FASTLOAD_CACHE", str(cache))
     folders = [tmp_path / "a", tmp_path / "b"]
-    for label, folder in enumerate(folders):
-        folder.mkdir()
-        _tar(folder / "train-0000.tar", [("x.jpg", b"X" * (label + 1)), ("x.cls", str(label + 5).encode())])
-    for folder in folders:
-        os.chmod(folder, 0o555)
+    for label, folder_with_png in enumerate(folders):
+        folder_with_png.mkdir()
+        _tar(folder_with_png / "train-0000.tar", [("x.jpg", b"X" * (label + 1)), ("x.cls", str(label + 5).encode())])
+    for folder_with_png in folders:
+        os.chmod(folder_with_png, 0o555)
     try:
-        if any(os.access(folder, os.W_OK) for folder in folders):
+        if any(os.access(folder_with_png, os.W_OK) for folder_with_png in folders):
             pytest.skip("chmod does not make a folder read-only here (running as root)")
-        shards = [str(folder / "train-0000.tar") for folder in folders]
+        shards = [str(folder_with_png / "train-0000.tar") for folder_with_png in folders]
         first = [TarShards(shard) for shard in shards]
         assert [ds.index_status for ds in first] == [["built"], ["built"]]
         assert [ds.targets for ds in first] == [[5], [6]]
@@ -746,5 +741,5 @@ def test_read_only_shard_folder_indexes_into_the_cache_without_collisions(tmp_pa
         assert [ds.index_status for ds in again] == [["cached"], ["cached"]]
         assert [ds.targets for ds in again] == [[5], [6]] and [ds.index.read(0) for ds in again] == [b"X", b"XX"]
     finally:
-        for folder in folders:
-            os.chmod(folder, 0o755)
+        for folder_with_png in folders:
+            os.chmod(folder_with_png, 0o755)

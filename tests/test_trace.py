@@ -22,7 +22,6 @@ from torch.utils.data import DataLoader as TorchLoader, Dataset, Subset
 import fastload
 from fastload import _ext
 from fastload.compat.datasets import analyse
-from jpeg_samples import write_image_folder
 
 torchvision = pytest.importorskip("torchvision")
 from torchvision import transforms as T  # noqa: E402
@@ -58,10 +57,8 @@ def train_v2():
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory):
-    root = tmp_path_factory.mktemp("trace")
-    write_image_folder(root, classes=3, per_class=4)
-    return str(root)
+def root(make_image_folder):
+    return make_image_folder(classes=3, per_class=4)
 
 
 def line_of(function, text):

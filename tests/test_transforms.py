@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 import torch
 import torchvision
-from PIL import Image
 
 import fastload
 from fastload import transforms as T
 from fastload.source.base import NativeDataset
 from fastload.source.index import SampleIndex
+from jpeg_samples import noise_jpeg
 
 SPEC_NAMES = ("RandomResizedCrop", "Resize", "CenterCrop", "RandomHorizontalFlip", "RandomVerticalFlip", "Normalize", "ToDtype",
               "RandomCrop", "ColorJitter", "Grayscale", "RandomGrayscale", "GaussianBlur", "RandomErasing",
@@ -31,29 +31,23 @@ def _train():
             T.Normalize(MEAN, STD)]
 
 
-def _jpeg(rng, h, w) -> bytes:
-    out = io.BytesIO()
-    Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(out, format="JPEG", quality=90)
-    return out.getvalue()
-
-
 @pytest.fixture(scope="module")
-def folder(tmp_path_factory):
+def cat_dog_folder(tmp_path_factory):
     """An ImageFolder: 2 classes of 2 small JPEGs."""
     root = tmp_path_factory.mktemp("folder")
     rng = np.random.default_rng(0)
     for name in ("cat", "dog"):
         os.makedirs(root / name)
         for i in range(2):
-            (root / name / f"{i}.jpg").write_bytes(_jpeg(rng, 12 + i, 14))
+            (root / name / f"{i}.jpg").write_bytes(noise_jpeg(rng, 12 + i, 14))
     return str(root)
 
 
 @pytest.fixture(scope="module")
-def shard(folder, tmp_path_factory):
+def shard(cat_dog_folder, tmp_path_factory):
     """A tar shard of the folder's images, one (jpg, cls) pair per sample."""
     path = str(tmp_path_factory.mktemp("shard") / "s.tar")
-    ds = fastload.ImageFolder(folder)
+    ds = fastload.ImageFolder(cat_dog_folder)
     with tarfile.open(path, "w") as tf:
         for i in range(len(ds)):
             for name, data in ((f"{i:04d}.jpg", ds.index.read(i)), (f"{i:04d}.cls", str(ds.targets[i]).encode())):
@@ -70,19 +64,19 @@ def _same_samples(a, b):
         assert torch.equal(x, want_x) and y == want_y
 
 
-def _builders(folder, shard, tmp_path):
-    paths = [os.path.join(folder, c, f) for c in ("cat", "dog") for f in ("0.jpg", "1.jpg")]
+def _builders(cat_dog_folder, shard, tmp_path):
+    paths = [os.path.join(cat_dog_folder, c, f) for c in ("cat", "dog") for f in ("0.jpg", "1.jpg")]
     cache = str(tmp_path / "cache")
     return {
-        "ImageFolder": lambda **kw: fastload.ImageFolder(folder, seed=3, **kw),
+        "ImageFolder": lambda **kw: fastload.ImageFolder(cat_dog_folder, seed=3, **kw),
         "FileList": lambda **kw: fastload.FileList(paths, [0, 0, 1, 1], seed=3, **kw),
         "TarShards": lambda **kw: fastload.TarShards(shard, cache_dir=cache, seed=3, progress=False, **kw),
     }
 
 
 @pytest.mark.parametrize("kind", ["ImageFolder", "FileList", "TarShards"])
-def test_transforms_and_ops_keywords_give_the_same_dataset(folder, shard, tmp_path, kind):
-    build = _builders(folder, shard, tmp_path)[kind]
+def test_transforms_and_ops_keywords_give_the_same_dataset(cat_dog_folder, shard, tmp_path, kind):
+    build = _builders(cat_dog_folder, shard, tmp_path)[kind]
     new, old = build(transforms=_train()), build(ops=_train())
     assert new.transforms == old.transforms == _train()
     assert new.ops is new.transforms and old.ops is old.transforms  # the older name reads the same list
@@ -92,8 +86,8 @@ def test_transforms_and_ops_keywords_give_the_same_dataset(folder, shard, tmp_pa
 
 
 @pytest.mark.parametrize("kind", ["ImageFolder", "FileList", "TarShards"])
-def test_transforms_and_ops_at_once_are_refused(folder, shard, tmp_path, kind):
-    build = _builders(folder, shard, tmp_path)[kind]
+def test_transforms_and_ops_at_once_are_refused(cat_dog_folder, shard, tmp_path, kind):
+    build = _builders(cat_dog_folder, shard, tmp_path)[kind]
     with pytest.raises(TypeError, match=rf"fastload\.{kind}: expected transforms=\[\.\.\.\] or ops=\[\.\.\.\] .*got both"):
         build(transforms=_train(), ops=_train())
     with pytest.raises(TypeError, match="got both"):  # an empty list is a choice too
@@ -106,10 +100,10 @@ def test_tar_shards_refuse_both_keywords_before_fetching(tmp_path):
         fastload.TarShards(str(tmp_path / "missing.tar"), transforms=[], ops=[], cache_dir=str(tmp_path))
 
 
-def test_older_positional_use_keeps_working(folder, shard, tmp_path):
+def test_older_positional_use_keeps_working(cat_dog_folder, shard, tmp_path):
     # Where ops= was the second (third for FileList) positional argument, transforms= is now.
-    by_keyword = fastload.ImageFolder(folder, transforms=_train(), seed=3)
-    _same_samples(fastload.ImageFolder(folder, _train(), seed=3), by_keyword)
+    by_keyword = fastload.ImageFolder(cat_dog_folder, transforms=_train(), seed=3)
+    _same_samples(fastload.ImageFolder(cat_dog_folder, _train(), seed=3), by_keyword)
     paths = [by_keyword.index.files[i] for i in range(len(by_keyword))]
     assert fastload.FileList(paths, [0, 0, 1, 1], _train(), 3).transforms == _train()
     assert fastload.TarShards(shard, _train(), cache_dir=str(tmp_path), progress=False).ops == _train()
@@ -118,8 +112,8 @@ def test_older_positional_use_keeps_working(folder, shard, tmp_path):
     assert dataset.transforms == _train() and dataset.seed == 3
 
 
-def test_dataset_ops_is_a_read_only_alias(folder):
-    dataset = fastload.ImageFolder(folder, transforms=[T.CenterCrop(4)])
+def test_dataset_ops_is_a_read_only_alias(cat_dog_folder):
+    dataset = fastload.ImageFolder(cat_dog_folder, transforms=[T.CenterCrop(4)])
     with pytest.raises(AttributeError):
         dataset.ops = []
     assert dataset.ops == [T.CenterCrop(4)]
@@ -139,16 +133,16 @@ def test_import_fastload_leaves_transforms_to_first_use():
     assert out.stdout.split() == ["False", "True"]
 
 
-def test_messages_name_transforms(folder):
+def test_messages_name_transforms(cat_dog_folder):
     # Grayscale first: no native prefix to run, so no Python tail either.
     with pytest.raises(fastload.UnsupportedPipeline, match=r"fastload\.ImageFolder: transforms\[0\] is the torchvision "
                                                            r"transform Grayscale.*fastload\.transforms\.Resize"):
-        fastload.ImageFolder(folder, transforms=[torchvision.transforms.Grayscale(), T.CenterCrop(8)])
+        fastload.ImageFolder(cat_dog_folder, transforms=[torchvision.transforms.Grayscale(), T.CenterCrop(8)])
     with pytest.raises(TypeError, match=r"expected transforms made of fastload's transforms .* at transforms\[0\]"):
         fastload.FileList([], transforms=[lambda image: image])
 
 
-def test_torchvision_transforms_convert_under_either_keyword(folder):
+def test_torchvision_transforms_convert_under_either_keyword(cat_dog_folder):
     tv = torchvision.transforms.Compose([torchvision.transforms.Resize(10), torchvision.transforms.CenterCrop(8)])
-    assert fastload.ImageFolder(folder, transforms=[tv]).transforms == [T.Resize(10), T.CenterCrop(8)]
-    assert fastload.ImageFolder(folder, ops=[tv]).transforms == [T.Resize(10), T.CenterCrop(8)]
+    assert fastload.ImageFolder(cat_dog_folder, transforms=[tv]).transforms == [T.Resize(10), T.CenterCrop(8)]
+    assert fastload.ImageFolder(cat_dog_folder, ops=[tv]).transforms == [T.Resize(10), T.CenterCrop(8)]

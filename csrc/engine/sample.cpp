@@ -73,7 +73,9 @@ void finish(Job& job, int64_t slot, const Region& region, const uint8_t* pixels,
                                    scratch, color ? &cp : nullptr);
     return;
   }
-  if (plan.has_color()) {  // the device kernel is not given the colour parameters
+  // has_color(): any op of the uint8 stage (ColorJitter, Grayscale, RandomErasing, GaussianBlur, RandomCrop's
+  // non-zero padding, TrivialAugmentWide, RandAugment, AugMix); the device kernel is given none of their parameters.
+  if (plan.has_color()) {
     throw GeometryError("fastload.BatchEngine: the plan's ColorJitter, Grayscale or RandomErasing run only in the "
                         "CPU's fused pass, not on crop windows for the device. Use decode_on=\"cpu\"");
   }

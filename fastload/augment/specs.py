@@ -351,7 +351,7 @@ class ToDtype:
     def __post_init__(self):
         if self.dtype not in (torch.uint8, torch.float32, torch.float16, torch.bfloat16):
             raise ValueError(
-                f"fastload.ops.ToDtype: expected uint8, float32, float16 or bfloat16, got {self.dtype}"
+                f"fastload.transforms.ToDtype: expected uint8, float32, float16 or bfloat16, got {self.dtype}"
             )
 
 

@@ -48,11 +48,8 @@ compat layer's reason unchanged. FASTLOAD_TRACE=0 in the environment turns the t
 
 Every index is traced up front, when the loader is built (an epoch's `__getitem__` calls,
 without decoding: no file is opened by path, a file opened with `open(path, "rb")` is
-opened and closed). Measured on a shared 2-core machine, 100k samples: the tracer adds
-about 15 us per sample (1.5 s per 100k, ~20 s for ImageNet's 1.28M) to the dataset's own
-Python (0.6 us for `Image.open(path).convert("RGB")` + transform + `return image, label`;
-17 us for torchvision's pil_loader idiom with `open(path, "rb")` and `torch.tensor(label)`);
-one decode costs ~1 ms.
+opened and closed). Its cost per sample is a small fraction of one decode
+(benchmarks/RESULTS.md, "The dataset tracer's cost").
 
 Example:
     >>> import os, tempfile, torch

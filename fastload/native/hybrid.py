@@ -20,8 +20,7 @@ Where the tail runs:
 
 hybrid_runner(tail_on=...) picks one; "auto" gives a loader worker processes when it has
 num_workers >= 1 (as torch's DataLoader runs the dataset's Python) and the inline tail
-without: benchmarks/hybrid_tail.py measures the three (figures in fastload/native/README.md
-and benchmarks/RESULTS.md).
+without: benchmarks/hybrid_tail.py measures the three (figures in benchmarks/RESULTS.md).
 
 A torchvision dataset's target_transform runs on each batch's labels after the tail
 (`labels=`), or after a fully native batch (LabelledRunner).
@@ -251,7 +250,7 @@ def _one_intra_op_thread():
     """torch's intra-op threads set to 1 inside the block (restored after it), as torch's
     DataLoader sets them in its workers: the tail's tensor ops are per sample and small,
     and split over cores that the engine threads keep busy they spin instead of working
-    (a RandAugment tail on 2 cores, 2 intra-op threads: 5.4x the CPU time of 1). The
+    (benchmarks/RESULTS.md, "Where a hybrid tail runs", gives the cost). The
     setting is the calling thread's (OpenMP), so the training loop's own ops on this
     thread get their threads back between batches."""
     threads = torch.get_num_threads()
@@ -651,9 +650,8 @@ def hybrid_runner(index: SampleIndex, plan: Any, tail: Tail, *, num_workers: int
     ProcessHybridRunner), or "auto": as torch's DataLoader runs the dataset's Python, in
     num_workers worker processes ("processes"), in the loop's own process without workers
     ("inline"). Worker processes keep the tail off the training loop's thread, and a heavy
-    tail runs on every core: on 2 cores AugMix 1.37x torch's DataLoader in processes
-    against 0.76x inline, RandAugment 1.68x against 1.55x, TrivialAugmentWide 1.68x
-    against 1.73x (benchmarks/RESULTS.md, "Training recipes")."""
+    tail runs on every core (figures: benchmarks/RESULTS.md, "Training recipes" and "Where
+    a hybrid tail runs")."""
     if check_tail_on(tail_on) == "auto":
         tail_on = "processes" if num_workers >= 1 else "inline"
     if tail_on == "processes":

@@ -312,8 +312,9 @@ def _resolve_decode_on(decode_on: str, device: Optional[torch.device], *, colour
         raise ValueError(f"{_PREFIX}: decode_on={decode_on!r} needs device='cuda', got device={device}")
     if decode_on != "cpu" and colour:
         raise ValueError(f"{_PREFIX}: decode_on={decode_on!r} does not run colour ops (ColorJitter, Grayscale, "
-                         "RandomErasing) yet; pass decode_on='cpu' or 'auto' (the CPU engine runs them, the batch "
-                         "still goes to the device)")
+                         "RandomErasing, GaussianBlur, RandomCrop's non-zero padding, TrivialAugmentWide, RandAugment, "
+                         "AugMix) yet; pass decode_on='cpu' or 'auto' (the CPU engine runs them, the batch still goes "
+                         "to the device)")
     if decode_on != "cpu":
         _ext.require_cuda_ops()
     return decode_on, ""

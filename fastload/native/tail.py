@@ -125,7 +125,8 @@ class GlobalDraws:
     def seed(seed: int) -> None:
         """Seeds the three generators for one sample."""
         # The CPU generator only (what transforms of host images draw from): torch.manual_seed
-        # also queues a lazy CUDA seeding with a formatted stack, ~5 ms per call.
+        # also queues a lazy CUDA seeding with a formatted stack, milliseconds per call
+        # (benchmarks/RESULTS.md, "Small costs behind choices in the hybrid tail").
         torch.default_generator.manual_seed(seed)
         random.seed(seed)
         np.random.seed(seed & 0xFFFFFFFF)
@@ -141,9 +142,9 @@ class GlobalDraws:
 # Most tails end in a conversion: [TrivialAugmentWide, PILToTensor, ConvertImageDtype,
 # Normalize] or [AugMix, ToTensor, Normalize]. torchvision runs it per sample through
 # Python-level checks and fresh tensors, then default_collate copies every sample into the
-# batch: on 224x224 images that is ~2 ms per sample, more than the augmentation. The same
-# element-wise steps (the same torch calls, so the same float32 values, bit for bit) run
-# here straight into the batch's slot.
+# batch: on 224x224 images more than the augmentation costs (benchmarks/RESULTS.md, "Small
+# costs behind choices in the hybrid tail"). The same element-wise steps (the same torch
+# calls, so the same float32 values, bit for bit) run here straight into the batch's slot.
 
 # A conversion run starts with one of these: (makes float32, divides by 255 as v1 does).
 _CONVERTERS = {"ToTensor": True, "PILToTensor": False, "MaybeToTensor": True, "MaybePILToTensor": False}
@@ -220,8 +221,9 @@ class Conversion:
         if not isinstance(value, Image.Image) or value.mode not in ("RGB", "L"):
             return None
         hwc = np.asarray(value)  # (a copy of the pixels already: PIL hands them over as bytes)
-        # numpy's transposing copy is ~3x faster than torch's uint8 -> float copy from the
-        # permuted view; the float conversion then runs on contiguous memory.
+        # numpy's transposing copy is faster than torch's uint8 -> float copy from the
+        # permuted view (benchmarks/RESULTS.md, "Small costs behind choices in the hybrid
+        # tail"); the float conversion then runs on contiguous memory.
         chw = hwc[None] if hwc.ndim == 2 else np.ascontiguousarray(hwc.transpose(2, 0, 1))
         return torch.from_numpy(chw) if chw.flags.writeable else torch.from_numpy(chw.copy())
 

@@ -4,13 +4,20 @@
 uint8 images: torchvision's PIL path (functional ops on PIL images, with the factors the
 native sampler drew). float images: its tensor path (v2 functional). The sampler: its
 distributions against torchvision's own samplers (two-sample KS, chi-square), and a pure
-function of (seed, epoch, index).
+function of (seed, epoch, index). The fused pass's colour stage, run through the batch op
+with colour records: Pillow's resize and ImageEnhance bit for bit, and the same values in
+the AVX2 and baseline builds.
+
+The specs' argument checks: tests/test_color_specs.py; the fused pass in the loader:
+tests/test_color_fused.py.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
+import os
+import subprocess
+import sys
 import zlib
 
 import numpy as np
@@ -19,7 +26,9 @@ import torch
 from PIL import Image
 
 from fastload import _ext
-from fastload.augment import color
+from fastload import ops as fl_ops
+from fastload.augment import color, specs
+from fastload.augment.plan import build_plan
 
 tv = pytest.importorskip("torchvision")
 import torchvision.transforms as T  # noqa: E402
@@ -438,83 +447,159 @@ def test_draws_are_a_pure_function_of_seed_epoch_and_index():
     assert not np.array_equal(normals, color.erase_normals(1, 2, 6, 10))
 
 
-# ---- spec validation: torchvision's exception types and messages --------------------------
-
-BAD_ARGUMENTS = [
-    ("ColorJitter", dict(brightness=-0.1)),
-    ("ColorJitter", dict(contrast=-1)),
-    ("ColorJitter", dict(saturation=(1.5, 0.5))),
-    ("ColorJitter", dict(brightness=(-0.5, 1.0))),
-    ("ColorJitter", dict(hue=0.6)),
-    ("ColorJitter", dict(hue=-0.1)),
-    ("ColorJitter", dict(hue=(-0.6, 0.2))),
-    ("ColorJitter", dict(hue=(0.3, 0.1))),
-    ("ColorJitter", dict(brightness=(0.1, 0.2, 0.3))),
-    ("ColorJitter", dict(contrast="strong")),
-    ("RandomErasing", dict(value="noise")),
-    ("RandomErasing", dict(value=object())),
-    ("RandomErasing", dict(scale=0.5)),
-    ("RandomErasing", dict(ratio=None)),
-    ("RandomErasing", dict(scale=(-0.1, 0.3))),
-    ("RandomErasing", dict(scale=(0.1, 1.3))),
-    ("RandomErasing", dict(p=1.5)),
-    ("RandomErasing", dict(p=-0.01)),
-]
+# ---- the fused pass's colour stage, through the batch op -------------------------------
 
 
-@pytest.mark.parametrize("name, kwargs", BAD_ARGUMENTS)
-def test_specs_refuse_bad_arguments_in_torchvisions_words(name, kwargs):
-    with pytest.raises(Exception) as want:
-        getattr(T, name)(**kwargs)
-    with pytest.raises(type(want.value)) as got:
-        getattr(color, name)(**kwargs)
-    assert type(got.value) is type(want.value) and str(got.value) == str(want.value)
+PILLOW_13 = int(Image.__version__.split(".")[0]) >= 13
+
+# (width, height) -> (width, height) pairs Pillow 13 resamples vertically first (the
+# height shrinks by more than twice as many pixels as the width: 30x73 -> 48x48, a
+# RandomResizedCrop box of the fixture's images), and horizontally first (the rest,
+# the boundary cases included: 22x28 -> 16x16 shrinks the height by exactly twice).
+# Output widths of every remainder mod 4 and below 6: the vectorised horizontal pass
+# works on four pixels at a time and writes 16 bytes where the row has room.
+VERTICAL_FIRST = [((30, 73), (48, 48)), ((19, 25), (16, 16)), ((4, 19), (16, 16)), ((13, 25), (12, 20)),
+                  ((40, 90), (70, 20)), ((9, 40), (5, 13)), ((7, 30), (1, 2))]
+HORIZONTAL_FIRST = [((73, 30), (48, 48)), ((22, 28), (16, 16)), ((60, 70), (48, 48)), ((4, 10), (20, 12)),
+                    ((90, 40), (20, 70)), ((33, 21), (7, 9)), ((50, 50), (3, 3)), ((17, 17), (6, 6)),
+                    ((5, 3), (1, 1))]
 
 
-def test_grayscale_refuses_a_channel_count_as_torchvision_does_on_its_first_image():
-    with pytest.raises(ValueError) as want:
-        T.Grayscale(num_output_channels=2)(Image.new("RGB", (4, 4)))
-    with pytest.raises(ValueError) as got:
-        color.Grayscale(num_output_channels=2)
-    assert str(got.value) == str(want.value)
+def fused_pil_stage(image: np.ndarray, out_size, interpolation: str) -> np.ndarray:
+    """The fused pass's PIL stage on a whole image (HWC uint8) with a neutral jitter: the
+    uint8 image that Pillow's resize would give, HWC."""
+    core = _ext.require_ops()
+    h, w, c = image.shape
+    plan = build_plan([specs.RandomResizedCrop(8), color.ColorJitter(brightness=(1.0, 1.0))], seed=0)
+    out = torch.empty(1, c, out_size[1], out_size[0], dtype=torch.uint8)
+    fl_ops.crop_resize_flip_normalize_batch(torch.from_numpy(image).flatten(), torch.tensor([[0, h, w, w * c]]),
+                                            torch.tensor([[0, 0, h, w]], dtype=torch.float32), torch.tensor([False]),
+                                            1.0, torch.zeros(c), torch.ones(c), out, interpolation=interpolation,
+                                            color=core.color_passes(plan, torch.tensor([0]), 0))
+    return out[0].permute(1, 2, 0).numpy()
 
 
-@pytest.mark.parametrize("kwargs", [dict(scale=(0.3, 0.1)), dict(ratio=(3.0, 0.5))])
-def test_erasing_decreasing_range_warns_and_fails_as_torchvision_does_on_its_first_image(kwargs):
-    with pytest.warns(UserWarning, match=r"Scale and ratio should be of kind \(min, max\)"):
-        transform = T.RandomErasing(p=1.0, **kwargs)
-    with pytest.raises(RuntimeError) as want:
-        transform(torch.zeros(3, 8, 8))
-    with pytest.warns(UserWarning, match=r"Scale and ratio should be of kind \(min, max\)"):
-        with pytest.raises(RuntimeError) as got:
-            color.RandomErasing(p=1.0, **kwargs)
-    # torch's message formats the floats its own way (float32 log ratio): same words.
-    assert str(got.value).split(",")[0] == str(want.value).split(",")[0]
+@needs_ops
+@pytest.mark.parametrize("interpolation", ["bilinear", "bicubic"])
+@pytest.mark.parametrize("sizes", VERTICAL_FIRST + HORIZONTAL_FIRST, ids=str)
+def test_pil_stage_resample_equals_pillow_in_its_pass_order(sizes, interpolation):
+    """With colour ops the fused pass resamples as Pillow's resize, bit for bit, in the
+    pass order Pillow picks for the size (noise, so either order's rounding shows)."""
+    (w, h), out_size = sizes
+    if sizes in VERTICAL_FIRST and not PILLOW_13:
+        pytest.skip("Pillow before 13 always resamples horizontally first")
+    image = np.random.default_rng(w * 1000 + h).integers(0, 256, (h, w, 3), dtype=np.uint8)
+    resample = Image.BICUBIC if interpolation == "bicubic" else Image.BILINEAR
+    want = np.asarray(Image.fromarray(image).resize(out_size, resample))
+    got = fused_pil_stage(image, out_size, interpolation)
+    assert np.array_equal(got, want), f"{int((got != want).sum())} of {want.size} values differ"
 
 
-def test_erasing_refuses_a_per_channel_value_of_the_wrong_length_like_torchvision():
-    with pytest.raises(ValueError) as want:
-        T.RandomErasing(p=1.0, value=(1.0, 2.0))(torch.zeros(3, 8, 8))
-    with pytest.raises(ValueError) as got:
-        color.RandomErasing(p=1.0, value=(1.0, 2.0)).fill(3)
-    assert str(got.value) == str(want.value)
+# Factors a blend rounds differently at if its product fused into the add, or if the
+# float were computed in another precision: ties, the ends of the ranges, extrapolation.
+BLEND_FACTORS = [0.0, 0.6, 0.6000001, 0.75, 1.0, 1.0000001, 1.25, 1.4, 1.3999999, 2.0, 7.5] + \
+    [float(f) for f in np.random.default_rng(3).uniform(0.0, 3.0, 40).astype(np.float32)]
+_ENHANCE = {"brightness": F.adjust_brightness, "contrast": F.adjust_contrast, "saturation": F.adjust_saturation}
 
 
-@pytest.mark.parametrize(
-    "kwargs",
-    [dict(), dict(brightness=0.4, contrast=0.4, saturation=0.4), dict(brightness=(0.5, 1.5), hue=0.5),
-     dict(brightness=2.0, hue=(-0.2, 0.0)), dict(contrast=(1, 1), hue=(0, 0)), dict(saturation=[0.0, 0.0])],
-)
-def test_jitter_spec_holds_torchvisions_ranges(kwargs):
-    want, got = T.ColorJitter(**kwargs), color.ColorJitter(**kwargs)
-    for name in color._OPS:
-        assert getattr(got, name) == getattr(want, name), name
-    assert color.ColorJitter(**{n: getattr(got, n) for n in color._OPS}) == got  # ranges round-trip
+def fused_jitter_op(image: np.ndarray, op: str, factor: float) -> np.ndarray:
+    """The fused pass with the one jitter op at `factor` on a whole uint8 HWC image, same
+    size (Pillow's resample is then the identity): uint8 HWC."""
+    core = _ext.require_ops()
+    h, w, c = image.shape
+    plan = build_plan([specs.RandomResizedCrop(8), color.ColorJitter(**{op: (factor, factor)})], seed=0)
+    out = torch.empty(1, c, h, w, dtype=torch.uint8)
+    fl_ops.crop_resize_flip_normalize_batch(torch.from_numpy(image).flatten(), torch.tensor([[0, h, w, w * c]]),
+                                            torch.tensor([[0, 0, h, w]], dtype=torch.float32), torch.tensor([False]),
+                                            1.0, torch.zeros(c), torch.ones(c), out,
+                                            color=core.color_passes(plan, torch.tensor([0]), 0))
+    return out[0].permute(1, 2, 0).numpy()
 
 
-def test_erasing_spec_accepts_what_torchvision_accepts():
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        for kwargs in (dict(), dict(p=0.25, value="random"), dict(value=(0.1, 0.2, 0.3)), dict(scale=[0.1, 0.1])):
-            T.RandomErasing(**kwargs)
-            assert color.RandomErasing(**kwargs).p == kwargs.get("p", 0.5)
+@needs_ops
+@pytest.mark.parametrize("op", sorted(_ENHANCE))
+def test_fused_blends_equal_pillow_on_every_value(op):
+    """Brightness, contrast and saturation in the fused pass (the AVX2 build: 16 values or
+    8 pixels a step, then the row's tail) equal Pillow's ImageEnhance bit for bit: every
+    uint8 value against every grey level (saturation: random pixels; contrast: images of
+    many means), over factors chosen to catch a different rounding."""
+    rng = np.random.default_rng(7)
+    for factor in BLEND_FACTORS:
+        image = rng.integers(0, 256, (61, 67, 3), dtype=np.uint8)  # odd rows: vector steps and tails
+        image.reshape(-1)[:256] = np.arange(256)  # every value
+        if op == "contrast":  # a mean anywhere in 0..255
+            image = (image.astype(np.int32) * rng.uniform(0, 1) + rng.integers(0, 128)).clip(0, 255).astype(np.uint8)
+        got = fused_jitter_op(image, op, factor)
+        want = np.asarray(_ENHANCE[op](Image.fromarray(image), factor))
+        assert np.array_equal(got, want), f"{op} {factor!r}: {int((got != want).sum())} values differ"
+
+
+@needs_ops
+def test_fused_hue_equals_pillow_on_every_colour_class():
+    """Hue in the fused pass (the AVX2 build: 8 pixels a step through Pillow's HSV in float
+    and double lanes, then the row's tail) equals torchvision's PIL adjust_hue bit for bit:
+    greys, primaries, each channel the maximum, ties, random colours, shifts of both signs.
+    (All 2^24 colours were compared once, at eight shifts.)"""
+    rng = np.random.default_rng(11)
+    levels = np.array([0, 1, 2, 63, 127, 128, 129, 191, 254, 255], dtype=np.uint8)
+    grid = np.stack(np.meshgrid(levels, levels, levels, indexing="ij"), -1).reshape(-1, 3)
+    pixels = np.concatenate([grid, rng.integers(0, 256, (61 * 67 - len(grid), 3), dtype=np.uint8)])
+    image = pixels.reshape(61, 67, 3)
+    for factor in [-0.5, -0.377, -0.1, -0.004, 0.0039, 0.05, 0.1, 0.25, 0.5]:  # 0: ColorJitter skips hue
+        got = fused_jitter_op(image, "hue", factor)
+        want = np.asarray(F.adjust_hue(Image.fromarray(image), factor))
+        assert np.array_equal(got, want), f"hue {factor!r}: {int((got != want).any(-1).sum())} pixels differ"
+
+
+_ISA_SCRIPT = """
+import sys, numpy as np, torch
+from fastload import _ext, ops
+from fastload.augment import color, specs
+from fastload.augment.plan import build_plan
+core = _ext.require_ops()
+rng = np.random.default_rng(5)
+outs = []
+for t in range(80):
+    c = 3 if t % 4 else 1
+    h, w = (int(v) for v in rng.integers(1, 70, 2))
+    oh, ow = (int(v) for v in rng.integers(1, 70, 2))
+    image = torch.from_numpy(rng.integers(0, 256, (h, w, c), dtype=np.uint8))
+    factor = lambda top, p: float(rng.uniform(0, top)) if rng.random() < p else 0
+    pipeline = [specs.RandomResizedCrop((oh, ow)), specs.RandomHorizontalFlip(),
+                color.ColorJitter(factor(0.9, 0.7), factor(0.9, 0.7), factor(0.9, 0.7), factor(0.5, 0.6))]
+    if rng.random() < 0.3:
+        pipeline.append(color.RandomGrayscale(0.5))
+    if rng.random() < 0.3:
+        pipeline.append(color.RandomErasing(p=0.5))
+    records = core.color_passes(build_plan(pipeline, seed=t), torch.tensor([t]), 0)
+    dtype = (torch.uint8, torch.float32)[t % 2]
+    out = torch.empty(1, c, oh, ow, dtype=dtype)
+    ops.crop_resize_flip_normalize_batch(image.flatten(), torch.tensor([[0, h, w, w * c]]),
+                                         torch.tensor([[0, 0, h, w]], dtype=torch.float32), torch.tensor([t % 3 > 0]),
+                                         1.0 if dtype == torch.uint8 else 1 / 255, torch.zeros(c), torch.ones(c), out,
+                                         interpolation=("bilinear", "bicubic")[t % 5 == 0], color=records)
+    outs.append(out)
+torch.save((_ext.build_info()["augment_cpu_path"], outs), sys.argv[1])
+"""
+
+
+@needs_ops
+def test_colour_path_is_the_same_in_the_avx2_and_baseline_builds(tmp_path):
+    """Every colour step has a vector loop in the AVX2 build and the scalar code in the
+    baseline one (FASTLOAD_NO_AVX2=1): over random plans (all four jitter ops in random
+    order, grayscale, erasing), sizes from 1 pixel, grey and RGB, uint8 and float32, flips,
+    both give the same values, bit for bit."""
+    results = []
+    for avx2 in (True, False):
+        env = {k: v for k, v in os.environ.items() if k != "FASTLOAD_NO_AVX2"}
+        if not avx2:
+            env["FASTLOAD_NO_AVX2"] = "1"
+        path = tmp_path / f"outs_{int(avx2)}.pt"
+        subprocess.run([sys.executable, "-c", _ISA_SCRIPT, str(path)], check=True, env=env, timeout=300)
+        results.append(torch.load(path))
+    (fast_path, fast), (base_path, base) = results
+    assert base_path == "baseline"
+    if fast_path != "avx2":
+        pytest.skip(f"this CPU has no AVX2 + FMA: both runs took the {fast_path!r} path")
+    differ = [i for i, (a, b) in enumerate(zip(fast, base)) if not torch.equal(a, b)]
+    assert not differ, f"cases {differ} differ between the AVX2 and baseline builds"

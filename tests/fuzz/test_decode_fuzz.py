@@ -9,7 +9,7 @@ mutations include SOF sizes up to 65535.
 
 FASTLOAD_FUZZ_CASES sets the number of mutated cases (default 3000: a few seconds on one
 core); FASTLOAD_FUZZ_SEED the seed. Runs standalone too (for sanitizer builds):
-    FASTLOAD_FUZZ_CASES=100000 python tests/ops/test_decode_fuzz.py
+    FASTLOAD_FUZZ_CASES=100000 python tests/fuzz/test_decode_fuzz.py
 """
 
 from __future__ import annotations
