@@ -130,7 +130,7 @@ class Recipe:
     dict_fields: Dict[str, Field] = field(default_factory=dict)  # explicit names of a dict sample
     dict_rest: bool = True  # the dict also holds every other member of the sample
     removed: set = field(default_factory=set)  # members renamed away (not in the dict any more)
-    predicates: List[Tuple[Any, str]] = field(default_factory=list)
+    predicates: List[Tuple[Any, str, bool]] = field(default_factory=list)  # (predicate, where, after decode)
     batch: Optional[Tuple[int, bool]] = None  # (n, partial)
     epoch_items: Optional[int] = None  # with_epoch / repeat: items per process and epoch
     repeat_passes: Optional[int] = None
@@ -143,6 +143,8 @@ class Recipe:
 def _name_of(obj: Any) -> str:
     f = getattr(obj, "f", None)
     if f is not None and hasattr(obj, "args"):
+        if obj.args and _wds(obj.args[0], "autodecode", "Decoder"):
+            return "decode"  # FluidInterface.decode() is map(Decoder(...))
         return getattr(f, "__name__", type(f).__name__).lstrip("_")
     return getattr(obj, "__name__", type(obj).__name__)
 
@@ -271,7 +273,8 @@ def read_pipeline(pipeline: Any) -> Recipe:
                     continue
                 if _filter(stage, "filters", "_select"):
                     _check_handler(stage)
-                    recipe.predicates.append((stage.args[0] if stage.args else stage.kw["predicate"], _where(stage)))
+                    recipe.predicates.append((stage.args[0] if stage.args else stage.kw["predicate"], _where(stage),
+                                              recipe.decode is not None))
                     continue
             else:
                 if _filter(stage, "filters", "_map_tuple"):
@@ -613,8 +616,8 @@ class WebDatasetSamples(torch.utils.data.Dataset):
         urls = _local_shards(recipe.urls, cache)
         shards = TarShards(urls, cache_dir=cache, on_error=on_error, progress=False)
         shards.urls = list(recipe.urls)  # as the pipeline names them (its __url__)
-        exts = _check_members(shards, recipe)
-        rows = _keep(shards, recipe, exts)
+        exts, raw_labels = _check_members(shards, recipe)
+        rows = _keep(shards, recipe, raw_labels)
         n = len(rows)
         if recipe.repeat_passes is not None:
             rows = np.tile(rows, recipe.repeat_passes)
@@ -640,7 +643,8 @@ class WebDatasetSamples(torch.utils.data.Dataset):
     def _value(self, f: Field, row: int, image: Callable[[], Any]) -> Any:
         kind = f.kind
         if kind == "image":
-            return _apply(f.fns, image())
+            value = image()
+            return value if value is _SLOT else _apply(f.fns, value)  # the slot: the engine applied them
         if kind == "cls":
             return _apply(f.fns, int(self.shards.index.labels[row]))
         if kind == "__key__":
@@ -771,20 +775,24 @@ def _local_path(url: str) -> Optional[str]:
     return parsed.path if parsed.scheme in ("", "file") and not url.startswith("pipe:") else None
 
 
-def _check_members(shards: Any, recipe: Recipe) -> List[str]:
-    """Per sample of the index, its image's extension; NotMapped when a sample's members
+def _check_members(shards: Any, recipe: Recipe) -> Tuple[List[str], List[bytes]]:
+    """Per sample of the index, its image's extension and its .cls text; NotMapped when a sample's members
     say the pipeline would see it otherwise (another image first among to_tuple's
     alternatives, no .cls, members of a dict output the index does not keep)."""
     from fastload.source.tar import _split_key, load_index
 
     image_fields = [f for f in recipe.fields() if f.kind == "image"]
     exts: List[str] = []
+    raw_labels: List[bytes] = []
     for shard_id, path in enumerate(shards.shards):
         record, _ = load_index(path, shards.cache_dir)
         members: Dict[str, List[str]] = {}
-        for name in record["names"]:
+        cls_text: Dict[str, str] = {}
+        for i, name in enumerate(record["names"]):
             key, ext = _split_key(name)
             members.setdefault(key, []).append(ext)
+            if ext == "cls":
+                cls_text[key] = record["labels_text"].get(str(i), "")
         selected = shards.index.file_ids == shard_id
         for member in (shards.index.members[int(i)] for i in np.flatnonzero(selected)):
             key, ext = _split_key(member)
@@ -804,10 +812,11 @@ def _check_members(shards: Any, recipe: Recipe) -> List[str]:
                                     "a dict sample carries and fastload's index does not keep (select the fields "
                                     "with to_tuple(...) or rename(..., keep=False))")
             exts.append(ext)
-    return exts
+            raw_labels.append(cls_text[key].encode("utf-8"))
+    return exts, raw_labels
 
 
-def _keep(shards: Any, recipe: Recipe, exts: List[str]) -> np.ndarray:
+def _keep(shards: Any, recipe: Recipe, raw_labels: List[bytes]) -> np.ndarray:
     """The index rows the pipeline's select() predicates keep (all without one)."""
     n = len(shards.index)
     if not recipe.predicates:
@@ -815,20 +824,21 @@ def _keep(shards: Any, recipe: Recipe, exts: List[str]) -> np.ndarray:
     keep = []
     for row in range(n):
         url = shards.urls[int(shards.index.file_ids[row])]
-        sample = _PredicateSample({"__key__": shards.keys[row], "__url__": url, "cls": int(shards.index.labels[row])})
+        fields_ = {"__key__": shards.keys[row], "__url__": url}
         if (local := _local_path(url)) is not None:
-            sample.data["__local_path__"] = local
-        if all(_predicate(p, where, sample) for p, where in recipe.predicates):
+            fields_["__local_path__"] = local
+        ok = True
+        for predicate, where, decoded in recipe.predicates:
+            # As the predicate sees the sample there: .cls decoded to an int after decode(), else its bytes.
+            sample = _PredicateSample({**fields_, "cls": int(shards.index.labels[row]) if decoded else raw_labels[row]})
+            ok = ok and _predicate(predicate, where, sample)
+        if ok:
             keep.append(row)
     return np.asarray(keep, dtype=np.int64)
 
 
 class _PredicateSample(dict):
     """A sample for select(): the label and key fields; the image is not read."""
-
-    def __init__(self, data: Dict[str, Any]):
-        super().__init__(data)
-        self.data = self
 
     def __missing__(self, key: str) -> Any:
         raise NotMapped(f"select(predicate) reads the sample's {key!r} (fastload evaluates predicates on "
@@ -840,6 +850,9 @@ def _predicate(p: Any, where: str, sample: Dict[str, Any]) -> bool:
         return bool(p(sample))
     except NotMapped as why:
         raise NotMapped(f"webdataset pipeline stage select ({where}) is not mapped: {why}") from None
+    except Exception as error:  # noqa: BLE001 - the pipeline raises it itself, on the generic path
+        raise NotMapped(f"webdataset pipeline stage select ({where}) is not mapped: the predicate raised "
+                        f"{type(error).__name__}: {error}") from None
 
 
 # ---- the loader's hook ----------------------------------------------------------------------
