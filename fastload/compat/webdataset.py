@@ -18,8 +18,9 @@ Mapped stages:
   fsspec URLs as fastload.TarShards reads them (remote ones are downloaded once into its
   cache); `pipe:<command>` runs the command once and caches its output the same way;
 - `shardshuffle=`, `shuffle(n)`, `detshuffle`: a global shuffle of every sample through
-  the member index (at least as random as a buffer of n: any sample can come next),
-  deterministic per (seed, epoch);
+  the member index (at least as random as a buffer of n: any sample can come next), drawn
+  as the loader draws any order: torch's RandomSampler on one process (`torch.manual_seed`
+  or `generator=`), (seed, epoch) under DDP; resumable mid-epoch;
 - `split_by_node` / `single_node_only` / `split_by_worker` (`nodesplitter=`,
   `workersplitter=`): the loader's own DDP split (equal batch counts on every rank, no
   uneven-epoch hangs; `distributed=` and `uneven=` decide); engine threads, not worker
@@ -30,8 +31,7 @@ Mapped stages:
   `.cls` as int;
 - `to_tuple`, `rename`, `map_dict`, `map_tuple` (the image's transform: what
   fastload.compat.torchvision maps natively, the rest as a Python tail; a label's function
-  runs per sample in Python; `int` on an int label is left out), `map(f)` with f a
-  transform fastload maps when the sample is the image itself;
+  runs per sample in Python; `int` on an int label is left out);
 - `select(predicate)` over the label and key fields: evaluated once per sample when the
   loader is built;
 - `batched(n)` last: the batch size (the loader's batch_size must be None, as with
@@ -595,7 +595,7 @@ class WebDatasetSamples(torch.utils.data.Dataset):
 
     Example:
         >>> import webdataset as wds                                            # doctest: +SKIP
-        >>> ds = wds.WebDataset("train-{0..9}.tar", shardshuffle=100).decode("pil").to_tuple("jpg", "cls")
+        >>> ds = wds.WebDataset("train-{0..9}.tar", shardshuffle=100).decode("pil").to_tuple("jpg", "cls")  # doctest: +SKIP
         >>> view = WebDatasetSamples.from_pipeline(ds)                           # doctest: +SKIP
         >>> image, label = view[0]                                               # doctest: +SKIP
     """
