@@ -57,8 +57,8 @@ Example:
     >>> import webdataset as wds
     >>> reason = not_mapped(wds.DataPipeline(wds.SimpleShardList(["a.tar"]), wds.tarfile_to_samples(),
     ...                                       wds.slice(10)))
-    >>> reason.split(" is not mapped")[0]
-    'webdataset pipeline stage islice'
+    >>> reason.split(": ")[0]
+    'webdataset pipeline stage islice (itertools) is not mapped'
 """
 
 from __future__ import annotations
@@ -162,8 +162,9 @@ def _where(obj: Any) -> str:
     code = getattr(target, "__code__", None)
     if code is None:
         code = getattr(getattr(type(target), "__call__", None), "__code__", None)
-    if code is None:
-        return type(target).__module__
+    if code is None:  # a builtin or C class (itertools.islice): its module
+        module = getattr(target, "__module__", None) if inspect.isclass(target) else None
+        return module or type(target).__module__
     return f"{os.path.basename(code.co_filename)}:{code.co_firstlineno}"
 
 
