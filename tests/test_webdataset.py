@@ -286,8 +286,8 @@ def test_resume_mid_epoch(urls):
 # ---- what stays generic, and why ---------------------------------------------------------
 
 
-def _lambda_map(urls):
-    return wds.WebDataset(urls, shardshuffle=False).decode("pil").map(lambda s: (EVAL(s["jpg"]), s["cls"]))
+def _lambda_map(urls):  # computes with the label: not seen through
+    return wds.WebDataset(urls, shardshuffle=False).decode("pil").map(lambda s: (EVAL(s["jpg"]), s["cls"] + 1))
 
 
 @pytest.mark.parametrize("build,expected", [
@@ -318,6 +318,29 @@ def test_fallback_still_iterates_as_torch_does(urls):
     loader = fast(ds, batch_size=4)
     assert loader.path.startswith("generic: webdataset pipeline stage map")
     assert_epoch_same(loader, torch_batches(ds, batch_size=4))
+
+
+@pytest.mark.parametrize("build", [
+    lambda u: wds.WebDataset(u, shardshuffle=False).decode("pil").map(lambda s: (EVAL(s["jpg"]), s["cls"])),
+    lambda u: wds.WebDataset(u, shardshuffle=False).decode("pil").map(lambda s: {"x": EVAL(s["jpg"]), "y": s["cls"]}),
+    lambda u: wds.WebDataset(u, shardshuffle=False).decode("pil").to_tuple("jpg", "cls", "__key__")
+    .map(lambda t: [t[2], EVAL(t[0]), t[1]]),
+], ids=["dict-to-tuple", "dict-to-dict", "tuple-to-list"])
+def test_map_of_a_user_function_seen_through(urls, build):
+    ds = build(urls)
+    loader = fast(ds, batch_size=4)
+    assert loader.path.startswith("native: webdataset pipeline [decode('pil') -> "), loader.path
+    assert_epoch_same(loader, torch_batches(ds, batch_size=4))
+
+
+def test_map_reasons_name_what_the_function_does(urls):
+    base = wds.WebDataset(urls, shardshuffle=False).decode("pil")
+    crop = fast(base.map(lambda s: (EVAL(s["jpg"].crop((0, 0, 8, 8))), s["cls"])), batch_size=4).path
+    assert "uses the image's .crop before a transform" in crop and "test_webdataset.py:" in crop, crop
+    draws = fast(base.map(lambda s: (EVAL(s["jpg"]), s["cls"], torch.rand(()))), batch_size=4).path
+    assert "draws random numbers outside the transforms (torch)" in draws, draws
+    label = fast(base.map(lambda s: (EVAL(s["jpg"]), s["cls"] * 2)), batch_size=4).path
+    assert "the function uses the field 'cls'" in label, label
 
 
 def test_select_reading_the_image_falls_back(urls):

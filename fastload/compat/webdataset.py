@@ -32,6 +32,14 @@ Mapped stages:
 - `to_tuple`, `rename`, `map_dict`, `map_tuple` (the image's transform: what
   fastload.compat.torchvision maps natively, the rest as a Python tail; a label's function
   runs per sample in Python; `int` on an int label is left out);
+- `map(f)` of the user's own function, seen through once with fastload's tracer
+  (fastload/compat/trace.py): f runs on stand-ins, the image a traced image (a transform
+  fastload maps is intercepted where the image enters it), every other field a stand-in
+  that may only be passed on; f must return a flat tuple, list or dict of those (the
+  image's transform output among them) and draw no random numbers outside the
+  transforms. A function that computes with a field (`s["cls"] + 1`), reads the image
+  (`.crop`, `.size`), or returns anything else is not followed, and the reason says what
+  it did and where;
 - `select(predicate)` over the label and key fields: evaluated once per sample when the
   loader is built;
 - `batched(n)` last: the batch size (the loader's batch_size must be None, as with
@@ -44,8 +52,8 @@ Mapped stages:
 Fields: the image (jpg, jpeg, png, webp, ppm, bmp, tiff, gif, as TarShards reads them),
 `cls` (an int), `__key__`, `__url__`, `__local_path__`. A sample holding other members in
 a dict output, or a field fastload's index does not keep (json, txt, ...), is not mapped.
-Anything else (an unknown stage, a user function over the raw sample, a predicate that
-reads the image, a field the index does not keep) leaves the pipeline on the generic
+Anything else (an unknown stage, a map function that computes with a field, a predicate
+that reads the image, a field the index does not keep) leaves the pipeline on the generic
 path, `loader.path` naming the stage and where it was built ("generic: webdataset pipeline
 stage map (train.py:42) is not mapped: ...").
 
@@ -174,6 +182,8 @@ def _is_wds(obj: Any) -> bool:
 
 
 def _refuse(stage: Any, why: str) -> NotMapped:
+    if stage is None:  # (inside a map's function: the map stage names itself)
+        return NotMapped(why)
     return NotMapped(f"webdataset pipeline stage {_name_of(stage)} ({_where(stage)}) is not mapped: {why}")
 
 
@@ -287,7 +297,7 @@ def read_pipeline(pipeline: Any) -> Recipe:
                                                              fns=recipe.tuple_fields[i].fns + (f,))
                     continue
             if _filter(stage, "filters", "_map"):
-                _map(stage, recipe, state)
+                state = _map(stage, recipe, state)
                 continue
         raise _refuse(stage, f"no equivalent on fastload's tar-shard engine ({_FIX})")
     recipe.stages = [name for name in recipe.stages if name]
@@ -464,11 +474,131 @@ def _map_dict(stage: Any, recipe: Recipe) -> None:
         recipe.dict_fields[k] = replace(current, fns=current.fns + (f,))
 
 
-def _map(stage: Any, recipe: Recipe, state: str) -> None:
+def _map(stage: Any, recipe: Recipe, state: str) -> str:
+    """A map(f) of the user's own function, seen through (see `_see_through`): the state
+    after it ("tuples" or "samples" for a dict)."""
     _check_handler(stage)
     f = stage.args[0] if stage.args else stage.kw.get("f")
-    raise _refuse(stage, f"map({_name_of(f)}) over the whole {'tuple' if state == 'tuples' else 'sample dict'}: "
-                  "a function of its own is not followed (map_tuple/map_dict with the image's transform are)")
+    try:
+        result = _see_through(f, recipe, state)
+    except NotMapped as why:
+        raise _refuse(stage, f"map({_name_of(f)}): {why}") from None
+    if isinstance(result, dict):
+        if state == "samples":  # webdataset's map keeps the key of a dict sample
+            result.setdefault("__key__", Field(("__key__",)))
+        recipe.tuple_fields, recipe.dict_fields, recipe.dict_rest = None, result, False
+        return "samples"
+    recipe.tuple_fields = list(result)
+    return "tuples"
+
+
+class _Stand:
+    """Stands for one field of the sample while a map's function is seen through: it may
+    only be passed on as it is (any use of it could depend on its value)."""
+
+    __slots__ = ("field",)
+
+    def __init__(self, field_: Field):
+        object.__setattr__(self, "field", field_)
+
+    def _used(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotMapped(f"the function uses the field {';'.join(object.__getattribute__(self, 'field').source)!r} "
+                        "(followed: fields passed on as they are, the image through a transform fastload maps)")
+
+    def __getattr__(self, name: str) -> Any:
+        self._used()
+
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __bool__ = __int__ = __index__ = __float__ = _used
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __floordiv__ = __mod__ = _used
+    __getitem__ = __len__ = __iter__ = __contains__ = __call__ = __str__ = __format__ = __hash__ = _used
+
+    def __repr__(self) -> str:
+        return f"<field {';'.join(object.__getattribute__(self, 'field').source)}>"
+
+
+class _ProbeSample(dict):
+    """A dict sample whose members are looked up as the pipeline would hold them."""
+
+    def __init__(self, resolve: Callable[[str], Any], items: Dict[str, Any]):
+        super().__init__(items)
+        self._resolve = resolve
+
+    def __missing__(self, key: str) -> Any:
+        value = self._resolve(key)
+        self[key] = value
+        return value
+
+
+def _see_through(f: Any, recipe: Recipe, state: str) -> Any:
+    """What `f` returns for a sample, in fields: a list (a tuple sample) or a dict of
+    Field. `f` runs once on stand-ins under fastload's tracer (fastload/compat/trace.py):
+    the image is a traced image (a transform fastload maps is intercepted where it enters
+    it), every other field a `_Stand` that may only be passed on. NotMapped when `f` does
+    anything else with them, draws random numbers outside the transforms, raises, or
+    returns something that is not such a field."""
+    try:
+        from fastload.compat import trace
+        tracer = (trace._patched, trace._Call, trace.TracedImage, trace.TracedOutput, trace._local, trace._Stop,
+                  trace._rng_state, trace._rng_moved, trace._rng_restore, trace._where_traceback)
+    except (ImportError, AttributeError) as error:
+        raise NotMapped(f"fastload's tracer is not available here ({error})") from None
+    patched, Call, TracedImage, TracedOutput, local, Stop, rng_state, rng_moved, rng_restore, where_tb = tracer
+    if not trace.enabled():
+        raise NotMapped(f"{trace.TRACE_ENV}=0 turns the tracer off")
+    call = Call()
+    images: Dict[int, Field] = {}
+
+    def stand(field_: Field) -> Any:
+        if field_.kind == "image" and not field_.fns:
+            image = TracedImage(call, "<webdataset image>", "RGB")  # decode('pil'...): RGB, as the engine's
+            images[id(image)] = field_
+            return image
+        return _Stand(field_)
+
+    if state == "tuples":
+        probe: Any = tuple(stand(f_) for f_ in recipe.tuple_fields)
+    else:
+        def resolve(name: str) -> Any:
+            return stand(_lookup(recipe, name, None))
+
+        probe = _ProbeSample(resolve, {k: stand(v) for k, v in recipe.dict_fields.items()})
+    before = rng_state()
+    local.call = call
+    try:
+        with patched():
+            result = f(probe)
+    except Stop:
+        why = call.problem.why if call.problem else "stopped"
+        raise NotMapped(f"{why} at {call.problem.where if call.problem else '?'}") from None
+    except NotMapped:
+        raise
+    except Exception as error:  # noqa: BLE001 - the user's code raised on the stand-ins: not followed
+        raise NotMapped(f"raised {type(error).__name__}: {error} at {where_tb(error.__traceback__)}") from None
+    finally:
+        local.call = None
+        moved = rng_moved(before)
+        rng_restore(before)
+    if moved:
+        raise NotMapped(f"draws random numbers outside the transforms ({', '.join(moved)})")
+    if len(call.outputs) > 1:
+        raise NotMapped(f"calls transforms {len(call.outputs)} times per sample (one call is followed)")
+
+    def field_of(value: Any) -> Field:
+        if isinstance(value, _Stand):
+            return object.__getattribute__(value, "field")
+        if type(value) is TracedImage and id(value) in images:
+            return images[id(value)]
+        if type(value) is TracedOutput and id(value.image) in images:
+            base = images[id(value.image)]
+            return replace(base, fns=base.fns + (value.transform,))
+        raise NotMapped(f"returns a {type(value).__name__} (followed: the sample's fields passed on as they are, "
+                        "the image through one transform fastload maps, in a flat tuple, list or dict)")
+
+    if type(result) in (tuple, list):
+        return [field_of(v) for v in result]
+    if type(result) is dict:
+        return {k: field_of(v) for k, v in result.items()}
+    raise NotMapped(f"returns a {type(result).__name__} (followed: a flat tuple, list or dict of the sample's fields)")
 
 
 def _batched(stage: Any, recipe: Recipe) -> None:
