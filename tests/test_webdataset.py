@@ -177,6 +177,16 @@ def test_tensor_decodes(urls, mode, tf):
     assert_epoch_same(loader, torch_batches(ds, batch_size=7))
 
 
+def test_python_tail_runs_hybrid_with_the_pipeline_structure(urls):
+    # RandomPerspective has no native equivalent: the engine crops, Python runs the rest on PIL images.
+    tf = T.Compose([T.CenterCrop(24), T.RandomPerspective(p=0.0), T.ToTensor()])
+    ds = (wds.WebDataset(urls, shardshuffle=False).decode("pil").to_tuple("jpg", "cls", "__key__")
+          .map_tuple(tf, lambda c: c + 100))
+    loader = fast(ds, batch_size=4)
+    assert loader.path.startswith("hybrid: native [CenterCrop] + python [RandomPerspective -> ToTensor]"), loader.path
+    assert_epoch_same(loader, torch_batches(ds, batch_size=4))
+
+
 def test_decode_with_handlers_and_extension_handlers(urls):
     ds = (wds.WebDataset(urls, shardshuffle=False)
           .decode(wds.imagehandler("pil"), wds.handle_extension("txt", lambda b: b.decode()))
