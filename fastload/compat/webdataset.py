@@ -74,7 +74,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
-import io
 import os
 import subprocess
 import sys
@@ -915,6 +914,8 @@ def _check_members(shards: Any, recipe: Recipe) -> Tuple[List[str], List[bytes]]
     image_fields = [f for f in recipe.fields() if f.kind == "image"]
     exts: List[str] = []
     raw_labels: List[bytes] = []
+    # TarShards lists the samples shard after shard: each shard's rows are one range.
+    bounds = np.searchsorted(shards.index.file_ids, np.arange(len(shards.shards) + 1))
     for shard_id, path in enumerate(shards.shards):
         record, _ = load_index(path, shards.cache_dir)
         members: Dict[str, List[str]] = {}
@@ -924,8 +925,7 @@ def _check_members(shards: Any, recipe: Recipe) -> Tuple[List[str], List[bytes]]
             members.setdefault(key, []).append(ext)
             if ext == "cls":
                 cls_text[key] = record["labels_text"].get(str(i), "")
-        selected = shards.index.file_ids == shard_id
-        for member in (shards.index.members[int(i)] for i in np.flatnonzero(selected)):
+        for member in (shards.index.members[i] for i in range(int(bounds[shard_id]), int(bounds[shard_id + 1]))):
             key, ext = _split_key(member)
             present = members.get(key, [])
             if "cls" not in present:
