@@ -360,6 +360,12 @@ def test_select_reading_the_image_falls_back(urls):
     assert path.startswith("generic: webdataset pipeline stage select (test_webdataset.py:") and "'jpg'" in path
 
 
+def test_a_stage_the_walk_cannot_read_is_a_reason_not_a_crash(urls):
+    ds = wds.WebDataset(urls, shardshuffle=False).decode("pil").rename(image=3).to_tuple("image", "cls")
+    path = fast(ds, batch_size=4).path
+    assert path.startswith("generic: webdataset pipeline: fastload could not read its stages (AttributeError"), path
+
+
 def test_loader_batch_size_with_batched_falls_back(urls):
     ds = wds.WebDataset(urls, shardshuffle=False).decode("pil").to_tuple("jpg", "cls").map_tuple(EVAL).batched(4)
     assert "batches of batches" in fast(ds, batch_size=4).path

@@ -431,7 +431,9 @@ def _field(name: str, stage: Any) -> Field:
                   f"the .cls label and {', '.join(_META)}")
 
 
-def _lookup(recipe: Recipe, name: str, stage: Any) -> Field:
+def _lookup(recipe: Recipe, name: Any, stage: Any) -> Field:
+    if isinstance(name, (list, tuple)) and all(isinstance(n, str) for n in name):
+        name = ";".join(name)  # (getfirst takes a list of alternatives too)
     for alternative in name.split(";"):
         if alternative in recipe.dict_fields:
             return recipe.dict_fields[alternative]
@@ -638,10 +640,27 @@ def _output_fields(recipe: Recipe) -> List[Field]:
     return out
 
 
+def _read(pipeline: Any) -> Recipe:
+    """read_pipeline, where an unexpected shape of a stage (another webdataset version, an
+    argument of a type the walk does not know) is a reason, never a crash of the loader."""
+    try:
+        return read_pipeline(pipeline)
+    except NotMapped:
+        raise
+    except Exception as error:  # noqa: BLE001 - the pipeline itself still runs, on the generic path
+        raise NotMapped(f"webdataset pipeline: fastload could not read its stages ({type(error).__name__}: "
+                        f"{error}; the walk follows webdataset 1.0.2's stages, this is {_version()})") from None
+
+
+def _version() -> str:
+    module = sys.modules.get("webdataset")
+    return str(getattr(module, "__version__", "?"))
+
+
 def not_mapped(pipeline: Any) -> Optional[str]:
     """Why `pipeline` stays on the generic path (its stage list alone), or None."""
     try:
-        read_pipeline(pipeline)
+        _read(pipeline)
     except NotMapped as why:
         return str(why)
     return None
@@ -737,11 +756,13 @@ class WebDatasetSamples(torch.utils.data.Dataset):
 
     @classmethod
     def from_pipeline(cls, pipeline: Any, *, on_error: str = "raise", world_size: int = 1,
-                      cache_dir: Optional[str] = None) -> "WebDatasetSamples":
-        """The view of `pipeline`; NotMapped when a stage or the shards' content is not mapped."""
+                      cache_dir: Optional[str] = None, recipe: Optional[Recipe] = None) -> "WebDatasetSamples":
+        """The view of `pipeline` (its `recipe` when already read); NotMapped when a stage or
+        the shards' content is not mapped. A shard that cannot be read raises as
+        fastload.TarShards does (on_error)."""
         from fastload.source.tar import TarShards, default_cache_dir
 
-        recipe = read_pipeline(pipeline)
+        recipe = recipe if recipe is not None else _read(pipeline)
         cache = cache_dir or default_cache_dir()
         urls = _local_shards(recipe.urls, cache)
         shards = TarShards(urls, cache_dir=cache, on_error=on_error, progress=False)
@@ -1003,7 +1024,7 @@ def adopt(dataset: Any, *, batch_size: Optional[int], shuffle: Optional[bool], d
     if not is_pipeline(dataset) or accelerate is False:
         return None
     try:
-        recipe = read_pipeline(dataset)
+        recipe = _read(dataset)
         if recipe.batch is not None and batch_size is not None:
             raise NotMapped(f"webdataset pipeline: batched({recipe.batch[0]}) in the pipeline and "
                             f"batch_size={batch_size} in the loader (batches of batches); pass batch_size=None")
@@ -1012,7 +1033,7 @@ def adopt(dataset: Any, *, batch_size: Optional[int], shuffle: Optional[bool], d
         from fastload.source import sampling
 
         world = sampling.resolve_distributed(distributed)[1]
-        view = WebDatasetSamples.from_pipeline(dataset, on_error=on_error, world_size=world)
+        view = WebDatasetSamples.from_pipeline(dataset, on_error=on_error, world_size=world, recipe=recipe)
     except NotMapped as why:
         _REASONS[dataset] = str(why)
         return None
