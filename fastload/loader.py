@@ -280,6 +280,14 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         exact: Optional[bool] = None,
         tail_on: str = "auto",
     ) -> None:
+        # A webdataset pipeline whose stages fastload maps runs as a map-style view of its
+        # shards (fastload.compat.webdataset): its batch size, shuffle and drop_last come along.
+        from fastload.compat.webdataset import adopt
+
+        adopted = adopt(dataset, batch_size=batch_size, shuffle=shuffle, drop_last=drop_last, on_error=on_error,
+                        accelerate=accelerate, distributed=distributed)
+        if adopted is not None:
+            dataset, batch_size, shuffle, drop_last = adopted
         # torch validates its own arguments first, with its own exceptions and messages.
         super().__init__(
             dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn,

@@ -414,3 +414,40 @@ class WebDatasetLoader(Contender):
         import webdataset
 
         return f"webdataset {getattr(webdataset, '__version__', '')} (PIL)".replace("  ", " ")
+
+
+@register
+class WebLoaderContender(WebDatasetLoader):
+    """The webdataset contender's pipeline through wds.WebLoader (its DataLoader wrapper)."""
+
+    name = "webdataset-webloader"
+    summary = "the webdataset contender's pipeline through wds.WebLoader (batch_size=None)"
+
+    def loader(self, dataset, config):
+        import webdataset as wds
+
+        return wds.WebLoader(dataset, batch_size=None, num_workers=config.workers,
+                             persistent_workers=config.workers > 0)
+
+    def path(self, loader):
+        return "wds.WebLoader " + super().path(loader)
+
+
+@register
+class FastloadWebDataset(WebDatasetLoader):
+    """The webdataset contender's pipeline, unchanged, through fastload.DataLoader: its
+    stages are read back and run on the tar-shard engine (fastload/compat/webdataset.py)."""
+
+    name = "fastload-webdataset"
+    summary = "the webdataset contender's pipeline, unchanged, through fastload.DataLoader (batch_size=None)"
+
+    def unavailable(self):
+        return super().unavailable() or _native_missing("TarShards")
+
+    def loader(self, dataset, config):
+        import fastload
+
+        return fastload.DataLoader(dataset, batch_size=None, num_workers=config.workers, seed=config.seed)
+
+    def path(self, loader):
+        return str(getattr(loader, "path", "generic? (loader has no .path)"))

@@ -351,6 +351,9 @@ def _base(dataset: Any, wrapped: bool) -> Analysis:
     from fastload.source.base import NativeDataset
 
     name = type(dataset).__name__
+    webdataset = sys.modules.get("fastload.compat.webdataset")  # loaded by the loader that made such a view
+    if webdataset is not None and isinstance(dataset, webdataset.WebDatasetSamples):
+        return dataset.analysis(wrapped)
     if isinstance(dataset, NativeDataset):
         out = Analysis(f"fastload {name}", native_dataset=True)
         out.pipeline = Pipeline(tuple(dataset.transforms), tuple(dataset.tail), tuple(dataset.tail_blockers))

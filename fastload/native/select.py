@@ -68,7 +68,10 @@ def order_left_to_torch(dataset: Any, *, batch_size: Optional[int], sampler: Any
     it: None when a batch_sampler is given).
     """
     if isinstance(dataset, torch.utils.data.IterableDataset):
-        return "generic: IterableDataset (order left to the dataset and torch)"
+        # A webdataset pipeline the loader did not map: the stage that kept it here.
+        from fastload.compat.webdataset import generic_reason
+
+        return generic_reason(dataset) or "generic: IterableDataset (order left to the dataset and torch)"
     if batch_size is None and batch_sampler is None:
         return "generic: batch_size=None (no automatic batching; order left to torch)"
     if isinstance(dataset, (IterDataPipe, MapDataPipe)):
