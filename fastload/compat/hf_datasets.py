@@ -546,16 +546,18 @@ def _trace_rows(light: Any, n: int, name: str) -> Tuple[List[Any], List[int], An
 
 
 def _outputs_in(sample: Any, outputs: List[Any], depth: int = 0) -> List[Any]:
-    """The traced outputs inside one row (a dict of columns, at any depth)."""
+    """The traced outputs inside one row (a dict of columns, at any depth). type(), not
+    isinstance: a traced image asked for its __class__ outside a trace turns real."""
     from fastload.compat import trace
 
-    if isinstance(sample, trace.TracedOutput):
+    kind = type(sample)
+    if kind is trace.TracedOutput:
         return [sample]
     if depth > 32:
         return []
-    if isinstance(sample, dict):
+    if kind is dict:
         return [o for v in sample.values() for o in _outputs_in(v, outputs, depth + 1)]
-    if isinstance(sample, (list, tuple)):
+    if kind is list or kind is tuple:
         return [o for v in sample for o in _outputs_in(v, outputs, depth + 1)]
     return []
 

@@ -68,7 +68,9 @@ def order_left_to_torch(dataset: Any, *, batch_size: Optional[int], sampler: Any
     it: None when a batch_sampler is given).
     """
     if isinstance(dataset, torch.utils.data.IterableDataset):
-        return "generic: IterableDataset (order left to the dataset and torch)"
+        from fastload.compat.hf_datasets import iterable_reason
+
+        return iterable_reason(dataset) or "generic: IterableDataset (order left to the dataset and torch)"
     if batch_size is None and batch_sampler is None:
         return "generic: batch_size=None (no automatic batching; order left to torch)"
     if isinstance(dataset, (IterDataPipe, MapDataPipe)):
