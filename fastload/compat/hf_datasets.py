@@ -44,22 +44,24 @@ function (pixels read, RNG drawn, another transform per row, ...), and a Dataset
 a torch Subset/ConcatDataset. A streaming `datasets.IterableDataset` has no index: its
 order is its own (see `iterable_reason`).
 
-Example:
-    >>> import os, tempfile
-    >>> from PIL import Image as PILImage
-    >>> import datasets
-    >>> from torchvision import transforms as T
-    >>> root = tempfile.mkdtemp(); path = os.path.join(root, "a.jpg")
-    >>> PILImage.new("RGB", (40, 30)).save(path)
-    >>> ds = datasets.Dataset.from_dict({"image": [path], "label": [1]}).cast_column("image", datasets.Image())
-    >>> tf = T.Compose([T.CenterCrop(16), T.ToTensor()])
-    >>> def fn(examples):
-    ...     examples["pixel_values"] = [tf(img.convert("RGB")) for img in examples["image"]]
-    ...     del examples["image"]
-    ...     return examples
-    >>> analysis = analyse_hf(ds.with_transform(fn), wrapped=False)
-    >>> analysis.chain, [type(s).__name__ for s in analysis.pipeline.native]
-    ('Hugging Face Dataset (1 image file; with_transform fn)', ['CenterCrop', 'ToDtype'])
+Example (with `datasets` installed, an optional dependency; tests/test_hf_datasets.py
+runs the same)::
+
+    import datasets, fastload
+    from torchvision import transforms as T
+
+    ds = datasets.load_dataset("imagefolder", data_dir="train/", split="train")
+    tf = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor()])
+
+    def transforms(examples):
+        examples["pixel_values"] = [tf(image.convert("RGB")) for image in examples["image"]]
+        del examples["image"]
+        return examples
+
+    ds.set_transform(transforms)
+    loader = fastload.DataLoader(ds, batch_size=64, shuffle=True, num_workers=2)
+    loader.path  # 'native: Hugging Face Dataset (1000 image files; with_transform transforms) [...]'
+    batch = next(iter(loader))  # {"label": int64 [64], "pixel_values": float32 [64, 3, 224, 224]}
 """
 
 from __future__ import annotations
