@@ -208,12 +208,37 @@ def keeps_image(examples):
     return examples
 
 
+def stacking(examples):
+    """Hugging Face's image-classification examples' collate_fn."""
+    return {"pixel_values": torch.stack([e["pixel_values"] for e in examples]),
+            "labels": torch.tensor([e["label"] for e in examples])}
+
+
+def casting(examples):
+    return {"pixel_values": torch.stack([e["pixel_values"] for e in examples]).half(),
+            "labels": torch.tensor([e["label"] for e in examples])}
+
+
+def with_sizes(examples):
+    return {"pixel_values": torch.stack([e["pixel_values"] for e in examples]),
+            "sizes": torch.tensor([e["image"].size for e in examples])}
+
+
+def with_mask(examples):
+    pixels = torch.stack([e["pixel_values"] for e in examples])
+    return {"pixel_values": pixels, "pixel_mask": torch.ones_like(pixels, dtype=torch.int64)}
+
+
+def returns_images(examples):
+    return {"pixel_values": torch.stack([e["pixel_values"] for e in examples]), "images": [e["image"] for e in examples]}
+
+
 # name -> (dataset maker (root, paths, tmp_path), loader arguments, what the reason says)
 FALLBACKS = {
     "no transform": (lambda r, p, t: saved(r, p), {}, "rows hold PIL images, which torch's default_collate"),
     "numpy format": (lambda r, p, t: saved(r, p).with_format("numpy"), {}, "format 'numpy' is not followed"),
     "image kept": (lambda r, p, t: saved(r, p).with_transform(keeps_image), {},
-                   "returns the image itself, not a transform's output"),
+                   "rows keep the image column 'image' (PIL images), which torch's default_collate cannot batch"),
     "random draw": (lambda r, p, t: saved(r, p).with_transform(random_draw), {},
                     "draws random numbers outside the transforms (random)"),
     "pixels read": (lambda r, p, t: saved(r, p).with_transform(reads_pixels), {},
@@ -224,8 +249,22 @@ FALLBACKS = {
                          "has EXIF orientation 6: datasets rotates it on decode"),
     "torch format, sizes differ": (lambda r, p, t: saved(r, p).with_format("torch"), {},
                                    "sizes: torch's default_collate cannot stack them"),
-    "custom collate_fn": (lambda r, p, t: saved(r, p).with_transform(keeps_columns(eval_tf())),
-                          dict(collate_fn=lambda rows: rows), "generic: custom collate_fn"),
+    "collate_fn of lists": (lambda r, p, t: saved(r, p).with_transform(keeps_columns(eval_tf())),
+                            dict(collate_fn=lambda rows: rows), "generic: custom collate_fn (<lambda> does not "
+                            "return the rows' images stacked as they are (0 stacks found"),
+    "collate_fn casting": (lambda r, p, t: saved(r, p).with_transform(keeps_image), dict(collate_fn=casting),
+                           "generic: custom collate_fn (casting does not return the rows' images stacked"),
+    "collate_fn using images": (lambda r, p, t: saved(r, p).with_transform(keeps_image),
+                                dict(collate_fn=with_sizes), "generic: custom collate_fn (with_sizes raised "
+                                "AttributeError on stand-in images"),
+    "collate_fn mask from images": (lambda r, p, t: saved(r, p).with_transform(keeps_image),
+                                    dict(collate_fn=with_mask), "generic: custom collate_fn (with_mask computes "
+                                    "other outputs from the images)"),
+    "collate_fn returning images": (lambda r, p, t: saved(r, p).with_transform(keeps_image),
+                                    dict(collate_fn=returns_images), "generic: custom collate_fn (returns_images "
+                                    "returns the PIL images of the rows)"),
+    "a torchvision dataset's collate_fn": (lambda r, p, t: torchvision.datasets.ImageFolder(
+        os.path.join(r, "data"), transform=EVAL), dict(collate_fn=stacking), "generic: custom collate_fn"),
     "inside a Subset": (lambda r, p, t: torch.utils.data.Subset(saved(r, p).with_transform(
         keeps_columns(eval_tf())), [0, 1]), {}, "inside a torch Subset/ConcatDataset"),
     "streaming": (lambda r, p, t: datasets.load_dataset("imagefolder", data_dir=os.path.join(r, "data"),
@@ -239,6 +278,23 @@ def test_what_is_not_seen_through_falls_back_naming_why(name, root, tmp_path):
     make, kwargs, why = FALLBACKS[name]
     loader = fastload.DataLoader(make(*root, tmp_path), batch_size=4, **kwargs)
     assert loader.path.startswith("generic: ") and why in loader.path, loader.path
+
+
+@pytest.mark.parametrize("transform", [keeps_image, keeps_columns(EVAL)])
+def test_a_stacking_collate_fn_is_followed_with_the_image_column_kept_or_not(transform, root):
+    dataset = saved(*root).with_transform(transform)
+    loader = fastload.DataLoader(dataset, batch_size=4, collate_fn=stacking, shuffle=True,
+                                 generator=torch.Generator().manual_seed(1))
+    assert loader.path.startswith("native: Hugging Face Dataset (1 Arrow cache file; with_transform ") and \
+        loader.path.endswith("; collate_fn stacking followed"), loader.path
+    ours = list(loader)
+    theirs = list(TorchLoader(dataset, batch_size=4, collate_fn=stacking, shuffle=True,
+                              generator=torch.Generator().manual_seed(1)))
+    assert len(ours) == len(theirs) == 3
+    for a, b in zip(ours, theirs):
+        assert_same_structure(a, b)
+        assert torch.equal(a["labels"], b["labels"])
+        assert torch.allclose(a["pixel_values"], b["pixel_values"], atol=EVAL_ATOL)
 
 
 def test_a_fallback_still_gives_torchs_batches(root):

@@ -487,9 +487,10 @@ def _fn_name(fn: Any) -> str:
     return getattr(fn, "__qualname__", None) or type(fn).__name__
 
 
-def _trace_rows(light: Any, n: int, name: str) -> Tuple[List[Any], List[int], Any]:
+def _trace_rows(light: Any, n: int, name: str, kept_columns: set) -> Tuple[List[Any], List[int], Any]:
     """(per-position templates, per-position table row, transform), tracing the light
-    dataset's formatting; _Refusal with the reason and the user's file:line."""
+    dataset's formatting; _Refusal with the reason and the user's file:line. Columns
+    whose rows still hold the image are added to `kept_columns` (KEPT in the templates)."""
     from fastload.compat import trace
 
     templates: List[Any] = []
@@ -521,6 +522,10 @@ def _trace_rows(light: Any, n: int, name: str) -> Tuple[List[Any], List[int], An
                         raise _Refusal(f"{name}: row {position} holds {len(outs)} transform outputs (one image per "
                                        "row, through one transform call, is followed)")
                     out = outs[0]
+                    if type(sample) is dict:  # the image column left in the row: a collate_fn may drop it
+                        kept = [c for c, v in sample.items() if type(v) is trace.TracedImage]
+                        kept_columns.update(kept)
+                        sample = {c: (KEPT if c in kept else v) for c, v in sample.items()}
                     try:
                         template = trace._templated(sample, out, found, ())
                     except trace._Refused as refused:
@@ -640,9 +645,10 @@ def _analyse(dataset: Any, out: Analysis, how: str, wrapped: bool) -> Analysis:
     images = [(names[r], "RGB" if feature.mode == "RGB" or header is None or header[0] == "RGB" else None)
               for r, header in enumerate(headers)]
     n = len(dataset)
+    kept_columns: set = set()
     if fmt["type"] == "custom":
         name = f"the transform {_fn_name(fmt['format_kwargs'].get('transform'))}"
-        templates, rows, transform = _trace_rows(_light(dataset, column, images), n, name)
+        templates, rows, transform = _trace_rows(_light(dataset, column, images), n, name, kept_columns)
     else:
         templates, rows, transform = _torch_rows(dataset, column, headers, n)
     rows_np = np.asarray(rows, dtype=np.int64)
@@ -656,8 +662,47 @@ def _analyse(dataset: Any, out: Analysis, how: str, wrapped: bool) -> Analysis:
     analysis.pipeline = split_transform(transform, to_run=True)
     analysis.wrappers = flatten(transform)[1]
     analysis.index = out_index
-    analysis.rebuild = trace.SampleTemplates(templates)
+    analysis.rebuild = HFTemplates(templates)
+    if kept_columns:
+        names = ", ".join(repr(c) for c in sorted(kept_columns))
+        analysis.rebuild.kept = (f"{out.chain}: {name}: rows keep the image column {names} (PIL images), which torch's "
+                                 "default_collate cannot batch (delete it in the function, or pass a collate_fn "
+                                 "that leaves it out)")
     return analysis
+
+
+class _Kept:
+    """Where a row still holds its (PIL) image: only a collate_fn that leaves it out runs."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<PIL image>"
+
+
+KEPT = _Kept()
+
+
+class _KeptStandIn:
+    """What a collate_fn gets in place of a kept PIL image (it must not use it)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<PIL image (not read by fastload)>"
+
+
+def _hf_templates_base() -> Any:
+    from fastload.compat import trace
+
+    return trace.SampleTemplates
+
+
+class HFTemplates(_hf_templates_base()):  # type: ignore[misc]
+    """A Hugging Face dataset's rows without their images (trace.SampleTemplates);
+    `kept`: why default_collate cannot batch them (the image column left in), or None."""
+
+    kept: Optional[str] = None
 
 
 def _row_name(located: _Located, r: int) -> str:
@@ -708,3 +753,152 @@ def _torch_rows(dataset: Any, column: str, headers: List[Any], n: int) -> Tuple[
             templates.append({c: (trace.SLOT if c == column else sample[c]) for c in columns})
     rows = indices.astype(np.int64).tolist() if indices is not None else list(range(n))
     return templates, rows, transform
+
+
+# ---- a custom collate_fn, followed ------------------------------------------------------
+
+# The stand-ins a collate_fn is probed with in place of each row's image: two shapes and
+# values that nothing but a stack of them reproduces (float64, row-numbered).
+_PROBES = ((lambda j: torch_tensor(0.5 + j)), (lambda j: torch_tensor([1000.25 + j, -3.0 - j])))
+
+
+def torch_tensor(value: Any) -> Any:
+    import torch
+
+    return torch.tensor(value, dtype=torch.float64)
+
+
+def collated(rebuild: Any, collate_fn: Any) -> Tuple[Any, str]:
+    """(rebuild, "") making each batch with the user's `collate_fn` (None: torch's
+    default_collate) around the engine's images, or (None, why) when the collate_fn is
+    not seen through, or the rows keep PIL images that default_collate cannot batch.
+
+    A row may keep its PIL image (the image column left in by the transform function,
+    as Hugging Face's examples do) when the collate_fn leaves it out: it gets a stand-in
+    it must not use or return.
+
+    Followed: a collate_fn that stacks the rows' images into one place of its output
+    (`torch.stack([row["pixel_values"] for row in rows])`) and computes everything else
+    from the other columns. It is probed on the first rows twice, with stand-ins of
+    two shapes in place of the images: the stack of the stand-ins must appear exactly
+    once, at the same place, and every other output must be the same in both probes (an
+    output computed from the images, a cast or scaling of them, does not pass). Each
+    batch then runs the collate_fn on the rows with stand-ins (no pixels, a few us per
+    row) and puts the engine's images where the stack was.
+    """
+    import torch
+
+    from fastload.compat import trace
+
+    templates = getattr(rebuild, "templates", None)
+    if not isinstance(rebuild, HFTemplates) or not templates:
+        return None, "custom collate_fn (followed for Hugging Face datasets only)"
+    if collate_fn is None:  # torch's default_collate
+        return (None, rebuild.kept) if rebuild.kept else (rebuild, "")
+    rows = list(range(min(3, len(templates))))
+    outs, places = [], []
+    for probe in _PROBES:
+        samples = [_filled(templates[r], probe(j)) for j, r in enumerate(rows)]
+        try:
+            out = collate_fn(samples)
+        except Exception as error:  # noqa: BLE001 - the user's code on stand-ins: not followed
+            return None, _why(collate_fn, f"raised {type(error).__name__} on stand-in images: {error}")
+        want = torch.stack([probe(j) for j in range(len(rows))])
+        found: List[Tuple[Any, ...]] = []
+        _find(out, want, (), found)
+        if len(found) != 1:
+            return None, _why(collate_fn, f"does not return the rows' images stacked as they are ({len(found)} "
+                                          "stacks found; followed: torch.stack of the transformed column)")
+        if _holds(out, _KeptStandIn):
+            return None, _why(collate_fn, "returns the PIL images of the rows")
+        outs.append(out)
+        places.append(found[0])
+    if places[0] != places[1] or not _same_rest(outs[0], outs[1], places[0], ()):
+        return None, _why(collate_fn, "computes other outputs from the images")
+    place, first = places[0], _PROBES[0]
+
+    def rebuild_collated(images: Any, positions: Any) -> Any:
+        samples = [_filled(templates[r], first(0)) for r in positions.tolist()]
+        return _put(collate_fn(samples), place, images)
+
+    return rebuild_collated, ""
+
+
+def _why(collate_fn: Any, what: str) -> str:
+    return f"custom collate_fn ({_fn_name(collate_fn)} {what})"
+
+
+def _holds(value: Any, kind: type, depth: int = 0) -> bool:
+    if isinstance(value, kind):
+        return True
+    if depth < 8 and isinstance(value, dict):
+        return any(_holds(v, kind, depth + 1) for v in value.values())
+    if depth < 8 and isinstance(value, (list, tuple)):
+        return any(_holds(v, kind, depth + 1) for v in value)
+    return False
+
+
+_STAND_IN = _KeptStandIn()
+
+
+def _filled(template: Any, image: Any) -> Any:
+    from fastload.compat import trace
+
+    if template is trace.SLOT:
+        return image
+    if template is KEPT:
+        return _STAND_IN
+    if type(template) is dict:
+        return {k: _filled(v, image) for k, v in template.items()}
+    if type(template) in (list, tuple):
+        return type(template)(_filled(v, image) for v in template)
+    return template
+
+
+def _find(value: Any, want: Any, at: Tuple[Any, ...], found: List[Tuple[Any, ...]], depth: int = 0) -> None:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        if value.dtype == want.dtype and value.shape == want.shape and torch.equal(value, want):
+            found.append(at)
+    elif depth < 8 and isinstance(value, dict):
+        for k, v in value.items():
+            _find(v, want, at + (k,), found, depth + 1)
+    elif depth < 8 and isinstance(value, (list, tuple)):
+        for k, v in enumerate(value):
+            _find(v, want, at + (k,), found, depth + 1)
+
+
+def _same_rest(a: Any, b: Any, skip: Tuple[Any, ...], at: Tuple[Any, ...]) -> bool:
+    """a and b equal everywhere but at `skip`."""
+    import torch
+
+    if at == skip:
+        return True
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, torch.Tensor):
+        return a.dtype == b.dtype and a.shape == b.shape and bool(torch.equal(a, b))
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same_rest(a[k], b[k], skip, at + (k,)) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_same_rest(x, y, skip, at + (k,)) for k, (x, y) in enumerate(zip(a, b)))
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - not comparable: not the same
+        return False
+
+
+def _put(out: Any, place: Tuple[Any, ...], images: Any) -> Any:
+    if not place:
+        return images
+    key, rest = place[0], place[1:]
+    if isinstance(out, dict):
+        out[key] = _put(out[key], rest, images)
+        return out
+    if isinstance(out, list):
+        out[key] = _put(out[key], rest, images)
+        return out
+    items = list(out)
+    items[key] = _put(items[key], rest, images)
+    return type(out)(*items) if hasattr(out, "_fields") else type(out)(items)

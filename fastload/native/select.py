@@ -230,13 +230,22 @@ def select_path(
         return None, "generic: FASTLOAD_NATIVE=0"
     if batch_size is None:
         return None, "generic: a batch_sampler (the native path batches by batch_size)"
-    if not _default_collate(collate_fn):
+    custom_collate = not _default_collate(collate_fn)
+    from fastload.compat.hf_datasets import collated, is_hf_dataset
+
+    if custom_collate and not is_hf_dataset(dataset):  # (a Hugging Face dataset's collate_fn is probed below)
         return None, "generic: custom collate_fn"
     check_decode_on(decode_on)
     try:
         index, fusion, description, tail, labels, labels_note, rebuild = _resolve(dataset, dtype=dtype)
     except UnsupportedPipeline as error:
         return None, f"generic: {error}"
+    if is_hf_dataset(dataset):  # its rows through the collate_fn (torch's default one: None)
+        rebuild, why = collated(rebuild, collate_fn if custom_collate else None)
+        if rebuild is None:
+            return None, f"generic: {why}"
+        if custom_collate:
+            labels_note += f"; collate_fn {getattr(collate_fn, '__qualname__', type(collate_fn).__name__)} followed"
     from fastload.source.base import NativeDataset
 
     if not _ext.has_ops():
