@@ -27,7 +27,8 @@ a ClassLabel as ints). `.with_format("torch")` (no transform) is the image as a 
 [C, H, W] tensor: native when every image is RGB and of one size (else torch's
 default_collate could not stack them either). Batches are rebuilt in that structure
 (`SampleTemplates`), so `batch["pixel_values"]`, `batch["label"]` are what torch's
-DataLoader gives.
+DataLoader gives. A collate_fn that stacks the transformed column is followed too
+(`collated`): rows may then keep their PIL image column, which the collate_fn leaves out.
 
 The file headers are read once (no decode) to know what `datasets` does on decode that
 the engine must do too: an EXIF orientation other than 1 (datasets rotates the image,
@@ -39,7 +40,8 @@ Not seen through (the generic path, the reason in `loader.path`): no or several 
 columns, an image inside a list or dict, `Image(decode=False)`, `Image(mode=...)` other
 than "RGB", a row without an image, remote paths (hf://, https://), formats other than
 python + transform and torch ("numpy", "pandas", ...), samples that still hold the PIL
-image (torch's default_collate cannot batch it), whatever the tracer refuses in the
+image with torch's default_collate (it cannot batch them), a collate_fn that does more
+than stack the images, whatever the tracer refuses in the
 function (pixels read, RNG drawn, another transform per row, ...), and a Dataset inside
 a torch Subset/ConcatDataset. A streaming `datasets.IterableDataset` has no index: its
 order is its own (see `iterable_reason`).
