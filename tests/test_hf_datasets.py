@@ -161,6 +161,22 @@ def test_the_index_points_at_each_images_bytes_in_the_arrow_cache_file(root):
     assert [index.read(i) for i in range(len(dataset))] == [row["image"]["bytes"] for row in stored]
 
 
+def test_in_memory_bytes_go_to_one_temporary_file_removed_with_the_index(root):
+    import gc
+
+    from fastload.compat.datasets import analyse
+
+    _, paths = root
+    analysis = analyse(embedded(paths).with_transform(keeps_columns(EVAL)))
+    (temp,) = set(analysis.index.files)
+    assert os.path.basename(temp).startswith("fastload-hf-")
+    assert os.path.getsize(temp) == sum(os.path.getsize(p) for p in paths)
+    assert [analysis.index.read(i) for i in range(N)] == [open(p, "rb").read() for p in paths]
+    del analysis
+    gc.collect()
+    assert not os.path.exists(temp)
+
+
 def test_with_format_torch_of_one_size_gives_uint8_chw_as_torch(tmp_path):
     paths = js.write_image_folder(tmp_path / "same", classes=2, per_class=3, size=(32, 40))
     photos = [js.encode(js.photo(30, 36, seed=i)) for i in range(6)]

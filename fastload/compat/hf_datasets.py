@@ -14,8 +14,8 @@ Python per sample:
   data_dir=...)` on local files, `Dataset.from_dict({"image": paths}).cast_column("image",
   Image())`): the files themselves;
 - bytes held in memory (an in-memory table: `Dataset.from_dict` of bytes, not saved):
-  written once, in table order, to one temporary file (deleted at exit), then read as a
-  cache file.
+  written once, in table order, to one temporary file (removed with the loader's sample
+  index, or at exit), then read as a cache file.
 
 What each sample becomes is learnt by running the dataset's own formatting under the
 tracer (fastload/compat/trace.py): `set_transform(fn)` / `with_transform(fn)` get a
@@ -75,6 +75,7 @@ import os
 import struct
 import sys
 import tempfile
+import weakref
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -150,8 +151,8 @@ class _Mappings:
 
 
 class _TempBytes:
-    """One temporary file holding the image bytes of in-memory tables (written once,
-    deleted at exit)."""
+    """One temporary file holding the image bytes of in-memory tables (written once per
+    analysis; removed when its sample index is freed, or at exit)."""
 
     def __init__(self) -> None:
         fd, self.path = tempfile.mkstemp(prefix="fastload-hf-", suffix=".bin")
@@ -186,6 +187,7 @@ class _Located:
     sizes: np.ndarray  # int64 [rows] (-1: the whole file)
     in_table: np.ndarray  # bool [rows]: bytes in the table (else a path)
     where: str  # "1 Arrow cache file", "10 image files", ...
+    temp: Optional[str] = None  # the temporary file of in-memory bytes
 
 
 class _Refusal(Exception):
@@ -265,7 +267,8 @@ def _locate(table: Any, column: str) -> _Located:
     names = [""] * len(files)
     for path, fid in files.items():
         names[fid] = path
-    return _Located(names, file_ids, offsets, sizes, in_table, " + ".join(parts) or "no images")
+    return _Located(names, file_ids, offsets, sizes, in_table, " + ".join(parts) or "no images",
+                    temp.path if temp is not None else None)
 
 
 # ---- what datasets does on decode: the headers -----------------------------------------
@@ -659,6 +662,8 @@ def _analyse(dataset: Any, out: Analysis, how: str, wrapped: bool) -> Analysis:
         members = FlatStrings.from_list(f"row {r}" if located.in_table[r] else "" for r in rows)
     out_index = SampleIndex(FlatStrings.from_list(located.files), located.file_ids[rows_np],
                             located.offsets[rows_np], located.sizes[rows_np], np.arange(n, dtype=np.int64), members)
+    if located.temp is not None:  # removed with the index (the runner holds it while the loader lives)
+        weakref.finalize(out_index, _remove, located.temp)
     analysis = trace.TracedAnalysis(out.chain)
     analysis.transform = transform
     analysis.pipeline = split_transform(transform, to_run=True)
