@@ -86,7 +86,7 @@ from fastload.source.index import FlatStrings, SampleIndex
 
 # Rows whose formatting (set_transform's function) is traced per call: bounds the lazy
 # images alive at once, like a batch of torch's DataLoader.
-TRACE_CHUNK = 1024
+TRACE_CHUNK = 64
 # Bytes read from the start of an image file to find its header (SOF / IHDR / EXIF);
 # a header past it is read from the whole file.
 HEAD_BYTES = 65536
