@@ -192,15 +192,28 @@ def test_with_format_torch_of_one_size_gives_uint8_chw_as_torch(tmp_path):
         assert (a["image"].int() - b["image"].int()).abs().max() <= 2  # libjpeg-turbo builds: rounding only
 
 
-def exif_rotated(tmp_path):
+def exif_rotated(tmp_path, *, padded=False, embed=False):
+    """One JPEG with EXIF orientation 6; padded: a 6 KB comment segment first, so its EXIF
+    and frame headers lie past the first read of a file's header."""
+    import io
+
     from PIL import Image
 
     image = Image.fromarray(js.photo(30, 40))
     exif = Image.Exif()
     exif[0x0112] = 6
+    out = io.BytesIO()
+    image.save(out, format="JPEG", exif=exif)
+    data = out.getvalue()
+    if padded:
+        comment = b"x" * 6000
+        data = data[:2] + b"\xff\xfe" + (len(comment) + 2).to_bytes(2, "big") + comment + data[2:]
+    assert Image.open(io.BytesIO(data)).getexif()[0x0112] == 6
     path = str(tmp_path / "rotated.jpg")
-    image.save(path, exif=exif)
-    return datasets.Dataset.from_dict({"image": [path], "label": [0]}).cast_column("image", datasets.Image())
+    with open(path, "wb") as f:
+        f.write(data)
+    image = {"bytes": data, "path": None} if embed else path
+    return datasets.Dataset.from_dict({"image": [image], "label": [0]}).cast_column("image", datasets.Image())
 
 
 EVAL = eval_tf()
@@ -263,6 +276,10 @@ FALLBACKS = {
                      .with_transform(keeps_columns(eval_tf())), {}, "is Image(decode=False)"),
     "exif orientation": (lambda r, p, t: exif_rotated(t).with_transform(keeps_columns(eval_tf())), {},
                          "has EXIF orientation 6: datasets rotates it on decode"),
+    "exif orientation past the first read": (lambda r, p, t: exif_rotated(t, padded=True).with_transform(
+        keeps_columns(eval_tf())), {}, "has EXIF orientation 6: datasets rotates it on decode"),
+    "exif orientation in Arrow bytes": (lambda r, p, t: exif_rotated(t, padded=True, embed=True).with_transform(
+        keeps_columns(eval_tf())), {}, "has EXIF orientation 6: datasets rotates it on decode"),
     "torch format, sizes differ": (lambda r, p, t: saved(r, p).with_format("torch"), {},
                                    "sizes: torch's default_collate cannot stack them"),
     "collate_fn of lists": (lambda r, p, t: saved(r, p).with_transform(keeps_columns(eval_tf())),
