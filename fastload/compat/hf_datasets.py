@@ -197,6 +197,17 @@ class _Refusal(Exception):
 
 def _locate(table: Any, column: str) -> _Located:
     """Where each row's image bytes are (table: the pyarrow Table of the dataset's data)."""
+    holder: List[_TempBytes] = []
+    try:
+        return _locate_rows(table, column, holder)
+    except BaseException:
+        for temp in holder:  # refused: the temporary file goes now, not at exit
+            temp.close()
+            _remove(temp.path)
+        raise
+
+
+def _locate_rows(table: Any, column: str, holder: List["_TempBytes"]) -> _Located:
     import pyarrow as pa
 
     files: Dict[str, int] = {}
@@ -232,6 +243,7 @@ def _locate(table: Any, column: str) -> _Located:
             if found is None:  # in memory: written once to a temporary file
                 if temp is None:
                     temp = _TempBytes()
+                    holder.append(temp)
                 view = memoryview(values)[first:last] if values is not None else memoryview(b"")
                 found = (temp.path, temp.append(view))
                 kinds.add("memory")
@@ -258,12 +270,12 @@ def _locate(table: Any, column: str) -> _Located:
         temp.close()
     parts = []
     if "arrow" in kinds:
-        arrow = len({file_ids[i] for i in np.flatnonzero(in_table)} - ({files[temp.path]} if temp else set()))
+        arrow = len(set(np.unique(file_ids[in_table]).tolist()) - ({files[temp.path]} if temp else set()))
         parts.append(f"{arrow} Arrow cache file{'s' if arrow != 1 else ''}")
     if "memory" in kinds:
         parts.append("in-memory bytes written to a temporary file")
     if "path" in kinds:
-        paths_n = len({int(f) for f in file_ids[~in_table]})
+        paths_n = len(np.unique(file_ids[~in_table]))
         parts.append(f"{paths_n} image file{'s' if paths_n != 1 else ''}")
     names = [""] * len(files)
     for path, fid in files.items():
