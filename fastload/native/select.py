@@ -13,7 +13,9 @@ The reasons for the generic path, in the order they are checked:
 - the order is left to torch (order_left_to_torch): an IterableDataset, batch_size=None,
   a DataPipe, a dataset without __len__ (and no sampler to order it);
 - accelerate=False; FASTLOAD_NATIVE=0 in the environment;
-- a batch_sampler (the native loop batches by batch_size); a custom collate_fn;
+- a batch_sampler (the native loop batches by batch_size); a custom collate_fn (for a
+  Hugging Face dataset, one that does more than stack its images: see
+  fastload.compat.hf_datasets.collated);
 - the dataset or its transforms have no native pipeline (the converter's reason);
 - a Python tail that cannot take what the engine gives it (Tail.reason_not_runnable);
 - fastload._C was not built (a fastload dataset then raises NotBuiltError instead).
