@@ -8,7 +8,9 @@
 // pybind11 class whose blocking calls release the GIL; the plan it runs, the geometry
 // functions Python shares with it, and the per-sample status are bound beside it, each
 // once, so no Python module mirrors them.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
 #include <pybind11/stl.h>
 // pybind11 with torch's type casters (Tensor, ScalarType, Device), and the operator
 // registry: not torch/extension.h, which adds the whole C++ frontend (torch::nn, optim)

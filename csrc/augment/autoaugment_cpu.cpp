@@ -3,7 +3,8 @@
 // fastload::auto_augment_params (the per-sample draws).
 #include "augment/autoaugment_cpu.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <torch/library.h>
 
 #include <algorithm>

@@ -2,7 +2,8 @@
 // fastload::gaussian_blur (torchvision's F.gaussian_blur of a uint8 image).
 #include "augment/blur_cpu.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <torch/library.h>
 
 #include <algorithm>

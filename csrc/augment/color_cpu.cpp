@@ -5,7 +5,8 @@
 //
 // Images are HWC with packed pixels (column stride == channels) and any row stride:
 // uint8 runs torchvision's PIL semantics, float32 its tensor semantics (color.h).
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <torch/library.h>
 
 #include <cmath>

@@ -3,7 +3,7 @@
 // (crop_resize_flip_normalize_cuda.cu) call these, so both accept exactly the same
 // arguments and say the same thing, fix included, when they do not. Backend-neutral:
 // compiled in every build, no CUDA headers.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <climits>
 #include <cstdint>

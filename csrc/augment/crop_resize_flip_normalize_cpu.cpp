@@ -8,7 +8,9 @@
 // x86-64 and once for AVX2 + FMA (simd_cpu.h), and this file picks one set per process.
 #include "augment/crop_resize_flip_normalize_cpu.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 

@@ -10,7 +10,10 @@
 // the CPU kernel do), then weighted by its row tap. Current
 // stream, device guard, launch check, no device sync: the contents of `shapes` and
 // `boxes` live on the device, so the kernel checks them itself (device assert).
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
+#include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>

@@ -5,7 +5,7 @@
 // fastload::DecodeError (check.h) carrying libjpeg's message.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <cstddef>
 #include <cstdint>

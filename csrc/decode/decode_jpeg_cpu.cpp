@@ -2,7 +2,9 @@
 // fastload::jpeg_header / fastload::decode_jpeg ops. See decode_jpeg.h and README.md.
 #include "decode/decode_jpeg.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
 #include <torch/library.h>
 
 #include <csetjmp>

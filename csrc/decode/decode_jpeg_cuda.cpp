@@ -8,7 +8,10 @@
 // (decode_jpeg_cpu.cpp) and uploaded; the second output says which ones.
 //
 // Compiles without CUDA and without nvJPEG; the op then raises a message naming the fix.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <ATen/ops/from_blob.h>
 #include <torch/library.h>
 
 #include <cstdint>

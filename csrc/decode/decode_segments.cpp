@@ -27,7 +27,7 @@
 // one extra MCU column, hence a tile, on a side only where the window includes the first
 // or last scaled column of its MCU, and the rectangle's edge columns are never returned
 // (decode_jpeg_window may return columns beyond the window: they are trimmed).
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <torch/library.h>
 
 #include <algorithm>

@@ -3,7 +3,8 @@
 // Op fastload::transcode_jpeg (CPU). See transcode.h for the file and index layout.
 #include "decode/transcode.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <torch/library.h>
 
 #include <csetjmp>

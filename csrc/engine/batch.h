@@ -3,7 +3,7 @@
 // engine/README.md.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <sys/types.h>
 
 #include <deque>

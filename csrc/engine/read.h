@@ -5,7 +5,7 @@
 // a caller-owned, reused buffer. Must not: take the GIL, keep file descriptors open.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <string>

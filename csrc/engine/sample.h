@@ -7,7 +7,7 @@
 // allocate per pixel (buffers live in the worker's SampleState).
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <ATen/ThreadLocalState.h>
 
 #include <array>

@@ -19,6 +19,8 @@ native, hybrid or generic with its reason), so a recipe that falls back is shown
 | imagenet-example | pytorch/examples imagenet: RandomResizedCrop, flip, ColorJitter(0.4, 0.4, 0.4), ToTensor, Normalize |
 | random-split | random_split(ImageFolder(train transform), [0.8, 0.2]), the 80% Subset |
 | bicubic-rrc | RandomResizedCrop(224, BICUBIC), flip, ToTensor, Normalize |
+| hf-imagefolder | Hugging Face `load_dataset("imagefolder", data_dir=...)` + `set_transform` of RandomResizedCrop, flip, ToTensor, Normalize |
+| hf-arrow | the same images as bytes in a saved dataset's Arrow file (`save_to_disk` / `load_from_disk`), same transform |
 
 Example:
     >>> from fastload.bench.recipes import RECIPES
@@ -195,7 +197,48 @@ def _bicubic_rrc(root: str) -> Any:
     ]))
 
 
+def _hf_transform(train: bool = True) -> Callable[[Any], Any]:
+    """The Hugging Face image-classification examples' set_transform function: each image
+    converted to RGB through the torchvision transform, the image column replaced."""
+    from torchvision import transforms as T
+
+    transform = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(), T.Normalize(MEAN, STD)])
+
+    def transforms(examples):
+        return {"pixel_values": [transform(image.convert("RGB")) for image in examples["image"]],
+                "label": examples["label"]}
+
+    return transforms
+
+
+def _hf_imagefolder(root: str) -> Any:
+    import datasets
+
+    dataset = datasets.load_dataset("imagefolder", data_dir=root, split="train")
+    dataset.set_transform(_hf_transform())
+    return dataset
+
+
+def _hf_arrow(root: str) -> Any:
+    """The folder's images embedded in a saved dataset (written once, beside the folder)."""
+    import os
+
+    import datasets
+
+    where = os.path.join(os.path.dirname(os.path.abspath(root)), os.path.basename(os.path.abspath(root)) + "-hf-arrow")
+    if not os.path.exists(os.path.join(where, "dataset_info.json")):
+        folder = datasets.load_dataset("imagefolder", data_dir=root, split="train")
+        folder.cast_column("image", datasets.Image(decode=False)).map(
+            lambda row: {"image": {"bytes": open(row["image"]["path"], "rb").read(), "path": None}},
+            features=folder.cast_column("image", datasets.Image(decode=False)).features,
+        ).cast_column("image", datasets.Image()).save_to_disk(where)
+    dataset = datasets.load_from_disk(where)
+    dataset.set_transform(_hf_transform())
+    return dataset
+
+
 _TIMM = ("torchvision", "timm")
+_HF = ("torchvision", "datasets")
 RECIPES: Dict[str, Recipe] = {r.name: r for r in [
     Recipe("preset", "torchvision reference ClassificationPresetTrain(crop_size=224): RandomResizedCrop bilinear, "
            "hflip 0.5, PILToTensor, ConvertImageDtype, Normalize", _preset()),
@@ -219,6 +262,10 @@ RECIPES: Dict[str, Recipe] = {r.name: r for r in [
            _random_split),
     Recipe("bicubic-rrc", "RandomResizedCrop(224, interpolation=BICUBIC), RandomHorizontalFlip, ToTensor, Normalize",
            _bicubic_rrc),
+    Recipe("hf-imagefolder", "Hugging Face load_dataset('imagefolder', data_dir=...) + set_transform(RandomResizedCrop"
+           "(224), RandomHorizontalFlip, ToTensor, Normalize)", _hf_imagefolder, needs=_HF),
+    Recipe("hf-arrow", "the same images as bytes in a saved dataset's Arrow file (save_to_disk/load_from_disk), the "
+           "same set_transform", _hf_arrow, needs=_HF),
 ]}
 
 

@@ -354,6 +354,10 @@ def _base(dataset: Any, wrapped: bool) -> Analysis:
     webdataset = sys.modules.get("fastload.compat.webdataset")  # loaded by the loader that made such a view
     if webdataset is not None and isinstance(dataset, webdataset.WebDatasetSamples):
         return dataset.analysis(wrapped)
+    from fastload.compat.hf_datasets import analyse_hf, is_hf_dataset
+
+    if is_hf_dataset(dataset):  # a Hugging Face datasets.Dataset: its Arrow table and formatting
+        return analyse_hf(dataset, wrapped=wrapped)
     if isinstance(dataset, NativeDataset):
         out = Analysis(f"fastload {name}", native_dataset=True)
         out.pipeline = Pipeline(tuple(dataset.transforms), tuple(dataset.tail), tuple(dataset.tail_blockers))

@@ -13,7 +13,9 @@ The reasons for the generic path, in the order they are checked:
 - the order is left to torch (order_left_to_torch): an IterableDataset, batch_size=None,
   a DataPipe, a dataset without __len__ (and no sampler to order it);
 - accelerate=False; FASTLOAD_NATIVE=0 in the environment;
-- a batch_sampler (the native loop batches by batch_size); a custom collate_fn;
+- a batch_sampler (the native loop batches by batch_size); a custom collate_fn (for a
+  Hugging Face dataset, one that does more than stack its images: see
+  fastload.compat.hf_datasets.collated);
 - the dataset or its transforms have no native pipeline (the converter's reason);
 - a Python tail that cannot take what the engine gives it (Tail.reason_not_runnable);
 - fastload._C was not built (a fastload dataset then raises NotBuiltError instead).
@@ -68,10 +70,13 @@ def order_left_to_torch(dataset: Any, *, batch_size: Optional[int], sampler: Any
     it: None when a batch_sampler is given).
     """
     if isinstance(dataset, torch.utils.data.IterableDataset):
-        # A webdataset pipeline the loader did not map: the stage that kept it here.
+        # A webdataset pipeline the loader did not map, or a streaming Hugging Face
+        # dataset: the reason names what kept it here.
+        from fastload.compat.hf_datasets import iterable_reason
         from fastload.compat.webdataset import generic_reason
 
-        return generic_reason(dataset) or "generic: IterableDataset (order left to the dataset and torch)"
+        return generic_reason(dataset) or iterable_reason(dataset) or \
+            "generic: IterableDataset (order left to the dataset and torch)"
     if batch_size is None and batch_sampler is None:
         return "generic: batch_size=None (no automatic batching; order left to torch)"
     if isinstance(dataset, (IterDataPipe, MapDataPipe)):
@@ -231,13 +236,22 @@ def select_path(
         return None, "generic: FASTLOAD_NATIVE=0"
     if batch_size is None:
         return None, "generic: a batch_sampler (the native path batches by batch_size)"
-    if not _default_collate(collate_fn):
+    custom_collate = not _default_collate(collate_fn)
+    from fastload.compat.hf_datasets import collated, is_hf_dataset
+
+    if custom_collate and not is_hf_dataset(dataset):  # (a Hugging Face dataset's collate_fn is probed below)
         return None, "generic: custom collate_fn"
     check_decode_on(decode_on)
     try:
         index, fusion, description, tail, labels, labels_note, rebuild = _resolve(dataset, dtype=dtype)
     except UnsupportedPipeline as error:
         return None, f"generic: {error}"
+    if is_hf_dataset(dataset):  # its rows through the collate_fn (torch's default one: None)
+        rebuild, why = collated(rebuild, collate_fn if custom_collate else None)
+        if rebuild is None:
+            return None, f"generic: {why}"
+        if custom_collate:
+            labels_note += f"; collate_fn {getattr(collate_fn, '__qualname__', type(collate_fn).__name__)} followed"
     from fastload.source.base import NativeDataset
 
     if not _ext.has_ops():

@@ -1,0 +1,923 @@
+"""A Hugging Face `datasets.Dataset` with an `Image` column, seen as a sample index + one pipeline.
+
+The engine reads each image's encoded bytes where the Arrow table keeps them, with no
+Python per sample:
+
+- bytes in the dataset's Arrow cache files (`load_from_disk`, `.map`, the Hub's Parquet
+  converted on download, ...): the table is memory-mapped, so every image's bytes are a
+  contiguous run of its file. The value buffer of the image struct's `bytes` child is
+  located in the process's file mappings (/proc/self/maps: file and offset of the
+  mapping), so sample i is (cache file, offset, size): read with one pread, the same as a
+  tar member. Slices, `select`/`shuffle`/`filter` (the indices mapping `ds._indices`) and
+  several cache files (a concatenation) all come out of the same table;
+- images stored as paths (`{"bytes": None, "path": p}`: `load_dataset("imagefolder",
+  data_dir=...)` on local files, `Dataset.from_dict({"image": paths}).cast_column("image",
+  Image())`): the files themselves;
+- bytes held in memory (an in-memory table: `Dataset.from_dict` of bytes, not saved):
+  written once, in table order, to one temporary file (removed with the loader's sample
+  index, or at exit), then read as a cache file.
+
+What each sample becomes is learnt by running the dataset's own formatting under the
+tracer (fastload/compat/trace.py): `set_transform(fn)` / `with_transform(fn)` get a
+batch dict whose image column holds lazy images (no decode, no bytes copied; the
+formatting is the dataset's own: its columns, `output_all_columns`, indices), the
+transform fastload maps is intercepted where each image enters it, and the rest of each
+row is kept exactly as `Dataset.__getitems__` hands it to torch's DataLoader (labels of
+a ClassLabel as ints). `.with_format("torch")` (no transform) is the image as a uint8
+[C, H, W] tensor: native when every image is RGB and of one size (else torch's
+default_collate could not stack them either). Batches are rebuilt in that structure
+(`SampleTemplates`), so `batch["pixel_values"]`, `batch["label"]` are what torch's
+DataLoader gives. A collate_fn that stacks the transformed column is followed too
+(`collated`): rows may then keep their PIL image column, which the collate_fn leaves out.
+
+The file headers are read once (no decode) to know what `datasets` does on decode that
+the engine must do too: an EXIF orientation other than 1 (datasets rotates the image,
+the engine does not) sends the dataset to the generic path, naming the row; the mode
+(a 3-component JPEG or an RGB PNG is "RGB": a function may pass it to a transform
+without `.convert("RGB")`, as it runs).
+
+Not seen through (the generic path, the reason in `loader.path`): no or several Image
+columns, an image inside a list or dict, `Image(decode=False)`, `Image(mode=...)` other
+than "RGB", a row without an image, remote paths (hf://, https://), formats other than
+python + transform and torch ("numpy", "pandas", ...), samples that still hold the PIL
+image with torch's default_collate (it cannot batch them), a collate_fn that does more
+than stack the images, whatever the tracer refuses in the
+function (pixels read, RNG drawn, another transform per row, ...), and a Dataset inside
+a torch Subset/ConcatDataset. A streaming `datasets.IterableDataset` has no index: its
+order is its own (see `iterable_reason`).
+
+Example (with `datasets` installed, an optional dependency; tests/test_hf_datasets.py
+runs the same)::
+
+    import datasets, fastload
+    from torchvision import transforms as T
+
+    ds = datasets.load_dataset("imagefolder", data_dir="train/", split="train")
+    tf = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor()])
+
+    def transforms(examples):
+        examples["pixel_values"] = [tf(image.convert("RGB")) for image in examples["image"]]
+        del examples["image"]
+        return examples
+
+    ds.set_transform(transforms)
+    loader = fastload.DataLoader(ds, batch_size=64, shuffle=True, num_workers=2)
+    loader.path  # 'native: Hugging Face Dataset (1000 image files; with_transform transforms) [...]'
+    batch = next(iter(loader))  # {"label": int64 [64], "pixel_values": float32 [64, 3, 224, 224]}
+"""
+
+from __future__ import annotations
+
+import atexit
+import bisect
+import copy
+import os
+import struct
+import sys
+import tempfile
+import weakref
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from fastload.compat.datasets import Analysis
+from fastload.source.index import FlatStrings, SampleIndex
+
+# Rows whose formatting (set_transform's function) is traced per call: bounds the lazy
+# images alive at once, like a batch of torch's DataLoader.
+TRACE_CHUNK = 64
+# Bytes read from the start of an image file to find its header (SOF / IHDR / EXIF);
+# what lies past them is read where the markers point (a JPEG's header is ~1 KB without
+# an EXIF thumbnail: 4 KB covers most files in one read).
+HEAD_BYTES = 4096
+_FIX = ("use set_transform/with_transform with a function that maps each image (converted to RGB) through one "
+        "torchvision transform, e.g. examples['pixel_values'] = [tf(im.convert('RGB')) for im in "
+        "examples['image']]")
+_FORMATS = "python with set_transform/with_transform, or with_format('torch')"
+
+
+def is_hf_dataset(dataset: Any) -> bool:
+    """A map-style `datasets.Dataset` (checked without importing `datasets`)."""
+    module = sys.modules.get("datasets")
+    cls = getattr(module, "Dataset", None) if module is not None else None
+    return isinstance(cls, type) and isinstance(dataset, cls)
+
+
+def iterable_reason(dataset: Any) -> Optional[str]:
+    """The generic path's reason for a streaming `datasets.IterableDataset`, or None when
+    `dataset` is not one."""
+    module = sys.modules.get("datasets")
+    cls = getattr(module, "IterableDataset", None) if module is not None else None
+    if not (isinstance(cls, type) and isinstance(dataset, cls)):
+        return None
+    return ("generic: a Hugging Face IterableDataset (streaming: no index of its images, the order is its own; "
+            "under DDP shard it per rank with datasets.distributed.split_dataset_by_node(ds, rank=rank, "
+            "world_size=world_size), or load it map-style (streaming=False) to run natively)")
+
+
+# ---- where each image's bytes are ------------------------------------------------------
+
+
+class _Mappings:
+    """The process's file mappings (/proc/self/maps), to turn an address in a
+    memory-mapped Arrow buffer into (file, offset)."""
+
+    def __init__(self) -> None:
+        self.starts: List[int] = []
+        self.rows: List[Tuple[int, int, int, str]] = []  # (start, end, file offset, path)
+        try:
+            with open("/proc/self/maps") as f:
+                lines = f.read().splitlines()
+        except OSError:  # not Linux: no file-mapped buffer is found, tables count as in memory
+            lines = []
+        for line in lines:
+            parts = line.split(None, 5)
+            if len(parts) < 6 or not parts[5].startswith("/") or parts[5].endswith(" (deleted)"):
+                continue
+            start, end = (int(x, 16) for x in parts[0].split("-"))
+            self.rows.append((start, end, int(parts[2], 16), parts[5]))
+        self.rows.sort()
+        self.starts = [r[0] for r in self.rows]
+
+    def find(self, address: int, size: int) -> Optional[Tuple[str, int]]:
+        """(path, file offset) of [address, address + size) when one file mapping holds it."""
+        k = bisect.bisect_right(self.starts, address) - 1
+        if k < 0:
+            return None
+        start, end, offset, path = self.rows[k]
+        if address + size > end:
+            return None
+        return path, offset + address - start
+
+
+class _TempBytes:
+    """One temporary file holding the image bytes of in-memory tables (written once per
+    analysis; removed when its sample index is freed, or at exit)."""
+
+    def __init__(self) -> None:
+        fd, self.path = tempfile.mkstemp(prefix="fastload-hf-", suffix=".bin")
+        self.file = os.fdopen(fd, "wb")
+        self.size = 0
+        atexit.register(_remove, self.path)
+
+    def append(self, data: memoryview) -> int:
+        at = self.size
+        self.file.write(data)
+        self.size += len(data)
+        return at
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+
+
+@dataclass
+class _Located:
+    """Per row of the dataset's table: where its image bytes are."""
+
+    files: List[str]
+    file_ids: np.ndarray  # int64 [rows]
+    offsets: np.ndarray  # int64 [rows]
+    sizes: np.ndarray  # int64 [rows] (-1: the whole file)
+    in_table: np.ndarray  # bool [rows]: bytes in the table (else a path)
+    where: str  # "1 Arrow cache file", "10 image files", ...
+    temp: Optional[str] = None  # the temporary file of in-memory bytes
+
+
+class _Refusal(Exception):
+    pass
+
+
+def _locate(table: Any, column: str) -> _Located:
+    """Where each row's image bytes are (table: the pyarrow Table of the dataset's data)."""
+    holder: List[_TempBytes] = []
+    try:
+        return _locate_rows(table, column, holder)
+    except BaseException:
+        for temp in holder:  # refused: the temporary file goes now, not at exit
+            temp.close()
+            _remove(temp.path)
+        raise
+
+
+def _locate_rows(table: Any, column: str, holder: List["_TempBytes"]) -> _Located:
+    import pyarrow as pa
+
+    files: Dict[str, int] = {}
+    n = table.num_rows
+    file_ids = np.zeros(n, np.int64)
+    offsets = np.zeros(n, np.int64)
+    sizes = np.full(n, -1, np.int64)
+    in_table = np.zeros(n, bool)
+    mappings, temp = None, None
+    kinds = set()
+    row = 0
+    for chunk in table.column(column).chunks:
+        m = len(chunk)
+        if m == 0:
+            continue
+        if chunk.null_count:
+            bad = row + int(np.flatnonzero(chunk.is_null().to_numpy(zero_copy_only=False))[0])
+            raise _Refusal(f"row {bad} of the table has no image (None)")
+        data, paths = chunk.field("bytes"), chunk.field("path")
+        has_bytes = ~data.is_null().to_numpy(zero_copy_only=False)
+        if has_bytes.any():
+            kind = data.type
+            wide = pa.types.is_large_binary(kind)
+            if not (wide or pa.types.is_binary(kind)):
+                raise _Refusal(f"the image bytes are of Arrow type {kind} (binary expected)")
+            bounds = _bounds(data, m)
+            first, last = int(bounds[0]), int(bounds[-1])
+            values = data.buffers()[2]
+            address = (values.address if values is not None else 0) + first
+            if mappings is None:
+                mappings = _Mappings()
+            found = mappings.find(address, last - first) if last > first else None
+            if found is None:  # in memory: written once to a temporary file
+                if temp is None:
+                    temp = _TempBytes()
+                    holder.append(temp)
+                view = memoryview(values)[first:last] if values is not None else memoryview(b"")
+                found = (temp.path, temp.append(view))
+                kinds.add("memory")
+            else:
+                kinds.add("arrow")
+            path, base = found
+            fid = files.setdefault(path, len(files))
+            rows = np.flatnonzero(has_bytes)
+            file_ids[row + rows] = fid
+            offsets[row + rows] = base + bounds[rows] - first
+            sizes[row + rows] = bounds[rows + 1] - bounds[rows]
+            in_table[row + rows] = True
+        for k in np.flatnonzero(~has_bytes):
+            path = paths[int(k)].as_py()
+            if path is None:
+                raise _Refusal(f"row {row + int(k)} of the table has neither image bytes nor a path")
+            if "://" in path or "::" in path:
+                raise _Refusal(f"row {row + int(k)} is a remote image ({path!r}; fastload reads local files)")
+            path = os.path.abspath(path)
+            file_ids[row + k] = files.setdefault(path, len(files))
+            kinds.add("path")
+        row += m
+    if temp is not None:
+        temp.close()
+    parts = []
+    if "arrow" in kinds:
+        arrow = len(set(np.unique(file_ids[in_table]).tolist()) - ({files[temp.path]} if temp else set()))
+        parts.append(f"{arrow} Arrow cache file{'s' if arrow != 1 else ''}")
+    if "memory" in kinds:
+        parts.append("in-memory bytes written to a temporary file")
+    if "path" in kinds:
+        paths_n = len(np.unique(file_ids[~in_table]))
+        parts.append(f"{paths_n} image file{'s' if paths_n != 1 else ''}")
+    names = [""] * len(files)
+    for path, fid in files.items():
+        names[fid] = path
+    return _Located(names, file_ids, offsets, sizes, in_table, " + ".join(parts) or "no images",
+                    temp.path if temp is not None else None)
+
+
+# ---- what datasets does on decode: the headers -----------------------------------------
+
+
+def _tiff_orientation(tiff: bytes) -> Optional[int]:
+    """The Orientation tag (0x0112) of IFD0 of an EXIF TIFF block, or None."""
+    if len(tiff) < 8 or tiff[:2] not in (b"II", b"MM"):
+        return None
+    order = "<" if tiff[:2] == b"II" else ">"
+    ifd = struct.unpack_from(order + "I", tiff, 4)[0]
+    if ifd + 2 > len(tiff):
+        return None
+    count = struct.unpack_from(order + "H", tiff, ifd)[0]
+    for k in range(count):
+        at = ifd + 2 + 12 * k
+        if at + 12 > len(tiff):
+            return None
+        tag, kind = struct.unpack_from(order + "HH", tiff, at)
+        if tag == 0x0112:
+            return struct.unpack_from(order + ("H" if kind == 3 else "I"), tiff, at + 8)[0]
+    return None
+
+
+def _jpeg_header(read: Any) -> Optional[Tuple[str, int, int, Optional[int]]]:
+    """(mode, height, width, EXIF orientation) of a JPEG from its markers, or None.
+    read(offset, n) gives the file's bytes."""
+    pos, orientation, seen_exif = 2, None, False
+    while True:
+        head = read(pos, 4)
+        if len(head) < 4 or head[0] != 0xFF:
+            return None
+        marker = head[1]
+        if marker == 0xFF:  # fill byte
+            pos += 1
+            continue
+        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:
+            pos += 2
+            continue
+        length = (head[2] << 8) | head[3]
+        if marker == 0xE1 and not seen_exif:
+            segment = read(pos + 4, length - 2)
+            if segment[:6] == b"Exif\x00\x00":  # PIL keeps the first Exif APP1
+                seen_exif = True
+                orientation = _tiff_orientation(bytes(segment[6:]))
+        elif 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            sof = read(pos + 4, 6)
+            if len(sof) < 6:
+                return None
+            height, width, components = (sof[1] << 8) | sof[2], (sof[3] << 8) | sof[4], sof[5]
+            mode = {1: "L", 3: "RGB", 4: "CMYK"}.get(components, f"{components} components")
+            return mode, height, width, orientation
+        elif marker == 0xDA:
+            return None
+        pos += 2 + length
+
+
+def _png_header(read: Any, size: int) -> Optional[Tuple[str, int, int, Optional[int]]]:
+    ihdr = read(8, 25)
+    if len(ihdr) < 25 or ihdr[4:8] != b"IHDR":
+        return None
+    width, height = struct.unpack(">II", ihdr[8:16])
+    mode = {0: "L", 2: "RGB", 3: "P", 4: "LA", 6: "RGBA"}.get(ihdr[17], "?")
+    orientation, pos = None, 8
+    while pos + 8 <= size:  # the chunk headers, for an eXIf anywhere (datasets reads it after load())
+        head = read(pos, 8)
+        if len(head) < 8:
+            break
+        length, kind = struct.unpack(">I", head[:4])[0], head[4:8]
+        if kind == b"eXIf":
+            data = bytes(read(pos + 8, length))
+            orientation = _tiff_orientation(data[6:] if data[:6] == b"Exif\x00\x00" else data)
+            break
+        if kind == b"IEND":
+            break
+        pos += 12 + length
+    return mode, height, width, orientation
+
+
+def _pil_header(data: bytes) -> Optional[Tuple[str, int, int, Optional[int]]]:
+    """Other formats: what PIL (as datasets decodes: load, getexif) says."""
+    import io
+
+    import PIL.Image
+
+    try:
+        with PIL.Image.open(io.BytesIO(data)) as image:
+            image.load()
+            orientation = image.getexif().get(0x0112)
+            return image.mode, image.height, image.width, orientation
+    except Exception:  # noqa: BLE001 - unreadable: the engine reports it when the sample is read
+        return None
+
+
+def _header(read: Any, size: int) -> Optional[Tuple[str, int, int, Optional[int]]]:
+    """(mode, height, width, orientation) of one image, None when it cannot be read (a
+    broken image: the engine's read or decode names it, as for any source)."""
+    magic = bytes(read(0, 8))
+    try:
+        if magic[:2] == b"\xff\xd8":
+            return _jpeg_header(read)
+        if magic == b"\x89PNG\r\n\x1a\n":
+            return _png_header(read, size)
+    except (struct.error, IndexError, ValueError):
+        return None
+    return _pil_header(bytes(read(0, size))) if size > 0 else None
+
+
+def _headers(table: Any, column: str, located: _Located) -> List[Optional[Tuple[str, int, int, Optional[int]]]]:
+    """The header of every row's image (table order)."""
+    out: List[Optional[Tuple[str, int, int, Optional[int]]]] = []
+    row = 0
+    for chunk in table.column(column).chunks:
+        m = len(chunk)
+        data = chunk.field("bytes")
+        bounds = _bounds(data, m)
+        values = data.buffers()[2] if bounds is not None else None
+        view = np.frombuffer(values, dtype=np.uint8) if values is not None else np.zeros(0, np.uint8)
+        for k in range(m):
+            r = row + k
+            if located.in_table[r]:
+                sample = view[int(bounds[k]):int(bounds[k + 1])]
+                out.append(_header(lambda o, n, s=sample: s[o:o + n].tobytes(), len(sample)))
+            else:
+                out.append(_file_header(located.files[int(located.file_ids[r])]))
+        row += m
+    return out
+
+
+def _bounds(data: Any, m: int) -> Optional[np.ndarray]:
+    """The value offsets (int64 [m + 1]) of a binary array of m rows, into its value buffer."""
+    import pyarrow as pa
+
+    if m == 0 or data.buffers()[1] is None:
+        return None
+    wide = pa.types.is_large_binary(data.type)
+    bounds = np.frombuffer(data.buffers()[1], dtype=np.int64 if wide else np.int32)
+    return bounds[data.offset:data.offset + m + 1].astype(np.int64)
+
+
+def _file_header(path: str) -> Optional[Tuple[str, int, int, Optional[int]]]:
+    """The header of an image file: its first HEAD_BYTES, then small preads where the
+    markers lead (an EXIF segment, a SOF past them), never the whole file for a JPEG."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None  # (the engine's read names the missing file)
+    try:
+        size = os.fstat(fd).st_size
+        head = os.pread(fd, HEAD_BYTES, 0)
+
+        def read(offset: int, n: int) -> bytes:
+            if offset + n <= len(head):
+                return head[offset:offset + n]
+            return os.pread(fd, max(0, n), offset)
+
+        return _header(read, size)
+    finally:
+        os.close(fd)
+
+
+# ---- the dataset's formatting, traced ---------------------------------------------------
+
+
+def _image_columns(features: Any) -> Tuple[List[str], List[str]]:
+    """(top-level Image columns, columns with an Image nested inside)."""
+    from datasets import Image
+
+    top, nested = [], []
+    for name, feature in features.items():
+        if isinstance(feature, Image):
+            top.append(name)
+        elif "Image(" in repr(feature):
+            nested.append(name)
+    return top, nested
+
+
+def _lazy_feature(image_feature: Any, images: List[Any]) -> Any:
+    """An Image feature whose decode_example returns the row's traced image (the light
+    table's path field holds the row number)."""
+    from datasets import Image
+
+    @dataclass
+    class LazyImage(Image):
+        def decode_example(self, value: dict, token_per_repo_id: Any = None) -> Any:
+            from fastload.compat import trace
+
+            call = trace._active()
+            row = int(value["path"])
+            if call is None:  # (formatting outside a trace: nothing to stand for)
+                raise RuntimeError("fastload: a lazy image decoded outside a trace")
+            path, mode = images[row]
+            return trace.TracedImage(call, path, mode)
+
+    return LazyImage(mode=image_feature.mode, decode=True, id=image_feature.id)
+
+
+class _RowPath(str):
+    """The traced image's path: a readable name for messages, and the table row."""
+
+    row: int
+
+
+class _Batches:
+    """What the tracer calls: the light dataset's rows, one chunk per index, through
+    `Dataset.__getitems__` (what torch's DataLoader calls)."""
+
+    def __init__(self, light: Any, n: int):
+        self.light, self.n = light, n
+
+    def __len__(self) -> int:
+        return (self.n + TRACE_CHUNK - 1) // TRACE_CHUNK
+
+    def __getitem__(self, k: int) -> Any:
+        rows = list(range(k * TRACE_CHUNK, min(self.n, (k + 1) * TRACE_CHUNK)))
+        return self.light.__getitems__(rows)
+
+
+def _fn_name(fn: Any) -> str:
+    return getattr(fn, "__qualname__", None) or type(fn).__name__
+
+
+def _trace_rows(light: Any, n: int, name: str, kept_columns: set) -> Tuple[List[Any], List[int], Any]:
+    """(per-position templates, per-position table row, transform), tracing the light
+    dataset's formatting; _Refusal with the reason and the user's file:line. Columns
+    whose rows still hold the image are added to `kept_columns` (KEPT in the templates)."""
+    from fastload.compat import trace
+
+    templates: List[Any] = []
+    rows: List[int] = []
+    transform = None
+    slot_at = None
+    before = trace._rng_state()
+    batches = _Batches(light, n)
+    try:
+        with trace._patched():
+            for k in range(len(batches)):
+                call, samples = trace._trace_call(batches, k)
+                if call.problem is not None:
+                    raise _Refusal(f"{name} (traced, rows from {k * TRACE_CHUNK}): {call.problem.why} at "
+                                   f"{call.problem.where}")
+                if not isinstance(samples, list) or len(samples) != min(TRACE_CHUNK, n - k * TRACE_CHUNK):
+                    raise _Refusal(f"{name} returns {len(samples) if isinstance(samples, list) else samples!r} "
+                                   "rows for a batch of "
+                                   f"{min(TRACE_CHUNK, n - k * TRACE_CHUNK)} (one output row per input row is "
+                                   "followed)")
+                by_image = {id(out.image): out for out in call.outputs}
+                if len(by_image) != len(call.outputs):
+                    raise _Refusal(f"{name} passes one image to two transform calls")
+                for j, sample in enumerate(samples):
+                    position = k * TRACE_CHUNK + j
+                    found: List[Tuple[Any, ...]] = []
+                    outs = _outputs_in(sample, call.outputs)
+                    if len(outs) != 1:
+                        raise _Refusal(f"{name}: row {position} holds {len(outs)} transform outputs (one image per "
+                                       "row, through one transform call, is followed)")
+                    out = outs[0]
+                    if type(sample) is dict:  # the image column left in the row: a collate_fn may drop it
+                        kept = [c for c, v in sample.items() if type(v) is trace.TracedImage]
+                        kept_columns.update(kept)
+                        sample = {c: (KEPT if c in kept else v) for c, v in sample.items()}
+                    try:
+                        template = trace._templated(sample, out, found, ())
+                    except trace._Refused as refused:
+                        raise _Refusal(f"{name}: row {position} {refused.why}; torch's default_collate cannot batch "
+                                       "PIL images either (delete the image column in the function, or return "
+                                       "only the transformed columns)") from None
+                    if len(found) != 1:
+                        raise _Refusal(f"{name}: row {position} returns the transform's output {len(found)} times")
+                    if transform is None:
+                        transform, slot_at = out.transform, found[0]
+                    elif out.transform is not transform:
+                        raise _Refusal(f"{name}: row {position} passes its image to another transform object than "
+                                       f"row 0's ({type(out.transform).__name__})")
+                    elif found[0] != slot_at:
+                        raise _Refusal(f"{name}: row {position} returns the image in another place than row 0")
+                    templates.append(template)
+                    rows.append(trace._state(out.image)[1].row)
+                del call, samples, by_image
+            moved = trace._rng_moved(before)
+            if moved:
+                raise _Refusal(f"{name} draws random numbers outside the transforms ({', '.join(moved)})")
+    finally:
+        trace._rng_restore(before)
+    return templates, rows, transform
+
+
+def _outputs_in(sample: Any, outputs: List[Any], depth: int = 0) -> List[Any]:
+    """The traced outputs inside one row (a dict of columns, at any depth). type(), not
+    isinstance: a traced image asked for its __class__ outside a trace turns real."""
+    from fastload.compat import trace
+
+    kind = type(sample)
+    if kind is trace.TracedOutput:
+        return [sample]
+    if depth > 32:
+        return []
+    if kind is dict:
+        return [o for v in sample.values() for o in _outputs_in(v, outputs, depth + 1)]
+    if kind is list or kind is tuple:
+        return [o for v in sample for o in _outputs_in(v, outputs, depth + 1)]
+    return []
+
+
+def _light(dataset: Any, column: str, images: List[Any]) -> Any:
+    """A copy of the dataset whose image column holds row numbers (no bytes), decoded to
+    traced images: the dataset's own formatting then runs without reading an image."""
+    import pyarrow as pa
+    from datasets.table import InMemoryTable
+
+    table = dataset.data.table
+    n = table.num_rows
+    struct_type = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    rows = pa.StructArray.from_arrays([pa.nulls(n, pa.binary()), pa.array([str(r) for r in range(n)], pa.string())],
+                                      fields=list(struct_type))
+    light_table = table.set_column(table.column_names.index(column), column, rows)
+    light = copy.copy(dataset)
+    light._data = InMemoryTable(light_table)
+    light._info = dataset.info.copy()
+    light._info.features[column] = _lazy_feature(dataset.features[column], images)
+    return light
+
+
+def analyse_hf(dataset: Any, *, wrapped: bool) -> Analysis:
+    """The compat layer's view of a `datasets.Dataset`: a TracedAnalysis (index + pipeline
+    + the rows' structure) when it runs natively, else an Analysis with the reason."""
+    from fastload.compat import trace
+
+    fmt = dataset.format
+    how = {None: "no transform", "torch": "with_format('torch')"}.get(fmt["type"], f"format {fmt['type']!r}")
+    if fmt["type"] == "custom":
+        fn = fmt["format_kwargs"].get("transform")
+        how = f"with_transform {_fn_name(fn)}"
+    out = Analysis(f"Hugging Face Dataset ({how})")
+    try:
+        return _analyse(dataset, out, how, wrapped)
+    except _Refusal as refusal:
+        return out.refuse(str(refusal), _FIX)
+
+
+def _analyse(dataset: Any, out: Analysis, how: str, wrapped: bool) -> Analysis:
+    from fastload.compat import trace
+    from fastload.compat.torchvision import flatten, split_transform
+
+    if not trace.enabled():
+        raise _Refusal(f"the tracer is off ({trace.TRACE_ENV}=0): the dataset's formatting is not traced")
+    if wrapped:
+        raise _Refusal("a Hugging Face Dataset inside a torch Subset/ConcatDataset (its rows are rebuilt only for the "
+                       "loader's own dataset)")
+    fmt = dataset.format
+    if fmt["type"] not in ("custom", "torch"):
+        if fmt["type"] is None:
+            raise _Refusal("no set_transform/with_transform/with_format('torch'): rows hold PIL images, which "
+                           "torch's default_collate cannot batch")
+        raise _Refusal(f"format {fmt['type']!r} is not followed (followed: {_FORMATS})")
+    top, nested = _image_columns(dataset.features)
+    if nested:
+        raise _Refusal(f"column {nested[0]!r} holds images inside a list or dict (followed: one Image column)")
+    if len(top) != 1:
+        raise _Refusal(f"{len(top)} Image columns (one is followed)" if top else "no Image column")
+    column = top[0]
+    feature = dataset.features[column]
+    if not feature.decode:
+        raise _Refusal(f"column {column!r} is Image(decode=False): rows hold bytes and paths, not images")
+    if feature.mode not in (None, "RGB"):
+        raise _Refusal(f"column {column!r} is Image(mode={feature.mode!r}) (the native pipeline makes RGB)")
+    if len(dataset) == 0:
+        raise _Refusal("the dataset is empty")
+    table = dataset.data.table
+    located = _locate(table, column)
+    out.chain = out.chain.replace("(", f"({located.where}; ", 1)
+    headers = _headers(table, column, located)
+    for r, header in enumerate(headers):
+        if header is not None and header[3] not in (None, 1):
+            raise _Refusal(f"row {r} of the table ({_source(located, r)}) has EXIF orientation {header[3]}: datasets "
+                           "rotates it on decode, the native engine does not")
+    names = [_row_name(located, r) for r in range(table.num_rows)]
+    images = [(names[r], "RGB" if feature.mode == "RGB" or header is None or header[0] == "RGB" else None)
+              for r, header in enumerate(headers)]
+    n = len(dataset)
+    kept_columns: set = set()
+    if fmt["type"] == "custom":
+        name = f"the transform {_fn_name(fmt['format_kwargs'].get('transform'))}"
+        templates, rows, transform = _trace_rows(_light(dataset, column, images), n, name, kept_columns)
+    else:
+        templates, rows, transform = _torch_rows(dataset, column, headers, n)
+    rows_np = np.asarray(rows, dtype=np.int64)
+    members = None
+    if located.in_table[rows_np].any():
+        members = FlatStrings.from_list(f"row {r}" if located.in_table[r] else "" for r in rows)
+    out_index = SampleIndex(FlatStrings.from_list(located.files), located.file_ids[rows_np],
+                            located.offsets[rows_np], located.sizes[rows_np], np.arange(n, dtype=np.int64), members)
+    if located.temp is not None:  # removed with the index (the runner holds it while the loader lives)
+        weakref.finalize(out_index, _remove, located.temp)
+    analysis = trace.TracedAnalysis(out.chain)
+    analysis.transform = transform
+    analysis.pipeline = split_transform(transform, to_run=True)
+    analysis.wrappers = flatten(transform)[1]
+    analysis.index = out_index
+    analysis.rebuild = HFTemplates(templates)
+    if kept_columns:
+        names = ", ".join(repr(c) for c in sorted(kept_columns))
+        analysis.rebuild.kept = (f"{out.chain}: {name}: rows keep the image column {names} (PIL images), which torch's "
+                                 "default_collate cannot batch (delete it in the function, or pass a collate_fn "
+                                 "that leaves it out)")
+    return analysis
+
+
+class _Kept:
+    """Where a row still holds its (PIL) image: only a collate_fn that leaves it out runs."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<PIL image>"
+
+
+KEPT = _Kept()
+
+
+class _KeptStandIn:
+    """What a collate_fn gets in place of a kept PIL image (it must not use it)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<PIL image (not read by fastload)>"
+
+
+def _hf_templates_base() -> Any:
+    from fastload.compat import trace
+
+    return trace.SampleTemplates
+
+
+class HFTemplates(_hf_templates_base()):  # type: ignore[misc]
+    """A Hugging Face dataset's rows without their images (trace.SampleTemplates);
+    `kept`: why default_collate cannot batch them (the image column left in), or None."""
+
+    kept: Optional[str] = None
+
+
+def _row_name(located: _Located, r: int) -> str:
+    name = _RowPath(located.files[int(located.file_ids[r])] + (f":row {r}" if located.in_table[r] else ""))
+    name.row = r
+    return name
+
+
+def _source(located: _Located, r: int) -> str:
+    return located.files[int(located.file_ids[r])]
+
+
+def _torch_rows(dataset: Any, column: str, headers: List[Any], n: int) -> Tuple[List[Any], List[int], Any]:
+    """with_format('torch') without a transform: each row's image is a uint8 [C, H, W]
+    tensor of the file as it is; the other columns as the torch formatter gives them."""
+    from fastload.compat import trace
+
+    fmt = dataset.format
+    columns = fmt["columns"] if fmt["columns"] is not None else list(dataset.column_names)
+    if column not in columns:
+        raise _Refusal(f"with_format('torch', columns={columns!r}) leaves out the image column {column!r}")
+    if fmt["output_all_columns"] and set(columns) != set(dataset.column_names):
+        raise _Refusal("with_format('torch', output_all_columns=True) adds columns in python format")
+    shapes = set()
+    for r, header in enumerate(headers):
+        if header is None:
+            continue
+        if header[0] != "RGB":
+            raise _Refusal(f"row {r} is a {header[0]} image: with_format('torch') gives it {header[0]} channels "
+                           "(the native pipeline makes RGB)")
+        shapes.add((header[1], header[2]))
+    if len(shapes) != 1:
+        raise _Refusal(f"images of {len(shapes)} sizes: torch's default_collate cannot stack them" if shapes else
+                       "no image could be read")
+    from torchvision import transforms as T
+
+    transform = T.Compose([T.CenterCrop(next(iter(shapes))), T.PILToTensor()])
+    rest = [c for c in columns if c != column]
+    others = dataset.select_columns(rest) if rest else None
+    if others is not None:
+        others.set_format("torch", columns=rest)
+    indices = dataset._indices.column("indices").to_numpy() if dataset._indices is not None else None
+    templates = []
+    for start in range(0, n, TRACE_CHUNK):
+        chunk = list(range(start, min(n, start + TRACE_CHUNK)))
+        got = others.__getitems__(chunk) if others is not None else [{} for _ in chunk]
+        for sample in got:
+            templates.append({c: (trace.SLOT if c == column else sample[c]) for c in columns})
+    rows = indices.astype(np.int64).tolist() if indices is not None else list(range(n))
+    return templates, rows, transform
+
+
+# ---- a custom collate_fn, followed ------------------------------------------------------
+
+# The stand-ins a collate_fn is probed with in place of each row's image: two shapes and
+# values that nothing but a stack of them reproduces (float64, row-numbered).
+_PROBES = ((lambda j: torch_tensor(0.5 + j)), (lambda j: torch_tensor([1000.25 + j, -3.0 - j])))
+
+
+def torch_tensor(value: Any) -> Any:
+    import torch
+
+    return torch.tensor(value, dtype=torch.float64)
+
+
+def collated(rebuild: Any, collate_fn: Any) -> Tuple[Any, str]:
+    """(rebuild, "") making each batch with the user's `collate_fn` (None: torch's
+    default_collate) around the engine's images, or (None, why) when the collate_fn is
+    not seen through, or the rows keep PIL images that default_collate cannot batch.
+
+    A row may keep its PIL image (the image column left in by the transform function,
+    as Hugging Face's examples do) when the collate_fn leaves it out: it gets a stand-in
+    it must not use or return.
+
+    Followed: a collate_fn that stacks the rows' images into one place of its output
+    (`torch.stack([row["pixel_values"] for row in rows])`) and computes everything else
+    from the other columns. It is probed on the first rows twice, with stand-ins of
+    two shapes in place of the images: the stack of the stand-ins must appear exactly
+    once, at the same place, and every other output must be the same in both probes (an
+    output computed from the images, a cast or scaling of them, does not pass). Each
+    batch then runs the collate_fn on the rows with stand-ins (no pixels, a few us per
+    row) and puts the engine's images where the stack was.
+    """
+    import torch
+
+    from fastload.compat import trace
+
+    templates = getattr(rebuild, "templates", None)
+    if not isinstance(rebuild, HFTemplates) or not templates:
+        return None, "custom collate_fn (followed for Hugging Face datasets only)"
+    if collate_fn is None:  # torch's default_collate
+        return (None, rebuild.kept) if rebuild.kept else (rebuild, "")
+    rows = list(range(min(3, len(templates))))
+    outs, places = [], []
+    for probe in _PROBES:
+        samples = [_filled(templates[r], probe(j)) for j, r in enumerate(rows)]
+        try:
+            out = collate_fn(samples)
+        except Exception as error:  # noqa: BLE001 - the user's code on stand-ins: not followed
+            return None, _why(collate_fn, f"raised {type(error).__name__} on stand-in images: {error}")
+        want = torch.stack([probe(j) for j in range(len(rows))])
+        found: List[Tuple[Any, ...]] = []
+        _find(out, want, (), found)
+        if len(found) != 1:
+            return None, _why(collate_fn, f"does not return the rows' images stacked as they are ({len(found)} "
+                                          "stacks found; followed: torch.stack of the transformed column)")
+        if _holds(out, _KeptStandIn):
+            return None, _why(collate_fn, "returns the PIL images of the rows")
+        outs.append(out)
+        places.append(found[0])
+    if places[0] != places[1] or not _same_rest(outs[0], outs[1], places[0], ()):
+        return None, _why(collate_fn, "computes other outputs from the images")
+    place, first = places[0], _PROBES[0]
+
+    def rebuild_collated(images: Any, positions: Any) -> Any:
+        samples = [_filled(templates[r], first(0)) for r in positions.tolist()]
+        return _put(collate_fn(samples), place, images)
+
+    return rebuild_collated, ""
+
+
+def _why(collate_fn: Any, what: str) -> str:
+    return f"custom collate_fn ({_fn_name(collate_fn)} {what})"
+
+
+def _holds(value: Any, kind: type, depth: int = 0) -> bool:
+    if isinstance(value, kind):
+        return True
+    if depth < 8 and isinstance(value, dict):
+        return any(_holds(v, kind, depth + 1) for v in value.values())
+    if depth < 8 and isinstance(value, (list, tuple)):
+        return any(_holds(v, kind, depth + 1) for v in value)
+    return False
+
+
+_STAND_IN = _KeptStandIn()
+
+
+def _filled(template: Any, image: Any) -> Any:
+    from fastload.compat import trace
+
+    if template is trace.SLOT:
+        return image
+    if template is KEPT:
+        return _STAND_IN
+    if type(template) is dict:
+        return {k: _filled(v, image) for k, v in template.items()}
+    if type(template) in (list, tuple):
+        return type(template)(_filled(v, image) for v in template)
+    return template
+
+
+def _find(value: Any, want: Any, at: Tuple[Any, ...], found: List[Tuple[Any, ...]], depth: int = 0) -> None:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        if value.dtype == want.dtype and value.shape == want.shape and torch.equal(value, want):
+            found.append(at)
+    elif depth < 8 and isinstance(value, dict):
+        for k, v in value.items():
+            _find(v, want, at + (k,), found, depth + 1)
+    elif depth < 8 and isinstance(value, (list, tuple)):
+        for k, v in enumerate(value):
+            _find(v, want, at + (k,), found, depth + 1)
+
+
+def _same_rest(a: Any, b: Any, skip: Tuple[Any, ...], at: Tuple[Any, ...]) -> bool:
+    """a and b equal everywhere but at `skip`."""
+    import torch
+
+    if at == skip:
+        return True
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, torch.Tensor):
+        return a.dtype == b.dtype and a.shape == b.shape and bool(torch.equal(a, b))
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same_rest(a[k], b[k], skip, at + (k,)) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_same_rest(x, y, skip, at + (k,)) for k, (x, y) in enumerate(zip(a, b)))
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - not comparable: not the same
+        return False
+
+
+def _put(out: Any, place: Tuple[Any, ...], images: Any) -> Any:
+    if not place:
+        return images
+    key, rest = place[0], place[1:]
+    if isinstance(out, dict):
+        out[key] = _put(out[key], rest, images)
+        return out
+    if isinstance(out, list):
+        out[key] = _put(out[key], rest, images)
+        return out
+    items = list(out)
+    items[key] = _put(items[key], rest, images)
+    return type(out)(*items) if hasattr(out, "_fields") else type(out)(items)
