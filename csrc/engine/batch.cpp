@@ -7,6 +7,9 @@
 #include "engine/batch.h"
 
 #include <ATen/MemoryOverlap.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
+#include <ATen/ops/zeros.h>
 #include <ATen/record_function.h>
 #include <pthread.h>
 #include <unistd.h>

@@ -11,6 +11,7 @@
 #include "check.h"
 #include "decode/transcode.h"
 
+#include <ATen/ops/empty.h>
 #include <ATen/record_function.h>
 
 namespace fastload::engine {
