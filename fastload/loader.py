@@ -443,7 +443,9 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         # batch memory.
         depth = max(2, self.prefetch_factor or 2)
         self._runner.keep_in_flight(depth)
-        return NativeFeed(self._runner, self._cursor.batches(), epoch, depth)
+        batches = self._cursor.batches()
+        ahead = getattr(self._runner, "ahead", None)  # a lazily traced dataset: traced ahead of the engine
+        return NativeFeed(self._runner, ahead(batches) if ahead is not None else batches, epoch, depth)
 
     def _generic_feed(self, epoch: int) -> GenericFeed:
         if isinstance(self._user_dataset, NativeDataset):

@@ -165,3 +165,12 @@ def test_ddp_reads_each_sample_once_and_each_rank_traces_its_own(files, tmp_path
         assert r["traced_at_start"] == PROBES
         # its own 300 samples, the probes, nothing of the other rank's beyond them
         assert 300 <= r["traced"] <= 300 + PROBES, r["traced"]
+
+
+def test_trace_false_turns_the_tracer_off_for_one_loader(files):
+    dataset = Cycling(files, 100, eval_v1())
+    assert fastload.DataLoader(dataset, batch_size=4, trace=False).path.startswith("generic: Cycling is not a "), \
+        "the tracer ran"
+    assert dataset.calls == 0
+    with pytest.raises(TypeError, match="expected trace=True or False"):
+        fastload.DataLoader(dataset, batch_size=4, trace="no")

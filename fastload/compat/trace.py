@@ -1,6 +1,6 @@
 """A map-style dataset of the user's own class, learnt by running its own `__getitem__`.
 
-fastload does not guess what arbitrary `__getitem__` code returns: it calls it, for every
+fastload does not guess what arbitrary `__getitem__` code returns: it calls it, for each
 index, under a tracer, and keeps what it can see through:
 
 - `PIL.Image.open(path)` (a str or os.PathLike path) or `PIL.Image.open(f)` (a file
@@ -46,13 +46,14 @@ naming the user's file:line:
 A dataset whose `__getitem__` opens no image with PIL (a TensorDataset, ...) keeps the
 compat layer's reason unchanged. FASTLOAD_TRACE=0 in the environment turns the tracer off.
 
-Every index is traced up front, when the loader is built (an epoch's `__getitem__` calls,
-without decoding: no file is opened by path, a file opened with `open(path, "rb")` is
-opened and closed). Measured on a shared 2-core machine, 100k samples: the tracer adds
-about 15 us per sample (1.5 s per 100k, ~20 s for ImageNet's 1.28M) to the dataset's own
-Python (0.6 us for `Image.open(path).convert("RGB")` + transform + `return image, label`;
-17 us for torchvision's pil_loader idiom with `open(path, "rb")` and `torch.tensor(label)`);
-one decode costs ~1 ms.
+Not every index is traced when the loader is built: index 0 (twice) and 16 indexes spread
+over the dataset are (a fixed cost, whatever the length), and decide native or generic;
+each other index is traced just before the engine is handed its batch, and a later index
+whose trace disagrees runs through its own __getitem__ per sample (fastload/compat/
+trace_lazy.py; inside a Subset or ConcatDataset every index is traced up front, as
+before). A trace is an `__getitem__` call without decoding (no file is opened by path, a
+file opened with `open(path, "rb")` is opened and closed): about 15 us per sample on a
+quiet machine against ~1 ms for a decode (benchmarks/trace_lazy.py, benchmarks/RESULTS.md).
 
 Example:
     >>> import os, tempfile, torch

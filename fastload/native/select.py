@@ -313,6 +313,10 @@ class _LazilyTraced(LabelledRunner):
         self._submitted[ticket] = indices
         return ticket
 
+    def ahead(self, batches: Any) -> Any:
+        """The pass's batches, traced a chunk at a time ahead of their submission."""
+        return self._labels.ahead(batches)
+
     def discard(self, ticket: int) -> None:
         self._submitted.pop(ticket, None)
         self.runner.discard(ticket)
