@@ -3,9 +3,10 @@ first batch, and the tracer's CPU per sample against the engine's.
 
     python benchmarks/trace_lazy.py [--samples 1281167] [--files 100] [--batch 256] [--threads 2] [--batches 40]
 
-A synthetic Dataset lists `--samples` paths cycling over `--files` small JPEGs (so the
+A synthetic Dataset lists `--samples` paths cycling over `--files` 500x375 JPEGs (so the
 tracer sees an ImageNet-length dataset without ImageNet), Image.open(path).convert("RGB")
-+ torchvision's eval transform + (image, label). Prints:
++ torchvision's eval transform (Resize 256, CenterCrop 224, ToTensor, Normalize) +
+(image, label). Prints:
   - construction: fastload.DataLoader(dataset, ...) (the probes) and the __getitem__ calls
     it made;
   - first batch: iter() + next() (the first batches traced as they are submitted);
@@ -35,7 +36,7 @@ class Listed(torch.utils.data.Dataset):
     def __init__(self, files, n):
         self.paths = [files[i % len(files)] for i in range(n)]
         self.labels = [i % 1000 for i in range(n)]
-        self.transform = T.Compose([T.Resize(160), T.CenterCrop(144), T.ToTensor(),
+        self.transform = T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor(),
                                     T.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))])
         self.calls = 0
 
@@ -62,7 +63,10 @@ def main() -> None:
     for k in range(args.files):
         path = os.path.join(folder, f"n{k // 10:03d}", f"{k:04d}.jpg")
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        Image.fromarray(rng.integers(0, 256, (200 + k % 50, 240, 3), dtype=np.uint8)).save(path, quality=90)
+        # ImageNet's typical size (500x375), smooth content (JPEG sizes near photographs')
+        y, x = np.mgrid[0:375, 0:500]
+        pixels = np.stack([(x + 3 * k) % 256, (y + 5 * k) % 256, (x + y) // 4 % 256], -1).astype(np.uint8)
+        Image.fromarray(pixels).save(path, quality=90)
         files.append(path)
     dataset = Listed(files, args.samples)
     fastload.DataLoader(Listed(files, 100), batch_size=8)  # imports and first-use costs, not timed
@@ -96,7 +100,7 @@ def main() -> None:
     # cost apart from tracing.
     from fastload import transforms as FT
     listed = fastload.FileList(dataset.paths, dataset.labels, transforms=[
-        FT.Resize(160), FT.CenterCrop(144), FT.ToDtype(torch.float32, scale=True),
+        FT.Resize(256), FT.CenterCrop(224), FT.ToDtype(torch.float32, scale=True),
         FT.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))])
     start = time.perf_counter()
     plain = fastload.DataLoader(listed, batch_size=args.batch, shuffle=True, num_workers=args.threads, seed=0)

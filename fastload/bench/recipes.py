@@ -19,6 +19,7 @@ native, hybrid or generic with its reason), so a recipe that falls back is shown
 | imagenet-example | pytorch/examples imagenet: RandomResizedCrop, flip, ColorJitter(0.4, 0.4, 0.4), ToTensor, Normalize |
 | random-split | random_split(ImageFolder(train transform), [0.8, 0.2]), the 80% Subset |
 | bicubic-rrc | RandomResizedCrop(224, BICUBIC), flip, ToTensor, Normalize |
+| shape-own, shape-csv, shape-dict, shape-loader, shape-wrapper | the user's own Dataset shapes (fastload/bench/shapes.py), RRC(224), flip, ToTensor, Normalize |
 
 Example:
     >>> from fastload.bench.recipes import RECIPES
@@ -196,6 +197,8 @@ def _bicubic_rrc(root: str) -> Any:
 
 
 _TIMM = ("torchvision", "timm")
+from fastload.bench import shapes as _shapes  # noqa: E402  (the user-dataset shapes)
+
 RECIPES: Dict[str, Recipe] = {r.name: r for r in [
     Recipe("preset", "torchvision reference ClassificationPresetTrain(crop_size=224): RandomResizedCrop bilinear, "
            "hflip 0.5, PILToTensor, ConvertImageDtype, Normalize", _preset()),
@@ -219,6 +222,9 @@ RECIPES: Dict[str, Recipe] = {r.name: r for r in [
            _random_split),
     Recipe("bicubic-rrc", "RandomResizedCrop(224, interpolation=BICUBIC), RandomHorizontalFlip, ToTensor, Normalize",
            _bicubic_rrc),
+    # Datasets of the user's own shape around the same files (fastload traces them): fastload/bench/shapes.py
+    *[Recipe(name, _shapes.SUMMARIES[name] + "; RRC(224), flip, ToTensor, Normalize", build)
+      for name, build in _shapes.SHAPES.items()],
 ]}
 
 
