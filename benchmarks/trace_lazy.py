@@ -77,6 +77,12 @@ def main() -> None:
     calls = dataset.calls
     print(f"path: {loader.path}")
     print(f"construction: {built * 1e3:.0f} ms, {calls} __getitem__ calls ({args.samples} samples)")
+    other = Listed(files, args.samples)
+    start = time.perf_counter()
+    trace_lazy.probe(other)
+    print(f"  of which the probes and the index arrays (probe() on a fresh dataset object): "
+          f"{(time.perf_counter() - start) * 1e3:.0f} ms")
+    del other
     start = time.perf_counter()
     it = iter(loader)
     next(it)

@@ -49,6 +49,7 @@ Example:
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 import warnings
@@ -330,6 +331,12 @@ class LazyTrace:
         dataset = self.dataset()
         before = _t._rng_state()
         kept: Dict[int, Any] = {}
+        # The collector off while tracing: each trace allocates a few containers, and the
+        # collections they trigger walk every object the process holds (an ImageNet-length
+        # dataset's lists of paths: millions), several times the trace itself. Each
+        # trace's own cycles (call <-> outputs) are broken as it is kept.
+        collecting = gc.isenabled()
+        gc.disable()
         try:
             with _t._patched():
                 for i in todo:
@@ -344,6 +351,8 @@ class LazyTrace:
                             kept[i] = f"draws random numbers outside the transforms ({', '.join(moved)}) at " \
                                       f"{_t._where_defined(dataset)}"
         finally:
+            if collecting:
+                gc.enable()
             _t._rng_restore(before)
         for i, sample in kept.items():
             if isinstance(sample, str):
@@ -353,10 +362,13 @@ class LazyTrace:
 
     def _one(self, dataset: Any, i: int) -> Any:
         """index i's _Sample, or why it falls back."""
+        call, value = _t._trace_call(dataset, i)
         try:
-            sample = _t._sample(dataset, *_t._trace_call(dataset, i))
+            sample = _t._sample(dataset, call, value)
         except _t._Refused as refused:
             return f"{refused.why} at {refused.where or _t._where_defined(dataset)}"
+        finally:
+            call.outputs.clear()  # (each output refers to the call: no cycle left for the collector)
         why = _disagreement(self.first, sample)
         return f"{why} at {_t._where_defined(dataset)}" if why else sample
 
