@@ -3,8 +3,8 @@ each traced by fastload (fastload/compat/trace.py) and run against torch's DataL
 
 | recipe | the dataset |
 |---|---|
-| shape-own | a Dataset of its own class: a list of (path, label), Image.open(path).convert("RGB"), the transform, (image, label) |
-| shape-csv | a CSV of (file, label) read in __init__; torchvision's pil_loader idiom (open(path, "rb")); (image, torch.tensor(label)) |
+| shape-own | a Dataset of its own class: Image.open(path).convert("RGB"), transform, (image, label) |
+| shape-csv | a CSV read in __init__; torchvision's pil_loader idiom; (image, torch.tensor(label)) |
 | shape-dict | Hugging Face style: {"pixel_values": v2 transforms(image), "labels": y} |
 | shape-loader | torchvision ImageFolder(root, transform, loader=lambda p: Image.open(p).convert("RGB")) |
 | shape-wrapper | a class holding an ImageFolder without a transform and applying its own |
