@@ -13,7 +13,11 @@ for: the trace runs while the engine decodes earlier batches). The engine's inde
 (file ids, the path bytes, the labels) are filled in place then, so the engine reads them
 without a copy. Traced indexes are kept: a second epoch, a second loader over the same
 dataset object (while its probes agree) and a resume trace nothing again. Each DDP rank
-traces only the indexes its sampler gives it.
+traces only the indexes its sampler gives it. Under on_error="skip", a replacement sample
+is traced before the engine runs it. Two cases trace every index when the loader is
+built, as before: a traced dataset inside a Subset or ConcatDataset (their indexes take
+rows of the whole index), and a hybrid pipeline whose Python tail runs in worker
+processes (tail_on="processes": the workers copy the index when they start).
 
 Tracing runs on the thread that submits batches, not on a thread of its own: the trace
 compares Python's, numpy's and torch's global generators before and after the dataset's
