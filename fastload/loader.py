@@ -34,6 +34,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any, Callable, Iterator, List, Optional, Tuple, TypeVar, Union
 
@@ -212,6 +213,11 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             threads decode (the least CPU; a tail of a few ms per sample then caps the
             rate); "threads": a pool of num_workers Python threads (random draws not
             reproducible). Every mode but "threads" draws the same per-sample seeds.
+        trace: a dataset of the user's own class is learnt by running its own
+            __getitem__ under a tracer (fastload.compat.trace): a few indexes when the
+            loader is built, each other one just before its batch is submitted. False
+            (or FASTLOAD_TRACE=0 in the environment) turns the tracer off: such a
+            dataset runs on the generic path.
 
     Yields:
         What torch's DataLoader yields for the same arguments (same order, same values);
@@ -279,6 +285,7 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         dct_scaling: bool = True,
         exact: Optional[bool] = None,
         tail_on: str = "auto",
+        trace: bool = True,
     ) -> None:
         # A webdataset pipeline whose stages fastload maps runs as a map-style view of its
         # shards (fastload.compat.webdataset): its batch size, shuffle and drop_last come along.
@@ -309,6 +316,9 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         self.seed = _check_seed(seed)
         self.dct_scaling = _check_dct_scaling(dct_scaling, exact)
         self.tail_on = check_tail_on(tail_on)
+        if not isinstance(trace, bool):
+            raise TypeError(f"{_PREFIX}: expected trace=True or False, got {trace!r}.")
+        self.trace = trace
 
         iterable = self._dataset_kind == _DatasetKind.Iterable
         self._user_dataset = dataset  # before torch's DataPipe serialisation wrapper
@@ -441,7 +451,9 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         # batch memory.
         depth = max(2, self.prefetch_factor or 2)
         self._runner.keep_in_flight(depth)
-        return NativeFeed(self._runner, self._cursor.batches(), epoch, depth)
+        batches = self._cursor.batches()
+        ahead = getattr(self._runner, "ahead", None)  # a lazily traced dataset: traced ahead of the engine
+        return NativeFeed(self._runner, ahead(batches) if ahead is not None else batches, epoch, depth)
 
     def _generic_feed(self, epoch: int) -> GenericFeed:
         if isinstance(self._user_dataset, NativeDataset):
@@ -502,14 +514,10 @@ def _choose_path(loader: DataLoader, dataset: Any, *, iterable: bool, sampler: A
 
     # The path: native when the dataset can run on the C++ engine.
     device = loader.device
-    runner, reason = select_path(
-        dataset, batch_size=loader.batch_size, sampler=sampler, batch_sampler=batch_sampler, collate_fn=collate_fn,
-        num_workers=loader.num_workers,
-        # Batches bound for a GPU are produced in pinned memory: no staging copy.
-        pin_memory=pin_memory or (device is not None and device.type == "cuda"),
-        accelerate=accelerate, dtype=loader.dtype, memory_format=loader.memory_format, on_error=loader.on_error,
-        seed=loader.seed, device=device, decode_on=loader.decode_on, dct_scaling=loader.dct_scaling,
-        tail_on=loader.tail_on, timeout=loader.timeout)
+    from fastload.compat.trace import disabled
+
+    with contextlib.nullcontext() if loader.trace else disabled():
+        runner, reason = _select(loader, dataset, sampler, batch_sampler, collate_fn, pin_memory, device, accelerate)
     if accelerate is True and runner is None:
         # True means "not the generic path": the native path, or the hybrid one (a native
         # prefix, then a Python tail), whose loader.path names its Python part.
@@ -518,6 +526,19 @@ def _choose_path(loader: DataLoader, dataset: Any, *, iterable: bool, sampler: A
             f"path), got {reason!r}. Pass accelerate='auto' to fall back to the generic path."
         )
     return order, runner, reason
+
+
+def _select(loader: DataLoader, dataset: Any, sampler: Any, batch_sampler: Any, collate_fn: Any, pin_memory: bool,
+            device: Any, accelerate: Any) -> Tuple[Any, str]:
+    runner, reason = select_path(
+        dataset, batch_size=loader.batch_size, sampler=sampler, batch_sampler=batch_sampler, collate_fn=collate_fn,
+        num_workers=loader.num_workers,
+        # Batches bound for a GPU are produced in pinned memory: no staging copy.
+        pin_memory=pin_memory or (device is not None and device.type == "cuda"),
+        accelerate=accelerate, dtype=loader.dtype, memory_format=loader.memory_format, on_error=loader.on_error,
+        seed=loader.seed, device=device, decode_on=loader.decode_on, dct_scaling=loader.dct_scaling,
+        tail_on=loader.tail_on, timeout=loader.timeout)
+    return runner, reason
 
 
 def _fastload_order(dataset: Any, *, iterable: bool, auto_collation: bool, datapipe: bool, user_sampler: bool,

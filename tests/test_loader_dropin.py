@@ -105,7 +105,7 @@ def test_signature_matches_torch():
     extras = ours[len(torch_params):]
     assert [p.name for p in extras] == ["device", "dtype", "memory_format", "prefetch_to_device", "accelerate",
                                         "decode_on", "on_error", "distributed", "uneven", "seed", "dct_scaling",
-                                        "exact", "tail_on"]
+                                        "exact", "tail_on", "trace"]
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in extras)
 
 

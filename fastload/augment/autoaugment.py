@@ -221,6 +221,13 @@ class AugMix:
             (3, 3, -1, 1.0, True, BILINEAR by default); native: interpolation NEAREST or
             BILINEAR, at most 4 chains of at most 4 ops.
         fill: the affine ops' fill; natively None only (zeros, grid_sample's padding).
+        v2: the space of torchvision.transforms.v2.AugMix: its Solarize thresholds are
+            fractions of 255 (255 * linspace(1, 0), not linspace(255, 0)), compared in
+            float32 as torch compares them; its op order and tables,
+            Dirichlet weights, depths, bins and signs (probability 1/2) are v1's. Its ops
+            are v2's tensor kernels, which round differently from v1's in Color,
+            Sharpness and AutoContrast: up to one uint8 level on a few pixels per op (the
+            native ops are v1's arithmetic; tests/test_augmix_v2.py measures it).
 
     Raises:
         ValueError: as torchvision for a severity outside [1, 10].
@@ -237,6 +244,7 @@ class AugMix:
     all_ops: bool = True
     interpolation: object = "bilinear"
     fill: object = None
+    v2: bool = False
 
     def __post_init__(self):
         if not 1 <= self.severity <= AUGMIX_BINS:
@@ -256,8 +264,9 @@ class AugMix:
         bins = AUGMIX_BINS
         space = [("ShearX", _linspace(0.0, 0.3, bins)), ("ShearY", _linspace(0.0, 0.3, bins)),
                  ("TranslateX", _linspace(0.0, width / 3.0, bins)), ("TranslateY", _linspace(0.0, height / 3.0, bins)),
-                 ("Rotate", _linspace(0.0, 30.0, bins)), ("Posterize", _posterize_bits(bins, 4, 4, False)),
-                 ("Solarize", _linspace(255.0, 0.0, bins)), ("AutoContrast", []), ("Equalize", [])]
+                 ("Rotate", _linspace(0.0, 30.0, bins)), ("Posterize", _posterize_bits(bins, 4, 4, self.v2)),
+                 ("Solarize", _v2_solarize(bins) if self.v2 else _linspace(255.0, 0.0, bins)),
+                 ("AutoContrast", []), ("Equalize", [])]
         if self.all_ops:
             space += [(name, _linspace(0.0, 0.9, bins)) for name in ("Brightness", "Color", "Contrast", "Sharpness")]
         ops, magnitudes = [], []
@@ -275,6 +284,15 @@ class AugMix:
         space_ops, magnitudes = self.space(height, width)
         return native.augmix_params(indices, seed, epoch, space_ops, magnitudes, self.severity, self.mixture_width,
                                     self.chain_depth, self.alpha)
+
+
+def _v2_solarize(bins: int) -> List[float]:
+    """v2 AugMix's Solarize thresholds as the native op takes them: v2 passes 255 * m (m:
+    its float32 linspace(1, 0), times 255 in Python floats, e.g. 170.0000051 for 2/3),
+    and torch compares the uint8 image with that threshold in float32 (where it is 170.0:
+    a pixel at 170 is inverted). The native op compares in float64: it gets the float32
+    value torch compares with."""
+    return [float(np.float32(255 * m)) for m in _linspace(1.0, 0.0, bins)]
 
 
 SPECS = (TrivialAugmentWide, RandAugment, AugMix)

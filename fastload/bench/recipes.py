@@ -21,6 +21,7 @@ native, hybrid or generic with its reason), so a recipe that falls back is shown
 | bicubic-rrc | RandomResizedCrop(224, BICUBIC), flip, ToTensor, Normalize |
 | hf-imagefolder | Hugging Face `load_dataset("imagefolder", data_dir=...)` + `set_transform` of RandomResizedCrop, flip, ToTensor, Normalize |
 | hf-arrow | the same images as bytes in a saved dataset's Arrow file (`save_to_disk` / `load_from_disk`), same transform |
+| shape-own, shape-csv, shape-dict, shape-loader, shape-wrapper | the user's own Dataset shapes (fastload/bench/shapes.py), RRC(224), flip, ToTensor, Normalize |
 
 Example:
     >>> from fastload.bench.recipes import RECIPES
@@ -239,6 +240,9 @@ def _hf_arrow(root: str) -> Any:
 
 _TIMM = ("torchvision", "timm")
 _HF = ("torchvision", "datasets")
+
+from fastload.bench import shapes as _shapes  # noqa: E402  (the user-dataset shapes)
+
 RECIPES: Dict[str, Recipe] = {r.name: r for r in [
     Recipe("preset", "torchvision reference ClassificationPresetTrain(crop_size=224): RandomResizedCrop bilinear, "
            "hflip 0.5, PILToTensor, ConvertImageDtype, Normalize", _preset()),
@@ -266,6 +270,9 @@ RECIPES: Dict[str, Recipe] = {r.name: r for r in [
            "(224), RandomHorizontalFlip, ToTensor, Normalize)", _hf_imagefolder, needs=_HF),
     Recipe("hf-arrow", "the same images as bytes in a saved dataset's Arrow file (save_to_disk/load_from_disk), the "
            "same set_transform", _hf_arrow, needs=_HF),
+    # Datasets of the user's own shape around the same files (fastload traces them): fastload/bench/shapes.py
+    *[Recipe(name, _shapes.SUMMARIES[name] + "; RRC(224), flip, ToTensor, Normalize", build)
+      for name, build in _shapes.SHAPES.items()],
 ]}
 
 

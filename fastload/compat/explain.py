@@ -75,6 +75,13 @@ def explain(dataset: Any) -> Explanation:
             if fix:
                 lines.append(f"{_INDENT * 3}change: {fix}")
         blockers += len(analysis.reasons)
+    trace = getattr(analysis, "trace", None)
+    if trace is not None and not analysis.reasons:
+        lines.append(f"{_INDENT}traced: {trace.traced} of {trace.n} indexes so far (index 0 twice and indexes spread "
+                     f"over the dataset up front, the rest as the loader reaches them); sample: "
+                     f"{trace.first.path!r} -> {_shape_of(trace.first.template)}")
+        for index, why in list(trace.fallbacks.items())[:5]:
+            lines.append(f"{_INDENT * 2}- index {index} runs through its own __getitem__: {why}")
     if analysis.wrappers:
         lines.append(f"{_INDENT}transform wrappers opened: {' -> '.join(analysis.wrappers)}")
     pipeline = analysis.pipeline
@@ -142,6 +149,12 @@ def explain(dataset: Any) -> Explanation:
                   "native path)"
     lines.append(f"{_INDENT}verdict: {verdict}")
     return Explanation("\n".join(lines))
+
+
+def _shape_of(template: Any) -> str:
+    from fastload.compat.trace import _shape
+
+    return _shape(template)
 
 
 def _refusal(transform: Any) -> Optional[ValueError]:

@@ -125,10 +125,16 @@ def leaf_specs(transform: Any) -> List[Any]:
         return _gaussian_blur(transform)
     if _is_torchvision(transform, "TrivialAugmentWide", "RandAugment"):
         return [_auto_augment(transform)]
-    if _is_torchvision(transform, "AugMix") and not type(transform).__module__.startswith("torchvision.transforms.v2"):
+    if _is_torchvision(transform, "AugMix"):
+        v2 = type(transform).__module__.startswith("torchvision.transforms.v2")
+        fill = transform.fill
+        if v2 and isinstance(fill, dict):  # v2: per tv_tensor type
+            fill = next(iter(fill.values()), None) if len(set(map(repr, fill.values()))) == 1 else fill
+            if isinstance(fill, dict):
+                raise NotConvertible(f"fills per tv_tensor type ({fill!r})", fix="pass one fill")
         return [autoaugment.AugMix(int(transform.severity), int(transform.mixture_width), int(transform.chain_depth),
                                    float(transform.alpha), bool(transform.all_ops), transform.interpolation,
-                                   transform.fill)]
+                                   fill, v2=v2)]
     if _is_torchvision(transform, "RandomHorizontalFlip"):
         return [specs.RandomHorizontalFlip(float(transform.p))]
     if _is_torchvision(transform, "RandomVerticalFlip"):

@@ -1,6 +1,6 @@
 """A map-style dataset of the user's own class, learnt by running its own `__getitem__`.
 
-fastload does not guess what arbitrary `__getitem__` code returns: it calls it, for every
+fastload does not guess what arbitrary `__getitem__` code returns: it calls it, for each
 index, under a tracer, and keeps what it can see through:
 
 - `PIL.Image.open(path)` (a str or os.PathLike path) or `PIL.Image.open(f)` (a file
@@ -46,10 +46,14 @@ naming the user's file:line:
 A dataset whose `__getitem__` opens no image with PIL (a TensorDataset, ...) keeps the
 compat layer's reason unchanged. FASTLOAD_TRACE=0 in the environment turns the tracer off.
 
-Every index is traced up front, when the loader is built (an epoch's `__getitem__` calls,
-without decoding: no file is opened by path, a file opened with `open(path, "rb")` is
-opened and closed). Its cost per sample is a small fraction of one decode
-(benchmarks/RESULTS.md, "The dataset tracer's cost").
+Not every index is traced when the loader is built: index 0 (twice) and 16 indexes spread
+over the dataset are (a fixed cost, whatever the length), and decide native or generic;
+each other index is traced just before the engine is handed its batch, and a later index
+whose trace disagrees runs through its own __getitem__ per sample (fastload/compat/
+trace_lazy.py; inside a Subset or ConcatDataset every index is traced up front, as
+before). A trace is an `__getitem__` call without decoding (no file is opened by path, a
+file opened with `open(path, "rb")` is opened and closed): about 15 us per sample on a
+quiet machine against ~1 ms for a decode (benchmarks/trace_lazy.py, benchmarks/RESULTS.md).
 
 Example:
     >>> import os, tempfile, torch
@@ -103,8 +107,28 @@ _FIX = ("keep the per-sample work inside the transform (torchvision's transforms
 
 
 def enabled() -> bool:
-    """False when FASTLOAD_TRACE=0 in the environment (the tracer is off)."""
-    return os.environ.get(TRACE_ENV, "1") != "0"
+    """False when FASTLOAD_TRACE=0 in the environment, or inside `disabled()` on this
+    thread (the tracer is off)."""
+    return os.environ.get(TRACE_ENV, "1") != "0" and not getattr(_off, "depth", 0)
+
+
+_off = threading.local()
+
+
+@contextmanager
+def disabled() -> Iterator[None]:
+    """The tracer off on this thread (what `fastload.DataLoader(..., trace=False)` does).
+
+    Example:
+        >>> with disabled():
+        ...     enabled()
+        False
+    """
+    _off.depth = getattr(_off, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _off.depth -= 1
 
 
 # ---- where: the user's file:line -------------------------------------------------------
@@ -638,6 +662,7 @@ class TracedAnalysis(Analysis):
     are (image, int label)) makes each batch's structure."""
 
     rebuild: Any = None
+    trace: Any = None  # the LazyTrace (fastload.compat.trace_lazy): what was traced, what fell back
 
     def conversion(self) -> "TracedConversion":
         base = super().conversion()
@@ -661,64 +686,6 @@ def _map_style(dataset: Any) -> bool:
     except Exception:  # noqa: BLE001 - no usable __len__: nothing to trace
         return False
     return True
-
-
-class _Traced(NamedTuple):
-    """What the trace of every index gave: one path and one sample template per index,
-    the one transform."""
-
-    paths: List[str]
-    templates: List[Any]
-    transform: Any
-
-
-def _trace(dataset: Any) -> Any:
-    """A _Traced, a _Refused (with the index in `.index`), or None when index 0 opens no
-    image with PIL (nothing to learn)."""
-    n = len(dataset)
-    if n == 0:
-        return None
-    before = _rng_state()
-    index = 0
-    try:
-        with _patched():
-            traced = list(_trace_call(dataset, 0))  # [call, value]: _kept_or empties it
-            if not traced[0].opened:
-                return None
-            try:
-                first = _kept_or(dataset, traced)
-                moved = _rng_moved(before)
-                if moved:
-                    raise _Refused(f"draws random numbers outside the transforms ({', '.join(moved)})",
-                                   _find_draw(dataset, 0, before))
-                again = _sample(dataset, *_trace_call(dataset, 0))
-                if not (again.path == first.path and again.transform is first.transform
-                        and _same(again.template, first.template)):
-                    what = "image path" if again.path != first.path else "transform" \
-                        if again.transform is not first.transform else "returned values"
-                    raise _Refused(f"returns different samples when traced twice at index 0 (the {what} differ)",
-                                   _where_defined(dataset))
-                paths, templates = [first.path], [first.template]
-                for index in range(1, n):
-                    sample = _sample(dataset, *_trace_call(dataset, index))
-                    if sample.transform is not first.transform:
-                        raise _Refused(f"passes the image to another transform object than index 0's "
-                                       f"({type(sample.transform).__name__})", _where_defined(dataset))
-                    if sample.slot_at != first.slot_at:
-                        raise _Refused("returns the image in another place than index 0's", _where_defined(dataset))
-                    paths.append(sample.path)
-                    templates.append(sample.template)
-                if _rng_moved(before):
-                    index, where, moved = _first_draw(dataset, n, before)
-                    raise _Refused(f"draws random numbers outside the transforms ({', '.join(moved)})", where)
-            except _Refused as refused:
-                refused.index = index  # type: ignore[attr-defined]
-                if not refused.where:
-                    refused.where = _where_defined(dataset)
-                return refused
-    finally:
-        _rng_restore(before)
-    return _Traced(paths, templates, first.transform)
 
 
 def _kept_or(dataset: Any, traced: List[Any]) -> _Sample:
@@ -763,17 +730,6 @@ def _take_out(target: Any) -> None:
                     del owner[key]
 
 
-def _first_draw(dataset: Any, n: int, before: Any) -> Tuple[int, str, List[str]]:
-    """(index, file:line, generators) of the first index whose trace draws."""
-    for index in range(n):
-        _rng_restore(before)
-        _trace_call(dataset, index)
-        moved = _rng_moved(before)
-        if moved:
-            return index, _find_draw(dataset, index, before), moved
-    return 0, _where_defined(dataset), ["a generator"]
-
-
 def _find_draw(dataset: Any, index: int, before: Any) -> str:
     """file:line of the user's code running when the global generators first moved in a
     trace of `index` (run again line by line)."""
@@ -806,13 +762,27 @@ def trace_dataset(dataset: Any, refused: Analysis, *, wrapped: bool) -> Analysis
     reasons), learnt from its own `__getitem__`: a TracedAnalysis when the trace sees
     through it; else `refused` with the trace's reason and the user's file:line (for a
     DatasetFolder, added to its reasons; for another class, in place of them); `refused`
-    itself when the tracer is off or index 0 opens no image with PIL."""
+    itself when the tracer is off or index 0 opens no image with PIL.
+
+    Up front, index 0 (twice) and a few indexes spread over the dataset are traced
+    (fastload.compat.trace_lazy); the rest as the loader reaches them. Inside a Subset or
+    ConcatDataset (`wrapped`) every index is traced now, and any that disagrees with index
+    0 refuses the dataset."""
+    from fastload.compat.trace_lazy import probe
+
     if not enabled() or not _map_style(dataset):
         return refused
     name = type(dataset).__name__
     if getattr(type(dataset), "__getitems__", None) is not None:  # torch fetches batches through it instead
         return refused
-    result = _trace(dataset)
+    result = probe(dataset)
+    if result is not None and not isinstance(result, _Refused) and wrapped:
+        result.trace_all()
+        if result.fallbacks:
+            index, why = next(iter(sorted(result.fallbacks.items())))
+            where = why.rsplit(" at ", 1)
+            result = _Refused(where[0], where[1] if len(where) == 2 else "")
+            result.index = index  # type: ignore[attr-defined]
     if result is None:
         return refused
     if isinstance(result, _Refused):
@@ -826,24 +796,26 @@ def trace_dataset(dataset: Any, refused: Analysis, *, wrapped: bool) -> Analysis
     return _analysis(dataset, result, wrapped)
 
 
-def _analysis(dataset: Any, traced: _Traced, wrapped: bool) -> Analysis:
+def _analysis(dataset: Any, traced: Any, wrapped: bool) -> Analysis:
+    """The TracedAnalysis of a dataset whose probes traced (traced: a LazyTrace)."""
     from fastload.compat.torchvision import flatten, split_transform
+    from fastload.compat.trace_lazy import _flat_index
 
     name = type(dataset).__name__
     out = TracedAnalysis(f"traced {name}.__getitem__")
-    out.transform = traced.transform
-    out.pipeline = split_transform(traced.transform, to_run=True)
-    out.wrappers = flatten(traced.transform)[1]
-    if all(_simple(t) for t in traced.templates):
-        out.index = SampleIndex.from_files(traced.paths, [int(t[1]) for t in traced.templates])
+    out.transform = traced.first.transform
+    out.pipeline = split_transform(traced.first.transform, to_run=True)
+    out.wrappers = flatten(traced.first.transform)[1]
+    out.trace = traced
+    if not wrapped:
+        out.index, out.rebuild = traced.index, traced
         return out
-    if wrapped:
-        return out.refuse(f"{name}.__getitem__ (traced) returns {_shape(traced.templates[0])}: samples other than "
-                          "(image, int label) are rebuilt only for the loader's own dataset, not inside a Subset or "
-                          "ConcatDataset", "pass the dataset itself, or return (image, int label)")
-    out.index = SampleIndex.from_files(traced.paths, list(range(len(traced.paths))))  # labels: dataset indexes
-    out.rebuild = SampleTemplates(traced.templates)
-    return out
+    if traced.simple:
+        out.index = _flat_index(traced)
+        return out
+    return out.refuse(f"{name}.__getitem__ (traced) returns {_shape(traced.first.template)}: samples other than "
+                      "(image, int label) are rebuilt only for the loader's own dataset, not inside a Subset or "
+                      "ConcatDataset", "pass the dataset itself, or return (image, int label)")
 
 
 def _shape(template: Any) -> str:

@@ -103,6 +103,9 @@ class Repair:
             failed.add(candidate)
             self.skipped_samples.add(candidate, self._index.source(candidate), message)
             candidate = (candidate + 1) % len(self._index)  # ErrorPolicy.replacements' order
+            trace = getattr(self, "trace", None)  # a lazily traced dataset: the replacement traced first
+            if trace is not None:
+                trace.prepare([candidate])
             status, message = self._run_one(slot, candidate, out, epoch)
             if status == contract.OK:
                 samples[slot] = candidate

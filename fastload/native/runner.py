@@ -94,6 +94,16 @@ class NativeRunner:
         self._lock = threading.Lock()
         self.timeout = timeout
 
+    def refresh_index(self) -> None:
+        """Hands the engine the index's arrays again: an index filled in place as a traced
+        dataset is traced (fastload.compat.trace_lazy) moved its path bytes to a larger
+        buffer. Batches already submitted keep the arrays they were given."""
+        index = self.index
+        self._engine.set_index(
+            torch.from_numpy(index.files.data), torch.from_numpy(index.files.offsets),
+            torch.from_numpy(index.file_ids), torch.from_numpy(index.offsets), torch.from_numpy(index.sizes),
+        )
+
     @property
     def timeout(self) -> float:
         """Seconds result() waits for a batch (0: no limit); may be changed between batches."""

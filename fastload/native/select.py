@@ -288,11 +288,60 @@ class _Rebuilt(LabelledRunner):
 
     @classmethod
     def wrap(cls, runner: Any, rebuild: Optional[Callable[[Any, torch.Tensor], Any]]) -> Any:
-        return runner if rebuild is None else cls(runner, rebuild)
+        if rebuild is None:
+            return runner
+        if hasattr(rebuild, "prepare"):
+            return _LazilyTraced(runner, rebuild)
+        return cls(runner, rebuild)
 
     def result(self, ticket: int) -> Any:
         images, rows = self.runner.result(ticket)
         batch = self._labels(images, rows.cpu())
+        if getattr(self.runner, "pin_memory", False):
+            from torch.utils.data._utils.pin_memory import pin_memory
+
+            batch = pin_memory(batch)  # (the images are pinned already: kept as they are)
+        return batch
+
+
+class _LazilyTraced(LabelledRunner):
+    """A runner over a dataset traced as the loader reaches it
+    (fastload.compat.trace_lazy.LazyTrace): each batch's indexes are traced before the
+    engine is handed the batch (on the submitting thread: the loader submits batches
+    ahead of the one it waits for); each batch takes the dataset's own structure, the
+    samples whose trace disagreed filled by their own __getitem__."""
+
+    def __init__(self, runner: Any, trace: Any):
+        super().__init__(runner, trace)
+        object.__setattr__(self, "_submitted", {})
+        native = runner
+        while not hasattr(native, "refresh_index") and (hasattr(native, "runner") or hasattr(native, "native")):
+            native = native.__dict__.get("runner") or native.__dict__.get("native")
+        if hasattr(native, "refresh_index"):
+            trace.attach(native)  # its engine holds the path bytes: handed the new ones when they grow
+            native.repair.trace = trace  # under on_error="skip", a replacement sample is traced before it runs
+        else:
+            # Worker processes copy the index when they start: every index is traced first.
+            trace.trace_all()
+
+    def submit(self, indices: Any, epoch: int) -> int:
+        self._labels.prepare(indices)
+        ticket = self.runner.submit(indices, epoch)
+        self._submitted[ticket] = indices
+        return ticket
+
+    def ahead(self, batches: Any) -> Any:
+        """The pass's batches, traced a chunk at a time ahead of their submission."""
+        return self._labels.ahead(batches)
+
+    def discard(self, ticket: int) -> None:
+        self._submitted.pop(ticket, None)
+        self.runner.discard(ticket)
+
+    def result(self, ticket: int) -> Any:
+        indices = self._submitted.pop(ticket)
+        images, labels = self.runner.result(ticket)
+        batch = self._labels(images, labels.cpu(), indices)
         if getattr(self.runner, "pin_memory", False):
             from torch.utils.data._utils.pin_memory import pin_memory
 
