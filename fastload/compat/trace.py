@@ -99,6 +99,8 @@ TRACE_ENV = "FASTLOAD_TRACE"
 # Class modules whose transforms are intercepted where a traced image enters them (what
 # fastload.compat.torchvision and fastload.compat.timm map).
 _TRANSFORM_MODULES = ("torchvision.transforms", "timm.data")
+# albumentations' transforms take the image as a keyword: transform(image=array)["image"].
+_ALBUMENTATIONS = "albumentations"
 # Nesting of sample structures walked (tuple, list, dict, namedtuple).
 _MAX_DEPTH = 32
 _FIX = ("keep the per-sample work inside the transform (torchvision's transforms are mapped), or "
@@ -214,18 +216,54 @@ class _Call:
         if isinstance(image, TracedOutput):
             _stop(f"applies {name} to the output of {type(image.transform).__name__} (one transform call per "
                   "image is followed: put the transforms in one Compose)")
-        call, _, mode = _state(image)
+        call, _, mode = _source(image)
         if call is not self:
             _stop("uses an image opened in an earlier __getitem__ call (a cache of images? the tracer follows "
                   "images opened in the call)")
-        if mode != "RGB":
-            _stop(f"passes the image to {name} without .convert('RGB') (an L, P or CMYK file would reach it in "
-                  "another mode; the native path decodes to RGB)")
+        _check_entry(transform, image, mode)
         if any(out.image is image for out in self.outputs):
             _stop("passes one image to two transform calls (two views per sample are not followed)")
         out = TracedOutput(self, transform, image)
         self.outputs.append(out)
         return out
+
+
+def _check_entry(transform: Any, image: Any, mode: Optional[str]) -> None:
+    """Ends the call where the image reaches `transform` in a layout the native path does
+    not give it as the user's code would: another mode than RGB, or a kind of image the
+    transform's library does not take as the engine's output stands for it."""
+    from fastload.compat import albumentations, openers
+
+    name = type(transform).__name__
+    albu = albumentations.is_albumentations(transform)
+    if isinstance(image, openers.TracedArray):
+        if not albu:
+            _stop(f"passes the array of cv2.imread to {name} (followed: OpenCV arrays into albumentations' "
+                  "transforms, PIL images and torchvision.io tensors into torchvision's)")
+        if mode == "BGR":
+            _stop(f"passes the BGR array of cv2.imread to {name} without cv2.cvtColor(image, cv2.COLOR_BGR2RGB) "
+                  "(its channels would reach the transform swapped; the native path decodes to RGB)")
+        return
+    if albu:
+        kind = "a PIL image" if isinstance(image, TracedImage) else "a tensor"
+        _stop(f"passes {kind} to albumentations' {name} (it takes numpy arrays: followed, cv2.imread + "
+              "cv2.cvtColor(image, cv2.COLOR_BGR2RGB))")
+    if isinstance(image, openers.TracedTensor):
+        if mode != "RGB":
+            _stop(f"passes a {mode} tensor (ImageReadMode.UNCHANGED on a file of that many channels) to {name} "
+                  "(the native path makes RGB: pass mode=ImageReadMode.RGB)")
+        from fastload.compat.torchvision import flatten
+
+        for leaf in flatten(transform)[0]:
+            if type(leaf).__name__ in ("ToTensor", "PILToTensor", "ToPILImage") or \
+                    type(leaf).__module__.startswith("timm."):
+                _stop(f"passes a tensor of torchvision.io to {name}, whose {type(leaf).__name__} takes PIL images "
+                      "(followed: torchvision's v2 transforms on tensors, e.g. v2.ToDtype(torch.float32, "
+                      "scale=True) in place of ToTensor)")
+        return
+    if mode != "RGB":
+        _stop(f"passes the image to {name} without .convert('RGB') (an L, P or CMYK file would reach it in "
+              "another mode; the native path decodes to RGB)")
 
 
 _local = threading.local()
@@ -254,6 +292,12 @@ _HEADER = frozenset({"size", "width", "height", "_size", "info", "format", "gete
 def _state(image: "TracedImage") -> Tuple[_Call, str, Optional[str]]:
     """(call, path, mode) of a traced image, without making it a real one."""
     return object.__getattribute__(image, "__dict__")["_fastload_trace"]
+
+
+def _source(image: Any) -> Tuple[_Call, str, Optional[str]]:
+    """(call, path, mode) of any traced image (PIL's, OpenCV's, torchvision.io's)."""
+    return object.__getattribute__(image, "__dict__")["_fastload_trace"] if isinstance(image, TracedImage) \
+        else object.__getattribute__(image, "_fastload_trace")
 
 
 class TracedImage(PIL.Image.Image):
@@ -350,7 +394,7 @@ class TracedOutput:
               "inside a tuple, list or dict)")
 
     def __repr__(self) -> str:
-        return f"TracedOutput({type(self.transform).__name__}, {_state(self.image)[1]!r})"
+        return f"TracedOutput({type(self.transform).__name__}, {_source(self.image)[1]!r})"
 
 
 # ---- the patches, active on the tracing thread only ---------------------------------------
@@ -361,13 +405,14 @@ _patches: List[Tuple[Any, str, Any]] = []
 
 
 def _is_transform(obj: Any) -> bool:
-    return type(obj).__module__.startswith(_TRANSFORM_MODULES) or type(obj) is torch.nn.Sequential
+    return type(obj).__module__.startswith(_TRANSFORM_MODULES + (_ALBUMENTATIONS + ".",)) or \
+        type(obj) is torch.nn.Sequential
 
 
 def _intercepting(original: Any) -> Any:
     def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
         call = _active()
-        if call is not None and len(args) == 1 and not kwargs and isinstance(args[0], (TracedImage, TracedOutput)) \
+        if call is not None and len(args) == 1 and not kwargs and isinstance(args[0], _traced_kinds()) \
                 and _is_transform(self):
             return call.enter(self, args[0])
         return original(self, *args, **kwargs)
@@ -376,9 +421,51 @@ def _intercepting(original: Any) -> Any:
     return __call__
 
 
+def _traced_kinds() -> Tuple[type, ...]:
+    from fastload.compat.openers import LAZY
+
+    return (TracedImage, TracedOutput) + LAZY
+
+
+def _intercepting_albumentations(original: Any) -> Any:
+    """An albumentations __call__: `transform(image=traced)` returns {"image": output}."""
+    def __call__(self: Any, *args: Any, force_apply: bool = False, **data: Any) -> Any:
+        call = _active()
+        if call is not None and not args and isinstance(data.get("image"), _traced_kinds()):
+            others = sorted(k for k in data if k != "image")
+            if others:
+                _stop(f"passes {', '.join(others)} with the image to {type(self).__name__} (followed: image= "
+                      "alone; the native path makes the image only)")
+            return {"image": call.enter(self, data["image"])}
+        return original(self, *args, force_apply=force_apply, **data)
+
+    __call__.__wrapped__ = original  # type: ignore[attr-defined]
+    return __call__
+
+
+def _albumentations_classes() -> List[type]:
+    """albumentations' classes with a __call__ of their own (Compose, BasicTransform, ...)."""
+    out, seen = [], set()
+    for name, module in list(sys.modules.items()):
+        if module is None or not name.startswith(_ALBUMENTATIONS + "."):
+            continue
+        for value in list(vars(module).values()):
+            if isinstance(value, type) and id(value) not in seen and "__call__" in vars(value) \
+                    and value.__module__.startswith(_ALBUMENTATIONS + "."):
+                seen.add(id(value))
+                out.append(value)
+    return out
+
+
 def _path_of(fp: Any) -> Tuple[Optional[str], str]:
     """(the file's path, "") when `fp` is a path or a file opened from one and not yet
     read; else (None, what it is)."""
+    from fastload.compat.openers import TracedBytesIO, TracedFile
+
+    if isinstance(fp, TracedFile):
+        return (fp.name, "") if fp.untouched() else (None, f"a file already read from ({fp.name!r})")
+    if isinstance(fp, TracedBytesIO):
+        return _source(fp)[1], ""
     if isinstance(fp, (str, bytes, os.PathLike)):
         path = os.fspath(fp)
         return (os.fsdecode(path) if isinstance(path, bytes) else path), ""
@@ -437,6 +524,11 @@ def _patched() -> Iterator[None]:
             targets = [(PIL.Image, "open", PIL.Image.open, _opening),
                        (torch.nn.Module, "__call__", vars(torch.nn.Module)["__call__"], _intercepting)]
             targets += [(cls, "__call__", vars(cls)["__call__"], _intercepting) for cls in _plain_transform_classes()]
+            targets += [(cls, "__call__", vars(cls)["__call__"], _intercepting_albumentations)
+                        for cls in _albumentations_classes()]
+            from fastload.compat import openers
+
+            targets += openers.targets()
             for owner, name, original, wrap in targets:
                 _patches.append((owner, name, original))
                 setattr(owner, name, wrap(original))
@@ -517,6 +609,12 @@ class _Refused(Exception):
 _PLAIN = (int, float, str, bool, type(None), torch.Tensor, np.ndarray, np.int64)
 
 
+def _lazy(value: Any) -> bool:
+    from fastload.compat.openers import _Lazy
+
+    return isinstance(value, _Lazy)
+
+
 def _templated(value: Any, out: Any, found: List[Tuple[Any, ...]], at: Tuple[Any, ...], depth: int = 0) -> Any:
     """`value` with `out` replaced by SLOT (its place appended to `found`), copying the
     tuples, lists, dicts and namedtuples around it; _Refused for a traced image returned."""
@@ -526,7 +624,7 @@ def _templated(value: Any, out: Any, found: List[Tuple[Any, ...]], at: Tuple[Any
     kind = type(value)
     if kind in _PLAIN:
         return value
-    if kind is TracedImage:
+    if kind is TracedImage or _lazy(value):
         raise _Refused("returns the image itself, not a transform's output (a transform fastload maps must "
                        "make the sample's image)", "")
     if kind is TracedOutput:
@@ -571,7 +669,7 @@ def _sample(dataset: Any, call: _Call, sample: Any) -> _Sample:
         raise _Refused(f"calls transforms {len(call.outputs)} times per sample (one call is followed)", "")
     out = call.outputs[0]
     if type(sample) is tuple and len(sample) == 2 and sample[0] is out and type(sample[1]) in _PLAIN:
-        return _Sample(_state(out.image)[1], out.transform, (SLOT, sample[1]), (0,))  # the common case, quickly
+        return _Sample(_source(out.image)[1], out.transform, (SLOT, sample[1]), (0,))  # the common case, quickly
     found: List[Tuple[Any, ...]] = []
     template = _templated(sample, out, found, ())
     if len(found) != 1:
@@ -579,7 +677,7 @@ def _sample(dataset: Any, call: _Call, sample: Any) -> _Sample:
                        "once, inside a tuple, list or dict)" if found else
                        f"does not return the output of {type(out.transform).__name__} as it is (followed: inside "
                        "a tuple, list or dict)", "")
-    return _Sample(_state(out.image)[1], out.transform, template, found[0])
+    return _Sample(_source(out.image)[1], out.transform, template, found[0])
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -815,7 +913,8 @@ def trace_dataset(dataset: Any, refused: Analysis, *, wrapped: bool) -> Analysis
     name = type(dataset).__name__
     if getattr(type(dataset), "__getitems__", None) is not None:  # torch fetches batches through it instead
         return refused
-    result = _trace(dataset)
+    with _patched(), _user_globals(dataset):
+        result = _trace(dataset)
     if result is None:
         return refused
     if isinstance(result, _Refused):
@@ -829,14 +928,33 @@ def trace_dataset(dataset: Any, refused: Analysis, *, wrapped: bool) -> Analysis
     return _analysis(dataset, result, wrapped)
 
 
+@contextmanager
+def _user_globals(dataset: Any) -> Iterator[None]:
+    """The openers bound by name in the dataset's modules (`from torchvision.io import
+    read_image`) swapped for the tracing ones while it is traced (inside _patched)."""
+    from fastload.compat import openers
+
+    with _PATCH_LOCK:
+        done = openers.user_globals(dataset, list(_patches))
+    try:
+        yield
+    finally:
+        for namespace, key, original in done:
+            namespace[key] = original
+
+
 def _analysis(dataset: Any, traced: _Traced, wrapped: bool) -> Analysis:
+    from fastload.compat import albumentations
     from fastload.compat.torchvision import flatten, split_transform
 
     name = type(dataset).__name__
     out = TracedAnalysis(f"traced {name}.__getitem__")
     out.transform = traced.transform
-    out.pipeline = split_transform(traced.transform, to_run=True)
-    out.wrappers = flatten(traced.transform)[1]
+    if albumentations.is_albumentations(traced.transform):
+        out.pipeline, out.wrappers = albumentations.split_transform(traced.transform, to_run=True)
+    else:
+        out.pipeline = split_transform(traced.transform, to_run=True)
+        out.wrappers = flatten(traced.transform)[1]
     if all(_simple(t) for t in traced.templates):
         out.index = SampleIndex.from_files(traced.paths, [int(t[1]) for t in traced.templates])
         return out
