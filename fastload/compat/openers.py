@@ -358,6 +358,7 @@ class TracedFile:
         call = _trace._active()
         if self._real is None and not self._read and (size is None or size < 0) and call is not None:
             self._read = True
+            call.opened.append(self._path)  # (the image opened: Image.open of its BytesIO is not counted again)
             return TracedBytes(call, self._path, None)
         return self._file().read(size)
 
@@ -418,14 +419,28 @@ def _opening_file(original: Any) -> Any:
 
     def open(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:  # noqa: A001 - the builtin's name
         call = _trace._active()
-        if call is not None and sorted(mode) == ["b", "r"] and not args and isinstance(file, (str, os.PathLike)):
+        if call is not None and sorted(mode) == ["b", "r"] and isinstance(file, (str, os.PathLike)) and \
+                _defaults(args, kwargs):
             path = os.fspath(file)
             if os.path.splitext(path)[1].lower() in extensions:
-                return TracedFile(path, (mode,), kwargs)
+                return TracedFile(path, (mode,), {})
         return original(file, mode, *args, **kwargs)
 
     open.__wrapped__ = original  # type: ignore[attr-defined]
     return open
+
+
+# open()'s arguments after mode, and their defaults (pathlib passes them positionally).
+_OPEN_DEFAULTS = (("buffering", -1), ("encoding", None), ("errors", None), ("newline", None), ("closefd", True),
+                  ("opener", None))
+
+
+def _defaults(args: Tuple[Any, ...], kwargs: dict) -> bool:
+    """open()'s other arguments are all their defaults (the file is read as it is)."""
+    if len(args) > len(_OPEN_DEFAULTS) or set(kwargs) - {name for name, _ in _OPEN_DEFAULTS}:
+        return False
+    given = dict(zip((name for name, _ in _OPEN_DEFAULTS), args), **kwargs)
+    return all(given.get(name, default) == default for name, default in _OPEN_DEFAULTS)
 
 
 class _BytesIOMeta(type):
@@ -474,8 +489,10 @@ def _io_mode(mode: Any, path: str, who: str) -> str:
     raise AssertionError  # (not reached)
 
 
-def _io_checks(call: Any, path: Optional[str], what: str, who: str, exif: bool, device: Any = "cpu") -> str:
-    call.opened.append(path)
+def _io_checks(call: Any, path: Optional[str], what: str, who: str, exif: bool, device: Any = "cpu",
+               counted: bool = False) -> str:
+    if not counted:  # (read_file counted its file already)
+        call.opened.append(path)
     if path is None:
         _trace._stop(f"calls {who} on {what} (fastload reads image files by path: read_image(path), "
                      "decode_image(path or read_file(path)), decode_jpeg(read_file(path)))")
@@ -501,7 +518,8 @@ def _read_image(original: Any) -> Any:
         if call is None:
             return original(path, *(() if mode is None else (mode,)), apply_exif_orientation=apply_exif_orientation)
         where, what = _io_path(path) if not isinstance(path, TracedFileTensor) else (None, "read_file's bytes")
-        where = _io_checks(call, where, what, "read_image", apply_exif_orientation)
+        where = _io_checks(call, where, what, "read_image", apply_exif_orientation,
+                           counted=isinstance(path, TracedFileTensor))
         return TracedTensor(call, where, _io_mode(mode if mode is not None else "UNCHANGED", where, "read_image"))
 
     read_image.__wrapped__ = original  # type: ignore[attr-defined]
@@ -524,7 +542,7 @@ def _decoding(original: Any, who: str) -> Any:
             _trace._stop(f"calls {who} with {', '.join(sorted(unknown))} (not followed)")
         path, what = _io_path(input)
         path = _io_checks(call, path, what, who, bool(kwargs.get("apply_exif_orientation", False)),
-                          kwargs.get("device", "cpu"))
+                          kwargs.get("device", "cpu"), counted=isinstance(input, TracedFileTensor))
         return TracedTensor(call, path, _io_mode(mode if mode is not None else "UNCHANGED", path, who))
 
     decode.__wrapped__ = original  # type: ignore[attr-defined]
@@ -536,6 +554,7 @@ def _read_file(original: Any) -> Any:
         call = _trace._active()
         if call is None or not isinstance(path, (str, os.PathLike)):
             return original(path)
+        call.opened.append(os.fspath(path))
         return TracedFileTensor(call, os.fspath(path), None)
 
     read_file.__wrapped__ = original  # type: ignore[attr-defined]

@@ -457,6 +457,12 @@ def _albumentations_classes() -> List[type]:
     return out
 
 
+def _read_before(fp: Any) -> bool:
+    from fastload.compat.openers import TracedBytesIO
+
+    return isinstance(fp, TracedBytesIO)
+
+
 def _path_of(fp: Any) -> Tuple[Optional[str], str]:
     """(the file's path, "") when `fp` is a path or a file opened from one and not yet
     read; else (None, what it is)."""
@@ -487,7 +493,8 @@ def _opening(original: Any) -> Any:
         if call is None:
             return original(fp, mode, formats)
         path, what = _path_of(fp)
-        call.opened.append(path)
+        if not _read_before(fp):  # (bytes read in the call were counted as opened when read)
+            call.opened.append(path)
         if path is None:
             _stop(f"opens an image from {what} (fastload reads image files by path: Image.open(path) or "
                   "Image.open(open(path, 'rb')))")
