@@ -71,9 +71,10 @@ import torch
 
 from fastload.compat import trace as _trace
 
-# How much of a file the header reads take: JPEG's SOF sits after the APP segments, and an
-# EXIF APP1 segment holds at most 64 KiB.
-_HEADER_BYTES = 1 << 16
+# How much of a file a header read takes first: the APP segments and the SOF of most JPEGs
+# fit; a longer EXIF segment (at most 64 KiB) or a SOF past it is read again whole.
+_HEADER_BYTES = 4096
+_APP1_BYTES = 1 << 16
 
 
 # ---- the file's header, read only where a layout depends on it -----------------------------
@@ -104,10 +105,10 @@ def header(path: str) -> Tuple[int, int, int]:
         return image.height, image.width, len(image.getbands())
 
 
-def exif_orientation(path: str) -> int:
+def exif_orientation(path: str, data: Optional[bytes] = None) -> int:
     """The EXIF orientation (1-8; 1 when none) of a JPEG file, read from its APP1 segment
     (other formats: 1)."""
-    data = _read_prefix(path)
+    data = _read_prefix(path) if data is None else data
     if data[:2] != b"\xff\xd8":
         return 1
     at = 2
@@ -117,22 +118,29 @@ def exif_orientation(path: str) -> int:
             return 1
         segment = data[at + 4:at + 2 + length]
         if marker == 0xE1 and segment[:6] == b"Exif\x00\x00":
-            return _tiff_orientation(segment[6:])
+            orientation = _tiff_orientation(segment[6:])
+            if orientation is None and at + 2 + length > len(data) == _HEADER_BYTES:
+                return exif_orientation(path, _read_prefix(path, _APP1_BYTES + at + 4))  # past the first read
+            return orientation or 1
         at += 2 + length
     return 1
 
 
-def _tiff_orientation(tiff: bytes) -> int:
-    if len(tiff) < 8 or tiff[:2] not in (b"II", b"MM"):
+def _tiff_orientation(tiff: bytes) -> Optional[int]:
+    """The orientation in a TIFF block's IFD0, 1 when it has none; None when the block
+    is cut before IFD0 ends (read more)."""
+    if len(tiff) < 8:
+        return None
+    if tiff[:2] not in (b"II", b"MM"):
         return 1
     order = "<" if tiff[:2] == b"II" else ">"
     ifd = struct.unpack(order + "I", tiff[4:8])[0]
     if ifd + 2 > len(tiff):
-        return 1
+        return None
     for k in range(struct.unpack(order + "H", tiff[ifd:ifd + 2])[0]):
         entry = ifd + 2 + 12 * k
         if entry + 12 > len(tiff):
-            break
+            return None
         tag, kind = struct.unpack(order + "HH", tiff[entry:entry + 4])
         if tag == 0x0112 and kind == 3:  # Orientation, SHORT
             value = struct.unpack(order + "H", tiff[entry + 8:entry + 10])[0]

@@ -228,6 +228,22 @@ class _Call:
         return out
 
 
+def _takes_pil_only(transform: Any) -> str:
+    """The name of a transform in `transform` that does not take tensors as PIL images
+    (ToTensor, PILToTensor, ToPILImage, timm's), else "". The last answer is kept per
+    thread: every index of a dataset passes the same transform."""
+    last = getattr(_local, "pil_only", None)
+    if last is not None and last[0] is transform:
+        return last[1]
+    from fastload.compat.torchvision import flatten
+
+    found = next((type(leaf).__name__ for leaf in flatten(transform)[0]
+                  if type(leaf).__name__ in ("ToTensor", "PILToTensor", "ToPILImage")
+                  or type(leaf).__module__.startswith("timm.")), "")
+    _local.pil_only = (transform, found)
+    return found
+
+
 def _check_entry(transform: Any, image: Any, mode: Optional[str]) -> None:
     """Ends the call where the image reaches `transform` in a layout the native path does
     not give it as the user's code would: another mode than RGB, or a kind of image the
@@ -252,14 +268,11 @@ def _check_entry(transform: Any, image: Any, mode: Optional[str]) -> None:
         if mode != "RGB":
             _stop(f"passes a {mode} tensor (ImageReadMode.UNCHANGED on a file of that many channels) to {name} "
                   "(the native path makes RGB: pass mode=ImageReadMode.RGB)")
-        from fastload.compat.torchvision import flatten
-
-        for leaf in flatten(transform)[0]:
-            if type(leaf).__name__ in ("ToTensor", "PILToTensor", "ToPILImage") or \
-                    type(leaf).__module__.startswith("timm."):
-                _stop(f"passes a tensor of torchvision.io to {name}, whose {type(leaf).__name__} takes PIL images "
-                      "(followed: torchvision's v2 transforms on tensors, e.g. v2.ToDtype(torch.float32, "
-                      "scale=True) in place of ToTensor)")
+        pil_only = _takes_pil_only(transform)
+        if pil_only:
+            _stop(f"passes a tensor of torchvision.io to {name}, whose {pil_only} takes PIL images (followed: "
+                  "torchvision's v2 transforms on tensors, e.g. v2.ToDtype(torch.float32, scale=True) in place of "
+                  "ToTensor)")
         return
     if mode != "RGB":
         _stop(f"passes the image to {name} without .convert('RGB') (an L, P or CMYK file would reach it in "
