@@ -7,9 +7,15 @@ index, under a tracer, and keeps what it can see through:
   opened with `open(path, "rb")`, not yet read) returns a `TracedImage` that records the
   path and reads nothing. `.convert("RGB")`, `.load()`, `.copy()`, `.close()`, `.filename`,
   `.mode` after `.convert("RGB")` and `with` keep it traced;
+- `cv2.imread` + `cv2.cvtColor(BGR2RGB)`, torchvision.io's `read_image` / `decode_image` /
+  `decode_jpeg(read_file(path))`, and `open(path, "rb").read()` into
+  `Image.open(io.BytesIO(data))` are followed too (fastload/compat/openers.py: lazy arrays,
+  tensors and bytes, each with its own checks and refusals);
 - a torchvision (v1, v2) or timm transform, or an nn.Sequential, called with the traced
-  image alone returns a `TracedOutput` standing for "the transform's output for this
-  sample" and records the transform object (the transform is not run);
+  image alone, or an albumentations transform called with `image=` the traced array
+  alone (compat/albumentations.py), returns a `TracedOutput` standing for "the
+  transform's output for this sample" (albumentations': `{"image": output}`) and records
+  the transform object (the transform is not run);
 - the sample returned is kept as it is, the output replaced by a slot the engine's
   batch fills. Labels (an int, a tensor, a dict entry, ...) and other fields are whatever
   `__getitem__` returned, collated per batch with torch's default_collate.
@@ -29,7 +35,8 @@ naming the user's file:line:
   need the file's header), `.crop`, `.resize`, `.rotate`, ...; `.convert` to a mode other
   than "RGB" (the native pipeline makes 3 channels); a transform given an image not
   converted to RGB (an L, P or CMYK file would reach it in another mode);
-- `Image.open` of bytes (a BytesIO, an archive member): fastload reads files by path;
+- `Image.open` of bytes not read from a file in the call (a BytesIO of bytes kept in
+  memory, an archive member): fastload reads files by path;
 - a second transform applied to a transform's output, a transform's output used
   (`.float()`, `[0]`, ...), two images per sample, an image that does not reach the
   sample, the image returned without a transform;
