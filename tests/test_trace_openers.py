@@ -387,3 +387,34 @@ def test_tracing_leaves_the_openers_as_they_were(root):
     assert (builtins.open, io.open, io.BytesIO, cv2.imread, cv2.cvtColor, torchvision.io.read_image,
             read_image) == before
     assert globals()["read_image"] is torchvision.io.image.read_image
+
+
+class ArrayCache(Samples):
+    """Keeps each decoded array (a dict cache)."""
+
+    def __init__(self, root, transform):
+        super().__init__(root, transform)
+        self.cache = {}
+
+    def __getitem__(self, i):
+        path, label = self.items[i]
+        if i not in self.cache:
+            self.cache[i] = cv2.cvtColor(cv2.imread(path), cv2.COLOR_BGR2RGB)
+        return self.transform(image=self.cache[i])["image"], label
+
+
+@needs_ops
+@needs_cv2
+def test_an_array_cache_falls_back_and_still_gives_torchs_batches(root):
+    A = pytest.importorskip("albumentations")
+    from albumentations.pytorch import ToTensorV2
+
+    make = lambda: ArrayCache(root, A.Compose([A.CenterCrop(32, 32), ToTensorV2()]))  # noqa: E731
+    dataset = make()
+    loader = fastload.DataLoader(dataset, batch_size=5)
+    assert loader.path.startswith("generic: ArrayCache.__getitem__ (traced, index 0): keeps what it opened "
+                                  "(TracedArray) after __getitem__ returns (a cache? the tracer's stand-in was taken "
+                                  "out of it)"), loader.path
+    assert dataset.cache == {}  # (the generic path decodes index 0 again)
+    for a, b in zip(loader, TorchLoader(make(), batch_size=5), strict=True):
+        assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])

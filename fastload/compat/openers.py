@@ -64,6 +64,7 @@ import io
 import os
 import struct
 import sys
+import weakref
 from typing import Any, Iterator, List, Optional, Tuple
 
 import PIL.Image
@@ -179,6 +180,10 @@ class _Lazy:
 
     def __init__(self, call: Any, path: str, mode: Optional[str]):
         object.__setattr__(self, "_fastload_trace", (call, path, mode))
+        made = getattr(_trace._local, "lazies", None)
+        if made is None or made[0] != id(call):
+            made = _trace._local.lazies = (id(call), [])
+        made[1].append(weakref.ref(self))
 
     def __getattribute__(self, name: str) -> Any:
         if name == "_fastload_trace" or name in type(self)._ANSWERED or name in ("__class__", "__repr__"):
@@ -397,6 +402,12 @@ class TracedFile:
 
     def __repr__(self) -> str:
         return f"TracedFile({self._path!r})"
+
+
+def made_in(call: Any) -> List[Any]:
+    """Weak references to the stand-ins made in `call` (the latest call on this thread)."""
+    made = getattr(_trace._local, "lazies", None)
+    return list(made[1]) if made is not None and made[0] == id(call) else []
 
 
 LAZY = (TracedArray, TracedTensor)  # what a transform may be given, besides a PIL TracedImage

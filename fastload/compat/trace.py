@@ -862,6 +862,7 @@ def _kept_or(dataset: Any, traced: List[Any]) -> _Sample:
     except _Refused as error:
         refusal = error.with_traceback(None)  # (its frames would keep the outputs alive)
     kept = [weakref.ref(out) for out in call.outputs]
+    lazies = _lazies_made_in(call)
     call.outputs.clear()
     del call, value
     if any(ref() is not None for ref in kept):
@@ -869,9 +870,30 @@ def _kept_or(dataset: Any, traced: List[Any]) -> _Sample:
         raise _Refused("keeps the transform's output after __getitem__ returns (a cache? the tracer's stand-in "
                        + ("was taken out of it)" if removed else "could not be taken out of it: set FASTLOAD_TRACE=0)"),
                        _where_defined(dataset))
+    _check_lazies_released(dataset, lazies)
     if refusal is not None:
         raise refusal
     return sample
+
+
+def _lazies_made_in(call: _Call) -> List[Any]:
+    from fastload.compat.openers import made_in
+
+    return made_in(call)
+
+
+def _check_lazies_released(dataset: Any, lazies: List[Any]) -> None:
+    """Refuses a dataset that kept an OpenCV array, torchvision.io tensor or bytes stand-in
+    after the call (a cache of images or bytes): unlike a PIL stand-in, which turns into
+    the real image, it cannot become a numpy array or tensor in place, so it is taken out
+    of the dicts that hold it (the generic path then reads the file again)."""
+    alive = [ref for ref in lazies if ref() is not None]
+    if alive:
+        kind = type(alive[0]()).__name__
+        removed = all([_forget(ref) for ref in alive])
+        raise _Refused(f"keeps what it opened ({kind}) after __getitem__ returns (a cache? the tracer's stand-in "
+                       + ("was taken out of it)" if removed else "could not be taken out of it: set FASTLOAD_TRACE=0)"),
+                       _where_defined(dataset))
 
 
 def _forget(ref: Any) -> bool:
