@@ -195,7 +195,8 @@ def leaf_specs(transform: Any, *, last: bool = True) -> List[Any]:
         hue = _range(transform.hue)
         if hue is not None and hue != (0.0, 0.0):
             raise _not_convertible(f"shifts hue in {list(hue)} through OpenCV's HSV (180 hue steps; native: "
-                                   "torchvision's hue)", fix="pass hue=0 to keep the jitter native")
+                                   "torchvision's hue; hue=0 keeps the jitter native)",
+                                   fix="pass hue=0 to keep the jitter native")
         ranges = [_range(getattr(transform, k)) for k in ("brightness", "contrast", "saturation")]
         # A range of exactly 1 (albumentations' "off") is the op off.
         ranges = [None if r is None or r == (1.0, 1.0) else r for r in ranges]
@@ -254,6 +255,9 @@ class AlbumentationsStep:
 
     def __repr__(self) -> str:
         return repr(self.transform)
+
+    def __reduce__(self) -> Any:  # (its class is made per name: pickled through step())
+        return step, (self.transform,)
 
 
 @functools.lru_cache(maxsize=None)
