@@ -101,6 +101,25 @@ def test_the_opencv_albumentations_dataset_runs_natively_with_torchs_batches(fol
         assert images.min() >= -2.2 and images.max() <= 2.7
 
 
+class PILDataset(OpenCVDataset):
+    """The PIL + albumentations shape: np.array(Image.open(path).convert("RGB"))."""
+
+    def __getitem__(self, idx):
+        from PIL import Image
+
+        path, label = self.files[idx]
+        image = np.array(Image.open(path).convert("RGB"))
+        return self.transform(image=image)["image"], label
+
+
+@needs_ops
+def test_the_pil_numpy_albumentations_dataset_runs_natively(even):
+    transform = A.Compose([A.CenterCrop(24, 30), A.Normalize(), ToTensorV2()])
+    path, ours, theirs = batches(PILDataset(even, transform), 6)
+    assert path.startswith("native: traced PILDataset.__getitem__ [CenterCrop -> ToDtype -> Normalize]"), path
+    assert torch.allclose(ours[0][0], theirs[0][0], atol=1e-5) and torch.equal(ours[0][1], theirs[0][1])
+
+
 @needs_ops
 def test_a_compose_without_totensorv2_gives_hwc_arrays_through_a_python_step(even):
     transform = A.Compose([A.CenterCrop(32, 32)])

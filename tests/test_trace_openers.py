@@ -251,6 +251,12 @@ class ArrayToTorchvision(Samples):
         return self.transform(cv2.cvtColor(cv2.imread(path), cv2.COLOR_BGR2RGB)), label
 
 
+class ArrayNotConverted(Samples):
+    def __getitem__(self, i):
+        path, label = self.items[i]
+        return self.transform(image=np.array(Image.open(path)))["image"], label
+
+
 class WithMask(Samples):
     def __getitem__(self, i):
         path, label = self.items[i]
@@ -310,8 +316,10 @@ FALLBACKS = [  # (dataset, transform, text of the reported line, reason)
                  id="ArraySliced"),
     pytest.param(PilToAlbumentations, albu, "image=Image.open(path)", "passes a PIL image to albumentations' Compose",
                  marks=needs_cv2, id="PilToAlbumentations"),
-    pytest.param(ArrayToTorchvision, v1_eval, "self.transform(cv2.cvtColor", "passes the array of cv2.imread to Compose",
-                 marks=needs_cv2, id="ArrayToTorchvision"),
+    pytest.param(ArrayToTorchvision, v1_eval, "self.transform(cv2.cvtColor", "passes a numpy array (cv2.imread's, "
+                 "np.array(image)) to Compose", marks=needs_cv2, id="ArrayToTorchvision"),
+    pytest.param(ArrayNotConverted, albu, "np.array(Image.open(path))", "calls np.array on the image without "
+                 ".convert('RGB')", id="ArrayNotConverted"),
     pytest.param(WithMask, albu, "mask=np.zeros", "passes mask with the image to Compose", marks=needs_cv2,
                  id="WithMask"),
     pytest.param(ReturnsArray, albu, "def __getitem__", "returns the image itself", marks=needs_cv2,

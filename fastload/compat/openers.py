@@ -7,7 +7,7 @@ records the path and the layout the user's code holds, and reads no pixels:
 | the user's call | stand-in | layout it stands for |
 | --- | --- | --- |
 | `cv2.imread(path)` (`IMREAD_COLOR`, the default) | `TracedArray` mode "BGR" | uint8 [H, W, 3] ndarray |
-| `cv2.imread(path, cv2.IMREAD_COLOR_RGB)`, `cv2.cvtColor(a, cv2.COLOR_BGR2RGB)` | `TracedArray` mode "RGB" | the same, RGB |
+| `cv2.imread(path, cv2.IMREAD_COLOR_RGB)`, `cv2.cvtColor(a, cv2.COLOR_BGR2RGB)`, `np.array(Image.open(path).convert("RGB"))` (or `np.asarray`) | `TracedArray` mode "RGB" | the same, RGB |
 | `torchvision.io.read_image(path[, mode])`, `decode_image(path or read_file(path)[, mode])`, `decode_jpeg(read_file(path)[, mode])` | `TracedTensor` | uint8 [C, H, W] tensor |
 | `torchvision.io.read_file(path)` | `TracedFileTensor` | uint8 [N] tensor of the file's bytes |
 | `open(path, "rb")` of an image file (PIL's registered extensions) | `TracedFile` | the file |
@@ -248,6 +248,30 @@ class TracedArray(_Lazy):
         import numpy as np
 
         return np.dtype(np.uint8)
+
+
+class PixelArray(TracedArray):
+    """What `np.array(image)` / `np.asarray(image)` of a traced PIL image converted to RGB
+    returns while a dataset is traced: its uint8 [H, W, 3] RGB pixels, for albumentations.
+    Any use but `.shape`, `.ndim`, `.dtype` reads the pixels."""
+
+    __slots__ = ()
+    _WHAT = "the image's pixels (np.array(image))"
+
+    def __getattribute__(self, name: str) -> Any:
+        if name == "_fastload_trace" or name in TracedArray._ANSWERED or name in ("__class__", "__repr__") or (
+                name.startswith("__") and name.endswith("__") and _trace._active() is not None):
+            return object.__getattribute__(self, name)
+        if _trace._active() is None:
+            return _Lazy.__getattribute__(self, name)
+        _trace._stop("reads the image's pixels before a transform fastload maps")
+
+    def _pixels(self, *args: Any) -> Any:
+        _trace._stop("reads the image's pixels before a transform fastload maps")
+
+    __getitem__ = __len__ = __iter__ = _arith = _pixels
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = _pixels
+    __floordiv__ = __lt__ = __gt__ = __le__ = __ge__ = __neg__ = __abs__ = __bool__ = __float__ = __int__ = _pixels
 
 
 class TracedTensor(_Lazy):
@@ -630,6 +654,37 @@ def _cvt_color(original: Any) -> Any:
     return cvtColor
 
 
+def _to_array(original: Any, who: str) -> Any:
+    """numpy.array / numpy.asarray: a traced PIL image converted to RGB becomes the HWC
+    uint8 array it stands for (`np.array(Image.open(path).convert("RGB"))`, then
+    albumentations); anything else goes to numpy."""
+    def to_array(obj: Any, *args: Any, **kwargs: Any) -> Any:
+        call = _trace._active()
+        if call is None or not isinstance(obj, _trace.TracedImage):
+            return original(obj, *args, **kwargs)
+        owner, path, mode = _trace._source(obj)
+        if owner is not call:
+            _trace._stop(f"calls np.{who} on an image opened in an earlier __getitem__ call (a cache of images? the "
+                         "tracer follows images opened in the call)")
+        dtype = kwargs.pop("dtype", args[0] if args else None)
+        if args[1:] or set(kwargs) - {"copy"} or (dtype is not None and np_dtype(dtype) != np_dtype("uint8")):
+            _trace._stop(f"calls np.{who} on the image with other arguments than copy= (followed: "
+                         f"np.{who}(image), dtype uint8)")
+        if mode != "RGB":
+            _trace._stop(f"calls np.{who} on the image without .convert('RGB') (an L, P or CMYK file would give "
+                         "another array; the native path decodes to RGB)")
+        return PixelArray(call, path, "RGB")
+
+    to_array.__wrapped__ = original  # type: ignore[attr-defined]
+    return to_array
+
+
+def np_dtype(value: Any) -> Any:
+    import numpy as np
+
+    return np.dtype(value)
+
+
 def targets() -> List[Tuple[Any, str, Any, Any]]:
     """(owner, name, original, wrap) of each opener this module patches, for the modules
     already imported (a dataset that uses cv2 or torchvision.io has imported them)."""
@@ -640,6 +695,10 @@ def targets() -> List[Tuple[Any, str, Any, Any]]:
         (io, "open", vars(io)["open"], _opening_file),
         (io, "BytesIO", vars(io)["BytesIO"], lambda original: _TracingBytesIO),
     ]
+    import numpy
+
+    out += [(numpy, "array", vars(numpy)["array"], lambda f: _to_array(f, "array")),
+            (numpy, "asarray", vars(numpy)["asarray"], lambda f: _to_array(f, "asarray"))]
     cv2 = sys.modules.get("cv2")
     if cv2 is not None and hasattr(cv2, "imread") and hasattr(cv2, "cvtColor"):
         out += [(cv2, "imread", cv2.imread, _imread), (cv2, "cvtColor", cv2.cvtColor, _cvt_color)]

@@ -7,8 +7,9 @@ index, under a tracer, and keeps what it can see through:
   opened with `open(path, "rb")`, not yet read) returns a `TracedImage` that records the
   path and reads nothing. `.convert("RGB")`, `.load()`, `.copy()`, `.close()`, `.filename`,
   `.mode` after `.convert("RGB")` and `with` keep it traced;
-- `cv2.imread` + `cv2.cvtColor(BGR2RGB)`, torchvision.io's `read_image` / `decode_image` /
-  `decode_jpeg(read_file(path))`, and `open(path, "rb").read()` into
+- `cv2.imread` + `cv2.cvtColor(BGR2RGB)`, `np.array(image)` of an image converted to RGB,
+  torchvision.io's `read_image` / `decode_image` / `decode_jpeg(read_file(path))`, and
+  `open(path, "rb").read()` into
   `Image.open(io.BytesIO(data))` are followed too (fastload/compat/openers.py: lazy arrays,
   tensors and bytes, each with its own checks and refusals);
 - a torchvision (v1, v2) or timm transform, or an nn.Sequential, called with the traced
@@ -261,8 +262,8 @@ def _check_entry(transform: Any, image: Any, mode: Optional[str]) -> None:
     albu = albumentations.is_albumentations(transform)
     if isinstance(image, openers.TracedArray):
         if not albu:
-            _stop(f"passes the array of cv2.imread to {name} (followed: OpenCV arrays into albumentations' "
-                  "transforms, PIL images and torchvision.io tensors into torchvision's)")
+            _stop(f"passes a numpy array (cv2.imread's, np.array(image)) to {name} (followed: numpy arrays into "
+                  "albumentations' transforms, PIL images and torchvision.io tensors into torchvision's)")
         if mode == "BGR":
             _stop(f"passes the BGR array of cv2.imread to {name} without cv2.cvtColor(image, cv2.COLOR_BGR2RGB) "
                   "(its channels would reach the transform swapped; the native path decodes to RGB)")
