@@ -426,3 +426,28 @@ def test_an_array_cache_falls_back_and_still_gives_torchs_batches(root):
     assert dataset.cache == {}  # (the generic path decodes index 0 again)
     for a, b in zip(loader, TorchLoader(make(), batch_size=5), strict=True):
         assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+@needs_cv2
+def test_a_missing_file_is_left_to_the_engine_as_for_image_open(root, tmp_path):
+    missing = str(tmp_path / "gone.jpg")
+
+    class Missing(Samples):
+        def __getitem__(self, i):
+            path, label = self.items[i]
+            path = missing if i == 1 else path
+            with open(path, "rb") as f:  # (the real open: raises here, as without the tracer)
+                f.read(1)
+            return self.transform(image=cv2.cvtColor(cv2.imread(path), cv2.COLOR_BGR2RGB))["image"], label
+
+    reasons = analyse(Missing(root, albu())).reasons
+    assert "(traced, index 1): raised FileNotFoundError" in reasons[0], reasons
+
+    class MissingCv2(Samples):
+        def __getitem__(self, i):
+            path, label = self.items[i]
+            image = cv2.imread(missing if i == 1 else path)  # cv2 gives None; the engine reports the file
+            return self.transform(image=cv2.cvtColor(image, cv2.COLOR_BGR2RGB))["image"], label
+
+    analysis = analyse(MissingCv2(root, albu()))
+    assert analysis.chain == "traced MissingCv2.__getitem__" and analysis.index.source(1) == missing

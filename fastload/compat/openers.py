@@ -152,8 +152,8 @@ def _tiff_orientation(tiff: bytes) -> Optional[int]:
 def _check_orientation(path: str, who: str, fix: str) -> None:
     try:
         orientation = exif_orientation(path)
-    except OSError as error:
-        _trace._stop(f"{who}: cannot read {path!r} ({error})")
+    except OSError:  # unreadable: the engine reports it under the loader's on_error, as for Image.open(path)
+        return
     if orientation != 1:
         _trace._stop(f"{who} turns {os.path.basename(path)!r} by its EXIF orientation ({orientation}); the native "
                      f"path decodes images as stored (as PIL's Image.open): {fix}")
@@ -465,8 +465,8 @@ def _opening_file(original: Any) -> Any:
         if call is not None and sorted(mode) == ["b", "r"] and isinstance(file, (str, os.PathLike)) and \
                 _defaults(args, kwargs):
             path = os.fspath(file)
-            if os.path.splitext(path)[1].lower() in extensions:
-                return TracedFile(path, (mode,), {})
+            if os.path.splitext(path)[1].lower() in extensions and os.path.isfile(path):
+                return TracedFile(path, (mode,), {})  # (a missing file: open() raises as it would)
         return original(file, mode, *args, **kwargs)
 
     open.__wrapped__ = original  # type: ignore[attr-defined]
