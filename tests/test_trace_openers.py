@@ -451,3 +451,35 @@ def test_a_missing_file_is_left_to_the_engine_as_for_image_open(root, tmp_path):
 
     analysis = analyse(MissingCv2(root, albu()))
     assert analysis.chain == "traced MissingCv2.__getitem__" and analysis.index.source(1) == missing
+
+
+class ReadRgb(Samples):
+    def __getitem__(self, i):
+        path, label = self.items[i]
+        return self.transform(image=cv2.imread(path, cv2.IMREAD_COLOR_RGB))["image"], label
+
+
+class DecodeFileBytes(Samples):
+    def __getitem__(self, i):
+        path, label = self.items[i]
+        return self.transform(decode_image(read_file(path), ImageReadMode.RGB)), label
+
+
+@needs_ops
+@needs_cv2
+@pytest.mark.skipif(cv2 is not None and not hasattr(cv2, "IMREAD_COLOR_RGB"), reason="OpenCV < 4.11")
+def test_imread_color_rgb_needs_no_cvtcolor(root):
+    A = pytest.importorskip("albumentations")
+    from albumentations.pytorch import ToTensorV2
+
+    make = lambda: ReadRgb(root, A.Compose([A.CenterCrop(32, 32), ToTensorV2()]))  # noqa: E731
+    loader = fastload.DataLoader(make(), batch_size=4)
+    assert loader.path.startswith("native: traced ReadRgb.__getitem__ [CenterCrop]"), loader.path
+    for (images, labels), (want, want_labels) in zip(loader, TorchLoader(make(), batch_size=4), strict=True):
+        assert images.shape == want.shape and torch.equal(labels, want_labels)
+
+
+def test_decode_image_of_read_file_is_followed_to_the_path(root):
+    analysis = analyse(DecodeFileBytes(root, v2_train()))
+    assert analysis.chain == "traced DecodeFileBytes.__getitem__", analysis.reasons
+    assert [analysis.index.source(k) for k in range(len(analysis.index))] == [p for p, _ in ImageFolder(root).samples]
