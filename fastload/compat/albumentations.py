@@ -16,7 +16,7 @@ installed: its classes are recognised by module (albumentations.*) and name.
 | HorizontalFlip(p), VerticalFlip(p) | RandomHorizontalFlip(p), RandomVerticalFlip(p) | identical |
 | Normalize(mean, std, max_pixel_value=255, normalization="standard", p=1) | ToDtype(float32, scale=True), Normalize(mean, std) | float32 rounding |
 | ToTensorV2() (last) | nothing: the engine makes CHW tensors | identical |
-| ColorJitter(brightness, contrast, saturation, hue=0, p) | ColorJitter(..., p) (torchvision's ops on the uint8 image) | albumentations truncates where PIL rounds: within one level |
+| ColorJitter(brightness, contrast, saturation, hue=0, p) | ColorJitter(..., p) (torchvision's ops on the uint8 image) | albumentations truncates where PIL rounds, and contrast blends with a float mean where PIL rounds it: within two levels |
 
 The resize: albumentations resizes with OpenCV's INTER_LINEAR, which does not antialias
 when it shrinks (torch's `interpolate(..., antialias=False)`, in 11-bit fixed point). The
@@ -25,8 +25,9 @@ non-antialiased mode (that would be a `filterscale` of 1 in the C++ kernels' tap
 the output differs where a resize shrinks. Measured (Resize of six photo-like 500x375
 JPEGs, engine vs albumentations, PSNR): enlarging 1.6x 57 dB (rounding only); shrinking
 1.25x 50 dB, 1.5x 47 dB, 2x 40 dB, 3x 35 dB; real photos with fine texture differ more
-when shrunk (aliasing is what antialiasing removes). A RandomResizedCrop to 224 of
-ImageNet-sized photos shrinks about half of its crops, by at most ~2x. Other
+when shrunk (aliasing is what antialiasing removes). A RandomResizedCrop to 224 of a
+500x375 photo (scale (0.08, 1)) shrinks every crop over 27 % of the area, about 4 in 5
+of its crops, by up to ~2.2x. Other
 interpolations (INTER_NEAREST's top-left sampling, INTER_CUBIC's a=-0.75, INTER_AREA,
 area_for_downscale) have no native filter: they start the Python tail.
 
