@@ -9,7 +9,7 @@ DEPS := numpy pillow tqdm fsspec webdataset ninja pytest pytest-xdist pytest-tim
 # torch's CUDA 13) and DALI, a contender of fastload-bench. A failed install only
 # disables what needs them. timm: its transforms (fastload.compat.timm) and the timm recipes;
 # albumentations + OpenCV: traced datasets that use them (fastload.compat.albumentations).
-OPTIONAL := nvidia-nvjpeg==13.2.3.58 nvidia-dali-cuda120==2.4.0 timm==1.0.31 albumentations opencv-python-headless
+OPTIONAL := nvidia-nvjpeg==13.2.3.58 nvidia-dali-cuda120==2.4.0 timm==1.0.31 albumentations==2.0.8 opencv-python-headless==5.1.0.95
 NATIVE_SOURCES := $(shell find csrc -name '*.cpp' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh') setup.py
 BUILT := $(VENV)/.fastload-built
 PYTEST_ARGS ?= -n 2
