@@ -7,9 +7,10 @@ TORCH_PINS := torch==2.14.1 torchvision==0.29.1
 DEPS := numpy pillow tqdm fsspec webdataset ninja pytest pytest-xdist pytest-timeout pytorch-lightning matplotlib
 # Optional, x86-64 wheels: nvJPEG for the GPU decode op (headers + library, matching
 # torch's CUDA 13) and DALI, a contender of fastload-bench. A failed install only
-# disables what needs them. timm: its transforms (fastload.compat.timm) and the timm recipes.
-# datasets: Hugging Face datasets on the native path (fastload.compat.hf_datasets), the hf recipes.
-OPTIONAL := nvidia-nvjpeg==13.2.3.58 nvidia-dali-cuda120==2.4.0 timm==1.0.31 datasets==5.2.0
+# disables what needs them. timm: its transforms (fastload.compat.timm) and the timm recipes;
+# datasets: Hugging Face datasets on the native path (fastload.compat.hf_datasets), the hf
+# recipes; albumentations + OpenCV: traced datasets that use them (fastload.compat.albumentations).
+OPTIONAL := nvidia-nvjpeg==13.2.3.58 nvidia-dali-cuda120==2.4.0 timm==1.0.31 datasets==5.2.0 albumentations==2.0.8 opencv-python-headless==5.1.0.95
 NATIVE_SOURCES := $(shell find csrc -name '*.cpp' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh') setup.py
 BUILT := $(VENV)/.fastload-built
 PYTEST_ARGS ?= -n 2

@@ -7,9 +7,16 @@ index, under a tracer, and keeps what it can see through:
   opened with `open(path, "rb")`, not yet read) returns a `TracedImage` that records the
   path and reads nothing. `.convert("RGB")`, `.load()`, `.copy()`, `.close()`, `.filename`,
   `.mode` after `.convert("RGB")` and `with` keep it traced;
+- `cv2.imread` + `cv2.cvtColor(BGR2RGB)`, `np.array(image)` of an image converted to RGB,
+  torchvision.io's `read_image` / `decode_image` / `decode_jpeg(read_file(path))`, and
+  `open(path, "rb").read()` into
+  `Image.open(io.BytesIO(data))` are followed too (fastload/compat/openers.py: lazy arrays,
+  tensors and bytes, each with its own checks and refusals);
 - a torchvision (v1, v2) or timm transform, or an nn.Sequential, called with the traced
-  image alone returns a `TracedOutput` standing for "the transform's output for this
-  sample" and records the transform object (the transform is not run);
+  image alone, or an albumentations transform called with `image=` the traced array
+  alone (compat/albumentations.py), returns a `TracedOutput` standing for "the
+  transform's output for this sample" (albumentations': `{"image": output}`) and records
+  the transform object (the transform is not run);
 - the sample returned is kept as it is, the output replaced by a slot the engine's
   batch fills. Labels (an int, a tensor, a dict entry, ...) and other fields are whatever
   `__getitem__` returned, collated per batch with torch's default_collate.
@@ -29,7 +36,8 @@ naming the user's file:line:
   need the file's header), `.crop`, `.resize`, `.rotate`, ...; `.convert` to a mode other
   than "RGB" (the native pipeline makes 3 channels); a transform given an image not
   converted to RGB (an L, P or CMYK file would reach it in another mode);
-- `Image.open` of bytes (a BytesIO, an archive member): fastload reads files by path;
+- `Image.open` of bytes not read from a file in the call (a BytesIO of bytes kept in
+  memory, an archive member): fastload reads files by path;
 - a second transform applied to a transform's output, a transform's output used
   (`.float()`, `[0]`, ...), two images per sample, an image that does not reach the
   sample, the image returned without a transform;
@@ -100,6 +108,8 @@ TRACE_ENV = "FASTLOAD_TRACE"
 # Class modules whose transforms are intercepted where a traced image enters them (what
 # fastload.compat.torchvision and fastload.compat.timm map).
 _TRANSFORM_MODULES = ("torchvision.transforms", "timm.data")
+# albumentations' transforms take the image as a keyword: transform(image=array)["image"].
+_ALBUMENTATIONS = "albumentations"
 # Nesting of sample structures walked (tuple, list, dict, namedtuple).
 _MAX_DEPTH = 32
 _FIX = ("keep the per-sample work inside the transform (torchvision's transforms are mapped), or "
@@ -235,18 +245,67 @@ class _Call:
         if isinstance(image, TracedOutput):
             _stop(f"applies {name} to the output of {type(image.transform).__name__} (one transform call per "
                   "image is followed: put the transforms in one Compose)")
-        call, _, mode = _state(image)
+        call, _, mode = _source(image)
         if call is not self:
             _stop("uses an image opened in an earlier __getitem__ call (a cache of images? the tracer follows "
                   "images opened in the call)")
-        if mode != "RGB":
-            _stop(f"passes the image to {name} without .convert('RGB') (an L, P or CMYK file would reach it in "
-                  "another mode; the native path decodes to RGB)")
+        _check_entry(transform, image, mode)
         if any(out.image is image for out in self.outputs):
             _stop("passes one image to two transform calls (two views per sample are not followed)")
         out = TracedOutput(self, transform, image)
         self.outputs.append(out)
         return out
+
+
+def _takes_pil_only(transform: Any) -> str:
+    """The name of a transform in `transform` that does not take tensors as PIL images
+    (ToTensor, PILToTensor, ToPILImage, timm's), else "". The last answer is kept per
+    thread: every index of a dataset passes the same transform."""
+    last = getattr(_local, "pil_only", None)
+    if last is not None and last[0] is transform:
+        return last[1]
+    from fastload.compat.torchvision import flatten
+
+    found = next((type(leaf).__name__ for leaf in flatten(transform)[0]
+                  if type(leaf).__name__ in ("ToTensor", "PILToTensor", "ToPILImage")
+                  or type(leaf).__module__.startswith("timm.")), "")
+    _local.pil_only = (transform, found)
+    return found
+
+
+def _check_entry(transform: Any, image: Any, mode: Optional[str]) -> None:
+    """Ends the call where the image reaches `transform` in a layout the native path does
+    not give it as the user's code would: another mode than RGB, or a kind of image the
+    transform's library does not take as the engine's output stands for it."""
+    from fastload.compat import albumentations, openers
+
+    name = type(transform).__name__
+    albu = albumentations.is_albumentations(transform)
+    if isinstance(image, openers.TracedArray):
+        if not albu:
+            _stop(f"passes a numpy array (cv2.imread's, np.array(image)) to {name} (followed: numpy arrays into "
+                  "albumentations' transforms, PIL images and torchvision.io tensors into torchvision's)")
+        if mode == "BGR":
+            _stop(f"passes the BGR array of cv2.imread to {name} without cv2.cvtColor(image, cv2.COLOR_BGR2RGB) "
+                  "(its channels would reach the transform swapped; the native path decodes to RGB)")
+        return
+    if albu:
+        kind = "a PIL image" if isinstance(image, TracedImage) else "a tensor"
+        _stop(f"passes {kind} to albumentations' {name} (it takes numpy arrays: followed, cv2.imread + "
+              "cv2.cvtColor(image, cv2.COLOR_BGR2RGB))")
+    if isinstance(image, openers.TracedTensor):
+        if mode != "RGB":
+            _stop(f"passes a {mode} tensor (ImageReadMode.UNCHANGED on a file of that many channels) to {name} "
+                  "(the native path makes RGB: pass mode=ImageReadMode.RGB)")
+        pil_only = _takes_pil_only(transform)
+        if pil_only:
+            _stop(f"passes a tensor of torchvision.io to {name}, whose {pil_only} takes PIL images (followed: "
+                  "torchvision's v2 transforms on tensors, e.g. v2.ToDtype(torch.float32, scale=True) in place of "
+                  "ToTensor)")
+        return
+    if mode != "RGB":
+        _stop(f"passes the image to {name} without .convert('RGB') (an L, P or CMYK file would reach it in "
+              "another mode; the native path decodes to RGB)")
 
 
 _local = threading.local()
@@ -275,6 +334,12 @@ _HEADER = frozenset({"size", "width", "height", "_size", "info", "format", "gete
 def _state(image: "TracedImage") -> Tuple[_Call, str, Optional[str]]:
     """(call, path, mode) of a traced image, without making it a real one."""
     return object.__getattribute__(image, "__dict__")["_fastload_trace"]
+
+
+def _source(image: Any) -> Tuple[_Call, str, Optional[str]]:
+    """(call, path, mode) of any traced image (PIL's, OpenCV's, torchvision.io's)."""
+    return object.__getattribute__(image, "__dict__")["_fastload_trace"] if isinstance(image, TracedImage) \
+        else object.__getattribute__(image, "_fastload_trace")
 
 
 class TracedImage(PIL.Image.Image):
@@ -371,7 +436,7 @@ class TracedOutput:
               "inside a tuple, list or dict)")
 
     def __repr__(self) -> str:
-        return f"TracedOutput({type(self.transform).__name__}, {_state(self.image)[1]!r})"
+        return f"TracedOutput({type(self.transform).__name__}, {_source(self.image)[1]!r})"
 
 
 # ---- the patches, active on the tracing thread only ---------------------------------------
@@ -382,13 +447,14 @@ _patches: List[Tuple[Any, str, Any]] = []
 
 
 def _is_transform(obj: Any) -> bool:
-    return type(obj).__module__.startswith(_TRANSFORM_MODULES) or type(obj) is torch.nn.Sequential
+    return type(obj).__module__.startswith(_TRANSFORM_MODULES + (_ALBUMENTATIONS + ".",)) or \
+        type(obj) is torch.nn.Sequential
 
 
 def _intercepting(original: Any) -> Any:
     def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
         call = _active()
-        if call is not None and len(args) == 1 and not kwargs and isinstance(args[0], (TracedImage, TracedOutput)) \
+        if call is not None and len(args) == 1 and not kwargs and isinstance(args[0], _traced_kinds()) \
                 and _is_transform(self):
             return call.enter(self, args[0])
         return original(self, *args, **kwargs)
@@ -397,9 +463,57 @@ def _intercepting(original: Any) -> Any:
     return __call__
 
 
+def _traced_kinds() -> Tuple[type, ...]:
+    from fastload.compat.openers import LAZY
+
+    return (TracedImage, TracedOutput) + LAZY
+
+
+def _intercepting_albumentations(original: Any) -> Any:
+    """An albumentations __call__: `transform(image=traced)` returns {"image": output}."""
+    def __call__(self: Any, *args: Any, force_apply: bool = False, **data: Any) -> Any:
+        call = _active()
+        if call is not None and not args and isinstance(data.get("image"), _traced_kinds()):
+            others = sorted(k for k in data if k != "image")
+            if others:
+                _stop(f"passes {', '.join(others)} with the image to {type(self).__name__} (followed: image= "
+                      "alone; the native path makes the image only)")
+            return {"image": call.enter(self, data["image"])}
+        return original(self, *args, force_apply=force_apply, **data)
+
+    __call__.__wrapped__ = original  # type: ignore[attr-defined]
+    return __call__
+
+
+def _albumentations_classes() -> List[type]:
+    """albumentations' classes with a __call__ of their own (Compose, BasicTransform, ...)."""
+    out, seen = [], set()
+    for name, module in list(sys.modules.items()):
+        if module is None or not name.startswith(_ALBUMENTATIONS + "."):
+            continue
+        for value in list(vars(module).values()):
+            if isinstance(value, type) and id(value) not in seen and "__call__" in vars(value) \
+                    and value.__module__.startswith(_ALBUMENTATIONS + "."):
+                seen.add(id(value))
+                out.append(value)
+    return out
+
+
+def _read_before(fp: Any) -> bool:
+    from fastload.compat.openers import TracedBytesIO
+
+    return isinstance(fp, TracedBytesIO)
+
+
 def _path_of(fp: Any) -> Tuple[Optional[str], str]:
     """(the file's path, "") when `fp` is a path or a file opened from one and not yet
     read; else (None, what it is)."""
+    from fastload.compat.openers import TracedBytesIO, TracedFile
+
+    if isinstance(fp, TracedFile):
+        return (fp.name, "") if fp.untouched() else (None, f"a file already read from ({fp.name!r})")
+    if isinstance(fp, TracedBytesIO):
+        return _source(fp)[1], ""
     if isinstance(fp, (str, bytes, os.PathLike)):
         path = os.fspath(fp)
         return (os.fsdecode(path) if isinstance(path, bytes) else path), ""
@@ -421,7 +535,8 @@ def _opening(original: Any) -> Any:
         if call is None:
             return original(fp, mode, formats)
         path, what = _path_of(fp)
-        call.opened.append(path)
+        if not _read_before(fp):  # (bytes read in the call were counted as opened when read)
+            call.opened.append(path)
         if path is None:
             _stop(f"opens an image from {what} (fastload reads image files by path: Image.open(path) or "
                   "Image.open(open(path, 'rb')))")
@@ -449,15 +564,31 @@ def _plain_transform_classes() -> List[type]:
 
 
 @contextmanager
-def _patched() -> Iterator[None]:
-    """PIL.Image.open and the transforms' __call__ patched for the process (acting only on
-    a thread with a traced call), restored when the last trace ends."""
+def _patched(dataset: Any = None) -> Iterator[None]:
+    """PIL.Image.open, the other openers and the transforms' __call__ patched for the
+    process (acting only on a thread with a traced call), restored when the last trace
+    ends; with `dataset`, also the openers its own modules bound by name."""
+    with _patched_process():
+        if dataset is None:
+            yield
+        else:
+            with _user_globals(dataset):
+                yield
+
+
+@contextmanager
+def _patched_process() -> Iterator[None]:
     global _patch_depth
     with _PATCH_LOCK:
         if _patch_depth == 0:
             targets = [(PIL.Image, "open", PIL.Image.open, _opening),
                        (torch.nn.Module, "__call__", vars(torch.nn.Module)["__call__"], _intercepting)]
             targets += [(cls, "__call__", vars(cls)["__call__"], _intercepting) for cls in _plain_transform_classes()]
+            targets += [(cls, "__call__", vars(cls)["__call__"], _intercepting_albumentations)
+                        for cls in _albumentations_classes()]
+            from fastload.compat import openers
+
+            targets += openers.targets()
             for owner, name, original, wrap in targets:
                 _patches.append((owner, name, original))
                 setattr(owner, name, wrap(original))
@@ -538,6 +669,12 @@ class _Refused(Exception):
 _PLAIN = (int, float, str, bool, type(None), torch.Tensor, np.ndarray, np.int64)
 
 
+def _lazy(value: Any) -> bool:
+    from fastload.compat.openers import _Lazy
+
+    return isinstance(value, _Lazy)
+
+
 def _templated(value: Any, out: Any, found: List[Tuple[Any, ...]], at: Tuple[Any, ...], depth: int = 0) -> Any:
     """`value` with `out` replaced by SLOT (its place appended to `found`), copying the
     tuples, lists, dicts and namedtuples around it; _Refused for a traced image returned."""
@@ -547,7 +684,7 @@ def _templated(value: Any, out: Any, found: List[Tuple[Any, ...]], at: Tuple[Any
     kind = type(value)
     if kind in _PLAIN:
         return value
-    if kind is TracedImage:
+    if kind is TracedImage or _lazy(value):
         raise _Refused("returns the image itself, not a transform's output (a transform fastload maps must "
                        "make the sample's image)", "")
     if kind is TracedOutput:
@@ -592,7 +729,7 @@ def _sample(dataset: Any, call: _Call, sample: Any) -> _Sample:
         raise _Refused(f"calls transforms {len(call.outputs)} times per sample (one call is followed)", "")
     out = call.outputs[0]
     if type(sample) is tuple and len(sample) == 2 and sample[0] is out and type(sample[1]) in _PLAIN:
-        return _Sample(_state(out.image)[1], out.transform, (SLOT, sample[1]), (0,))  # the common case, quickly
+        return _Sample(_source(out.image)[1], out.transform, (SLOT, sample[1]), (0,))  # the common case, quickly
     found: List[Tuple[Any, ...]] = []
     template = _templated(sample, out, found, ())
     if len(found) != 1:
@@ -600,7 +737,7 @@ def _sample(dataset: Any, call: _Call, sample: Any) -> _Sample:
                        "once, inside a tuple, list or dict)" if found else
                        f"does not return the output of {type(out.transform).__name__} as it is (followed: inside "
                        "a tuple, list or dict)", "")
-    return _Sample(_state(out.image)[1], out.transform, template, found[0])
+    return _Sample(_source(out.image)[1], out.transform, template, found[0])
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -701,6 +838,7 @@ def _kept_or(dataset: Any, traced: List[Any]) -> _Sample:
     except _Refused as error:
         refusal = error.with_traceback(None)  # (its frames would keep the outputs alive)
     kept = [weakref.ref(out) for out in call.outputs]
+    lazies = _lazies_made_in(call)
     call.outputs.clear()
     del call, value
     if any(ref() is not None for ref in kept):
@@ -708,9 +846,30 @@ def _kept_or(dataset: Any, traced: List[Any]) -> _Sample:
         raise _Refused("keeps the transform's output after __getitem__ returns (a cache? the tracer's stand-in "
                        + ("was taken out of it)" if removed else "could not be taken out of it: set FASTLOAD_TRACE=0)"),
                        _where_defined(dataset))
+    _check_lazies_released(dataset, lazies)
     if refusal is not None:
         raise refusal
     return sample
+
+
+def _lazies_made_in(call: _Call) -> List[Any]:
+    from fastload.compat.openers import made_in
+
+    return made_in(call)
+
+
+def _check_lazies_released(dataset: Any, lazies: List[Any]) -> None:
+    """Refuses a dataset that kept an OpenCV array, torchvision.io tensor or bytes stand-in
+    after the call (a cache of images or bytes): unlike a PIL stand-in, which turns into
+    the real image, it cannot become a numpy array or tensor in place, so it is taken out
+    of the dicts that hold it (the generic path then reads the file again)."""
+    alive = [ref for ref in lazies if ref() is not None]
+    if alive:
+        kind = type(alive[0]()).__name__
+        removed = all([_forget(ref) for ref in alive])
+        raise _Refused(f"keeps what it opened ({kind}) after __getitem__ returns (a cache? the tracer's stand-in "
+                       + ("was taken out of it)" if removed else "could not be taken out of it: set FASTLOAD_TRACE=0)"),
+                       _where_defined(dataset))
 
 
 def _forget(ref: Any) -> bool:
@@ -796,16 +955,35 @@ def trace_dataset(dataset: Any, refused: Analysis, *, wrapped: bool) -> Analysis
     return _analysis(dataset, result, wrapped)
 
 
+@contextmanager
+def _user_globals(dataset: Any) -> Iterator[None]:
+    """The openers bound by name in the dataset's modules (`from torchvision.io import
+    read_image`) swapped for the tracing ones while it is traced (inside _patched)."""
+    from fastload.compat import openers
+
+    with _PATCH_LOCK:
+        done = openers.user_globals(dataset, list(_patches))
+    try:
+        yield
+    finally:
+        for namespace, key, original in done:
+            namespace[key] = original
+
+
 def _analysis(dataset: Any, traced: Any, wrapped: bool) -> Analysis:
     """The TracedAnalysis of a dataset whose probes traced (traced: a LazyTrace)."""
+    from fastload.compat import albumentations
     from fastload.compat.torchvision import flatten, split_transform
     from fastload.compat.trace_lazy import _flat_index
 
     name = type(dataset).__name__
     out = TracedAnalysis(f"traced {name}.__getitem__")
     out.transform = traced.first.transform
-    out.pipeline = split_transform(traced.first.transform, to_run=True)
-    out.wrappers = flatten(traced.first.transform)[1]
+    if albumentations.is_albumentations(out.transform):
+        out.pipeline, out.wrappers = albumentations.split_transform(out.transform, to_run=True)
+    else:
+        out.pipeline = split_transform(out.transform, to_run=True)
+        out.wrappers = flatten(out.transform)[1]
     out.trace = traced
     if not wrapped:
         out.index, out.rebuild = traced.index, traced

@@ -109,7 +109,7 @@ def _probe(dataset: Any) -> Any:
     before = _t._rng_state()
     index = 0
     try:
-        with _t._patched():
+        with _t._patched(dataset):
             traced = list(_t._trace_call(dataset, 0))  # [call, value]: _kept_or empties it
             if not traced[0].opened:
                 return None
@@ -342,7 +342,7 @@ class LazyTrace:
         collecting = gc.isenabled()
         gc.disable()
         try:
-            with _t._patched():
+            with _t._patched(dataset):
                 for i in todo:
                     kept[i] = self._one(dataset, i)
                 if _t._rng_moved(before):
