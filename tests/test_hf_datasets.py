@@ -13,7 +13,6 @@ import subprocess
 import sys
 import warnings
 
-import numpy as np
 import pytest
 import torch
 from torch.utils.data import DataLoader as TorchLoader
