@@ -13,7 +13,7 @@ import torch
 
 from fastload import _ext
 from fastload.augment.plan import Plan, build_plan
-from fastload.native.contract import interpolation_of, region_of
+from fastload._contract import interpolation_of, region_of
 
 
 @functools.lru_cache(maxsize=64)

@@ -25,7 +25,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
 
-from fastload.native import contract
+from fastload import _contract as contract
 
 
 def looks_like_jpeg(data: torch.Tensor) -> bool:

@@ -11,7 +11,8 @@ and augments every image of a batch straight into its slot of the output tensor.
   the transforms per sample (what the tail receives, its seeds);
 - feed.py: NativeFeed, the loop that keeps batches in flight and yields them in order;
 - select.py: which path a loader takes and why (select_path, native_pipeline, DECODE_ON);
-- contract.py: the calls across the Python/C++ line, each in one place (status codes).
+- the status codes (OK, DECODE_ERROR, ...) are read from fastload._contract, the calls across
+  the Python/C++ line.
 """
 
 from fastload.native.feed import NativeFeed
@@ -27,6 +28,6 @@ __all__ = ["BAD_GEOMETRY", "DECODE_ERROR", "DECODE_ON", "MAX_SKIP_ATTEMPTS", "NO
 def __getattr__(name: str):
     # The engine's status codes (fastload._C.Status), read when first asked for:
     # `import fastload` must work without the extension.
-    from fastload.native import contract
+    from fastload import _contract as contract
 
     return getattr(contract, name)
