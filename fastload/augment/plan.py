@@ -32,7 +32,7 @@ import torch
 from fastload import _ext
 from fastload.augment import autoaugment, color, specs
 from fastload.errors import UnsupportedPipeline  # noqa: F401  (raised here; re-exported)
-from fastload.ops import DEFAULT_MAX_PIXELS
+from fastload._ops import DEFAULT_MAX_PIXELS
 
 
 def __getattr__(name: str) -> Any:

@@ -130,7 +130,7 @@ class DeviceAugment:
         pixels; `shapes` int64 [N, 4] (offset, height, width, row stride) of each window,
         `boxes` float32 [N, 4] relative to it, `flips` bool [N] or [N, 2] (left-right,
         top-bottom)."""
-        from fastload import ops
+        from fastload import _ops as ops
 
         device, plan, stream = self.device, self.plan, self.stream
         if stream is not None:
