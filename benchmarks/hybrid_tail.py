@@ -136,7 +136,7 @@ def compare_inputs(root: str, recipe: str, samples: int = 64) -> str:
     from fastload.augment.plan import build_plan
     from fastload.compat.torchvision import convert_dataset
     from fastload.native.hybrid import HybridRunner
-    from fastload.native.tail import Tail
+    from fastload.augment.tail import Tail
 
     conversion = convert_dataset(dataset_of(root, recipe))
     pil = conversion.python_tail()

@@ -19,7 +19,7 @@ import fastload
 from fastload import _ext
 from fastload.augment import specs
 from fastload.native.hybrid import HybridRunner
-from fastload.native.tail import GlobalDraws, sample_seed
+from fastload.augment.tail import GlobalDraws, sample_seed
 
 torchvision = pytest.importorskip("torchvision")
 from torchvision import transforms as T  # noqa: E402
@@ -568,7 +568,7 @@ def test_the_loader_takes_tail_on_and_refuses_unknown_places(folder):
         fastload.DataLoader(dataset, batch_size=2, tail_on="gpu")
 
 
-# ---- the tail's conversion to a tensor (fastload.native.tail.Conversion) ----------------
+# ---- the tail's conversion to a tensor (fastload.augment.tail.Conversion) ----------------
 
 CONVERSIONS = {
     "v1 ToTensor+Normalize": [T.ToTensor(), T.Normalize(MEAN, STD)],
@@ -594,7 +594,7 @@ def pil_image(height, width, mode):
 @pytest.mark.parametrize("size", [(1, 1), (3, 5), (17, 16)])
 @pytest.mark.parametrize("name", CONVERSIONS)
 def test_the_tails_conversion_gives_torchvisions_tensor_bit_for_bit(name, size, mode):
-    from fastload.native.tail import Tail
+    from fastload.augment.tail import Tail
 
     first = T.RandomInvert(1.0)  # a Python transform before the conversion, as in a hybrid tail
     transforms = [first] + CONVERSIONS[name]
@@ -612,7 +612,7 @@ def test_the_tails_conversion_gives_torchvisions_tensor_bit_for_bit(name, size, 
 
 
 def test_the_conversion_run_stops_where_torchvision_would_do_more_than_convert():
-    from fastload.native.tail import Conversion
+    from fastload.augment.tail import Conversion
 
     def run(*transforms):
         found = Conversion.find([T.RandomInvert(1.0), *transforms])
@@ -630,7 +630,7 @@ def test_the_conversion_run_stops_where_torchvision_would_do_more_than_convert()
 @pytest.mark.parametrize("make", [lambda image: image.convert("RGBA"), lambda image: np.array(image)],
                          ids=["RGBA image", "numpy array"])
 def test_a_tail_value_the_conversion_does_not_take_goes_through_torchvision(make):
-    from fastload.native.tail import Tail
+    from fastload.augment.tail import Tail
 
     transforms = [T.Lambda(make), T.ToTensor(), T.Normalize([0.5], [0.25])]
     image = pil_image(5, 7, "RGB")

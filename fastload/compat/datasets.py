@@ -94,14 +94,14 @@ class Conversion:
         return list(self.pipeline.native)
 
     def python_tail(self, input: str = "pil") -> Any:
-        """The Python tail as a fastload.native.tail.Tail (None when every transform is
+        """The Python tail as a fastload.augment.tail.Tail (None when every transform is
         native). It receives what torchvision's DatasetFolder hands that transform: a PIL
         RGB image, or the prefix's tensor when the prefix converted to one (ToTensor,
         PILToTensor, ToImage, ToDtype, Normalize, timm's MaybeToTensor/MaybePILToTensor)."""
         if not self.pipeline.tail:
             return None
         from fastload.augment import specs
-        from fastload.native.tail import Tail, makes_tensor
+        from fastload.augment.tail import Tail, makes_tensor
 
         tensor = any(makes_tensor(t) or type(t).__name__ in ("MaybeToTensor", "MaybePILToTensor")
                      for t in self.prefix) or any(isinstance(s, (specs.ToDtype, specs.Normalize))

@@ -7,8 +7,8 @@ and augments every image of a batch straight into its slot of the output tensor.
 - runner.py: NativeRunner (the engine, tickets, close, stats);
 - producers.py: one producer per decode_on mode ("cpu", "cpu+gpu", "gpu");
 - repair.py: the slots the engine could not fill (PIL fallback, then on_error);
-- hybrid.py, tail.py: HybridRunner, a native prefix on the engine and the Python tail of
-  the transforms per sample (what the tail receives, its seeds);
+- hybrid.py: HybridRunner, a native prefix on the engine and the Python tail of the
+  transforms per sample (fastload.augment.tail: what the tail receives, its seeds);
 - feed.py: NativeFeed, the loop that keeps batches in flight and yields them in order;
 - select.py: which path a loader takes and why (select_path, native_pipeline, DECODE_ON);
 - the status codes (OK, DECODE_ERROR, ...) are read from fastload._contract, the calls across

@@ -2,14 +2,14 @@
 
 The engine decodes and augments each batch's prefix (crop window, resize, flip; uint8
 unless the prefix itself converts) in its threads, GIL released, as on the native path.
-Then each sample's output goes through the tail (fastload.native.tail), and the outputs
+Then each sample's output goes through the tail (fastload.augment.tail), and the outputs
 are collated with torch's default_collate, as torch's DataLoader would: `[tail outputs
 collated, labels int64 [B]]`. A tail output default_collate cannot batch (e.g. a PIL
 image) raises its TypeError, with a note naming the tail.
 
 Where the tail runs:
 - HybridRunner(parallel="inline"): on the thread that asks for the batch, each sample
-  under its own seed (reproducible; see fastload.native.tail), while the engine's threads
+  under its own seed (reproducible; see fastload.augment.tail), while the engine's threads
   decode the next batches;
 - HybridRunner(parallel="threads"): on a pool of `num_threads` Python threads (PIL and
   torch release the GIL in their pixel loops); draws are not reproducible (the global
@@ -48,7 +48,7 @@ from fastload.errors import DecodeError
 from fastload.native.producers import HELD_BY_LOOP
 from fastload.native.repair import MAX_SKIP_ATTEMPTS
 from fastload.native.runner import NativeRunner
-from fastload.native.tail import BatchSlots, GlobalDraws, Tail, _TailError, sample_seed
+from fastload.augment.tail import BatchSlots, GlobalDraws, Tail, _TailError, sample_seed
 from fastload.source.index import SampleIndex
 from fastload.stats import SkippedSamples
 from fastload.transfer.buffers import BatchBuffers, SharedBatches

@@ -101,7 +101,7 @@ class _Resolved(NamedTuple):
     index: SampleIndex
     fusion: Fusion
     description: str
-    tail: Any = None  # fastload.native.tail.Tail, or None
+    tail: Any = None  # fastload.augment.tail.Tail, or None
     labels: Optional[Callable[[torch.Tensor], Any]] = None  # labels int64 [B] -> the batch's labels
     labels_note: str = ""  # "; labels: target_transform f in Python"
     # A traced dataset's own sample structure (fastload.compat.trace.SampleTemplates):
@@ -149,7 +149,7 @@ def _resolve(dataset: Any, *, dtype: Optional[torch.dtype]) -> _Resolved:
     if tail is not None:
         # The tail sees the prefix's own dtype; the loader's dtype applies to the batch after it.
         where = "" if tail.takes_pil or tail.prefix_makes_tensor else \
-            " on uint8 tensors (not PIL images: values within a level or two, see fastload.native.tail)"
+            " on uint8 tensors (not PIL images: values within a level or two, see fastload.augment.tail)"
         return _Resolved(index, fusion, f"hybrid: native [{fusion.description}] + python [{tail.description}]{where}",
                          tail, labels, labels_note, rebuild)
     if dtype in (torch.float32, torch.float16, torch.bfloat16) and fusion.dtype.is_floating_point:
