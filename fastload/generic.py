@@ -54,7 +54,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from torch.utils.data.dataloader import _DatasetKind
 
 from fastload.errors import DecodeError, ErrorPolicy, add_note
-from fastload.source.base import NativeDataset
+from fastload.datasets.base import NativeDataset
 from fastload.stats import LoaderStats, profile_summary, skipped_record
 
 if TYPE_CHECKING:

@@ -49,7 +49,7 @@ from fastload.native.feed import NativeFeed
 from fastload.native.hybrid import check_tail_on
 from fastload.native.select import check_decode_on, order_left_to_torch, select_path
 from fastload.resume import STATE_VERSION, Cursor, Pass  # noqa: F401  (STATE_VERSION: public name)
-from fastload.source.base import NativeDataset
+from fastload.datasets.base import NativeDataset
 from fastload.source import sampling
 from fastload.stats import LoaderStats, Stats
 

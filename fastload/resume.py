@@ -51,7 +51,7 @@ import weakref
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from fastload.source import sampling
-from fastload.source.base import NativeDataset
+from fastload.datasets.base import NativeDataset
 
 # 2 added "dataset" (a fingerprint of the data the state was saved over); version 1
 # states still load, without that check.

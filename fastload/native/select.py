@@ -112,7 +112,7 @@ class _Resolved(NamedTuple):
 def _resolve(dataset: Any, *, dtype: Optional[torch.dtype]) -> _Resolved:
     """_Resolved for a dataset whose samples the engine can make (fully, or its native
     prefix before a Python tail), else UnsupportedPipeline with the reason."""
-    from fastload.source.base import NativeDataset
+    from fastload.datasets.base import NativeDataset
 
     labels, labels_note, rebuild = None, "", None
     if isinstance(dataset, NativeDataset):
@@ -235,7 +235,7 @@ def select_path(
         index, fusion, description, tail, labels, labels_note, rebuild = _resolve(dataset, dtype=dtype)
     except UnsupportedPipeline as error:
         return None, f"generic: {error}"
-    from fastload.source.base import NativeDataset
+    from fastload.datasets.base import NativeDataset
 
     if not _ext.has_ops():
         if isinstance(dataset, NativeDataset):  # its geometry is C++ on every path: fail now

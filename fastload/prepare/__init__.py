@@ -20,9 +20,9 @@ import sys
 import types
 
 from fastload.errors import FolderInUse
-from fastload.prepare.manifest import MANIFEST_NAME, ManifestError, read_manifest
 from fastload.prepare.run import Prepared, prepare
 from fastload.prepare.segments import read_segments
+from fastload.source.manifest import MANIFEST_NAME, ManifestError, read_manifest
 
 __all__ = ["prepare", "Prepared", "ManifestError", "FolderInUse", "read_manifest", "read_segments",
            "MANIFEST_NAME"]

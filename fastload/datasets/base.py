@@ -14,6 +14,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
 
+from fastload.compat.datasets import NativeSource
 from fastload.source.index import SampleIndex
 
 
@@ -48,19 +49,6 @@ def transform_list(transforms: Any) -> List[Any]:
     if isinstance(transforms, Iterable) and not isinstance(transforms, (str, bytes)):
         return list(transforms)
     return [transforms]
-
-
-def transforms_repr(native: Sequence[Any], tail: Sequence[Any] = ()) -> str:
-    """The transforms as a dataset's repr shows them: the native part (what the engine
-    runs), then the Python tail (what runs per sample in Python), when there is one.
-
-    Example:
-        >>> from fastload import transforms as T
-        >>> transforms_repr([T.CenterCrop(8)], [abs])
-        '[CenterCrop(size=(8, 8))] + python[<built-in function abs>]'
-    """
-    text = f"[{', '.join(repr(t) for t in native)}]"
-    return f"{text} + python[{', '.join(repr(t) for t in tail)}]" if tail else text
 
 
 def native_transforms(transforms: Optional[Sequence[Any]], owner: str = "fastload") -> List[Any]:
@@ -159,7 +147,7 @@ def split_transforms(transforms: Optional[Sequence[Any]], owner: str = "fastload
     return pipeline, flat
 
 
-class NativeDataset(torch.utils.data.Dataset):
+class NativeDataset(torch.utils.data.Dataset, NativeSource):
     """Base class: subclasses build `self.index` and call `super().__init__(index, transforms)`.
 
     Args:
