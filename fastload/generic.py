@@ -7,7 +7,7 @@ adds runs inside torch's workers, so every class here is module-level (importabl
 picklable under the spawn start method):
 
 - Order. For map-style datasets with automatic batching, the order comes from
-  fastload.source.sampling through the loader's resume cursor; torch's DataLoader gets it
+  fastload.sampling through the loader's resume cursor; torch's DataLoader gets it
   as its batch_sampler, so its workers fetch exactly those batches.
 - Fetch wrapper. The dataset torch's workers index is a thin wrapper that times the reads
   (shipped to the main process with the batch, for stats) and, when a sample raises,

@@ -49,7 +49,7 @@ from fastload.loader_args import check_loader_args
 from fastload.native.feed import NativeFeed
 from fastload.native.select import order_left_to_torch, select_path
 from fastload.resume import STATE_VERSION, Cursor, Pass  # noqa: F401  (STATE_VERSION: public name)
-from fastload.source import sampling
+from fastload.sampling.order import Order, make_order
 from fastload.stats import LoaderStats, Stats
 
 _PREFIX = "fastload.DataLoader"
@@ -189,7 +189,7 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         distributed: "auto" (shard across ranks when torch.distributed is initialised or
             torchrun's RANK/WORLD_SIZE are set), True (require it) or False.
         uneven: when the dataset does not split evenly across ranks: "pad", "drop" or
-            "exact" (see fastload.source.sampling).
+            "exact" (see fastload.sampling).
         seed: base seed of the distributed permutation (None: 0, so that every rank
             agrees) and of the native path's random augmentation (None: a fastload dataset's
             own `seed`; for other datasets drawn from torch's global generator at
@@ -395,7 +395,7 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         # The order draws later epochs' seeds from a resumed run's stream only while nobody
         # else touches the global RNG; its own draws here (the base seed; with workers, the
         # shuffle seed) do not count.
-        order_draws = self._order if isinstance(self._order, sampling._Order) else None
+        order_draws = self._order if isinstance(self._order, Order) else None
         if order_draws is not None:
             order_draws.begin_global_draws()
         try:
@@ -415,7 +415,7 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
     # -- internals ------------------------------------------------------------------------
     @property
     def _order(self) -> Any:
-        """fastload's order (fastload.source.sampling), or None where torch's applies."""
+        """fastload's order (fastload.sampling.order), or None where torch's applies."""
         return self._cursor.order
 
     def _native_feed(self, epoch: int) -> Iterator[Tuple[Any, Any]]:
@@ -520,8 +520,8 @@ def _choose_path(loader: DataLoader, dataset: Any, *, iterable: bool, sampler: A
 
 
 def _fastload_order(dataset: Any, *, iterable: bool, auto_collation: bool, datapipe: bool, user_sampler: bool,
-                    batch_size: Optional[int], **make_order: Any) -> Any:
-    """fastload's order (sampling.make_order) for map-style datasets with automatic
+                    batch_size: Optional[int], **order_args: Any) -> Any:
+    """fastload's order (fastload.sampling.order.make_order) for map-style datasets with automatic
     batching, or None where the order is left to torch (see _generic_reason)."""
     if iterable or not auto_collation or datapipe:
         return None
@@ -533,9 +533,9 @@ def _fastload_order(dataset: Any, *, iterable: bool, auto_collation: bool, datap
         return None
     # Without __len__ only a user's sampler can order the dataset; the length then only
     # labels resume states.
-    make_order["shuffle"] = bool(make_order["shuffle"])
-    return sampling.make_order(dataset_len=dataset_len or 0, batch_size=batch_size if batch_size is not None else 1,
-                               **make_order)
+    order_args["shuffle"] = bool(order_args["shuffle"])
+    return make_order(dataset_len=dataset_len or 0, batch_size=batch_size if batch_size is not None else 1,
+                      **order_args)
 
 
 def _require_cuda_device(device: torch.device) -> None:

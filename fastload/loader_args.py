@@ -26,7 +26,7 @@ import torch
 from fastload.errors import ErrorPolicy
 from fastload.native.hybrid import check_tail_on
 from fastload.native.select import check_decode_on
-from fastload.source import sampling
+from fastload.sampling.distributed import check_distributed, check_uneven
 
 _ACCELERATE = ("auto", True, False)
 _PREFIX = "fastload.DataLoader"
@@ -95,8 +95,8 @@ def check_loader_args(*, device: Any = None, dtype: Any = None, memory_format: A
     checked_accelerate = _check_accelerate(accelerate)
     checked_decode_on = check_decode_on(decode_on)
     errors = ErrorPolicy(on_error, owner=_PREFIX)
-    checked_distributed = sampling.check_distributed(distributed)
-    checked_uneven = sampling.check_uneven(uneven)
+    checked_distributed = check_distributed(distributed)
+    checked_uneven = check_uneven(uneven)
     checked_seed = _check_seed(seed)
     checked_dct_scaling = _check_dct_scaling(dct_scaling, exact)
     checked_tail_on = check_tail_on(tail_on)
