@@ -47,6 +47,7 @@ from fastload.datasets.base import NativeDataset
 from fastload.generic import GenericFeed, InnerArgs, inner_loader
 from fastload.loader_args import check_loader_args
 from fastload.native.feed import NativeFeed
+from fastload.native.protocol import Runner
 from fastload.native.select import order_left_to_torch, select_path
 from fastload.resume import STATE_VERSION, Cursor, Pass  # noqa: F401  (STATE_VERSION: public name)
 from fastload.sampling.order import Order, make_order
@@ -302,6 +303,7 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         self._user_dataset = dataset  # before torch's DataPipe serialisation wrapper
         self._datapipe = isinstance(dataset, (IterDataPipe, MapDataPipe))
         self._user_sampler = sampler is not None or batch_sampler is not None
+        self._runner: Optional[Runner]
         order, self._runner, self._path = _choose_path(
             self, dataset, iterable=iterable, sampler=sampler, batch_sampler=batch_sampler, shuffle=shuffle,
             drop_last=drop_last, generator=generator, collate_fn=collate_fn, pin_memory=pin_memory)
@@ -481,7 +483,7 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
 
 def _choose_path(loader: DataLoader, dataset: Any, *, iterable: bool, sampler: Any, batch_sampler: Any,
                  shuffle: Optional[bool], drop_last: bool, generator: Optional[torch.Generator],
-                 collate_fn: Any, pin_memory: bool) -> Tuple[Any, Any, str]:
+                 collate_fn: Any, pin_memory: bool) -> Tuple[Any, Optional[Runner], str]:
     """(fastload's order or None, the native runner or None, loader.path) for a loader whose
     arguments were checked."""
     args = loader._args

@@ -50,6 +50,7 @@ import os
 import weakref
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
+from fastload.native.protocol import Runner
 from fastload.sampling.order import Order
 from fastload.datasets.base import NativeDataset
 
@@ -142,7 +143,7 @@ class Cursor:
             instead of once per epoch (a resumed order replays those draws).
     """
 
-    def __init__(self, order: Any, dataset: Any, *, runner: Any = None, user_sampler: bool = False,
+    def __init__(self, order: Any, dataset: Any, *, runner: Optional[Runner] = None, user_sampler: bool = False,
                  persistent_workers: bool = False):
         self.order = order
         self.dataset = dataset

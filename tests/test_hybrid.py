@@ -18,7 +18,7 @@ from torch.utils.data import default_collate
 import fastload
 from fastload import _ext
 from fastload.augment import specs
-from fastload.native.hybrid import HybridRunner
+from fastload.native.hybrid_local import HybridRunner
 from fastload.augment.tail import GlobalDraws, sample_seed
 
 torchvision = pytest.importorskip("torchvision")
@@ -162,7 +162,7 @@ def test_a_threaded_tail_gives_the_same_batches_as_the_inline_one(folder):
 def test_worker_processes_give_the_inline_batches_random_draws_included(folder):
     from fastload.augment.plan import build_plan
     from fastload.native.feed import NativeFeed
-    from fastload.native.hybrid import ProcessHybridRunner
+    from fastload.native.hybrid_processes import ProcessHybridRunner
 
     dataset = fastload.ImageFolder(folder, transforms=recipe())
     plan = build_plan(dataset.transforms, seed=9)
@@ -527,7 +527,7 @@ def test_a_torchvision_tail_error_goes_through_on_error(folder_with_black):
 
 
 def test_tail_on_chooses_where_the_tail_runs(folder):
-    from fastload.native.hybrid import ProcessHybridRunner
+    from fastload.native.hybrid_processes import ProcessHybridRunner
     from fastload.native.select import select_path
 
     args = dict(batch_size=2, collate_fn=None, num_workers=2, pin_memory=False, accelerate="auto", dtype=None,
@@ -556,7 +556,7 @@ def test_explain_of_a_fastload_dataset_with_a_tail_says_hybrid_as_its_loader(fol
 
 
 def test_the_loader_takes_tail_on_and_refuses_unknown_places(folder):
-    from fastload.native.hybrid import ProcessHybridRunner
+    from fastload.native.hybrid_processes import ProcessHybridRunner
 
     dataset = tv_folder(folder, "autoaugment+erase")
     loader = fastload.DataLoader(dataset, batch_size=2, num_workers=2, tail_on="processes")

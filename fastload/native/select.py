@@ -41,8 +41,10 @@ from torch.utils.data.datapipes.datapipe import IterDataPipe, MapDataPipe
 from fastload import _ext
 from fastload.augment.plan import Fusion, fuse, make_plan
 from fastload.errors import UnsupportedPipeline
-from fastload.native.hybrid import LabelledRunner, hybrid_runner
+from fastload.native.hybrid import hybrid_runner
+from fastload.native.labelled import LabelledRunner
 from fastload.native.producers import PRODUCERS
+from fastload.native.protocol import Runner
 from fastload.native.runner import NativeRunner
 from fastload.source.index import SampleIndex
 
@@ -187,7 +189,7 @@ def select_path(
     batch_sampler: Any = None,
     tail_on: str = "auto",
     timeout: float = 0,
-) -> Tuple[Any, str]:
+) -> Tuple[Optional[Runner], str]:
     """(runner, reason): a runner when the dataset can run natively, else None and why.
 
     Args:
