@@ -17,7 +17,7 @@ from PIL import Image
 
 import fastload
 from fastload import transforms as T
-from fastload.source.base import NativeDataset
+from fastload.datasets.base import NativeDataset
 from fastload.source.index import SampleIndex
 
 SPEC_NAMES = ("RandomResizedCrop", "Resize", "CenterCrop", "RandomHorizontalFlip", "RandomVerticalFlip", "Normalize", "ToDtype",

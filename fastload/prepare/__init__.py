@@ -9,7 +9,7 @@ fastload.prepare.prepare) and the `fastload-prepare` command. Modules, one job e
 | `encode.py` | one image in its prepared form (lossless transcode, resize + re-encode, raw) |
 | `segments.py` | the restart-segment index a prepared JPEG carries in its header |
 | `writer.py` | one shard, written atomically, deterministic bytes |
-| `manifest.py` | the manifest: settings, source fingerprint, shards, skipped; its checks |
+| `manifest.py` | the manifest written: settings, source fingerprint, shards, skipped (read and checked by fastload/source/manifest.py) |
 | `run.py` | the plan of shards, the worker processes, resume, the progress bar |
 | `cli.py` | `fastload-prepare` |
 """
