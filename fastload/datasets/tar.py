@@ -1,4 +1,4 @@
-"""WebDataset tar shards as a random-access native dataset.
+"""TarShards: WebDataset tar shards as a random-access native dataset.
 
 A shard is a plain tar whose members are grouped into samples by key: the member name up
 to the first dot of its file name, directory included (`train/n01/abc.jpg` and
@@ -6,14 +6,12 @@ to the first dot of its file name, directory included (`train/n01/abc.jpg` and
 webp) and one label (cls: an integer as text; json: an integer, or an object with "label"
 or "cls"; txt: an integer as text); other members are ignored.
 
-Instead of streaming shards through a shuffle buffer, an index of (offset, size) of every
-member is built once per shard by walking the tar headers, cached (beside the shard, or in
-cache_dir when that is read-only or the shard is remote) and validated against the shard's
-size, mtime, ctime, inode and a hash of a few of its blocks; a stale or corrupt index is
-rebuilt, never trusted. With it, every image is a (shard, offset, size) triple in a
-SampleIndex: the C++ engine reads it with one pread, and shuffling is global. Remote
-shards (http(s)://, or any fsspec URL) are downloaded once into cache_dir, with a tqdm
-progress bar, then read locally.
+Instead of streaming shards through a shuffle buffer, each shard's member index is built
+once and cached (fastload/source/tar_index.py), and remote shards are downloaded once
+(fastload/source/urls.py). With it, every image is a (shard, offset, size) triple in a
+SampleIndex: the C++ engine reads it with one pread, and shuffling is global. This
+module groups members into samples, parses the labels, applies the skip policy and checks
+shards against a fastload.prepare manifest (fastload/source/manifest.py).
 """
 
 from __future__ import annotations
