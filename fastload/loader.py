@@ -5,8 +5,8 @@ order with the same defaults, means what it means there and is rejected with the
 exception when it is wrong. Extras are keyword-only, after torch's arguments.
 
 This module is the facade: it has its extras checked once (fastload/loader_args.py:
-LoaderArgs), picks the path, and chains feed -> transfer -> iterator. Two paths produce the batches (`loader.path` says which one
-ran, and why):
+LoaderArgs), picks the path, and chains feed -> transfer -> iterator. Two paths produce
+the batches (`loader.path` says which one ran, and why):
 
 - native: a fastload dataset (or a torchvision one the compat layer recognises) runs on the
   C++ engine, one call per batch (fastload/native.py), num_workers engine threads; the
@@ -294,9 +294,10 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             seed=seed, dct_scaling=dct_scaling, exact=exact, tail_on=tail_on, iterable=iterable,
             require_cuda_device=_require_cuda_device)
         self._args = args
+        # torch-style public attributes for each extra, as before the facade kept LoaderArgs.
         self.device, self.dtype, self.memory_format = args.device, args.dtype, args.memory_format
-        self.prefetch_to_device, self.accelerate, self.decode_on = args.prefetch_to_device, args.accelerate, args.decode_on
-        self._errors, self.on_error = args.errors, args.on_error
+        self.prefetch_to_device, self.accelerate = args.prefetch_to_device, args.accelerate
+        self.decode_on, self._errors, self.on_error = args.decode_on, args.errors, args.on_error
         self.distributed, self.uneven, self.seed = args.distributed, args.uneven, args.seed
         self.dct_scaling, self.tail_on = args.dct_scaling, args.tail_on
 

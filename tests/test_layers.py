@@ -19,8 +19,8 @@ ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 
 # Lowest first. A module belongs to the layer of the longest prefix that names it.
 LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
-    ("binding", ("fastload._C", "fastload._ext", "fastload._meta", "fastload.errors", "fastload._contract", "fastload._ops",
-                 "fastload.reference")),
+    ("binding", ("fastload._C", "fastload._ext", "fastload._meta", "fastload.errors", "fastload._contract",
+                 "fastload._ops", "fastload.reference")),
     ("source", ("fastload.source",)),
     ("sampling", ("fastload.sampling",)),
     ("decode", ("fastload.decode",)),
@@ -210,7 +210,8 @@ def test_an_upward_import_is_named(tmp_path, where):
                  "in a function": "\n\ndef _late():\n    from fastload.native import runner\n    return runner\n",
                  "import_module": "\n\ndef _late():\n    import importlib\n    return importlib.import_module("
                                   "'fastload.compat.datasets')\n"}[where])
-    target, layer = {"module level": ("fastload.loader", "loader"), "in a function": ("fastload.native.runner", "runners"),
+    target, layer = {"module level": ("fastload.loader", "loader"),
+                     "in a function": ("fastload.native.runner", "runners"),
                      "import_module": ("fastload.compat.datasets", "compat")}[where]
     with open(path, encoding="utf-8") as f:
         lines = f.read().splitlines()

@@ -15,9 +15,10 @@ Where the tail runs (one module per runner kind):
 - HybridRunner(parallel="threads") (hybrid_local.py): on a pool of `num_threads` Python threads (PIL and
   torch release the GIL in their pixel loops); draws are not reproducible (the global
   generators are shared by the threads);
-- ProcessHybridRunner (hybrid_processes.py; the workers' side: hybrid_workers.py): whole batches (prefix, tail inline, collation) in worker
-  processes, each with its own engine: the tail's Python runs in parallel, off the
-  training loop's thread, and as reproducibly as inline.
+- ProcessHybridRunner (hybrid_processes.py; the workers' side: hybrid_workers.py): whole
+  batches (prefix, tail inline, collation) in worker processes, each with its own engine:
+  the tail's Python runs in parallel, off the training loop's thread, and as reproducibly
+  as inline.
 
 hybrid_runner(tail_on=...) picks one; "auto" gives a loader worker processes when it has
 num_workers >= 1 (as torch's DataLoader runs the dataset's Python) and the inline tail

@@ -119,11 +119,13 @@ class ProcessHybridRunner:
             context = multiprocessing.get_context("fork")
             self._busy = context.Array("q", 2 * self.num_threads)
             self._workers = {}
-            self._pool = ProcessPoolExecutor(self.num_threads, mp_context=context, initializer=hybrid_workers.start_worker,
+            self._pool = ProcessPoolExecutor(self.num_threads, mp_context=context,
+                                             initializer=hybrid_workers.start_worker,
                                              initargs=(self.index, self.plan, self.tail, self._on_error, self._busy))
         ticket, self._tickets = self._tickets, self._tickets + 1
         indices = list(indices)
-        future = self._pool.submit(hybrid_workers.work, indices, epoch, int(self.plan.seed), self._on_error, self._pass_id, ticket)
+        future = self._pool.submit(hybrid_workers.work, indices, epoch, int(self.plan.seed), self._on_error,
+                                   self._pass_id, ticket)
         self._jobs[ticket] = (future, indices)
         # The pool starts its workers as jobs come and forgets them once broken: kept here
         # to find the one that died and its signal.
