@@ -135,8 +135,8 @@ def compare_inputs(root: str, recipe: str, samples: int = 64) -> str:
     """How far the tail on uint8 tensors is from the tail on PIL images, same crops and seeds."""
     from fastload.augment.plan import build_plan
     from fastload.compat.torchvision import convert_dataset
-    from fastload.native.hybrid import HybridRunner
-    from fastload.native.tail import Tail
+    from fastload.native.hybrid_local import HybridRunner
+    from fastload.augment.tail import Tail
 
     conversion = convert_dataset(dataset_of(root, recipe))
     pil = conversion.python_tail()

@@ -30,14 +30,14 @@ from fastload.loader import DataLoader
 _LAZY = {
     "transforms": ("fastload.transforms", None),
     "ops": ("fastload.ops", None),
-    "ImageFolder": ("fastload.source.folder", "ImageFolder"),
-    "FileList": ("fastload.source.folder", "FileList"),
-    "TarShards": ("fastload.source.tar", "TarShards"),
-    "write_shards": ("fastload.source.write", "write_shards"),
+    "ImageFolder": ("fastload.datasets.folder", "ImageFolder"),
+    "FileList": ("fastload.datasets.folder", "FileList"),
+    "TarShards": ("fastload.datasets.tar", "TarShards"),
+    "write_shards": ("fastload.datasets.write", "write_shards"),
     "prepare": ("fastload.prepare", None),  # a callable module: fastload.prepare(src, dst)
-    "TarShardError": ("fastload.source.tar", "TarShardError"),
-    "ManifestError": ("fastload.prepare.manifest", "ManifestError"),
-    "NativeDataset": ("fastload.source.base", "NativeDataset"),
+    "TarShardError": ("fastload.errors", "TarShardError"),
+    "ManifestError": ("fastload.source.manifest", "ManifestError"),
+    "NativeDataset": ("fastload.datasets.base", "NativeDataset"),
     "explain": ("fastload.compat.explain", "explain"),
     # Every exception type fastload raises to its users, so that it can be caught by name.
     "NotBuiltError": ("fastload._ext", "NotBuiltError"),

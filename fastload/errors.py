@@ -160,3 +160,20 @@ def add_note(error: BaseException, note: str) -> None:
         error.add_note(note)
     elif error.args and isinstance(error.args[0], str):
         error.args = (f"{error.args[0]} ({note})",) + error.args[1:]
+
+
+class TarShardError(ValueError):
+    """A shard or one of its members is unusable.
+
+    Attributes:
+        shard: the shard's URL or path.
+        member: the member name inside the shard, or None for the whole shard.
+        reason: what is wrong.
+    """
+
+    def __init__(self, message: str, shard: str, member: Optional[str] = None, reason: str = ""):
+        super().__init__(message)
+        self.shard, self.member, self.reason = shard, member, reason or message
+
+    def __reduce__(self):
+        return (TarShardError, (str(self), self.shard, self.member, self.reason))

@@ -7,7 +7,7 @@ adds runs inside torch's workers, so every class here is module-level (importabl
 picklable under the spawn start method):
 
 - Order. For map-style datasets with automatic batching, the order comes from
-  fastload.source.sampling through the loader's resume cursor; torch's DataLoader gets it
+  fastload.sampling through the loader's resume cursor; torch's DataLoader gets it
   as its batch_sampler, so its workers fetch exactly those batches.
 - Fetch wrapper. The dataset torch's workers index is a thin wrapper that times the reads
   (shipped to the main process with the batch, for stats) and, when a sample raises,
@@ -45,20 +45,17 @@ import operator
 import os
 import time
 import warnings
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 import torch.utils.data
 from torch.profiler import record_function
 from torch.utils.data import IterableDataset, get_worker_info
-from torch.utils.data.dataloader import _DatasetKind
 
 from fastload.errors import DecodeError, ErrorPolicy, add_note
-from fastload.source.base import NativeDataset
+from fastload.datasets.base import NativeDataset
 from fastload.stats import LoaderStats, profile_summary, skipped_record
-
-if TYPE_CHECKING:
-    from fastload.loader import DataLoader
 
 # ---------------------------------------------------------------------------------------
 # Worker side: what torch's worker processes run
@@ -288,56 +285,99 @@ class _WorkerInit:
 # Main process: the inner torch DataLoader and its feed
 
 
-def inner_loader(loader: "DataLoader", kept: Optional[torch.utils.data.DataLoader],
+@dataclass(frozen=True)
+class InnerArgs:
+    """What the inner torch DataLoader is built from: the outer loader's arguments as they
+    are when an iteration starts (torch lets num_workers, collate_fn, timeout, ... change
+    after construction, and they take effect at the next iteration, as in torch).
+
+    Attributes:
+        dataset: the dataset torch's DataLoader holds (after its DataPipe wrapper).
+        user_dataset: the user's object, before that wrapper (a DataPipe runs as it is).
+        datapipe: the user's dataset is a DataPipe.
+        iterable: an IterableDataset (torch's _DatasetKind.Iterable).
+        errors: the on_error policy (fastload.errors.ErrorPolicy).
+        auto_collation: torch's automatic batching is on (a batch_sampler).
+        has_order: fastload's order (the resume cursor's batch_sampler) drives the batches.
+        cuda: batches go to a CUDA device (torch's pin thread then pins them).
+        iterable_len_called: torch's `_IterableDataset_len_called`, carried over.
+        the rest: torch's DataLoader arguments of the same names.
+    """
+
+    dataset: Any
+    user_dataset: Any
+    datapipe: bool
+    iterable: bool
+    errors: ErrorPolicy
+    auto_collation: bool
+    has_order: bool
+    cuda: bool
+    iterable_len_called: Any
+    batch_size: Optional[int]
+    drop_last: bool
+    sampler: Any
+    batch_sampler: Any
+    collate_fn: Any
+    num_workers: int
+    pin_memory: bool
+    timeout: float
+    worker_init_fn: Any
+    multiprocessing_context: Any
+    generator: Any
+    prefetch_factor: Optional[int]
+    persistent_workers: bool
+    pin_memory_device: str
+    in_order: bool
+
+
+def inner_loader(args: InnerArgs, kept: Optional[torch.utils.data.DataLoader],
                  batch_sampler: Any) -> torch.utils.data.DataLoader:
-    """torch's DataLoader over the wrapped dataset, configured from `loader`'s arguments.
+    """torch's DataLoader over the wrapped dataset, configured from `args`.
 
     Built at each iteration, so attributes changed after construction take effect as
     they would in torch; `kept` (the one built before) is reused with persistent workers
     (as torch keeps its workers and their configuration). `batch_sampler` is fastload's
-    order (the loader's resume cursor), used when the loader has one.
+    order (the loader's resume cursor), used when `args.has_order`.
     """
-    if loader.persistent_workers and loader.num_workers > 0 and kept is not None:
-        kept._IterableDataset_len_called = loader._IterableDataset_len_called
+    if args.persistent_workers and args.num_workers > 0 and kept is not None:
+        kept._IterableDataset_len_called = args.iterable_len_called
         return kept
-    iterable = loader._dataset_kind == _DatasetKind.Iterable
-    if loader._datapipe:
+    if args.datapipe:
         fetch: Any = None
-        dataset: Any = loader._user_dataset
-    elif iterable:
-        fetch = dataset = _IterFetch(loader.dataset)
+        dataset: Any = args.user_dataset
+    elif args.iterable:
+        fetch = dataset = _IterFetch(args.dataset)
     else:
-        fetch = dataset = _MapFetch(loader.dataset, loader._errors)
-    collate = _TimedCollate(loader.collate_fn, fetch, loader._auto_collation)
-    cuda = loader.device is not None and loader.device.type == "cuda"
+        fetch = dataset = _MapFetch(args.dataset, args.errors)
+    collate = _TimedCollate(args.collate_fn, fetch, args.auto_collation)
     common = dict(
-        num_workers=loader.num_workers,
+        num_workers=args.num_workers,
         collate_fn=collate,
         # With a CUDA device, torch's pin thread pins in the background (its caching
         # host allocator does not reuse a block before the copies reading it ended).
-        pin_memory=loader.pin_memory or cuda,
-        timeout=loader.timeout,
-        worker_init_fn=_WorkerInit(loader.worker_init_fn),
-        multiprocessing_context=loader.multiprocessing_context if loader.num_workers > 0 else None,
-        generator=loader.generator,
-        prefetch_factor=loader.prefetch_factor if loader.num_workers > 0 else None,
-        persistent_workers=loader.persistent_workers,
-        pin_memory_device=loader.pin_memory_device,
-        in_order=loader.in_order,
+        pin_memory=args.pin_memory or args.cuda,
+        timeout=args.timeout,
+        worker_init_fn=_WorkerInit(args.worker_init_fn),
+        multiprocessing_context=args.multiprocessing_context if args.num_workers > 0 else None,
+        generator=args.generator,
+        prefetch_factor=args.prefetch_factor if args.num_workers > 0 else None,
+        persistent_workers=args.persistent_workers,
+        pin_memory_device=args.pin_memory_device,
+        in_order=args.in_order,
     )
     with warnings.catch_warnings():
         # torch's worker-count warning was already given by the loader's own __init__.
         warnings.simplefilter("ignore", UserWarning)
-        if iterable:
-            inner = torch.utils.data.DataLoader(dataset, batch_size=loader.batch_size, drop_last=loader.drop_last,
+        if args.iterable:
+            inner = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, drop_last=args.drop_last,
                                                 **common)
-        elif loader._order is not None:
+        elif args.has_order:
             inner = torch.utils.data.DataLoader(dataset, batch_sampler=batch_sampler, **common)
-        elif loader._auto_collation:
-            inner = torch.utils.data.DataLoader(dataset, batch_sampler=loader.batch_sampler, **common)
+        elif args.auto_collation:
+            inner = torch.utils.data.DataLoader(dataset, batch_sampler=args.batch_sampler, **common)
         else:
-            inner = torch.utils.data.DataLoader(dataset, batch_size=None, sampler=loader.sampler, **common)
-    inner._IterableDataset_len_called = loader._IterableDataset_len_called
+            inner = torch.utils.data.DataLoader(dataset, batch_size=None, sampler=args.sampler, **common)
+    inner._IterableDataset_len_called = args.iterable_len_called
     return inner
 
 

@@ -4,9 +4,9 @@ Change one import: every argument of torch.utils.data.DataLoader (torch 2.14), i
 order with the same defaults, means what it means there and is rejected with the same
 exception when it is wrong. Extras are keyword-only, after torch's arguments.
 
-This module is the facade: it checks the arguments once, picks the path, and chains
-feed -> transfer -> iterator. Two paths produce the batches (`loader.path` says which one
-ran, and why):
+This module is the facade: it has its extras checked once (fastload/loader_args.py:
+LoaderArgs), picks the path, and chains feed -> transfer -> iterator. Two paths produce
+the batches (`loader.path` says which one ran, and why):
 
 - native: a fastload dataset (or a torchvision one the compat layer recognises) runs on the
   C++ engine, one call per batch (fastload/native/), num_workers engine threads; the
@@ -44,17 +44,16 @@ from torch.profiler import record_function
 from torch.utils.data.dataloader import _DatasetKind
 from torch.utils.data.datapipes.datapipe import IterDataPipe, MapDataPipe
 
-from fastload.errors import ErrorPolicy
-from fastload.generic import GenericFeed, inner_loader
+from fastload.datasets.base import NativeDataset
+from fastload.generic import GenericFeed, InnerArgs, inner_loader
+from fastload.loader_args import check_loader_args
 from fastload.native.feed import NativeFeed
-from fastload.native.hybrid import check_tail_on
-from fastload.native.select import check_decode_on, order_left_to_torch, select_path
+from fastload.native.protocol import Runner
+from fastload.native.select import order_left_to_torch, select_path
 from fastload.resume import STATE_VERSION, Cursor, Pass  # noqa: F401  (STATE_VERSION: public name)
-from fastload.source.base import NativeDataset
-from fastload.source import sampling
+from fastload.sampling.order import Order, make_order
 from fastload.stats import LoaderStats, Stats
 
-_ACCELERATE = ("auto", True, False)
 _PREFIX = "fastload.DataLoader"
 T_co = TypeVar("T_co", covariant=True)
 
@@ -192,7 +191,7 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         distributed: "auto" (shard across ranks when torch.distributed is initialised or
             torchrun's RANK/WORLD_SIZE are set), True (require it) or False.
         uneven: when the dataset does not split evenly across ranks: "pad", "drop" or
-            "exact" (see fastload.source.sampling).
+            "exact" (see fastload.sampling).
         seed: base seed of the distributed permutation (None: 0, so that every rank
             agrees) and of the native path's random augmentation (None: a fastload dataset's
             own `seed`; for other datasets drawn from torch's global generator at
@@ -302,33 +301,25 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             prefetch_factor=prefetch_factor, persistent_workers=persistent_workers,
             pin_memory_device=pin_memory_device, in_order=in_order,
         )
-        # The extras, checked once, in the order of the signature.
-        self.device = _check_device(device)
-        self.dtype = _check_dtype(dtype)
-        self.memory_format = _check_memory_format(memory_format)
-        self.prefetch_to_device = _check_prefetch_to_device(prefetch_to_device)
-        self.accelerate = _check_accelerate(accelerate)
-        self.decode_on = check_decode_on(decode_on)
-        self._errors = ErrorPolicy(on_error, owner=_PREFIX)
-        self.on_error = self._errors.mode
-        self.distributed = sampling.check_distributed(distributed)
-        self.uneven = sampling.check_uneven(uneven)
-        self.seed = _check_seed(seed)
-        self.dct_scaling = _check_dct_scaling(dct_scaling, exact)
-        self.tail_on = check_tail_on(tail_on)
-        if not isinstance(trace, bool):
-            raise TypeError(f"{_PREFIX}: expected trace=True or False, got {trace!r}.")
-        self.trace = trace
-
+        # The extras, checked once, in the order of the signature (fastload/loader_args.py).
         iterable = self._dataset_kind == _DatasetKind.Iterable
+        args = check_loader_args(
+            device=device, dtype=dtype, memory_format=memory_format, prefetch_to_device=prefetch_to_device,
+            accelerate=accelerate, decode_on=decode_on, on_error=on_error, distributed=distributed, uneven=uneven,
+            seed=seed, dct_scaling=dct_scaling, exact=exact, tail_on=tail_on, trace=trace, iterable=iterable,
+            require_cuda_device=_require_cuda_device)
+        self._args = args
+        # torch-style public attributes for each extra, as before the facade kept LoaderArgs.
+        self.device, self.dtype, self.memory_format = args.device, args.dtype, args.memory_format
+        self.prefetch_to_device, self.accelerate = args.prefetch_to_device, args.accelerate
+        self.decode_on, self._errors, self.on_error = args.decode_on, args.errors, args.on_error
+        self.distributed, self.uneven, self.seed = args.distributed, args.uneven, args.seed
+        self.dct_scaling, self.tail_on, self.trace = args.dct_scaling, args.tail_on, args.trace
+
         self._user_dataset = dataset  # before torch's DataPipe serialisation wrapper
         self._datapipe = isinstance(dataset, (IterDataPipe, MapDataPipe))
-        if self._errors.skips and iterable:
-            raise ValueError(
-                f"{_PREFIX}: expected on_error='raise' with an IterableDataset, got on_error='skip'. "
-                "An iterator cannot go on after it raised; skip bad samples inside the dataset's __iter__."
-            )
         self._user_sampler = sampler is not None or batch_sampler is not None
+        self._runner: Optional[Runner]
         order, self._runner, self._path = _choose_path(
             self, dataset, iterable=iterable, sampler=sampler, batch_sampler=batch_sampler, shuffle=shuffle,
             drop_last=drop_last, generator=generator, collate_fn=collate_fn, pin_memory=pin_memory)
@@ -422,7 +413,7 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         # The order draws later epochs' seeds from a resumed run's stream only while nobody
         # else touches the global RNG; its own draws here (the base seed; with workers, the
         # shuffle seed) do not count.
-        order_draws = self._order if isinstance(self._order, sampling._Order) else None
+        order_draws = self._order if isinstance(self._order, Order) else None
         if order_draws is not None:
             order_draws.begin_global_draws()
         try:
@@ -442,7 +433,7 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
     # -- internals ------------------------------------------------------------------------
     @property
     def _order(self) -> Any:
-        """fastload's order (fastload.source.sampling), or None where torch's applies."""
+        """fastload's order (fastload.sampling.order), or None where torch's applies."""
         return self._cursor.order
 
     def _native_feed(self, epoch: int) -> Iterator[Tuple[Any, Any]]:
@@ -464,8 +455,23 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             self._user_dataset.set_epoch(epoch)
             if self.seed is not None:
                 self._user_dataset.seed = self.seed
-        self._inner = inner_loader(self, self._inner, self._cursor.batch_sampler())
+        self._inner = inner_loader(self._inner_args(), self._inner, self._cursor.batch_sampler())
         return GenericFeed(iter(self._inner), self._stats)
+
+    def _inner_args(self) -> InnerArgs:
+        """The generic path's arguments, read now: torch lets some change between iterations."""
+        return InnerArgs(
+            dataset=self.dataset, user_dataset=self._user_dataset, datapipe=self._datapipe,
+            iterable=self._dataset_kind == _DatasetKind.Iterable, errors=self._errors,
+            auto_collation=self._auto_collation, has_order=self._order is not None,
+            cuda=self.device is not None and self.device.type == "cuda",
+            iterable_len_called=self._IterableDataset_len_called, batch_size=self.batch_size,
+            drop_last=self.drop_last, sampler=self.sampler, batch_sampler=self.batch_sampler,
+            collate_fn=self.collate_fn, num_workers=self.num_workers, pin_memory=self.pin_memory,
+            timeout=self.timeout, worker_init_fn=self.worker_init_fn,
+            multiprocessing_context=self.multiprocessing_context, generator=self.generator,
+            prefetch_factor=self.prefetch_factor, persistent_workers=self.persistent_workers,
+            pin_memory_device=self.pin_memory_device, in_order=self.in_order)
 
     def _transfer(self, feed: Iterator[Tuple[Any, Any]]) -> Iterator[Tuple[Any, Any]]:
         """The transfer stage after a feed: the device prefetcher, or dtype/layout on the CPU."""
@@ -495,15 +501,16 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
 
 def _choose_path(loader: DataLoader, dataset: Any, *, iterable: bool, sampler: Any, batch_sampler: Any,
                  shuffle: Optional[bool], drop_last: bool, generator: Optional[torch.Generator],
-                 collate_fn: Any, pin_memory: bool) -> Tuple[Any, Any, str]:
+                 collate_fn: Any, pin_memory: bool) -> Tuple[Any, Optional[Runner], str]:
     """(fastload's order or None, the native runner or None, loader.path) for a loader whose
     arguments were checked."""
-    accelerate, distributed = loader.accelerate, loader.distributed
+    args = loader._args
+    accelerate, distributed = args.accelerate, args.distributed
     order = _fastload_order(
         dataset, iterable=iterable, auto_collation=loader._auto_collation, datapipe=loader._datapipe,
         user_sampler=loader._user_sampler, batch_size=loader.batch_size, shuffle=shuffle, drop_last=drop_last,
         sampler=sampler, batch_sampler=batch_sampler, generator=generator, distributed=distributed,
-        uneven=loader.uneven, seed=loader.seed)
+        uneven=args.uneven, seed=args.seed)
     if distributed is True and order is None and not loader._user_sampler:
         reason = order_left_to_torch(dataset, batch_size=loader.batch_size, sampler=sampler,
                                      batch_sampler=batch_sampler)
@@ -513,11 +520,18 @@ def _choose_path(loader: DataLoader, dataset: Any, *, iterable: bool, sampler: A
             "by rank in the dataset's __iter__), or pass distributed='auto' or False.")
 
     # The path: native when the dataset can run on the C++ engine.
-    device = loader.device
+    device = args.device
     from fastload.compat.trace import disabled
 
-    with contextlib.nullcontext() if loader.trace else disabled():
-        runner, reason = _select(loader, dataset, sampler, batch_sampler, collate_fn, pin_memory, device, accelerate)
+    with contextlib.nullcontext() if args.trace else disabled():
+        runner, reason = select_path(
+            dataset, batch_size=loader.batch_size, sampler=sampler, batch_sampler=batch_sampler,
+            collate_fn=collate_fn, num_workers=loader.num_workers,
+            # Batches bound for a GPU are produced in pinned memory: no staging copy.
+            pin_memory=pin_memory or (device is not None and device.type == "cuda"),
+            accelerate=accelerate, dtype=args.dtype, memory_format=args.memory_format, on_error=args.on_error,
+            seed=args.seed, device=device, decode_on=args.decode_on, dct_scaling=args.dct_scaling,
+            tail_on=args.tail_on, timeout=loader.timeout)
     if accelerate is True and runner is None:
         # True means "not the generic path": the native path, or the hybrid one (a native
         # prefix, then a Python tail), whose loader.path names its Python part.
@@ -528,22 +542,9 @@ def _choose_path(loader: DataLoader, dataset: Any, *, iterable: bool, sampler: A
     return order, runner, reason
 
 
-def _select(loader: DataLoader, dataset: Any, sampler: Any, batch_sampler: Any, collate_fn: Any, pin_memory: bool,
-            device: Any, accelerate: Any) -> Tuple[Any, str]:
-    runner, reason = select_path(
-        dataset, batch_size=loader.batch_size, sampler=sampler, batch_sampler=batch_sampler, collate_fn=collate_fn,
-        num_workers=loader.num_workers,
-        # Batches bound for a GPU are produced in pinned memory: no staging copy.
-        pin_memory=pin_memory or (device is not None and device.type == "cuda"),
-        accelerate=accelerate, dtype=loader.dtype, memory_format=loader.memory_format, on_error=loader.on_error,
-        seed=loader.seed, device=device, decode_on=loader.decode_on, dct_scaling=loader.dct_scaling,
-        tail_on=loader.tail_on, timeout=loader.timeout)
-    return runner, reason
-
-
 def _fastload_order(dataset: Any, *, iterable: bool, auto_collation: bool, datapipe: bool, user_sampler: bool,
-                    batch_size: Optional[int], **make_order: Any) -> Any:
-    """fastload's order (sampling.make_order) for map-style datasets with automatic
+                    batch_size: Optional[int], **order_args: Any) -> Any:
+    """fastload's order (fastload.sampling.order.make_order) for map-style datasets with automatic
     batching, or None where the order is left to torch (see _generic_reason)."""
     if iterable or not auto_collation or datapipe:
         return None
@@ -555,58 +556,9 @@ def _fastload_order(dataset: Any, *, iterable: bool, auto_collation: bool, datap
         return None
     # Without __len__ only a user's sampler can order the dataset; the length then only
     # labels resume states.
-    make_order["shuffle"] = bool(make_order["shuffle"])
-    return sampling.make_order(dataset_len=dataset_len or 0, batch_size=batch_size if batch_size is not None else 1,
-                               **make_order)
-
-
-# ---------------------------------------------------------------------------------------
-# Argument checks for the extras
-
-
-def _check_prefetch_to_device(prefetch_to_device: Any) -> int:
-    if not isinstance(prefetch_to_device, int) or isinstance(prefetch_to_device, bool) or prefetch_to_device < 1:
-        raise ValueError(f"{_PREFIX}: expected prefetch_to_device >= 1 (an int), got {prefetch_to_device!r}. "
-                         "It is the number of batches copied to the device ahead of the loop; 2 is usual.")
-    return prefetch_to_device
-
-
-def _check_accelerate(accelerate: Any) -> Union[str, bool]:
-    if accelerate not in _ACCELERATE or (accelerate is not True and accelerate is not False
-                                         and not isinstance(accelerate, str)):
-        raise ValueError(f"{_PREFIX}: expected accelerate='auto', True or False, got {accelerate!r}.")
-    return accelerate
-
-
-def _check_seed(seed: Any) -> Optional[int]:
-    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
-        raise TypeError(f"{_PREFIX}: expected seed=None or an int, got {seed!r}.")
-    return seed
-
-
-def _check_dct_scaling(dct_scaling: Any, exact: Any) -> bool:
-    """dct_scaling, or the inverse of its old name `exact` when that is given. The default
-    dct_scaling=True cannot be told from an explicit one, so there exact decides."""
-    if exact is None:
-        return bool(dct_scaling)
-    if dct_scaling is not True and bool(dct_scaling) == bool(exact):
-        raise ValueError(f"{_PREFIX}: expected dct_scaling and exact (its old name: exact=True is "
-                         f"dct_scaling=False) to agree, got dct_scaling={dct_scaling!r} and exact={exact!r}. "
-                         "Pass dct_scaling only.")
-    return not exact
-
-
-def _check_device(device: Any) -> Optional[torch.device]:
-    if device is None:
-        return None
-    try:
-        checked = torch.device(device)
-    except (RuntimeError, TypeError, ValueError):
-        raise ValueError(f"{_PREFIX}: expected device=None, 'cpu', 'cuda' or 'cuda:N' (or a torch.device), "
-                         f"got {device!r}.") from None
-    if checked.type == "cuda":
-        _require_cuda_device(checked)
-    return checked
+    order_args["shuffle"] = bool(order_args["shuffle"])
+    return make_order(dataset_len=dataset_len or 0, batch_size=batch_size if batch_size is not None else 1,
+                      **order_args)
 
 
 def _require_cuda_device(device: torch.device) -> None:
@@ -625,22 +577,3 @@ def _require_cuda_device(device: torch.device) -> None:
             f"{_PREFIX}: expected a CUDA device index below torch.cuda.device_count() == {count}, got "
             f"device={str(device)!r}. Pass device='cuda' (the current device) or 'cuda:0'..'cuda:{count - 1}' "
             "(CUDA_VISIBLE_DEVICES renumbers the visible GPUs from 0).")
-
-
-def _check_dtype(dtype: Any) -> Optional[torch.dtype]:
-    if dtype is None:
-        return None
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"{_PREFIX}: expected dtype=None or a floating torch.dtype (e.g. torch.bfloat16), "
-                        f"got {dtype!r}. It converts floating tensors only; labels keep their dtype.")
-    return dtype
-
-
-def _check_memory_format(memory_format: Any) -> Optional[torch.memory_format]:
-    if memory_format is None:
-        return None
-    if not isinstance(memory_format, torch.memory_format):
-        raise TypeError(f"{_PREFIX}: expected memory_format=None or a torch.memory_format (e.g. "
-                        f"torch.channels_last), got {memory_format!r}.")
-    return memory_format
-

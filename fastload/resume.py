@@ -26,8 +26,8 @@ The cursor's model (the loader delegates every epoch and resume decision to it):
   epochs, like torch's samplers, which re-read len(dataset) at every len() and iter().
 
 Example:
-    >>> from fastload.source import sampling
-    >>> order = sampling.make_order(dataset_len=5, batch_size=2, shuffle=False,
+    >>> from fastload.sampling.order import make_order
+    >>> order = make_order(dataset_len=5, batch_size=2, shuffle=False,
     ...                             drop_last=False, distributed=False)
     >>> cursor = Cursor(order, list(range(5)))
     >>> current = cursor.begin(); batches = cursor.batches(); next(batches)
@@ -50,8 +50,9 @@ import os
 import weakref
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from fastload.source import sampling
-from fastload.source.base import NativeDataset
+from fastload.native.protocol import Runner
+from fastload.sampling.order import Order
+from fastload.datasets.base import NativeDataset
 
 # 2 added "dataset" (a fingerprint of the data the state was saved over); version 1
 # states still load, without that check.
@@ -130,7 +131,7 @@ class Cursor:
     """The one owner of a loader's epoch and position (see the module docstring).
 
     Args:
-        order: the loader's sampling order (fastload.source.sampling), or None when the
+        order: the loader's sampling order (fastload.sampling.order), or None when the
             order is torch's (IterableDataset, batch_size=None, DataPipe, no __len__):
             states then only count epochs.
         dataset: the user's dataset (fingerprinted in states; its length is followed).
@@ -142,7 +143,7 @@ class Cursor:
             instead of once per epoch (a resumed order replays those draws).
     """
 
-    def __init__(self, order: Any, dataset: Any, *, runner: Any = None, user_sampler: bool = False,
+    def __init__(self, order: Any, dataset: Any, *, runner: Optional[Runner] = None, user_sampler: bool = False,
                  persistent_workers: bool = False):
         self.order = order
         self.dataset = dataset
@@ -254,7 +255,7 @@ class Cursor:
     def _dataset_len_to_follow(self, starting: bool) -> Optional[int]:
         """The dataset's length if the order follows it now (see follow_dataset_len), else None."""
         order = self.order
-        if self.runner is not None or not isinstance(order, sampling._Order) or order.distributed:
+        if self.runner is not None or not isinstance(order, Order) or order.distributed:
             return None
         if self._resume is not None or (not starting and self.current is not None and not self.current.finished):
             return None

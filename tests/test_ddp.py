@@ -22,8 +22,8 @@ from PIL import Image
 
 import fastload
 from fastload._ext import has_ops
-from fastload.source.sampling import make_order
-from fastload.source.write import write_shards
+from fastload.sampling.order import make_order
+from fastload.datasets.write import write_shards
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "ddp", "run_loader.py")

@@ -18,8 +18,8 @@ from torch.utils.data import default_collate
 import fastload
 from fastload import _ext
 from fastload.augment import specs
-from fastload.native.hybrid import HybridRunner
-from fastload.native.tail import GlobalDraws, sample_seed
+from fastload.native.hybrid_local import HybridRunner
+from fastload.augment.tail import GlobalDraws, sample_seed
 
 torchvision = pytest.importorskip("torchvision")
 from torchvision import transforms as T  # noqa: E402
@@ -156,7 +156,7 @@ def test_a_threaded_tail_gives_the_same_batches_as_the_inline_one(image_folder):
 def test_worker_processes_give_the_inline_batches_random_draws_included(image_folder):
     from fastload.augment.plan import build_plan
     from fastload.native.feed import NativeFeed
-    from fastload.native.hybrid import ProcessHybridRunner
+    from fastload.native.hybrid_processes import ProcessHybridRunner
 
     dataset = fastload.ImageFolder(image_folder, transforms=recipe())
     plan = build_plan(dataset.transforms, seed=9)
@@ -522,7 +522,7 @@ def test_a_torchvision_tail_error_goes_through_on_error(folder_with_black):
 
 
 def test_tail_on_chooses_where_the_tail_runs(image_folder):
-    from fastload.native.hybrid import ProcessHybridRunner
+    from fastload.native.hybrid_processes import ProcessHybridRunner
     from fastload.native.select import select_path
 
     args = dict(batch_size=2, collate_fn=None, num_workers=2, pin_memory=False, accelerate="auto", dtype=None,
@@ -551,7 +551,7 @@ def test_explain_of_a_fastload_dataset_with_a_tail_says_hybrid_as_its_loader(ima
 
 
 def test_the_loader_takes_tail_on_and_refuses_unknown_places(image_folder):
-    from fastload.native.hybrid import ProcessHybridRunner
+    from fastload.native.hybrid_processes import ProcessHybridRunner
 
     dataset = tv_folder(image_folder, "autoaugment+erase")
     loader = fastload.DataLoader(dataset, batch_size=2, num_workers=2, tail_on="processes")
@@ -563,7 +563,7 @@ def test_the_loader_takes_tail_on_and_refuses_unknown_places(image_folder):
         fastload.DataLoader(dataset, batch_size=2, tail_on="gpu")
 
 
-# ---- the tail's conversion to a tensor (fastload.native.tail.Conversion) ----------------
+# ---- the tail's conversion to a tensor (fastload.augment.tail.Conversion) ----------------
 
 CONVERSIONS = {
     "v1 ToTensor+Normalize": [T.ToTensor(), T.Normalize(MEAN, STD)],
@@ -589,7 +589,7 @@ def pil_image(height, width, mode):
 @pytest.mark.parametrize("size", [(1, 1), (3, 5), (17, 16)])
 @pytest.mark.parametrize("name", CONVERSIONS)
 def test_the_tails_conversion_gives_torchvisions_tensor_bit_for_bit(name, size, mode):
-    from fastload.native.tail import Tail
+    from fastload.augment.tail import Tail
 
     first = T.RandomInvert(1.0)  # a Python transform before the conversion, as in a hybrid tail
     transforms = [first] + CONVERSIONS[name]
@@ -607,7 +607,7 @@ def test_the_tails_conversion_gives_torchvisions_tensor_bit_for_bit(name, size, 
 
 
 def test_the_conversion_run_stops_where_torchvision_would_do_more_than_convert():
-    from fastload.native.tail import Conversion
+    from fastload.augment.tail import Conversion
 
     def run(*transforms):
         found = Conversion.find([T.RandomInvert(1.0), *transforms])
@@ -625,7 +625,7 @@ def test_the_conversion_run_stops_where_torchvision_would_do_more_than_convert()
 @pytest.mark.parametrize("make", [lambda image: image.convert("RGBA"), lambda image: np.array(image)],
                          ids=["RGBA image", "numpy array"])
 def test_a_tail_value_the_conversion_does_not_take_goes_through_torchvision(make):
-    from fastload.native.tail import Tail
+    from fastload.augment.tail import Tail
 
     transforms = [T.Lambda(make), T.ToTensor(), T.Normalize([0.5], [0.25])]
     image = pil_image(5, 7, "RGB")

@@ -18,7 +18,7 @@ from typing import Any, List, Optional
 import pytest
 
 from fastload.resume import Cursor
-from fastload.source.sampling import make_order
+from fastload.sampling.order import make_order
 
 N, BATCH, RANKS = 16, 2, 2
 PER_EPOCH = N // RANKS // BATCH  # 4

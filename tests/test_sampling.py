@@ -1,4 +1,4 @@
-"""fastload.source.sampling: order, DDP split, resume, elastic resume (one process).
+"""fastload.sampling: order, DDP split, resume, elastic resume (one process).
 
 Ranks are simulated in one process with make_order(rank=r, world_size=W); the real
 multi-process checks are in test_ddp.py.
@@ -15,7 +15,9 @@ import pytest
 import torch
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, TensorDataset
 
-from fastload.source.sampling import STATE_VERSION, make_order, resolve_distributed
+from fastload.sampling.distributed import resolve_distributed
+from fastload.sampling.order import make_order
+from fastload.sampling.state import STATE_VERSION
 from resume_helpers import check_resume_at_every_position
 
 
@@ -771,7 +773,7 @@ def test_state_of_another_dataset_of_the_same_length_is_refused(tmp_path):
 
 def test_state_of_other_tar_shards_of_the_same_length_is_refused(tmp_path):
     import fastload
-    from fastload.source.write import write_shards
+    from fastload.datasets.write import write_shards
 
     gen = torch.Generator().manual_seed(0)
     images = [torch.randint(0, 256, (3, 10, 12), dtype=torch.uint8, generator=gen) for _ in range(6)]

@@ -287,7 +287,7 @@ def test_ddp_ranks_keep_equal_batch_counts_and_sizes_with_a_bad_file_on_one_rank
     """2 processes (torchrun, gloo): samples 4 and 6, rank 0's second batch, are bad.
     Every path gives every rank len(loader) batches of the same sizes, rank 0's bad
     samples replaced by 5 and 7; only rank 0 lists them."""
-    from fastload.source.sampling import make_order
+    from fastload.sampling.order import make_order
 
     root, _ = make_folder(tmp_path / "data", (4, 6))
     script = tmp_path / "ddp_skip.py"

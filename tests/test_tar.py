@@ -20,9 +20,10 @@ from torchvision.transforms.functional import center_crop
 
 import fastload
 from fastload.errors import SKIP_HINT, ErrorPolicy
-from fastload.source import tar as tarmod
-from fastload.source.tar import TarShardError, TarShards, expand_urls
-from fastload.source.write import write_shards
+from fastload.datasets.tar import TarShardError, TarShards
+from fastload.source import tar_index as tarmod
+from fastload.source.urls import expand_urls
+from fastload.datasets.write import write_shards
 from jpeg_samples import noise_jpeg
 
 CLASSES = ("cat", "dog", "eel")

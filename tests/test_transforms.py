@@ -16,7 +16,7 @@ import torchvision
 
 import fastload
 from fastload import transforms as T
-from fastload.source.base import NativeDataset
+from fastload.datasets.base import NativeDataset
 from fastload.source.index import SampleIndex
 from jpeg_samples import noise_jpeg
 

@@ -128,7 +128,7 @@ class _AutoAugment:
                width: int) -> Tuple[torch.Tensor, torch.Tensor]:
         """The engine's draws for samples `indices`: (op ids int64 [N, k], signed
         magnitudes float64 [N, k]), k ops per sample."""
-        from fastload import ops as native
+        from fastload import _ops as native
 
         space_ops, magnitudes = self.space(height, width)
         return native.auto_augment_params(indices, seed, epoch, space_ops, magnitudes, self.ops_per_sample,
@@ -279,7 +279,7 @@ class AugMix:
         """The engine's draws for samples `indices`: (weights float32 [N, 1 + width]: the
         image's, then each chain's; depths int64 [N, width]; op ids int64 [N, width, 4]
         (-1 past the depth); signed magnitudes float64 [N, width, 4])."""
-        from fastload import ops as native
+        from fastload import _ops as native
 
         space_ops, magnitudes = self.space(height, width)
         return native.augmix_params(indices, seed, epoch, space_ops, magnitudes, self.severity, self.mixture_width,

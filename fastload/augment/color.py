@@ -34,8 +34,8 @@ _OPS = ("brightness", "contrast", "saturation", "hue")
 
 
 def _native(name: str):
-    """The one place these specs reach the native ops (their wrappers in fastload.ops)."""
-    from fastload import ops
+    """The one place these specs reach the native ops (their wrappers in fastload._ops)."""
+    from fastload import _ops as ops
 
     return getattr(ops, name)
 

@@ -13,7 +13,7 @@ import torch
 
 from fastload import _ext
 from fastload.augment.plan import Plan, build_plan
-from fastload.native.contract import interpolation_of, region_of
+from fastload._contract import interpolation_of, region_of
 
 
 @functools.lru_cache(maxsize=64)
@@ -141,7 +141,7 @@ def _apply_color_reference(plan: Plan, view: torch.Tensor, box, flip, flip_v, in
     TrivialAugmentWide / RandAugment ops (torchvision's on a PIL image) or AugMix
     (torchvision's tensor-path ops and mix), the value map,
     then RandomErasing on the result; parameters from the engine's samplers."""
-    from fastload import ops as fl_ops
+    from fastload import _ops as fl_ops
     from fastload import reference
     from fastload.augment import autoaugment, color
     from fastload.augment.plan import jitter_nan_ranges

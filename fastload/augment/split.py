@@ -81,3 +81,16 @@ def split_pipeline(transforms: Sequence[Any], to_specs: Callable[[Any], List[Any
         except not_native as error:
             blockers.append(f"{t!r}: {error}")
     return Pipeline(tuple(native), tail, tuple(blockers))
+
+
+def transforms_repr(native: Sequence[Any], tail: Sequence[Any] = ()) -> str:
+    """The transforms as a dataset's repr shows them: the native part (what the engine
+    runs), then the Python tail (what runs per sample in Python), when there is one.
+
+    Example:
+        >>> from fastload import transforms as T
+        >>> transforms_repr([T.CenterCrop(8)], [abs])
+        '[CenterCrop(size=(8, 8))] + python[<built-in function abs>]'
+    """
+    text = f"[{', '.join(repr(t) for t in native)}]"
+    return f"{text} + python[{', '.join(repr(t) for t in tail)}]" if tail else text

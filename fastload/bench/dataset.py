@@ -108,7 +108,7 @@ def describe_factory(factory: str) -> FactoryDataset:
 def default_cache_dir() -> str:
     """The bench/ folder of fastload's cache ($FASTLOAD_CACHE, $XDG_CACHE_HOME/fastload or
     ~/.cache/fastload)."""
-    from fastload.source.tar import default_cache_dir as fastload_cache_dir
+    from fastload.source.tar_index import default_cache_dir as fastload_cache_dir
 
     return os.path.join(fastload_cache_dir(), "bench")
 
@@ -311,8 +311,8 @@ def describe_folder(root: str) -> BenchDataset:
 
 
 def list_samples(root: str) -> List[Tuple[str, int]]:
-    """(path, label) in torchvision ImageFolder order (fastload.source.folder's scan)."""
-    from fastload.source.folder import find_classes, scan_folder
+    """(path, label) in torchvision ImageFolder order (fastload.datasets.folder's scan)."""
+    from fastload.datasets.folder import find_classes, scan_folder
 
     paths, labels = scan_folder(root, find_classes(root)[1])
     return list(zip(paths, labels))
@@ -333,7 +333,7 @@ def ensure_shards(dataset: BenchDataset, shards: int = 8) -> List[str]:
     staging = f"{base}.tmp-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     os.makedirs(staging)
-    from fastload.source.write import write_shards
+    from fastload.datasets.write import write_shards
 
     written = write_shards(dataset.root, os.path.join(staging, "train-%04d.tar"),
                            maxcount=-(-len(samples) // shards), maxsize=float("inf"))

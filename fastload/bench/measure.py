@@ -18,7 +18,7 @@ The timed window (every contender alike; `plan_window`):
   - Prefetch depth D = max(2, 2 x workers) batches: the most any contender keeps in
     flight. torch's DataLoader holds prefetch_factor (2) x num_workers; fastload's native
     feed max(2, prefetch_factor) (fastload/loader.py, `_native_feed`) and its process
-    hybrid 2 x workers (`min_depth` in fastload/native/hybrid.py); DALI's prefetch queue 2.
+    hybrid 2 x workers (`min_depth` in fastload/native/hybrid_processes.py); DALI's prefetch queue 2.
   - Warm-up: at least D + 1 batches (the first included). Loaders make up to D batches
     while the first one is awaited; taking D + 1 consumes that start-up backlog, so the
     clock starts in the steady state, not on batches made for free before it.

@@ -176,7 +176,8 @@ def ensure_prepared(root: str, mode: Mode, fingerprint: str, generated: bool, wo
         shards were made.
     """
     import fastload
-    from fastload.prepare.manifest import ManifestError, read_manifest, write_json_atomic
+    from fastload.prepare.manifest import write_json_atomic
+    from fastload.source.manifest import ManifestError, read_manifest
 
     dst = prepared_folder(root, fingerprint, mode, generated)
     timing_path = os.path.join(dst, TIMING_NAME)

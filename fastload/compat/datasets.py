@@ -41,13 +41,33 @@ import numpy as np
 import torch
 from torch.utils.data import ConcatDataset, Subset
 
-from fastload.augment.split import Pipeline
+from fastload.augment.split import Pipeline, transforms_repr
 from fastload.source.index import FlatStrings, SampleIndex
 
 _KNOWN = ("ImageFolder, DatasetFolder and subclasses keeping its __getitem__ and loader, "
           "Subset/random_split and ConcatDataset of those")
 _OWN_DATASET_FIX = ("subclass torchvision.datasets.DatasetFolder/ImageFolder without overriding __getitem__, "
                     "or use fastload.FileList(paths, labels, transforms=...)")
+
+
+class NativeSource:
+    """A dataset that is fastload's own: a sample index and transforms already cut into
+    the native prefix and the Python tail. fastload.datasets.base.NativeDataset (ImageFolder,
+    FileList, TarShards) derives from it, so that `analyse` takes such a dataset as it is
+    (its index and pipeline, never converted again) without this layer importing the
+    datasets built above it.
+
+    Attributes (set by the subclass):
+        index: SampleIndex, where each sample's bytes are, and its label.
+        transforms: the fastload specs of the native prefix.
+        tail: the Python transforms after it (a tuple, empty when all is native).
+        tail_blockers: why each tail transform has no native equivalent.
+    """
+
+    index: SampleIndex
+    transforms: List[Any]
+    tail: Tuple[Any, ...]
+    tail_blockers: Tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -94,14 +114,14 @@ class Conversion:
         return list(self.pipeline.native)
 
     def python_tail(self, input: str = "pil") -> Any:
-        """The Python tail as a fastload.native.tail.Tail (None when every transform is
+        """The Python tail as a fastload.augment.tail.Tail (None when every transform is
         native). It receives what torchvision's DatasetFolder hands that transform: a PIL
         RGB image, or the prefix's tensor when the prefix converted to one (ToTensor,
         PILToTensor, ToImage, ToDtype, Normalize, timm's MaybeToTensor/MaybePILToTensor)."""
         if not self.pipeline.tail:
             return None
         from fastload.augment import specs
-        from fastload.native.tail import Tail, makes_tensor
+        from fastload.augment.tail import Tail, makes_tensor
 
         tensor = any(makes_tensor(t) or type(t).__name__ in ("MaybeToTensor", "MaybePILToTensor")
                      for t in self.prefix) or any(isinstance(s, (specs.ToDtype, specs.Normalize))
@@ -187,8 +207,6 @@ class Analysis:
 def _summary(chain: str, index: Optional[SampleIndex], pipeline: Optional[Pipeline], target_transform: Any) -> str:
     """"<chain>, <n> samples, transforms=[<native>] + python[<tail>]" for the reprs (the
     native part is what the engine runs, the tail what runs per sample in Python)."""
-    from fastload.source.base import transforms_repr
-
     parts = [chain]
     if index is not None:
         parts.append(f"{len(index)} sample{'' if len(index) == 1 else 's'}")
@@ -348,8 +366,6 @@ def _traced(dataset: Any, out: Analysis, wrapped: bool) -> Analysis:
 
 def _base(dataset: Any, wrapped: bool) -> Analysis:
     from fastload.compat.torchvision import flatten, split_transform
-    from fastload.source.base import NativeDataset
-
     name = type(dataset).__name__
     webdataset = sys.modules.get("fastload.compat.webdataset")  # loaded by the loader that made such a view
     if webdataset is not None and isinstance(dataset, webdataset.WebDatasetSamples):
@@ -358,7 +374,7 @@ def _base(dataset: Any, wrapped: bool) -> Analysis:
 
     if is_hf_dataset(dataset):  # a Hugging Face datasets.Dataset: its Arrow table and formatting
         return analyse_hf(dataset, wrapped=wrapped)
-    if isinstance(dataset, NativeDataset):
+    if isinstance(dataset, NativeSource):
         out = Analysis(f"fastload {name}", native_dataset=True)
         out.pipeline = Pipeline(tuple(dataset.transforms), tuple(dataset.tail), tuple(dataset.tail_blockers))
         out.index = dataset.index

@@ -25,7 +25,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
 
-from fastload.native import contract
+from fastload import _contract as contract
 
 
 def looks_like_jpeg(data: torch.Tensor) -> bool:
@@ -37,7 +37,7 @@ def nvjpeg_decode(datas: List[torch.Tensor], channels: int, device: torch.device
                   ) -> Tuple[List[torch.Tensor], torch.Tensor]:
     """(uint8 [H, W, channels] images on `device`, cpu_fallback bool [N]); raises
     RuntimeError when a sample is undecodable or over `max_pixels`."""
-    from fastload import ops
+    from fastload import _ops as ops
 
     return ops.decode_jpeg_cuda(datas, channels, device, max_pixels=max_pixels)
 
@@ -70,7 +70,7 @@ class NvjpegDecoder:
     def decode(self, samples: torch.Tensor) -> Tuple[torch.Tensor, List[str], List[Optional[torch.Tensor]], int]:
         """(status int32 [N], messages, images (None where status says why), number of
         images the CPU decoded because nvJPEG rejected them)."""
-        from fastload import ops
+        from fastload import _ops as ops
 
         datas, errors = self._read(samples)
         status = torch.zeros(len(samples), dtype=torch.int32)

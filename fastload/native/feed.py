@@ -29,6 +29,8 @@ from __future__ import annotations
 import collections
 from typing import Any, Deque, Iterator, List, Tuple
 
+from fastload.native.protocol import Runner
+
 
 class NativeFeed:
     """Yields `(batch, (samples, position))` for each batch of `batches`, in order.
@@ -38,14 +40,14 @@ class NativeFeed:
     state counts).
 
     Args:
-        runner: a NativeRunner (or anything with start_pass/submit/result/discard).
+        runner: a Runner (fastload.native.protocol): NativeRunner, HybridRunner, ...
         batches: the pass's batches of sample indices, in order.
         epoch: picks the random parameters.
         depth: batches kept submitted ahead of the one being waited for (at least the
             runner's `min_depth`, where it has one).
     """
 
-    def __init__(self, runner: Any, batches: Iterator[List[int]], epoch: int, depth: int):
+    def __init__(self, runner: Runner, batches: Iterator[List[int]], epoch: int, depth: int):
         # A runner whose batches are made by several workers at once (ProcessHybridRunner)
         # needs that many in flight to keep them all busy.
         depth = max(depth, getattr(runner, "min_depth", 0))

@@ -8,7 +8,7 @@ Every producer has the same small interface, so the runner never asks which mode
     discard(handle)                                release a batch nobody will collect
     close()
 
-`status` holds the engine's per-sample codes (fastload.native.contract); the slots that
+`status` holds the engine's per-sample codes (fastload._contract); the slots that
 are not OK hold garbage, and the runner's repair step fills them.
 
 - CpuProducer ("cpu"): the engine reads, decodes and augments into a (pinned, or reused
@@ -27,8 +27,8 @@ from typing import Any, Dict, List, Optional, Protocol, Tuple
 
 import torch
 
-from fastload.native import contract
-from fastload.native.contract import interpolation_of, region_of, regions_of, sampling_views
+from fastload import _contract as contract
+from fastload._contract import interpolation_of, region_of, regions_of, sampling_views
 from fastload.transfer.buffers import BatchBuffers
 
 Collected = Tuple[torch.Tensor, List[str], torch.Tensor]
@@ -130,7 +130,7 @@ class DeviceAugment:
         pixels; `shapes` int64 [N, 4] (offset, height, width, row stride) of each window,
         `boxes` float32 [N, 4] relative to it, `flips` bool [N] or [N, 2] (left-right,
         top-bottom)."""
-        from fastload import ops
+        from fastload import _ops as ops
 
         device, plan, stream = self.device, self.plan, self.stream
         if stream is not None:

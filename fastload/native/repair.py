@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 import torch
 
 from fastload.errors import DecodeError, ErrorPolicy
-from fastload.native import contract
+from fastload import _contract as contract
 from fastload.stats import SkippedSamples
 
 # How many replacement candidates on_error="skip" tries for one bad sample before

@@ -43,8 +43,10 @@ from torch.utils.data.datapipes.datapipe import IterDataPipe, MapDataPipe
 from fastload import _ext
 from fastload.augment.plan import Fusion, fuse, make_plan
 from fastload.errors import UnsupportedPipeline
-from fastload.native.hybrid import LabelledRunner, hybrid_runner
+from fastload.native.hybrid import hybrid_runner
+from fastload.native.labelled import LabelledRunner
 from fastload.native.producers import PRODUCERS
+from fastload.native.protocol import Runner
 from fastload.native.runner import NativeRunner
 from fastload.source.index import SampleIndex
 
@@ -109,7 +111,7 @@ class _Resolved(NamedTuple):
     index: SampleIndex
     fusion: Fusion
     description: str
-    tail: Any = None  # fastload.native.tail.Tail, or None
+    tail: Any = None  # fastload.augment.tail.Tail, or None
     labels: Optional[Callable[[torch.Tensor], Any]] = None  # labels int64 [B] -> the batch's labels
     labels_note: str = ""  # "; labels: target_transform f in Python"
     # A traced dataset's own sample structure (fastload.compat.trace.SampleTemplates):
@@ -120,7 +122,7 @@ class _Resolved(NamedTuple):
 def _resolve(dataset: Any, *, dtype: Optional[torch.dtype]) -> _Resolved:
     """_Resolved for a dataset whose samples the engine can make (fully, or its native
     prefix before a Python tail), else UnsupportedPipeline with the reason."""
-    from fastload.source.base import NativeDataset
+    from fastload.datasets.base import NativeDataset
 
     labels, labels_note, rebuild = None, "", None
     if isinstance(dataset, NativeDataset):
@@ -157,7 +159,7 @@ def _resolve(dataset: Any, *, dtype: Optional[torch.dtype]) -> _Resolved:
     if tail is not None:
         # The tail sees the prefix's own dtype; the loader's dtype applies to the batch after it.
         where = "" if tail.takes_pil or tail.prefix_makes_tensor else \
-            " on uint8 tensors (not PIL images: values within a level or two, see fastload.native.tail)"
+            " on uint8 tensors (not PIL images: values within a level or two, see fastload.augment.tail)"
         return _Resolved(index, fusion, f"hybrid: native [{fusion.description}] + python [{tail.description}]{where}",
                          tail, labels, labels_note, rebuild)
     if dtype in (torch.float32, torch.float16, torch.bfloat16) and fusion.dtype.is_floating_point:
@@ -195,7 +197,7 @@ def select_path(
     batch_sampler: Any = None,
     tail_on: str = "auto",
     timeout: float = 0,
-) -> Tuple[Any, str]:
+) -> Tuple[Optional[Runner], str]:
     """(runner, reason): a runner when the dataset can run natively, else None and why.
 
     Args:
@@ -252,7 +254,7 @@ def select_path(
             return None, f"generic: {why}"
         if custom_collate:
             labels_note += f"; collate_fn {getattr(collate_fn, '__qualname__', type(collate_fn).__name__)} followed"
-    from fastload.source.base import NativeDataset
+    from fastload.datasets.base import NativeDataset
 
     if not _ext.has_ops():
         if isinstance(dataset, NativeDataset):  # its geometry is C++ on every path: fail now

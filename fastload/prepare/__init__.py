@@ -9,7 +9,7 @@ fastload.prepare.prepare) and the `fastload-prepare` command. Modules, one job e
 | `encode.py` | one image in its prepared form (lossless transcode, resize + re-encode, raw) |
 | `segments.py` | the restart-segment index a prepared JPEG carries in its header |
 | `writer.py` | one shard, written atomically, deterministic bytes |
-| `manifest.py` | the manifest: settings, source fingerprint, shards, skipped; its checks |
+| `manifest.py` | the manifest written: settings, source fingerprint, shards, skipped (read and checked by fastload/source/manifest.py) |
 | `run.py` | the plan of shards, the worker processes, resume, the progress bar |
 | `cli.py` | `fastload-prepare` |
 """
@@ -20,9 +20,9 @@ import sys
 import types
 
 from fastload.errors import FolderInUse
-from fastload.prepare.manifest import MANIFEST_NAME, ManifestError, read_manifest
 from fastload.prepare.run import Prepared, prepare
 from fastload.prepare.segments import read_segments
+from fastload.source.manifest import MANIFEST_NAME, ManifestError, read_manifest
 
 __all__ = ["prepare", "Prepared", "ManifestError", "FolderInUse", "read_manifest", "read_segments",
            "MANIFEST_NAME"]

@@ -106,7 +106,7 @@ def _looks_jpeg(data: bytes) -> bool:
 def _prepare_jpeg(data: bytes, restart_rows: int, keep_on_refusal: bool) -> Encoded:
     import torch
 
-    from fastload import ops
+    from fastload import _ops as ops
 
     data = seg.strip_segments(data)
     tensor = torch.frombuffer(bytearray(data), dtype=torch.uint8)

@@ -31,6 +31,7 @@ from fastload.prepare import encode as enc
 from fastload.prepare import manifest as mf
 from fastload.prepare import writer
 from fastload.prepare.source import Source, UnreadableSample, as_source
+from fastload.source.manifest import MANIFEST_NAME, read_manifest
 
 try:
     import fcntl
@@ -230,7 +231,7 @@ def _prepare(source: Source, dst: str, settings: enc.EncodeSettings, samples_per
         "fastload": fastload.__version__,
     }
     mf.write_manifest(dst, manifest)
-    return Prepared(dst, [os.path.join(dst, r["name"]) for r in shards], mf.read_manifest(dst), skipped,
+    return Prepared(dst, [os.path.join(dst, r["name"]) for r in shards], read_manifest(dst), skipped,
                     len(todo))
 
 
@@ -354,7 +355,7 @@ def _check_previous(dst: str, job: Dict[str, Any], overwrite: bool) -> None:
         shard = entry[:-len(".json")]
         for path in (os.path.join(state, entry), os.path.join(dst, shard), os.path.join(dst, shard + ".idx.json")):
             writer.remove_quietly(path)
-    writer.remove_quietly(os.path.join(dst, mf.MANIFEST_NAME))
+    writer.remove_quietly(os.path.join(dst, MANIFEST_NAME))
 
 
 def _finished(dst: str, task, job: Dict[str, Any]) -> Optional[Dict[str, Any]]:
@@ -431,7 +432,7 @@ def _run_task(task) -> Dict[str, Any]:
 
     path = os.path.join(dst, shard_name)
     digest, size, count = writer.write_shard(path, samples())
-    from fastload.source.tar import default_cache_dir, load_index
+    from fastload.source.tar_index import default_cache_dir, load_index
 
     load_index(path, default_cache_dir())  # the tar index beside the shard: opening it needs no scan
     record = {"name": shard_name, "sha256": digest, "size": size, "count": count, "first_sample": first,

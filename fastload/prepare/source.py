@@ -130,7 +130,7 @@ def as_source(src: Any) -> Source:
             torchvision dataset, or one that only yields decoded images).
         FileNotFoundError: a path that is neither a folder nor tar shards.
     """
-    from fastload.source.base import NativeDataset
+    from fastload.datasets.base import NativeDataset
 
     if isinstance(src, (str, os.PathLike)) or (isinstance(src, (list, tuple)) and src and
                                                all(isinstance(s, (str, os.PathLike)) for s in src)):
@@ -166,11 +166,12 @@ def as_source(src: Any) -> Source:
 
 def _path_source(src: Union[str, os.PathLike, Sequence[Any]]) -> Source:
     if isinstance(src, (str, os.PathLike)) and os.path.isdir(src):
-        from fastload.source.folder import ImageFolder
+        from fastload.datasets.folder import ImageFolder
 
         source = as_source(ImageFolder(os.fspath(src)))
         return Source(source.index, source.names, f"ImageFolder({os.fspath(src)!r}, {len(source)} samples)")
-    from fastload.source.tar import TarShards, expand_urls
+    from fastload.datasets.tar import TarShards
+    from fastload.source.urls import expand_urls
 
     urls = expand_urls([os.fspath(s) for s in src] if isinstance(src, (list, tuple)) else os.fspath(src))
     if not all(u.endswith(".tar") or "://" in u for u in urls):

@@ -12,11 +12,12 @@ at most a `.tmp` file, which no shard pattern (`*.tar`) matches and the next run
 
 from __future__ import annotations
 
-import hashlib
 import io
 import os
 import tarfile
 from typing import Iterable, Tuple
+
+from fastload.source.manifest import file_sha256
 
 TMP_SUFFIX = ".tmp"
 
@@ -55,20 +56,6 @@ def write_shard(path: str, samples: Iterable[Tuple[str, str, bytes, int]]) -> Tu
         remove_quietly(tmp)
         raise
     return digest, size, count
-
-
-def file_sha256(path: str) -> Tuple[str, int]:
-    """(sha256 hex, size) of a file, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    size = 0
-    with open(path, "rb") as f:
-        while True:
-            block = f.read(1 << 20)
-            if not block:
-                break
-            digest.update(block)
-            size += len(block)
-    return digest.hexdigest(), size
 
 
 def create_temp(folder: str, prefix: str) -> Tuple[int, str]:

@@ -215,7 +215,7 @@ def run_case(path: str, cache: str):
     """None when the case holds the property, else a description of what broke."""
     import warnings
 
-    from fastload.source.tar import TarShardError, TarShards
+    from fastload.datasets.tar import TarShardError, TarShards
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -247,7 +247,7 @@ def child(folder: str, cases: int, seed: int) -> int:
 
     signal.signal(signal.SIGALRM, on_alarm)
     _builders()
-    import fastload.source.tar  # noqa: F401 - imported before tracing starts: only the cases count
+    import fastload.datasets.tar  # noqa: F401 - imported before tracing starts: only the cases count
 
     tracemalloc.start()
     failures = 0

@@ -477,7 +477,7 @@ def test_gpu_decode_path_passes_the_plans_max_pixels(tmp_path, monkeypatch):
         return [ops.decode_jpeg(d, channels=channels, max_pixels=max_pixels) for d in datas], \
             torch.zeros(len(datas), dtype=torch.bool)
 
-    monkeypatch.setattr(ops, "decode_jpeg_cuda", stand_in)
+    monkeypatch.setattr(fastload._ops, "decode_jpeg_cuda", stand_in)  # what the nvJPEG producer calls
     js.write_image_folder(tmp_path, classes=1, per_class=2)
     dataset = fastload.ImageFolder(str(tmp_path), ops=[ops.CenterCrop(16)])
     runner = NativeRunner(dataset.index, build_plan(dataset.ops, max_pixels=12345), decode_on="gpu", device="cpu")

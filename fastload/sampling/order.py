@@ -30,21 +30,17 @@ Example:
 
 from __future__ import annotations
 
-import base64
 import itertools
-import os
-from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Optional, Protocol, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Protocol, Union
 
 import numpy as np
 import torch
 
-# 2 added "rng" (the stream that draws the next epoch's shuffle seed when there is no
-# generator); version 1 states, without it, still load.
-STATE_VERSION = 2
-_STATE_VERSIONS = (1, 2)
-UNEVEN_MODES = ("pad", "drop", "exact")
-
+from fastload.sampling.distributed import UNEVEN_MODES, check_uneven, resolve_distributed
+from fastload.sampling.layout import Layout, deal, layout, rank_batches
+from fastload.sampling.rng import GlobalStream
+from fastload.sampling.state import (STATE_VERSION, b64, check_common, check_rng_state, is_seed, state_error,
+                                     unb64)
 
 class IndexOrder(Protocol):
     """What a loader needs from sampling: the batches of one epoch, resumable."""
@@ -76,199 +72,10 @@ class IndexOrder(Protocol):
 
 
 # ---------------------------------------------------------------------------------------
-# Distributed setting
-
-
-def check_distributed(distributed: Any) -> Union[str, bool]:
-    """distributed, if it is "auto", True or False (else ValueError): the one check."""
-    if distributed not in ("auto", True, False) or (isinstance(distributed, (int, float))
-                                                    and not isinstance(distributed, bool)):
-        raise ValueError(f"fastload.DataLoader: expected distributed='auto', True or False, got {distributed!r}.")
-    return distributed
-
-
-def check_uneven(uneven: Any) -> str:
-    """uneven, if it is one of UNEVEN_MODES (else ValueError): the one check."""
-    if not isinstance(uneven, str) or uneven not in UNEVEN_MODES:
-        raise ValueError(f"fastload.DataLoader: expected uneven in {UNEVEN_MODES}, got {uneven!r}.")
-    return uneven
-
-
-def resolve_distributed(distributed: Union[bool, str] = "auto") -> Tuple[int, int]:
-    """(rank, world_size): torch.distributed when initialised, else RANK/WORLD_SIZE from
-    torchrun when distributed="auto"; True requires one of them; False gives (0, 1).
-
-    Example:
-        >>> resolve_distributed(False)
-        (0, 1)
-    """
-    if check_distributed(distributed) is False:
-        return 0, 1
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
-    if rank is not None and world is not None:
-        try:
-            rank_i, world_i = int(rank), int(world)
-        except ValueError:
-            raise ValueError(
-                f"fastload.DataLoader: expected integer RANK and WORLD_SIZE environment "
-                f"variables, got RANK={rank!r} WORLD_SIZE={world!r}. Launch with torchrun."
-            ) from None
-        if not 0 <= rank_i < world_i:
-            raise ValueError(
-                f"fastload.DataLoader: expected 0 <= RANK < WORLD_SIZE, got RANK={rank_i} "
-                f"WORLD_SIZE={world_i}. Launch with torchrun."
-            )
-        return rank_i, world_i
-    if distributed is True:
-        raise RuntimeError(
-            "fastload.DataLoader: expected torch.distributed to be initialised or RANK/WORLD_SIZE "
-            "to be set (torchrun) with distributed=True, got neither. Launch with torchrun, call "
-            "torch.distributed.init_process_group() first, or pass distributed='auto'."
-        )
-    return 0, 1
-
-
-# ---------------------------------------------------------------------------------------
-# The step layout of (the rest of) an epoch
-
-
-@dataclass(frozen=True)
-class _Layout:
-    """How M remaining samples become lockstep steps for W ranks.
-
-    The dealt sequence is the remaining perm padded (uneven="pad") or truncated to `length`;
-    the first `full_steps` steps take W * B samples each, then the steps in `tail` take the
-    given totals (each a multiple of W, or between W and W * B for "exact").
-    """
-
-    length: int
-    full_steps: int
-    step_size: int  # W * B
-    tail: Tuple[int, ...]
-
-    @property
-    def steps(self) -> int:
-        return self.full_steps + len(self.tail)
-
-    def consumed(self, steps: int) -> int:
-        """Samples of the dealt sequence taken by the first `steps` steps."""
-        full = min(steps, self.full_steps)
-        return full * self.step_size + sum(self.tail[: max(0, steps - self.full_steps)])
-
-
-def _layout(remaining: int, world_size: int, batch_size: int, uneven: str, drop_last: bool) -> _Layout:
-    m, w, b = remaining, world_size, batch_size
-    if uneven in ("pad", "drop"):
-        # Every rank gets n samples, then batches them like torch's BatchSampler.
-        n = -(-m // w) if uneven == "pad" else m // w
-        tail = () if drop_last or n % b == 0 else (w * (n % b),)
-        return _Layout(n * w, n // b, w * b, tail)
-    # "exact": every sample once, every rank the same number of non-empty batches.
-    if drop_last:
-        full = m // (w * b)
-        return _Layout(full * w * b, full, w * b, ())
-    if m == 0:
-        return _Layout(0, 0, w * b, ())
-    if m < w:
-        raise ValueError(
-            f"fastload.DataLoader: uneven='exact' needs at least one sample per rank, got "
-            f"{m} samples for {w} ranks. Every rank must yield the same number of non-empty "
-            "batches; use uneven='pad' (repeats samples) or 'drop', or fewer ranks (when "
-            "resuming: the rest of the epoch is this small; resume it with fewer ranks, or "
-            "start the next epoch with set_epoch)."
-        )
-    steps = -(-m // (w * b))
-    last = m - (steps - 1) * w * b
-    if last >= w:
-        return _Layout(m, steps - 1, w * b, (last,))
-    if b == 1:
-        raise ValueError(
-            f"fastload.DataLoader: uneven='exact' with batch_size=1 needs a number of samples "
-            f"divisible by the world size, got {m} samples for {w} ranks. Use batch_size >= 2, "
-            "or uneven='pad' or 'drop'."
-        )
-    # The last step would leave some rank without a sample: move W - last samples from the
-    # step before (which has W * B >= 2 W) so both steps give every rank 1..B samples.
-    return _Layout(m, steps - 2, w * b, (w * b - (w - last), w))
-
-
-def _rank_batches(seq: np.ndarray, layout: _Layout, rank: int, world_size: int) -> Iterator[List[int]]:
-    """Rank `rank`'s batches of the dealt sequence: chunk of each step, interleaved."""
-    w = world_size
-    if layout.full_steps:
-        b = layout.step_size // w
-        # chunk s = seq[s*W*B : (s+1)*W*B]; chunk[r::W] == chunk.reshape(B, W)[:, r]
-        full = seq[: layout.full_steps * layout.step_size].reshape(layout.full_steps, b, w)[:, :, rank]
-        for row in full:
-            yield row.tolist()
-    start = layout.full_steps * layout.step_size
-    for total in layout.tail:
-        yield seq[start + rank : start + total : w].tolist()
-        start += total
-
-
-def _deal(perm: np.ndarray, start: int, layout: _Layout) -> np.ndarray:
-    """perm[start:] padded or cut to layout.length.
-
-    Padding repeats the epoch's perm from *its* start (like DistributedSampler), not the
-    rest's: so a resume with the same world size pads exactly as the uninterrupted run did.
-    """
-    rest = perm[start:]
-    if layout.length <= len(rest):
-        return rest[: layout.length]
-    need = layout.length - len(rest)
-    return np.concatenate([rest, np.tile(perm, -(-need // len(perm)))[:need]])
-
-
-# ---------------------------------------------------------------------------------------
-# State helpers
-
-
-def _b64(t: torch.Tensor) -> str:
-    return base64.b64encode(t.numpy().tobytes()).decode("ascii")
-
-
-def _unb64(s: str) -> torch.Tensor:
-    return torch.frombuffer(bytearray(base64.b64decode(s.encode("ascii"))), dtype=torch.uint8)
-
-
-def _state_error(what: str, fix: str = "Load a state saved by the same kind of loader over the same dataset.") -> ValueError:
-    return ValueError(f"fastload.DataLoader.load_state_dict: {what}. {fix}")
-
-
-def _check_common(state: Any, dataset_len: int, kind: str) -> None:
-    if not isinstance(state, dict):
-        raise _state_error(f"expected a dict, got {type(state).__name__}")
-    version = state.get("version")
-    if type(version) is not int or version not in _STATE_VERSIONS:
-        raise _state_error(
-            f"expected state version {' or '.join(map(str, _STATE_VERSIONS))}, got {version!r}",
-            "The state was saved by another fastload version; resume with the version that saved it.",
-        )
-    if state.get("kind") != kind:
-        raise _state_error(
-            f"expected a state of a loader with {'a user sampler' if kind == 'sampler' else 'its own order (no sampler)'}, "
-            f"got one of kind {state.get('kind')!r}",
-            "Pass the same sampler/batch_sampler arguments as the run that saved it.",
-        )
-    if state.get("dataset_len") != dataset_len:
-        raise _state_error(
-            f"expected a state for a dataset of {dataset_len} samples, got one saved with "
-            f"{state.get('dataset_len')!r} samples",
-            "Resume with the same dataset, or start the epoch afresh without load_state_dict.",
-        )
-    epoch = state.get("epoch")
-    if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
-        raise _state_error(f"expected a non-negative int epoch, got {epoch!r}")
-
-
-# ---------------------------------------------------------------------------------------
 # fastload's own order (no user sampler)
 
 
-class _Order:
+class Order:
     """The order when the user gave no sampler: torch's semantics on one process, a seeded
     global permutation dealt to ranks when distributed. See the module docstring.
 
@@ -308,15 +115,11 @@ class _Order:
         self._perm_source: Optional[Dict[str, Any]] = None  # how this epoch's perm was drawn
         self._started = False  # an __iter__ began for (epoch, history) -> next one advances
         self.base_seed_draws = 0
-        # After a resume without a generator: the saved run's global RNG stream, which draws
-        # the next epochs' seeds (None: torch's global RNG, as torch does).
-        self._stream: Optional[torch.Generator] = None
-        self._rng_after: Optional[str] = None  # that stream's state right after this epoch's draw
-        # The global RNG's state when the order (or its loader) last left it, while there is
-        # a stream; None inside the loader's own draws (begin/end_global_draws).
-        self._global_left: Optional[torch.Tensor] = None
+        # Where shuffle seeds come from without a generator (fastload/sampling/rng.py).
+        self._rng = GlobalStream()
+        self._rng_after: Optional[str] = None  # the seeds' source right after this epoch's draw
         # Fail at construction on impossible configurations (e.g. "exact" with N < W).
-        self._current_layout()
+        self._currentlayout()
 
     # -- epoch ----------------------------------------------------------------------------
     @property
@@ -337,20 +140,20 @@ class _Order:
         """Samples of this epoch's perm already consumed by the history segments."""
         start = 0
         for seg in self._history if history is None else history:
-            lay = _layout(self.dataset_len - start, seg["world_size"], seg["batch_size"], seg["uneven"], seg["drop_last"])
+            lay = layout(self.dataset_len - start, seg["world_size"], seg["batch_size"], seg["uneven"], seg["drop_last"])
             start += min(lay.consumed(seg["steps"]), self.dataset_len - start)
         return start
 
-    def _current_layout(self, history: Optional[List[Dict[str, Any]]] = None) -> _Layout:
-        return _layout(self.dataset_len - self._start(history), self.world_size, self.batch_size, self.uneven,
+    def _currentlayout(self, history: Optional[List[Dict[str, Any]]] = None) -> Layout:
+        return layout(self.dataset_len - self._start(history), self.world_size, self.batch_size, self.uneven,
                        self.drop_last)
 
     def __len__(self) -> int:
-        return self._current_layout().steps
+        return self._currentlayout().steps
 
     def epoch_batches(self, dataset_len: Optional[int] = None) -> int:
         n = self.dataset_len if dataset_len is None else dataset_len
-        return _layout(n, self.world_size, self.batch_size, self.uneven, self.drop_last).steps
+        return layout(n, self.world_size, self.batch_size, self.uneven, self.drop_last).steps
 
     # -- the permutation -------------------------------------------------------------------
     def _draw_source(self) -> Dict[str, Any]:
@@ -362,46 +165,18 @@ class _Order:
         if self.generator is None:
             # torch's RandomSampler draws its seed from the global RNG at __iter__ (after a
             # resume: from the saved run's stream, where the loader's draws come first).
-            stream = self._stream
-            if stream is not None:
-                for _ in range(self.base_seed_draws):
-                    torch.empty((), dtype=torch.int64).random_(generator=stream)
-            seed = int(torch.empty((), dtype=torch.int64).random_(generator=stream).item())
-            self._rng_after = _b64(stream.get_state() if stream is not None else torch.get_rng_state())
+            seed, self._rng_after = self._rng.draw_seed(self.base_seed_draws)
             return {"kind": "seed", "seed": seed}
-        return {"kind": "generator", "state": _b64(self.generator.get_state())}
+        return {"kind": "generator", "state": b64(self.generator.get_state())}
 
     # -- who else draws from the global RNG -------------------------------------------------
-    def _global_rng_untouched(self, draws: Tuple[int, ...]) -> bool:
-        """Whether the global RNG is where it was left, or that many int64 draws on (the
-        loader's own base-seed draws, which the stream replays)."""
-        now = torch.get_rng_state()
-        for n in sorted(set(draws)):
-            g = torch.Generator()
-            g.set_state(self._global_left)
-            for _ in range(n):
-                torch.empty((), dtype=torch.int64).random_(generator=g)
-            if torch.equal(g.get_state(), now):
-                return True
-        return False
-
-    def _drop_stream(self) -> None:
-        # Someone else drives the global RNG (a re-seed per epoch, a restored RNG state):
-        # from now on its draws are the ones torch would make.
-        self._stream, self._global_left = None, None
-
     def begin_global_draws(self) -> None:
-        """A loader's iter() is about to draw from the global RNG (its base seed; with worker
-        processes, the epoch's shuffle seed too): drops the stream if anyone touched the
-        global RNG since it was left, and trusts it until end_global_draws."""
-        if self._stream is not None and self._global_left is not None and not self._global_rng_untouched((0,)):
-            self._drop_stream()
-        self._global_left = None
+        """A loader's iter() is about to draw from the global RNG (GlobalStream's)."""
+        self._rng.begin_global_draws()
 
     def end_global_draws(self) -> None:
-        """The loader's iter() drew what it draws: the global RNG is left as it is now."""
-        if self._stream is not None:
-            self._global_left = torch.get_rng_state()
+        """The loader's iter() drew what it draws (GlobalStream's)."""
+        self._rng.end_global_draws()
 
     def _perm(self, source: Dict[str, Any]) -> np.ndarray:
         n = self.dataset_len
@@ -416,7 +191,7 @@ class _Order:
         # draw with *it*, so it ends in the same state as an uninterrupted run and later
         # epochs match too.
         g = self.generator if self._draws_from_user_generator() else torch.Generator()
-        g.set_state(_unb64(source["state"]))
+        g.set_state(unb64(source["state"]))
         return torch.randperm(n, generator=g).numpy()
 
     def _draws_from_user_generator(self) -> bool:
@@ -426,10 +201,10 @@ class _Order:
     def _generator_after_epoch(self) -> str:
         """The user's generator state after this epoch: its two randperm draws (see __iter__)."""
         g = torch.Generator()
-        g.set_state(_unb64(self._perm_source["state"]))
+        g.set_state(unb64(self._perm_source["state"]))
         torch.randperm(self.dataset_len, generator=g)
         torch.randperm(self.dataset_len, generator=g)
-        return _b64(g.get_state())
+        return b64(g.get_state())
 
     # -- iteration ------------------------------------------------------------------------
     def __iter__(self) -> Iterator[List[int]]:
@@ -441,18 +216,12 @@ class _Order:
         if self._started:  # automatic epoch counting: a new pass is the next epoch
             self.set_epoch(self._epoch + 1)
         self._started = True
-        if self._stream is not None and self._global_left is not None:
-            # A pass (outside a loader's iter(), which checks itself): the global RNG must be
-            # where it was left, give or take the loader's base-seed draws.
-            if self._global_rng_untouched((0, self.base_seed_draws)):
-                self._global_left = torch.get_rng_state()
-            else:
-                self._drop_stream()
-        layout = self._current_layout()
+        self._rng.check_pass(self.base_seed_draws)
+        layout = self._currentlayout()
         if self._perm_source is None:
             self._perm_source = self._draw_source()
         perm = self._perm(self._perm_source)
-        batches = _rank_batches(_deal(perm, self._start(), layout), layout, self.rank, self.world_size)
+        batches = rank_batches(deal(perm, self._start(), layout), layout, self.rank, self.world_size)
         if not self._draws_from_user_generator():
             yield from batches
             return
@@ -476,7 +245,7 @@ class _Order:
         The same on every rank (nothing rank-specific is stored): load it on all ranks,
         with any world size.
         """
-        layout = self._current_layout()
+        layout = self._currentlayout()
         if not isinstance(batches_consumed, int) or not 0 <= batches_consumed <= layout.steps:
             raise ValueError(
                 f"fastload.DataLoader.state_dict: expected 0 <= batches_consumed <= {layout.steps} "
@@ -492,8 +261,7 @@ class _Order:
             "perm": dict(self._perm_source) if self._perm_source is not None else None,
             "segments": [dict(s) for s in self._history],
         }
-        rng = self._rng_after if self._perm_source is not None else (
-            _b64(self._stream.get_state()) if self._stream is not None else None)
+        rng = self._rng_after if self._perm_source is not None else self._rng.state()
         if rng is not None:
             state["rng"] = rng
         if batches_consumed == layout.steps and self._started and self._perm_source is not None:
@@ -511,38 +279,38 @@ class _Order:
         return state
 
     def check_state_dict(self, state: dict) -> None:
-        _check_common(state, self.dataset_len, "order")
+        check_common(state, self.dataset_len, "order")
         perm, segments = state.get("perm"), state.get("segments")
         if perm is not None and not (isinstance(perm, dict) and (
                 perm.get("kind") == "sequential"
-                or (perm.get("kind") == "seed" and _is_seed(perm.get("seed")))
+                or (perm.get("kind") == "seed" and is_seed(perm.get("seed")))
                 or (perm.get("kind") == "generator" and isinstance(perm.get("state"), str)))):
-            raise _state_error(f"expected 'perm' to be None or a known permutation source (a seed is an int that "
+            raise state_error(f"expected 'perm' to be None or a known permutation source (a seed is an int that "
                                f"torch.Generator.manual_seed takes), got {perm!r}")
         if perm is not None and perm["kind"] == "generator":
             user_device = self.generator is not None and not self.distributed
-            _check_rng_state(perm["state"], "perm", torch.Generator(device=self.generator.device) if user_device
+            check_rng_state(perm["state"], "perm", torch.Generator(device=self.generator.device) if user_device
                              else torch.Generator())
         if not isinstance(segments, list):
-            raise _state_error(f"expected 'segments' to be a list, got {segments!r}")
+            raise state_error(f"expected 'segments' to be a list, got {segments!r}")
         if segments and perm is None:
-            raise _state_error("expected a permutation source for a partly consumed epoch, got perm=None")
+            raise state_error("expected a permutation source for a partly consumed epoch, got perm=None")
         start = 0
         for seg in segments:
             ok = (isinstance(seg, dict) and all(type(seg.get(k)) is int and seg.get(k) > 0
                                                 for k in ("world_size", "batch_size", "steps"))
                   and seg.get("uneven") in UNEVEN_MODES and isinstance(seg.get("drop_last"), bool))
             if not ok:
-                raise _state_error(f"expected segments of positive world_size/batch_size/steps, uneven, drop_last, got {seg!r}")
-            lay = _layout(self.dataset_len - start, seg["world_size"], seg["batch_size"], seg["uneven"], seg["drop_last"])
+                raise state_error(f"expected segments of positive world_size/batch_size/steps, uneven, drop_last, got {seg!r}")
+            lay = layout(self.dataset_len - start, seg["world_size"], seg["batch_size"], seg["uneven"], seg["drop_last"])
             if seg["steps"] > lay.steps:
-                raise _state_error(f"segment {seg!r} has more steps than its epoch had ({lay.steps})")
+                raise state_error(f"segment {seg!r} has more steps than its epoch had ({lay.steps})")
             start += min(lay.consumed(seg["steps"]), self.dataset_len - start)
         if "rng" in state:
-            _check_rng_state(state["rng"], "rng", torch.Generator())
+            check_rng_state(state["rng"], "rng", torch.Generator())
         if "generator" in state and perm is None and self.generator is not None and not self.distributed:
-            _check_rng_state(state["generator"], "generator", torch.Generator(device=self.generator.device))
-        self._current_layout(segments)  # raises now if the rest cannot be dealt to this world
+            check_rng_state(state["generator"], "generator", torch.Generator(device=self.generator.device))
+        self._currentlayout(segments)  # raises now if the rest cannot be dealt to this world
 
     def load_state_dict(self, state: dict) -> None:
         self.check_state_dict(state)  # all of it first: a refused state changes nothing
@@ -553,41 +321,23 @@ class _Order:
         self._started = False
         if perm is None and "generator" in state and self.generator is not None and not self.distributed:
             # Saved at an epoch's end: the next epoch is drawn from where the generator was.
-            self.generator.set_state(_unb64(state["generator"]))
+            self.generator.set_state(unb64(state["generator"]))
         rng = state.get("rng")
         if rng is not None and self.shuffle and self.generator is None and not self.distributed:
-            self._stream = torch.Generator()
-            self._stream.set_state(_unb64(rng))
+            self._rng.resume(rng)
             self._rng_after = rng if perm is not None else None
-            self._global_left = torch.get_rng_state()
         else:
             # A state without it (version 1, or saved before any draw): the next epochs
             # draw from the global RNG, as torch does.
-            self._stream, self._rng_after, self._global_left = None, None, None
-
-
-def _is_seed(value: Any) -> bool:
-    """An int torch.Generator.manual_seed takes (the int64 and uint64 ranges)."""
-    return type(value) is int and -2 ** 63 <= value < 2 ** 64
-
-
-def _check_rng_state(value: Any, key: str, scratch: torch.Generator) -> None:
-    """Raises unless `value` is a generator state that `scratch` (like the one it is for) takes."""
-    if isinstance(value, str):
-        try:
-            scratch.set_state(_unb64(value))
-            return
-        except (ValueError, RuntimeError, TypeError):
-            pass
-    raise _state_error(f"expected {key!r} to be a saved {scratch.device.type.upper()} generator state (base64 "
-                       f"text), got {str(value)[:40]!r}")
+            self._rng.drop()
+            self._rng_after = None
 
 
 # ---------------------------------------------------------------------------------------
 # A user's sampler or batch_sampler
 
 
-class _UserOrder:
+class UserOrder:
     """Wraps a user's sampler (batched like torch's BatchSampler) or batch_sampler.
 
     The user's sampler always wins and is never sharded again (a DistributedSampler already
@@ -653,10 +403,10 @@ class _UserOrder:
                 "epoch": epoch, "batches_consumed": consumed}
 
     def check_state_dict(self, state: dict) -> None:
-        _check_common(state, self.dataset_len, "sampler")
+        check_common(state, self.dataset_len, "sampler")
         consumed = state.get("batches_consumed")
         if not isinstance(consumed, int) or isinstance(consumed, bool) or consumed < 0:
-            raise _state_error(f"expected a non-negative int batches_consumed, got {consumed!r}")
+            raise state_error(f"expected a non-negative int batches_consumed, got {consumed!r}")
 
     def load_state_dict(self, state: dict) -> None:
         self.check_state_dict(state)
@@ -726,7 +476,7 @@ def make_order(
                 "fastload.DataLoader: batch_sampler option is mutually exclusive with batch_size, "
                 "shuffle, sampler, and drop_last. Pass only batch_sampler, or none of it."
             )
-        return _UserOrder(dataset_len=dataset_len, batch_sampler=batch_sampler)
+        return UserOrder(dataset_len=dataset_len, batch_sampler=batch_sampler)
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
         raise ValueError(f"fastload.DataLoader: expected a positive int batch_size, got {batch_size!r}.")
     if sampler is not None:
@@ -735,7 +485,7 @@ def make_order(
                 "fastload.DataLoader: sampler option is mutually exclusive with shuffle. "
                 "Shuffle in the sampler, or drop the sampler."
             )
-        return _UserOrder(dataset_len=dataset_len,
+        return UserOrder(dataset_len=dataset_len,
                           batch_sampler=torch.utils.data.BatchSampler(sampler, batch_size, drop_last))
     check_uneven(uneven)
     if (rank is None) != (world_size is None):
@@ -745,6 +495,6 @@ def make_order(
     elif not (isinstance(world_size, int) and world_size >= 1 and isinstance(rank, int) and 0 <= rank < world_size):
         raise ValueError(f"fastload.DataLoader: expected 0 <= rank < world_size, got rank={rank!r} world_size={world_size!r}.")
     is_distributed = world_size > 1 or distributed is True
-    return _Order(dataset_len=dataset_len, batch_size=batch_size, shuffle=bool(shuffle), drop_last=bool(drop_last),
+    return Order(dataset_len=dataset_len, batch_size=batch_size, shuffle=bool(shuffle), drop_last=bool(drop_last),
                   generator=generator, rank=rank, world_size=world_size, distributed=is_distributed,
                   uneven=uneven, seed=seed)

@@ -79,7 +79,7 @@ def write_shards(
 def _samples(source: Any, image_format: str, quality: int):
     """Yields (encoded bytes, member extension, label) for every sample."""
     if isinstance(source, (str, os.PathLike)):
-        from fastload.source.folder import find_classes, scan_folder
+        from fastload.datasets.folder import find_classes, scan_folder
 
         root = os.fspath(source)
         if not os.path.isdir(root):
@@ -90,7 +90,7 @@ def _samples(source: Any, image_format: str, quality: int):
             yield _file_sample(path, label, image_format, quality)
         return
 
-    from fastload.source.base import NativeDataset
+    from fastload.datasets.base import NativeDataset
 
     if isinstance(source, NativeDataset):
         index = source.index

@@ -7,7 +7,7 @@ goes through these functions only, so a change of the binding changes this file 
 
 Example:
     >>> import torch
-    >>> from fastload.native.contract import OK, sampling_views
+    >>> from fastload._contract import OK, sampling_views
     >>> OK == 0, OK.name
     (True, 'OK')
     >>> views, relative = sampling_views(torch.tensor([[1.5, 2.0, 4.0, 3.0]]),

@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from fastload.source.base import NativeDataset, transforms_repr
+from fastload.augment.split import transforms_repr
+from fastload.datasets.base import NativeDataset
 from fastload.source.index import SampleIndex
 
 

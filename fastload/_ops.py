@@ -1,14 +1,13 @@
-"""Typed wrappers of the native operators (torch.ops.fastload.*).
+"""Typed wrappers of the native operators (torch.ops.fastload.*), in the binding layer.
 
-This module is the package's only caller of torch.ops.fastload; the ops' shapes and
-dtypes are in the docstrings. Every op has a fake kernel (fastload/_meta.py) and an
-opcheck case (tests/ops/test_opcheck.py). Plain-PyTorch twins: fastload/reference.py
-(decode, crop_resize_flip_normalize), fastload/augment/color.py (the colour ops),
+This module is the only caller of torch.ops.fastload; the ops' shapes and dtypes are in
+the docstrings. Every op has a fake kernel (fastload/_meta.py) and an opcheck case
+(tests/ops/test_opcheck.py). Plain-PyTorch twins: fastload/reference.py (decode,
+crop_resize_flip_normalize), fastload/augment/color.py (the colour ops),
 fastload/augment/autoaugment.py (TrivialAugmentWide / RandAugment on PIL images, AugMix);
 the blur is checked against torchvision's GaussianBlur directly (tests/ops/test_blur.py).
-
-The transform specs (RandomResizedCrop, ...) that fastload datasets take as `ops=[...]`
-are re-exported here too (their public home is fastload.transforms).
+Every stage imports the wrappers from here; users read them, with the transform specs, as
+fastload.ops (fastload/ops/__init__.py).
 """
 
 from __future__ import annotations
@@ -439,7 +438,7 @@ def gaussian_blur_params(indices: torch.Tensor, seed: int, epoch: int, sigma_min
 
     Example:
         >>> import torch
-        >>> from fastload import ops
+        >>> from fastload import _ops as ops
         >>> sigmas = ops.gaussian_blur_params(torch.arange(1000), 0, 0, 0.1, 2.0, p=0.5)
         >>> bool(((sigmas >= 0.1) & (sigmas <= 2.0) | sigmas.isnan()).all()), 400 < int(sigmas.isnan().sum()) < 600
         (True, True)
@@ -538,18 +537,3 @@ def random_erasing_params(indices: torch.Tensor, seed: int, epoch: int, height: 
     images, torchvision's sampler from (seed, epoch, index); all zero: nothing erased."""
     return _ops().random_erasing_params(indices, seed, epoch, height, width, p, list(scale), list(ratio))
 
-
-# The transform specs (fastload.transforms), also here under their older home.
-from fastload.augment.autoaugment import AugMix, RandAugment, TrivialAugmentWide  # noqa: E402,F401
-from fastload.augment.color import ColorJitter, Grayscale, RandomErasing, RandomGrayscale  # noqa: E402,F401
-from fastload.augment.specs import (  # noqa: E402
-    CenterCrop,
-    GaussianBlur,
-    Normalize,
-    RandomCrop,
-    RandomHorizontalFlip,
-    RandomResizedCrop,
-    RandomVerticalFlip,
-    Resize,
-    ToDtype,
-)

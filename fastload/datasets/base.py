@@ -14,6 +14,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
 
+from fastload.compat.datasets import NativeSource
 from fastload.source.index import SampleIndex
 
 
@@ -48,19 +49,6 @@ def transform_list(transforms: Any) -> List[Any]:
     if isinstance(transforms, Iterable) and not isinstance(transforms, (str, bytes)):
         return list(transforms)
     return [transforms]
-
-
-def transforms_repr(native: Sequence[Any], tail: Sequence[Any] = ()) -> str:
-    """The transforms as a dataset's repr shows them: the native part (what the engine
-    runs), then the Python tail (what runs per sample in Python), when there is one.
-
-    Example:
-        >>> from fastload import transforms as T
-        >>> transforms_repr([T.CenterCrop(8)], [abs])
-        '[CenterCrop(size=(8, 8))] + python[<built-in function abs>]'
-    """
-    text = f"[{', '.join(repr(t) for t in native)}]"
-    return f"{text} + python[{', '.join(repr(t) for t in tail)}]" if tail else text
 
 
 def native_transforms(transforms: Optional[Sequence[Any]], owner: str = "fastload") -> List[Any]:
@@ -124,7 +112,7 @@ def split_transforms(transforms: Optional[Sequence[Any]], owner: str = "fastload
     from fastload.augment.specs import SPECS
     from fastload.augment.split import split_pipeline
     from fastload.errors import UnsupportedPipeline
-    from fastload.native.tail import flatten
+    from fastload.augment.tail import flatten
 
     flat = flatten(transform_list(transforms))
     positions: dict = {}
@@ -159,7 +147,7 @@ def split_transforms(transforms: Optional[Sequence[Any]], owner: str = "fastload
     return pipeline, flat
 
 
-class NativeDataset(torch.utils.data.Dataset):
+class NativeDataset(torch.utils.data.Dataset, NativeSource):
     """Base class: subclasses build `self.index` and call `super().__init__(index, transforms)`.
 
     Args:
@@ -170,7 +158,7 @@ class NativeDataset(torch.utils.data.Dataset):
             stand for the list. From the first transform without a native equivalent on
             (TrivialAugmentWide, a user function, ...), the rest is the Python tail:
             callables run per sample, in order, on the native prefix's output (a hybrid
-            pipeline; fastload.native.tail says what they receive). The first transform
+            pipeline; fastload.augment.tail says what they receive). The first transform
             must be native.
         seed: the base of every random parameter (crop, flip; the tail's per-sample seeds):
             parameters are a pure function of (seed, epoch, sample index). The loader
@@ -201,7 +189,7 @@ class NativeDataset(torch.utils.data.Dataset):
 
     def __init__(self, index: SampleIndex, transforms: Optional[Sequence[Any]] = None, seed: int = 0, *,
                  ops: Optional[Sequence[Any]] = None, tail_input: str = "pil"):
-        from fastload.native.tail import TAIL_INPUTS, makes_tensor
+        from fastload.augment.tail import TAIL_INPUTS, makes_tensor
 
         owner = f"fastload.{type(self).__name__}"
         if tail_input not in TAIL_INPUTS:
@@ -223,10 +211,10 @@ class NativeDataset(torch.utils.data.Dataset):
         return self.transforms
 
     def python_tail(self):
-        """The tail as a fastload.native.tail.Tail (None when every transform is native)."""
+        """The tail as a fastload.augment.tail.Tail (None when every transform is native)."""
         if not self.tail:
             return None
-        from fastload.native.tail import Tail
+        from fastload.augment.tail import Tail
 
         return Tail(self.tail, input=self.tail_input, prefix_makes_tensor=self.prefix_makes_tensor,
                     blockers=self.tail_blockers)
@@ -252,7 +240,7 @@ class NativeDataset(torch.utils.data.Dataset):
         out = apply_ops_reference(self.transforms, image, seed=self.seed, epoch=self.epoch, index=i)
         tail = self.python_tail()
         if tail is not None:
-            from fastload.native.tail import GlobalDraws, _TailError, sample_seed
+            from fastload.augment.tail import GlobalDraws, _TailError, sample_seed
 
             # The same per-sample seed as the hybrid runner's: both paths draw alike.
             try:
