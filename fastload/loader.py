@@ -287,8 +287,8 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         trace: bool = True,
     ) -> None:
         # A webdataset pipeline whose stages fastload maps runs as a map-style view of its
-        # shards (fastload.compat.webdataset): its batch size, shuffle and drop_last come along.
-        from fastload.compat.webdataset import adopt
+        # shards (fastload.datasets.webdataset): its batch size, shuffle and drop_last come along.
+        from fastload.datasets.webdataset import adopt
 
         adopted = adopt(dataset, batch_size=batch_size, shuffle=shuffle, drop_last=drop_last, on_error=on_error,
                         accelerate=accelerate, distributed=distributed)

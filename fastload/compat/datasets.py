@@ -70,6 +70,15 @@ class NativeSource:
     tail_blockers: Tuple[str, ...]
 
 
+class AnalysedSource:
+    """A dataset built above this layer that gives its own Analysis (`analysis(wrapped)`),
+    e.g. fastload.datasets.webdataset.WebDatasetSamples, a webdataset pipeline's view of
+    its shards: `analyse` takes it as it says, without importing the layer that made it."""
+
+    def analysis(self, wrapped: bool = False) -> "Analysis":
+        raise NotImplementedError
+
+
 @dataclass(frozen=True)
 class Conversion:
     """A dataset the native engine can read, and what runs on each sample.
@@ -367,8 +376,7 @@ def _traced(dataset: Any, out: Analysis, wrapped: bool) -> Analysis:
 def _base(dataset: Any, wrapped: bool) -> Analysis:
     from fastload.compat.torchvision import flatten, split_transform
     name = type(dataset).__name__
-    webdataset = sys.modules.get("fastload.compat.webdataset")  # loaded by the loader that made such a view
-    if webdataset is not None and isinstance(dataset, webdataset.WebDatasetSamples):
+    if isinstance(dataset, AnalysedSource):  # e.g. a webdataset pipeline's view of its shards
         return dataset.analysis(wrapped)
     from fastload.compat.hf_datasets import analyse_hf, is_hf_dataset
 

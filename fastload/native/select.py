@@ -75,7 +75,7 @@ def order_left_to_torch(dataset: Any, *, batch_size: Optional[int], sampler: Any
         # A webdataset pipeline the loader did not map, or a streaming Hugging Face
         # dataset: the reason names what kept it here.
         from fastload.compat.hf_datasets import iterable_reason
-        from fastload.compat.webdataset import generic_reason
+        from fastload.datasets.webdataset import generic_reason
 
         return generic_reason(dataset) or iterable_reason(dataset) or \
             "generic: IterableDataset (order left to the dataset and torch)"

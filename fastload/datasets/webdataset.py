@@ -86,7 +86,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from fastload.compat.datasets import Analysis, Conversion
+from fastload.compat.datasets import AnalysedSource, Analysis, Conversion
 from fastload.source.index import FlatStrings, SampleIndex
 
 _IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "ppm", "bmp", "tiff", "gif")  # what TarShards reads as images
@@ -725,7 +725,7 @@ def _label_fns(fns: Sequence[Any]) -> Tuple[Any, ...]:
     return tuple(f for f in fns if f is not int)
 
 
-class WebDatasetSamples(torch.utils.data.Dataset):
+class WebDatasetSamples(AnalysedSource, torch.utils.data.Dataset):
     """A webdataset pipeline as a map-style dataset over the same shards.
 
     Sample i is what the pipeline yields for the i-th sample of its shards (fastload's
@@ -760,7 +760,8 @@ class WebDatasetSamples(torch.utils.data.Dataset):
         """The view of `pipeline` (its `recipe` when already read); NotMapped when a stage or
         the shards' content is not mapped. A shard that cannot be read raises as
         fastload.TarShards does (on_error)."""
-        from fastload.source.tar import TarShards, default_cache_dir
+        from fastload.datasets.tar import TarShards
+        from fastload.source.tar_index import default_cache_dir
 
         recipe = recipe if recipe is not None else _read(pipeline)
         cache = cache_dir or default_cache_dir()
@@ -930,7 +931,7 @@ def _check_members(shards: Any, recipe: Recipe) -> Tuple[List[str], List[bytes]]
     """Per sample of the index, its image's extension and its .cls text; NotMapped when a sample's members
     say the pipeline would see it otherwise (another image first among to_tuple's
     alternatives, no .cls, members of a dict output the index does not keep)."""
-    from fastload.source.tar import _split_key, load_index
+    from fastload.source.tar_index import load_index, split_key
 
     image_fields = [f for f in recipe.fields() if f.kind == "image"]
     exts: List[str] = []
@@ -942,12 +943,12 @@ def _check_members(shards: Any, recipe: Recipe) -> Tuple[List[str], List[bytes]]
         members: Dict[str, List[str]] = {}
         cls_text: Dict[str, str] = {}
         for i, name in enumerate(record["names"]):
-            key, ext = _split_key(name)
+            key, ext = split_key(name)
             members.setdefault(key, []).append(ext)
             if ext == "cls":
                 cls_text[key] = record["labels_text"].get(str(i), "")
         for member in (shards.index.members[i] for i in range(int(bounds[shard_id]), int(bounds[shard_id + 1]))):
-            key, ext = _split_key(member)
+            key, ext = split_key(member)
             present = members.get(key, [])
             if "cls" not in present:
                 raise NotMapped(f"webdataset pipeline: sample {key!r} of {shards.urls[shard_id]!r} has no .cls member "
@@ -1030,9 +1031,9 @@ def adopt(dataset: Any, *, batch_size: Optional[int], shuffle: Optional[bool], d
                             f"batch_size={batch_size} in the loader (batches of batches); pass batch_size=None")
         if recipe.batch is None and batch_size is None:
             raise NotMapped("webdataset pipeline without batched(n) and batch_size=None (samples one by one)")
-        from fastload.source import sampling
+        from fastload.sampling.distributed import resolve_distributed
 
-        world = sampling.resolve_distributed(distributed)[1]
+        world = resolve_distributed(distributed)[1]
         view = WebDatasetSamples.from_pipeline(dataset, on_error=on_error, world_size=world, recipe=recipe)
     except NotMapped as why:
         _REASONS[dataset] = str(why)
