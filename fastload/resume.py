@@ -54,8 +54,9 @@ from fastload.native.protocol import Runner
 from fastload.sampling.order import Order
 from fastload.datasets.base import NativeDataset
 
-# 2 added "dataset" (a fingerprint of the data the state was saved over); version 1
-# states still load, without that check.
+# The version of the loader's state (the order's nested state has its own,
+# fastload.sampling.state.ORDER_STATE_VERSION): 2 added "dataset" (a fingerprint of the
+# data the state was saved over); version 1 states still load, without that check.
 STATE_VERSION = 2
 _STATE_VERSIONS = (1, 2)
 _PREFIX = "fastload.DataLoader"

@@ -17,7 +17,7 @@ from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, Tenso
 
 from fastload.sampling.distributed import resolve_distributed
 from fastload.sampling.order import make_order
-from fastload.sampling.state import STATE_VERSION
+from fastload.sampling.state import ORDER_STATE_VERSION
 from resume_helpers import check_resume_at_every_position
 
 
@@ -273,7 +273,7 @@ def test_state_is_the_same_on_every_rank_and_plain():
     states = [o.state_dict(2) for o in orders]
     assert states[0] == states[1] == states[2]
     assert json.loads(json.dumps(states[0])) == states[0]
-    assert states[0]["version"] == STATE_VERSION
+    assert states[0]["version"] == ORDER_STATE_VERSION
 
 
 def _run_steps(orders, steps):
@@ -465,7 +465,7 @@ def test_version_1_state_without_rng_still_loads():
     o = make_order(dataset_len=10, batch_size=3, shuffle=True, drop_last=False, distributed=False)
     list(itertools.islice(iter(o), 1))
     state = o.state_dict(1)
-    assert "rng" in state and state["version"] == STATE_VERSION == 2
+    assert "rng" in state and state["version"] == ORDER_STATE_VERSION == 2
     old = {k: v for k, v in state.items() if k != "rng"}
     old["version"] = 1
     resumed = make_order(dataset_len=10, batch_size=3, shuffle=True, drop_last=False, distributed=False)

@@ -39,7 +39,7 @@ import torch
 from fastload.sampling.distributed import UNEVEN_MODES, check_uneven, resolve_distributed
 from fastload.sampling.layout import Layout, deal, layout, rank_batches
 from fastload.sampling.rng import GlobalStream
-from fastload.sampling.state import (STATE_VERSION, b64, check_common, check_rng_state, is_seed, state_error,
+from fastload.sampling.state import (ORDER_STATE_VERSION, b64, check_common, check_rng_state, is_seed, state_error,
                                      unb64)
 
 class IndexOrder(Protocol):
@@ -252,7 +252,7 @@ class Order:
                 f"(this epoch's batches), got {batches_consumed!r}."
             )
         state: Dict[str, Any] = {
-            "version": STATE_VERSION,
+            "version": ORDER_STATE_VERSION,
             "kind": "order",
             "dataset_len": self.dataset_len,
             "epoch": self._epoch,
@@ -399,7 +399,7 @@ class UserOrder:
             # The epoch is complete: resume at the start of an epoch. The same epoch number:
             # user samplers get no automatic epoch counting (the user calls set_epoch).
             consumed = 0
-        return {"version": STATE_VERSION, "kind": "sampler", "dataset_len": self.dataset_len,
+        return {"version": ORDER_STATE_VERSION, "kind": "sampler", "dataset_len": self.dataset_len,
                 "epoch": epoch, "batches_consumed": consumed}
 
     def check_state_dict(self, state: dict) -> None:

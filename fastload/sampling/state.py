@@ -16,10 +16,11 @@ from typing import Any
 import torch
 
 
-# 2 added "rng" (the stream that draws the next epoch's shuffle seed when there is no
-# generator); version 1 states, without it, still load.
-STATE_VERSION = 2
-STATE_VERSIONS = (1, 2)
+# The version of the order's own state (nested in the loader's, whose version is
+# fastload.resume.STATE_VERSION): 2 added "rng" (the stream that draws the next epoch's
+# shuffle seed when there is no generator); version 1 states, without it, still load.
+ORDER_STATE_VERSION = 2
+ORDER_STATE_VERSIONS = (1, 2)
 
 
 def b64(t: torch.Tensor) -> str:
@@ -38,9 +39,9 @@ def check_common(state: Any, dataset_len: int, kind: str) -> None:
     if not isinstance(state, dict):
         raise state_error(f"expected a dict, got {type(state).__name__}")
     version = state.get("version")
-    if type(version) is not int or version not in STATE_VERSIONS:
+    if type(version) is not int or version not in ORDER_STATE_VERSIONS:
         raise state_error(
-            f"expected state version {' or '.join(map(str, STATE_VERSIONS))}, got {version!r}",
+            f"expected state version {' or '.join(map(str, ORDER_STATE_VERSIONS))}, got {version!r}",
             "The state was saved by another fastload version; resume with the version that saved it.",
         )
     if state.get("kind") != kind:
