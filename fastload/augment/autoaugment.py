@@ -227,7 +227,7 @@ class AugMix:
             Dirichlet weights, depths, bins and signs (probability 1/2) are v1's. Its ops
             are v2's tensor kernels, which round differently from v1's in Color,
             Sharpness and AutoContrast: up to one uint8 level on a few pixels per op (the
-            native ops are v1's arithmetic; tests/test_augmix_v2.py measures it).
+            native ops are v1's arithmetic; tests/ops/test_augmix_v2.py measures it).
 
     Raises:
         ValueError: as torchvision for a severity outside [1, 10].

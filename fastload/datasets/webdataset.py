@@ -98,7 +98,7 @@ _FIX = ("use the stages fastload maps (see fastload/compat/webdataset.py), or le
         "(it runs on torch's machinery)")
 
 
-class NotMapped(Exception):
+class _NotMapped(Exception):
     """A stage, field or argument of a webdataset pipeline that fastload does not map."""
 
 
@@ -180,10 +180,10 @@ def _is_wds(obj: Any) -> bool:
     return getattr(target, "__module__", "").split(".")[0] == "webdataset"
 
 
-def _refuse(stage: Any, why: str) -> NotMapped:
+def _refuse(stage: Any, why: str) -> _NotMapped:
     if stage is None:  # (inside a map's function: the map stage names itself)
-        return NotMapped(why)
-    return NotMapped(f"webdataset pipeline stage {_name_of(stage)} ({_where(stage)}) is not mapped: {why}")
+        return _NotMapped(why)
+    return _NotMapped(f"webdataset pipeline stage {_name_of(stage)} ({_where(stage)}) is not mapped: {why}")
 
 
 def _wds(obj: Any, module: str, name: str) -> bool:
@@ -203,14 +203,14 @@ def _continues(handler: Any) -> bool:
 
 
 def read_pipeline(pipeline: Any) -> Recipe:
-    """The Recipe of a webdataset pipeline, else NotMapped naming the first stage that is not."""
+    """The Recipe of a webdataset pipeline, else _NotMapped naming the first stage that is not."""
     if type(pipeline).__name__ == "WebLoader":
-        raise NotMapped("a wds.WebLoader is a loader itself (a torch DataLoader runs its dataset): pass the dataset "
+        raise _NotMapped("a wds.WebLoader is a loader itself (a torch DataLoader runs its dataset): pass the dataset "
                         "it wraps to fastload.DataLoader in its place (batch_size=None for a pipeline ending in "
                         "batched(n))")
     stages = list(pipeline.pipeline)
     if not stages:
-        raise NotMapped("an empty webdataset pipeline")
+        raise _NotMapped("an empty webdataset pipeline")
     recipe = Recipe(urls=[])
     source = stages[0]
     if _wds(source, "shardlists", "SimpleShardList"):
@@ -301,10 +301,10 @@ def read_pipeline(pipeline: Any) -> Recipe:
         raise _refuse(stage, f"no equivalent on fastload's tar-shard engine ({_FIX})")
     recipe.stages = [name for name in recipe.stages if name]
     if state not in ("samples", "tuples", "batches"):
-        raise NotMapped("a webdataset pipeline that does not read tar samples (no tarfile_to_samples stage)")
+        raise _NotMapped("a webdataset pipeline that does not read tar samples (no tarfile_to_samples stage)")
     _epoch(pipeline, recipe)
     if recipe.decode is None and any(f.kind == "image" for f in _output_fields(recipe)):
-        raise NotMapped("webdataset pipeline: the image reaches the sample undecoded (bytes): add "
+        raise _NotMapped("webdataset pipeline: the image reaches the sample undecoded (bytes): add "
                         "decode('pil') (fastload decodes the image itself)")
     return recipe
 
@@ -482,7 +482,7 @@ def _map(stage: Any, recipe: Recipe, state: str) -> str:
     f = stage.args[0] if stage.args else stage.kw.get("f")
     try:
         result = _see_through(f, recipe, state)
-    except NotMapped as why:
+    except _NotMapped as why:
         raise _refuse(stage, f"map({_name_of(f)}): {why}") from None
     if isinstance(result, dict):
         if state == "samples":  # webdataset's map keeps the key of a dict sample
@@ -503,7 +503,7 @@ class _Stand:
         object.__setattr__(self, "field", field_)
 
     def _used(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotMapped(f"the function uses the field {';'.join(object.__getattribute__(self, 'field').source)!r} "
+        raise _NotMapped(f"the function uses the field {';'.join(object.__getattribute__(self, 'field').source)!r} "
                         "(followed: fields passed on as they are, the image through a transform fastload maps)")
 
     def __getattr__(self, name: str) -> Any:
@@ -534,7 +534,7 @@ def _see_through(f: Any, recipe: Recipe, state: str) -> Any:
     """What `f` returns for a sample, in fields: a list (a tuple sample) or a dict of
     Field. `f` runs once on stand-ins under fastload's tracer (fastload/compat/trace.py):
     the image is a traced image (a transform fastload maps is intercepted where it enters
-    it), every other field a `_Stand` that may only be passed on. NotMapped when `f` does
+    it), every other field a `_Stand` that may only be passed on. _NotMapped when `f` does
     anything else with them, draws random numbers outside the transforms, raises, or
     returns something that is not such a field."""
     try:
@@ -542,10 +542,10 @@ def _see_through(f: Any, recipe: Recipe, state: str) -> Any:
         tracer = (trace._patched, trace._Call, trace.TracedImage, trace.TracedOutput, trace._local, trace._Stop,
                   trace._rng_state, trace._rng_moved, trace._rng_restore, trace._where_traceback)
     except (ImportError, AttributeError) as error:
-        raise NotMapped(f"fastload's tracer is not available here ({error})") from None
+        raise _NotMapped(f"fastload's tracer is not available here ({error})") from None
     patched, Call, TracedImage, TracedOutput, local, Stop, rng_state, rng_moved, rng_restore, where_tb = tracer
     if not trace.enabled():
-        raise NotMapped(f"{trace.TRACE_ENV}=0 turns the tracer off")
+        raise _NotMapped(f"{trace.TRACE_ENV}=0 turns the tracer off")
     call = Call()
     images: Dict[int, Field] = {}
 
@@ -570,19 +570,19 @@ def _see_through(f: Any, recipe: Recipe, state: str) -> Any:
             result = f(probe)
     except Stop:
         why = call.problem.why if call.problem else "stopped"
-        raise NotMapped(f"{why} at {call.problem.where if call.problem else '?'}") from None
-    except NotMapped:
+        raise _NotMapped(f"{why} at {call.problem.where if call.problem else '?'}") from None
+    except _NotMapped:
         raise
     except Exception as error:  # noqa: BLE001 - the user's code raised on the stand-ins: not followed
-        raise NotMapped(f"raised {type(error).__name__}: {error} at {where_tb(error.__traceback__)}") from None
+        raise _NotMapped(f"raised {type(error).__name__}: {error} at {where_tb(error.__traceback__)}") from None
     finally:
         local.call = None
         moved = rng_moved(before)
         rng_restore(before)
     if moved:
-        raise NotMapped(f"draws random numbers outside the transforms ({', '.join(moved)})")
+        raise _NotMapped(f"draws random numbers outside the transforms ({', '.join(moved)})")
     if len(call.outputs) > 1:
-        raise NotMapped(f"calls transforms {len(call.outputs)} times per sample (one call is followed)")
+        raise _NotMapped(f"calls transforms {len(call.outputs)} times per sample (one call is followed)")
 
     def field_of(value: Any) -> Field:
         if isinstance(value, _Stand):
@@ -592,14 +592,14 @@ def _see_through(f: Any, recipe: Recipe, state: str) -> Any:
         if type(value) is TracedOutput and id(value.image) in images:
             base = images[id(value.image)]
             return replace(base, fns=base.fns + (value.transform,))
-        raise NotMapped(f"returns a {type(value).__name__} (followed: the sample's fields passed on as they are, "
+        raise _NotMapped(f"returns a {type(value).__name__} (followed: the sample's fields passed on as they are, "
                         "the image through one transform fastload maps, in a flat tuple, list or dict)")
 
     if type(result) in (tuple, list):
         return [field_of(v) for v in result]
     if type(result) is dict:
         return {k: field_of(v) for k, v in result.items()}
-    raise NotMapped(f"returns a {type(result).__name__} (followed: a flat tuple, list or dict of the sample's fields)")
+    raise _NotMapped(f"returns a {type(result).__name__} (followed: a flat tuple, list or dict of the sample's fields)")
 
 
 def _batched(stage: Any, recipe: Recipe) -> None:
@@ -622,13 +622,13 @@ def _epoch(pipeline: Any, recipe: Recipe) -> None:
         return
     if repetitions == sys.maxsize:
         if nsamples is None or nsamples <= 0:
-            raise NotMapped("webdataset pipeline: repeat() without a length (an endless epoch; use with_epoch(n) or "
+            raise _NotMapped("webdataset pipeline: repeat() without a length (an endless epoch; use with_epoch(n) or "
                             "the loader's epochs)")
         recipe.epoch_items = int(nsamples)
         return
     recipe.repeat_passes = int(repetitions)
     if nsamples is not None and nsamples > 0:
-        raise NotMapped(f"webdataset pipeline: repeat({repetitions}, nbatches={nsamples}) (a per-pass cut)")
+        raise _NotMapped(f"webdataset pipeline: repeat({repetitions}, nbatches={nsamples}) (a per-pass cut)")
 
 
 def _output_fields(recipe: Recipe) -> List[Field]:
@@ -645,10 +645,10 @@ def _read(pipeline: Any) -> Recipe:
     argument of a type the walk does not know) is a reason, never a crash of the loader."""
     try:
         return read_pipeline(pipeline)
-    except NotMapped:
+    except _NotMapped:
         raise
     except Exception as error:  # noqa: BLE001 - the pipeline itself still runs, on the generic path
-        raise NotMapped(f"webdataset pipeline: fastload could not read its stages ({type(error).__name__}: "
+        raise _NotMapped(f"webdataset pipeline: fastload could not read its stages ({type(error).__name__}: "
                         f"{error}; the walk follows webdataset 1.0.2's stages, this is {_version()})") from None
 
 
@@ -661,7 +661,7 @@ def not_mapped(pipeline: Any) -> Optional[str]:
     """Why `pipeline` stays on the generic path (its stage list alone), or None."""
     try:
         _read(pipeline)
-    except NotMapped as why:
+    except _NotMapped as why:
         return str(why)
     return None
 
@@ -757,7 +757,7 @@ class WebDatasetSamples(AnalysedSource, torch.utils.data.Dataset):
     @classmethod
     def from_pipeline(cls, pipeline: Any, *, on_error: str = "raise", world_size: int = 1,
                       cache_dir: Optional[str] = None, recipe: Optional[Recipe] = None) -> "WebDatasetSamples":
-        """The view of `pipeline` (its `recipe` when already read); NotMapped when a stage or
+        """The view of `pipeline` (its `recipe` when already read); _NotMapped when a stage or
         the shards' content is not mapped. A shard that cannot be read raises as
         fastload.TarShards does (on_error)."""
         from fastload.datasets.tar import TarShards
@@ -777,7 +777,7 @@ class WebDatasetSamples(AnalysedSource, torch.utils.data.Dataset):
             per_item = recipe.batch[0] if recipe.batch else 1
             total = recipe.epoch_items * per_item * max(1, world_size)
             if total < n:
-                raise NotMapped(f"webdataset pipeline: with_epoch({recipe.epoch_items}) is "
+                raise _NotMapped(f"webdataset pipeline: with_epoch({recipe.epoch_items}) is "
                                 f"{total} samples per epoch over {max(1, world_size)} rank(s), fewer than the "
                                 f"shards' {n}: fastload's epochs each cover the whole index (drop with_epoch and "
                                 "use the loader's epochs, or keep it on the generic path)")
@@ -928,7 +928,7 @@ def _local_path(url: str) -> Optional[str]:
 
 
 def _check_members(shards: Any, recipe: Recipe) -> Tuple[List[str], List[bytes]]:
-    """Per sample of the index, its image's extension and its .cls text; NotMapped when a sample's members
+    """Per sample of the index, its image's extension and its .cls text; _NotMapped when a sample's members
     say the pipeline would see it otherwise (another image first among to_tuple's
     alternatives, no .cls, members of a dict output the index does not keep)."""
     from fastload.source.tar_index import load_index, split_key
@@ -951,17 +951,17 @@ def _check_members(shards: Any, recipe: Recipe) -> Tuple[List[str], List[bytes]]
             key, ext = split_key(member)
             present = members.get(key, [])
             if "cls" not in present:
-                raise NotMapped(f"webdataset pipeline: sample {key!r} of {shards.urls[shard_id]!r} has no .cls member "
+                raise _NotMapped(f"webdataset pipeline: sample {key!r} of {shards.urls[shard_id]!r} has no .cls member "
                                 "(its label comes from another member; the pipeline's .cls field would be missing)")
             for f in image_fields:
                 first = next((a for a in f.source if a in present), None)
                 if first != ext:
-                    raise NotMapped(f"webdataset pipeline: sample {key!r} of {shards.urls[shard_id]!r}: the field "
+                    raise _NotMapped(f"webdataset pipeline: sample {key!r} of {shards.urls[shard_id]!r}: the field "
                                     f"{';'.join(f.source)!r} is its .{first} member, fastload's index reads .{ext}")
             if recipe.tuple_fields is None and recipe.dict_rest:
                 extra = sorted(set(present) - {ext, "cls"})
                 if extra:
-                    raise NotMapped(f"webdataset pipeline: sample {key!r} holds .{', .'.join(extra)} members, which "
+                    raise _NotMapped(f"webdataset pipeline: sample {key!r} holds .{', .'.join(extra)} members, which "
                                     "a dict sample carries and fastload's index does not keep (select the fields "
                                     "with to_tuple(...) or rename(..., keep=False))")
             exts.append(ext)
@@ -994,17 +994,17 @@ class _PredicateSample(dict):
     """A sample for select(): the label and key fields; the image is not read."""
 
     def __missing__(self, key: str) -> Any:
-        raise NotMapped(f"select(predicate) reads the sample's {key!r} (fastload evaluates predicates on "
+        raise _NotMapped(f"select(predicate) reads the sample's {key!r} (fastload evaluates predicates on "
                         f"{', '.join(sorted(self))} when the loader is built)")
 
 
 def _predicate(p: Any, where: str, sample: Dict[str, Any]) -> bool:
     try:
         return bool(p(sample))
-    except NotMapped as why:
-        raise NotMapped(f"webdataset pipeline stage select ({where}) is not mapped: {why}") from None
+    except _NotMapped as why:
+        raise _NotMapped(f"webdataset pipeline stage select ({where}) is not mapped: {why}") from None
     except Exception as error:  # noqa: BLE001 - the pipeline raises it itself, on the generic path
-        raise NotMapped(f"webdataset pipeline stage select ({where}) is not mapped: the predicate raised "
+        raise _NotMapped(f"webdataset pipeline stage select ({where}) is not mapped: the predicate raised "
                         f"{type(error).__name__}: {error}") from None
 
 
@@ -1027,15 +1027,15 @@ def adopt(dataset: Any, *, batch_size: Optional[int], shuffle: Optional[bool], d
     try:
         recipe = _read(dataset)
         if recipe.batch is not None and batch_size is not None:
-            raise NotMapped(f"webdataset pipeline: batched({recipe.batch[0]}) in the pipeline and "
+            raise _NotMapped(f"webdataset pipeline: batched({recipe.batch[0]}) in the pipeline and "
                             f"batch_size={batch_size} in the loader (batches of batches); pass batch_size=None")
         if recipe.batch is None and batch_size is None:
-            raise NotMapped("webdataset pipeline without batched(n) and batch_size=None (samples one by one)")
+            raise _NotMapped("webdataset pipeline without batched(n) and batch_size=None (samples one by one)")
         from fastload.sampling.distributed import resolve_distributed
 
         world = resolve_distributed(distributed)[1]
         view = WebDatasetSamples.from_pipeline(dataset, on_error=on_error, world_size=world, recipe=recipe)
-    except NotMapped as why:
+    except _NotMapped as why:
         _REASONS[dataset] = str(why)
         return None
     if recipe.batch is not None:

@@ -11,7 +11,8 @@ import torch
 from fastload import _ext
 from fastload.augment import autoaugment
 from fastload.augment.autoaugment import OPS
-from test_autoaugment import OUT, hwc, native_augmix, pil_image
+from test_autoaugment import hwc, native_augmix, pil_image  # (tests/ops/test_autoaugment.py)
+from test_autoaugment_fused import OUT
 
 torchvision = pytest.importorskip("torchvision")
 from torchvision.transforms import v2  # noqa: E402
