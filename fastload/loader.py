@@ -294,6 +294,10 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
                         accelerate=accelerate, distributed=distributed)
         if adopted is not None:
             dataset, batch_size, shuffle, drop_last = adopted
+        # A streaming Hugging Face dataset: split between the DDP ranks, as a map-style one is.
+        from fastload.compat.hf_datasets import split_by_rank
+
+        dataset = split_by_rank(dataset, distributed)
         # torch validates its own arguments first, with its own exceptions and messages.
         super().__init__(
             dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn,

@@ -403,9 +403,10 @@ dist.destroy_process_group()
 '''
 
 
-def test_two_ddp_ranks_see_every_sample_exactly_once_per_epoch(root, tmp_path):
+@pytest.mark.parametrize("world", [1, 2, 3])
+def test_ddp_ranks_see_every_sample_exactly_once_per_epoch(root, tmp_path, world):
     _, paths = root
-    rows = 12  # 2 ranks x 3 per batch x 2 batches: no padding
+    rows = 18  # 1, 2 or 3 ranks x 3 per batch x whole batches: no padding
     photos = [open(paths[i % N], "rb").read() for i in range(rows)]
     datasets.Dataset.from_dict({"image": [{"bytes": b, "path": None} for b in photos], "row": list(range(rows))},
                                features=datasets.Features({"image": datasets.Image(),
@@ -419,16 +420,62 @@ def test_two_ddp_ranks_see_every_sample_exactly_once_per_epoch(root, tmp_path):
     env.pop("RANK", None)
     env.pop("WORLD_SIZE", None)
     try:
-        proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                               str(script), str(tmp_path / "ddp"), str(tmp_path)], env=env, capture_output=True,
-                              text=True, timeout=240)
+        proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                               f"--nproc_per_node={world}", str(script), str(tmp_path / "ddp"), str(tmp_path)],
+                              env=env, capture_output=True, text=True, timeout=240)
     except subprocess.TimeoutExpired as e:
         pytest.fail(f"torchrun did not finish (a hang?): {(e.stderr or b'')[-3000:]!r}")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    ranks = [json.load(open(tmp_path / f"rank{r}.json")) for r in range(2)]
+    ranks = [json.load(open(tmp_path / f"rank{r}.json")) for r in range(world)]
     assert all(r["path"].startswith("native: Hugging Face Dataset (1 Arrow cache file") for r in ranks), ranks
     for epoch in range(2):
         seen = [row for r in ranks for batch in r["epochs"][epoch] for row in batch]
         assert sorted(seen) == list(range(rows)), (epoch, seen)
-        assert [len(r["epochs"][epoch]) for r in ranks] == [2, 2]
+        assert [len(r["epochs"][epoch]) for r in ranks] == [rows // (3 * world)] * world
     assert ranks[0]["epochs"][0] != ranks[0]["epochs"][1]  # set_epoch reshuffles
+
+
+STREAMING_DDP_SCRIPT = r'''
+import datetime, json, os, sys
+import torch, torch.distributed as dist
+import datasets
+import fastload
+
+where, out = sys.argv[1], sys.argv[2]
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+rank = dist.get_rank()
+stream = datasets.Dataset.from_dict({"row": list(range(20))}).to_iterable_dataset(num_shards=4)
+loader = fastload.DataLoader(stream, batch_size=2)
+rows = [r for batch in loader for r in batch["row"].tolist()]
+with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+    json.dump({"path": loader.path, "rows": rows}, f)
+dist.barrier()
+dist.destroy_process_group()
+'''
+
+
+def test_a_streaming_dataset_is_split_between_the_ddp_ranks(tmp_path):
+    script = tmp_path / "ddp_stream.py"
+    script.write_text(STREAMING_DDP_SCRIPT)
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this checkout's fastload
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
+           "PYTHONPATH": os.pathsep.join([here] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
+    env.pop("RANK", None)
+    env.pop("WORLD_SIZE", None)
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           str(script), str(tmp_path), str(tmp_path)], env=env, capture_output=True, text=True,
+                          timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    ranks = [json.load(open(tmp_path / f"rank{r}.json")) for r in range(2)]
+    assert all("rank" in r["path"] and "split_dataset_by_node" in r["path"] for r in ranks), ranks[0]["path"]
+    assert sorted(ranks[0]["rows"] + ranks[1]["rows"]) == list(range(20))  # each row on one rank, once
+    assert ranks[0]["rows"] and ranks[1]["rows"]
+
+
+def test_a_streaming_dataset_outside_ddp_is_left_whole():
+    from fastload.compat.hf_datasets import split_by_rank
+
+    stream = datasets.Dataset.from_dict({"row": list(range(6))}).to_iterable_dataset()
+    assert split_by_rank(stream, "auto") is stream
+    loader = fastload.DataLoader(stream, batch_size=3)
+    assert [r for b in loader for r in b["row"].tolist()] == list(range(6))

@@ -426,12 +426,13 @@ def test_hostile_shards_skip_as_tarshards(tmp_path):
     assert loader.stats()["skipped"] == reference.stats()["skipped"] == 1
 
 
-# ---- DDP: 2 ranks under torchrun ------------------------------------------------------------
+# ---- DDP: 1, 2 and 3 ranks under torchrun ---------------------------------------------------
 
 
-def test_ddp_two_ranks_see_every_sample_once(urls, tmp_path):
+@pytest.mark.parametrize("world", [1, 2, 3])
+def test_ddp_ranks_see_every_sample_once(urls, tmp_path, world):
     script = os.path.join(HERE, "ddp", "run_webdataset.py")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", script,
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}", script,
            "--urls", urls, "--work", str(tmp_path)]
     # The ranks import the fastload this test imports (not another installed copy).
     root = os.path.dirname(os.path.dirname(os.path.abspath(fastload.__file__)))
@@ -441,10 +442,10 @@ def test_ddp_two_ranks_see_every_sample_once(urls, tmp_path):
     env.pop("WORLD_SIZE", None)
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=150)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    ranks = [json.load(open(os.path.join(str(tmp_path), f"rank{r}.json"))) for r in range(2)]
+    ranks = [json.load(open(os.path.join(str(tmp_path), f"rank{r}.json"))) for r in range(world)]
     assert all(r["path"].startswith("native:") or r["path"].startswith("hybrid:") for r in ranks), ranks[0]["path"]
     for epoch in range(2):
         seen = [k for r in ranks for k in r["keys"][epoch]]
         assert sorted(seen) == [f"k{i:04d}" for i in range(N)], "every sample exactly once per epoch"
-        assert len(ranks[0]["batches"][epoch]) == len(ranks[1]["batches"][epoch])
+        assert len({len(r["batches"][epoch]) for r in ranks}) == 1, "equal batch counts on every rank"
     assert ranks[0]["keys"][0] != ranks[0]["keys"][1]

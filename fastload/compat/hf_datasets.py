@@ -104,16 +104,41 @@ def is_hf_dataset(dataset: Any) -> bool:
     return isinstance(cls, type) and isinstance(dataset, cls)
 
 
+def _is_hf_iterable(dataset: Any) -> bool:
+    module = sys.modules.get("datasets")
+    cls = getattr(module, "IterableDataset", None) if module is not None else None
+    return isinstance(cls, type) and isinstance(dataset, cls)
+
+
 def iterable_reason(dataset: Any) -> Optional[str]:
     """The generic path's reason for a streaming `datasets.IterableDataset`, or None when
     `dataset` is not one."""
-    module = sys.modules.get("datasets")
-    cls = getattr(module, "IterableDataset", None) if module is not None else None
-    if not (isinstance(cls, type) and isinstance(dataset, cls)):
+    if not _is_hf_iterable(dataset):
         return None
-    return ("generic: a Hugging Face IterableDataset (streaming: no index of its images, the order is its own; "
-            "under DDP shard it per rank with datasets.distributed.split_dataset_by_node(ds, rank=rank, "
-            "world_size=world_size), or load it map-style (streaming=False) to run natively)")
+    split = getattr(dataset, "_distributed", None)
+    where = f"; rank {split.rank} of {split.world_size}'s part (split_dataset_by_node)" if split else ""
+    return (f"generic: a Hugging Face IterableDataset (streaming: no index of its images, the order is its own"
+            f"{where}; load it map-style (streaming=False) to run natively)")
+
+
+def split_by_rank(dataset: Any, distributed: Any) -> Any:
+    """A streaming Hugging Face IterableDataset split between the DDP ranks, as fastload
+    splits a map-style dataset: `datasets.distributed.split_dataset_by_node` with this
+    process's rank and world size when the loader runs distributed (see
+    fastload.sampling.distributed). Anything else, or one the user split already, comes back
+    as it is. Torch's DataLoader would give every rank the whole stream; the ranks' parts
+    may differ in length by a few samples (the dataset's own split), so end an epoch with
+    a fixed number of steps under DDP."""
+    if not _is_hf_iterable(dataset) or distributed is False or getattr(dataset, "_distributed", None):
+        return dataset
+    from fastload.sampling.distributed import resolve_distributed
+
+    rank, world = resolve_distributed(distributed)
+    if world <= 1:
+        return dataset
+    from datasets.distributed import split_dataset_by_node
+
+    return split_dataset_by_node(dataset, rank=rank, world_size=world)
 
 
 # ---- where each image's bytes are ------------------------------------------------------
