@@ -35,6 +35,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from typing import Any, Callable, Iterator, List, Optional, Tuple, TypeVar, Union
 
@@ -287,17 +288,20 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         trace: bool = True,
     ) -> None:
         # A webdataset pipeline whose stages fastload maps runs as a map-style view of its
-        # shards (fastload.datasets.webdataset): its batch size, shuffle and drop_last come along.
-        from fastload.datasets.webdataset import adopt
+        # shards (fastload.datasets.webdataset): its batch size, shuffle and drop_last come
+        # along. (Such modules load only once the user imported the package.)
+        if "webdataset" in sys.modules:
+            from fastload.datasets.webdataset import adopt
 
-        adopted = adopt(dataset, batch_size=batch_size, shuffle=shuffle, drop_last=drop_last, on_error=on_error,
-                        accelerate=accelerate, distributed=distributed)
-        if adopted is not None:
-            dataset, batch_size, shuffle, drop_last = adopted
+            adopted = adopt(dataset, batch_size=batch_size, shuffle=shuffle, drop_last=drop_last,
+                            on_error=on_error, accelerate=accelerate, distributed=distributed)
+            if adopted is not None:
+                dataset, batch_size, shuffle, drop_last = adopted
         # A streaming Hugging Face dataset: split between the DDP ranks, as a map-style one is.
-        from fastload.compat.hf_datasets import split_by_rank
+        if "datasets" in sys.modules:
+            from fastload.compat.hf_datasets import split_by_rank
 
-        dataset = split_by_rank(dataset, distributed)
+            dataset = split_by_rank(dataset, distributed)
         # torch validates its own arguments first, with its own exceptions and messages.
         super().__init__(
             dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn,

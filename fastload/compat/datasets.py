@@ -378,10 +378,11 @@ def _base(dataset: Any, wrapped: bool) -> Analysis:
     name = type(dataset).__name__
     if isinstance(dataset, AnalysedSource):  # e.g. a webdataset pipeline's view of its shards
         return dataset.analysis(wrapped)
-    from fastload.compat.hf_datasets import analyse_hf, is_hf_dataset
+    if "datasets" in sys.modules:  # (no object is a Hugging Face dataset before that import)
+        from fastload.compat.hf_datasets import analyse_hf, is_hf_dataset
 
-    if is_hf_dataset(dataset):  # a Hugging Face datasets.Dataset: its Arrow table and formatting
-        return analyse_hf(dataset, wrapped=wrapped)
+        if is_hf_dataset(dataset):  # a Hugging Face datasets.Dataset: its Arrow table and formatting
+            return analyse_hf(dataset, wrapped=wrapped)
     if isinstance(dataset, NativeSource):
         out = Analysis(f"fastload {name}", native_dataset=True)
         out.pipeline = Pipeline(tuple(dataset.transforms), tuple(dataset.tail), tuple(dataset.tail_blockers))

@@ -21,7 +21,9 @@ The reasons for the generic path, in the order they are checked:
 - fastload._C was not built (a fastload dataset then raises NotBuiltError instead).
 
 Example:
-    >>> import torch
+    >>> import sys
+
+import torch
     >>> from fastload.native import select_path
     >>> def path(dataset, **kwargs):
     ...     args = dict(batch_size=2, collate_fn=None, num_workers=0, pin_memory=False, accelerate="auto",
@@ -35,6 +37,7 @@ Example:
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable, NamedTuple, Optional, Tuple
 
 import torch
@@ -63,6 +66,32 @@ DECODE_ON = ("auto", *PRODUCERS)
 _PREFIX = "fastload.DataLoader"
 
 
+def _package_reason(dataset: Any) -> Optional[str]:
+    """The reason of a webdataset pipeline or a streaming Hugging Face dataset, else None.
+    Their modules load only where their package is: no object is one of its classes
+    before the user imported it."""
+    if "webdataset" in sys.modules:
+        from fastload.datasets.webdataset import generic_reason
+
+        why = generic_reason(dataset)
+        if why:
+            return why
+    if "datasets" in sys.modules:
+        from fastload.compat.hf_datasets import iterable_reason
+
+        return iterable_reason(dataset)
+    return None
+
+
+def _hf_datasets(dataset: Any) -> Any:
+    """fastload.compat.hf_datasets for a Hugging Face datasets.Dataset, else None."""
+    if "datasets" not in sys.modules:
+        return None
+    from fastload.compat import hf_datasets
+
+    return hf_datasets if hf_datasets.is_hf_dataset(dataset) else None
+
+
 def order_left_to_torch(dataset: Any, *, batch_size: Optional[int], sampler: Any = None,
                         batch_sampler: Any = None) -> Optional[str]:
     """The reason fastload does not order this dataset's batches itself (torch, or the
@@ -74,11 +103,7 @@ def order_left_to_torch(dataset: Any, *, batch_size: Optional[int], sampler: Any
     if isinstance(dataset, torch.utils.data.IterableDataset):
         # A webdataset pipeline the loader did not map, or a streaming Hugging Face
         # dataset: the reason names what kept it here.
-        from fastload.compat.hf_datasets import iterable_reason
-        from fastload.datasets.webdataset import generic_reason
-
-        return generic_reason(dataset) or iterable_reason(dataset) or \
-            "generic: IterableDataset (order left to the dataset and torch)"
+        return _package_reason(dataset) or "generic: IterableDataset (order left to the dataset and torch)"
     if batch_size is None and batch_sampler is None:
         return "generic: batch_size=None (no automatic batching; order left to torch)"
     if isinstance(dataset, (IterDataPipe, MapDataPipe)):
@@ -239,17 +264,16 @@ def select_path(
     if batch_size is None:
         return None, "generic: a batch_sampler (the native path batches by batch_size)"
     custom_collate = not _default_collate(collate_fn)
-    from fastload.compat.hf_datasets import collated, is_hf_dataset
-
-    if custom_collate and not is_hf_dataset(dataset):  # (a Hugging Face dataset's collate_fn is probed below)
+    hf = _hf_datasets(dataset)
+    if custom_collate and hf is None:  # (a Hugging Face dataset's collate_fn is probed below)
         return None, "generic: custom collate_fn"
     check_decode_on(decode_on)
     try:
         index, fusion, description, tail, labels, labels_note, rebuild = _resolve(dataset, dtype=dtype)
     except UnsupportedPipeline as error:
         return None, f"generic: {error}"
-    if is_hf_dataset(dataset):  # its rows through the collate_fn (torch's default one: None)
-        rebuild, why = collated(rebuild, collate_fn if custom_collate else None)
+    if hf is not None:  # its rows through the collate_fn (torch's default one: None)
+        rebuild, why = hf.collated(rebuild, collate_fn if custom_collate else None)
         if rebuild is None:
             return None, f"generic: {why}"
         if custom_collate:
