@@ -529,9 +529,7 @@ def _choose_path(loader: DataLoader, dataset: Any, *, iterable: bool, sampler: A
 
     # The path: native when the dataset can run on the C++ engine.
     device = args.device
-    from fastload.compat.trace import disabled
-
-    with contextlib.nullcontext() if args.trace else disabled():
+    with contextlib.nullcontext() if args.trace else _tracer_off():
         runner, reason = select_path(
             dataset, batch_size=loader.batch_size, sampler=sampler, batch_sampler=batch_sampler,
             collate_fn=collate_fn, num_workers=loader.num_workers,
@@ -548,6 +546,14 @@ def _choose_path(loader: DataLoader, dataset: Any, *, iterable: bool, sampler: A
             f"path), got {reason!r}. Pass accelerate='auto' to fall back to the generic path."
         )
     return order, runner, reason
+
+
+def _tracer_off() -> Any:
+    """The tracer off while the path is chosen (trace=False); its module loads only then,
+    or when a dataset is traced."""
+    from fastload.compat.trace import disabled
+
+    return disabled()
 
 
 def _fastload_order(dataset: Any, *, iterable: bool, auto_collation: bool, datapipe: bool, user_sampler: bool,
