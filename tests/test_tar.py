@@ -81,7 +81,7 @@ def test_write_then_read_matches_the_folder(folder_with_png, shards):
 
 
 def test_getitem_decodes_members_like_pil(folder_with_png, shards):
-    pytest.importorskip("fastload.reference")  # the generic path's op reference (issue 3)
+    pytest.importorskip("fastload.reference")  # the generic path's op reference
     tmp, paths = shards
     ds = TarShards(paths, cache_dir=str(tmp / "cache"), ops=[fastload.ops.CenterCrop(5)])
     files, targets = _files_of(folder_with_png)
