@@ -5,17 +5,22 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_PINS := torch==2.14.1 torchvision==0.29.1
 DEPS := numpy pillow tqdm fsspec webdataset ninja pytest pytest-xdist pytest-timeout pytorch-lightning matplotlib
-# Optional, x86-64 wheels: nvJPEG for the GPU decode op (headers + library, matching
-# torch's CUDA 13) and DALI, a contender of fastload-bench. A failed install only
-# disables what needs them. timm: its transforms (fastload.compat.timm) and the timm recipes;
-# datasets: Hugging Face datasets on the native path (fastload.compat.hf_datasets), the hf
-# recipes; albumentations + OpenCV: traced datasets that use them (fastload.compat.albumentations).
-OPTIONAL := nvidia-nvjpeg==13.2.3.58 nvidia-dali-cuda120==2.4.0 timm==1.0.31 datasets==5.2.0 albumentations==2.0.8 opencv-python-headless==5.1.0.95
+# Optional packages; a failed install only disables what needs them. At build time:
+# nvJPEG for the GPU decode op (headers + library, matching torch's CUDA 13). At run time
+# only, so installed while the extension compiles: DALI, a contender of fastload-bench;
+# timm: its transforms (fastload.compat.timm) and the timm recipes; datasets: Hugging Face
+# datasets on the native path (fastload.compat.hf_datasets), the hf recipes;
+# albumentations + OpenCV: traced datasets that use them (fastload.compat.albumentations).
+BUILD_OPTIONAL := nvidia-nvjpeg==13.2.3.58
+OPTIONAL := nvidia-dali-cuda120==2.4.0 timm==1.0.31 datasets==5.2.0 albumentations==2.0.8 opencv-python-headless==5.1.0.95
 NATIVE_SOURCES := $(shell find csrc -name '*.cpp' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh') setup.py
 BUILT := $(VENV)/.fastload-built
 PYTEST_ARGS ?= -n 2
 
 .PHONY: all setup build test bench clean info sanitize
+
+# The run-time packages download and unpack while the compiler keeps both cores busy.
+MAKEFLAGS += -j2
 
 all: test
 
@@ -24,9 +29,14 @@ $(PY):
 
 $(VENV)/.deps: $(PY) Makefile
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q $(TORCH_PINS)
-	$(PY) -m pip install -q $(DEPS)
-	for package in $(OPTIONAL); do $(PY) -m pip install -q $$package || echo "optional $$package not installed"; done
+	$(PY) -m pip install -q $(TORCH_PINS) $(DEPS)
+	$(PY) -m pip install -q $(BUILD_OPTIONAL) || echo "optional $(BUILD_OPTIONAL) not installed"
+	touch $@
+
+# One pip call for all of them; if one fails, each alone, so that the others still install.
+$(VENV)/.optional: $(VENV)/.deps
+	$(PY) -m pip install -q $(OPTIONAL) || for package in $(OPTIONAL); do \
+		$(PY) -m pip install -q $$package || echo "optional $$package not installed"; done
 	touch $@
 
 # The editable install compiles fastload._C; ninja recompiles only what changed. The
@@ -36,7 +46,8 @@ $(BUILT): $(VENV)/.deps $(NATIVE_SOURCES) pyproject.toml
 		|| flock /tmp/fastload-build.lock $(PY) -m pip install --no-build-isolation --no-deps -v -e .
 	touch $@
 
-setup build: $(BUILT)
+setup: $(BUILT)
+build: $(BUILT)
 
 info: $(BUILT)
 	$(PY) -m fastload.info
@@ -53,7 +64,7 @@ bench: $(BUILT)
 #   make sanitize FUZZ_CASES=100000 SANITIZE_TIMEOUT=0
 FUZZ_CASES ?= 100
 SANITIZE_TIMEOUT ?= 420
-sanitize: $(VENV)/.deps
+sanitize: $(VENV)/.deps $(VENV)/.optional
 	PY=$(PY) FASTLOAD_FUZZ_CASES=$(FUZZ_CASES) SANITIZE_TIMEOUT=$(SANITIZE_TIMEOUT) scripts/sanitize.sh
 
 clean:

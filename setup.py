@@ -7,7 +7,9 @@ Configuration (environment variables):
                          CUDA; 1: require them; 0: CPU only.
   FASTLOAD_NVJPEG_PREFIX nvJPEG prefix; otherwise the CUDA toolkit, then the
                          nvidia-nvjpeg pip package. Without it the GPU decode op raises.
-  TORCH_CUDA_ARCH_LIST   GPU architectures (default here: "8.0;9.0+PTX").
+  TORCH_CUDA_ARCH_LIST   GPU architectures (default: those of the GPUs this machine sees,
+                         as torch picks them; with none visible, "8.0+PTX": A100 code,
+                         and PTX that newer GPUs compile once when first loaded).
   FASTLOAD_DEBUG=1       -O0 -g and asserts.
   FASTLOAD_SANITIZE      e.g. "address,undefined": a CPU-only build instrumented with
                          -fsanitize=<value> (-O1 -g1, frame pointers) into
@@ -178,8 +180,17 @@ def extensions():
     if with_cuda:
         sources += sorted(glob.glob(os.path.join("csrc", "**", "*.cu"), recursive=True))
         define_macros.append(("FASTLOAD_WITH_CUDA", "1"))
-        os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;9.0+PTX")
-        log(f"TORCH_CUDA_ARCH_LIST={os.environ['TORCH_CUDA_ARCH_LIST']}")
+        if "TORCH_CUDA_ARCH_LIST" in os.environ:
+            log(f"TORCH_CUDA_ARCH_LIST={os.environ['TORCH_CUDA_ARCH_LIST']}")
+        elif torch.cuda.is_available():  # torch compiles for exactly the GPUs it sees
+            log("TORCH_CUDA_ARCH_LIST: the visible GPUs' (" + ", ".join(
+                sorted({"%d.%d" % torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())})) + ")")
+        else:
+            # Without a GPU torch would compile for every architecture of its own build.
+            # One architecture and its PTX keep the (check-only) compile short: each
+            # architecture costs a full nvcc pass of every .cu file.
+            os.environ["TORCH_CUDA_ARCH_LIST"] = "8.0+PTX"
+            log("TORCH_CUDA_ARCH_LIST=8.0+PTX (no GPU visible)")
         nvjpeg = find_nvjpeg(cuda_home, torch.version.cuda.split(".")[0])
         if nvjpeg:
             nvjpeg_include, nvjpeg_libdir, nvjpeg_lib = nvjpeg
@@ -194,10 +205,6 @@ def extensions():
     define_macros.append(("FASTLOAD_BUILD_FLAGS", f'"{flags_text}"'))
     log(f"sources: {len(sources)}, flags: {flags_text}")
 
-    # ninja starts the compiles in this order: the longest first (nvcc compiles each .cu
-    # for every architecture; the bindings parse pybind11 on top of torch's headers), so
-    # they do not run alone at the end of the build on a machine with few cores.
-    sources.sort(key=lambda path: (not path.endswith(".cu"), os.path.basename(path) != "fastload.cpp", path))
     extension_class = cpp_extension.CUDAExtension if with_cuda else cpp_extension.CppExtension
     return [
         extension_class(
@@ -230,7 +237,24 @@ def build_ext_class():
 
     class IncrementalBuildExtension(BuildExtension):
         """Keeps objects in build/ (pip's editable build would use a new temp dir each
-        time), so ninja recompiles only the sources that changed."""
+        time), so ninja recompiles only the sources that changed; and starts the longest
+        compiles first."""
+
+        def build_extension(self, ext):
+            # setuptools sorts the sources by name, and ninja starts them in that order, so
+            # the two longest compiles (nvcc's, and the bindings, which parse pybind11 on top
+            # of torch's headers) would start late and run alone at the end on a machine with
+            # few cores. BuildExtension has made compiler.compile its ninja writer by now.
+            compile_objects = self.compiler.compile
+
+            def longest_first(sources, *args, **kwargs):
+                return compile_objects(sorted(sources, key=_compile_order), *args, **kwargs)
+
+            self.compiler.compile = longest_first
+            try:
+                super().build_extension(ext)
+            finally:
+                self.compiler.compile = compile_objects
 
         def finalize_options(self):
             super().finalize_options()
@@ -241,6 +265,10 @@ def build_ext_class():
                 self.inplace = False
 
     return IncrementalBuildExtension.with_options(use_ninja=shutil.which("ninja") is not None or _has_ninja_module())
+
+
+def _compile_order(path):
+    return (not path.endswith(".cu"), os.path.basename(path) != "fastload.cpp", path)
 
 
 def _has_ninja_module():

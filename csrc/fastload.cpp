@@ -79,9 +79,9 @@ TORCH_LIBRARY(fastload, m) {
   // ---- augment (csrc/augment) -----------------------------------------------
   // image: uint8 HWC (channel and column strides packed, any row stride).
   // box: [top, left, height, width] floats in image pixels. Output pixel centres map
-  // linearly onto the box; antialiased taps (interpolation: 0 bilinear, 1 bicubic,
-  // 2 nearest, Pillow's filters) clamp to the image (not the box); centres outside the
-  // image read 0 (padding). flip mirrors left-right, flip_v top-bottom. value =
+  // linearly onto the box; taps (interpolation: 0 bilinear, 1 bicubic, 2 nearest,
+  // Pillow's antialiased filters; 3 bilinear without antialiasing, OpenCV's INTER_LINEAR)
+  // clamp to the image (not the box); centres outside the image read 0 (padding). flip mirrors left-right, flip_v top-bottom. value =
   // (v * scale - mean[c]) / std[c], v in [0, 255]; then cast (uint8: round + saturate).
   // Returns [C, size[0], size[1]] (channels_last memory when channels_last).
   m.def(
@@ -298,11 +298,13 @@ void bind_plan(py::module_& m) {
       .value("RESIZE_CENTER_CROP", Geometry::kResizeCenterCrop, "resize (shorter side or fixed), then centre crop")
       .value("RANDOM_CROP", Geometry::kRandomCrop, "zero padding, then a random crop of the output size");
   py::enum_<Interpolation>(m, "Interpolation",
-                           "A plan's resampling filter, Pillow's semantics (antialiased when shrinking); int() of a "
+                           "A plan's resampling filter: Pillow's (antialiased when shrinking) or plain bilinear; int() of a "
                            "value is the ops' interpolation argument.")
       .value("BILINEAR", Interpolation::kBilinear, "Pillow BILINEAR: triangle filter, support 1")
       .value("BICUBIC", Interpolation::kBicubic, "Pillow BICUBIC: cubic a = -0.5, support 2, clipped to [0, 255]")
-      .value("NEAREST", Interpolation::kNearest, "Pillow NEAREST: the source pixel under the centre");
+      .value("NEAREST", Interpolation::kNearest, "Pillow NEAREST: the source pixel under the centre")
+      .value("BILINEAR_NO_ANTIALIAS", Interpolation::kBilinearNoAntialias,
+             "torch interpolate(bilinear, antialias=False), OpenCV INTER_LINEAR: triangle, support 1 at every scale");
   // An enum.IntEnum made from the C++ values: BatchEngine.wait's status tensor holds them
   // as int32, so they compare equal to ints (a py::enum_ compares only with itself), and
   // no C++ function takes one back.

@@ -186,7 +186,9 @@ def crop_resize_flip_normalize(
 
     The resample is Pillow's ``resize(size, filter, box=...)`` over a float box: BILINEAR
     with antialias (torch's ``interpolate(mode="bilinear", antialias=True)``), BICUBIC
-    (antialiased, clipped to [0, 255]) or NEAREST. Output pixel (y, x) is centred at
+    (antialiased, clipped to [0, 255]) or NEAREST; or BILINEAR_NO_ANTIALIAS, plain
+    bilinear interpolation (torch's ``antialias=False``, OpenCV's ``INTER_LINEAR``, which
+    albumentations resizes with). Output pixel (y, x) is centred at
     ``top + (y + 0.5) * height / out_height`` (same for x); taps clamp to the image, not
     the box (like PIL's ``resize(box=...)``). Semantics and design:
     csrc/augment/README.md; plain-PyTorch twin: ``fastload.reference``.
@@ -205,7 +207,8 @@ def crop_resize_flip_normalize(
             (round to nearest even).
         channels_last: HWC memory (strides (1, W*C, C)) for the [C, H, W] result.
         flip_v: mirror the output vertically.
-        interpolation: "bilinear", "bicubic" or "nearest" (Pillow's filters).
+        interpolation: "bilinear", "bicubic", "nearest" (Pillow's filters) or
+            "bilinear_no_antialias" (plain bilinear).
 
     Returns:
         [C, out_height, out_width] tensor of `dtype`, on the image's device.
@@ -266,7 +269,7 @@ def crop_resize_flip_normalize_batch(
         mean, std: float32 [C].
         out: [N, C, H, W] of uint8/float32/float16/bfloat16, any strides (channels_last,
             a slice of a bigger batch...); C (1 or 3) is the images' channel count.
-        interpolation: "bilinear", "bicubic" or "nearest", for every sample.
+        interpolation: as in crop_resize_flip_normalize, for every sample.
         color: uint8 [N, K] colour records on out's device, one per sample
             (`fastload._C.color_passes(plan, samples, epoch)`: the plan's ColorJitter,
             grayscale and erasing as the engine draws them), or None. With them, the

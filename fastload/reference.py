@@ -70,7 +70,8 @@ def axis_weights(start: float, size: float, in_size: int, out_size: int,
 
     Pillow's resample of `interpolation` ("bilinear" | "bicubic" | "nearest") with
     antialias over the box [start, start + size) (bilinear == torch interpolate(mode=
-    "bilinear", antialias=True, align_corners=False)): output i is centred at start +
+    "bilinear", antialias=True, align_corners=False)), or "bilinear_no_antialias" (torch's
+    antialias=False, OpenCV's INTER_LINEAR: filterscale 1): output i is centred at start +
     (i + 0.5) * size / out_size; filterscale = max(scale, 1); support = filterscale
     (bilinear) or 2 * filterscale (bicubic); taps from int(centre - support + 0.5) to
     int(centre + support + 0.5), clamped to the image [0, in_size); the filter (triangle,
@@ -84,12 +85,13 @@ def axis_weights(start: float, size: float, in_size: int, out_size: int,
     """
     if interpolation == "nearest":
         return _nearest_weights(start, size, in_size, out_size)
-    if interpolation not in ("bilinear", "bicubic"):
-        raise ValueError(f"fastload.reference.axis_weights: expected interpolation 'bilinear', 'bicubic' or "
-                         f"'nearest', got {interpolation!r}.")
+    if interpolation not in ("bilinear", "bicubic", "bilinear_no_antialias"):
+        raise ValueError(f"fastload.reference.axis_weights: expected interpolation 'bilinear', 'bicubic', "
+                         f"'nearest' or 'bilinear_no_antialias', got {interpolation!r}.")
     f32 = torch.float32
     scale = torch.tensor(size, dtype=f32) / out_size
-    filter_scale = torch.clamp(scale, min=1.0)
+    antialias = interpolation != "bilinear_no_antialias"
+    filter_scale = torch.clamp(scale, min=1.0) if antialias else torch.ones((), dtype=f32)
     support = filter_scale * (2.0 if interpolation == "bicubic" else 1.0)
     inv_filter_scale = 1.0 / filter_scale
     i = torch.arange(out_size, dtype=torch.float64)
@@ -145,7 +147,8 @@ def crop_resize_flip_normalize(
         dtype: uint8, float32, float16 or bfloat16.
         channels_last: HWC memory for the [C, H, W] result.
         flip_v: mirror the output vertically.
-        interpolation: "bilinear", "bicubic" or "nearest" (axis_weights). Bicubic clips
+        interpolation: "bilinear", "bicubic", "nearest" or "bilinear_no_antialias"
+            (axis_weights). Bicubic clips
             like Pillow: the horizontal pass to [0, 255], then the vertical one.
 
     Returns:

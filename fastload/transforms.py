@@ -8,8 +8,8 @@ flip) are a pure function of (seed, epoch, sample index).
 
 | transform | torchvision equivalent |
 | --- | --- |
-| `RandomResizedCrop(size, scale, ratio)` | `RandomResizedCrop` (bilinear, antialiased) |
-| `Resize(size, max_size)` | `Resize` (bilinear, antialiased) |
+| `RandomResizedCrop(size, scale, ratio, interpolation, antialias)` | `RandomResizedCrop` (bilinear, bicubic or nearest; antialiased, or bilinear with antialias=False) |
+| `Resize(size, max_size, interpolation, antialias)` | `Resize` (as RandomResizedCrop) |
 | `CenterCrop(size)` | `CenterCrop` |
 | `RandomCrop(size, padding, pad_if_needed, fill, padding_mode)` | `RandomCrop` (constant, edge, reflect, symmetric; not before a resize) |
 | `RandomHorizontalFlip(p)` | `RandomHorizontalFlip` |

@@ -1,9 +1,8 @@
 """albumentations' transforms on the native engine (fastload/compat/albumentations.py),
 checked against albumentations itself: the "OpenCV + albumentations" dataset runs
-natively with torch's batches; deterministic ops are pixel-close (the resize's PSNR is
-pinned: OpenCV's INTER_LINEAR does not antialias, the engine's bilinear does when it
-shrinks); random ops match albumentations' distribution; what does not map is a Python
-tail or a named blocker."""
+natively with torch's batches; deterministic ops are pixel-close (the resize is OpenCV's
+INTER_LINEAR, not antialiased, to its fixed-point rounding); random ops match
+albumentations' distribution; what does not map is a Python tail or a named blocker."""
 
 from __future__ import annotations
 
@@ -166,23 +165,22 @@ def test_random_crop_takes_albumentations_crops(even):
         assert (windows == crop[:, None, None]).all(0).all(-1).all(-1).any(), k
 
 
-RESIZE_PSNR = [
-    # (output size, PSNR floor in dB): enlarging, the two bilinears agree to rounding (measured ~48 dB);
-    # shrinking, the engine antialiases and OpenCV does not (measured ~33 dB at 1.6x, ~28 dB at 2x).
-    ((64, 80), 44.0),
-    ((25, 31), 30.0),
-    ((20, 25), 25.0),
-]
+# Output sizes of the 40 x 50 images: enlarging 1.6x, shrinking 1.6x, 2x and ~3x. Both sides
+# interpolate bilinearly without antialiasing; OpenCV weighs in 11-bit fixed point, the engine
+# in float: one level apart on a few values (measured: 57 dB, or equal). An antialiased
+# resize in its place gives 28-33 dB when shrinking.
+RESIZE_SIZES = [(64, 80), (25, 31), (20, 25), (13, 17)]
 
 
 @needs_ops
-@pytest.mark.parametrize("size, floor", RESIZE_PSNR, ids=[f"{s[0]}x{s[1]}" for s, _ in RESIZE_PSNR])
-def test_resize_is_close_to_opencvs_inter_linear(size, floor, even):
+@pytest.mark.parametrize("size", RESIZE_SIZES, ids=[f"{s[0]}x{s[1]}" for s in RESIZE_SIZES])
+def test_resize_is_opencvs_inter_linear_to_rounding(size, even):
     transform = A.Compose([A.Resize(*size), ToTensorV2()])
     path, ours, theirs = batches(OpenCVDataset(even, transform), 6)
     assert path.startswith("native: traced OpenCVDataset.__getitem__ [Resize]"), path
     assert ours[0][0].shape == theirs[0][0].shape == (6, 3, *size)
-    assert psnr(ours[0][0], theirs[0][0]) >= floor, psnr(ours[0][0], theirs[0][0])
+    assert (ours[0][0].int() - theirs[0][0].int()).abs().max() <= 1
+    assert psnr(ours[0][0], theirs[0][0]) >= 50.0, psnr(ours[0][0], theirs[0][0])
 
 
 @needs_ops
@@ -245,13 +243,13 @@ def test_the_mapped_specs_take_albumentations_parameters():
         A.Normalize(mean=(0.5, 0.4, 0.3), std=(0.2, 0.3, 0.4)), ToTensorV2()]))
     assert wrappers == ["Compose"] and pipeline.tail == () and pipeline.blockers == ()
     crop, flip, jitter, to_float, normalize = pipeline.native
-    assert crop == specs.RandomResizedCrop((24, 32), (0.3, 0.9), (0.5, 2.0), "bilinear")
+    assert crop == specs.RandomResizedCrop((24, 32), (0.3, 0.9), (0.5, 2.0), "bilinear", antialias=False)
     assert flip == specs.RandomHorizontalFlip(0.3)
     assert jitter == color.ColorJitter((0.6, 1.4), (0.5, 1.5), (0.8, 1.2), None, p=0.8)
     assert to_float == specs.ToDtype(torch.float32, scale=True)
     assert normalize == specs.Normalize((0.5, 0.4, 0.3), (0.2, 0.3, 0.4))
     (resize,) = compat.leaf_specs(A.SmallestMaxSize(max_size=256))
-    assert resize == specs.Resize(256)
+    assert resize == specs.Resize(256, antialias=False)
 
 
 def test_albumentations_1x_height_and_width_are_read():
@@ -259,7 +257,7 @@ def test_albumentations_1x_height_and_width_are_read():
         __module__ = "albumentations.augmentations.crops.transforms"
         height, width, scale, ratio, interpolation, p = 20, 30, (0.08, 1.0), (0.75, 4 / 3), 1, 1.0
 
-    assert compat.leaf_specs(RandomResizedCrop()) == [specs.RandomResizedCrop((20, 30))]
+    assert compat.leaf_specs(RandomResizedCrop()) == [specs.RandomResizedCrop((20, 30), antialias=False)]
 
 
 BLOCKED = [

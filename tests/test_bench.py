@@ -613,6 +613,17 @@ def _asked_before_the_clock(log, timed):
     return [key for key in timed if key in early]
 
 
+def test_the_default_run_is_the_headline_and_all_asks_for_everything():
+    args = parse_args([])
+    assert args.contenders == ["baseline", "fastload", "dali-cpu"]
+    assert args.pipeline == "train" and args.suite == ["main"]
+    args = parse_args(["--contenders", "all", "--pipeline", "both", "--suite", "main,decode,scaling"])
+    assert args.contenders == list(registry.CONTENDERS) and args.suite == ["main", "decode", "scaling"]
+    # The user's own dataset races the contenders that can run it.
+    args = parse_args(["--dataset", "mymodule:make"])
+    assert args.contenders == [n for n, c in registry.CONTENDERS.items() if c.runs_user_dataset]
+
+
 def test_the_default_window_is_many_prefetch_depths_long():
     # 2 workers: torch keeps 2 x 2 batches in flight. The window is 20 times that.
     args = parse_args(["--workers", "2", "--batch-size", "128"])

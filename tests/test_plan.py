@@ -493,6 +493,21 @@ def test_interpolation_is_one_plan_field_from_names_torchvision_modes_and_pil_in
     assert specs.Resize(10, interpolation=T.InterpolationMode.BICUBIC).interpolation == "bicubic"
 
 
+def test_antialias_false_is_the_plain_bilinear_filter():
+    Interpolation = _ext.require_ops().Interpolation
+    plan = build_plan([specs.RandomResizedCrop(8, antialias=False)])
+    assert plan.interpolation == Interpolation.BILINEAR_NO_ANTIALIAS
+    plan = build_plan([specs.Resize(10, antialias=False), specs.CenterCrop(8)])
+    assert plan.interpolation == Interpolation.BILINEAR_NO_ANTIALIAS
+    # Nearest never antialiases; the flag changes nothing.
+    assert build_plan([specs.Resize((8, 8), interpolation="nearest", antialias=False)]).interpolation == \
+        Interpolation.NEAREST
+    # Not a torchvision interpolation name: specs do not take it, the ops do.
+    assert "bilinear_no_antialias" not in specs.native_interpolations()
+    with pytest.raises(ValueError, match="expected interpolation in"):
+        specs.Resize(10, interpolation="bilinear_no_antialias")
+
+
 def test_interpolation_validation_follows_torchvision():
     with pytest.raises(TypeError, match="Argument interpolation should be a InterpolationMode or a corresponding "
                                         "Pillow integer constant"):
@@ -513,6 +528,10 @@ def test_interpolation_validation_follows_torchvision():
      r"Resize\(interpolation='lanczos'\) has no native filter \(native: bilinear, bicubic, nearest\)"),
     ([specs.CenterCrop(4), specs.RandomVerticalFlip(), specs.RandomVerticalFlip(0.3)],
      "two random vertical flips"),
+    ([specs.Resize((8, 8), interpolation="bicubic", antialias=False)],
+     r"Resize\(interpolation='bicubic', antialias=False\) has no native filter"),
+    ([specs.Resize(10, antialias=False), specs.Resize((8, 8))],
+     r"different interpolations \(bilinear and bilinear_no_antialias\)"),
 ])
 def test_pipelines_with_two_filters_or_flips_are_refused_with_the_reason(ops, reason):
     with pytest.raises(UnsupportedPipeline, match=reason):

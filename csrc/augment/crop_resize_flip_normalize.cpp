@@ -36,8 +36,9 @@ void check_box(const char* op, float top, float left, float height, float width,
 }
 
 Interpolation check_interpolation(const char* op, int64_t interpolation) {
-  FASTLOAD_CHECK_VALUE(interpolation >= 0 && interpolation <= 2, op,
-                       "expected interpolation 0 (bilinear), 1 (bicubic) or 2 (nearest), got ", interpolation,
+  FASTLOAD_CHECK_VALUE(interpolation >= 0 && interpolation < kInterpolationCount, op,
+                       "expected interpolation 0 (bilinear), 1 (bicubic), 2 (nearest) or 3 (bilinear without "
+                       "antialiasing), got ", interpolation,
                        ". Pass int(fastload._C.Interpolation.<MODE>) or use fastload.ops, which takes names.");
   return static_cast<Interpolation>(interpolation);
 }

@@ -6,10 +6,13 @@
 //
 // Semantics, per axis: Pillow's resample of the chosen interpolation (antialiased), which
 // for BILINEAR is also torch's interpolate(mode="bilinear", antialias=True,
-// align_corners=False):
+// align_corners=False); BILINEAR_NO_ANTIALIAS is the same arithmetic with filterscale 1,
+// which is torch's interpolate(mode="bilinear", antialias=False) and OpenCV's INTER_LINEAR
+// (a centre within half a pixel of the edge reads the edge pixel alone, as both clamp):
 //   scale   = box_size / out_size
 //   centre  = box_start + (i + 0.5) * scale          source coordinate of output index i
 //   filterscale = max(scale, 1)                       the filter widens when shrinking
+//                                                     (1 without antialiasing)
 //   support = filter_support * filterscale            bilinear 1, bicubic 2
 //   taps j  = [int(centre - support + 0.5), int(centre + support + 0.5)) clamped to
 //             [0, in_size) -- the image, not the box (Pillow and torch do the same)
@@ -46,8 +49,8 @@ namespace fastload::augment {
 struct Axis {
   float start;             // box start (top or left), source pixels
   float scale;             // box_size / out_size: source pixels per output pixel
-  float support;           // filter support * max(scale, 1): the taps' half-width
-  float inv_filter_scale;  // 1 / max(scale, 1) (Pillow and torch multiply by it too)
+  float support;           // filter support * filterscale: the taps' half-width
+  float inv_filter_scale;  // 1 / filterscale (Pillow and torch multiply by it too)
   int in_size;             // image extent on this axis; taps clamp to [0, in_size)
   Interpolation mode;
   double step;             // box_size / out_size in double: Pillow's NEAREST walk
@@ -62,14 +65,26 @@ FASTLOAD_HD float filter_support(Interpolation mode) {
 // clip as Pillow does.
 FASTLOAD_HD bool clips(Interpolation mode) { return mode == Interpolation::kBicubic; }
 
+// Whether the filter widens with the scale when shrinking (Pillow's antialiasing). A
+// filter that does not must not be given a DCT-scaled decode either: the decoder's
+// scaling averages blocks of pixels, an antialiasing of its own.
+FASTLOAD_HD bool antialiases(Interpolation mode) { return mode != Interpolation::kBilinearNoAntialias; }
+
+// Pillow's filterscale: how much wider than at scale 1 the filter reads at `scale`
+// source pixels per output pixel.
+FASTLOAD_HD double filter_scale(Interpolation mode, double scale) {
+  return antialiases(mode) && scale > 1.0 ? scale : 1.0;
+}
+
 FASTLOAD_HD Axis make_axis(float box_start, float box_size, int in_size, int out_size,
                            Interpolation mode = Interpolation::kBilinear) {
   Axis axis;
   axis.start = box_start;
   axis.scale = box_size / static_cast<float>(out_size);
-  const float filter_scale = axis.scale > 1.0f ? axis.scale : 1.0f;
-  axis.support = filter_support(mode) * filter_scale;
-  axis.inv_filter_scale = 1.0f / filter_scale;
+  // filter_scale() in float, as Pillow and torch compute it.
+  const float widening = antialiases(mode) && axis.scale > 1.0f ? axis.scale : 1.0f;
+  axis.support = filter_support(mode) * widening;
+  axis.inv_filter_scale = 1.0f / widening;
   axis.in_size = in_size;
   axis.mode = mode;
   axis.step = static_cast<double>(box_size) / out_size;

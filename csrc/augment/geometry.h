@@ -55,13 +55,17 @@ FASTLOAD_HD int64_t padded_source_index(int64_t j, int64_t size, int mode) {
   return j < 0 ? 0 : size - 1;
 }
 
-// The resampling filter of a plan's one resize, with Pillow's semantics (antialiased
-// when shrinking): crop_resize_flip_normalize.h has the taps of each.
+// The resampling filter of a plan's one resize: crop_resize_flip_normalize.h has the
+// taps of each. Pillow's filters antialias (widen with the scale when shrinking);
+// kBilinearNoAntialias is the plain bilinear interpolation of OpenCV's INTER_LINEAR and
+// torch's interpolate(mode="bilinear", antialias=False), which albumentations resizes with.
 enum class Interpolation : int {
-  kBilinear = 0,  // Pillow BILINEAR: the triangle, support 1
+  kBilinear = 0,  // Pillow BILINEAR: the triangle, support 1 (x the scale when shrinking)
   kBicubic = 1,   // Pillow BICUBIC: Keys' cubic, a = -0.5, support 2, clipped to [0, 255]
   kNearest = 2,   // Pillow NEAREST: the pixel under the centre
+  kBilinearNoAntialias = 3,  // the triangle, support 1 at every scale: aliases when shrinking
 };
+constexpr int kInterpolationCount = 4;
 
 // RandomCrop's padding as the fused pass's uint8 stage applies it (plan.h's padding_mode
 // and pad_fill): output pixels whose source lies outside the image read `fill` (constant)

@@ -29,10 +29,9 @@ void Plan::validate(const char* op) const {
                            0 <= flip_v_p && flip_v_p <= 1,
                        op, "expected flip probabilities in [0, 1], got flip_p = ", flip_p, ", flip_v_p = ", flip_v_p,
                        ".");
-  FASTLOAD_CHECK_VALUE(interpolation == Interpolation::kBilinear || interpolation == Interpolation::kBicubic ||
-                           interpolation == Interpolation::kNearest,
-                       op, "expected interpolation BILINEAR, BICUBIC or NEAREST, got ", static_cast<int>(interpolation),
-                       ".");
+  FASTLOAD_CHECK_VALUE(static_cast<int>(interpolation) >= 0 && static_cast<int>(interpolation) < kInterpolationCount,
+                       op, "expected interpolation BILINEAR, BICUBIC, NEAREST or BILINEAR_NO_ANTIALIAS, got ",
+                       static_cast<int>(interpolation), ".");
   FASTLOAD_CHECK_VALUE((resize_height > 0) == (resize_width > 0), op,
                        "expected both or neither of resize_height and resize_width, got ", resize_height, " and ",
                        resize_width, ".");

@@ -28,8 +28,8 @@ double pil_filter(double x, Interpolation mode) {
 
 void pil_axis(double in0, double size, int in_size, int out_size, Interpolation mode, bool mirror, PilAxis& a) {
   const double scale = size / out_size;
-  const double filterscale = std::max(scale, 1.0);
-  const double support = (mode == Interpolation::kBicubic ? 2.0 : 1.0) * filterscale;
+  const double filterscale = augment::filter_scale(mode, scale);
+  const double support = augment::filter_support(mode) * filterscale;
   const double ss = 1.0 / filterscale;  // Pillow multiplies by the inverse (a division rounds otherwise)
   const int ksize = static_cast<int>(std::ceil(support)) * 2 + 1;
   const int taps = std::min(ksize, in_size);

@@ -141,9 +141,9 @@ Span axis_window(const Plan& plan, double box_begin, double box_extent, double c
 DecodeWindow decode_window(const Plan& plan, const Region& region, int height, int width) {
   const double filter_support = augment::filter_support(plan.interpolation);
   const double support_y =
-      filter_support * std::max(1.0, static_cast<double>(region.box.height) / plan.out_height) + 1.0;
+      filter_support * augment::filter_scale(plan.interpolation, static_cast<double>(region.box.height) / plan.out_height) + 1.0;
   const double support_x =
-      filter_support * std::max(1.0, static_cast<double>(region.box.width) / plan.out_width) + 1.0;
+      filter_support * augment::filter_scale(plan.interpolation, static_cast<double>(region.box.width) / plan.out_width) + 1.0;
   return {axis_window(plan, region.box.top, region.box.height, region.clamp.top, region.clamp.height, support_y,
                       height),
           axis_window(plan, region.box.left, region.box.width, region.clamp.left, region.clamp.width, support_x,
@@ -212,9 +212,10 @@ void process_sample(Job& job, int64_t slot, SampleState& state) {
   const DecodeWindow win = decode_window(plan, region, info.height, info.width);
   const int win_top = win.rows.begin, win_height = win.rows.end - win.rows.begin;
   const int win_left = win.cols.begin, win_width = win.cols.end - win.cols.begin;
-  const int denom = !plan.dct_scaling ? 1
-                                      : choose_scale_denom(int_side(region.box.height), int_side(region.box.width),
-                                                           plan.out_height, plan.out_width);
+  const bool may_scale = plan.dct_scaling && augment::antialiases(plan.interpolation);
+  const int denom = !may_scale ? 1
+                               : choose_scale_denom(int_side(region.box.height), int_side(region.box.width),
+                                                    plan.out_height, plan.out_width);
   DecodedWindow& window = state.window;
   {
     RECORD_FUNCTION("fastload.decode", c10::ArrayRef<const c10::IValue>{});

@@ -76,7 +76,7 @@ def _pil_axis(start: float, size: float, in_size: int, out_size: int, interpolat
     normalize_coeffs_8bpp) as an int64 [out_size, in_size] matrix; a centre outside the
     image gives a zero row (padding)."""
     scale = size / out_size
-    filterscale = max(scale, 1.0)
+    filterscale = 1.0 if interpolation == "bilinear_no_antialias" else max(scale, 1.0)
     support = (2.0 if interpolation == "bicubic" else 1.0) * filterscale
     matrix = np.zeros((out_size, in_size), dtype=np.int64)
     for i in range(out_size):

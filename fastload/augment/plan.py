@@ -357,7 +357,10 @@ def fuse(
         if not specs.has_native_filter(op.interpolation):
             raise UnsupportedPipeline(f"{type(op).__name__}(interpolation={op.interpolation!r}) has no native "
                                       f"filter (native: {', '.join(specs.native_interpolations())})")
-    modes = sorted({op.interpolation for op in resamplers})
+        if not op.antialias and op.interpolation == "bicubic":
+            raise UnsupportedPipeline(f"{type(op).__name__}(interpolation='bicubic', antialias=False) has no native "
+                                      f"filter (bicubic is native with antialias only)")
+    modes = sorted({specs.resampling_filter(op) for op in resamplers})
     if len(modes) > 1:
         raise UnsupportedPipeline(f"resizes with different interpolations ({' and '.join(modes)}) do not fuse: "
                                   f"the fused pass resamples once, with one filter")

@@ -45,15 +45,27 @@ _PIL_INTERPOLATIONS = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 
 
 
 def native_interpolations() -> Tuple[str, ...]:
-    """The filters the engine has, by torchvision's names: fastload._C.Interpolation's
-    members, lower-case (needs fastload._C)."""
-    return tuple(name.lower() for name in _ext.require_ops().Interpolation.__members__)
+    """The interpolations the engine has a filter for, by torchvision's names:
+    fastload._C.Interpolation's members, lower-case, that torchvision names (the plain
+    bilinear filter is torchvision's bilinear with antialias=False; needs fastload._C)."""
+    names = (name.lower() for name in _ext.require_ops().Interpolation.__members__)
+    return tuple(name for name in names if name in INTERPOLATIONS)
 
 
 def has_native_filter(interpolation: str) -> bool:
     """Whether the engine has this filter; True when fastload._C is not built (the loader
     then gives that reason instead)."""
     return not _ext.has_ops() or interpolation in native_interpolations()
+
+
+def resampling_filter(op) -> str:
+    """The engine's filter (a fastload._C.Interpolation member, lower-case) of a
+    RandomResizedCrop or Resize: its interpolation, or "bilinear_no_antialias" for
+    bilinear with antialias=False (nearest never antialiases; bicubic without it keeps
+    its name and the plan refuses it)."""
+    if not op.antialias and op.interpolation == "bilinear":
+        return "bilinear_no_antialias"
+    return op.interpolation
 
 
 def _interpolation(value, name: str) -> str:
@@ -87,12 +99,16 @@ class RandomResizedCrop:
         interpolation: "bilinear", "bicubic" or "nearest" (Pillow's BILINEAR, BICUBIC,
             NEAREST), a torchvision InterpolationMode or a Pillow constant; stored as
             the name. torchvision's other modes are accepted but do not fuse.
+        antialias: False resizes bilinear without antialiasing (torch's
+            interpolate(antialias=False), OpenCV's INTER_LINEAR: what albumentations
+            does); nearest ignores it, bicubic has no native filter without it.
     """
 
     size: Size
     scale: Tuple[float, float] = (0.08, 1.0)
     ratio: Tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0)
     interpolation: str = "bilinear"
+    antialias: bool = True
 
     def __post_init__(self):
         object.__setattr__(self, "size", _pair(self.size, "RandomResizedCrop"))
@@ -110,7 +126,7 @@ class RandomResizedCrop:
 class Resize:
     """Resize: an int resizes the shorter side to it (aspect kept, `max_size` caps the
     longer side), (height, width) resizes to exactly that. Antialiased, Pillow's filters:
-    `interpolation` as in RandomResizedCrop.
+    `interpolation` and `antialias` as in RandomResizedCrop.
 
     Natively batchable only when the output size is fixed: (height, width), or followed
     by a CenterCrop.
@@ -123,6 +139,7 @@ class Resize:
     size: Size
     max_size: Optional[int] = None
     interpolation: str = "bilinear"
+    antialias: bool = True
 
     def __post_init__(self):
         object.__setattr__(self, "interpolation", _interpolation(self.interpolation, "Resize"))

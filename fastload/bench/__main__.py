@@ -1,7 +1,8 @@
 """fastload-bench: fastload against the usual PyTorch input pipelines, on one machine, one run.
 
-    fastload-bench                        # generated ImageNet-like data, train + eval, all contenders
-    fastload-bench --data /imagenet/train --pipeline train --workers 8 --json out.json
+    fastload-bench                        # generated ImageNet-like data, train: torch vs fastload vs DALI
+    fastload-bench --contenders all --pipeline both --suite main,decode,scaling   # everything
+    fastload-bench --data /imagenet/train --workers 8 --json out.json
     fastload-bench --suite decode         # decode-only micro-benchmark
     fastload-bench --suite prepared       # fastload.prepare's shards against the original files
     fastload-bench --dataset mymodule:make --plot bench.png   # your own Dataset, torch vs fastload
@@ -32,6 +33,11 @@ from fastload.bench import measure, micro, prepared, recipes, report
 from fastload.bench.measure import MeasureConfig, run_in_subprocess
 
 SUITES = ("main", "decode", "scaling", "prepared", "recipes")
+# The headline, and what `make bench` runs: torch's DataLoader + torchvision, the same
+# script through fastload.DataLoader, and DALI's CPU pipeline, on the train pipeline (a
+# few minutes on 2 cores; every contender and suite: --contenders all --pipeline both
+# --suite main,decode,scaling).
+DEFAULT_CONTENDERS = ("baseline", "fastload", "dali-cpu")
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
@@ -57,15 +63,15 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, help=f"images per batch (128; recipes: {recipes.BATCH_SIZE})")
     p.add_argument("--workers", type=int,
                    help=f"worker processes or threads of every contender (default: all cores; recipes: {recipes.WORKERS})")
-    p.add_argument("--contenders", default=",".join(registry.CONTENDERS),
-                   help=f"comma-separated, from: {', '.join(registry.CONTENDERS)} (default: all)")
-    p.add_argument("--pipeline", choices=("train", "eval", "both"), default="both",
+    p.add_argument("--contenders", default=",".join(DEFAULT_CONTENDERS),
+                   help=f"comma-separated, from: {', '.join(registry.CONTENDERS)}, or all (default: "
+                        f"{','.join(DEFAULT_CONTENDERS)})")
+    p.add_argument("--pipeline", choices=("train", "eval", "both"), default="train",
                    help="train: RandomResizedCrop 224 + flip + normalize; eval: Resize 256 + CenterCrop 224")
     p.add_argument("--suite",
                    help="comma-separated: main (the table), decode (decode-only micro-benchmark), "
                         "scaling (1 vs --workers threads), prepared (fastload.prepare's shards against the "
-                        "original files), recipes (see --recipes) (default: main,decode,scaling; with "
-                        "--recipes: recipes)")
+                        "original files), recipes (see --recipes) (default: main; with --recipes: recipes)")
     p.add_argument("--scaling-contenders", default="fastload-native",
                    help="contenders of the scaling suite (default: fastload-native)")
     p.add_argument("--decode-images", type=int, default=200, help="files of the decode micro-benchmark (200)")
@@ -90,7 +96,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--list", action="store_true", help="list the contenders and recipes, and exit")
     args = p.parse_args(argv)
     if args.suite is None:
-        args.suite = "recipes" if args.recipes is not None else "main,decode,scaling"
+        args.suite = "recipes" if args.recipes is not None else "main"
     # The recipes keep their scripts' batch and workers unless told otherwise.
     args.recipe_batch_size = recipes.BATCH_SIZE if args.batch_size is None else args.batch_size
     args.recipe_workers = recipes.WORKERS if args.workers is None else args.workers
@@ -102,7 +108,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
         args.images = measure.default_images(args.workers, args.batch_size)
     if not args.warmup_given:
         args.warmup_batches = measure.prefetch_depth(args.workers) + 1
-    if args.dataset and args.contenders == ",".join(registry.CONTENDERS):
+    if args.contenders == "all":
+        args.contenders = ",".join(registry.CONTENDERS)
+    if args.dataset and args.contenders in (",".join(registry.CONTENDERS), ",".join(DEFAULT_CONTENDERS)):
         args.contenders = ",".join(name for name, c in registry.CONTENDERS.items() if c.runs_user_dataset)
     if args.dataset and args.data:
         p.error("--dataset and --data exclude each other: the dataset function says where its data is")

@@ -9,9 +9,9 @@ installed: its classes are recognised by module (albumentations.*) and name.
 
 | albumentations | fastload | how close (tests/test_albumentations.py) |
 | --- | --- | --- |
-| RandomResizedCrop(size (2.x) or height/width (1.x), scale, ratio, INTER_LINEAR) | RandomResizedCrop(size, scale, ratio, "bilinear") | the same draw (10 tries, round(), central fallback); the resize: see below |
-| Resize(height, width, INTER_LINEAR) | Resize((height, width)) | see below |
-| SmallestMaxSize(max_size: one int, INTER_LINEAR) | Resize(max_size) | the longer side is int(size * long / short) (torchvision's), albumentations rounds it: one pixel apart on some sizes |
+| RandomResizedCrop(size (2.x) or height/width (1.x), scale, ratio, INTER_LINEAR) | RandomResizedCrop(size, scale, ratio, "bilinear", antialias=False) | the same draw (10 tries, round(), central fallback); the resize: see below |
+| Resize(height, width, INTER_LINEAR) | Resize((height, width), antialias=False) | see below |
+| SmallestMaxSize(max_size: one int, INTER_LINEAR) | Resize(max_size, antialias=False) | the longer side is int(size * long / short) (torchvision's), albumentations rounds it: one pixel apart on some sizes |
 | CenterCrop(height, width), RandomCrop(height, width) (pad_if_needed=False) | CenterCrop, RandomCrop | identical, except CenterCrop's offset where the margin is odd (torchvision rounds half to even, albumentations floors: one pixel) and images smaller than the crop (albumentations raises, the engine pads with zeros) |
 | HorizontalFlip(p), VerticalFlip(p) | RandomHorizontalFlip(p), RandomVerticalFlip(p) | identical |
 | Normalize(mean, std, max_pixel_value=255, normalization="standard", p=1) | ToDtype(float32, scale=True), Normalize(mean, std) | float32 rounding |
@@ -20,16 +20,13 @@ installed: its classes are recognised by module (albumentations.*) and name.
 
 The resize: albumentations resizes with OpenCV's INTER_LINEAR, which does not antialias
 when it shrinks (torch's `interpolate(..., antialias=False)`, in 11-bit fixed point). The
-native engine's bilinear is Pillow's, antialiased when it shrinks; it has no
-non-antialiased mode (that would be a `filterscale` of 1 in the C++ kernels' taps), so
-the output differs where a resize shrinks. Measured (Resize of six photo-like 500x375
-JPEGs, engine vs albumentations, PSNR): enlarging 1.6x 57 dB (rounding only); shrinking
-1.25x 50 dB, 1.5x 47 dB, 2x 40 dB, 3x 35 dB; real photos with fine texture differ more
-when shrunk (aliasing is what antialiasing removes). A RandomResizedCrop to 224 of a
-500x375 photo (scale (0.08, 1)) shrinks every crop over 27 % of the area, about 4 in 5
-of its crops, by up to ~2.2x. Other
-interpolations (INTER_NEAREST's top-left sampling, INTER_CUBIC's a=-0.75, INTER_AREA,
-area_for_downscale) have no native filter: they start the Python tail.
+mapped resizes take `antialias=False`: the engine's plain bilinear filter
+(`BILINEAR_NO_ANTIALIAS`: Pillow's taps at filterscale 1, and no DCT-scaled decode, whose
+block averaging would antialias), the same interpolation in float. Measured
+(`benchmarks/albumentations_resize.py`: Resize of six photo-like 500x375 JPEGs, engine vs
+albumentations): 57 dB PSNR enlarging 1.6x and shrinking 1.25x to 3x, one level apart at
+most. Other interpolations (INTER_NEAREST's top-left sampling, INTER_CUBIC's a=-0.75,
+INTER_AREA, area_for_downscale) have no native filter: they start the Python tail.
 
 What does not map (hue jitter, LongestMaxSize, padding crops, any other transform, a
 probability below 1 on a transform that is not random by nature) starts the Python tail:
@@ -147,10 +144,11 @@ def leaf_specs(transform: Any, *, last: bool = True) -> List[Any]:
     if name == "RandomResizedCrop":
         _always(transform)
         return [specs.RandomResizedCrop(_size(transform), tuple(transform.scale), tuple(transform.ratio),
-                                        interpolation=_interpolation(transform))]
+                                        interpolation=_interpolation(transform), antialias=False)]
     if name == "Resize":
         _always(transform)
-        return [specs.Resize((int(transform.height), int(transform.width)), interpolation=_interpolation(transform))]
+        return [specs.Resize((int(transform.height), int(transform.width)), interpolation=_interpolation(transform),
+                             antialias=False)]
     if name == "SmallestMaxSize":
         _always(transform)
         max_size = getattr(transform, "max_size", None)
@@ -162,7 +160,7 @@ def leaf_specs(transform: Any, *, last: bool = True) -> List[Any]:
                 raise _not_convertible(f"draws the size from {list(max_size)} per image (native: one size)",
                                        fix="pass one max_size")
             max_size = max_size[0]
-        return [specs.Resize(int(max_size), interpolation=_interpolation(transform))]
+        return [specs.Resize(int(max_size), interpolation=_interpolation(transform), antialias=False)]
     if name in ("CenterCrop", "RandomCrop"):
         _always(transform)
         if getattr(transform, "pad_if_needed", False):

@@ -21,7 +21,7 @@ Example:
     >>> import torchvision.transforms as T
     >>> pipeline = split_transform(T.Compose([T.RandomResizedCrop(8), T.Grayscale(), T.ToTensor()]))
     >>> pipeline.native
-    (RandomResizedCrop(size=(8, 8), scale=(0.08, 1.0), ratio=(0.75, 1.3333333333333333), interpolation='bilinear'),)
+    (RandomResizedCrop(size=(8, 8), scale=(0.08, 1.0), ratio=(0.75, 1.3333333333333333), interpolation='bilinear', antialias=True),)
     >>> pipeline.blockers
     ("Grayscale(num_output_channels=1): makes one channel of the loader's three (native: num_output_channels=3)",)
 """

@@ -1,7 +1,9 @@
-"""Bicubic and nearest resampling, and the vertical flip, of the crop_resize_flip_normalize
-ops (csrc/augment/crop_resize_flip_normalize.h, shared by the CPU and CUDA kernels).
+"""Bicubic, nearest and non-antialiased bilinear resampling, and the vertical flip, of the
+crop_resize_flip_normalize ops (csrc/augment/crop_resize_flip_normalize.h, shared by the CPU
+and CUDA kernels).
 
-References: PIL's resize(BICUBIC / NEAREST, box=...), the semantics the ops follow, and
+References: PIL's resize(BICUBIC / NEAREST, box=...) and torch's interpolate(bilinear,
+antialias=False) (OpenCV's INTER_LINEAR), the semantics the ops follow, and
 fastload/reference.py's twins (float64 weight matrices on the kernel's float32 geometry).
 """
 
@@ -155,7 +157,7 @@ def test_nearest_equals_pil(channels, dtype):
         assert torch.equal(out, want), name
 
 
-@pytest.mark.parametrize("interpolation", ["bicubic", "nearest"])
+@pytest.mark.parametrize("interpolation", ["bicubic", "nearest", "bilinear_no_antialias"])
 def test_padding_rule_holds_for_every_interpolation(interpolation):
     """Centres outside the image read 0 (torchvision's CenterCrop padding); the rest is
     the resample of the image. (PIL refuses boxes that start outside the image.)"""
@@ -182,7 +184,7 @@ CASES = [
 @pytest.mark.parametrize("flip_v", [False, True])
 @pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("interpolation", ["bicubic", "nearest"])
+@pytest.mark.parametrize("interpolation", ["bicubic", "nearest", "bilinear_no_antialias"])
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_reference_twin_matches_the_kernel(case, interpolation, dtype, channels_last, flip_v, channels):
     _, height, width, box, size = case
@@ -195,7 +197,7 @@ def test_reference_twin_matches_the_kernel(case, interpolation, dtype, channels_
     assert_matches_reference(out, want, dtype)
 
 
-@pytest.mark.parametrize("interpolation", ["bilinear", "bicubic", "nearest"])
+@pytest.mark.parametrize("interpolation", ["bilinear", "bicubic", "nearest", "bilinear_no_antialias"])
 @pytest.mark.parametrize("channels", [3, 1])
 def test_vertical_flip_is_torch_flip_of_the_rows(interpolation, channels):
     """The vertical flip mirrors the row tap table: bit for bit torch.flip of the
@@ -224,6 +226,81 @@ def test_vertical_flip_of_a_strong_downscale_walks_the_row_ring_backwards():
         assert torch.equal(down, torch.flip(plain, [1]))
 
 
+# ---- bilinear without antialiasing: torch's interpolate(antialias=False), OpenCV's INTER_LINEAR --
+
+# (image height, width, box [top, left, height, width] on whole pixels, out size): what
+# torch's interpolate resizes is the crop itself, so its taps clamp to the crop; here
+# the crop is the whole image or, for crops inside it, compared on the cropped tensor.
+PLAIN_CASES = [
+    ("shrink_2x", 64, 80, [0, 0, 64, 80], [32, 40]),
+    ("shrink_3.3x", 200, 170, [0, 0, 200, 170], [61, 52]),
+    ("shrink_odd", 37, 53, [0, 0, 37, 53], [11, 29]),
+    ("enlarge", 20, 30, [0, 0, 20, 30], [57, 71]),
+    ("mixed", 45, 31, [0, 0, 45, 31], [17, 62]),
+    ("to_one_pixel", 9, 13, [0, 0, 9, 13], [1, 1]),
+    ("from_one_pixel", 1, 1, [0, 0, 1, 1], [5, 7]),
+]
+
+
+def torch_plain_bilinear(image, size):
+    """torch's interpolate(bilinear, antialias=False, align_corners=False) of a uint8 HWC
+    image as float64 CHW values in [0, 255]."""
+    chw = image.permute(2, 0, 1)[None].double()
+    return torch.nn.functional.interpolate(chw, size=size, mode="bilinear", antialias=False,
+                                           align_corners=False)[0]
+
+
+@pytest.mark.parametrize("channels", [3, 1])
+@pytest.mark.parametrize("case", PLAIN_CASES, ids=[c[0] for c in PLAIN_CASES])
+def test_bilinear_without_antialias_is_torchs_interpolate(case, channels):
+    _, height, width, box, size = case
+    image = noisy_image(height, width, channels, seed=height * width)
+    out = ops.crop_resize_flip_normalize(image, box, size, scale=1.0, mean=[0.0] * channels, std=[1.0] * channels,
+                                         interpolation="bilinear_no_antialias")
+    torch.testing.assert_close(out.double(), torch_plain_bilinear(image, size), rtol=0, atol=2e-3)
+    if size[0] < height and size[1] < width:  # shrinking: the antialiased filter is another one
+        antialiased = ops.crop_resize_flip_normalize(image, box, size, scale=1.0, mean=[0.0] * channels,
+                                                     std=[1.0] * channels)
+        assert (antialiased - out).abs().max() > 1.0
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_bilinear_without_antialias_of_a_crop_over_dtypes_and_layouts(dtype, channels_last):
+    """A crop inside the image reads pixels outside the box where its taps reach (as
+    Pillow's box does); torch's interpolate of the cropped tensor clamps at the crop. They
+    agree on every output pixel whose taps stay inside the crop: all but the border rows
+    and columns here."""
+    image = noisy_image(90, 110, 3, seed=5)
+    box, size = [10, 20, 60, 70], [29, 31]
+    out = ops.crop_resize_flip_normalize(image, box, size, False, 1 / 255, list(MEAN), list(STD), dtype,
+                                         channels_last, interpolation="bilinear_no_antialias")
+    assert out.stride() == ((1, size[1] * 3, 3) if channels_last else (size[0] * size[1], size[1], 1))
+    crop = image[10:70, 20:90]
+    want = (torch_plain_bilinear(crop, size) / 255 - torch.tensor(MEAN, dtype=torch.float64)[:, None, None]) \
+        / torch.tensor(STD, dtype=torch.float64)[:, None, None]
+    if dtype == torch.uint8:
+        want = torch_plain_bilinear(crop, size)
+        out = ops.crop_resize_flip_normalize(image, box, size, False, 1.0, [0.0] * 3, [1.0] * 3, dtype,
+                                             channels_last, interpolation="bilinear_no_antialias")
+    inner = (slice(None), slice(1, -1), slice(1, -1))
+    tolerance = {torch.uint8: 0.5 + 1e-3, torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 5e-2}[dtype]
+    torch.testing.assert_close(out.double()[inner], want[inner], rtol=0, atol=tolerance)
+
+
+def test_bilinear_without_antialias_is_opencvs_inter_linear_within_one_level():
+    cv2 = pytest.importorskip("cv2", reason="opencv-python-headless is optional (make setup installs it)")
+    for height, width, size in [(64, 80, (32, 40)), (200, 170, (61, 52)), (20, 30, (57, 71)), (45, 31, (17, 62))]:
+        image = noisy_image(height, width, 3, seed=height)
+        out = ops.crop_resize_flip_normalize(image, [0, 0, height, width], list(size), scale=1.0,
+                                             mean=[0.0] * 3, std=[1.0] * 3, dtype=torch.uint8,
+                                             interpolation="bilinear_no_antialias")
+        theirs = cv2.resize(image.numpy(), (size[1], size[0]), interpolation=cv2.INTER_LINEAR)
+        diff = (out.permute(1, 2, 0).int() - torch.from_numpy(theirs).int()).abs()
+        # OpenCV weighs in 11-bit fixed point, the kernel in float: rounding apart only.
+        assert diff.max() <= 1, (height, width, size, diff.max())
+
+
 def test_bilinear_is_the_default_and_unchanged_by_the_new_arguments():
     image = noisy_image(40, 50, 3)
     default = ops.crop_resize_flip_normalize(image, [1.5, 2.5, 30, 41], [15, 29])
@@ -248,7 +325,7 @@ def batch_inputs(channels=3, n=5):
     return images, packed, shapes, boxes, flips
 
 
-@pytest.mark.parametrize("interpolation", ["bilinear", "bicubic", "nearest"])
+@pytest.mark.parametrize("interpolation", ["bilinear", "bicubic", "nearest", "bilinear_no_antialias"])
 def test_batch_with_both_flips_equals_the_single_image_op(interpolation):
     images, packed, shapes, boxes, flips = batch_inputs()
     size = [11, 13]
@@ -278,10 +355,12 @@ def test_unknown_interpolations_and_flip_shapes_are_refused_with_the_fix():
     images, packed, shapes, boxes, flips = batch_inputs(n=2)
     out = torch.empty(2, 3, 4, 4)
     with pytest.raises(ValueError, match=r"fastload\.crop_resize_flip_normalize: expected interpolation "
-                                         r"'bilinear', 'bicubic' or 'nearest', got 'lanczos'"):
+                                         r"'bilinear', 'bicubic', 'nearest' or 'bilinear_no_antialias', "
+                                         r"got 'lanczos'"):
         ops.crop_resize_flip_normalize(images[0], [0, 0, 4, 4], [2, 2], interpolation="lanczos")
-    with pytest.raises(ValueError, match=r"expected interpolation 0 \(bilinear\), 1 \(bicubic\) or 2 \(nearest\), "
-                                         r"got 7\. Pass int\(fastload\._C\.Interpolation"):
+    with pytest.raises(ValueError, match=r"expected interpolation 0 \(bilinear\), 1 \(bicubic\), 2 \(nearest\) "
+                                         r"or 3 \(bilinear without antialiasing\), got 7\. "
+                                         r"Pass int\(fastload\._C\.Interpolation"):
         torch.ops.fastload.crop_resize_flip_normalize(images[0], [0, 0, 4, 4], [2, 2], False, 1.0, [0.0] * 3,
                                                       [1.0] * 3, torch.float32, False, False, 7)
     with pytest.raises(ValueError, match=r"expected flips bool \[2\] \(left-right\) or \[2, 2\] \(left-right, "
@@ -301,7 +380,7 @@ def test_interpolation_takes_the_plan_enum_too():
 # ---- opcheck --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("interpolation", [1, 2])
+@pytest.mark.parametrize("interpolation", [1, 2, 3])
 def test_opcheck_single_with_flip_v_and_interpolation(interpolation):
     image = noisy_image(21, 17, 3)
     for dtype in (torch.float32, torch.uint8):
@@ -312,7 +391,7 @@ def test_opcheck_single_with_flip_v_and_interpolation(interpolation):
         )
 
 
-@pytest.mark.parametrize("interpolation", [1, 2])
+@pytest.mark.parametrize("interpolation", [1, 2, 3])
 def test_opcheck_batch_with_two_flip_columns_and_interpolation(interpolation):
     _, packed, shapes, boxes, flips = batch_inputs(n=4)
     out = torch.empty(4, 3, 11, 13, dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last)
