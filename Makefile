@@ -46,16 +46,16 @@ $(BUILT): $(VENV)/.deps $(NATIVE_SOURCES) pyproject.toml
 		|| flock /tmp/fastload-build.lock $(PY) -m pip install --no-build-isolation --no-deps -v -e .
 	touch $@
 
-setup: $(BUILT)
+setup: $(BUILT) $(VENV)/.optional
 build: $(BUILT)
 
 info: $(BUILT)
 	$(PY) -m fastload.info
 
-test: $(BUILT)
+test: $(BUILT) $(VENV)/.optional
 	$(PY) -m pytest $(PYTEST_ARGS) tests
 
-bench: $(BUILT)
+bench: $(BUILT) $(VENV)/.optional
 	$(PY) -m fastload.bench
 
 # Developer check, not a set-up step: fastload._C with AddressSanitizer + UBSan, built
