@@ -156,7 +156,7 @@ def test_every_contender_runs_and_agrees(tiny, tmp_path, monkeypatch):
     code = main([
         "--data", ds.root, "--pipeline", "both", "--images", "4", "--batch-size", "2", "--workers", "1",
         "--shards", "2", "--decode-images", "4", "--json", str(out), "--no-progress", "--timeout", "240",
-        "--suite", "main,decode",
+        "--suite", "main,decode", "--contenders", "all",
     ])
     assert code == 0
     record = json.loads(out.read_text())
@@ -614,9 +614,14 @@ def _asked_before_the_clock(log, timed):
 
 
 def test_the_default_run_is_the_headline_and_all_asks_for_everything():
-    args = parse_args([])
+    args = parse_args(["--workers", "2"])
     assert args.contenders == ["baseline", "fastload", "dali-cpu"]
-    assert args.pipeline == "train" and args.suite == ["main"]
+    assert args.pipeline == "train" and args.suite == ["main"] and args.batch_size == 64
+    # The generated data is the fewest images whose epochs are not small data: no marked rows.
+    plan = measure.plan_window(measure.MeasureConfig(contender="x", root="/x", workers=2, batch_size=64),
+                               args.dataset_images // args.batch_size)
+    assert args.dataset_images == 2560 and not plan.warnings and not plan.refused
+    assert parse_args(["--workers", "2", "--dataset-images", "300"]).dataset_images == 300
     args = parse_args(["--contenders", "all", "--pipeline", "both", "--suite", "main,decode,scaling"])
     assert args.contenders == list(registry.CONTENDERS) and args.suite == ["main", "decode", "scaling"]
     # The user's own dataset races the contenders that can run it.
@@ -629,7 +634,7 @@ def test_the_default_window_is_many_prefetch_depths_long():
     args = parse_args(["--workers", "2", "--batch-size", "128"])
     assert args.images >= 20 * 4 * 128 and args.warmup_batches >= 4 + 1
     args = parse_args(["--workers", "8"])
-    assert args.images >= 20 * 16 * 128
+    assert args.images >= 20 * 16 * args.batch_size
     plan = measure.plan_window(measure.MeasureConfig(contender="x", root="/x", workers=3, batch_size=64), 10**6)
     assert plan.timed_batches >= 20 * 6 and plan.warmup_batches >= 7 and not plan.warnings
     assert measure.MeasureConfig(contender="x", root="/x").images is None  # the minimum window, whatever workers

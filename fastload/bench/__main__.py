@@ -38,6 +38,11 @@ SUITES = ("main", "decode", "scaling", "prepared", "recipes")
 # few minutes on 2 cores; every contender and suite: --contenders all --pipeline both
 # --suite main,decode,scaling).
 DEFAULT_CONTENDERS = ("baseline", "fastload", "dali-cpu")
+# Batches of 64 and the fewest generated images whose epochs give unmarked rows (2,560 on
+# 2 cores) keep that run short: a steady window is 20 x the prefetch depth in batches
+# whatever their size, and torch's DataLoader makes ~150 img/s on 2 cores.
+DEFAULT_BATCH_SIZE = 64
+MIN_GENERATED_IMAGES = 2000
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
@@ -47,7 +52,10 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                    help="race torch's DataLoader and fastload.DataLoader on the Dataset this function returns "
                         "(your own dataset code and transforms; the module imports from the current folder or "
                         "PYTHONPATH); the main suite only")
-    p.add_argument("--dataset-images", type=int, default=2000, help="images to generate without --data (2000)")
+    p.add_argument("--dataset-images", type=int,
+                   help="images to generate without --data (default: the fewest whose epochs are not small data, "
+                        f"{measure.EPOCH_DEPTHS} x the prefetch depth in batches, and at least "
+                        f"{MIN_GENERATED_IMAGES})")
     p.add_argument("--classes", type=int, default=10, help="classes to generate without --data (10)")
     p.add_argument("--seed", type=int, default=0, help="seed of the generated data and of the loaders (0)")
     p.add_argument("--images", type=int,
@@ -60,7 +68,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--warmup-batches", type=int,
                    help="batches taken before timing (default and least: the prefetch depth + 1; all of the first "
                         "epoch when the window is whole epochs)")
-    p.add_argument("--batch-size", type=int, help=f"images per batch (128; recipes: {recipes.BATCH_SIZE})")
+    p.add_argument("--batch-size", type=int,
+                   help=f"images per batch ({DEFAULT_BATCH_SIZE}; recipes: {recipes.BATCH_SIZE})")
     p.add_argument("--workers", type=int,
                    help=f"worker processes or threads of every contender (default: all cores; recipes: {recipes.WORKERS})")
     p.add_argument("--contenders", default=",".join(DEFAULT_CONTENDERS),
@@ -100,7 +109,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     # The recipes keep their scripts' batch and workers unless told otherwise.
     args.recipe_batch_size = recipes.BATCH_SIZE if args.batch_size is None else args.batch_size
     args.recipe_workers = recipes.WORKERS if args.workers is None else args.workers
-    args.batch_size = 128 if args.batch_size is None else args.batch_size
+    args.batch_size = DEFAULT_BATCH_SIZE if args.batch_size is None else args.batch_size
     args.workers = (os.cpu_count() or 1) if args.workers is None else args.workers
     # The timed window and warm-up follow the prefetch depth of the workers (measure.py).
     args.images_given, args.warmup_given = args.images is not None, args.warmup_batches is not None
@@ -108,6 +117,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
         args.images = measure.default_images(args.workers, args.batch_size)
     if not args.warmup_given:
         args.warmup_batches = measure.prefetch_depth(args.workers) + 1
+    if args.dataset_images is None:
+        args.dataset_images = max(MIN_GENERATED_IMAGES, measure.least_unmarked_images(args.workers, args.batch_size))
     if args.contenders == "all":
         args.contenders = ",".join(registry.CONTENDERS)
     if args.dataset and args.contenders in (",".join(registry.CONTENDERS), ",".join(DEFAULT_CONTENDERS)):

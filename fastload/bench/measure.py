@@ -92,6 +92,11 @@ def min_epoch_batches(workers: int) -> int:
     return REFUSE_DEPTHS * prefetch_depth(workers)
 
 
+def least_unmarked_images(workers: int, batch_size: int) -> int:
+    """The fewest images per epoch whose whole epochs are not "small data"."""
+    return EPOCH_DEPTHS * prefetch_depth(workers) * batch_size
+
+
 def default_images(workers: int, batch_size: int) -> int:
     """`--images` when not given: the minimum window."""
     return min_timed_batches(workers) * batch_size
