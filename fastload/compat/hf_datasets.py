@@ -82,6 +82,7 @@ from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
+from fastload.compat import trace
 from fastload.compat.datasets import Analysis
 from fastload.source.index import FlatStrings, SampleIndex
 
@@ -332,29 +333,36 @@ def _tiff_orientation(tiff: bytes) -> Optional[int]:
     return None
 
 
-def _jpeg_header(read: Any) -> Optional[Tuple[str, int, int, Optional[int]]]:
+def _jpeg_header(read: Any, head: bytes = b"") -> Optional[Tuple[str, int, int, Optional[int]]]:
     """(mode, height, width, EXIF orientation) of a JPEG from its markers, or None.
-    read(offset, n) gives the file's bytes."""
-    pos, orientation, seen_exif = 2, None, False
+    read(offset, n) gives the file's bytes; `head`, its first bytes when already read
+    (the markers in it are walked without a call per marker)."""
+    pos, orientation, seen_exif, have = 2, None, False, len(head)
     while True:
-        head = read(pos, 4)
-        if len(head) < 4 or head[0] != 0xFF:
+        if pos + 4 <= have:
+            first, marker, high, low = head[pos], head[pos + 1], head[pos + 2], head[pos + 3]
+        else:
+            four = read(pos, 4)
+            if len(four) < 4:
+                return None
+            first, marker, high, low = four[0], four[1], four[2], four[3]
+        if first != 0xFF:
             return None
-        marker = head[1]
         if marker == 0xFF:  # fill byte
             pos += 1
             continue
         if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:
             pos += 2
             continue
-        length = (head[2] << 8) | head[3]
+        length = (high << 8) | low
         if marker == 0xE1 and not seen_exif:
-            segment = read(pos + 4, length - 2)
+            end = pos + 2 + length
+            segment = head[pos + 4:end] if end <= have else read(pos + 4, length - 2)
             if segment[:6] == b"Exif\x00\x00":  # PIL keeps the first Exif APP1
                 seen_exif = True
                 orientation = _tiff_orientation(bytes(segment[6:]))
         elif 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
-            sof = read(pos + 4, 6)
+            sof = head[pos + 4:pos + 10] if pos + 10 <= have else read(pos + 4, 6)
             if len(sof) < 6:
                 return None
             height, width, components = (sof[1] << 8) | sof[2], (sof[3] << 8) | sof[4], sof[5]
@@ -402,13 +410,14 @@ def _pil_header(data: bytes) -> Optional[Tuple[str, int, int, Optional[int]]]:
         return None
 
 
-def _header(read: Any, size: int) -> Optional[Tuple[str, int, int, Optional[int]]]:
+def _header(read: Any, size: int, head: bytes = b"") -> Optional[Tuple[str, int, int, Optional[int]]]:
     """(mode, height, width, orientation) of one image, None when it cannot be read (a
-    broken image: the engine's read or decode names it, as for any source)."""
-    magic = bytes(read(0, 8))
+    broken image: the engine's read or decode names it, as for any source). `head`: the
+    image's first bytes when already read."""
+    magic = head[:8] if len(head) >= 8 else bytes(read(0, 8))
     try:
         if magic[:2] == b"\xff\xd8":
-            return _jpeg_header(read)
+            return _jpeg_header(read, head)
         if magic == b"\x89PNG\r\n\x1a\n":
             return _png_header(read, size)
     except (struct.error, IndexError, ValueError):
@@ -445,7 +454,7 @@ class _Headers:
                 return head[offset:offset + n]
             return os.pread(fd, n, base + offset)
 
-        return _header(read, size)
+        return _header(read, size, head)
 
     def close(self) -> None:
         fds, self._fds = self._fds, {}
@@ -480,7 +489,7 @@ def _file_header(path: str) -> Optional[Tuple[str, int, int, Optional[int]]]:
                 return head[offset:offset + n]
             return os.pread(fd, max(0, n), offset)
 
-        return _header(read, size)
+        return _header(read, size, head)
     finally:
         os.close(fd)
 
@@ -509,8 +518,6 @@ def _lazy_feature(image_feature: Any, images: Any) -> Any:
     @dataclass
     class LazyImage(Image):
         def decode_example(self, value: dict, token_per_repo_id: Any = None) -> Any:
-            from fastload.compat import trace
-
             call = trace._active()
             row = int(value["path"])
             if call is None:  # (formatting outside a trace: nothing to stand for)
@@ -531,11 +538,31 @@ def _fn_name(fn: Any) -> str:
     return getattr(fn, "__qualname__", None) or type(fn).__name__
 
 
+def _flat_row(sample: Dict[str, Any]) -> Optional[Tuple[Dict[str, Any], Any, List[Tuple[Any, ...]], List[str]]]:
+    """(template, output, [where], kept image columns) of a row whose columns are plain
+    values, one transform output and the image columns kept; None for any other row
+    (_outputs_in and trace._templated walk it)."""
+    template: Dict[str, Any] = {}
+    out, at, kept = None, None, []
+    plain, output, image = trace._PLAIN, trace.TracedOutput, trace.TracedImage
+    for column, value in sample.items():
+        kind = type(value)
+        if kind in plain:
+            template[column] = value
+        elif kind is output and out is None:
+            out, at = value, (column,)
+            template[column] = trace.SLOT
+        elif kind is image:
+            kept.append(column)
+            template[column] = KEPT
+        else:
+            return None
+    return (template, out, [at], kept) if out is not None else None
+
+
 def _outputs_in(sample: Any, outputs: List[Any], depth: int = 0) -> List[Any]:
     """The traced outputs inside one row (a dict of columns, at any depth). type(), not
     isinstance: a traced image asked for its __class__ outside a trace turns real."""
-    from fastload.compat import trace
-
     kind = type(sample)
     if kind is trace.TracedOutput:
         return [sample]
@@ -571,8 +598,6 @@ def _light(dataset: Any, column: str, images: Any) -> Any:
 def analyse_hf(dataset: Any, *, wrapped: bool) -> Analysis:
     """The compat layer's view of a `datasets.Dataset`: a TracedAnalysis (index + pipeline
     + the rows' structure) when it runs natively, else an Analysis with the reason."""
-    from fastload.compat import trace
-
     fmt = dataset.format
     how = {None: "no transform", "torch": "with_format('torch')"}.get(fmt["type"], f"format {fmt['type']!r}")
     if fmt["type"] == "custom":
@@ -586,7 +611,6 @@ def analyse_hf(dataset: Any, *, wrapped: bool) -> Analysis:
 
 
 def _analyse(dataset: Any, out: Analysis, how: str, wrapped: bool) -> Analysis:
-    from fastload.compat import trace
     from fastload.compat.torchvision import flatten, split_transform
 
     if not trace.enabled():
@@ -822,8 +846,6 @@ class HFLazyTrace(_lazy_trace_base()):  # type: ignore[misc]
         return found
 
     def _traced_rows(self, positions: List[int], heads: Dict[int, Any], probing: bool) -> Dict[int, Any]:
-        from fastload.compat import trace
-
         images = self._images
         images.modes = {int(self.rows[i]): ("RGB" if self.rgb or head is None or head[0] == "RGB" else None)
                         for i, head in heads.items()}
@@ -851,8 +873,6 @@ class HFLazyTrace(_lazy_trace_base()):  # type: ignore[misc]
     def _chunk(self, chunk: List[int], probing: bool) -> Dict[int, Any]:
         """position -> _Sample or _Fall for the rows of one __getitems__ call; a problem
         of the call as a whole (an exception, ...) is looked for row by row."""
-        from fastload.compat import trace
-
         call, samples = trace._trace_call(self._positions, tuple(chunk))
         problem = None
         if call.problem is not None:
@@ -875,26 +895,29 @@ class HFLazyTrace(_lazy_trace_base()):  # type: ignore[misc]
         return found
 
     def _row(self, i: int, sample: Any, call: Any) -> Any:
-        from fastload.compat import trace
-
         name = self.what
-        outs = _outputs_in(sample, call.outputs)
-        if len(outs) != 1:
-            return _Fall(f"{name}: row {i} holds {len(outs)} transform outputs (one image per row, through one "
-                         "transform call, is followed)")
-        out = outs[0]
-        kept: List[str] = []
-        if type(sample) is dict:  # the image column left in the row: a collate_fn may drop it
-            kept = [c for c, v in sample.items() if type(v) is trace.TracedImage]
-            sample = {c: (KEPT if c in kept else v) for c, v in sample.items()}
-        found: List[Tuple[Any, ...]] = []
-        try:
-            template = trace._templated(sample, out, found, ())
-        except trace._Refused as refused:
-            return _Fall(f"{name}: row {i} {refused.why}; torch's default_collate cannot batch PIL images either "
-                         "(delete the image column in the function, or return only the transformed columns)")
-        if len(found) != 1:
-            return _Fall(f"{name}: row {i} returns the transform's output {len(found)} times")
+        flat = _flat_row(sample) if type(sample) is dict else None
+        if flat is not None:  # the common row: columns of plain values, the output in one of them
+            template, out, found, kept = flat
+        else:
+            outs = _outputs_in(sample, call.outputs)
+            if len(outs) != 1:
+                return _Fall(f"{name}: row {i} holds {len(outs)} transform outputs (one image per row, through one "
+                             "transform call, is followed)")
+            out = outs[0]
+            kept = []
+            if type(sample) is dict:  # the image column left in the row: a collate_fn may drop it
+                kept = [c for c, v in sample.items() if type(v) is trace.TracedImage]
+                sample = {c: (KEPT if c in kept else v) for c, v in sample.items()}
+            found = []
+            try:
+                template = trace._templated(sample, out, found, ())
+            except trace._Refused as refused:
+                return _Fall(f"{name}: row {i} {refused.why}; torch's default_collate cannot batch PIL images "
+                             "either (delete the image column in the function, or return only the transformed "
+                             "columns)")
+            if len(found) != 1:
+                return _Fall(f"{name}: row {i} returns the transform's output {len(found)} times")
         keys = (list(template), kept) if type(template) is dict else None
         if self._transform is None:  # position 0, the first traced
             self._transform, self._slot_at, self._keys = out.transform, found[0], keys
@@ -907,11 +930,12 @@ class HFLazyTrace(_lazy_trace_base()):  # type: ignore[misc]
             return _Fall(f"{name}: row {i} returns the columns {keys[0] if keys else type(template).__name__} "
                          f"(image column kept: {keys[1] if keys else []}), row 0 {self._keys[0] if self._keys else ''} "
                          f"(kept: {self._keys[1] if self._keys else []})")
-        r = trace._state(out.image)[1].row
-        if r != int(self.rows[i]):
-            return _Fall(f"{name}: row {i} returns table row {r}'s image, not its own (row {int(self.rows[i])})")
-        self.kept_columns.update(kept)
-        return trace._Sample(trace._state(out.image)[1], out.transform, template, found[0])
+        path = trace._state(out.image)[1]
+        if path.row != self.rows[i]:
+            return _Fall(f"{name}: row {i} returns table row {path.row}'s image, not its own (row {int(self.rows[i])})")
+        if kept:
+            self.kept_columns.update(kept)
+        return trace._Sample(path, out.transform, template, found[0])
 
     # ---- with_format('torch') ----
 
@@ -934,8 +958,6 @@ class HFLazyTrace(_lazy_trace_base()):  # type: ignore[misc]
         tensor of the file as it is (native when RGB and of the probes' one size: torch's
         default_collate could not stack others either); the other columns as the torch
         formatter gives them."""
-        from fastload.compat import trace
-
         upright = {i: h for i, h in heads.items() if h is not None and h[3] in (None, 1)}
         if probing:
             for i, head in upright.items():
@@ -1029,8 +1051,6 @@ def collated(rebuild: Any, collate_fn: Any) -> Tuple[Any, str]:
     """
     import torch
 
-    from fastload.compat import trace
-
     templates = getattr(rebuild, "templates", None)
     if not isinstance(rebuild, HFLazyTrace) or not templates:
         return None, "custom collate_fn (followed for Hugging Face datasets only)"
@@ -1112,8 +1132,6 @@ _STAND_IN = _KeptStandIn()
 
 
 def _filled(template: Any, image: Any) -> Any:
-    from fastload.compat import trace
-
     if template is trace.SLOT:
         return image
     if template is KEPT:
