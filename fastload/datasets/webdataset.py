@@ -983,15 +983,23 @@ def _check_shard(recipe: Recipe, url: str, record: Dict[str, Any], groups: Dict[
         groups = everything
     order = IMAGE_EXTS + PREPARED_IMAGE_EXTS  # TarShards' choice of a key's image
     texts, predicates = record["labels_text"], bool(recipe.predicates)
-    for key in keys:
+    sources = [f.source for f in image_fields]
+    for key in keys:  # (plain loops: a generator per sample would cost more than the checks)
         present = groups[key]
-        ext = next(e for e in order if e in present)
+        for ext in order:
+            if ext in present:
+                break
         if "cls" not in present:
             raise _NotMapped(f"webdataset pipeline: sample {key!r} of {url!r} has no .cls member "
                              "(its label comes from another member; the pipeline's .cls field would be missing)")
-        for f in image_fields:
-            first = next((a for a in f.source if a in present), None)
+        for source in sources:
+            first = None
+            for alternative in source:
+                if alternative in present:
+                    first = alternative
+                    break
             if first != ext:
+                f = image_fields[sources.index(source)]
                 raise _NotMapped(f"webdataset pipeline: sample {key!r} of {url!r}: the field "
                                  f"{';'.join(f.source)!r} is its .{first} member, fastload's index reads .{ext}")
         if dict_rest:
