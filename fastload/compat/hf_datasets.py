@@ -24,17 +24,26 @@ formatting is the dataset's own: its columns, `output_all_columns`, indices), th
 transform fastload maps is intercepted where each image enters it, and the rest of each
 row is kept exactly as `Dataset.__getitems__` hands it to torch's DataLoader (labels of
 a ClassLabel as ints). `.with_format("torch")` (no transform) is the image as a uint8
-[C, H, W] tensor: native when every image is RGB and of one size (else torch's
-default_collate could not stack them either). Batches are rebuilt in that structure
-(`SampleTemplates`), so `batch["pixel_values"]`, `batch["label"]` are what torch's
-DataLoader gives. A collate_fn that stacks the transformed column is followed too
-(`collated`): rows may then keep their PIL image column, which the collate_fn leaves out.
+[C, H, W] tensor: native when the images are RGB and of one size (else torch's
+default_collate could not stack them either). Batches are rebuilt in that structure,
+so `batch["pixel_values"]`, `batch["label"]` are what torch's DataLoader gives. A
+collate_fn that stacks the transformed column is followed too (`collated`): rows may
+then keep their PIL image column, which the collate_fn leaves out.
 
-The file headers are read once (no decode) to know what `datasets` does on decode that
-the engine must do too: an EXIF orientation other than 1 (datasets rotates the image,
-the engine does not) sends the dataset to the generic path, naming the row; the mode
-(a 3-component JPEG or an RGB PNG is "RGB": a function may pass it to a transform
-without `.convert("RGB")`, as it runs).
+Each image's header is read (no decode) to know what `datasets` does on decode that the
+engine must do too: the EXIF orientation (datasets rotates the image, the engine does
+not) and the mode (a 3-component JPEG or an RGB PNG is "RGB": a function may pass it to
+a transform without `.convert("RGB")`, as it runs).
+
+Not every row is read or traced when the loader is built (`HFLazyTrace`, on
+fastload/compat/trace_lazy.py's machinery): the rows of 16 positions spread over the
+dataset have their header read and their formatting traced, and decide native or
+generic; every other row's header and trace come just before the engine gets its batch
+(~60 us per row, ~4% of the engine's CPU per ImageNet-sized image: benchmarks/hf_lazy.py).
+A row whose image has an EXIF orientation other than 1, or whose later trace disagrees
+with the probes', is made by the dataset's own `__getitem__` in Python (one UserWarning
+names it; the rest stays native); when more than a quarter of the probed rows are
+rotated the dataset goes generic, naming the row.
 
 Not seen through (the generic path, the reason in `loader.path`): no or several Image
 columns, an image inside a list or dict, `Image(decode=False)`, `Image(mode=...)` other

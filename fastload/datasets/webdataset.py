@@ -760,7 +760,8 @@ class WebDatasetSamples(AnalysedSource, torch.utils.data.Dataset):
                       cache_dir: Optional[str] = None, recipe: Optional[Recipe] = None) -> "WebDatasetSamples":
         """The view of `pipeline` (its `recipe` when already read); _NotMapped when a stage or
         the shards' content is not mapped. A shard that cannot be read raises as
-        fastload.TarShards does (on_error)."""
+        fastload.TarShards does (on_error). Each shard's index is read once: its samples'
+        members are checked as TarShards groups them (_checked_shards)."""
         from fastload.source.tar_index import default_cache_dir
 
         recipe = recipe if recipe is not None else _read(pipeline)
