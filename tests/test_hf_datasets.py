@@ -555,3 +555,28 @@ def test_rows_are_traced_and_header_checked_as_the_loader_reaches_them(root, mon
     torch_first = next(iter(TorchLoader(dataset, batch_size=4)))
     assert torch.equal(first["label"], torch_first["label"])
     assert torch.allclose(first["pixel_values"], torch_first["pixel_values"], atol=EVAL_ATOL)
+
+
+def test_a_table_of_paths_is_located_without_python_per_row(tmp_path, monkeypatch):
+    """Each distinct path is looked at once, in Arrow's kernels: absolute paths as they
+    are, others made absolute as os.path.abspath makes them; remote ones refused."""
+    from fastload.compat import hf_datasets
+
+    made = []
+    abspath = os.path.abspath
+    monkeypatch.setattr(os.path, "abspath", lambda p: made.append(p) or abspath(p))
+    rows = 5000
+    paths = [f"/data/train/n{i % 10:03d}/{i:06d}.jpg" for i in range(rows)]
+    table = datasets.Dataset.from_dict({"image": paths}).cast_column("image", datasets.Image()).data.table
+    located = hf_datasets._locate(table, "image")
+    assert not set(made) & set(paths), len(made)  # (imports may call abspath on their own files)
+    assert [located.files[i] for i in located.file_ids[[0, 1234, rows - 1]]] == [paths[0], paths[1234], paths[-1]]
+    odd = ["/a/./b.jpg", "rel/c.jpg", "/d//e.jpg", "/a/./b.jpg", "/f/../g.jpg"]
+    table = datasets.Dataset.from_dict({"image": odd}).cast_column("image", datasets.Image()).data.table
+    located = hf_datasets._locate(table, "image")
+    assert [located.files[i] for i in located.file_ids] == [abspath(p) for p in odd]
+    assert sorted(p for p in made if p in odd) == sorted(set(odd))  # once per distinct path
+    table = datasets.Dataset.from_dict({"image": ["/a.jpg", "hf://x/b.jpg"]}).cast_column(
+        "image", datasets.Image()).data.table
+    with pytest.raises(hf_datasets._Refusal, match=r"row 1 is a remote image \('hf://x/b.jpg'"):
+        hf_datasets._locate(table, "image")
