@@ -3,13 +3,15 @@ batch, and the tracer's CPU per sample (header read + the dataset's formatting t
 against the engine's.
 
     python benchmarks/hf_lazy.py [--samples 1281167] [--files 100] [--batch 256] [--threads 2] [--batches 40]
-                                 [--noise 20]
+                                 [--noise 20] [--form arrow|paths]
 
-`--files` 500x375 JPEGs (ImageNet's typical size and, with --noise 20, mean file size) are saved as image bytes in an Arrow
-cache file (`save_to_disk` / `load_from_disk`); `select` of `--samples` positions cycling
-over them gives an ImageNet-length dataset (an indices mapping, as shuffle/select/filter
-make) without ImageNet's 140 GB. `set_transform` of torchvision's eval transform (Resize
-256, CenterCrop 224, ToTensor, Normalize) as Hugging Face's examples write it. Prints:
+`--files` 500x375 JPEGs (ImageNet's typical size and, with --noise 20, near its mean file
+size) are saved as image bytes in an Arrow cache file (`save_to_disk` / `load_from_disk`);
+`select` of `--samples` positions cycling over them gives an ImageNet-length dataset (an
+indices mapping, as shuffle/select/filter make) without ImageNet's 140 GB. `--form paths`:
+a table of `--samples` rows naming the files instead (load_dataset("imagefolder")'s
+layout). `set_transform` of torchvision's eval transform (Resize 256, CenterCrop 224,
+ToTensor, Normalize) as Hugging Face's examples write it. Prints:
   - construction: fastload.DataLoader(dataset, ...) and the rows the function saw;
   - first batch: iter() + next();
   - tracing CPU per sample: HFLazyTrace.prepare's time (trace_s) over `--batches` batches
@@ -38,7 +40,7 @@ import fastload
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
-def make(where: str, files: int, samples: int, seen: list) -> datasets.Dataset:
+def make(where: str, files: int, samples: int, seen: list, paths: list = None) -> datasets.Dataset:
     tf = T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor(), T.Normalize(MEAN, STD)])
 
     def transforms(examples):
@@ -47,8 +49,13 @@ def make(where: str, files: int, samples: int, seen: list) -> datasets.Dataset:
         del examples["image"]
         return examples
 
-    dataset = datasets.load_from_disk(where)
-    dataset = dataset.select(np.arange(samples) % files)
+    if paths:  # a table of image paths, one row per sample (load_dataset("imagefolder")'s layout)
+        dataset = datasets.Dataset.from_dict({"image": [paths[i % files] for i in range(samples)],
+                                              "label": [i % 10 for i in range(samples)]})
+        dataset = dataset.cast_column("image", datasets.Image())
+    else:
+        dataset = datasets.load_from_disk(where)
+        dataset = dataset.select(np.arange(samples) % files)
     dataset.set_transform(transforms)
     return dataset
 
@@ -61,13 +68,14 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batches", type=int, default=40)
     parser.add_argument("--noise", type=float, default=20.0)
+    parser.add_argument("--form", choices=("arrow", "paths"), default="arrow")
     args = parser.parse_args()
     folder = tempfile.mkdtemp()
     rng = np.random.default_rng(0)
     photos, paths = [], []
     for k in range(args.files):
-        # ImageNet's typical size (500x375); --noise adds texture: 12 gives JPEGs of about
-        # ImageNet's mean size (~110 KB), 0 smooth ones (~17 KB, decoded faster)
+        # ImageNet's typical size (500x375); --noise adds texture: 20 gives ~96 KB JPEGs
+        # (ImageNet's mean is ~110 KB), 0 smooth ones (~17 KB, decoded faster)
         y, x = np.mgrid[0:375, 0:500]
         pixels = np.stack([(x + 3 * k) % 256, (y + 5 * k) % 256, (x + y) // 4 % 256], -1).astype(np.float32)
         pixels += rng.normal(0, args.noise, pixels.shape) if args.noise else 0
@@ -87,10 +95,13 @@ def main() -> None:
     fastload.DataLoader(make(where, args.files, 100, [0]), batch_size=8)  # imports and first-use costs, not timed
 
     start = time.perf_counter()
-    dataset = make(where, args.files, args.samples, seen)
+    table = paths if args.form == "paths" else None
+    dataset = make(where, args.files, args.samples, seen, table)
     made = time.perf_counter() - start
+    where_ = "a table of their paths (from_dict + cast_column" if table else \
+        "one Arrow cache file (load_from_disk + select"
     print(f"dataset: {len(dataset)} samples over {args.files} JPEGs of {np.mean([len(p) for p in photos]) / 1e3:.0f} KB "
-          f"in one Arrow cache file (load_from_disk + select + set_transform: {made * 1e3:.0f} ms, not counted)")
+          f"in {where_} + set_transform: {made * 1e3:.0f} ms, not counted)")
     start = time.perf_counter()
     loader = fastload.DataLoader(dataset, batch_size=args.batch, shuffle=True, num_workers=args.threads, seed=0)
     built = time.perf_counter() - start
@@ -132,7 +143,7 @@ def main() -> None:
     # What the up-front header read + trace of every row cost (what construction did):
     # the same work over 20k rows of a fresh analysis, scaled.
     from fastload.compat.datasets import analyse
-    fresh = analyse(make(where, args.files, args.samples, [0])).trace
+    fresh = analyse(make(where, args.files, args.samples, [0], table)).trace
     rows = min(20_000, args.samples)
     start = time.perf_counter()
     fresh.trace_all(chunk=rows) if rows == args.samples else fresh.prepare(range(rows))
