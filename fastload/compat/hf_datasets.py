@@ -785,6 +785,15 @@ class HFLazyTrace(_lazy_trace_base()):  # type: ignore[misc]
         kept_columns: columns whose rows keep the PIL image (`kept`: why torch's
             default_collate cannot batch them, else None).
         first: position 0's trace (transform object, template, where the image sits).
+
+    Example (tests/test_hf_datasets.py runs the same)::
+
+        from fastload.compat.datasets import analyse
+
+        ds = datasets.load_from_disk("train/").with_transform(transforms)  # 1.28M rows
+        trace = analyse(ds).trace          # an HFLazyTrace: 16 rows read and traced
+        trace.prepare(range(256))          # what the loader does before each batch
+        trace.traced, trace.fallbacks      # (272, {7: 'row 7 of the table (...) has EXIF orientation 6: ...'})
     """
 
     kept: Optional[str] = None
