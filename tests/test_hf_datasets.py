@@ -479,3 +479,104 @@ def test_a_streaming_dataset_outside_ddp_is_left_whole():
     assert split_by_rank(stream, "auto") is stream
     loader = fastload.DataLoader(stream, batch_size=3)
     assert [r for b in loader for r in b["row"].tolist()] == list(range(6))
+
+
+def rotated_bytes(height=30, width=40):
+    """A JPEG of height x width pixels stored with EXIF orientation 6 (datasets turns it
+    to width x height on decode)."""
+    import io
+
+    from PIL import Image
+
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    out = io.BytesIO()
+    Image.fromarray(js.photo(height, width, seed=9)).save(out, format="JPEG", exif=exif)
+    return out.getvalue()
+
+
+# n = 40 rows: position 1 is not among the probes (traced as its batch comes), position 3 is.
+@pytest.mark.parametrize("at", [1, 3])
+def test_one_exif_rotated_row_is_made_by_datasets_and_the_rest_natively(root, tmp_path, at):
+    _, paths = root
+    rows = 40
+    photos = [open(paths[i % N], "rb").read() for i in range(rows)]
+    photos[at] = rotated_bytes()
+    datasets.Dataset.from_dict({"image": [{"bytes": b, "path": None} for b in photos],
+                                "label": [i % CLASSES for i in range(rows)]}, features=features()
+                               ).save_to_disk(str(tmp_path / "rotated"))
+    dataset = datasets.load_from_disk(str(tmp_path / "rotated")).with_transform(keeps_columns(eval_tf()))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loader = fastload.DataLoader(dataset, batch_size=8)
+        assert loader.path.startswith("native: Hugging Face Dataset (1 Arrow cache file; "), loader.path
+        ours = list(loader)
+    said = [str(w.message) for w in caught if "EXIF orientation 6" in str(w.message)]
+    assert len(said) == 1 and f"sample {at}: row {at} of the table" in said[0], [str(w.message) for w in caught]
+    theirs = list(TorchLoader(dataset, batch_size=8))
+    own = dataset[at]["pixel_values"]  # datasets rotates it on decode, then the transform
+    for b, (a, t) in enumerate(zip(ours, theirs)):
+        assert_same_structure(a, t)
+        assert torch.equal(a["label"], t["label"])
+        for k in range(len(a["label"])):
+            if b * 8 + k == at:
+                assert torch.equal(a["pixel_values"][k], own) and torch.equal(t["pixel_values"][k], own)
+            else:
+                assert torch.allclose(a["pixel_values"][k], t["pixel_values"][k], atol=EVAL_ATOL)
+    from fastload.compat.datasets import analyse
+
+    trace = analyse(dataset).trace
+    trace.prepare(range(rows))
+    assert list(trace.fallbacks) == [at] and trace.traced == rows
+
+
+def test_rows_are_traced_and_header_checked_as_the_loader_reaches_them(root, monkeypatch):
+    """Construction reads a bounded number of headers and traces as many rows, whatever the
+    length; the rest as their batches are submitted."""
+    from fastload.compat import hf_datasets
+    from fastload.compat.trace_lazy import PROBES
+
+    seen, heads = [], []
+    header = hf_datasets._header
+    monkeypatch.setattr(hf_datasets, "_header", lambda *a: heads.append(1) or header(*a))
+
+    def fn(examples):
+        seen.extend(examples["label"])
+        return keeps_columns(EVAL)(examples)
+
+    rows = 3000
+    dataset = saved(*root).select([i % N for i in range(rows)]).with_transform(fn)
+    loader = fastload.DataLoader(dataset, batch_size=4)
+    assert loader.path.startswith("native: "), loader.path
+    assert len(seen) <= PROBES + 1 and len(heads) <= PROBES + 1, (len(seen), len(heads))
+    it = iter(loader)
+    first = next(it)
+    assert len(seen) <= 2 * (PROBES + 1) and len(heads) <= 2 * (PROBES + 1), (len(seen), len(heads))
+    torch_first = next(iter(TorchLoader(dataset, batch_size=4)))
+    assert torch.equal(first["label"], torch_first["label"])
+    assert torch.allclose(first["pixel_values"], torch_first["pixel_values"], atol=EVAL_ATOL)
+
+
+def test_a_table_of_paths_is_located_without_python_per_row(tmp_path, monkeypatch):
+    """Each distinct path is looked at once, in Arrow's kernels: absolute paths as they
+    are, others made absolute as os.path.abspath makes them; remote ones refused."""
+    from fastload.compat import hf_datasets
+
+    made = []
+    abspath = os.path.abspath
+    monkeypatch.setattr(os.path, "abspath", lambda p: made.append(p) or abspath(p))
+    rows = 5000
+    paths = [f"/data/train/n{i % 10:03d}/{i:06d}.jpg" for i in range(rows)]
+    table = datasets.Dataset.from_dict({"image": paths}).cast_column("image", datasets.Image()).data.table
+    located = hf_datasets._locate(table, "image")
+    assert not set(made) & set(paths), len(made)  # (imports may call abspath on their own files)
+    assert [located.files[i] for i in located.file_ids[[0, 1234, rows - 1]]] == [paths[0], paths[1234], paths[-1]]
+    odd = ["/a/./b.jpg", "rel/c.jpg", "/d//e.jpg", "/a/./b.jpg", "/f/../g.jpg"]
+    table = datasets.Dataset.from_dict({"image": odd}).cast_column("image", datasets.Image()).data.table
+    located = hf_datasets._locate(table, "image")
+    assert [located.files[i] for i in located.file_ids] == [abspath(p) for p in odd]
+    assert sorted(p for p in made if p in odd) == sorted(set(odd))  # once per distinct path
+    table = datasets.Dataset.from_dict({"image": ["/a.jpg", "hf://x/b.jpg"]}).cast_column(
+        "image", datasets.Image()).data.table
+    with pytest.raises(hf_datasets._Refusal, match=r"row 1 is a remote image \('hf://x/b.jpg'"):
+        hf_datasets._locate(table, "image")

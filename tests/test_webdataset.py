@@ -380,6 +380,36 @@ def test_members_the_index_does_not_keep(tmp_path):
     assert not fast(tupled, batch_size=4).path.startswith("generic")
 
 
+def test_each_shard_index_is_read_once_and_members_checked_in_that_pass(urls, tmp_path, monkeypatch):
+    import fastload.datasets.tar as tar
+    import fastload.source.tar_index as tar_index
+
+    read = []
+    load_index = tar_index.load_index
+
+    def counting(path, cache_dir):
+        read.append(path)
+        return load_index(path, cache_dir)
+
+    monkeypatch.setattr(tar_index, "load_index", counting)
+    monkeypatch.setattr(tar, "load_index", counting)
+    ds = wds.WebDataset(urls, shardshuffle=False).decode("pil").to_tuple("jpg", "cls").map_tuple(EVAL, int)
+    loader = fast(ds, batch_size=4)
+    assert loader.path.startswith("native: webdataset pipeline"), loader.path
+    assert len(read) == len(set(read)) == SHARDS, read
+    assert [len(b[1]) for b in loader] == [4] * (N // 4) + [N % 4]
+    # A sample of the last shard labelled by .json only: named as the pipeline names its shard.
+    folder = str(tmp_path)
+    write_shards(folder, shards=2)
+    with wds.TarWriter(os.path.join(folder, "s-2.tar")) as w:
+        w.write({"__key__": "late", "jpg": _jpeg(np.random.default_rng(2), 30, 30), "json": b"3"})
+    late = os.path.join(folder, "s-{0..2}.tar")
+    path = fast(wds.WebDataset(late, shardshuffle=False).decode("pil").to_tuple("jpg", "cls")
+                .map_tuple(EVAL, int), batch_size=4).path
+    assert path.startswith(f"generic: webdataset pipeline: sample 'late' of {os.path.join(folder, 's-2.tar')!r} "
+                           "has no .cls member"), path
+
+
 def test_accelerate_false_keeps_the_pipeline():
     ds = wds.WebDataset("none-{0..1}.tar", shardshuffle=False).decode("pil").to_tuple("jpg", "cls")
     loader = fast(ds, batch_size=4, accelerate=False)

@@ -24,17 +24,26 @@ formatting is the dataset's own: its columns, `output_all_columns`, indices), th
 transform fastload maps is intercepted where each image enters it, and the rest of each
 row is kept exactly as `Dataset.__getitems__` hands it to torch's DataLoader (labels of
 a ClassLabel as ints). `.with_format("torch")` (no transform) is the image as a uint8
-[C, H, W] tensor: native when every image is RGB and of one size (else torch's
-default_collate could not stack them either). Batches are rebuilt in that structure
-(`SampleTemplates`), so `batch["pixel_values"]`, `batch["label"]` are what torch's
-DataLoader gives. A collate_fn that stacks the transformed column is followed too
-(`collated`): rows may then keep their PIL image column, which the collate_fn leaves out.
+[C, H, W] tensor: native when the images are RGB and of one size (else torch's
+default_collate could not stack them either). Batches are rebuilt in that structure,
+so `batch["pixel_values"]`, `batch["label"]` are what torch's DataLoader gives. A
+collate_fn that stacks the transformed column is followed too (`collated`): rows may
+then keep their PIL image column, which the collate_fn leaves out.
 
-The file headers are read once (no decode) to know what `datasets` does on decode that
-the engine must do too: an EXIF orientation other than 1 (datasets rotates the image,
-the engine does not) sends the dataset to the generic path, naming the row; the mode
-(a 3-component JPEG or an RGB PNG is "RGB": a function may pass it to a transform
-without `.convert("RGB")`, as it runs).
+Each image's header is read (no decode) to know what `datasets` does on decode that the
+engine must do too: the EXIF orientation (datasets rotates the image, the engine does
+not) and the mode (a 3-component JPEG or an RGB PNG is "RGB": a function may pass it to
+a transform without `.convert("RGB")`, as it runs).
+
+Not every row is read or traced when the loader is built (`HFLazyTrace`, on
+fastload/compat/trace_lazy.py's machinery): the rows of 16 positions spread over the
+dataset have their header read and their formatting traced, and decide native or
+generic; every other row's header and trace come just before the engine gets its batch
+(~60 us per row, ~4% of the engine's CPU per ImageNet-sized image: benchmarks/hf_lazy.py).
+A row whose image has an EXIF orientation other than 1, or whose later trace disagrees
+with the probes', is made by the dataset's own `__getitem__` in Python (one UserWarning
+names it; the rest stays native); when more than a quarter of the probed rows are
+rotated the dataset goes generic, naming the row.
 
 Not seen through (the generic path, the reason in `loader.path`): no or several Image
 columns, an image inside a list or dict, `Image(decode=False)`, `Image(mode=...)` other
@@ -75,12 +84,14 @@ import os
 import struct
 import sys
 import tempfile
+import warnings
 import weakref
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
+from fastload.compat import trace
 from fastload.compat.datasets import Analysis
 from fastload.source.index import FlatStrings, SampleIndex
 
@@ -281,14 +292,9 @@ def _locate_rows(table: Any, column: str, holder: List["_TempBytes"]) -> _Locate
             offsets[row + rows] = base + bounds[rows] - first
             sizes[row + rows] = bounds[rows + 1] - bounds[rows]
             in_table[row + rows] = True
-        for k in np.flatnonzero(~has_bytes):
-            path = paths[int(k)].as_py()
-            if path is None:
-                raise _Refusal(f"row {row + int(k)} of the table has neither image bytes nor a path")
-            if "://" in path or "::" in path:
-                raise _Refusal(f"row {row + int(k)} is a remote image ({path!r}; fastload reads local files)")
-            path = os.path.abspath(path)
-            file_ids[row + k] = files.setdefault(path, len(files))
+        missing = np.flatnonzero(~has_bytes)
+        if missing.size:
+            _paths_of(paths, missing, row, files, file_ids)
             kinds.add("path")
         row += m
     if temp is not None:
@@ -307,6 +313,37 @@ def _locate_rows(table: Any, column: str, holder: List["_TempBytes"]) -> _Locate
         names[fid] = path
     return _Located(names, file_ids, offsets, sizes, in_table, " + ".join(parts) or "no images",
                     temp.path if temp is not None else None)
+
+
+def _paths_of(paths: Any, rows: np.ndarray, row: int, files: Dict[str, int], file_ids: np.ndarray) -> None:
+    """file_ids[row + rows] of the image files named at `rows` of a chunk's path field
+    (Arrow strings), checked and made absolute in Arrow's kernels and once per distinct
+    path: a table of ImageNet's 1.28M paths costs no Python per row."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    named = paths if len(rows) == len(paths) else paths.take(pa.array(rows))
+    if named.null_count:
+        k = int(np.flatnonzero(named.is_null().to_numpy(zero_copy_only=False))[0])
+        raise _Refusal(f"row {row + int(rows[k])} of the table has neither image bytes nor a path")
+    remote = pc.or_(pc.match_substring(named, "://"), pc.match_substring(named, "::"))
+    if pc.any(remote).as_py():
+        k = int(np.flatnonzero(remote.to_numpy(zero_copy_only=False))[0])
+        raise _Refusal(f"row {row + int(rows[k])} is a remote image ({named[k].as_py()!r}; fastload reads local "
+                       "files)")
+    encoded = pc.dictionary_encode(named)
+    distinct = encoded.dictionary.to_pylist()
+    # os.path.abspath, where it would change a path (relative, or with "." / ".." / "//" parts)
+    plain = pc.and_(pc.starts_with(encoded.dictionary, "/"), pc.invert(pc.or_(
+        pc.match_substring_regex(encoded.dictionary, r"//|/\./|/\.\./|/\.{1,2}$"),
+        pc.ends_with(encoded.dictionary, "/")))).to_numpy(zero_copy_only=False)
+    if not files and plain.all():  # the common table (imagefolder's): one dict made at C speed
+        files.update(zip(distinct, range(len(distinct))))
+        ids = np.arange(len(distinct), dtype=np.int64)
+    else:
+        ids = np.fromiter((files.setdefault(p if ok else os.path.abspath(p), len(files))
+                           for p, ok in zip(distinct, plain)), dtype=np.int64, count=len(distinct))
+    file_ids[row + rows] = ids[encoded.indices.to_numpy(zero_copy_only=False)]
 
 
 # ---- what datasets does on decode: the headers -----------------------------------------
@@ -331,29 +368,36 @@ def _tiff_orientation(tiff: bytes) -> Optional[int]:
     return None
 
 
-def _jpeg_header(read: Any) -> Optional[Tuple[str, int, int, Optional[int]]]:
+def _jpeg_header(read: Any, head: bytes = b"") -> Optional[Tuple[str, int, int, Optional[int]]]:
     """(mode, height, width, EXIF orientation) of a JPEG from its markers, or None.
-    read(offset, n) gives the file's bytes."""
-    pos, orientation, seen_exif = 2, None, False
+    read(offset, n) gives the file's bytes; `head`, its first bytes when already read
+    (the markers in it are walked without a call per marker)."""
+    pos, orientation, seen_exif, have = 2, None, False, len(head)
     while True:
-        head = read(pos, 4)
-        if len(head) < 4 or head[0] != 0xFF:
+        if pos + 4 <= have:
+            first, marker, high, low = head[pos], head[pos + 1], head[pos + 2], head[pos + 3]
+        else:
+            four = read(pos, 4)
+            if len(four) < 4:
+                return None
+            first, marker, high, low = four[0], four[1], four[2], four[3]
+        if first != 0xFF:
             return None
-        marker = head[1]
         if marker == 0xFF:  # fill byte
             pos += 1
             continue
         if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:
             pos += 2
             continue
-        length = (head[2] << 8) | head[3]
+        length = (high << 8) | low
         if marker == 0xE1 and not seen_exif:
-            segment = read(pos + 4, length - 2)
+            end = pos + 2 + length
+            segment = head[pos + 4:end] if end <= have else read(pos + 4, length - 2)
             if segment[:6] == b"Exif\x00\x00":  # PIL keeps the first Exif APP1
                 seen_exif = True
                 orientation = _tiff_orientation(bytes(segment[6:]))
         elif 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
-            sof = read(pos + 4, 6)
+            sof = head[pos + 4:pos + 10] if pos + 10 <= have else read(pos + 4, 6)
             if len(sof) < 6:
                 return None
             height, width, components = (sof[1] << 8) | sof[2], (sof[3] << 8) | sof[4], sof[5]
@@ -401,13 +445,14 @@ def _pil_header(data: bytes) -> Optional[Tuple[str, int, int, Optional[int]]]:
         return None
 
 
-def _header(read: Any, size: int) -> Optional[Tuple[str, int, int, Optional[int]]]:
+def _header(read: Any, size: int, head: bytes = b"") -> Optional[Tuple[str, int, int, Optional[int]]]:
     """(mode, height, width, orientation) of one image, None when it cannot be read (a
-    broken image: the engine's read or decode names it, as for any source)."""
-    magic = bytes(read(0, 8))
+    broken image: the engine's read or decode names it, as for any source). `head`: the
+    image's first bytes when already read."""
+    magic = head[:8] if len(head) >= 8 else bytes(read(0, 8))
     try:
         if magic[:2] == b"\xff\xd8":
-            return _jpeg_header(read)
+            return _jpeg_header(read, head)
         if magic == b"\x89PNG\r\n\x1a\n":
             return _png_header(read, size)
     except (struct.error, IndexError, ValueError):
@@ -415,25 +460,41 @@ def _header(read: Any, size: int) -> Optional[Tuple[str, int, int, Optional[int]
     return _pil_header(bytes(read(0, size))) if size > 0 else None
 
 
-def _headers(table: Any, column: str, located: _Located) -> List[Optional[Tuple[str, int, int, Optional[int]]]]:
-    """The header of every row's image (table order)."""
-    out: List[Optional[Tuple[str, int, int, Optional[int]]]] = []
-    row = 0
-    for chunk in table.column(column).chunks:
-        m = len(chunk)
-        data = chunk.field("bytes")
-        bounds = _bounds(data, m)
-        values = data.buffers()[2] if bounds is not None else None
-        view = np.frombuffer(values, dtype=np.uint8) if values is not None else np.zeros(0, np.uint8)
-        for k in range(m):
-            r = row + k
-            if located.in_table[r]:
-                sample = view[int(bounds[k]):int(bounds[k + 1])]
-                out.append(_header(lambda o, n, s=sample: s[o:o + n].tobytes(), len(sample)))
-            else:
-                out.append(_file_header(located.files[int(located.file_ids[r])]))
-        row += m
-    return out
+class _Headers:
+    """Each table row's image header, read where its bytes are: a pread of the Arrow cache
+    (or temporary) file at the row's offset, or the image file of a path. The cache files
+    stay open while the trace lives (one open per file, not per row)."""
+
+    def __init__(self, located: _Located):
+        self.located = located
+        self._fds: Dict[int, int] = {}
+
+    def __call__(self, r: int) -> Optional[Tuple[str, int, int, Optional[int]]]:
+        located = self.located
+        fid = int(located.file_ids[r])
+        if not located.in_table[r]:
+            return _file_header(located.files[fid])
+        fd = self._fds.get(fid)
+        if fd is None:
+            try:
+                fd = self._fds[fid] = os.open(located.files[fid], os.O_RDONLY)
+            except OSError:
+                return None  # (the engine's read names the missing file)
+        base, size = int(located.offsets[r]), int(located.sizes[r])
+        head = os.pread(fd, min(HEAD_BYTES, size), base)
+
+        def read(offset: int, n: int) -> bytes:
+            n = max(0, min(n, size - offset))
+            if offset + n <= len(head):
+                return head[offset:offset + n]
+            return os.pread(fd, n, base + offset)
+
+        return _header(read, size, head)
+
+    def close(self) -> None:
+        fds, self._fds = self._fds, {}
+        for fd in fds.values():
+            os.close(fd)
 
 
 def _bounds(data: Any, m: int) -> Optional[np.ndarray]:
@@ -463,7 +524,7 @@ def _file_header(path: str) -> Optional[Tuple[str, int, int, Optional[int]]]:
                 return head[offset:offset + n]
             return os.pread(fd, max(0, n), offset)
 
-        return _header(read, size)
+        return _header(read, size, head)
     finally:
         os.close(fd)
 
@@ -484,7 +545,7 @@ def _image_columns(features: Any) -> Tuple[List[str], List[str]]:
     return top, nested
 
 
-def _lazy_feature(image_feature: Any, images: List[Any]) -> Any:
+def _lazy_feature(image_feature: Any, images: Any) -> Any:
     """An Image feature whose decode_example returns the row's traced image (the light
     table's path field holds the row number)."""
     from datasets import Image
@@ -492,8 +553,6 @@ def _lazy_feature(image_feature: Any, images: List[Any]) -> Any:
     @dataclass
     class LazyImage(Image):
         def decode_example(self, value: dict, token_per_repo_id: Any = None) -> Any:
-            from fastload.compat import trace
-
             call = trace._active()
             row = int(value["path"])
             if call is None:  # (formatting outside a trace: nothing to stand for)
@@ -510,95 +569,35 @@ class _RowPath(str):
     row: int
 
 
-class _Batches:
-    """What the tracer calls: the light dataset's rows, one chunk per index, through
-    `Dataset.__getitems__` (what torch's DataLoader calls)."""
-
-    def __init__(self, light: Any, n: int):
-        self.light, self.n = light, n
-
-    def __len__(self) -> int:
-        return (self.n + TRACE_CHUNK - 1) // TRACE_CHUNK
-
-    def __getitem__(self, k: int) -> Any:
-        rows = list(range(k * TRACE_CHUNK, min(self.n, (k + 1) * TRACE_CHUNK)))
-        return self.light.__getitems__(rows)
-
-
 def _fn_name(fn: Any) -> str:
     return getattr(fn, "__qualname__", None) or type(fn).__name__
 
 
-def _trace_rows(light: Any, n: int, name: str, kept_columns: set) -> Tuple[List[Any], List[int], Any]:
-    """(per-position templates, per-position table row, transform), tracing the light
-    dataset's formatting; _Refusal with the reason and the user's file:line. Columns
-    whose rows still hold the image are added to `kept_columns` (KEPT in the templates)."""
-    from fastload.compat import trace
-
-    templates: List[Any] = []
-    rows: List[int] = []
-    transform = None
-    slot_at = None
-    before = trace._rng_state()
-    batches = _Batches(light, n)
-    try:
-        with trace._patched():
-            for k in range(len(batches)):
-                call, samples = trace._trace_call(batches, k)
-                if call.problem is not None:
-                    raise _Refusal(f"{name} (traced, rows from {k * TRACE_CHUNK}): {call.problem.why} at "
-                                   f"{call.problem.where}")
-                if not isinstance(samples, list) or len(samples) != min(TRACE_CHUNK, n - k * TRACE_CHUNK):
-                    raise _Refusal(f"{name} returns {len(samples) if isinstance(samples, list) else samples!r} "
-                                   "rows for a batch of "
-                                   f"{min(TRACE_CHUNK, n - k * TRACE_CHUNK)} (one output row per input row is "
-                                   "followed)")
-                by_image = {id(out.image): out for out in call.outputs}
-                if len(by_image) != len(call.outputs):
-                    raise _Refusal(f"{name} passes one image to two transform calls")
-                for j, sample in enumerate(samples):
-                    position = k * TRACE_CHUNK + j
-                    found: List[Tuple[Any, ...]] = []
-                    outs = _outputs_in(sample, call.outputs)
-                    if len(outs) != 1:
-                        raise _Refusal(f"{name}: row {position} holds {len(outs)} transform outputs (one image per "
-                                       "row, through one transform call, is followed)")
-                    out = outs[0]
-                    if type(sample) is dict:  # the image column left in the row: a collate_fn may drop it
-                        kept = [c for c, v in sample.items() if type(v) is trace.TracedImage]
-                        kept_columns.update(kept)
-                        sample = {c: (KEPT if c in kept else v) for c, v in sample.items()}
-                    try:
-                        template = trace._templated(sample, out, found, ())
-                    except trace._Refused as refused:
-                        raise _Refusal(f"{name}: row {position} {refused.why}; torch's default_collate cannot batch "
-                                       "PIL images either (delete the image column in the function, or return "
-                                       "only the transformed columns)") from None
-                    if len(found) != 1:
-                        raise _Refusal(f"{name}: row {position} returns the transform's output {len(found)} times")
-                    if transform is None:
-                        transform, slot_at = out.transform, found[0]
-                    elif out.transform is not transform:
-                        raise _Refusal(f"{name}: row {position} passes its image to another transform object than "
-                                       f"row 0's ({type(out.transform).__name__})")
-                    elif found[0] != slot_at:
-                        raise _Refusal(f"{name}: row {position} returns the image in another place than row 0")
-                    templates.append(template)
-                    rows.append(trace._state(out.image)[1].row)
-                del call, samples, by_image
-            moved = trace._rng_moved(before)
-            if moved:
-                raise _Refusal(f"{name} draws random numbers outside the transforms ({', '.join(moved)})")
-    finally:
-        trace._rng_restore(before)
-    return templates, rows, transform
+def _flat_row(sample: Dict[str, Any]) -> Optional[Tuple[Dict[str, Any], Any, List[Tuple[Any, ...]], List[str]]]:
+    """(template, output, [where], kept image columns) of a row whose columns are plain
+    values, one transform output and the image columns kept; None for any other row
+    (_outputs_in and trace._templated walk it)."""
+    template: Dict[str, Any] = {}
+    out, at, kept = None, None, []
+    plain, output, image = trace._PLAIN, trace.TracedOutput, trace.TracedImage
+    for column, value in sample.items():
+        kind = type(value)
+        if kind in plain:
+            template[column] = value
+        elif kind is output and out is None:
+            out, at = value, (column,)
+            template[column] = trace.SLOT
+        elif kind is image:
+            kept.append(column)
+            template[column] = KEPT
+        else:
+            return None
+    return (template, out, [at], kept) if out is not None else None
 
 
 def _outputs_in(sample: Any, outputs: List[Any], depth: int = 0) -> List[Any]:
     """The traced outputs inside one row (a dict of columns, at any depth). type(), not
     isinstance: a traced image asked for its __class__ outside a trace turns real."""
-    from fastload.compat import trace
-
     kind = type(sample)
     if kind is trace.TracedOutput:
         return [sample]
@@ -611,16 +610,17 @@ def _outputs_in(sample: Any, outputs: List[Any], depth: int = 0) -> List[Any]:
     return []
 
 
-def _light(dataset: Any, column: str, images: List[Any]) -> Any:
+def _light(dataset: Any, column: str, images: Any) -> Any:
     """A copy of the dataset whose image column holds row numbers (no bytes), decoded to
     traced images: the dataset's own formatting then runs without reading an image."""
     import pyarrow as pa
+    import pyarrow.compute as pc
     from datasets.table import InMemoryTable
 
     table = dataset.data.table
     n = table.num_rows
     struct_type = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
-    rows = pa.StructArray.from_arrays([pa.nulls(n, pa.binary()), pa.array([str(r) for r in range(n)], pa.string())],
+    rows = pa.StructArray.from_arrays([pa.nulls(n, pa.binary()), pc.cast(pa.array(np.arange(n, dtype=np.int64)), pa.string())],
                                       fields=list(struct_type))
     light_table = table.set_column(table.column_names.index(column), column, rows)
     light = copy.copy(dataset)
@@ -633,8 +633,6 @@ def _light(dataset: Any, column: str, images: List[Any]) -> Any:
 def analyse_hf(dataset: Any, *, wrapped: bool) -> Analysis:
     """The compat layer's view of a `datasets.Dataset`: a TracedAnalysis (index + pipeline
     + the rows' structure) when it runs natively, else an Analysis with the reason."""
-    from fastload.compat import trace
-
     fmt = dataset.format
     how = {None: "no transform", "torch": "with_format('torch')"}.get(fmt["type"], f"format {fmt['type']!r}")
     if fmt["type"] == "custom":
@@ -648,7 +646,6 @@ def analyse_hf(dataset: Any, *, wrapped: bool) -> Analysis:
 
 
 def _analyse(dataset: Any, out: Analysis, how: str, wrapped: bool) -> Analysis:
-    from fastload.compat import trace
     from fastload.compat.torchvision import flatten, split_transform
 
     if not trace.enabled():
@@ -673,46 +670,365 @@ def _analyse(dataset: Any, out: Analysis, how: str, wrapped: bool) -> Analysis:
         raise _Refusal(f"column {column!r} is Image(decode=False): rows hold bytes and paths, not images")
     if feature.mode not in (None, "RGB"):
         raise _Refusal(f"column {column!r} is Image(mode={feature.mode!r}) (the native pipeline makes RGB)")
-    if len(dataset) == 0:
-        raise _Refusal("the dataset is empty")
-    table = dataset.data.table
-    located = _locate(table, column)
-    out.chain = out.chain.replace("(", f"({located.where}; ", 1)
-    headers = _headers(table, column, located)
-    for r, header in enumerate(headers):
-        if header is not None and header[3] not in (None, 1):
-            raise _Refusal(f"row {r} of the table ({_source(located, r)}) has EXIF orientation {header[3]}: datasets "
-                           "rotates it on decode, the native engine does not")
-    names = [_row_name(located, r) for r in range(table.num_rows)]
-    images = [(names[r], "RGB" if feature.mode == "RGB" or header is None or header[0] == "RGB" else None)
-              for r, header in enumerate(headers)]
     n = len(dataset)
-    kept_columns: set = set()
-    if fmt["type"] == "custom":
-        name = f"the transform {_fn_name(fmt['format_kwargs'].get('transform'))}"
-        templates, rows, transform = _trace_rows(_light(dataset, column, images), n, name, kept_columns)
-    else:
-        templates, rows, transform = _torch_rows(dataset, column, headers, n)
-    rows_np = np.asarray(rows, dtype=np.int64)
-    members = None
-    if located.in_table[rows_np].any():
-        members = FlatStrings.from_list(f"row {r}" if located.in_table[r] else "" for r in rows)
-    out_index = SampleIndex(FlatStrings.from_list(located.files), located.file_ids[rows_np],
-                            located.offsets[rows_np], located.sizes[rows_np], np.arange(n, dtype=np.int64), members)
+    if n == 0:
+        raise _Refusal("the dataset is empty")
+    located = _locate(dataset.data.table, column)
+    out.chain = out.chain.replace("(", f"({located.where}; ", 1)
+    # Sample i is table row rows[i] (an indices mapping: select, shuffle, filter, splits).
+    rows = dataset._indices.column("indices").to_numpy().astype(np.int64) if dataset._indices is not None \
+        else np.arange(n, dtype=np.int64)
+    members = _RowNames(located.in_table, rows) if located.in_table[rows].any() else None
+    index = SampleIndex(FlatStrings.from_list(located.files), located.file_ids[rows], located.offsets[rows],
+                        located.sizes[rows], np.arange(n, dtype=np.int64), members)
     if located.temp is not None:  # removed with the index (the runner holds it while the loader lives)
-        weakref.finalize(out_index, _remove, located.temp)
+        weakref.finalize(index, _remove, located.temp)
+    name = f"the transform {_fn_name(fmt['format_kwargs'].get('transform'))}" if fmt["type"] == "custom" else \
+        "with_format('torch')"
+    lazy = HFLazyTrace(dataset, column, located, rows, index, name)
+    transform = lazy.first.transform
     analysis = trace.TracedAnalysis(out.chain)
     analysis.transform = transform
     analysis.pipeline = split_transform(transform, to_run=True)
     analysis.wrappers = flatten(transform)[1]
-    analysis.index = out_index
-    analysis.rebuild = HFTemplates(templates)
-    if kept_columns:
-        names = ", ".join(repr(c) for c in sorted(kept_columns))
-        analysis.rebuild.kept = (f"{out.chain}: {name}: rows keep the image column {names} (PIL images), which torch's "
-                                 "default_collate cannot batch (delete it in the function, or pass a collate_fn "
-                                 "that leaves it out)")
+    analysis.index = index
+    analysis.rebuild = analysis.trace = lazy
+    if lazy.kept_columns:
+        names = ", ".join(repr(c) for c in sorted(lazy.kept_columns))
+        lazy.kept = (f"{out.chain}: {name}: rows keep the image column {names} (PIL images), which torch's "
+                     "default_collate cannot batch (delete it in the function, or pass a collate_fn that leaves it "
+                     "out)")
     return analysis
+
+
+class _RowNames(FlatStrings):
+    """The index's member names ("row r" of the Arrow table, "" for an image file), made
+    when a message asks for one: no string per sample is built up front."""
+
+    def __init__(self, in_table: np.ndarray, rows: np.ndarray):
+        super().__init__(np.zeros(0, np.uint8), np.zeros(2, np.int64))
+        object.__setattr__(self, "in_table", in_table)
+        object.__setattr__(self, "rows", rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def _at(self, j: int) -> str:
+        r = int(self.rows[j])
+        return f"row {r}" if self.in_table[r] else ""
+
+    def __iter__(self) -> Iterator[str]:
+        return (self._at(j) for j in range(len(self)))
+
+    def __eq__(self, other: Any) -> bool:
+        return self.tolist() == (other.tolist() if isinstance(other, FlatStrings) else other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class _Fall(NamedTuple):
+    """A sample the engine cannot make as the dataset would: why, and whether it is
+    what `datasets` does on decode (an EXIF orientation: `header`, a per-sample fallback
+    even among the probes) rather than a trace that disagrees (the probes: generic)."""
+
+    why: str
+    header: bool = False
+    sample: Any = None  # its trace, when it traced
+
+
+class _Images:
+    """What the light table's lazy images stand for: table row -> (name, mode); the modes
+    of the rows being traced, from their headers just read."""
+
+    def __init__(self, located: _Located):
+        self.located = located
+        self.modes: Dict[int, Optional[str]] = {}
+
+    def __getitem__(self, r: int) -> Tuple[str, Optional[str]]:
+        return _row_name(self.located, r), self.modes.get(r)
+
+
+class _Positions:
+    """What the tracer calls: the light dataset's rows at some positions, through
+    `Dataset.__getitems__` (what torch's DataLoader calls)."""
+
+    def __init__(self, light: Any):
+        self.light = light
+
+    def __getitem__(self, positions: Tuple[int, ...]) -> Any:
+        return self.light.__getitems__(list(positions))
+
+
+def _lazy_trace_base() -> Any:
+    from fastload.compat.trace_lazy import LazyTrace
+
+    return LazyTrace
+
+
+class HFLazyTrace(_lazy_trace_base()):  # type: ignore[misc]
+    """A Hugging Face dataset's samples learnt as the loader reaches them
+    (fastload.compat.trace_lazy.LazyTrace, whose `prepare` / `ahead` / per-sample fallback
+    it keeps): up front, the rows of `trace_lazy.PROBES` positions spread over the dataset
+    have their image header read (EXIF orientation, mode, size) and the dataset's own
+    formatting traced (decide native or generic; learn the transform and the row's
+    structure); every other sample's header and trace come just before the engine gets its
+    batch, TRACE_CHUNK rows per `Dataset.__getitems__` call. The sample index is complete
+    from the start (the Arrow offsets, vectorised): tracing fills only the rows' templates.
+
+    A sample whose image has an EXIF orientation other than 1 (`datasets` rotates it, the
+    engine does not), or whose later trace disagrees with the probes', is made by the
+    dataset's own `__getitem__` in Python (one UserWarning names the first; `fallbacks`
+    lists them all), the rest natively. When more than a quarter of the probes are rotated,
+    the dataset goes generic (most samples would run in Python on the loader's thread).
+
+    Attributes:
+        kept_columns: columns whose rows keep the PIL image (`kept`: why torch's
+            default_collate cannot batch them, else None).
+        first: position 0's trace (transform object, template, where the image sits).
+
+    Example (tests/test_hf_datasets.py runs the same)::
+
+        from fastload.compat.datasets import analyse
+
+        ds = datasets.load_from_disk("train/").with_transform(transforms)  # 1.28M rows
+        trace = analyse(ds).trace          # an HFLazyTrace: 16 rows read and traced
+        trace.prepare(range(256))          # what the loader does before each batch
+        trace.traced, trace.fallbacks      # (272, {7: 'row 7 of the table (...) has EXIF orientation 6: ...'})
+    """
+
+    kept: Optional[str] = None
+
+    def __init__(self, dataset: Any, column: str, located: _Located, rows: np.ndarray, index: SampleIndex,
+                 name: str):
+        from fastload.compat import trace_lazy
+
+        self.column, self.located, self.rows, self.what = column, located, rows, name
+        self.rgb = dataset.features[column].mode == "RGB"
+        self.kept_columns: set = set()
+        self._headers = _Headers(located)
+        weakref.finalize(self, self._headers.close)
+        self._transform: Any = None  # set by the first row traced (position 0)
+        self._slot_at: Any = None
+        self._keys: Any = None
+        self._size: Optional[Tuple[int, int]] = None  # with_format('torch'): the images' one size
+        self.torch = dataset.format["type"] == "torch"
+        if self.torch:
+            self._torch_setup(dataset)
+        else:
+            self._images = _Images(located)
+            self._positions = _Positions(_light(dataset, column, self._images))
+        probes = trace_lazy._probe_indexes(len(dataset))
+        found = self._rows(probes, probing=True)
+        falls = [(i, f) for i, f in found.items() if isinstance(f, _Fall)]
+        traced = [f for _, f in falls if not f.header]
+        if traced:
+            raise _Refusal(traced[0].why)
+        if 4 * len(falls) > len(probes):
+            raise _Refusal(falls[0][1].why + (f" ({len(falls)} of the {len(probes)} rows probed)"
+                                              if len(probes) > 1 else ""))
+        samples = {i: (f.sample if isinstance(f, _Fall) else f) for i, f in found.items()}
+        self._start(dataset, trace_lazy._Probe(samples))
+        self.name = "Hugging Face Dataset"
+        self.index = index
+        for i, f in found.items():
+            if isinstance(f, _Fall):
+                self._fall_back(i, f.why)
+            else:
+                self._keep(i, f)
+
+    # ---- LazyTrace's hooks ----
+
+    def _trace(self, todo: List[int]) -> None:
+        for i, f in self._rows(todo, probing=False).items():
+            if isinstance(f, _Fall):
+                self._fall_back(i, f.why)
+            else:
+                self._keep(i, f)
+
+    def _keep(self, i: int, sample: Any) -> None:
+        self.templates[i] = sample.template  # type: ignore[index]
+        self.done[i] = True
+
+    def _fall_back(self, i: int, why: str) -> None:
+        # The engine makes position 0's image in its slot; the batch replaces it.
+        index = self.index
+        index.file_ids[i], index.offsets[i], index.sizes[i] = index.file_ids[0], index.offsets[0], index.sizes[0]
+        self.fallback[i] = True
+        self.fallbacks[i] = why
+        self.done[i] = True
+        if not self._warned:
+            self._warned = True
+            warnings.warn(f"fastload: Hugging Face Dataset, sample {i}: {why}; this sample (and any other the engine "
+                          "cannot make as the dataset does) is made by the dataset's own __getitem__ in Python, the "
+                          "rest natively.", UserWarning, stacklevel=2)
+
+    def trace_all(self, chunk: int = 4096) -> None:
+        """Traces every sample not traced yet (a worker process copies the templates)."""
+        for start in range(0, self.n, chunk):
+            self.prepare(range(start, min(self.n, start + chunk)))
+
+    # ---- the rows ----
+
+    def _rows(self, positions: List[int], probing: bool) -> Dict[int, Any]:
+        """position -> _Sample, or _Fall; _Refusal when the probes say generic."""
+        import gc
+
+        heads = {i: self._headers(int(self.rows[i])) for i in positions}
+        collecting = gc.isenabled()
+        gc.disable()  # (as LazyTrace._trace: the collections a trace triggers walk every object)
+        try:
+            found = self._torch_rows(positions, heads, probing) if self.torch else \
+                self._traced_rows(positions, heads, probing)
+        finally:
+            if collecting:
+                gc.enable()
+        for i, head in heads.items():
+            if head is not None and head[3] not in (None, 1) and not isinstance(found[i], _Fall):
+                r = int(self.rows[i])
+                found[i] = _Fall(f"row {r} of the table ({_source(self.located, r)}) has EXIF orientation {head[3]}: "
+                                 "datasets rotates it on decode, the native engine does not", True, found[i])
+        return found
+
+    def _traced_rows(self, positions: List[int], heads: Dict[int, Any], probing: bool) -> Dict[int, Any]:
+        images = self._images
+        images.modes = {int(self.rows[i]): ("RGB" if self.rgb or head is None or head[0] == "RGB" else None)
+                        for i, head in heads.items()}
+        found: Dict[int, Any] = {}
+        before = trace._rng_state()
+        try:
+            with trace._patched():
+                for start in range(0, len(positions), TRACE_CHUNK):
+                    found.update(self._chunk(positions[start:start + TRACE_CHUNK], probing))
+                moved = trace._rng_moved(before)
+                if moved:
+                    why = f"{self.what} draws random numbers outside the transforms ({', '.join(moved)})"
+                    if probing:
+                        raise _Refusal(why)
+                    for i in positions:  # which of them drew: each traced again from the same state
+                        trace._rng_restore(before)
+                        self._chunk([i], probing)
+                        if trace._rng_moved(before):
+                            found[i] = _Fall(why)
+        finally:
+            trace._rng_restore(before)
+            images.modes = {}
+        return found
+
+    def _chunk(self, chunk: List[int], probing: bool) -> Dict[int, Any]:
+        """position -> _Sample or _Fall for the rows of one __getitems__ call; a problem
+        of the call as a whole (an exception, ...) is looked for row by row."""
+        call, samples = trace._trace_call(self._positions, tuple(chunk))
+        problem = None
+        if call.problem is not None:
+            problem = f"{self.what} (traced, row {chunk[0]}): {call.problem.why} at {call.problem.where}"
+        elif not isinstance(samples, list) or len(samples) != len(chunk):
+            problem = (f"{self.what} returns {len(samples) if isinstance(samples, list) else samples!r} rows for a "
+                       f"batch of {len(chunk)} (one output row per input row is followed)")
+        elif len({id(out.image) for out in call.outputs}) != len(call.outputs):
+            problem = f"{self.what} passes one image to two transform calls"
+        if problem is not None:
+            del call, samples
+            if len(chunk) > 1:
+                found: Dict[int, Any] = {}
+                for i in chunk:
+                    found.update(self._chunk([i], probing))
+                return found
+            return {chunk[0]: _Fall(problem)}
+        found = {i: self._row(i, sample, call) for i, sample in zip(chunk, samples)}
+        call.outputs.clear()  # (each output refers to the call: no cycle left for the collector)
+        return found
+
+    def _row(self, i: int, sample: Any, call: Any) -> Any:
+        name = self.what
+        flat = _flat_row(sample) if type(sample) is dict else None
+        if flat is not None:  # the common row: columns of plain values, the output in one of them
+            template, out, found, kept = flat
+        else:
+            outs = _outputs_in(sample, call.outputs)
+            if len(outs) != 1:
+                return _Fall(f"{name}: row {i} holds {len(outs)} transform outputs (one image per row, through one "
+                             "transform call, is followed)")
+            out = outs[0]
+            kept = []
+            if type(sample) is dict:  # the image column left in the row: a collate_fn may drop it
+                kept = [c for c, v in sample.items() if type(v) is trace.TracedImage]
+                sample = {c: (KEPT if c in kept else v) for c, v in sample.items()}
+            found = []
+            try:
+                template = trace._templated(sample, out, found, ())
+            except trace._Refused as refused:
+                return _Fall(f"{name}: row {i} {refused.why}; torch's default_collate cannot batch PIL images "
+                             "either (delete the image column in the function, or return only the transformed "
+                             "columns)")
+            if len(found) != 1:
+                return _Fall(f"{name}: row {i} returns the transform's output {len(found)} times")
+        keys = (list(template), kept) if type(template) is dict else None
+        if self._transform is None:  # position 0, the first traced
+            self._transform, self._slot_at, self._keys = out.transform, found[0], keys
+        elif out.transform is not self._transform:
+            return _Fall(f"{name}: row {i} passes its image to another transform object than row 0's "
+                         f"({type(out.transform).__name__})")
+        elif found[0] != self._slot_at:
+            return _Fall(f"{name}: row {i} returns the image in another place than row 0")
+        elif keys != self._keys:
+            return _Fall(f"{name}: row {i} returns the columns {keys[0] if keys else type(template).__name__} "
+                         f"(image column kept: {keys[1] if keys else []}), row 0 {self._keys[0] if self._keys else ''} "
+                         f"(kept: {self._keys[1] if self._keys else []})")
+        path = trace._state(out.image)[1]
+        if path.row != self.rows[i]:
+            return _Fall(f"{name}: row {i} returns table row {path.row}'s image, not its own (row {int(self.rows[i])})")
+        if kept:
+            self.kept_columns.update(kept)
+        return trace._Sample(path, out.transform, template, found[0])
+
+    # ---- with_format('torch') ----
+
+    def _torch_setup(self, dataset: Any) -> None:
+        fmt = dataset.format
+        column = self.column
+        columns = fmt["columns"] if fmt["columns"] is not None else list(dataset.column_names)
+        if column not in columns:
+            raise _Refusal(f"with_format('torch', columns={columns!r}) leaves out the image column {column!r}")
+        if fmt["output_all_columns"] and set(columns) != set(dataset.column_names):
+            raise _Refusal("with_format('torch', output_all_columns=True) adds columns in python format")
+        rest = [c for c in columns if c != column]
+        others = dataset.select_columns(rest) if rest else None
+        if others is not None:
+            others.set_format("torch", columns=rest)
+        self._columns, self._others = columns, others
+
+    def _torch_rows(self, positions: List[int], heads: Dict[int, Any], probing: bool) -> Dict[int, Any]:
+        """with_format('torch') without a transform: each row's image is a uint8 [C, H, W]
+        tensor of the file as it is (native when RGB and of the probes' one size: torch's
+        default_collate could not stack others either); the other columns as the torch
+        formatter gives them."""
+        upright = {i: h for i, h in heads.items() if h is not None and h[3] in (None, 1)}
+        if probing:
+            for i, head in upright.items():
+                if head[0] != "RGB":
+                    raise _Refusal(f"row {int(self.rows[i])} is a {head[0]} image: with_format('torch') gives it "
+                                   f"{head[0]} channels (the native pipeline makes RGB)")
+            shapes = {(h[1], h[2]) for h in upright.values()}
+            if len(shapes) != 1:
+                raise _Refusal(f"images of {len(shapes)} sizes: torch's default_collate cannot stack them" if shapes
+                               else "no image could be read")
+            from torchvision import transforms as T
+
+            self._size = next(iter(shapes))
+            self._transform = T.Compose([T.CenterCrop(self._size), T.PILToTensor()])
+        column, found = self.column, {}
+        for start in range(0, len(positions), TRACE_CHUNK):
+            chunk = positions[start:start + TRACE_CHUNK]
+            got = self._others.__getitems__(list(chunk)) if self._others is not None else [{} for _ in chunk]
+            for i, row in zip(chunk, got):
+                r = int(self.rows[i])
+                template = {c: (trace.SLOT if c == column else row[c]) for c in self._columns}
+                found[i] = trace._Sample(_row_name(self.located, r), self._transform, template, (column,))
+                head = upright.get(i)
+                if head is not None and (head[0] != "RGB" or (head[1], head[2]) != self._size):
+                    found[i] = _Fall(f"row {r} is a {head[0]} image of {head[1]}x{head[2]}, the others RGB of "
+                                     f"{self._size[0]}x{self._size[1]}: torch's default_collate cannot stack them")
+        return found
 
 
 class _Kept:
@@ -736,19 +1052,6 @@ class _KeptStandIn:
         return "<PIL image (not read by fastload)>"
 
 
-def _hf_templates_base() -> Any:
-    from fastload.compat import trace
-
-    return trace.SampleTemplates
-
-
-class HFTemplates(_hf_templates_base()):  # type: ignore[misc]
-    """A Hugging Face dataset's rows without their images (trace.SampleTemplates);
-    `kept`: why default_collate cannot batch them (the image column left in), or None."""
-
-    kept: Optional[str] = None
-
-
 def _row_name(located: _Located, r: int) -> str:
     name = _RowPath(located.files[int(located.file_ids[r])] + (f":row {r}" if located.in_table[r] else ""))
     name.row = r
@@ -757,46 +1060,6 @@ def _row_name(located: _Located, r: int) -> str:
 
 def _source(located: _Located, r: int) -> str:
     return located.files[int(located.file_ids[r])]
-
-
-def _torch_rows(dataset: Any, column: str, headers: List[Any], n: int) -> Tuple[List[Any], List[int], Any]:
-    """with_format('torch') without a transform: each row's image is a uint8 [C, H, W]
-    tensor of the file as it is; the other columns as the torch formatter gives them."""
-    from fastload.compat import trace
-
-    fmt = dataset.format
-    columns = fmt["columns"] if fmt["columns"] is not None else list(dataset.column_names)
-    if column not in columns:
-        raise _Refusal(f"with_format('torch', columns={columns!r}) leaves out the image column {column!r}")
-    if fmt["output_all_columns"] and set(columns) != set(dataset.column_names):
-        raise _Refusal("with_format('torch', output_all_columns=True) adds columns in python format")
-    shapes = set()
-    for r, header in enumerate(headers):
-        if header is None:
-            continue
-        if header[0] != "RGB":
-            raise _Refusal(f"row {r} is a {header[0]} image: with_format('torch') gives it {header[0]} channels "
-                           "(the native pipeline makes RGB)")
-        shapes.add((header[1], header[2]))
-    if len(shapes) != 1:
-        raise _Refusal(f"images of {len(shapes)} sizes: torch's default_collate cannot stack them" if shapes else
-                       "no image could be read")
-    from torchvision import transforms as T
-
-    transform = T.Compose([T.CenterCrop(next(iter(shapes))), T.PILToTensor()])
-    rest = [c for c in columns if c != column]
-    others = dataset.select_columns(rest) if rest else None
-    if others is not None:
-        others.set_format("torch", columns=rest)
-    indices = dataset._indices.column("indices").to_numpy() if dataset._indices is not None else None
-    templates = []
-    for start in range(0, n, TRACE_CHUNK):
-        chunk = list(range(start, min(n, start + TRACE_CHUNK)))
-        got = others.__getitems__(chunk) if others is not None else [{} for _ in chunk]
-        for sample in got:
-            templates.append({c: (trace.SLOT if c == column else sample[c]) for c in columns})
-    rows = indices.astype(np.int64).tolist() if indices is not None else list(range(n))
-    return templates, rows, transform
 
 
 # ---- a custom collate_fn, followed ------------------------------------------------------
@@ -832,14 +1095,12 @@ def collated(rebuild: Any, collate_fn: Any) -> Tuple[Any, str]:
     """
     import torch
 
-    from fastload.compat import trace
-
     templates = getattr(rebuild, "templates", None)
-    if not isinstance(rebuild, HFTemplates) or not templates:
+    if not isinstance(rebuild, HFLazyTrace) or not templates:
         return None, "custom collate_fn (followed for Hugging Face datasets only)"
     if collate_fn is None:  # torch's default_collate
         return (None, rebuild.kept) if rebuild.kept else (rebuild, "")
-    rows = list(range(min(3, len(templates))))
+    rows = [i for i in rebuild.probes.samples if not rebuild.fallback[i]][:3]  # rows traced up front
     outs, places = [], []
     for probe in _PROBES:
         samples = [_filled(templates[r], probe(j)) for j, r in enumerate(rows)]
@@ -859,13 +1120,42 @@ def collated(rebuild: Any, collate_fn: Any) -> Tuple[Any, str]:
         places.append(found[0])
     if places[0] != places[1] or not _same_rest(outs[0], outs[1], places[0], ()):
         return None, _why(collate_fn, "computes other outputs from the images")
-    place, first = places[0], _PROBES[0]
+    return _Collated(rebuild, collate_fn, places[0]), ""
 
-    def rebuild_collated(images: Any, positions: Any) -> Any:
-        samples = [_filled(templates[r], first(0)) for r in positions.tolist()]
-        return _put(collate_fn(samples), place, images)
 
-    return rebuild_collated, ""
+class _Collated:
+    """A lazily traced Hugging Face dataset's batches made by the user's collate_fn: the
+    rows' templates with a stand-in image through it, the engine's images put where the
+    stack was; a sample the engine cannot make (HFLazyTrace's fallbacks) is the dataset's
+    own row, its image put in its slot. What the loader calls of a LazyTrace
+    (prepare, ahead, attach, trace_all) goes to the trace."""
+
+    def __init__(self, trace: "HFLazyTrace", collate_fn: Any, place: Tuple[Any, ...]):
+        self.trace, self.collate_fn, self.place = trace, collate_fn, place
+
+    def prepare(self, indices: Any) -> None:
+        self.trace.prepare(indices)
+
+    def ahead(self, batches: Any) -> Any:
+        return self.trace.ahead(batches)
+
+    def attach(self, runner: Any) -> None:
+        self.trace.attach(runner)
+
+    def trace_all(self) -> None:
+        self.trace.trace_all()
+
+    def __call__(self, images: Any, labels: Any, indices: Any) -> Any:
+        trace, stand_in = self.trace, _PROBES[0](0)
+        samples = []
+        for k, r in enumerate(labels.tolist()):  # (the index's labels: the positions the slots hold)
+            if trace.fallback[r]:
+                image, template = trace._real(r, images)
+                images[k].copy_(image)
+            else:
+                template = trace.templates[r]
+            samples.append(_filled(template, stand_in))
+        return _put(self.collate_fn(samples), self.place, images)
 
 
 def _why(collate_fn: Any, what: str) -> str:
@@ -886,8 +1176,6 @@ _STAND_IN = _KeptStandIn()
 
 
 def _filled(template: Any, image: Any) -> Any:
-    from fastload.compat import trace
-
     if template is trace.SLOT:
         return image
     if template is KEPT:

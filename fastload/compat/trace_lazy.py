@@ -212,15 +212,8 @@ class LazyTrace:
     """
 
     def __init__(self, dataset: Any, probes: _Probe):
-        self.probes = probes
-        self.first = probes.samples[0]
-        self.name = type(dataset).__name__
-        self.n = n = len(dataset)
-        try:
-            self._dataset: Any = weakref.ref(dataset)
-        except TypeError:
-            self._dataset = lambda d=dataset: d
-        self.simple = _t._simple(self.first.template)
+        self._start(dataset, probes)
+        n = self.n
         longest = max(len(s.path.encode("utf-8", "surrogateescape")) for s in probes.samples.values())
         capacity = int(n * longest * _PATH_SLACK) + 4096
         offsets = np.full(n + 1, capacity, dtype=np.int64)
@@ -230,6 +223,21 @@ class LazyTrace:
         self.index = SampleIndex(self._files, np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64),
                                  np.full(n, -1, dtype=np.int64),
                                  np.zeros(n, dtype=np.int64) if self.simple else np.arange(n, dtype=np.int64))
+        for i, sample in probes.samples.items():
+            self._keep(i, sample)
+
+    def _start(self, dataset: Any, probes: _Probe) -> None:
+        """What is kept of any lazily traced dataset, its index aside (a subclass that
+        locates the samples otherwise, fastload.compat.hf_datasets, builds its own)."""
+        self.probes = probes
+        self.first = probes.samples[0]
+        self.name = type(dataset).__name__
+        self.n = n = len(dataset)
+        try:
+            self._dataset: Any = weakref.ref(dataset)
+        except TypeError:
+            self._dataset = lambda d=dataset: d
+        self.simple = _t._simple(self.first.template)
         self.templates: Optional[List[Any]] = None if self.simple else [None] * n
         self.done = np.zeros(n, dtype=bool)
         self.fallback = np.zeros(n, dtype=bool)
@@ -238,8 +246,6 @@ class LazyTrace:
         self.trace_s, self.traced_lazily = 0.0, 0  # CPU seconds in prepare() and the indexes it traced
         self._lock = threading.RLock()
         self._listeners: List[Any] = []  # weakrefs to runners whose engine holds the path bytes
-        for i, sample in probes.samples.items():
-            self._keep(i, sample)
 
     # ---- what the loader calls ----
 

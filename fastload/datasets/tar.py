@@ -296,7 +296,14 @@ class TarShards(NativeDataset):
             members.append(names[image])
             keys.append(key)
             labels.append(label)
+        self._grouped(url, record, groups, keys)
         return rows, members, keys, labels
+
+    def _grouped(self, url: str, record: Dict[str, Any], groups: Dict[str, Dict[str, int]], keys: List[str]) -> None:
+        """Called once per shard as its index is read: its image and label members by key
+        (key -> {ext: member number in record["names"]}) and the keys kept as samples. A
+        view of the same shards (fastload.datasets.webdataset) checks its samples here, in
+        the pass that reads the index."""
 
     def __repr__(self) -> str:
         superseded = f"{sum(self.duplicates)} superseded duplicates, " if any(self.duplicates) else ""

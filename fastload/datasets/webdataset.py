@@ -87,6 +87,7 @@ import numpy as np
 import torch
 
 from fastload.compat.datasets import AnalysedSource, Analysis, Conversion
+from fastload.datasets.tar import TarShards
 from fastload.source.index import FlatStrings, SampleIndex
 
 _IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "ppm", "bmp", "tiff", "gif")  # what TarShards reads as images
@@ -759,17 +760,17 @@ class WebDatasetSamples(AnalysedSource, torch.utils.data.Dataset):
                       cache_dir: Optional[str] = None, recipe: Optional[Recipe] = None) -> "WebDatasetSamples":
         """The view of `pipeline` (its `recipe` when already read); _NotMapped when a stage or
         the shards' content is not mapped. A shard that cannot be read raises as
-        fastload.TarShards does (on_error)."""
-        from fastload.datasets.tar import TarShards
+        fastload.TarShards does (on_error). Each shard's index is read once: its samples'
+        members are checked as TarShards groups them (_checked_shards)."""
         from fastload.source.tar_index import default_cache_dir
 
         recipe = recipe if recipe is not None else _read(pipeline)
         cache = cache_dir or default_cache_dir()
         urls = _local_shards(recipe.urls, cache)
-        shards = TarShards(urls, cache_dir=cache, on_error=on_error, progress=False)
+        shards = _checked_shards(urls, recipe, cache_dir=cache, on_error=on_error, progress=False)
         shards.urls = list(recipe.urls)  # as the pipeline names them (its __url__)
-        exts, raw_labels = _check_members(shards, recipe)
-        rows = _keep(shards, recipe, raw_labels)
+        exts = shards.exts
+        rows = _keep(shards, recipe, shards.raw_labels)
         n = len(rows)
         if recipe.repeat_passes is not None:
             rows = np.tile(rows, recipe.repeat_passes)
@@ -879,8 +880,7 @@ class WebDatasetSamples(AnalysedSource, torch.utils.data.Dataset):
         out.wrappers = flatten(transform)[1]
         index = self.shards.index
         take = lambda a: a[self.rows]  # noqa: E731
-        members = FlatStrings.from_list(index.members[int(r)] for r in self.rows) if index.members is not None \
-            else None
+        members = _take_strings(index.members, self.rows) if index.members is not None else None
         simple = self.recipe.tuple_fields is not None and len(fields_) == 2 and fields_[0].kind == "image" \
             and fields_[1].kind == "cls" and not _label_fns(fields_[1].fns)
         labels = take(index.labels) if simple else np.arange(len(self.rows), dtype=np.int64)
@@ -927,46 +927,91 @@ def _local_path(url: str) -> Optional[str]:
     return parsed.path if parsed.scheme in ("", "file") and not url.startswith("pipe:") else None
 
 
-def _check_members(shards: Any, recipe: Recipe) -> Tuple[List[str], List[bytes]]:
-    """Per sample of the index, its image's extension and its .cls text; _NotMapped when a sample's members
-    say the pipeline would see it otherwise (another image first among to_tuple's
-    alternatives, no .cls, members of a dict output the index does not keep)."""
-    from fastload.source.tar_index import load_index, split_key
+def _take_strings(strings: FlatStrings, rows: np.ndarray) -> FlatStrings:
+    """strings[rows] as FlatStrings, without a Python string per row."""
+    if len(rows) == len(strings) and np.array_equal(rows, np.arange(len(strings))):
+        return strings
+    starts, ends = strings.offsets[rows], strings.offsets[rows + 1]
+    lengths = ends - starts
+    offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    # byte k of the result is byte k - offsets[j] + starts[j] of the source, j its string
+    at = np.repeat(starts - offsets[:-1], lengths) + np.arange(int(offsets[-1]), dtype=np.int64)
+    return FlatStrings(strings.data[at], offsets)
+
+
+def _checked_shards(urls: List[str], recipe: Recipe, **kwargs: Any) -> Any:
+    """fastload.TarShards over `urls` whose index pass also checks each sample's members
+    for the pipeline (each shard's index read once): `exts` (per sample of the index, its
+    image's extension) and `raw_labels` (its .cls text, when select() predicates need it)
+    on the result; _NotMapped when a sample's members say the pipeline would see it
+    otherwise (another image first among to_tuple's alternatives, no .cls, members of a
+    dict output the index does not keep)."""
+    return _CheckedShards(urls, recipe, **kwargs)
+
+
+class _CheckedShards(TarShards):
+    """fastload.TarShards checking each shard's samples for a webdataset pipeline as its
+    index is read (see _checked_shards)."""
+
+    def __init__(self, urls: List[str], recipe: Recipe, **kwargs: Any):
+        self.recipe = recipe
+        self.exts: List[str] = []
+        self.raw_labels: List[bytes] = []
+        super().__init__(urls, **kwargs)
+
+    def _grouped(self, url: str, record: Dict[str, Any], groups: Dict[str, Dict[str, int]], keys: List[str]) -> None:
+        shard = self.recipe.urls[len(self.index_status) - 1]  # (this shard's status was just appended)
+        _check_shard(self.recipe, shard, record, groups, keys, self.exts, self.raw_labels)
+
+
+def _check_shard(recipe: Recipe, url: str, record: Dict[str, Any], groups: Dict[str, Dict[str, int]],
+                 keys: List[str], exts: List[str], raw_labels: List[bytes]) -> None:
+    """Checks the samples `keys` of one shard (their image and label members grouped by
+    TarShards: `groups`), appending each one's image extension and .cls text."""
+    from fastload.datasets.tar import IMAGE_EXTS, PREPARED_IMAGE_EXTS
+    from fastload.source.tar_index import LABEL_EXTS, split_key
 
     image_fields = [f for f in recipe.fields() if f.kind == "image"]
-    exts: List[str] = []
-    raw_labels: List[bytes] = []
-    # TarShards lists the samples shard after shard: each shard's rows are one range.
-    bounds = np.searchsorted(shards.index.file_ids, np.arange(len(shards.shards) + 1))
-    for shard_id, path in enumerate(shards.shards):
-        record, _ = load_index(path, shards.cache_dir)
-        members: Dict[str, List[str]] = {}
-        cls_text: Dict[str, str] = {}
+    dict_rest = recipe.tuple_fields is None and recipe.dict_rest
+    grouped = set(IMAGE_EXTS + PREPARED_IMAGE_EXTS + LABEL_EXTS)
+    if dict_rest or any(a not in grouped for f in image_fields for a in f.source):
+        # Members TarShards does not group matter here: every member of every key.
+        everything: Dict[str, Dict[str, int]] = {}
         for i, name in enumerate(record["names"]):
             key, ext = split_key(name)
-            members.setdefault(key, []).append(ext)
-            if ext == "cls":
-                cls_text[key] = record["labels_text"].get(str(i), "")
-        for member in (shards.index.members[i] for i in range(int(bounds[shard_id]), int(bounds[shard_id + 1]))):
-            key, ext = split_key(member)
-            present = members.get(key, [])
-            if "cls" not in present:
-                raise _NotMapped(f"webdataset pipeline: sample {key!r} of {shards.urls[shard_id]!r} has no .cls member "
-                                "(its label comes from another member; the pipeline's .cls field would be missing)")
-            for f in image_fields:
-                first = next((a for a in f.source if a in present), None)
-                if first != ext:
-                    raise _NotMapped(f"webdataset pipeline: sample {key!r} of {shards.urls[shard_id]!r}: the field "
-                                    f"{';'.join(f.source)!r} is its .{first} member, fastload's index reads .{ext}")
-            if recipe.tuple_fields is None and recipe.dict_rest:
-                extra = sorted(set(present) - {ext, "cls"})
-                if extra:
-                    raise _NotMapped(f"webdataset pipeline: sample {key!r} holds .{', .'.join(extra)} members, which "
-                                    "a dict sample carries and fastload's index does not keep (select the fields "
-                                    "with to_tuple(...) or rename(..., keep=False))")
-            exts.append(ext)
-            raw_labels.append(cls_text[key].encode("utf-8"))
-    return exts, raw_labels
+            everything.setdefault(key, {})[ext] = i
+        groups = everything
+    order = IMAGE_EXTS + PREPARED_IMAGE_EXTS  # TarShards' choice of a key's image
+    texts, predicates = record["labels_text"], bool(recipe.predicates)
+    sources = [f.source for f in image_fields]
+    for key in keys:  # (plain loops: a generator per sample would cost more than the checks)
+        present = groups[key]
+        for ext in order:
+            if ext in present:
+                break
+        if "cls" not in present:
+            raise _NotMapped(f"webdataset pipeline: sample {key!r} of {url!r} has no .cls member "
+                             "(its label comes from another member; the pipeline's .cls field would be missing)")
+        for source in sources:
+            first = None
+            for alternative in source:
+                if alternative in present:
+                    first = alternative
+                    break
+            if first != ext:
+                f = image_fields[sources.index(source)]
+                raise _NotMapped(f"webdataset pipeline: sample {key!r} of {url!r}: the field "
+                                 f"{';'.join(f.source)!r} is its .{first} member, fastload's index reads .{ext}")
+        if dict_rest:
+            extra = sorted(set(present) - {ext, "cls"})
+            if extra:
+                raise _NotMapped(f"webdataset pipeline: sample {key!r} holds .{', .'.join(extra)} members, which "
+                                 "a dict sample carries and fastload's index does not keep (select the fields "
+                                 "with to_tuple(...) or rename(..., keep=False))")
+        exts.append(ext)
+        if predicates:
+            raw_labels.append(texts.get(str(present["cls"]), "").encode("utf-8"))
 
 
 def _keep(shards: Any, recipe: Recipe, raw_labels: List[bytes]) -> np.ndarray:
