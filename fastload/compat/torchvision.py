@@ -56,7 +56,6 @@ class NotConvertible(ValueError):
 _DTYPES = (torch.uint8, torch.float32, torch.float16, torch.bfloat16)
 _DTYPE_FIX = "convert to torch.float32, float16, bfloat16 or uint8 (other dtypes: convert the batch afterwards)"
 
-# The interpolation modes the engine resizes with (Pillow's filters, antialiased).
 # PIL's resampling constants (what v1 transforms and timm may hold instead of an enum).
 _PIL_MODES = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
 
@@ -68,7 +67,9 @@ def _is_torchvision(obj: Any, *names: str) -> bool:
 
 def interpolation_mode(transform: Any) -> str:
     """The resize interpolation of `transform` ("bilinear", ...) if the engine has it, else
-    NotConvertible. Antialiasing is required: the engine always antialiases."""
+    NotConvertible. antialias=False does not map: torchvision ignores it on PIL images
+    (Pillow always antialiases) and honours it on tensors, and which of the two the
+    transform is given is not known here."""
     interpolation = getattr(transform, "interpolation", "bilinear")
     # v1 and v2 keep InterpolationMode enums (value "bilinear"); PIL constants are ints.
     name = getattr(interpolation, "value", interpolation)
