@@ -924,9 +924,9 @@ def trace_dataset(dataset: Any, refused: Analysis, *, wrapped: bool) -> Analysis
     itself when the tracer is off or index 0 opens no image with PIL.
 
     Up front, index 0 (twice) and a few indexes spread over the dataset are traced
-    (fastload.compat.trace_lazy); the rest as the loader reaches them. Inside a Subset or
-    ConcatDataset (`wrapped`) every index is traced now, and any that disagrees with index
-    0 refuses the dataset."""
+    (fastload.compat.trace_lazy); the rest as the loader reaches them, also inside a
+    Subset or ConcatDataset (`wrapped`: the wrapper takes its indexes through a LazyView,
+    fastload.compat.trace_views)."""
     from fastload.compat.trace_lazy import probe
 
     if not enabled() or not _map_style(dataset):
@@ -935,13 +935,6 @@ def trace_dataset(dataset: Any, refused: Analysis, *, wrapped: bool) -> Analysis
     if getattr(type(dataset), "__getitems__", None) is not None:  # torch fetches batches through it instead
         return refused
     result = probe(dataset)
-    if result is not None and not isinstance(result, _Refused) and wrapped:
-        result.trace_all()
-        if result.fallbacks:
-            index, why = next(iter(sorted(result.fallbacks.items())))
-            where = why.rsplit(" at ", 1)
-            result = _Refused(where[0], where[1] if len(where) == 2 else "")
-            result.index = index  # type: ignore[attr-defined]
     if result is None:
         return refused
     if isinstance(result, _Refused):
@@ -974,8 +967,6 @@ def _analysis(dataset: Any, traced: Any, wrapped: bool) -> Analysis:
     """The TracedAnalysis of a dataset whose probes traced (traced: a LazyTrace)."""
     from fastload.compat import albumentations
     from fastload.compat.torchvision import flatten, split_transform
-    from fastload.compat.trace_lazy import _flat_index
-
     name = type(dataset).__name__
     out = TracedAnalysis(f"traced {name}.__getitem__")
     out.transform = traced.first.transform
@@ -985,11 +976,10 @@ def _analysis(dataset: Any, traced: Any, wrapped: bool) -> Analysis:
         out.pipeline = split_transform(out.transform, to_run=True)
         out.wrappers = flatten(out.transform)[1]
     out.trace = traced
-    if not wrapped:
+    if not wrapped or traced.simple:
+        # (inside a Subset or ConcatDataset, the wrapper takes this index's rows lazily:
+        # fastload.compat.trace_views)
         out.index, out.rebuild = traced.index, traced
-        return out
-    if traced.simple:
-        out.index = _flat_index(traced)
         return out
     return out.refuse(f"{name}.__getitem__ (traced) returns {_shape(traced.first.template)}: samples other than "
                       "(image, int label) are rebuilt only for the loader's own dataset, not inside a Subset or "

@@ -392,9 +392,13 @@ class LazyTrace:
         self.done[i] = True
         if not self._warned:
             self._warned = True
-            warnings.warn(f"fastload: {self.name}.__getitem__ (traced, index {i}): {why}; this sample (and any other "
+            warnings.warn(f"fastload: {self._who(i)}: {why}; this sample (and any other "
                           "that disagrees with index 0's trace) runs through its own __getitem__ in Python. "
                           f"{_t._FIX[0].upper()}{_t._FIX[1:]}.", UserWarning, stacklevel=2)
+
+    def _who(self, i: int) -> str:
+        """Whose index i, for messages (a LazyView names the outer and the inner index)."""
+        return f"{self.name}.__getitem__ (traced, index {i})"
 
     def _add_file(self, path: str) -> int:
         data = path.encode("utf-8", "surrogateescape")
