@@ -160,3 +160,36 @@ def test_a_concat_of_a_traced_dataset_and_an_imagefolder_traces_the_traced_part_
         loader.path
     assert dataset.datasets[1].calls == PROBES + 1 + (30 - PROBES)  # the probes, then every other index
     assert_same_batches(list(loader), list(TorchLoader(make(), batch_size=8)))
+
+
+def keep(image):
+    """A Python transform without a native equivalent: the rest of the pipeline is a tail."""
+    return image
+
+
+@needs_ops
+@pytest.mark.parametrize("wrap", ["none", "subset"])
+def test_a_tail_in_worker_processes_does_not_trace_every_index_up_front(files, wrap):
+    """tail_on="processes" (the default with num_workers): the workers' copies of the trace
+    were forked early; each batch carries its indexes' traced files to them."""
+    n = 50_000
+    tail = T.Compose([T.Resize(40), T.CenterCrop(32), keep, T.ToTensor()])
+
+    def make():
+        dataset = Cycling(files, n, transform=tail)
+        return dataset if wrap == "none" else Subset(dataset, range(n - 1, 0, -3))
+
+    dataset = make()
+    loader = fastload.DataLoader(dataset, batch_size=8, num_workers=2, shuffle=True,
+                                 generator=torch.Generator().manual_seed(4))
+    assert loader.path.startswith("hybrid: native [Resize -> CenterCrop] + python [keep -> ToTensor]"), loader.path
+    own = dataset if wrap == "none" else dataset.dataset
+    assert own.calls == PROBES + 1
+    theirs = TorchLoader(make(), batch_size=8, shuffle=True, generator=torch.Generator().manual_seed(4))
+    taken = []
+    for k, pair in enumerate(zip(loader, theirs)):
+        taken.append(pair)
+        if k == 5:
+            break
+    assert_same_batches([a for a, _ in taken], [b for _, b in taken])
+    assert own.calls <= PROBES + 1 + 8 * 32, own.calls  # 6 batches, those in flight and traced ahead: not 50k

@@ -293,6 +293,30 @@ class LazyTrace:
             self.prepare([i for b in chunk for i in b])
             yield from chunk
 
+    def export(self, indices: Sequence[int]) -> List[Any]:
+        """What a worker process needs of these traced indexes to read them (its copy of
+        this trace was forked before they were traced): (index, path or None for a
+        per-sample fallback, label) for each. `adopt` takes it in the worker."""
+        index = self.index
+        return [(i, None if self.fallback[i] else index.files[int(index.file_ids[i])], int(index.labels[i]))
+                for i in dict.fromkeys(int(i) for i in indices)]
+
+    def adopt(self, exported: List[Any]) -> None:
+        """The indexes of `export` (the parent's trace of them) taken into this copy, untraced
+        ones only: a worker reads what the parent traced without tracing it again."""
+        with self._lock:
+            for i, path, label in exported:
+                if self.done[i]:
+                    continue
+                if path is None:  # (the parent makes its sample with __getitem__; the engine a placeholder)
+                    self.index.file_ids[i] = self.index.file_ids[0]
+                    self.fallback[i] = True
+                else:
+                    self.index.file_ids[i] = self._add_file(path)
+                    if self.simple:
+                        self.index.labels[i] = label
+                self.done[i] = True
+
     def trace_all(self, chunk: int = 4096) -> None:
         """Traces every index not traced yet (what a worker process that copies the index
         needs before it starts); the path bytes are then trimmed to their length."""
