@@ -161,6 +161,7 @@ def _library_dirs() -> Tuple[str, ...]:
 _STDLIB = tuple(os.path.abspath(p) + os.sep for p in {sysconfig.get_paths()["stdlib"],
                                                       sysconfig.get_paths()["platstdlib"]})
 _KINDS: dict = {}
+_BENCH_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench") + os.sep
 _CORE, _PACKAGE, _USER = 0, 1, 2
 
 
@@ -171,7 +172,9 @@ def _kind(filename: str) -> int:
     if kind is None:
         path = os.path.abspath(filename)
         packaged = "-packages" + os.sep in path
-        if filename.startswith(("<frozen", "<__array_function__")) or path.startswith(_library_dirs()) or \
+        if path.startswith(_BENCH_DIR):  # fastload-bench's datasets stand for the user's own code
+            kind = _USER
+        elif filename.startswith(("<frozen", "<__array_function__")) or path.startswith(_library_dirs()) or \
                 (path.startswith(_STDLIB) and not packaged):
             kind = _CORE
         else:
