@@ -137,9 +137,11 @@ def test_a_fallback_inside_a_concat_part_runs_through_getitem_named_by_both_inde
                                          r"\(random\) at .*test_trace_views.py:\d+.*runs through its own __getitem__"):
         ours = list(loader)
     assert_same_batches(ours, list(TorchLoader(make(), batch_size=8)))
-    with pytest.warns(UserWarning, match="index 170 of the ConcatDataset"):  # (a new view: what its parts know)
-        view = analyse(loader.dataset).trace
+    view = analyse(loader.dataset).trace  # a new view: what its parts know (warned about already)
     assert sorted(view.fallbacks) == [170], view.fallbacks
+    report = fastload.explain(loader.dataset)
+    assert ("- index 170 runs through its own __getitem__: index 50 of DrawsAt: draws random numbers outside the "
+            "transforms (random) at ") in report, report
     # the sample is the dataset's own (not the placeholder the engine made: part 0's index 0)
     row = ours[170 // 8][0][170 % 8]
     assert not torch.allclose(row, ours[0][0][0], atol=EVAL_ATOL)
@@ -193,3 +195,24 @@ def test_a_tail_in_worker_processes_does_not_trace_every_index_up_front(files, w
             break
     assert_same_batches([a for a, _ in taken], [b for _, b in taken])
     assert own.calls <= PROBES + 1 + 8 * 32, own.calls  # 6 batches, those in flight and traced ahead: not 50k
+
+
+@pytest.mark.parametrize("name", ["shape-numpy", "shape-random", "shape-npy"])
+def test_explain_and_loader_path_name_why_a_generic_shape_stays_generic(files, name):
+    """fastload-bench's shapes that stay generic (fastload/bench/shapes.py): the reason in
+    loader.path is the one fastload.explain gives, with the shape's own file:line."""
+    from fastload.bench.shapes import SHAPES
+
+    dataset = SHAPES[name](os.path.dirname(os.path.dirname(files[0])))
+    loader = fastload.DataLoader(dataset, batch_size=2)
+    assert loader.path.startswith("generic: "), loader.path
+    why = {"shape-numpy": "reads the image's pixels before a transform fastload maps at ",
+           "shape-random": "draws random numbers outside the transforms (random) at ",
+           "shape-npy": "NpyArrays is not a torchvision dataset fastload recognises"}[name]
+    assert why in loader.path, loader.path
+    if name != "shape-npy":
+        assert os.path.join("fastload", "bench", "shapes.py:") in loader.path, loader.path
+    report = fastload.explain(dataset)
+    assert loader.path[len("generic: "):] in report and "verdict: generic path" in report, report
+    images, labels = next(iter(loader))
+    assert images.dtype == torch.float32 and labels.dtype == torch.int64

@@ -58,8 +58,8 @@ Not every index is traced when the loader is built: index 0 (twice) and 16 index
 over the dataset are (a fixed cost, whatever the length), and decide native or generic;
 each other index is traced just before the engine is handed its batch, and a later index
 whose trace disagrees runs through its own __getitem__ per sample (fastload/compat/
-trace_lazy.py; inside a Subset or ConcatDataset every index is traced up front, as
-before). A trace is an `__getitem__` call without decoding (no file is opened by path, a
+trace_lazy.py; inside a Subset or ConcatDataset as lazily, through trace_views.py).
+A trace is an `__getitem__` call without decoding (no file is opened by path, a
 file opened with `open(path, "rb")` is opened and closed): about 15 us per sample on a
 quiet machine against ~1 ms for a decode (benchmarks/trace_lazy.py, benchmarks/RESULTS.md).
 

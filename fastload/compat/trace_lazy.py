@@ -14,10 +14,12 @@ for: the trace runs while the engine decodes earlier batches). The engine's inde
 without a copy. Traced indexes are kept: a second epoch, a second loader over the same
 dataset object (while its probes agree) and a resume trace nothing again. Each DDP rank
 traces only the indexes its sampler gives it. Under on_error="skip", a replacement sample
-is traced before the engine runs it. Two cases trace every index when the loader is
-built, as before: a traced dataset inside a Subset or ConcatDataset (their indexes take
-rows of the whole index), and a hybrid pipeline whose Python tail runs in worker
-processes (tail_on="processes": the workers copy the index when they start).
+is traced before the engine runs it, and the batch takes the samples it holds (a
+replacement that falls back is made by its own __getitem__). Inside a Subset or
+ConcatDataset the wrapper takes its indexes through a LazyView (trace_views.py), traced
+as lazily. A hybrid pipeline whose Python tail runs in worker processes
+(tail_on="processes") hands each batch's traced files to the worker with the batch
+(`export` / `adopt`): the workers' copies were forked before most indexes were traced.
 
 Tracing runs on the thread that submits batches, not on a thread of its own: the trace
 compares Python's, numpy's and torch's global generators before and after the dataset's

@@ -108,8 +108,11 @@ class LazyView(LazyTrace):
         for p, part in enumerate(parts):
             mine = part_of == p
             known[mine] = part.done[inner[mine]]
+        # (a fallback known already was warned about when it was found: not again here)
+        self._warned = True
         for j in np.flatnonzero(known)[:_COPY_UP_FRONT].tolist():
             self._adopt(j)
+        self._warned = False
 
     def _who(self, j: int) -> str:
         part = self.parts[int(self.part_of[j])]
@@ -135,6 +138,7 @@ class LazyView(LazyTrace):
         part, i = self.parts[int(self.part_of[j])], int(self.inner[j])
         if part.fallback[i]:
             self._fall_back(j, part.fallbacks[i])
+            self.fallbacks[j] = f"index {i} of {part.name}: {part.fallbacks[i]}"  # (what explain lists)
             return
         index = part.index
         self.index.file_ids[j] = self._add_file(index.files[int(index.file_ids[i])])
@@ -216,8 +220,8 @@ def eager(analysis: Any) -> Any:
     trace = analysis.trace
     trace.trace_all()
     if trace.fallbacks:
-        index, reason = next(iter(sorted(trace.fallbacks.items())))
-        return None, f"{trace._who(index)}: {reason}"
+        index = min(trace.fallbacks)
+        return None, f"{trace._who(index)}: {trace.fallbacks[index]}"
     return _flat_index(trace), ""
 
 
