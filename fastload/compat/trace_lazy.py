@@ -298,18 +298,19 @@ class LazyTrace:
     def export(self, indices: Sequence[int]) -> List[Any]:
         """What a worker process needs of these traced indexes to read them (its copy of
         this trace was forked before they were traced): (index, path or None for a
-        per-sample fallback, label) for each. `adopt` takes it in the worker."""
+        per-sample fallback, label, offset, size) for each. `adopt` takes it in the worker."""
         index = self.index
-        return [(i, None if self.fallback[i] else index.files[int(index.file_ids[i])], int(index.labels[i]))
-                for i in dict.fromkeys(int(i) for i in indices)]
+        return [(i, None if self.fallback[i] else index.files[int(index.file_ids[i])], int(index.labels[i]),
+                 int(index.offsets[i]), int(index.sizes[i])) for i in dict.fromkeys(int(i) for i in indices)]
 
     def adopt(self, exported: List[Any]) -> None:
         """The indexes of `export` (the parent's trace of them) taken into this copy, untraced
         ones only: a worker reads what the parent traced without tracing it again."""
         with self._lock:
-            for i, path, label in exported:
+            for i, path, label, offset, size in exported:
                 if self.done[i]:
                     continue
+                self.index.offsets[i], self.index.sizes[i] = offset, size
                 if path is None:  # (the parent makes its sample with __getitem__; the engine a placeholder)
                     self.index.file_ids[i] = self.index.file_ids[0]
                     self.fallback[i] = True

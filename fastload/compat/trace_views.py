@@ -142,6 +142,7 @@ class LazyView(LazyTrace):
             return
         index = part.index
         self.index.file_ids[j] = self._add_file(index.files[int(index.file_ids[i])])
+        self.index.offsets[j], self.index.sizes[j] = index.offsets[i], index.sizes[i]  # (a byte range of a file)
         self.index.labels[j] = index.labels[i]
         self.done[j] = True
 

@@ -160,7 +160,8 @@ class ProcessHybridRunner:
         except BrokenProcessPool as error:
             raise self._worker_died(ticket, indices) from error
         pid = stats.pop("pid")
-        self.last_samples = stats.pop("samples", None)
+        samples = stats.pop("samples", None)
+        self.last_samples = None if samples is None else torch.tensor(samples, dtype=torch.int64)
         stats.pop("skipped", None)  # counted here from the records, once per pass across workers
         for record in stats.pop("skipped_samples", ()):
             self._skipped_samples.add(record["sample"], record["source"], record["reason"])

@@ -100,4 +100,5 @@ def work(indices: List[int], epoch: int, seed: int, on_error: str, pass_id: int,
         batch = runner.result(runner.submit(indices, epoch))
     finally:
         _mark_busy(-1)
-    return batch, dict(runner.stats(reset=True), pid=os.getpid(), samples=runner.last_samples)
+    samples = runner.last_samples.tolist()  # (a list: a tensor would travel as a shared-memory segment)
+    return batch, dict(runner.stats(reset=True), pid=os.getpid(), samples=samples)
