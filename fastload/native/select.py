@@ -370,7 +370,12 @@ class _LazilyTraced(LabelledRunner):
         images, labels = self.runner.result(ticket)
         # The samples the batch holds: under on_error="skip", a replacement in a bad one's slot.
         held = getattr(self.runner, "last_samples", None)
-        batch = self._labels(images, labels.cpu(), indices if held is None else held.tolist())
+        if held is not None:
+            held = held.tolist()
+            # (a worker process traced a replacement in its own copy: traced here too, so
+            # that one whose trace disagrees is made by __getitem__ below)
+            self._labels.prepare(held)
+        batch = self._labels(images, labels.cpu(), indices if held is None else held)
         if getattr(self.runner, "pin_memory", False):
             from torch.utils.data._utils.pin_memory import pin_memory
 
