@@ -216,3 +216,20 @@ def test_explain_and_loader_path_name_why_a_generic_shape_stays_generic(files, n
     assert loader.path[len("generic: "):] in report and "verdict: generic path" in report, report
     images, labels = next(iter(loader))
     assert images.dtype == torch.float32 and labels.dtype == torch.int64
+
+
+@needs_ops
+def test_resume_mid_epoch_through_a_subset_of_a_traced_dataset(files):
+    from resume_helpers import check_resume_at_every_position
+
+    made = []
+
+    def make():
+        dataset = Cycling(files, 200, transform=T.Compose([T.RandomResizedCrop(16), T.ToTensor()]))
+        made.append(dataset)
+        return fastload.DataLoader(Subset(dataset, range(199, 0, -2)), batch_size=7, shuffle=True, seed=5,
+                                   generator=torch.Generator().manual_seed(2))
+
+    assert make().path.startswith("native: Subset -> traced Cycling.__getitem__"), made[0].calls
+    assert made[0].calls == PROBES + 1  # the rest as the batches (and a resumed loader's) come
+    check_resume_at_every_position(make, positions=[0, 3, 9])
