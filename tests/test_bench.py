@@ -23,7 +23,7 @@ from PIL import Image
 from fastload import _ext
 from fastload.bench import contenders as registry
 from fastload.bench import dataset as data
-from fastload.bench import measure, recipes, report
+from fastload.bench import measure, recipes, report, shapes
 from fastload.bench.__main__ import main, parse_args
 from fastload.bench.procfs import ProcessTree
 
@@ -511,7 +511,7 @@ def test_recipes_are_listed_and_unknown_ones_refused(capsys):
         main(["--recipes", "--dataset", "m:f"])
 
 
-@pytest.mark.parametrize("name", list(recipes.RECIPES))
+@pytest.mark.parametrize("name", [name for name in recipes.RECIPES if name not in shapes.GENERIC])
 def test_every_recipe_runs_off_the_generic_path(name, tiny, capsys):
     import fastload
     if not _ext.has_ops():
@@ -528,6 +528,21 @@ def test_every_recipe_runs_off_the_generic_path(name, tiny, capsys):
         assert "generic" not in verdict and verdict.split(": ", 1)[1].startswith(recipes.path_kind(loader.path)), verdict
     finally:
         getattr(loader, "close", lambda: None)()
+
+
+@pytest.mark.parametrize("name", shapes.GENERIC)
+def test_the_generic_shapes_stay_generic_with_their_reason(name, tiny):
+    """The rows that measure fastload against torch where fastload runs torch's DataLoader:
+    generic, the reason in loader.path and in fastload.explain's verdict."""
+    import fastload
+
+    _, ds = tiny
+    dataset = recipes.dataset(name, ds.root)
+    loader = fastload.DataLoader(dataset, batch_size=2, num_workers=0, shuffle=True)
+    assert recipes.path_kind(loader.path) == "generic", loader.path
+    assert fastload.explain(dataset).splitlines()[-1].endswith("generic path (1 blocker)")
+    images, labels = next(iter(loader))
+    assert images.dtype == torch.float32 and labels.tolist() == [int(x) for x in labels]
 
 
 # -- the timed window -------------------------------------------------------------------

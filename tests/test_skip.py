@@ -321,3 +321,69 @@ def test_ddp_ranks_keep_equal_batch_counts_and_sizes_with_a_bad_file_on_one_rank
         assert steps[-1] == [[0, 0], [0, 0]], (name, steps)
     for name in ("native", "generic", "generic-workers"):
         assert [ranks[r][name]["skipped"] for r in range(2)] == [[4, 6], []], name
+
+
+class Traced(torch.utils.data.Dataset):
+    """A Dataset of its own class (traced, fastload/compat/trace_lazy.py): `n` samples
+    cycling over the folder's 13 files, label i (so a label names its sample); index
+    `draws` draws from Python's global generator outside the transforms (its trace
+    disagrees with index 0's: it runs through __getitem__ per sample)."""
+
+    def __init__(self, paths, transform, n=40, draws=None):
+        self.paths, self.transform, self.n, self.draws = paths, transform, n, draws
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        import random
+        from PIL import Image
+
+        if i == self.draws:
+            random.random()
+        return self.transform(Image.open(self.paths[i % N]).convert("RGB")), i
+
+
+def traced_transform(tail):
+    tv = torchvision.transforms
+    return tv.Compose([tv.CenterCrop(24), keep, tv.PILToTensor()] if tail else [tv.CenterCrop(24), tv.PILToTensor()])
+
+
+TRACED = {"native": (False, {}, "native"), "hybrid-inline": (True, dict(tail_on="inline"), "hybrid"),
+          "hybrid-processes": (True, dict(tail_on="processes", num_workers=2), "hybrid")}
+
+
+def readable(i):
+    while i % N in BAD:
+        i += 1
+    return i
+
+
+@pytest.mark.parametrize("draws", [None, 4], ids=["traced", "falls-back"])
+@pytest.mark.parametrize("name", list(TRACED))
+def test_a_traced_datasets_replacement_sample_is_its_own_getitem(damaged_folder, name, draws):
+    """Samples 3 and 7 (files 3 and 7) are bad: their slots hold samples 4 and 8 exactly as
+    the dataset's own __getitem__ makes them (image and label), 4 traced when the loader
+    reaches it (no probe: the loader is lazy) or, when its trace draws random numbers,
+    made by __getitem__ itself; every bad sample of the pass is counted once."""
+    tail, kwargs, path = TRACED[name]
+    dataset = Traced(damaged_folder[1], traced_transform(tail), draws=draws)
+    # 4 last: when the first batch's sample 3 is replaced, nothing has traced 4 yet
+    sampler = [0, 1, 2, 3] + list(range(5, len(dataset))) + [4]
+    loader = fastload.DataLoader(dataset, batch_size=BATCH, sampler=sampler, on_error="skip", dct_scaling=False,
+                                 **kwargs)
+    assert loader.path.startswith(path) and "not native: Traced" not in loader.path, loader.path
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", SKIP_WARNING)
+        warnings.filterwarnings("ignore", "fastload: Traced.__getitem__ .traced, index 4.")
+        got = list(loader)
+    order = [sampler[s:s + BATCH] for s in range(0, len(sampler), BATCH)]
+    assert [labels.tolist() for _, labels in got] == [[readable(i) for i in b] for b in order]
+    for (images, labels), batch in zip(got, order):
+        for slot, i in enumerate(batch):
+            image, label = dataset[readable(i)]
+            assert torch.equal(images[slot], image), (i, readable(i))
+    bad = [i for i in sampler if i % N in BAD]
+    stats = loader.stats()
+    assert stats["skipped"] == len(bad)
+    assert [r["sample"] for r in stats["skipped_samples"]] == bad

@@ -22,6 +22,7 @@ native, hybrid or generic with its reason), so a recipe that falls back is shown
 | hf-imagefolder | Hugging Face `load_dataset("imagefolder", data_dir=...)` + `set_transform` of RandomResizedCrop, flip, ToTensor, Normalize |
 | hf-arrow | the same images as bytes in a saved dataset's Arrow file (`save_to_disk` / `load_from_disk`), same transform |
 | shape-own, shape-csv, shape-dict, shape-loader, shape-wrapper | the user's own Dataset shapes (fastload/bench/shapes.py), RRC(224), flip, ToTensor, Normalize |
+| shape-numpy, shape-random, shape-npy | shapes that stay generic (pixels read with numpy, `random` drawn in __getitem__, np.load arrays): fastload runs torch's DataLoader, expected within noise of 1.0x |
 
 Example:
     >>> from fastload.bench.recipes import RECIPES
@@ -271,7 +272,8 @@ RECIPES: Dict[str, Recipe] = {r.name: r for r in [
     Recipe("hf-arrow", "the same images as bytes in a saved dataset's Arrow file (save_to_disk/load_from_disk), the "
            "same set_transform", _hf_arrow, needs=_HF),
     # Datasets of the user's own shape around the same files (fastload traces them): fastload/bench/shapes.py
-    *[Recipe(name, _shapes.SUMMARIES[name] + "; RRC(224), flip, ToTensor, Normalize", build)
+    *[Recipe(name, _shapes.SUMMARIES[name] + ("" if name in _shapes.GENERIC else "; RRC(224), flip, ToTensor, "
+                                                                                   "Normalize"), build)
       for name, build in _shapes.SHAPES.items()],
 ]}
 

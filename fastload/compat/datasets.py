@@ -270,8 +270,23 @@ def _subset(dataset: Subset, depth: int) -> Analysis:
     rows, why = _rows(dataset.indices, len(out.index))
     if rows is None:
         return out.refuse(f"{name}.indices {why}", "pass integer indices within the wrapped dataset")
+    if _lazily_traced(inner):  # its rows taken as the loader reaches them
+        from fastload.compat import trace_views
+
+        return trace_views.subset(dataset, inner, rows, out)
     out.index = _take(out.index, rows)
     return out
+
+
+def _lazily_traced(analysis: Analysis) -> bool:
+    """An analysis whose index a trace fills as the loader reaches it
+    (fastload.compat.trace_lazy): a wrapper takes its rows through a LazyView."""
+    trace = getattr(analysis, "trace", None)
+    if trace is None:
+        return False
+    from fastload.compat.trace_views import is_lazy
+
+    return is_lazy(trace)
 
 
 def _rows(indices: Any, n: int) -> Tuple[Optional[np.ndarray], str]:
@@ -347,7 +362,15 @@ def _concat(dataset: ConcatDataset, depth: int) -> Analysis:
                        "loader per part")
     if out.reasons:
         return out
-    index = _concat_index([p.index for p in parts])
+    if any(_lazily_traced(p) for p in parts):  # traced parts: their indexes taken as the loader reaches them
+        from fastload.compat import trace_views
+
+        out = trace_views.concat(dataset, parts, out)
+        if out.reasons:
+            return out
+        index = out.index
+    else:
+        index = _concat_index([p.index for p in parts])
     if len(index) != len(dataset):
         return out.refuse(f"{name} has {len(dataset)} samples, its parts {len(index)}")
     out.index = index

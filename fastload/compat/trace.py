@@ -58,8 +58,8 @@ Not every index is traced when the loader is built: index 0 (twice) and 16 index
 over the dataset are (a fixed cost, whatever the length), and decide native or generic;
 each other index is traced just before the engine is handed its batch, and a later index
 whose trace disagrees runs through its own __getitem__ per sample (fastload/compat/
-trace_lazy.py; inside a Subset or ConcatDataset every index is traced up front, as
-before). A trace is an `__getitem__` call without decoding (no file is opened by path, a
+trace_lazy.py; inside a Subset or ConcatDataset as lazily, through trace_views.py).
+A trace is an `__getitem__` call without decoding (no file is opened by path, a
 file opened with `open(path, "rb")` is opened and closed): about 15 us per sample on a
 quiet machine against ~1 ms for a decode (benchmarks/trace_lazy.py, benchmarks/RESULTS.md).
 
@@ -161,6 +161,7 @@ def _library_dirs() -> Tuple[str, ...]:
 _STDLIB = tuple(os.path.abspath(p) + os.sep for p in {sysconfig.get_paths()["stdlib"],
                                                       sysconfig.get_paths()["platstdlib"]})
 _KINDS: dict = {}
+_BENCH_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench") + os.sep
 _CORE, _PACKAGE, _USER = 0, 1, 2
 
 
@@ -171,7 +172,9 @@ def _kind(filename: str) -> int:
     if kind is None:
         path = os.path.abspath(filename)
         packaged = "-packages" + os.sep in path
-        if filename.startswith(("<frozen", "<__array_function__")) or path.startswith(_library_dirs()) or \
+        if path.startswith(_BENCH_DIR):  # fastload-bench's datasets stand for the user's own code
+            kind = _USER
+        elif filename.startswith(("<frozen", "<__array_function__")) or path.startswith(_library_dirs()) or \
                 (path.startswith(_STDLIB) and not packaged):
             kind = _CORE
         else:
@@ -924,9 +927,9 @@ def trace_dataset(dataset: Any, refused: Analysis, *, wrapped: bool) -> Analysis
     itself when the tracer is off or index 0 opens no image with PIL.
 
     Up front, index 0 (twice) and a few indexes spread over the dataset are traced
-    (fastload.compat.trace_lazy); the rest as the loader reaches them. Inside a Subset or
-    ConcatDataset (`wrapped`) every index is traced now, and any that disagrees with index
-    0 refuses the dataset."""
+    (fastload.compat.trace_lazy); the rest as the loader reaches them, also inside a
+    Subset or ConcatDataset (`wrapped`: the wrapper takes its indexes through a LazyView,
+    fastload.compat.trace_views)."""
     from fastload.compat.trace_lazy import probe
 
     if not enabled() or not _map_style(dataset):
@@ -935,13 +938,6 @@ def trace_dataset(dataset: Any, refused: Analysis, *, wrapped: bool) -> Analysis
     if getattr(type(dataset), "__getitems__", None) is not None:  # torch fetches batches through it instead
         return refused
     result = probe(dataset)
-    if result is not None and not isinstance(result, _Refused) and wrapped:
-        result.trace_all()
-        if result.fallbacks:
-            index, why = next(iter(sorted(result.fallbacks.items())))
-            where = why.rsplit(" at ", 1)
-            result = _Refused(where[0], where[1] if len(where) == 2 else "")
-            result.index = index  # type: ignore[attr-defined]
     if result is None:
         return refused
     if isinstance(result, _Refused):
@@ -974,8 +970,6 @@ def _analysis(dataset: Any, traced: Any, wrapped: bool) -> Analysis:
     """The TracedAnalysis of a dataset whose probes traced (traced: a LazyTrace)."""
     from fastload.compat import albumentations
     from fastload.compat.torchvision import flatten, split_transform
-    from fastload.compat.trace_lazy import _flat_index
-
     name = type(dataset).__name__
     out = TracedAnalysis(f"traced {name}.__getitem__")
     out.transform = traced.first.transform
@@ -985,11 +979,10 @@ def _analysis(dataset: Any, traced: Any, wrapped: bool) -> Analysis:
         out.pipeline = split_transform(out.transform, to_run=True)
         out.wrappers = flatten(out.transform)[1]
     out.trace = traced
-    if not wrapped:
+    if not wrapped or traced.simple:
+        # (inside a Subset or ConcatDataset, the wrapper takes this index's rows lazily:
+        # fastload.compat.trace_views)
         out.index, out.rebuild = traced.index, traced
-        return out
-    if traced.simple:
-        out.index = _flat_index(traced)
         return out
     return out.refuse(f"{name}.__getitem__ (traced) returns {_shape(traced.first.template)}: samples other than "
                       "(image, int label) are rebuilt only for the loader's own dataset, not inside a Subset or "

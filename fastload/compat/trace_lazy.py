@@ -14,10 +14,12 @@ for: the trace runs while the engine decodes earlier batches). The engine's inde
 without a copy. Traced indexes are kept: a second epoch, a second loader over the same
 dataset object (while its probes agree) and a resume trace nothing again. Each DDP rank
 traces only the indexes its sampler gives it. Under on_error="skip", a replacement sample
-is traced before the engine runs it. Two cases trace every index when the loader is
-built, as before: a traced dataset inside a Subset or ConcatDataset (their indexes take
-rows of the whole index), and a hybrid pipeline whose Python tail runs in worker
-processes (tail_on="processes": the workers copy the index when they start).
+is traced before the engine runs it, and the batch takes the samples it holds (a
+replacement that falls back is made by its own __getitem__). Inside a Subset or
+ConcatDataset the wrapper takes its indexes through a LazyView (trace_views.py), traced
+as lazily. A hybrid pipeline whose Python tail runs in worker processes
+(tail_on="processes") hands each batch's traced files to the worker with the batch
+(`export` / `adopt`): the workers' copies were forked before most indexes were traced.
 
 Tracing runs on the thread that submits batches, not on a thread of its own: the trace
 compares Python's, numpy's and torch's global generators before and after the dataset's
@@ -299,6 +301,31 @@ class LazyTrace:
             self.prepare([i for b in chunk for i in b])
             yield from chunk
 
+    def export(self, indices: Sequence[int]) -> List[Any]:
+        """What a worker process needs of these traced indexes to read them (its copy of
+        this trace was forked before they were traced): (index, path or None for a
+        per-sample fallback, label, offset, size) for each. `adopt` takes it in the worker."""
+        index = self.index
+        return [(i, None if self.fallback[i] else index.files[int(index.file_ids[i])], int(index.labels[i]),
+                 int(index.offsets[i]), int(index.sizes[i])) for i in dict.fromkeys(int(i) for i in indices)]
+
+    def adopt(self, exported: List[Any]) -> None:
+        """The indexes of `export` (the parent's trace of them) taken into this copy, untraced
+        ones only: a worker reads what the parent traced without tracing it again."""
+        with self._lock:
+            for i, path, label, offset, size in exported:
+                if self.done[i]:
+                    continue
+                self.index.offsets[i], self.index.sizes[i] = offset, size
+                if path is None:  # (the parent makes its sample with __getitem__; the engine a placeholder)
+                    self.index.file_ids[i] = self.index.file_ids[0]
+                    self.fallback[i] = True
+                else:
+                    self.index.file_ids[i] = self._add_file(path)
+                    if self.simple:
+                        self.index.labels[i] = label
+                self.done[i] = True
+
     def trace_all(self, chunk: int = 4096) -> None:
         """Traces every index not traced yet (what a worker process that copies the index
         needs before it starts); the path bytes are then trimmed to their length."""
@@ -398,9 +425,13 @@ class LazyTrace:
         self.done[i] = True
         if not self._warned:
             self._warned = True
-            warnings.warn(f"fastload: {self.name}.__getitem__ (traced, index {i}): {why}; this sample (and any other "
+            warnings.warn(f"fastload: {self._who(i)}: {why}; this sample (and any other "
                           "that disagrees with index 0's trace) runs through its own __getitem__ in Python. "
                           f"{_t._FIX[0].upper()}{_t._FIX[1:]}.", UserWarning, stacklevel=2)
+
+    def _who(self, i: int) -> str:
+        """Whose index i, for messages (a LazyView names the outer and the inner index)."""
+        return f"{self.name}.__getitem__ (traced, index {i})"
 
     def _add_file(self, path: str) -> int:
         data = path.encode("utf-8", "surrogateescape")

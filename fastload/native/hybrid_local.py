@@ -81,6 +81,7 @@ class HybridRunner:
             if parallel == "threads" else None
         self._tail_s = 0.0
         self._labels = labels
+        self.last_samples: Optional[torch.Tensor] = None
         # The tail's batches are made one at a time in result(): the one being made and
         # those the training loop holds. In a worker process each goes to the parent:
         # made on shared memory, it travels as a handle, not as a copy.
@@ -144,6 +145,7 @@ class HybridRunner:
                                 f"(a hybrid pipeline's tail) as torch's default_collate does; end the tail with "
                                 "a transform that returns tensors (e.g. ToTensor or v2.ToImage).")
                 raise
+        self.last_samples = samples  # (as NativeRunner's: the samples the batch holds)
         labels = self.native.labels_of(samples)
         if self._labels is not None:
             labels = self._labels(labels)

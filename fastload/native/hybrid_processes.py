@@ -70,6 +70,11 @@ class ProcessHybridRunner:
         self._skipped_samples = SkippedSamples()  # what the workers skipped, warned here
         self._skipped_this_pass: Set[int] = set()
         self._labels = labels  # applied here: the workers return class indexes
+        # A lazily traced dataset's trace (fastload.compat.trace_lazy; set by the loader):
+        # the workers' copies were forked before most indexes were traced, so each batch
+        # carries its indexes' traced files (LazyTrace.export/adopt).
+        self.trace: Any = None
+        self.last_samples: Optional[torch.Tensor] = None  # as NativeRunner's
 
     @property
     def min_depth(self) -> int:
@@ -121,11 +126,13 @@ class ProcessHybridRunner:
             self._workers = {}
             self._pool = ProcessPoolExecutor(self.num_threads, mp_context=context,
                                              initializer=hybrid_workers.start_worker,
-                                             initargs=(self.index, self.plan, self.tail, self._on_error, self._busy))
+                                             initargs=(self.index, self.plan, self.tail, self._on_error, self._busy,
+                                                       self.trace))
         ticket, self._tickets = self._tickets, self._tickets + 1
         indices = list(indices)
+        traced = self.trace.export(indices) if self.trace is not None else None
         future = self._pool.submit(hybrid_workers.work, indices, epoch, int(self.plan.seed), self._on_error,
-                                   self._pass_id, ticket)
+                                   self._pass_id, ticket, traced)
         self._jobs[ticket] = (future, indices)
         # The pool starts its workers as jobs come and forgets them once broken: kept here
         # to find the one that died and its signal.
@@ -153,6 +160,8 @@ class ProcessHybridRunner:
         except BrokenProcessPool as error:
             raise self._worker_died(ticket, indices) from error
         pid = stats.pop("pid")
+        samples = stats.pop("samples", None)
+        self.last_samples = None if samples is None else torch.tensor(samples, dtype=torch.int64)
         stats.pop("skipped", None)  # counted here from the records, once per pass across workers
         for record in stats.pop("skipped_samples", ()):
             self._skipped_samples.add(record["sample"], record["source"], record["reason"])

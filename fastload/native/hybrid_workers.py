@@ -26,13 +26,22 @@ _BUSY: Any = None  # the parent's board of (pid, ticket) rows; this worker's row
 _ROW = -1
 
 
-def start_worker(index: SampleIndex, plan: Any, tail: Tail, on_error: str, busy: Any = None) -> None:
-    global _WORKER, _BUSY, _ROW
+_TRACE: Any = None  # a lazily traced dataset's trace: this process's copy, filled per batch
+
+
+def start_worker(index: SampleIndex, plan: Any, tail: Tail, on_error: str, busy: Any = None,
+                 trace: Any = None) -> None:
+    global _WORKER, _BUSY, _ROW, _TRACE
     torch.set_num_threads(1)  # as torch's DataLoader workers: the cores are the workers'
     _WORKER = HybridRunner(index, plan, tail, num_threads=1, on_error=on_error, parallel="inline",
                            shared_batches=True)
     # The skipped samples go to the parent with each batch (_work): it lists, counts and warns.
     _WORKER.native.repair.skipped_samples.warn = False
+    if trace is not None:  # `index` is the trace's own (forked): its path bytes move as it grows
+        trace._listeners = []
+        trace.attach(_WORKER.native)
+        _WORKER.native.repair.trace = trace  # a replacement sample (on_error="skip") traced here
+        _TRACE = trace
     if busy is not None:
         _BUSY, _ROW = busy, _claim_row(busy)
     _exit_with_parent(os.getppid())
@@ -72,8 +81,13 @@ def _exit_with_parent(parent: int) -> None:
     threading.Thread(target=watch, name="fastload-parent-watch", daemon=True).start()
 
 
-def work(indices: List[int], epoch: int, seed: int, on_error: str, pass_id: int, ticket: int = -1):
+def work(indices: List[int], epoch: int, seed: int, on_error: str, pass_id: int, ticket: int = -1,
+         traced: Optional[List[Any]] = None):
+    """The batch of `indices` and this worker's counters (with the samples the batch holds).
+    `traced`: the parent's trace of these indexes (LazyTrace.export), taken in first."""
     _mark_busy(ticket)
+    if traced is not None and _TRACE is not None:
+        _TRACE.adopt(traced)
     runner = _WORKER
     if runner.plan.seed != seed:
         runner.set_seed(seed)
@@ -86,4 +100,5 @@ def work(indices: List[int], epoch: int, seed: int, on_error: str, pass_id: int,
         batch = runner.result(runner.submit(indices, epoch))
     finally:
         _mark_busy(-1)
-    return batch, dict(runner.stats(reset=True), pid=os.getpid())
+    samples = runner.last_samples.tolist()  # (a list: a tensor would travel as a shared-memory segment)
+    return batch, dict(runner.stats(reset=True), pid=os.getpid(), samples=samples)

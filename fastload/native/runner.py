@@ -77,6 +77,9 @@ class NativeRunner:
             )
         self._engine.set_plan(plan)
         self._labels = torch.from_numpy(np.ascontiguousarray(index.labels))
+        # The samples the batch result() last returned holds (under on_error="skip" a
+        # replacement in a bad sample's slot): a lazily traced dataset's batches need them.
+        self.last_samples: Optional[torch.Tensor] = None
         self._stats: Dict[str, Any] = dict(_COUNTERS)
         self.producer = PRODUCERS[decode_on](self._engine, plan, pin_memory=self.pin_memory,
                                              memory_format=self.memory_format, device=self.device,
@@ -156,6 +159,7 @@ class NativeRunner:
     def result(self, ticket: int) -> List[torch.Tensor]:
         """Waits for a submitted batch (GIL released); returns [images, labels]."""
         samples, out, _ = self.collect(ticket)
+        self.last_samples = samples
         labels = self._labels[samples]
         return [out, labels.pin_memory() if self.pin_memory else labels]  # pinned like torch's batches
 

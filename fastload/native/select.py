@@ -346,9 +346,10 @@ class _LazilyTraced(LabelledRunner):
         if hasattr(native, "refresh_index"):
             trace.attach(native)  # its engine holds the path bytes: handed the new ones when they grow
             native.repair.trace = trace  # under on_error="skip", a replacement sample is traced before it runs
+        elif hasattr(native, "trace"):
+            native.trace = trace  # worker processes: each batch carries its indexes' trace to them
         else:
-            # Worker processes copy the index when they start: every index is traced first.
-            trace.trace_all()
+            trace.trace_all()  # a runner that takes the index once: every index traced first
 
     def submit(self, indices: Any, epoch: int) -> int:
         self._labels.prepare(indices)
@@ -367,7 +368,14 @@ class _LazilyTraced(LabelledRunner):
     def result(self, ticket: int) -> Any:
         indices = self._submitted.pop(ticket)
         images, labels = self.runner.result(ticket)
-        batch = self._labels(images, labels.cpu(), indices)
+        # The samples the batch holds: under on_error="skip", a replacement in a bad one's slot.
+        held = getattr(self.runner, "last_samples", None)
+        if held is not None:
+            held = held.tolist()
+            # (a worker process traced a replacement in its own copy: traced here too, so
+            # that one whose trace disagrees is made by __getitem__ below)
+            self._labels.prepare(held)
+        batch = self._labels(images, labels.cpu(), indices if held is None else held)
         if getattr(self.runner, "pin_memory", False):
             from torch.utils.data._utils.pin_memory import pin_memory
 

@@ -1,0 +1,233 @@
+"""A lazily traced dataset inside torch's Subset or ConcatDataset, traced as the loader reaches it.
+
+`fastload/compat/trace_lazy.py` traces a dataset of the user's own class a batch at a
+time. Wrapped in a `Subset` (what `random_split` returns) or a `ConcatDataset` (nested to
+any depth), each outer index is one index of one traced dataset: `LazyView` keeps that
+map (two arrays, no `__getitem__` call) and its own index for the engine, filled as the
+outer indexes are reached. Tracing outer index j traces its dataset's index i (kept by
+that dataset's LazyTrace, shared with any other loader or wrapper over it); a sample whose
+trace disagrees with its dataset's index 0 runs through the outer dataset's own
+`__getitem__` per sample, and the warning names both indexes.
+
+So a wrapper costs at construction what its datasets' probes cost (index 0 twice and 16
+spread indexes each), whatever its length. A ConcatDataset mixing a traced dataset with
+one fastload recognises otherwise (a torchvision ImageFolder, ...) traces its traced
+parts completely instead (`eager`), as every wrapper did before. Samples other than
+(image, int label) are rebuilt only for the loader's own dataset, not inside a wrapper.
+
+Example:
+    >>> import os, tempfile, torch
+    >>> from PIL import Image
+    >>> from torchvision import transforms as T
+    >>> from fastload.compat.datasets import analyse
+    >>> path = os.path.join(tempfile.mkdtemp(), "a.jpg"); Image.new("RGB", (8, 8)).save(path)
+    >>> class Photos(torch.utils.data.Dataset):
+    ...     def __init__(self, transform): self.transform, self.calls = transform, 0
+    ...     def __len__(self): return 1000
+    ...     def __getitem__(self, i):
+    ...         self.calls += 1
+    ...         return self.transform(Image.open(path).convert("RGB")), i % 10
+    >>> photos = Photos(T.Compose([T.CenterCrop(4), T.ToTensor()]))
+    >>> view = analyse(torch.utils.data.Subset(photos, range(500, 1000))).trace
+    >>> photos.calls, view.n, view.traced
+    (17, 500, 8)
+    >>> view.prepare([3, 4]); photos.calls, view.index.labels[[3, 4]].tolist()
+    (19, [3, 4])
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any, List, Sequence
+
+import numpy as np
+
+from fastload.compat import trace as _t
+from fastload.compat.trace_lazy import LazyTrace, _flat_index, _GrowingStrings
+from fastload.source.index import SampleIndex
+
+# Outer indexes whose dataset index is traced already, copied into the view when it is made
+# (the probes, a small dataset, a dataset a loader went through): at most this many, the
+# rest as the loader reaches them (a copy is ~1 us: a bound keeps construction constant).
+_COPY_UP_FRONT = 4096
+
+
+def is_lazy(trace: Any) -> bool:
+    """A trace a wrapper can take indexes of lazily (LazyTrace or LazyView)."""
+    return isinstance(trace, LazyTrace)
+
+
+class LazyView(LazyTrace):
+    """The LazyTrace interface over a Subset or ConcatDataset of traced datasets.
+
+    Outer index j is index `inner[j]` of `parts[part_of[j]]` (each a LazyTrace of one
+    traced dataset). `index` (the engine's) is the view's own: untraced outer indexes point
+    at part 0's index 0 file until `prepare` traces them; labels are the class labels.
+
+    Args:
+        dataset: the outer dataset (its own __getitem__ makes a per-sample fallback).
+        chain: the dataset chain, for messages ("Subset -> traced Photos.__getitem__").
+        parts: the traced datasets' LazyTraces (all `simple`, the image in one place).
+        part_of: int64 [n], each outer index's part.
+        inner: int64 [n], each outer index's index in its part.
+    """
+
+    def __init__(self, dataset: Any, chain: str, parts: List[LazyTrace], part_of: np.ndarray, inner: np.ndarray):
+        self.parts, self.part_of, self.inner = parts, part_of, inner
+        self.chain = chain
+        self.first = parts[0].first
+        self.probes = parts[0].probes
+        self.name = type(dataset).__name__
+        self.n = n = len(part_of)
+        try:
+            self._dataset: Any = weakref.ref(dataset)
+        except TypeError:
+            self._dataset = lambda d=dataset: d
+        self.simple = True
+        first = self.first.path.encode("utf-8", "surrogateescape")
+        capacity = max(4096, 64 * min(n, _COPY_UP_FRONT) + len(first))  # grown as paths come
+        offsets = np.full(n + 2, capacity, dtype=np.int64)  # (file 0 below, then one per outer index)
+        offsets[0] = 0
+        self._files = _GrowingStrings(np.empty(capacity, dtype=np.uint8), offsets)
+        self._file_count, self._end = 0, 0
+        self.index = SampleIndex(self._files, np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64),
+                                 np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=np.int64))
+        self.templates = None
+        self.done = np.zeros(n, dtype=bool)
+        self.fallback = np.zeros(n, dtype=bool)
+        self.fallbacks = {}
+        self._warned = False
+        self.trace_s, self.traced_lazily = 0.0, 0
+        self._lock = threading.RLock()
+        self._listeners = []
+        # File 0: part 0's index 0 (traced, never a fallback): what an untraced or
+        # falling-back outer index points at, so the engine always reads a real file.
+        self._add_file(self.first.path)
+        known = np.zeros(n, dtype=bool)
+        for p, part in enumerate(parts):
+            mine = part_of == p
+            known[mine] = part.done[inner[mine]]
+        # (a fallback known already was warned about when it was found: not again here)
+        self._warned = True
+        for j in np.flatnonzero(known)[:_COPY_UP_FRONT].tolist():
+            self._adopt(j)
+        self._warned = False
+
+    def _who(self, j: int) -> str:
+        part = self.parts[int(self.part_of[j])]
+        return (f"{part.name}.__getitem__ (traced, index {int(self.inner[j])} of {part.name}, index {j} of the "
+                f"{self.chain})")
+
+    def _trace(self, todo: List[int]) -> None:
+        rows = np.asarray(todo, dtype=np.int64)
+        parts, inner = self.part_of[rows], self.inner[rows]
+        for p in np.unique(parts).tolist():
+            part = self.parts[p]
+            # The part's own warning would name its index alone: the view warns, naming both.
+            warned, part._warned = part._warned, True
+            try:
+                part.prepare(inner[parts == p])
+            finally:
+                part._warned = warned
+        for j in todo:
+            self._adopt(j)
+
+    def _adopt(self, j: int) -> None:
+        """Outer index j as its part traced it (the part has traced it)."""
+        part, i = self.parts[int(self.part_of[j])], int(self.inner[j])
+        if part.fallback[i]:
+            self._fall_back(j, part.fallbacks[i])
+            self.fallbacks[j] = f"index {i} of {part.name}: {part.fallbacks[i]}"  # (what explain lists)
+            return
+        index = part.index
+        self.index.file_ids[j] = self._add_file(index.files[int(index.file_ids[i])])
+        self.index.offsets[j], self.index.sizes[j] = index.offsets[i], index.sizes[i]  # (a byte range of a file)
+        self.index.labels[j] = index.labels[i]
+        self.done[j] = True
+
+
+def _parts_of(analysis: Any) -> Any:
+    """(parts, part_of, inner) of a traced analysis: a LazyView's own, or one LazyTrace's."""
+    trace = analysis.trace
+    if isinstance(trace, LazyView):
+        return list(trace.parts), trace.part_of, trace.inner
+    return [trace], np.zeros(trace.n, dtype=np.int64), np.arange(trace.n, dtype=np.int64)
+
+
+def _refusal(analysis: Any) -> str:
+    """Why a traced analysis cannot be taken inside a wrapper ("" when it can)."""
+    trace = analysis.trace
+    if not trace.simple:
+        return (f"{analysis.chain} returns {_t._shape(trace.first.template)}: samples other than (image, int label) "
+                "are rebuilt only for the loader's own dataset, not inside a Subset or ConcatDataset")
+    return ""
+
+
+_WRAPPED_FIX = "pass the dataset itself, or return (image, int label)"
+
+
+def subset(dataset: Any, inner: Any, rows: np.ndarray, out: Any) -> Any:
+    """`out` (the Subset's analysis, reasons none) as a TracedAnalysis over a LazyView of
+    the traced `inner` analysis taken at `rows`."""
+    why = _refusal(inner)
+    if why:
+        return out.refuse(why, _WRAPPED_FIX)
+    parts, part_of, index_in = _parts_of(inner)
+    view = LazyView(dataset, out.chain, parts, part_of[rows], index_in[rows])
+    return _traced(out, view)
+
+
+def concat(dataset: Any, parts: Sequence[Any], out: Any) -> Any:
+    """`out` (the ConcatDataset's analysis, reasons none) with its index: a LazyView when
+    every part is traced lazily; else the traced parts traced completely (`eager`) and the
+    indexes concatenated (None: `out` has a reason)."""
+    from fastload.compat.datasets import _concat_index
+
+    if not all(is_lazy(getattr(p, "trace", None)) for p in parts):
+        indexes = []
+        for position, part in enumerate(parts):
+            if is_lazy(getattr(part, "trace", None)):
+                index, reason = eager(part)
+                if index is None:
+                    return out.refuse(f"part {position} ({part.chain}): {reason}", _WRAPPED_FIX)
+                indexes.append(index)
+            else:
+                indexes.append(part.index)
+        out.index = _concat_index(indexes)
+        return out
+    traces, part_of, inner = [], [], []
+    for position, part in enumerate(parts):
+        why = _refusal(part)
+        if why:
+            return out.refuse(f"part {position} ({part.chain}): {why}", _WRAPPED_FIX)
+        its, of, at = _parts_of(part)
+        if its[0].first.slot_at != parts[0].trace.first.slot_at:
+            return out.refuse(f"part {position} ({part.chain}) returns the image in another place than part 0",
+                              "return every part's samples in one structure")
+        part_of.append(of + len(traces))
+        inner.append(at)
+        traces += its
+    view = LazyView(dataset, out.chain, traces, np.concatenate(part_of), np.concatenate(inner))
+    return _traced(out, view)
+
+
+def eager(analysis: Any) -> Any:
+    """(index, "") of a traced analysis traced completely, one file per sample; (None, why)
+    when its samples are not (image, int label) or an index disagrees with index 0."""
+    why = _refusal(analysis)
+    if why:
+        return None, why
+    trace = analysis.trace
+    trace.trace_all()
+    if trace.fallbacks:
+        index = min(trace.fallbacks)
+        return None, f"{trace._who(index)}: {trace.fallbacks[index]}"
+    return _flat_index(trace), ""
+
+
+def _traced(out: Any, view: LazyView) -> Any:
+    analysis = _t.TracedAnalysis(out.chain, list(out.reasons), list(out.fixes), view.index, out.pipeline,
+                                 out.target_transform, out.transform, list(out.wrappers))
+    analysis.trace, analysis.rebuild = view, view
+    return analysis

@@ -1,0 +1,235 @@
+"""A traced dataset inside torch's Subset or ConcatDataset (fastload/compat/trace_views.py):
+traced as the loader reaches it, as the dataset itself is (a bounded number of
+__getitem__ calls up front, whatever the length), the batches equal to torch's
+DataLoader's, and a per-sample fallback inside a part named by its outer and inner index."""
+
+from __future__ import annotations
+
+import glob
+import os
+import random
+
+import pytest
+import torch
+from PIL import Image
+from torch.utils.data import ConcatDataset, DataLoader as TorchLoader, Dataset, Subset
+
+import fastload
+from fastload import _ext
+from fastload.compat.datasets import analyse
+from fastload.compat.trace_lazy import PROBES
+from jpeg_samples import write_image_folder
+
+torchvision = pytest.importorskip("torchvision")
+from torchvision import transforms as T  # noqa: E402
+
+needs_ops = pytest.mark.skipif(not _ext.has_ops(), reason="fastload._C is not built")
+pytestmark = pytest.mark.timeout(300)
+
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+EVAL_ATOL = 2.5 / 255 / min(STD)  # as tests/test_trace.py: two uint8 levels of resize rounding
+EVAL = T.Compose([T.Resize(40), T.CenterCrop(32), T.ToTensor(), T.Normalize(MEAN, STD)])
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("views")
+    write_image_folder(root, classes=3, per_class=4)
+    return sorted(glob.glob(os.path.join(root, "**", "*.jpg"), recursive=True))
+
+
+class Cycling(Dataset):
+    """n samples over a few files, label (i + shift) % 7; counts __getitem__ calls."""
+
+    def __init__(self, files, n, shift=0, transform=EVAL):
+        self.files, self.n, self.shift, self.transform, self.calls = files, n, shift, transform, 0
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        self.calls += 1
+        image = Image.open(self.files[i % len(self.files)]).convert("RGB")
+        return self.transform(image), (i + self.shift) % 7
+
+
+class DrawsAt(Cycling):
+    """Index `at` draws from Python's global generator outside the transforms."""
+
+    def __init__(self, files, n, at, shift=0):
+        super().__init__(files, n, shift)
+        self.at = at
+
+    def __getitem__(self, i):
+        if i == self.at:
+            random.random()
+        return super().__getitem__(i)
+
+
+def assert_same_batches(ours, theirs):
+    for a, b in zip(ours, theirs, strict=True):
+        assert torch.equal(a[1], b[1])
+        assert torch.allclose(a[0], b[0], atol=EVAL_ATOL), (a[0] - b[0]).abs().max()
+
+
+@pytest.mark.parametrize("wrap", ["subset", "concat", "nested"])
+def test_construction_traces_a_bounded_number_of_indexes(files, wrap):
+    def build(n):
+        parts = [Cycling(files, n), Cycling(files, n, shift=3)]
+        if wrap == "subset":
+            dataset = Subset(parts[0], range(n // 4, n))
+        elif wrap == "concat":
+            dataset = ConcatDataset(parts)
+        else:
+            dataset = Subset(ConcatDataset([Subset(parts[0], range(1, n)), parts[1]]), range(0, 2 * n - 1, 3))
+        return dataset, parts
+
+    calls = []
+    for n in (1_000, 100_000):
+        dataset, parts = build(n)
+        loader = fastload.DataLoader(dataset, batch_size=8, accelerate="auto")
+        assert "traced Cycling.__getitem__" in loader.path or loader.path.startswith("generic: "), loader.path
+        calls.append([p.calls for p in parts])
+    # each part: index 0 twice and the spread probes, at 1k as at 100k samples
+    used = [0] if wrap == "subset" else [0, 1]
+    assert calls[0] == calls[1], calls
+    assert all(calls[0][p] == PROBES + 1 for p in used), calls
+
+
+@needs_ops
+@pytest.mark.parametrize("wrap", ["subset", "concat"])
+def test_batches_equal_torchs_and_indexes_are_traced_as_they_come(files, wrap):
+    n = 20_000
+
+    def make():
+        a, b = Cycling(files, n), Cycling(files, n, shift=3)
+        return Subset(a, list(range(n - 1, 0, -7))) if wrap == "subset" else ConcatDataset([a, b])
+
+    kwargs = dict(batch_size=8, shuffle=True)
+    dataset = make()
+    loader = fastload.DataLoader(dataset, generator=torch.Generator().manual_seed(3), **kwargs)
+    assert loader.path.startswith("native: "), loader.path
+    assert "traced Cycling.__getitem__" in loader.path, loader.path
+    theirs = TorchLoader(make(), generator=torch.Generator().manual_seed(3), **kwargs)
+    taken = []
+    for k, (a, b) in enumerate(zip(loader, theirs)):
+        taken.append((a, b))
+        if k == 5:
+            break
+    assert_same_batches([a for a, _ in taken], [b for _, b in taken])
+    parts = [dataset.dataset] if wrap == "subset" else dataset.datasets
+    # 6 batches taken, a few more submitted ahead: far from the epoch
+    assert sum(p.calls for p in parts) <= len(parts) * (PROBES + 1) + 48 + 8 * 8
+
+
+@needs_ops
+def test_a_fallback_inside_a_concat_part_runs_through_getitem_named_by_both_indexes(files):
+    n = 120
+
+    def make():
+        return ConcatDataset([Cycling(files, n), DrawsAt(files, n, at=50, shift=3)])
+
+    loader = fastload.DataLoader(make(), batch_size=8)
+    assert loader.path.startswith("native: ConcatDataset(traced Cycling.__getitem__, traced DrawsAt.__getitem__)"), \
+        loader.path
+    with pytest.warns(UserWarning, match=r"DrawsAt.__getitem__ \(traced, index 50 of DrawsAt, index 170 of the "
+                                         r"ConcatDataset\(.*\)\): draws random numbers outside the transforms "
+                                         r"\(random\) at .*test_trace_views.py:\d+.*runs through its own __getitem__"):
+        ours = list(loader)
+    assert_same_batches(ours, list(TorchLoader(make(), batch_size=8)))
+    view = analyse(loader.dataset).trace  # a new view: what its parts know (warned about already)
+    assert sorted(view.fallbacks) == [170], view.fallbacks
+    report = fastload.explain(loader.dataset)
+    assert ("- index 170 runs through its own __getitem__: index 50 of DrawsAt: draws random numbers outside the "
+            "transforms (random) at ") in report, report
+    # the sample is the dataset's own (not the placeholder the engine made: part 0's index 0)
+    row = ours[170 // 8][0][170 % 8]
+    assert not torch.allclose(row, ours[0][0][0], atol=EVAL_ATOL)
+
+
+@needs_ops
+def test_a_concat_of_a_traced_dataset_and_an_imagefolder_traces_the_traced_part_whole(files):
+    from torchvision.datasets import ImageFolder
+
+    root = os.path.dirname(os.path.dirname(files[0]))
+
+    def make():
+        return ConcatDataset([ImageFolder(root, transform=EVAL), Cycling(files, 30)])
+
+    dataset = make()
+    loader = fastload.DataLoader(dataset, batch_size=8)
+    assert loader.path.startswith("native: ConcatDataset(torchvision ImageFolder, traced Cycling.__getitem__)"), \
+        loader.path
+    assert dataset.datasets[1].calls == PROBES + 1 + (30 - PROBES)  # the probes, then every other index
+    assert_same_batches(list(loader), list(TorchLoader(make(), batch_size=8)))
+
+
+def keep(image):
+    """A Python transform without a native equivalent: the rest of the pipeline is a tail."""
+    return image
+
+
+@needs_ops
+@pytest.mark.parametrize("wrap", ["none", "subset"])
+def test_a_tail_in_worker_processes_does_not_trace_every_index_up_front(files, wrap):
+    """tail_on="processes" (the default with num_workers): the workers' copies of the trace
+    were forked early; each batch carries its indexes' traced files to them."""
+    n = 50_000
+    tail = T.Compose([T.Resize(40), T.CenterCrop(32), keep, T.ToTensor()])
+
+    def make():
+        dataset = Cycling(files, n, transform=tail)
+        return dataset if wrap == "none" else Subset(dataset, range(n - 1, 0, -3))
+
+    dataset = make()
+    loader = fastload.DataLoader(dataset, batch_size=8, num_workers=2, shuffle=True,
+                                 generator=torch.Generator().manual_seed(4))
+    assert loader.path.startswith("hybrid: native [Resize -> CenterCrop] + python [keep -> ToTensor]"), loader.path
+    own = dataset if wrap == "none" else dataset.dataset
+    assert own.calls == PROBES + 1
+    theirs = TorchLoader(make(), batch_size=8, shuffle=True, generator=torch.Generator().manual_seed(4))
+    taken = []
+    for k, pair in enumerate(zip(loader, theirs)):
+        taken.append(pair)
+        if k == 5:
+            break
+    assert_same_batches([a for a, _ in taken], [b for _, b in taken])
+    assert own.calls <= PROBES + 1 + 8 * 32, own.calls  # 6 batches, those in flight and traced ahead: not 50k
+
+
+@pytest.mark.parametrize("name", ["shape-numpy", "shape-random", "shape-npy"])
+def test_explain_and_loader_path_name_why_a_generic_shape_stays_generic(files, name):
+    """fastload-bench's shapes that stay generic (fastload/bench/shapes.py): the reason in
+    loader.path is the one fastload.explain gives, with the shape's own file:line."""
+    from fastload.bench.shapes import SHAPES
+
+    dataset = SHAPES[name](os.path.dirname(os.path.dirname(files[0])))
+    loader = fastload.DataLoader(dataset, batch_size=2)
+    assert loader.path.startswith("generic: "), loader.path
+    why = {"shape-numpy": "reads the image's pixels before a transform fastload maps at ",
+           "shape-random": "draws random numbers outside the transforms (random) at ",
+           "shape-npy": "NpyArrays is not a torchvision dataset fastload recognises"}[name]
+    assert why in loader.path, loader.path
+    if name != "shape-npy":
+        assert os.path.join("fastload", "bench", "shapes.py:") in loader.path, loader.path
+    report = fastload.explain(dataset)
+    assert loader.path[len("generic: "):] in report and "verdict: generic path" in report, report
+    images, labels = next(iter(loader))
+    assert images.dtype == torch.float32 and labels.dtype == torch.int64
+
+
+@needs_ops
+def test_resume_mid_epoch_through_a_subset_of_a_traced_dataset(files):
+    from resume_helpers import check_resume_at_every_position
+
+    made = []
+
+    def make():
+        dataset = Cycling(files, 200, transform=T.Compose([T.RandomResizedCrop(16), T.ToTensor()]))
+        made.append(dataset)
+        return fastload.DataLoader(Subset(dataset, range(199, 0, -2)), batch_size=7, shuffle=True, seed=5,
+                                   generator=torch.Generator().manual_seed(2))
+
+    assert make().path.startswith("native: Subset -> traced Cycling.__getitem__"), made[0].calls
+    assert made[0].calls == PROBES + 1  # the rest as the batches (and a resumed loader's) come
+    check_resume_at_every_position(make, positions=[0, 3, 9])
