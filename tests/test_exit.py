@@ -111,3 +111,29 @@ def test_interpreter_exits_normally_with_threads_waiting_in_the_engine(root, cal
                                timeout=120, env=env)
         assert child.returncode == 0 and "exiting" in child.stdout, (
             f"trial {trial}: exit status {child.returncode}\n{child.stderr[-3000:]}")
+
+
+HYBRID_CHILD = textwrap.dedent("""
+    import sys
+    import torchvision
+    from torchvision.transforms import v2
+    import fastload
+
+    dataset = torchvision.datasets.ImageFolder(sys.argv[1], transform=v2.Compose([
+        v2.RandomResizedCrop(32), v2.RandomRotation(10), v2.ToImage()]))
+    loader = fastload.DataLoader(dataset, batch_size=4, num_workers=2)  # kept until the interpreter exits
+    assert loader.path.startswith("hybrid"), loader.path
+    for _ in loader:
+        pass
+    print("exiting", flush=True)
+""")
+
+
+def test_a_hybrid_loader_alive_at_exit_stops_its_worker_processes_quietly(root, tmp_path):
+    """The tail's worker pool is shut down before the interpreter tears its modules down:
+    no "Exception ignored" tracebacks on stderr."""
+    script = tmp_path / "hybrid_child.py"
+    script.write_text(HYBRID_CHILD)
+    child = subprocess.run([sys.executable, str(script), root], capture_output=True, text=True, timeout=120)
+    assert child.returncode == 0 and "exiting" in child.stdout, child.stderr[-3000:]
+    assert "Exception ignored" not in child.stderr, child.stderr[-3000:]

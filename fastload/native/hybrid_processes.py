@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import weakref
 from typing import Any, Callable, Dict, List, Optional, Set
 
 import torch
@@ -60,6 +61,7 @@ class ProcessHybridRunner:
         self.decode_on = "cpu"
         self._on_error = ErrorPolicy(on_error, owner="fastload.HybridRunner").mode
         self._pool: Any = None
+        self._pool_finalizer: Optional[weakref.finalize] = None
         self._owner_pid = os.getpid()
         self._jobs: Dict[int, Any] = {}  # ticket -> (future, the batch's sample indices)
         self._workers: Dict[int, Any] = {}  # pid -> multiprocessing.Process, every worker this pool started
@@ -128,6 +130,9 @@ class ProcessHybridRunner:
                                              initializer=hybrid_workers.start_worker,
                                              initargs=(self.index, self.plan, self.tail, self._on_error, self._busy,
                                                        self.trace))
+            # A finalizer, not __del__: it also runs at interpreter exit, before the modules
+            # that shutting the pool down needs are torn down.
+            self._pool_finalizer = weakref.finalize(self, _shutdown_pool, self._pool, self._owner_pid)
         ticket, self._tickets = self._tickets, self._tickets + 1
         indices = list(indices)
         traced = self.trace.export(indices) if self.trace is not None else None
@@ -207,10 +212,16 @@ class ProcessHybridRunner:
 
     def close(self) -> None:
         """Stops the worker processes."""
+        self._forget_finalizer()
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
         self._jobs.clear()
+
+    def _forget_finalizer(self) -> None:
+        if self._pool_finalizer is not None:
+            self._pool_finalizer.detach()
+            self._pool_finalizer = None
 
     # -- a stuck or dead worker -----------------------------------------------------------
     def _doing(self) -> Dict[int, int]:
@@ -231,6 +242,7 @@ class ProcessHybridRunner:
         """Stops the workers (SIGKILL where `kill`: a stuck tail never returns) and forgets
         the pool and its batches: the next submit starts fresh workers."""
         pool, self._pool = self._pool, None
+        self._forget_finalizer()
         if kill:
             for process in list(self._workers.values()):
                 if process.exitcode is None:
@@ -283,7 +295,9 @@ class ProcessHybridRunner:
             head = f"DataLoader worker (pid {pid}) exited unexpectedly with exit code {code}."
         return RuntimeError(f"{head} {context}{making}; {advice}")
 
-    def __del__(self):
-        pool = getattr(self, "_pool", None)
-        if pool is not None and os.getpid() == self._owner_pid:  # not in a forked child
-            pool.shutdown(wait=False, cancel_futures=True)
+
+def _shutdown_pool(pool: Any, owner_pid: int) -> None:
+    """Stops a runner's worker processes once the runner is gone (or the interpreter
+    exits); never from a forked child, whose copy of the pool is not its own."""
+    if os.getpid() == owner_pid:
+        pool.shutdown(wait=False, cancel_futures=True)
