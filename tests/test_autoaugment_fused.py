@@ -336,6 +336,10 @@ def test_plan_validate_refuses_a_policy_table_it_cannot_run(fields, match):
         setattr(plan, name, value)
     with pytest.raises(ValueError, match=match):
         plan.validate()
+    plan = build_plan([specs.CenterCrop(16)])
+    plan.augment_policy_ops, plan.augment_policy_probs, plan.augment_policy_bins = [0, 0], [1.0, 1.0], [0, 0]
+    with pytest.raises(ValueError, match="sub-policies without a space"):
+        plan.validate()
 
 
 def test_autoaugment_arguments_get_torchvisions_errors():

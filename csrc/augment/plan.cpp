@@ -155,7 +155,12 @@ void Plan::validate_augment(const char* op) const {
                          augmix_alpha, ".");
     FASTLOAD_CHECK_VALUE(augment_ops.empty(), op, "expected one of TrivialAugmentWide / RandAugment and AugMix, got both.");
   }
-  if (augment_ops.empty()) return;
+  if (augment_ops.empty()) {
+    FASTLOAD_CHECK_VALUE(augment_policy_ops.empty() && augment_policy_probs.empty() && augment_policy_bins.empty(), op,
+                         "expected augment_ops (AutoAugment's space) with augment_policy_ops / _probs / _bins, got "
+                         "sub-policies without a space.");
+    return;
+  }
   const int bins = check_space(op, "augment", augment_ops, augment_magnitudes, 1);  // ImageOps.posterize: 1 to 8
   FASTLOAD_CHECK_VALUE(augment_num_ops >= 1 && augment_num_ops <= aa::kMaxSteps, op, "expected augment_num_ops in [1, ",
                        aa::kMaxSteps, "] (RandAugment's num_ops), got ", augment_num_ops, ".");
