@@ -128,10 +128,12 @@ TORCH_LIBRARY(fastload, m) {
   // ops: AugmentOp ids (fastload._C.AUGMENT_OPS); the affine ops fill with `fill` ([] = 0).
   m.def("auto_augment(Tensor image, int[] ops, float[] magnitudes, int[] fill=[], bool bilinear=False) -> Tensor");
   // (ops int64 [N, num_ops], magnitudes float64 [N, num_ops]) drawn from the space
-  // (space_ops, magnitudes: a row of bins per op) as TrivialAugmentWide / RandAugment do.
+  // (space_ops, magnitudes: a row of bins per op) as TrivialAugmentWide / RandAugment do;
+  // with policy_ops / policy_probs / policy_bins (AutoAugment's sub-policies, [policies x
+  // 2]) as AutoAugment does: [N, 2] by slot, op -1 where not applied.
   m.def(
       "auto_augment_params(Tensor indices, int seed, int epoch, int[] space_ops, float[] magnitudes, int num_ops=1, "
-      "int magnitude_bin=-1) -> (Tensor, Tensor)");
+      "int magnitude_bin=-1, int[] policy_ops=[], float[] policy_probs=[], int[] policy_bins=[]) -> (Tensor, Tensor)");
   // One op of an AugMix chain on a uint8 HWC image (torchvision's tensor ops: grid_sample).
   m.def("augmix_step(Tensor image, int op, float magnitude, bool bilinear=True) -> Tensor");
   // (weights float32 [N, width + 1], depths int64 [N, width], ops int64 [N, width,
@@ -415,6 +417,7 @@ void bind_contract(py::module_& m) {
   m.attr("AUGMENT_OPS") = augment_ops;  // torchvision's op names; the index is the AugmentOp id
   m.attr("DEFAULT_MAX_PIXELS") = kDefaultMaxPixels;
   m.attr("AUTOAUGMENT_MAX_STEPS") = augment::autoaugment::kMaxSteps;
+  m.attr("AUTOAUGMENT_POLICY_STEPS") = augment::autoaugment::kPolicySteps;  // ops per AutoAugment sub-policy
   m.attr("AUGMIX_MAX_CHAINS") = augment::augmix::kMaxChains;
   m.attr("AUGMIX_MAX_DEPTH") = augment::augmix::kMaxDepth;
   m.attr("BLUR_MAX_KERNEL") = augment::blur::kMaxKernel;

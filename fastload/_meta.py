@@ -95,8 +95,13 @@ def _gaussian_blur_params(indices, seed, epoch, sigma_min, sigma_max, p=1.0):
 
 
 @torch.library.register_fake("fastload::auto_augment_params")
-def _auto_augment_params(indices, seed, epoch, space_ops, magnitudes, num_ops=1, magnitude_bin=-1):
+def _auto_augment_params(indices, seed, epoch, space_ops, magnitudes, num_ops=1, magnitude_bin=-1, policy_ops=(),
+                         policy_probs=(), policy_bins=()):
+    from fastload import _C  # (loaded: fake kernels register when it is)
+
     n = indices.shape[0]
+    if len(policy_ops) or len(policy_probs) or len(policy_bins):  # AutoAugment: one row per sub-policy slot
+        num_ops = _C.AUTOAUGMENT_POLICY_STEPS
     return indices.new_empty((n, num_ops), dtype=torch.int64), indices.new_empty((n, num_ops), dtype=torch.float64)
 
 

@@ -468,22 +468,31 @@ def auto_augment(image: torch.Tensor, ops: Sequence[int], magnitudes: Sequence[f
 
 
 def auto_augment_params(indices: torch.Tensor, seed: int, epoch: int, space_ops: Sequence[int],
-                        magnitudes: Sequence[float], num_ops: int = 1,
-                        magnitude_bin: int = -1) -> Tuple[torch.Tensor, torch.Tensor]:
+                        magnitudes: Sequence[float], num_ops: int = 1, magnitude_bin: int = -1,
+                        policy_ops: Sequence[int] = (), policy_probs: Sequence[float] = (),
+                        policy_bins: Sequence[int] = ()) -> Tuple[torch.Tensor, torch.Tensor]:
     """The ops TrivialAugmentWide (magnitude_bin -1: a bin drawn per op) or RandAugment
     (num_ops ops at bin magnitude_bin) draw per sample, as the engine draws them: (op ids
     int64 [N, num_ops], signed magnitudes float64 [N, num_ops]). space_ops and magnitudes
-    [ops x bins]: the augmentation space (a spec's space()).
+    [ops x bins]: the augmentation space (a spec's space()). With policy_ops, policy_probs
+    and policy_bins (AutoAugment's sub-policies, [policies x 2] each: indices into
+    space_ops, probabilities, bins or -1 for None; AutoAugment.policy_fields()) the draws
+    are AutoAugment's: [N, 2] by the sub-policy's slots, op -1 (magnitude 0) where that op
+    was not applied; num_ops and magnitude_bin are then unused.
 
     Example:
         >>> import torch
-        >>> from fastload.augment.autoaugment import RandAugment
+        >>> from fastload.augment.autoaugment import AutoAugment, RandAugment
         >>> ops, magnitudes = RandAugment().params(torch.arange(4), 0, 0, 224, 224)
         >>> ops.shape, magnitudes.dtype
         (torch.Size([4, 2]), torch.float64)
+        >>> AutoAugment("cifar10").params(torch.arange(4), 0, 0, 32, 32)[0].shape
+        torch.Size([4, 2])
     """
     return tuple(_ops().auto_augment_params(indices, seed, epoch, [int(op) for op in space_ops],
-                                            [float(m) for m in magnitudes], int(num_ops), int(magnitude_bin)))
+                                            [float(m) for m in magnitudes], int(num_ops), int(magnitude_bin),
+                                            [int(op) for op in policy_ops], [float(p) for p in policy_probs],
+                                            [int(b) for b in policy_bins]))
 
 
 def augmix_step(image: torch.Tensor, op: int, magnitude: float, bilinear: bool = True) -> torch.Tensor:

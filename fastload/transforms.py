@@ -22,6 +22,7 @@ flip) are a pure function of (seed, epoch, sample index).
 | `GaussianBlur(..., p=0.5)` | `RandomApply([GaussianBlur(...)], p=0.5)` |
 | `TrivialAugmentWide(num_magnitude_bins, interpolation, fill)` | `TrivialAugmentWide` (PIL semantics, last of the uint8 stage; NEAREST) |
 | `RandAugment(num_ops, magnitude, num_magnitude_bins, interpolation, fill)` | `RandAugment` (as TrivialAugmentWide) |
+| `AutoAugment(policy, interpolation, fill)` | `AutoAugment` (IMAGENET, CIFAR10, SVHN; as TrivialAugmentWide) |
 | `AugMix(severity, mixture_width, chain_depth, alpha, all_ops, interpolation)` | `AugMix` (its tensor-path ops, as the uint8 stage's last op) |
 | `RandomErasing(p, scale, ratio, value)` | `RandomErasing` (last: on the normalised output) |
 
@@ -42,11 +43,11 @@ Example:
 
 from __future__ import annotations
 
-from fastload.augment.autoaugment import AugMix, RandAugment, TrivialAugmentWide
+from fastload.augment.autoaugment import AugMix, AutoAugment, RandAugment, TrivialAugmentWide
 from fastload.augment.color import ColorJitter, Grayscale, RandomErasing, RandomGrayscale
 from fastload.augment.specs import (CenterCrop, GaussianBlur, Normalize, RandomCrop, RandomHorizontalFlip,
                                     RandomResizedCrop, RandomVerticalFlip, Resize, ToDtype)
 
 __all__ = ["RandomResizedCrop", "Resize", "CenterCrop", "RandomCrop", "RandomHorizontalFlip", "RandomVerticalFlip",
            "Normalize", "ToDtype", "ColorJitter", "Grayscale", "RandomGrayscale", "GaussianBlur", "TrivialAugmentWide",
-           "RandAugment", "AugMix", "RandomErasing"]
+           "RandAugment", "AutoAugment", "AugMix", "RandomErasing"]

@@ -263,12 +263,21 @@ def test_reference_presets_are_opened_into_their_transforms(root, use_v2):
         specs.Resize(10), specs.CenterCrop(8), specs.ToDtype(torch.float32, scale=True), specs.Normalize(MEAN, STD))
 
 
-def test_a_preset_with_an_augmentation_splits_into_native_prefix_and_tail():
-    pipeline = split_transform(ClassificationPresetTrain(crop_size=16, auto_augment_policy="imagenet"))
+def test_a_pipeline_with_a_non_native_augmentation_splits_into_native_prefix_and_tail():
+    pipeline = split_transform(T.Compose([T.RandomResizedCrop(16, antialias=True), T.RandomHorizontalFlip(0.5),
+                                          T.RandomRotation(15), T.PILToTensor(), T.ConvertImageDtype(torch.float),
+                                          T.Normalize(mean=MEAN, std=STD)]))
     assert pipeline.native == TRAIN_SPECS[:2]
-    assert [type(t).__name__ for t in pipeline.tail] == ["AutoAugment", "PILToTensor", "ConvertImageDtype",
+    assert [type(t).__name__ for t in pipeline.tail] == ["RandomRotation", "PILToTensor", "ConvertImageDtype",
                                                          "Normalize"]
-    assert len(pipeline.blockers) == 1 and pipeline.blockers[0].startswith("AutoAugment(")
+    assert len(pipeline.blockers) == 1 and pipeline.blockers[0].startswith("RandomRotation(")
+
+
+@pytest.mark.parametrize("use_v2", [False, True])
+def test_a_preset_with_autoaugment_is_native(use_v2):
+    pipeline = split_transform(ClassificationPresetTrain(crop_size=16, auto_augment_policy="imagenet", use_v2=use_v2))
+    assert pipeline.tail == () and pipeline.native[:2] == TRAIN_SPECS[:2]
+    assert pipeline.native[2] == autoaugment.AutoAugment(v2=use_v2) and pipeline.native[3:] == TRAIN_SPECS[2:]
 
 
 @pytest.mark.parametrize("use_v2", [False, True])

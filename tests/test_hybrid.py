@@ -1,6 +1,6 @@
 """Hybrid pipelines: a native prefix on the engine, the rest of the transforms in Python.
 
-A fastload dataset whose transforms continue past what the engine can run (AutoAugment,
+A fastload dataset whose transforms continue past what the engine can run (RandomRotation,
 a user function, ...) runs the prefix on the engine and the tail per sample in Python; the
 batches agree with the dataset's generic twin and keep torchvision's output contract."""
 
@@ -55,7 +55,7 @@ def refuse_black(image):
 
 
 def recipe():
-    return [T.RandomResizedCrop(16), T.RandomHorizontalFlip(), T.AutoAugment(), T.ToTensor(),
+    return [T.RandomResizedCrop(16), T.RandomHorizontalFlip(), T.RandomRotation(15), T.ToTensor(),
             T.Normalize(MEAN, STD), T.RandomErasing(0.5)]
 
 
@@ -68,13 +68,13 @@ def equal(a, b):
 def test_path_names_the_native_prefix_the_python_tail_and_its_blockers(image_folder):
     dataset = fastload.ImageFolder(image_folder, transforms=recipe()[:5])
     assert dataset.transforms == [specs.RandomResizedCrop(16), specs.RandomHorizontalFlip()]
-    assert [type(t).__name__ for t in dataset.tail] == ["AutoAugment", "ToTensor", "Normalize"]
+    assert [type(t).__name__ for t in dataset.tail] == ["RandomRotation", "ToTensor", "Normalize"]
     loader = fastload.DataLoader(dataset, batch_size=4)
     head = ("hybrid: native [RandomResizedCrop -> RandomHorizontalFlip] + python "
-            "[AutoAugment -> ToTensor -> Normalize], decode_on=cpu (auto); not native: AutoAugment(")
+            "[RandomRotation -> ToTensor -> Normalize], decode_on=cpu (auto); not native: RandomRotation(")
     assert loader.path.startswith(head), loader.path
-    assert loader.path.endswith("no native equivalent"), loader.path  # only AutoAugment blocks
-    assert loader.path.count("AutoAugment(") == 1, loader.path
+    assert loader.path.endswith("no native equivalent"), loader.path  # only RandomRotation blocks
+    assert loader.path.count("RandomRotation(") == 1, loader.path
     assert "ToTensor()" not in loader.path.split("not native:")[1]
 
 
@@ -345,25 +345,22 @@ def test_state_is_plain_data_with_a_hybrid_runner(image_folder):
 # ---- torchvision datasets: the compat layer's pipelines, hybrid ------------------------------
 
 
-# torchvision's references/classification/presets.py training preset, as scripts copy it.
-from fastload.bench.recipes import ClassificationPresetTrain  # noqa: E402
-
-
 def double(image):
     return image * 2
 
 
-PRESET_TAIL = ["PILToTensor", "ConvertImageDtype", "Normalize"]
+TENSOR_TAIL = ["PILToTensor", "ConvertImageDtype", "Normalize"]
 RECIPES = {  # name: (transform, the tail's transform names)
-    "autoaugment+erase": (lambda: ClassificationPresetTrain(crop_size=16, auto_augment_policy="imagenet",
-                                                            random_erase_prob=0.1),
-                          ["AutoAugment"] + PRESET_TAIL + ["RandomErasing"]),
+    "rotation+erase": (lambda: T.Compose([T.RandomResizedCrop(16), T.RandomHorizontalFlip(), T.RandomRotation(15),
+                                          T.PILToTensor(), T.ConvertImageDtype(torch.float), T.Normalize(MEAN, STD),
+                                          T.RandomErasing(0.1)]),
+                       ["RandomRotation"] + TENSOR_TAIL + ["RandomErasing"]),
     "invert-v2": (lambda: v2.Compose([v2.RandomResizedCrop(16), v2.RandomHorizontalFlip(), v2.RandomInvert(0.5),
                                       v2.PILToTensor(), v2.ToDtype(torch.float32, scale=True)]),
                   ["RandomInvert", "PILToTensor", "ToDtype"]),
-    "autoaugment-v2": (lambda: v2.Compose([v2.RandomResizedCrop(16), v2.RandomHorizontalFlip(), v2.AutoAugment(),
-                                           v2.PILToTensor(), v2.ToDtype(torch.float32, scale=True)]),
-                       ["AutoAugment", "PILToTensor", "ToDtype"]),
+    "rotation-v2": (lambda: v2.Compose([v2.RandomResizedCrop(16), v2.RandomHorizontalFlip(), v2.RandomRotation(15),
+                                        v2.PILToTensor(), v2.ToDtype(torch.float32, scale=True)]),
+                    ["RandomRotation", "PILToTensor", "ToDtype"]),
     "function": (lambda: T.Compose([T.RandomResizedCrop(16), T.RandomHorizontalFlip(), T.ToTensor(), double]),
                  ["double"]),
 }
@@ -400,7 +397,7 @@ def test_random_erasing_after_normalize_is_the_tail_or_native(image_folder):
 
 
 def test_torchvision_pipelines_the_engine_cannot_start_stay_generic_and_explain_agrees(image_folder):
-    for transform in (T.Compose([T.AutoAugment(), T.RandomResizedCrop(16), T.ToTensor()]),  # nothing native first
+    for transform in (T.Compose([T.RandomRotation(15), T.RandomResizedCrop(16), T.ToTensor()]),  # nothing native first
                       T.Compose([T.ToTensor(), T.Normalize(MEAN, STD), double])):  # no crop: sizes differ
         dataset = torchvision.datasets.ImageFolder(image_folder, transform=transform)
         path = fastload.DataLoader(dataset, batch_size=2).path
@@ -440,7 +437,7 @@ def one_hot(label):
     return torch.nn.functional.one_hot(torch.tensor(label), 2)
 
 
-@pytest.mark.parametrize("name", ["autoaugment+erase", "invert-v2", "function"])
+@pytest.mark.parametrize("name", ["rotation+erase", "invert-v2", "function"])
 def test_torchvision_hybrid_batches_are_their_tail_run_on_the_engines_prefix(image_folder, name):
     dataset = torch.utils.data.Subset(tv_folder(image_folder, name, target_transform=one_hot), [7, 0, 3, 5, 1])
     loader = fastload.DataLoader(dataset, batch_size=2, seed=3)
@@ -453,7 +450,7 @@ def test_torchvision_hybrid_batches_are_their_tail_run_on_the_engines_prefix(ima
 
 
 def test_torchvision_hybrid_outputs_keep_torchvisions_dtypes_shapes_and_ranges(image_folder):
-    dataset = tv_folder(image_folder, "autoaugment+erase", target_transform=one_hot)
+    dataset = tv_folder(image_folder, "rotation+erase", target_transform=one_hot)
     theirs = next(iter(torch.utils.data.DataLoader(dataset, batch_size=8)))
     ours = next(iter(fastload.DataLoader(dataset, batch_size=8)))
     assert type(ours) is type(theirs) and len(ours) == 2
@@ -479,7 +476,7 @@ def test_a_target_transform_alone_keeps_the_images_native(image_folder, capsys):
 def test_torchvision_hybrid_loader_resumes_at_every_position(image_folder):
     from resume_helpers import check_resume_at_every_position
 
-    dataset = torch.utils.data.Subset(tv_folder(image_folder, "autoaugment+erase"), [7, 0, 3, 5, 1, 2, 6])
+    dataset = torch.utils.data.Subset(tv_folder(image_folder, "rotation+erase"), [7, 0, 3, 5, 1, 2, 6])
 
     def make():
         return fastload.DataLoader(dataset, batch_size=3, shuffle=True, num_workers=2, seed=11,
@@ -492,7 +489,7 @@ def test_torchvision_hybrid_loader_resumes_at_every_position(image_folder):
 
 def test_torchvision_hybrid_draws_are_reproducible_and_differ_by_seed(image_folder):
     def epoch(seed):
-        loader = fastload.DataLoader(tv_folder(image_folder, "autoaugment-v2"), batch_size=4, shuffle=True, seed=seed,
+        loader = fastload.DataLoader(tv_folder(image_folder, "rotation-v2"), batch_size=4, shuffle=True, seed=seed,
                                      generator=torch.Generator().manual_seed(0))
         return list(loader)
 
@@ -527,7 +524,7 @@ def test_tail_on_chooses_where_the_tail_runs(image_folder):
 
     args = dict(batch_size=2, collate_fn=None, num_workers=2, pin_memory=False, accelerate="auto", dtype=None,
                 memory_format=None, on_error="raise", seed=1)
-    dataset = tv_folder(image_folder, "autoaugment+erase")
+    dataset = tv_folder(image_folder, "rotation+erase")
     runners = {tail_on: select_path(dataset, tail_on=tail_on, **args)[0] for tail_on in ("auto", "threads", "processes")}
     try:
         assert type(runners["auto"]) is ProcessHybridRunner  # worker processes, as torch's num_workers
@@ -545,7 +542,7 @@ def test_tail_on_chooses_where_the_tail_runs(image_folder):
 def test_explain_of_a_fastload_dataset_with_a_tail_says_hybrid_as_its_loader(image_folder):
     dataset = fastload.ImageFolder(image_folder, transforms=recipe())
     report = fastload.explain(dataset)
-    assert any(line.startswith("  python tail:   AutoAugment(") for line in report.splitlines())
+    assert any(line.startswith("  python tail:   RandomRotation(") for line in report.splitlines())
     assert report.splitlines()[-1].startswith("  verdict: hybrid path: native prefix, then Python per sample")
     assert fastload.DataLoader(dataset, batch_size=2).path.startswith("hybrid: ")
 
@@ -553,7 +550,7 @@ def test_explain_of_a_fastload_dataset_with_a_tail_says_hybrid_as_its_loader(ima
 def test_the_loader_takes_tail_on_and_refuses_unknown_places(image_folder):
     from fastload.native.hybrid_processes import ProcessHybridRunner
 
-    dataset = tv_folder(image_folder, "autoaugment+erase")
+    dataset = tv_folder(image_folder, "rotation+erase")
     loader = fastload.DataLoader(dataset, batch_size=2, num_workers=2, tail_on="processes")
     try:
         assert loader.path.startswith("hybrid:") and type(loader._runner) is ProcessHybridRunner
@@ -638,7 +635,7 @@ def test_a_tail_value_the_conversion_does_not_take_goes_through_torchvision(make
 
 def test_held_hybrid_batches_are_never_overwritten_by_later_ones(image_folder):
     """The tail's batches reuse their memory only once nobody holds them."""
-    transforms = [T.RandomResizedCrop(16), T.AutoAugment(), T.ToTensor(), T.Normalize(MEAN, STD)]
+    transforms = [T.RandomResizedCrop(16), T.RandomRotation(15), T.ToTensor(), T.Normalize(MEAN, STD)]
     def loader():
         return fastload.DataLoader(fastload.ImageFolder(image_folder, transforms=transforms), batch_size=2, seed=5)
 

@@ -362,7 +362,8 @@ def test_a_plan_survives_pickle_and_deepcopy_with_every_field():
                    blur_sigma_max=1.5, blur_p=0.375, augment_ops=[0, 5, 10], augment_magnitudes=[0.0, 9.0, 4.0],
                    augment_num_ops=2, augment_magnitude_bin=0, augment_fill=[3.0], augment_bilinear=True,
                    augmix_ops=[1, 13], augmix_magnitudes=[0.5, 0.0], augmix_severity=1, augmix_width=2,
-                   augmix_depth=2, augmix_alpha=0.5, augmix_bilinear=False,
+                   augmix_depth=2, augmix_alpha=0.5, augmix_bilinear=False, augment_policy_ops=[2, 0, 1, 1],
+                   augment_policy_probs=[0.25, 1.0, 0.0, 0.5], augment_policy_bins=[-1, 0, 0, -1],
                    erase_ratio_min=0.5, erase_ratio_max=2.0, erase_value=[0.5], erase_random=2)
     assert sorted(changed) == plan_fields()  # a new field must be added here too
     for name, value in changed.items():

@@ -22,7 +22,7 @@ from jpeg_samples import noise_jpeg
 
 SPEC_NAMES = ("RandomResizedCrop", "Resize", "CenterCrop", "RandomHorizontalFlip", "RandomVerticalFlip", "Normalize", "ToDtype",
               "RandomCrop", "ColorJitter", "Grayscale", "RandomGrayscale", "GaussianBlur", "RandomErasing",
-              "TrivialAugmentWide", "RandAugment", "AugMix")
+              "TrivialAugmentWide", "RandAugment", "AutoAugment", "AugMix")
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 

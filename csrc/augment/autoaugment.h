@@ -1,6 +1,6 @@
-// TrivialAugmentWide and RandAugment on the uint8 (PIL) image: the ops of torchvision's
-// augmentation space with Pillow's arithmetic, and their random draws from (seed, epoch,
-// index).
+// TrivialAugmentWide, RandAugment and AutoAugment on the uint8 (PIL) image: the ops of
+// torchvision's augmentation space with Pillow's arithmetic, and their random draws from
+// (seed, epoch, index).
 //
 // torchvision runs these transforms on the PIL image an ImageFolder pipeline holds after
 // its crop and flip, so every op here follows Pillow's C code on uint8 pixels:
@@ -22,7 +22,13 @@
 // (ParamStream::kAutoAugment): TrivialAugmentWide picks one op uniformly, then one of
 // its magnitude bins uniformly (ops without magnitudes draw none), then the sign of a
 // signed op with probability 1/2; RandAugment picks num_ops ops uniformly (with
-// repeats), each at the fixed bin `magnitude`, each with its sign draw.
+// repeats), each at the fixed bin `magnitude`, each with its sign draw; AutoAugment picks
+// one sub-policy of its table uniformly, then draws two uniforms in [0, 1) and two signs
+// (torchvision's get_params: policy_id, probs, signs, in that order) and runs the
+// sub-policy's i-th op when probs[i] <= its probability, at its bin (None: magnitude 0),
+// negated when the op is signed and signs[i] == 0. torchvision.transforms.v2 draws the
+// same quantities lazily (a uniform per op, a sign only for an applied op with
+// magnitudes): the same distribution, so one draw serves both.
 #pragma once
 
 #include <cmath>
@@ -50,6 +56,9 @@ enum AugmentOp : int32_t {
 // The most ops one sample runs (RandAugment's num_ops): the record is fixed-size.
 constexpr int kMaxSteps = 8;
 
+// The ops of one AutoAugment sub-policy.
+constexpr int kPolicySteps = 2;
+
 // torchvision's "signed" flag of each op: its magnitude is negated with probability 1/2.
 FASTLOAD_HD bool op_signed(int op) { return op >= kShearX && op <= kSharpness; }
 
@@ -65,23 +74,30 @@ FASTLOAD_HD bool magnitude_valid(double m) { return m >= -kMaxMagnitude && m <= 
 
 struct Step {
   int32_t op;
-  int32_t unused;
+  int32_t slot;      // its place among the sample's draws: the k-th op, or the sub-policy's k-th
   double magnitude;  // signed as drawn: the value torchvision's _apply_op receives
 };
 
 // One sample's drawn ops. fill: the affine ops' fill colour per channel (torchvision's
-// fill, None = 0); bilinear: their filter Pillow's BILINEAR (else NEAREST).
+// fill, None = 0); bilinear: their filter Pillow's BILINEAR (else NEAREST); drawn: the
+// plan augments, so the sample goes through the uint8 (PIL) image even when it draws no
+// op (an AutoAugment sub-policy whose ops both fail their probability).
 struct AugmentRecord {
   int32_t count = 0;
   uint8_t fill[3] = {0, 0, 0};
   uint8_t bilinear = 0;
+  uint8_t drawn = 0;
   Step steps[kMaxSteps] = {};
 
-  FASTLOAD_HD_INLINE bool on() const { return count > 0; }
+  FASTLOAD_HD_INLINE bool on() const { return drawn != 0 || count > 0; }
 };
 
 // The augmentation space a plan holds: `space_ops` op ids in torchvision's order and
-// `magnitudes` [space_ops x bins] (zeros for ops without magnitudes).
+// `magnitudes` [space_ops x bins] (zeros for ops without magnitudes). With `policies` > 0
+// it is AutoAugment's: a table of sub-policies, each kPolicySteps (op, probability, bin)
+// rows: policy_ops indexes into ops, policy_bins into the op's bins (-1: torchvision's
+// None, magnitude 0), all three [policies x kPolicySteps]; num_ops and magnitude_bin are
+// then unused.
 struct AugmentSpace {
   const int32_t* ops;
   const double* magnitudes;
@@ -90,13 +106,47 @@ struct AugmentSpace {
   int num_ops;        // ops per sample: 1 (TrivialAugmentWide) or RandAugment's num_ops
   int magnitude_bin;  // -1: drawn per op (TrivialAugmentWide); else RandAugment's magnitude
   bool bilinear = false;  // the affine ops' filter
+  int policies = 0;
+  const int32_t* policy_ops = nullptr;
+  const double* policy_probs = nullptr;
+  const int32_t* policy_bins = nullptr;
 };
+
+// AutoAugment's draw: the applied ops of one uniformly drawn sub-policy, in order, each
+// Step's slot its place in the sub-policy (an op not applied leaves no step).
+FASTLOAD_HD void auto_augment_policy_draw(const AugmentSpace& space, SampleRng& rng, AugmentRecord& record) {
+  const int policy = static_cast<int>(rng.randint(0, space.policies));
+  double probs[kPolicySteps];
+  int64_t signs[kPolicySteps];
+  for (int i = 0; i < kPolicySteps; ++i) probs[i] = rng.uniform();
+  for (int i = 0; i < kPolicySteps; ++i) signs[i] = rng.randint(0, 2);
+  int n = 0;
+  for (int i = 0; i < kPolicySteps; ++i) {
+    const int row = policy * kPolicySteps + i;
+    if (!(probs[i] <= space.policy_probs[row])) continue;
+    const int index = space.policy_ops[row];
+    const int op = space.ops[index];
+    const int bin = space.policy_bins[row];
+    double magnitude = bin >= 0 ? space.magnitudes[index * space.bins + bin] : 0.0;
+    if (op_signed(op) && signs[i] == 0) magnitude = -magnitude;
+    record.steps[n].op = op;
+    record.steps[n].slot = i;
+    record.steps[n].magnitude = magnitude;
+    ++n;
+  }
+  record.count = n;
+}
 
 FASTLOAD_HD AugmentRecord auto_augment_draw(const AugmentSpace& space, const uint8_t* fill, SampleRng& rng) {
   AugmentRecord record;
   record.bilinear = space.bilinear ? 1 : 0;
   for (int c = 0; c < 3; ++c) record.fill[c] = fill[c];
   if (space.space_ops <= 0 || space.bins <= 0) return record;
+  record.drawn = 1;
+  if (space.policies > 0) {
+    auto_augment_policy_draw(space, rng, record);
+    return record;
+  }
   const int n = space.num_ops < kMaxSteps ? space.num_ops : kMaxSteps;
   for (int k = 0; k < n; ++k) {
     const int index = static_cast<int>(rng.randint(0, space.space_ops));
@@ -108,6 +158,7 @@ FASTLOAD_HD AugmentRecord auto_augment_draw(const AugmentSpace& space, const uin
     }
     if (op_signed(op) && rng.randint(0, 2) != 0) magnitude = -magnitude;
     record.steps[k].op = op;
+    record.steps[k].slot = k;
     record.steps[k].magnitude = magnitude;
   }
   record.count = n;

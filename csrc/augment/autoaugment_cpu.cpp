@@ -1,10 +1,12 @@
-// TrivialAugmentWide / RandAugment on the CPU (autoaugment_cpu.h), and the ops
+// TrivialAugmentWide / RandAugment / AutoAugment on the CPU (autoaugment_cpu.h), and the ops
 // fastload::auto_augment (ops with given magnitudes on one image) and
 // fastload::auto_augment_params (the per-sample draws).
 #include "augment/autoaugment_cpu.h"
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/zeros.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -467,27 +469,61 @@ at::Tensor auto_augment_op(const at::Tensor& image, at::IntArrayRef ops, at::Arr
 // The ops and signed magnitudes samples `indices` draw: (int64 [N, num_ops], float64
 // [N, num_ops]). space_ops: the augmentation space's op ids; magnitudes: [space_ops x
 // bins]; magnitude_bin -1 draws a bin per op (TrivialAugmentWide), else RandAugment's.
+// With policy_ops (AutoAugment's sub-policies: indices into space_ops, [policies x 2],
+// with policy_probs and policy_bins, -1: None) the draws are AutoAugment's, [N, 2] by
+// the sub-policy's slots, op -1 (magnitude 0) where that op was not applied.
 std::tuple<at::Tensor, at::Tensor> auto_augment_params_op(const at::Tensor& indices, int64_t seed, int64_t epoch,
                                                           at::IntArrayRef space_ops, at::ArrayRef<double> magnitudes,
-                                                          int64_t num_ops, int64_t magnitude_bin) {
+                                                          int64_t num_ops, int64_t magnitude_bin,
+                                                          at::IntArrayRef policy_ops, at::ArrayRef<double> policy_probs,
+                                                          at::IntArrayRef policy_bins) {
   const int64_t bins = check_augment_space(kParamsOp, indices, space_ops, magnitudes);
-  FASTLOAD_CHECK_VALUE(num_ops >= 1 && num_ops <= aa::kMaxSteps, kParamsOp, "expected num_ops in [1, ",
-                       aa::kMaxSteps, "], got ", num_ops, ".");
-  FASTLOAD_CHECK_VALUE(magnitude_bin >= -1 && magnitude_bin < bins, kParamsOp, "expected magnitude_bin -1 or in [0, ",
-                       bins, "), got ", magnitude_bin, ".");
+  const bool policy = !policy_ops.empty() || !policy_probs.empty() || !policy_bins.empty();
+  if (policy) {
+    const size_t rows = policy_ops.size();
+    FASTLOAD_CHECK_VALUE(rows > 0 && rows % aa::kPolicySteps == 0 && policy_probs.size() == rows &&
+                             policy_bins.size() == rows,
+                         kParamsOp, "expected policy_ops, policy_probs and policy_bins as [policies x ",
+                         aa::kPolicySteps, "] values each, got ", policy_ops.size(), ", ", policy_probs.size(), " and ",
+                         policy_bins.size(), ".");
+    for (size_t k = 0; k < rows; ++k) {
+      FASTLOAD_CHECK_VALUE(policy_ops[k] >= 0 && policy_ops[k] < static_cast<int64_t>(space_ops.size()), kParamsOp,
+                           "expected policy_ops as indices into space_ops [0, ", space_ops.size(), "), got ",
+                           policy_ops[k], ".");
+      FASTLOAD_CHECK_VALUE(std::isfinite(policy_probs[k]) && policy_probs[k] >= 0 && policy_probs[k] <= 1, kParamsOp,
+                           "expected policy_probs in [0, 1], got ", policy_probs[k], ".");
+      FASTLOAD_CHECK_VALUE(policy_bins[k] >= -1 && policy_bins[k] < bins, kParamsOp,
+                           "expected policy_bins -1 (None) or in [0, ", bins, "), got ", policy_bins[k], ".");
+    }
+    num_ops = aa::kPolicySteps;
+  } else {
+    FASTLOAD_CHECK_VALUE(num_ops >= 1 && num_ops <= aa::kMaxSteps, kParamsOp, "expected num_ops in [1, ",
+                         aa::kMaxSteps, "], got ", num_ops, ".");
+    FASTLOAD_CHECK_VALUE(magnitude_bin >= -1 && magnitude_bin < bins, kParamsOp,
+                         "expected magnitude_bin -1 or in [0, ", bins, "), got ", magnitude_bin, ".");
+  }
   std::vector<int32_t> ops32(space_ops.begin(), space_ops.end());
-  const aa::AugmentSpace space{ops32.data(), magnitudes.data(), static_cast<int>(ops32.size()), static_cast<int>(bins),
-                               static_cast<int>(num_ops), static_cast<int>(magnitude_bin)};
+  const std::vector<int32_t> policy_ops32(policy_ops.begin(), policy_ops.end());
+  const std::vector<int32_t> policy_bins32(policy_bins.begin(), policy_bins.end());
+  aa::AugmentSpace space{ops32.data(), magnitudes.data(), static_cast<int>(ops32.size()), static_cast<int>(bins),
+                         static_cast<int>(num_ops), static_cast<int>(magnitude_bin)};
+  if (policy) {
+    space.policies = static_cast<int>(policy_ops32.size()) / aa::kPolicySteps;
+    space.policy_ops = policy_ops32.data();
+    space.policy_probs = policy_probs.data();
+    space.policy_bins = policy_bins32.data();
+  }
   const at::Tensor idx = indices.contiguous();
   const int64_t N = idx.size(0);
-  at::Tensor ops_out = at::empty({N, num_ops}, idx.options());
-  at::Tensor magnitudes_out = at::empty({N, num_ops}, idx.options().dtype(at::kDouble));
+  at::Tensor ops_out = at::full({N, num_ops}, -1, idx.options());
+  at::Tensor magnitudes_out = at::zeros({N, num_ops}, idx.options().dtype(at::kDouble));
   const uint8_t fill[3] = {0, 0, 0};
   for (int64_t i = 0; i < N; ++i) {
     const aa::AugmentRecord r = aa::auto_augment_draw(space, fill, seed, epoch, idx.data_ptr<int64_t>()[i]);
-    for (int64_t k = 0; k < num_ops; ++k) {
-      ops_out.data_ptr<int64_t>()[i * num_ops + k] = r.steps[k].op;
-      magnitudes_out.data_ptr<double>()[i * num_ops + k] = r.steps[k].magnitude;
+    for (int k = 0; k < r.count; ++k) {
+      const int64_t slot = r.steps[k].slot;
+      ops_out.data_ptr<int64_t>()[i * num_ops + slot] = r.steps[k].op;
+      magnitudes_out.data_ptr<double>()[i * num_ops + slot] = r.steps[k].magnitude;
     }
   }
   return {ops_out, magnitudes_out};

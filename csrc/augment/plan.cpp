@@ -154,7 +154,12 @@ void Plan::validate_augment(const char* op) const {
                          augmix_alpha, ".");
     FASTLOAD_CHECK_VALUE(augment_ops.empty(), op, "expected one of TrivialAugmentWide / RandAugment and AugMix, got both.");
   }
-  if (augment_ops.empty()) return;
+  if (augment_ops.empty()) {
+    FASTLOAD_CHECK_VALUE(augment_policy_ops.empty() && augment_policy_probs.empty() && augment_policy_bins.empty(), op,
+                         "expected augment_ops (AutoAugment's space) with augment_policy_ops / _probs / _bins, got "
+                         "sub-policies without a space.");
+    return;
+  }
   const int bins = check_space(op, "augment", augment_ops, augment_magnitudes, 1);  // ImageOps.posterize: 1 to 8
   FASTLOAD_CHECK_VALUE(augment_num_ops >= 1 && augment_num_ops <= aa::kMaxSteps, op, "expected augment_num_ops in [1, ",
                        aa::kMaxSteps, "] (RandAugment's num_ops), got ", augment_num_ops, ".");
@@ -165,6 +170,26 @@ void Plan::validate_augment(const char* op) const {
                            static_cast<int>(augment_fill.size()) == channels,
                        op, "The number of elements in 'fill' does not match the number of channels of the image (",
                        augment_fill.size(), " != ", channels, ")");
+  if (augment_policy_ops.empty() && augment_policy_probs.empty() && augment_policy_bins.empty()) return;
+  const size_t rows = augment_policy_ops.size();
+  FASTLOAD_CHECK_VALUE(rows > 0 && rows % aa::kPolicySteps == 0 && augment_policy_probs.size() == rows &&
+                           augment_policy_bins.size() == rows,
+                       op, "expected augment_policy_ops, augment_policy_probs and augment_policy_bins as [policies x ",
+                       aa::kPolicySteps, "] values each (AutoAugment's sub-policies), got ", augment_policy_ops.size(),
+                       ", ", augment_policy_probs.size(), " and ", augment_policy_bins.size(), ".");
+  for (size_t k = 0; k < rows; ++k) {
+    const int index = augment_policy_ops[k], bin = augment_policy_bins[k];
+    const double p = augment_policy_probs[k];
+    FASTLOAD_CHECK_VALUE(index >= 0 && index < static_cast<int>(augment_ops.size()), op,
+                         "expected augment_policy_ops as indices into augment_ops [0, ", augment_ops.size(), "), got ",
+                         index, " in sub-policy ", k / aa::kPolicySteps, ".");
+    FASTLOAD_CHECK_VALUE(std::isfinite(p) && p >= 0 && p <= 1, op, "expected augment_policy_probs in [0, 1], got ", p,
+                         " in sub-policy ", k / aa::kPolicySteps, ".");
+    FASTLOAD_CHECK_VALUE(bin >= -1 && bin < bins, op, "expected augment_policy_bins -1 (None) or in [0, ", bins,
+                         "), got ", bin, " in sub-policy ", k / aa::kPolicySteps, ".");
+    FASTLOAD_CHECK_VALUE(augment_ops[index] != aa::kPosterize || bin >= 0, op,
+                         "expected a bin for Posterize (its bits), got None in sub-policy ", k / aa::kPolicySteps, ".");
+  }
 }
 
 augment::color::ColorPass color_pass_of(const Plan& plan, int64_t epoch, int64_t index) {
@@ -214,10 +239,17 @@ augment::color::ColorPass color_pass_of(const Plan& plan, int64_t epoch, int64_t
   if (!plan.augment_ops.empty()) {
     const std::vector<int32_t> ops(plan.augment_ops.begin(), plan.augment_ops.end());
     const int space_ops = static_cast<int>(ops.size());
-    const augment::autoaugment::AugmentSpace space{ops.data(), plan.augment_magnitudes.data(), space_ops,
-                                                   static_cast<int>(plan.augment_magnitudes.size()) / space_ops,
-                                                   plan.augment_num_ops, plan.augment_magnitude_bin,
-                                                   plan.augment_bilinear};
+    augment::autoaugment::AugmentSpace space{ops.data(), plan.augment_magnitudes.data(), space_ops,
+                                             static_cast<int>(plan.augment_magnitudes.size()) / space_ops,
+                                             plan.augment_num_ops, plan.augment_magnitude_bin, plan.augment_bilinear};
+    const std::vector<int32_t> policy_ops(plan.augment_policy_ops.begin(), plan.augment_policy_ops.end());
+    const std::vector<int32_t> policy_bins(plan.augment_policy_bins.begin(), plan.augment_policy_bins.end());
+    if (!policy_ops.empty()) {  // AutoAugment
+      space.policies = static_cast<int>(policy_ops.size()) / augment::autoaugment::kPolicySteps;
+      space.policy_ops = policy_ops.data();
+      space.policy_probs = plan.augment_policy_probs.data();
+      space.policy_bins = policy_bins.data();
+    }
     uint8_t fill[3] = {0, 0, 0};
     for (int c = 0; c < 3 && !plan.augment_fill.empty(); ++c)
       fill[c] = static_cast<uint8_t>(

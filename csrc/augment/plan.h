@@ -61,7 +61,7 @@ struct Plan {
   int blur_kernel_x = 0, blur_kernel_y = 0;
   double blur_sigma_min = 0.1, blur_sigma_max = 2.0;
   double blur_p = 1.0;  // RandomApply([GaussianBlur], p): p, drawn on ParamStream::kBlurApply
-  // TrivialAugmentWide / RandAugment (PIL stage, last): the augmentation space's op ids
+  // TrivialAugmentWide / RandAugment / AutoAugment (PIL stage, last): the augmentation space's op ids
   // (autoaugment.h AugmentOp, torchvision's order; empty: none) and their magnitudes
   // [ops x bins] (torchvision's tables, zeros for ops without); augment_num_ops ops per
   // sample, at bin augment_magnitude_bin (-1: drawn per op, TrivialAugmentWide); the
@@ -73,6 +73,13 @@ struct Plan {
   int augment_magnitude_bin = -1;
   std::vector<float> augment_fill{};
   bool augment_bilinear = false;  // the affine ops' interpolation: BILINEAR (else NEAREST)
+  // AutoAugment: its sub-policies, kPolicySteps (autoaugment.h) rows each, [policies x 2]
+  // (empty: TrivialAugmentWide / RandAugment): the op as an index into augment_ops, its
+  // probability, and its bin of augment_magnitudes (-1: torchvision's None, magnitude 0).
+  // augment_num_ops and augment_magnitude_bin are then unused.
+  std::vector<int> augment_policy_ops{};
+  std::vector<double> augment_policy_probs{};
+  std::vector<int> augment_policy_bins{};
   // AugMix (PIL stage, last; torchvision's tensor-path ops): its space's op ids and
   // magnitudes [ops x bins] (empty: none), severity (bins drawn from [0, severity)),
   // mixture_width, chain_depth (<= 0: 1..3 drawn), alpha, and the affine ops' mode.
@@ -89,7 +96,7 @@ struct Plan {
   }
   bool blurs() const { return blur_kernel_x > 0 && blur_kernel_y > 0; }
   // True when the plan has an op of the fused uint8 stage (jitter, grayscale, erasing,
-  // blur, padding other than zeros, TrivialAugmentWide / RandAugment).
+  // blur, padding other than zeros, TrivialAugmentWide / RandAugment / AutoAugment, AugMix).
   bool augments() const { return !augment_ops.empty() || !augmix_ops.empty(); }
   // True when the plan may resample to uint8 first (Pillow's 8-bit resample), for the
   // steps that work on uint8 pixels: all of the uint8 stage but RandomErasing.
@@ -100,7 +107,7 @@ struct Plan {
   // (channels, mean/std lengths, output size, scale/ratio ranges, Resize arguments).
   void validate(const char* op) const;
   void validate_color(const char* op) const;  // the colour fields, part of validate
-  void validate_augment(const char* op) const;  // the TrivialAugmentWide / RandAugment / AugMix fields
+  void validate_augment(const char* op) const;  // the TrivialAugmentWide / RandAugment / AutoAugment / AugMix fields
 };
 
 // Geometry of one sample: a pure function of (plan, image size, epoch, index), following
@@ -121,6 +128,7 @@ augment::color::ColorPass color_pass_of(const Plan& plan, int64_t epoch, int64_t
   X(erase_ratio_max) X(erase_value) X(erase_random) X(padding_mode) X(pad_fill) X(blur_kernel_x) X(blur_kernel_y)  \
   X(blur_sigma_min) X(blur_sigma_max) X(blur_p) X(augment_ops) X(augment_magnitudes) X(augment_num_ops)            \
   X(augment_magnitude_bin) X(augment_fill) X(augment_bilinear) X(augmix_ops) X(augmix_magnitudes)             \
-  X(augmix_severity) X(augmix_width) X(augmix_depth) X(augmix_alpha) X(augmix_bilinear)
+  X(augmix_severity) X(augmix_width) X(augmix_depth) X(augmix_alpha) X(augmix_bilinear)                     \
+  X(augment_policy_ops) X(augment_policy_probs) X(augment_policy_bins)
 
 }  // namespace fastload

@@ -1,5 +1,6 @@
-"""TrivialAugmentWide and RandAugment specs: torchvision's augmentation spaces on the
-uint8 (PIL) image, run in the engine's fused pass (csrc/augment/autoaugment.h).
+"""TrivialAugmentWide, RandAugment and AutoAugment specs: torchvision's augmentation
+spaces (and AutoAugment's policies) on the uint8 (PIL) image, run in the engine's fused
+pass (csrc/augment/autoaugment.h); AugMix, on its tensor-path ops.
 
 A spec holds torchvision's arguments and knows its augmentation space: the op ids in
 torchvision's order and each op's magnitudes, computed with torch exactly as
@@ -202,6 +203,143 @@ class RandAugment(_AutoAugment):
         return int(self.magnitude)
 
 
+# AutoAugment"s sub-policies (torchvision"s AutoAugment._get_policies, the same in v1 and
+# v2): two (op, probability, magnitude bin or None) each; tests/ops/test_autoaugment.py
+# checks them against torchvision"s.
+POLICIES = {
+    "imagenet": (
+        (("Posterize", 0.4, 8), ("Rotate", 0.6, 9)), (("Solarize", 0.6, 5), ("AutoContrast", 0.6, None)),
+        (("Equalize", 0.8, None), ("Equalize", 0.6, None)), (("Posterize", 0.6, 7), ("Posterize", 0.6, 6)),
+        (("Equalize", 0.4, None), ("Solarize", 0.2, 4)), (("Equalize", 0.4, None), ("Rotate", 0.8, 8)),
+        (("Solarize", 0.6, 3), ("Equalize", 0.6, None)), (("Posterize", 0.8, 5), ("Equalize", 1.0, None)),
+        (("Rotate", 0.2, 3), ("Solarize", 0.6, 8)), (("Equalize", 0.6, None), ("Posterize", 0.4, 6)),
+        (("Rotate", 0.8, 8), ("Color", 0.4, 0)), (("Rotate", 0.4, 9), ("Equalize", 0.6, None)),
+        (("Equalize", 0.0, None), ("Equalize", 0.8, None)), (("Invert", 0.6, None), ("Equalize", 1.0, None)),
+        (("Color", 0.6, 4), ("Contrast", 1.0, 8)), (("Rotate", 0.8, 8), ("Color", 1.0, 2)),
+        (("Color", 0.8, 8), ("Solarize", 0.8, 7)), (("Sharpness", 0.4, 7), ("Invert", 0.6, None)),
+        (("ShearX", 0.6, 5), ("Equalize", 1.0, None)), (("Color", 0.4, 0), ("Equalize", 0.6, None)),
+        (("Equalize", 0.4, None), ("Solarize", 0.2, 4)), (("Solarize", 0.6, 5), ("AutoContrast", 0.6, None)),
+        (("Invert", 0.6, None), ("Equalize", 1.0, None)), (("Color", 0.6, 4), ("Contrast", 1.0, 8)),
+        (("Equalize", 0.8, None), ("Equalize", 0.6, None)),
+    ),
+    "cifar10": (
+        (("Invert", 0.1, None), ("Contrast", 0.2, 6)), (("Rotate", 0.7, 2), ("TranslateX", 0.3, 9)),
+        (("Sharpness", 0.8, 1), ("Sharpness", 0.9, 3)), (("ShearY", 0.5, 8), ("TranslateY", 0.7, 9)),
+        (("AutoContrast", 0.5, None), ("Equalize", 0.9, None)), (("ShearY", 0.2, 7), ("Posterize", 0.3, 7)),
+        (("Color", 0.4, 3), ("Brightness", 0.6, 7)), (("Sharpness", 0.3, 9), ("Brightness", 0.7, 9)),
+        (("Equalize", 0.6, None), ("Equalize", 0.5, None)), (("Contrast", 0.6, 7), ("Sharpness", 0.6, 5)),
+        (("Color", 0.7, 7), ("TranslateX", 0.5, 8)), (("Equalize", 0.3, None), ("AutoContrast", 0.4, None)),
+        (("TranslateY", 0.4, 3), ("Sharpness", 0.2, 6)), (("Brightness", 0.9, 6), ("Color", 0.2, 8)),
+        (("Solarize", 0.5, 2), ("Invert", 0.0, None)), (("Equalize", 0.2, None), ("AutoContrast", 0.6, None)),
+        (("Equalize", 0.2, None), ("Equalize", 0.6, None)), (("Color", 0.9, 9), ("Equalize", 0.6, None)),
+        (("AutoContrast", 0.8, None), ("Solarize", 0.2, 8)), (("Brightness", 0.1, 3), ("Color", 0.7, 0)),
+        (("Solarize", 0.4, 5), ("AutoContrast", 0.9, None)), (("TranslateY", 0.9, 9), ("TranslateY", 0.7, 9)),
+        (("AutoContrast", 0.9, None), ("Solarize", 0.8, 3)), (("Equalize", 0.8, None), ("Invert", 0.1, None)),
+        (("TranslateY", 0.7, 9), ("AutoContrast", 0.9, None)),
+    ),
+    "svhn": (
+        (("ShearX", 0.9, 4), ("Invert", 0.2, None)), (("ShearY", 0.9, 8), ("Invert", 0.7, None)),
+        (("Equalize", 0.6, None), ("Solarize", 0.6, 6)), (("Invert", 0.9, None), ("Equalize", 0.6, None)),
+        (("Equalize", 0.6, None), ("Rotate", 0.9, 3)), (("ShearX", 0.9, 4), ("AutoContrast", 0.8, None)),
+        (("ShearY", 0.9, 8), ("Invert", 0.4, None)), (("ShearY", 0.9, 5), ("Solarize", 0.2, 6)),
+        (("Invert", 0.9, None), ("AutoContrast", 0.8, None)), (("Equalize", 0.6, None), ("Rotate", 0.9, 3)),
+        (("ShearX", 0.9, 4), ("Solarize", 0.3, 3)), (("ShearY", 0.8, 8), ("Invert", 0.7, None)),
+        (("Equalize", 0.9, None), ("TranslateY", 0.6, 6)), (("Invert", 0.9, None), ("Equalize", 0.6, None)),
+        (("Contrast", 0.3, 3), ("Rotate", 0.8, 4)), (("Invert", 0.8, None), ("TranslateY", 0.0, 2)),
+        (("ShearY", 0.7, 6), ("Solarize", 0.4, 8)), (("Invert", 0.6, None), ("Rotate", 0.8, 4)),
+        (("ShearY", 0.3, 7), ("TranslateX", 0.9, 3)), (("ShearX", 0.1, 6), ("Invert", 0.6, None)),
+        (("Solarize", 0.7, 2), ("TranslateY", 0.6, 7)), (("ShearY", 0.8, 4), ("Invert", 0.8, None)),
+        (("ShearX", 0.7, 9), ("TranslateY", 0.8, 3)), (("ShearY", 0.8, 5), ("AutoContrast", 0.7, None)),
+        (("ShearX", 0.7, 2), ("Invert", 0.1, None)),
+    ),
+}
+
+# AutoAugment's augmentation space: its 14 ops in torchvision's order (_augmentation_space),
+# 10 bins each.
+AUTOAUGMENT_BINS = 10
+_AUTOAUGMENT_OPS = ("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness", "Color", "Contrast",
+                    "Sharpness", "Posterize", "Solarize", "AutoContrast", "Equalize", "Invert")
+
+
+@dataclass(frozen=True)
+class AutoAugment(_AutoAugment):
+    """torchvision's AutoAugment on the uint8 image (after the crop and flip, as on the
+    PIL image an ImageFolder pipeline holds): per sample one of the policy's 25
+    sub-policies, uniformly; each of its two ops runs with its probability, at its
+    magnitude bin of torchvision's 10-bin space, negated with probability 1/2 where signed.
+    The engine draws these from (seed, epoch, index) as torchvision's get_params does
+    (a sub-policy, two uniforms, two signs); v2 draws the same quantities lazily, with the
+    same distribution.
+
+    Args:
+        policy: "imagenet" (the default), "cifar10" or "svhn", or torchvision's
+            AutoAugmentPolicy.
+        interpolation: of the affine ops, Pillow's NEAREST (the default) or BILINEAR.
+        fill: the affine ops' fill, None (0), a number or one per channel.
+        v2: torchvision.transforms.v2's tables (Solarize as a fraction of 255).
+
+    Raises:
+        ValueError: as torchvision for a policy it does not know.
+
+    Example:
+        >>> spec = AutoAugment("svhn")
+        >>> spec.policy, len(spec.policy_fields()[0]), spec.ops_per_sample
+        ('svhn', 50, 2)
+        >>> [op_names()[op] for op in spec.space(32, 32)[0]][-3:]
+        ['AutoContrast', 'Equalize', 'Invert']
+    """
+
+    policy: object = "imagenet"
+    interpolation: object = "nearest"
+    fill: object = None
+    v2: bool = False
+
+    num_magnitude_bins = AUTOAUGMENT_BINS  # fixed: torchvision's _augmentation_space(10, ...)
+
+    def __post_init__(self):
+        name = getattr(self.policy, "value", self.policy)  # torchvision's AutoAugmentPolicy enum
+        if not isinstance(name, str) or name.lower() not in POLICIES:
+            raise ValueError(f"The provided policy {self.policy} is not recognized.")
+        object.__setattr__(self, "policy", name.lower())
+        _check_common(self, "AutoAugment")
+
+    @property
+    def ops_per_sample(self) -> int:
+        return int(_ext.require_ops().AUTOAUGMENT_POLICY_STEPS)
+
+    def space(self, height: int, width: int) -> Tuple[List[int], List[float]]:
+        """(op ids, magnitudes [14 x 10]) on height x width images: torchvision's
+        _augmentation_space(10, (height, width)) in its order (zeros for ops without)."""
+        tables = dict(_space(False, AUTOAUGMENT_BINS, height, width, self.v2))
+        tables["Invert"] = []
+        ops, magnitudes = [], []
+        for op in _AUTOAUGMENT_OPS:
+            ops.append(op_names().index(op))
+            magnitudes += tables[op] or [0.0] * AUTOAUGMENT_BINS
+        return ops, magnitudes
+
+    def policy_fields(self) -> Tuple[List[int], List[float], List[int]]:
+        """The plan's sub-policy table, [25 x 2] each: (op indices into space()'s ops,
+        probabilities, magnitude bins, -1 for None)."""
+        ops, probs, bins = [], [], []
+        for sub_policy in POLICIES[self.policy]:
+            for op, p, bin_ in sub_policy:
+                ops.append(_AUTOAUGMENT_OPS.index(op))
+                probs.append(float(p))
+                bins.append(-1 if bin_ is None else int(bin_))
+        return ops, probs, bins
+
+    def params(self, indices: torch.Tensor, seed: int, epoch: int, height: int,
+               width: int) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The engine's draws for samples `indices`: (op ids int64 [N, 2], signed
+        magnitudes float64 [N, 2]) by the sub-policy's slots, op -1 where not applied."""
+        from fastload import _ops as native
+
+        space_ops, magnitudes = self.space(height, width)
+        return native.auto_augment_params(indices, seed, epoch, space_ops, magnitudes, 1, -1,
+                                          *self.policy_fields())
+
+
 # torchvision's AugMix._PARAMETER_MAX: its tables have this many bins.
 AUGMIX_BINS = 10
 
@@ -295,7 +433,7 @@ def _v2_solarize(bins: int) -> List[float]:
     return [float(np.float32(255 * m)) for m in _linspace(1.0, 0.0, bins)]
 
 
-SPECS = (TrivialAugmentWide, RandAugment, AugMix)
+SPECS = (TrivialAugmentWide, RandAugment, AutoAugment, AugMix)
 
 
 def augmix_reference(pixels: torch.Tensor, weights: Sequence[float], ops: Sequence[Sequence[int]],
@@ -322,7 +460,7 @@ def augmix_reference(pixels: torch.Tensor, weights: Sequence[float], ops: Sequen
 def apply_reference(pixels: torch.Tensor, ops: Sequence[int], magnitudes: Sequence[float],
                     fill: Sequence[float] = (), interpolation: str = "nearest") -> torch.Tensor:
     """torchvision's ops (transforms.functional on a PIL image, as _apply_op calls them)
-    on a uint8 HWC image [H, W, 1 or 3]; fill: the affine ops' fill ([] = 0);
+    on a uint8 HWC image [H, W, 1 or 3] (op -1: none, an AutoAugment op not applied); fill: the affine ops' fill ([] = 0);
     interpolation: theirs ("nearest" or "bilinear")."""
     import torchvision.transforms.functional as F
     from PIL import Image
@@ -333,6 +471,8 @@ def apply_reference(pixels: torch.Tensor, ops: Sequence[int], magnitudes: Sequen
     fill_arg = [int(f) for f in fill] or None
     nearest = InterpolationMode(interpolation)
     for op, magnitude in zip(ops, magnitudes):
+        if int(op) < 0:  # an AutoAugment op not applied
+            continue
         name = op_names()[int(op)]
         if name in ("ShearX", "ShearY"):
             shear = math.degrees(math.atan(magnitude))

@@ -138,7 +138,7 @@ def _apply_color_reference(plan: Plan, view: torch.Tensor, box, flip, flip_v, in
                            index: int) -> torch.Tensor:
     """The colour plans' twin, in torchvision's order: the resize rounded to uint8 (the
     PIL image), ColorJitter and grayscale on it (color.py's PIL twins), the blur, the
-    TrivialAugmentWide / RandAugment ops (torchvision's on a PIL image) or AugMix
+    TrivialAugmentWide / RandAugment / AutoAugment ops (torchvision's on a PIL image) or AugMix
     (torchvision's tensor-path ops and mix), the value map,
     then RandomErasing on the result; parameters from the engine's samplers."""
     from fastload import _ops as fl_ops
@@ -171,7 +171,9 @@ def _apply_color_reference(plan: Plan, view: torch.Tensor, box, flip, flip_v, in
         if len(plan.augment_ops):  # torchvision's own ops on the PIL image, with the engine's draws
             ops, magnitudes = fl_ops.auto_augment_params(indices, plan.seed, epoch, list(plan.augment_ops),
                                                          list(plan.augment_magnitudes), plan.augment_num_ops,
-                                                         plan.augment_magnitude_bin)
+                                                         plan.augment_magnitude_bin, list(plan.augment_policy_ops),
+                                                         list(plan.augment_policy_probs),
+                                                         list(plan.augment_policy_bins))
             pixels = autoaugment.apply_reference(pixels.contiguous(), ops[0].tolist(), magnitudes[0].tolist(),
                                                  list(plan.augment_fill),
                                                  "bilinear" if plan.augment_bilinear else "nearest")

@@ -3,7 +3,7 @@
 A plan is: one geometry (RandomResizedCrop, RandomCrop with its padding, or Resize and/or
 CenterCrop with a fixed output size) resampled with one interpolation (bilinear, bicubic
 or nearest), optional left-right and top-bottom flips, the uint8-stage ops (ColorJitter,
-Grayscale, then GaussianBlur, then TrivialAugmentWide, RandAugment or AugMix), and one affine value map (scale, mean, std) with an
+Grayscale, then GaussianBlur, then TrivialAugmentWide, RandAugment, AutoAugment or AugMix), and one affine value map (scale, mean, std) with an
 output dtype. Lists that do not reduce to that raise UnsupportedPipeline with the
 reason; the loader then says so in `loader.path` and takes the generic path.
 
@@ -143,7 +143,7 @@ def _random_crop_padding(crop: "specs.RandomCrop", channels: int) -> Dict[str, A
 
 
 def _augment_fields(augment: Any, out_size, channels: int, nearest_resize: bool) -> Dict[str, Any]:
-    """The plan fields of a TrivialAugmentWide / RandAugment on the out_size output;
+    """The plan fields of a TrivialAugmentWide / RandAugment / AutoAugment on the out_size output;
     UnsupportedPipeline where the engine cannot run it as torchvision does."""
     if augment.interpolation not in ("nearest", "bilinear"):
         raise UnsupportedPipeline(f"{augment}: the native affine ops have Pillow's NEAREST and BILINEAR, not "
@@ -164,9 +164,14 @@ def _augment_fields(augment: Any, out_size, channels: int, nearest_resize: bool)
     except ValueError as error:
         raise UnsupportedPipeline(f"{augment}: {error}") from None
     space_ops, magnitudes = augment.space(*out_size)
-    return dict(augment_ops=space_ops, augment_magnitudes=magnitudes, augment_num_ops=augment.ops_per_sample,
-                augment_magnitude_bin=augment.magnitude_bin, augment_fill=fill,
-                augment_bilinear=augment.interpolation == "bilinear")
+    fields = dict(augment_ops=space_ops, augment_magnitudes=magnitudes, augment_num_ops=augment.ops_per_sample,
+                  augment_magnitude_bin=augment.magnitude_bin, augment_fill=fill,
+                  augment_bilinear=augment.interpolation == "bilinear")
+    if isinstance(augment, autoaugment.AutoAugment):  # its sub-policies pick the ops
+        policy_ops, policy_probs, policy_bins = augment.policy_fields()
+        fields.update(augment_policy_ops=policy_ops, augment_policy_probs=policy_probs,
+                      augment_policy_bins=policy_bins)
+    return fields
 
 
 
@@ -244,7 +249,7 @@ def fuse(
     erasing: Optional[color.RandomErasing] = None
     color_started = False  # a PIL-stage colour op ran: geometry after it does not fuse
     blur: Optional[specs.GaussianBlur] = None
-    augment = None  # TrivialAugmentWide, RandAugment or AugMix
+    augment = None  # TrivialAugmentWide, RandAugment, AutoAugment or AugMix
     for op in ops:
         if erasing is not None and not isinstance(op, (specs.RandomHorizontalFlip, specs.RandomVerticalFlip)):
             # Erasing writes final values: a later value op would map them again.

@@ -13,6 +13,7 @@ native, hybrid or generic with its reason), so a recipe that falls back is shown
 | preset-ta-wide-erase | the same + TrivialAugmentWide, RandomErasing(0.1) |
 | preset-ra | the same + RandAugment |
 | preset-augmix | the same + AugMix |
+| preset-autoaugment | the same + AutoAugment(IMAGENET) |
 | preset-eval | ClassificationPresetEval(crop_size=224, resize_size=256): Resize bilinear, CenterCrop |
 | timm-train | timm.data.create_transform(224, is_training=True) |
 | timm-eval | timm.data.create_transform(224, interpolation="bicubic") |
@@ -251,6 +252,8 @@ RECIPES: Dict[str, Recipe] = {r.name: r for r in [
            _preset(auto_augment_policy="ta_wide", random_erase_prob=0.1)),
     Recipe("preset-ra", "the preset with auto_augment_policy='ra' (RandAugment)", _preset(auto_augment_policy="ra")),
     Recipe("preset-augmix", "the preset with auto_augment_policy='augmix'", _preset(auto_augment_policy="augmix")),
+    Recipe("preset-autoaugment", "the preset with auto_augment_policy='imagenet' (AutoAugment)",
+           _preset(auto_augment_policy="imagenet")),
     Recipe("preset-eval", "torchvision reference ClassificationPresetEval(crop_size=224, resize_size=256): Resize "
            "bilinear, CenterCrop", _preset_eval, train=False),
     Recipe("timm-train", "timm.data.create_transform(224, is_training=True)", _timm(is_training=True), needs=_TIMM),

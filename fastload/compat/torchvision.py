@@ -5,7 +5,7 @@ C++ engine when every transform has a native equivalent (v1 and v2: RandomResize
 Resize, CenterCrop, RandomCrop (fill, padding modes), RandomHorizontalFlip,
 RandomVerticalFlip, ToTensor, PILToTensor, ToImage, ToDtype, ConvertImageDtype, Normalize,
 ToPureTensor, ColorJitter and GaussianBlur (each also alone inside RandomApply), Grayscale(3),
-RandomGrayscale, TrivialAugmentWide and RandAugment (NEAREST, BILINEAR), AugMix (v1), RandomErasing;
+RandomGrayscale, TrivialAugmentWide, RandAugment and AutoAugment (NEAREST, BILINEAR), AugMix (v1), RandomErasing;
 timm's equivalents, see compat/timm.py). The output keeps torchvision's dtype, shape and
 value range; the random draws are fastload's own (torchvision's distributions, a
 different generator).
@@ -124,7 +124,7 @@ def leaf_specs(transform: Any) -> List[Any]:
                                  0 if fill is None else fill, transform.padding_mode)]
     if _is_torchvision(transform, "GaussianBlur"):
         return _gaussian_blur(transform)
-    if _is_torchvision(transform, "TrivialAugmentWide", "RandAugment"):
+    if _is_torchvision(transform, "TrivialAugmentWide", "RandAugment", "AutoAugment"):
         return [_auto_augment(transform)]
     if _is_torchvision(transform, "AugMix"):
         v2 = type(transform).__module__.startswith("torchvision.transforms.v2")
@@ -173,7 +173,7 @@ def _gaussian_blur(transform: Any) -> Any:
 
 
 def _auto_augment(transform: Any) -> Any:
-    """The spec of a v1 or v2 TrivialAugmentWide / RandAugment (v2: its own magnitude tables)."""
+    """The spec of a v1 or v2 TrivialAugmentWide / RandAugment / AutoAugment (v2: its own magnitude tables)."""
     interpolation = transform.interpolation
     name = getattr(interpolation, "value", interpolation)
     name = _PIL_MODES.get(name, name) if isinstance(name, int) else name
@@ -189,6 +189,8 @@ def _auto_augment(transform: Any) -> Any:
     v2 = type(transform).__module__.startswith("torchvision.transforms.v2")
     if _is_torchvision(transform, "TrivialAugmentWide"):
         return autoaugment.TrivialAugmentWide(int(transform.num_magnitude_bins), name, fill, v2)
+    if _is_torchvision(transform, "AutoAugment"):
+        return autoaugment.AutoAugment(transform.policy, name, fill, v2)
     return autoaugment.RandAugment(int(transform.num_ops), int(transform.magnitude), int(transform.num_magnitude_bins),
                                    name, fill, v2)
 

@@ -39,7 +39,7 @@ from fastload._ops import (  # noqa: F401
     rgb_to_grayscale,
     transcode_jpeg,
 )
-from fastload.augment.autoaugment import AugMix, RandAugment, TrivialAugmentWide  # noqa: F401
+from fastload.augment.autoaugment import AugMix, AutoAugment, RandAugment, TrivialAugmentWide  # noqa: F401
 from fastload.augment.color import ColorJitter, Grayscale, RandomErasing, RandomGrayscale  # noqa: F401
 from fastload.augment.specs import (  # noqa: F401
     CenterCrop,
