@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Set
 
@@ -270,6 +271,12 @@ class ProcessHybridRunner:
         dead = []
         for pid, process in self._workers.items():
             process.join(timeout=5)  # the pool ends the others with SIGTERM: tell them apart below
+            # The pool's own thread reaps its workers too: a join that loses that race sees no
+            # exit code (ECHILD) until the winner has stored it, a moment later.
+            for _ in range(50):
+                if process.exitcode is not None:
+                    break
+                time.sleep(0.02)
             if process.exitcode is not None and process.exitcode != 0:
                 dead.append((pid, process.exitcode))
         # The first to die is the one killed by something else than the pool's SIGTERM.
