@@ -13,6 +13,7 @@ native, hybrid or generic with its reason), so a recipe that falls back is shown
 | preset-ta-wide-erase | the same + TrivialAugmentWide, RandomErasing(0.1) |
 | preset-ra | the same + RandAugment |
 | preset-augmix | the same + AugMix |
+| preset-augmix-v2 | the same, v2 transforms (the reference script's --use-v2) |
 | preset-autoaugment | the same + AutoAugment(IMAGENET) |
 | preset-eval | ClassificationPresetEval(crop_size=224, resize_size=256): Resize bilinear, CenterCrop |
 | timm-train | timm.data.create_transform(224, is_training=True) |
@@ -50,11 +51,16 @@ TARGETS = {"native": 3.0, "hybrid": 2.0}
 
 
 class ClassificationPresetTrain:
-    """torchvision's references/classification/presets.py training preset (backend "pil", v1)."""
+    """torchvision's references/classification/presets.py training preset (backend "pil"; v1
+    transforms, or v2 with use_v2=True as the reference script's --use-v2 gives)."""
 
     def __init__(self, *, crop_size, mean=MEAN, std=STD, interpolation=None, hflip_prob=0.5,
-                 auto_augment_policy=None, ra_magnitude=9, augmix_severity=3, random_erase_prob=0.0):
-        from torchvision import transforms as T
+                 auto_augment_policy=None, ra_magnitude=9, augmix_severity=3, random_erase_prob=0.0,
+                 use_v2=False):
+        if use_v2:
+            from torchvision.transforms import v2 as T
+        else:
+            from torchvision import transforms as T
 
         interpolation = T.InterpolationMode.BILINEAR if interpolation is None else interpolation
         transforms = [T.RandomResizedCrop(crop_size, interpolation=interpolation, antialias=True)]
@@ -70,9 +76,12 @@ class ClassificationPresetTrain:
             else:
                 policy = T.AutoAugmentPolicy(auto_augment_policy)
                 transforms.append(T.AutoAugment(policy=policy, interpolation=interpolation))
-        transforms += [T.PILToTensor(), T.ConvertImageDtype(torch.float), T.Normalize(mean=mean, std=std)]
+        transforms += [T.PILToTensor(), T.ToDtype(torch.float, scale=True) if use_v2 else T.ConvertImageDtype(torch.float),
+                       T.Normalize(mean=mean, std=std)]
         if random_erase_prob > 0:
             transforms.append(T.RandomErasing(p=random_erase_prob))
+        if use_v2:
+            transforms.append(T.ToPureTensor())
         self.transforms = T.Compose(transforms)
 
     def __call__(self, img):
@@ -252,6 +261,8 @@ RECIPES: Dict[str, Recipe] = {r.name: r for r in [
            _preset(auto_augment_policy="ta_wide", random_erase_prob=0.1)),
     Recipe("preset-ra", "the preset with auto_augment_policy='ra' (RandAugment)", _preset(auto_augment_policy="ra")),
     Recipe("preset-augmix", "the preset with auto_augment_policy='augmix'", _preset(auto_augment_policy="augmix")),
+    Recipe("preset-augmix-v2", "the preset with auto_augment_policy='augmix', use_v2=True (v2 transforms)",
+           _preset(auto_augment_policy="augmix", use_v2=True)),
     Recipe("preset-autoaugment", "the preset with auto_augment_policy='imagenet' (AutoAugment)",
            _preset(auto_augment_policy="imagenet")),
     Recipe("preset-eval", "torchvision reference ClassificationPresetEval(crop_size=224, resize_size=256): Resize "
