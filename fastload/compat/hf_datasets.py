@@ -84,7 +84,6 @@ import os
 import struct
 import sys
 import tempfile
-import warnings
 import weakref
 from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
@@ -849,18 +848,9 @@ class HFLazyTrace(_lazy_trace_base()):  # type: ignore[misc]
         self.templates[i] = sample.template  # type: ignore[index]
         self.done[i] = True
 
-    def _fall_back(self, i: int, why: str) -> None:
-        # The engine makes position 0's image in its slot; the batch replaces it.
-        index = self.index
-        index.file_ids[i], index.offsets[i], index.sizes[i] = index.file_ids[0], index.offsets[0], index.sizes[0]
-        self.fallback[i] = True
-        self.fallbacks[i] = why
-        self.done[i] = True
-        if not self._warned:
-            self._warned = True
-            warnings.warn(f"fastload: Hugging Face Dataset, sample {i}: {why}; this sample (and any other the engine "
-                          "cannot make as the dataset does) is made by the dataset's own __getitem__ in Python, the "
-                          "rest natively.", UserWarning, stacklevel=2)
+    def _fallback_warning(self, i: int, why: str) -> str:
+        return (f"fastload: Hugging Face Dataset, sample {i}: {why}; this sample (and any other the engine cannot "
+                "make as the dataset does) is made by the dataset's own __getitem__ in Python, the rest natively.")
 
     def trace_all(self, chunk: int = 4096) -> None:
         """Traces every sample not traced yet (a worker process copies the templates)."""

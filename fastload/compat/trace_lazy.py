@@ -60,7 +60,7 @@ import threading
 import time
 import warnings
 import weakref
-from typing import Any, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -200,6 +200,15 @@ def probe(dataset: Any) -> Any:
     return trace
 
 
+def held_weakly(dataset: Any) -> Callable[[], Any]:
+    """A callable giving `dataset` back: a weak reference (a trace must not keep the
+    user's dataset alive), or the dataset itself where it takes none."""
+    try:
+        return weakref.ref(dataset)
+    except TypeError:
+        return lambda: dataset
+
+
 class LazyTrace:
     """A traced dataset's index, filled as indexes are traced, and its batches.
 
@@ -235,10 +244,7 @@ class LazyTrace:
         self.first = probes.samples[0]
         self.name = type(dataset).__name__
         self.n = n = len(dataset)
-        try:
-            self._dataset: Any = weakref.ref(dataset)
-        except TypeError:
-            self._dataset = lambda d=dataset: d
+        self._dataset = held_weakly(dataset)
         self.simple = _t._simple(self.first.template)
         self.templates: Optional[List[Any]] = None if self.simple else [None] * n
         self.done = np.zeros(n, dtype=bool)
@@ -419,15 +425,19 @@ class LazyTrace:
 
     def _fall_back(self, i: int, why: str) -> None:
         # The engine makes index 0's image in its slot; the batch replaces it.
-        self.index.file_ids[i] = self.index.file_ids[0]
+        index = self.index
+        index.file_ids[i], index.offsets[i], index.sizes[i] = index.file_ids[0], index.offsets[0], index.sizes[0]
         self.fallback[i] = True
         self.fallbacks[i] = why
         self.done[i] = True
         if not self._warned:
             self._warned = True
-            warnings.warn(f"fastload: {self._who(i)}: {why}; this sample (and any other "
-                          "that disagrees with index 0's trace) runs through its own __getitem__ in Python. "
-                          f"{_t._FIX[0].upper()}{_t._FIX[1:]}.", UserWarning, stacklevel=2)
+            warnings.warn(self._fallback_warning(i, why), UserWarning, stacklevel=2)
+
+    def _fallback_warning(self, i: int, why: str) -> str:
+        """The one warning of a dataset's first fallback."""
+        return (f"fastload: {self._who(i)}: {why}; this sample (and any other that disagrees with index 0's trace) "
+                f"runs through its own __getitem__ in Python. {_t._FIX[0].upper()}{_t._FIX[1:]}.")
 
     def _who(self, i: int) -> str:
         """Whose index i, for messages (a LazyView names the outer and the inner index)."""

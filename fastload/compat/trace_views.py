@@ -38,13 +38,12 @@ Example:
 from __future__ import annotations
 
 import threading
-import weakref
 from typing import Any, List, Sequence
 
 import numpy as np
 
 from fastload.compat import trace as _t
-from fastload.compat.trace_lazy import LazyTrace, _flat_index, _GrowingStrings
+from fastload.compat.trace_lazy import LazyTrace, _flat_index, _GrowingStrings, held_weakly
 from fastload.source.index import SampleIndex
 
 # Outer indexes whose dataset index is traced already, copied into the view when it is made
@@ -80,10 +79,7 @@ class LazyView(LazyTrace):
         self.probes = parts[0].probes
         self.name = type(dataset).__name__
         self.n = n = len(part_of)
-        try:
-            self._dataset: Any = weakref.ref(dataset)
-        except TypeError:
-            self._dataset = lambda d=dataset: d
+        self._dataset = held_weakly(dataset)
         self.simple = True
         first = self.first.path.encode("utf-8", "surrogateescape")
         capacity = max(4096, 64 * min(n, _COPY_UP_FRONT) + len(first))  # grown as paths come
