@@ -40,6 +40,27 @@ class Pipeline:
     blockers: Tuple[str, ...]
 
 
+def open_wrappers(transform: Any, parts_of: Callable[[Any], Optional[List[Any]]],
+                  max_depth: int) -> Tuple[List[Any], List[str]]:
+    """(the transforms `transform` applies, in order, with every wrapper opened that
+    `parts_of` opens (it returns a wrapper's parts, or None for a leaf), down to max_depth
+    levels; the opened wrappers' names, outermost first)."""
+    leaves: List[Any] = []
+    wrappers: List[str] = []
+
+    def visit(t: Any, depth: int) -> None:
+        parts = parts_of(t) if depth < max_depth else None
+        if parts is None:
+            leaves.append(t)
+            return
+        wrappers.append(type(t).__name__)
+        for part in parts:
+            visit(part, depth + 1)
+
+    visit(transform, 0)
+    return leaves, wrappers
+
+
 def split_pipeline(transforms: Sequence[Any], to_specs: Callable[[Any], List[Any]],
                    not_native: Tuple[type, ...] = (ValueError,),
                    fuses: Optional[Callable[[List[Any]], str]] = None) -> Pipeline:

@@ -53,7 +53,7 @@ import numpy as np
 import torch
 
 from fastload.augment import color, specs
-from fastload.augment.split import Pipeline, split_pipeline
+from fastload.augment.split import Pipeline, open_wrappers, split_pipeline
 
 # OpenCV's interpolation constants (cv2 need not be imported to read them).
 _INTER_LINEAR = 1
@@ -89,20 +89,7 @@ def compose_parts(transform: Any) -> Any:
 
 def flatten(transform: Any) -> Tuple[List[Any], List[str]]:
     """(the transforms applied in order, Compose opened; the wrappers opened)."""
-    leaves: List[Any] = []
-    wrappers: List[str] = []
-
-    def visit(t: Any, depth: int) -> None:
-        parts = compose_parts(t) if depth < _MAX_DEPTH else None
-        if parts is None:
-            leaves.append(t)
-            return
-        wrappers.append(type(t).__name__)
-        for part in parts:
-            visit(part, depth + 1)
-
-    visit(transform, 0)
-    return leaves, wrappers
+    return open_wrappers(transform, compose_parts, _MAX_DEPTH)
 
 
 def _interpolation(transform: Any) -> str:

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, List, Tuple
 import torch
 
 from fastload.augment import autoaugment, color, specs
-from fastload.augment.split import Pipeline, split_pipeline
+from fastload.augment.split import Pipeline, open_wrappers, split_pipeline
 from fastload.source.index import SampleIndex
 
 if TYPE_CHECKING:
@@ -234,21 +234,9 @@ def flatten(transform: Any) -> Tuple[List[Any], List[str]]:
     calling its parts in order (compat/presets.py)."""
     from fastload.compat import presets
 
-    leaves: List[Any] = []
-    wrappers: List[str] = []
-
-    def visit(t: Any, depth: int) -> None:
-        parts = presets.parts(t) if depth < presets.MAX_DEPTH else None
-        if parts is None:
-            leaves.append(t)
-            return
-        wrappers.append(type(t).__name__)
-        for part in parts:
-            visit(part, depth + 1)
-
-    if transform is not None:
-        visit(transform, 0)
-    return leaves, wrappers
+    if transform is None:
+        return [], []
+    return open_wrappers(transform, presets.parts, presets.MAX_DEPTH)
 
 
 def split_transform(transform: Any, *, to_run: bool = False) -> Pipeline:

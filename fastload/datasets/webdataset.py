@@ -77,7 +77,6 @@ import inspect
 import os
 import subprocess
 import sys
-import tempfile
 import urllib.parse
 import weakref
 from dataclasses import dataclass, field, replace
@@ -684,25 +683,18 @@ def _local_shards(urls: Sequence[str], cache_dir: str) -> List[str]:
 def _piped(url: str, cache_dir: str) -> str:
     """Runs `pipe:<command>` once; its output, a tar, is cached under cache_dir/shards
     (keyed by the command: remove the file to run it again)."""
+    from fastload.source.urls import cached_shard
+
     command = url[len("pipe:"):]
-    folder = os.path.join(cache_dir, "shards")
-    target = os.path.join(folder, hashlib.sha1(url.encode("utf-8", "surrogateescape")).hexdigest()[:16] + "-pipe.tar")
-    if os.path.isfile(target):
-        return target
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".pipe-")
-    try:
-        with os.fdopen(fd, "wb") as out:
-            done = subprocess.run(command, shell=True, stdout=out, stderr=subprocess.PIPE)
+
+    def run(out) -> None:
+        done = subprocess.run(command, shell=True, stdout=out, stderr=subprocess.PIPE)
         if done.returncode != 0:
             raise OSError(f"fastload: the shard command {command!r} exited with {done.returncode}: "
                           f"{done.stderr.decode('utf-8', 'replace')[-500:]}. Check the command (webdataset's pipe: URL).")
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return target
+
+    return cached_shard(cache_dir, hashlib.sha1(url.encode("utf-8", "surrogateescape")).hexdigest()[:16] + "-pipe.tar",
+                        run)
 
 
 # ---- the map-style view -------------------------------------------------------------------

@@ -1,12 +1,6 @@
 """HybridRunner: the engine runs the native prefix, Python runs the tail per sample, in
 this process: inline on the thread that asks for the batch, or on a pool of threads.
-
-The engine decodes and augments each batch's prefix (crop window, resize, flip; uint8
-unless the prefix itself converts) in its threads, GIL released, as on the native path.
-Then each sample's output goes through the tail (fastload.augment.tail), and the outputs
-are collated with torch's default_collate, as torch's DataLoader would: `[tail outputs
-collated, labels int64 [B]]`. A tail output default_collate cannot batch (e.g. a PIL
-image) raises its TypeError, with a note naming the tail.
+What every hybrid runner does with a batch: fastload/native/hybrid.py.
 
 - parallel="inline": each sample under its own seed (reproducible; see
   fastload.augment.tail), while the engine's threads decode the next batches;

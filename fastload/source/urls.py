@@ -19,7 +19,7 @@ import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import List, Optional, Sequence, Union
+from typing import Any, Callable, List, Optional, Sequence, Union
 
 from fastload.errors import TarShardError
 
@@ -84,18 +84,28 @@ def fetch_shard(url: str, cache_dir: str, progress: bool = True) -> str:
                 f"fastload.TarShards: expected a tar shard at {url!r}, got no such file. "
                 "Check the path or the brace pattern.", url, None, "no such file")
         return path
+
+    def download(out) -> None:
+        if scheme in ("http", "https"):
+            _download_http(url, out, progress)
+        else:
+            _download_fsspec(url, out, progress)
+
+    return cached_shard(cache_dir, cache_name(url, urllib.parse.urlparse(url).path), download)
+
+
+def cached_shard(cache_dir: str, name: str, write: Callable[[Any], None]) -> str:
+    """cache_dir/shards/name, written by write(binary file) the first time: into a
+    temporary file renamed into place when complete, so a cached file is always whole."""
     target_dir = os.path.join(cache_dir, "shards")
-    target = os.path.join(target_dir, cache_name(url, urllib.parse.urlparse(url).path))
+    target = os.path.join(target_dir, name)
     if os.path.isfile(target):
         return target
     os.makedirs(target_dir, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target_dir, prefix=".download-")
+    fd, tmp = tempfile.mkstemp(dir=target_dir, prefix=".partial-")
     try:
         with os.fdopen(fd, "wb") as out:
-            if scheme in ("http", "https"):
-                _download_http(url, out, progress)
-            else:
-                _download_fsspec(url, out, progress)
+            write(out)
         os.replace(tmp, target)
     except BaseException:
         try:
