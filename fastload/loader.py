@@ -331,6 +331,10 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         order, self._runner, self._path = _choose_path(
             self, dataset, iterable=iterable, sampler=sampler, batch_sampler=batch_sampler, shuffle=shuffle,
             drop_last=drop_last, generator=generator, collate_fn=collate_fn, pin_memory=pin_memory)
+        # What the path is chosen from, to choose it anew when the dataset changes between epochs.
+        self._path_args = dict(sampler=sampler, batch_sampler=batch_sampler, collate_fn=collate_fn,
+                               pin_memory=pin_memory)
+        self._basis = _basis(dataset) if self._runner is not None else None
 
         # Epochs, resume, the current pass: one owner.
         self._cursor = Cursor(order, dataset, runner=self._runner, user_sampler=self._user_sampler,
@@ -415,6 +419,7 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         # torch's iterator draws its workers' base seed once per worker lifetime with
         # persistent workers; the native feed draws as it would (before the permutation).
         draw_base_seed = not (self.persistent_workers and self._cursor.passes > 0)
+        self._renew_path()
         current = self._cursor.begin()
         self._stats.start_epoch()
 
@@ -439,6 +444,27 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         return _LoaderIter(self, current, self._transfer(feed), self.__len__, torch_iter=torch_iter)
 
     # -- internals ------------------------------------------------------------------------
+    def _renew_path(self) -> None:
+        """The dataset as it is at this iter(), as torch's DataLoader sees it. A traced dataset
+        is traced again for the epoch (LazyTrace.renew: probes undone, every served index
+        traced as the epoch reaches it); a torchvision dataset's transform, its parameters,
+        samples and length are read again (compat.datasets.basis). When the dataset no longer
+        runs on this path (another transform or parameters, another length, another sample
+        structure), the path is chosen anew. With persistent workers torch's workers keep
+        the dataset of the first iter(): so does the trace, unless the length changed."""
+        if self._runner is None:
+            return  # (the generic path's workers read the dataset themselves)
+        renew = getattr(self._runner, "renew", None)
+        if renew is not None:
+            if renew(keep=self.persistent_workers and self._cursor.passes > 0):
+                return
+        elif self._basis is None or self._basis == _basis(self._user_dataset):
+            return
+        self._runner.close()
+        self._runner, self._path = _select(self, self._user_dataset, **self._path_args)
+        self._cursor.runner = self._runner
+        self._basis = _basis(self._user_dataset) if self._runner is not None else None
+
     @property
     def _order(self) -> Any:
         """fastload's order (fastload.sampling.order), or None where torch's applies."""
@@ -513,7 +539,7 @@ def _choose_path(loader: DataLoader, dataset: Any, *, iterable: bool, sampler: A
     """(fastload's order or None, the native runner or None, loader.path) for a loader whose
     arguments were checked."""
     args = loader._args
-    accelerate, distributed = args.accelerate, args.distributed
+    distributed = args.distributed
     order = _fastload_order(
         dataset, iterable=iterable, auto_collation=loader._auto_collation, datapipe=loader._datapipe,
         user_sampler=loader._user_sampler, batch_size=loader.batch_size, shuffle=shuffle, drop_last=drop_last,
@@ -527,8 +553,17 @@ def _choose_path(loader: DataLoader, dataset: Any, *, iterable: bool, sampler: A
             f"distributed=True, got {reason.split(': ', 1)[1]}. Shard such data yourself (e.g. "
             "by rank in the dataset's __iter__), or pass distributed='auto' or False.")
 
-    # The path: native when the dataset can run on the C++ engine.
-    device = args.device
+    runner, reason = _select(loader, dataset, sampler=sampler, batch_sampler=batch_sampler, collate_fn=collate_fn,
+                             pin_memory=pin_memory)
+    return order, runner, reason
+
+
+def _select(loader: DataLoader, dataset: Any, *, sampler: Any, batch_sampler: Any, collate_fn: Any,
+            pin_memory: bool) -> Tuple[Optional[Runner], str]:
+    """(the native runner or None, loader.path): native when the dataset can run on the C++
+    engine (accelerate=True: a ValueError where it cannot)."""
+    args = loader._args
+    accelerate, device = args.accelerate, args.device
     with contextlib.nullcontext() if args.trace else _tracer_off():
         runner, reason = select_path(
             dataset, batch_size=loader.batch_size, sampler=sampler, batch_sampler=batch_sampler,
@@ -545,7 +580,17 @@ def _choose_path(loader: DataLoader, dataset: Any, *, iterable: bool, sampler: A
             f"{_PREFIX}: expected a dataset the native pipeline can run (accelerate=True: the native or hybrid "
             f"path), got {reason!r}. Pass accelerate='auto' to fall back to the generic path."
         )
-    return order, runner, reason
+    return runner, reason
+
+
+def _basis(dataset: Any) -> Any:
+    """What a converted torchvision dataset's native path was made from (None: nothing the
+    loader reads again, e.g. a fastload dataset or a traced one, which renews itself)."""
+    if isinstance(dataset, NativeDataset):
+        return None
+    from fastload.compat.datasets import basis
+
+    return basis(dataset)
 
 
 def _tracer_off() -> Any:

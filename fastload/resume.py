@@ -247,8 +247,9 @@ class Cursor:
         followed; fastload's own single-process order does the same. Not while an epoch
         runs, is abandoned or waits to be resumed (its order and resume state are drawn
         for the length it started with; the next iter() takes the new one), not under DDP
-        (every rank must agree, and DistributedSampler fixes its length too), and not on
-        the native path (the engine's sample index is built once)."""
+        (every rank must agree, and DistributedSampler fixes its length too). The native
+        path follows it as well: the loader chooses its path anew for a dataset whose
+        length changed before the pass begins (DataLoader._renew_path)."""
         dataset_len = self._dataset_len_to_follow(starting)
         if dataset_len is not None and dataset_len != self.order.dataset_len:
             self.order.dataset_len = dataset_len
@@ -256,7 +257,7 @@ class Cursor:
     def _dataset_len_to_follow(self, starting: bool) -> Optional[int]:
         """The dataset's length if the order follows it now (see follow_dataset_len), else None."""
         order = self.order
-        if self.runner is not None or not isinstance(order, Order) or order.distributed:
+        if not isinstance(order, Order) or order.distributed:
             return None
         if self._resume is not None or (not starting and self.current is not None and not self.current.finished):
             return None

@@ -274,7 +274,9 @@ class ShiftedLabels(ImageFolder):
 
 def test_a_datasetfolder_with_its_own_getitem_is_traced_with_its_labels(root):
     dataset = ShiftedLabels(root, transform=train_v1())
-    conversion = analyse(dataset).conversion()
+    analysis = analyse(dataset)
+    analysis.trace.prepare(range(len(dataset)))  # (indexes are traced as the loader reaches them)
+    conversion = analysis.conversion()
     assert conversion.origin == "traced ShiftedLabels.__getitem__" and conversion.target_transform is None
     assert conversion.index.labels.tolist() == [label + 1 for _, label in dataset.samples]
     assert [type(s).__name__ for s in conversion.pipeline.native] == ["RandomResizedCrop", "RandomHorizontalFlip",
@@ -295,7 +297,10 @@ def test_a_structured_sample_is_rebuilt_on_engine_threads_and_in_shuffled_order(
 
 
 def test_a_subset_of_a_traced_dataset_takes_its_rows(root):
-    conversion = analyse(Subset(OwnDataset(root, train_v1()), [5, 0, 7])).conversion()
+    subset = Subset(OwnDataset(root, train_v1()), [5, 0, 7])
+    analysis = analyse(subset)
+    analysis.trace.prepare(range(3))  # (indexes are traced as the loader reaches them)
+    conversion = analysis.conversion()
     assert conversion.origin == "Subset -> traced OwnDataset.__getitem__"
     files = ImageFolder(root).samples
     assert [conversion.index.source(k) for k in range(3)] == [files[5][0], files[0][0], files[7][0]]
@@ -455,10 +460,25 @@ def test_a_cache_falls_back_and_still_gives_torchs_batches(cls, why, root):
         assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
 
 
-def test_an_image_kept_past_its_trace_is_the_real_image_when_used(root):
+# A cache outside the dataset object, which no rollback reaches.
+KEPT_OUTSIDE = {}
+
+
+class ImageCacheOutside(OwnDataset):
+    def __getitem__(self, i):
+        path, label = self.items[i]
+        if i not in KEPT_OUTSIDE:
+            KEPT_OUTSIDE[i] = Image.open(path).convert("RGB")
+        return self.transform(KEPT_OUTSIDE[i]), label
+
+
+def test_an_image_kept_past_its_trace_is_undone_or_the_real_image_when_used(root):
     dataset = ImageCache(root, eval_v1())
     analyse(dataset)
-    kept = dataset.cache[0]
+    assert dataset.cache == {}  # what the probes put in the dataset's own cache is undone
+    dataset = ImageCacheOutside(root, eval_v1())
+    analyse(dataset)
+    kept = KEPT_OUTSIDE[0]  # a stand-in left where the tracer cannot undo it turns into the real image
     want = Image.open(dataset.items[0][0]).convert("RGB")
     assert kept.size == want.size and isinstance(kept, Image.Image)
     assert np.array_equal(np.asarray(kept), np.asarray(want))

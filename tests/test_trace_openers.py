@@ -156,8 +156,10 @@ def test_other_files_opened_rb_in_getitem_are_read_for_real(root, tmp_path):
                 head = f.read(2)  # a partial read of the image file: the real file
             return self.transform(Image.open(path).convert("RGB")), label + extra + head[0] - 0xFF
 
-    analysis = analyse(WithSidecar(root, v1_eval()))
+    dataset = WithSidecar(root, v1_eval())
+    analysis = analyse(dataset)
     assert analysis.chain == "traced WithSidecar.__getitem__", analysis.reasons
+    analysis.trace.prepare(range(len(dataset)))  # (each index traced as the loader reaches it)
     assert analysis.index.labels.tolist() == [label + 7 for _, label in ImageFolder(root).samples]
 
 
@@ -449,7 +451,9 @@ def test_a_missing_file_is_left_to_the_engine_as_for_image_open(root, tmp_path):
             image = cv2.imread(missing if i == 1 else path)  # cv2 gives None; the engine reports the file
             return self.transform(image=cv2.cvtColor(image, cv2.COLOR_BGR2RGB))["image"], label
 
-    analysis = analyse(MissingCv2(root, albu()))
+    dataset = MissingCv2(root, albu())
+    analysis = analyse(dataset)
+    analysis.trace.prepare([1])  # (each index traced as the loader reaches it)
     assert analysis.chain == "traced MissingCv2.__getitem__" and analysis.index.source(1) == missing
 
 
@@ -480,6 +484,8 @@ def test_imread_color_rgb_needs_no_cvtcolor(root):
 
 
 def test_decode_image_of_read_file_is_followed_to_the_path(root):
-    analysis = analyse(DecodeFileBytes(root, v2_train()))
+    dataset = DecodeFileBytes(root, v2_train())
+    analysis = analyse(dataset)
     assert analysis.chain == "traced DecodeFileBytes.__getitem__", analysis.reasons
+    analysis.trace.prepare(range(len(dataset)))  # (each index traced as the loader reaches it)
     assert [analysis.index.source(k) for k in range(len(analysis.index))] == [p for p, _ in ImageFolder(root).samples]

@@ -469,3 +469,62 @@ def _base(dataset: Any, wrapped: bool) -> Analysis:
                           "keep class indexes in samples; map them with target_transform")
     out.index = SampleIndex.from_files(paths, labels)
     return out
+
+
+class _Same:
+    """An object compared by identity (a list of samples must not be compared item by item)."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: Any):
+        self.obj = obj
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and other.obj is self.obj
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def basis(dataset: Any, _depth: int = 0) -> Any:
+    """What the conversion of a torchvision dataset (inside Subset / ConcatDataset) is made
+    of, read cheaply: each layer's object and length, a Subset's indices, a DatasetFolder's
+    samples, loader, transform and target_transform objects, and the fastload specs the
+    transform makes now (a Resize whose size was changed in place makes others). Equal
+    bases give equal conversions; the loader compares them at each iter() (torch reads
+    the dataset anew each epoch) and converts the dataset again when they differ. A
+    dataset of another class (traced) has a basis equal to no other: converted each time.
+
+    Example:
+        >>> import torch
+        >>> data = torch.utils.data.TensorDataset(torch.arange(4))
+        >>> basis(data) == basis(data), basis(data) == basis(torch.utils.data.Subset(data, [0]))
+        (True, False)
+    """
+    if _depth > 32:
+        return _Same(dataset)
+    if isinstance(dataset, Subset):
+        return ("Subset", _Same(dataset), _Same(dataset.indices), len(dataset.indices), basis(dataset.dataset, _depth + 1))
+    if isinstance(dataset, ConcatDataset):
+        return ("ConcatDataset", _Same(dataset), tuple(len(d) for d in dataset.datasets),
+                tuple(basis(d, _depth + 1) for d in dataset.datasets))
+    if isinstance(dataset, (NativeSource, AnalysedSource)):
+        return _Same(dataset)
+    folder = sys.modules.get("torchvision.datasets.folder")
+    if folder is None or not isinstance(dataset, folder.DatasetFolder) or \
+            not _same(type(dataset), folder.DatasetFolder, "__getitem__"):
+        return object()  # (traced whole, inside a wrapper: only tracing it again tells what it is now)
+    try:
+        length = len(dataset)
+    except Exception:  # noqa: BLE001 - a length that fails: the conversion says why
+        length = -1
+    transform = getattr(dataset, "transform", None)
+    specs: Any = None
+    if transform is not None:
+        from fastload.compat.torchvision import split_transform
+
+        pipeline = split_transform(transform, to_run=True)
+        specs = (tuple(pipeline.native), tuple(_Same(t) for t in pipeline.tail))
+    samples = getattr(dataset, "samples", None)
+    return (_Same(dataset), length, _Same(samples), len(samples) if isinstance(samples, list) else -1,
+            _Same(transform), specs, _Same(getattr(dataset, "target_transform", None)),
+            _Same(getattr(dataset, "loader", None)))

@@ -77,8 +77,9 @@ def explain(dataset: Any) -> Explanation:
         blockers += len(analysis.reasons)
     trace = getattr(analysis, "trace", None)
     if trace is not None and not analysis.reasons:
-        lines.append(f"{_INDENT}traced: {trace.traced} of {trace.n} indexes so far (index 0 twice and indexes spread "
-                     f"over the dataset up front, the rest as the loader reaches them); sample: "
+        lines.append(f"{_INDENT}traced: index 0 twice and indexes spread over the dataset probed (their effects on "
+                     f"the dataset undone); a loader traces each of the {trace.n} indexes as each epoch reaches it "
+                     f"(loader.stats()['native']['traced'] lists the epoch's fallbacks); sample: "
                      f"{trace.first.path!r} -> {_shape_of(trace.first.template)}")
         for index, why in list(trace.fallbacks.items())[:5]:
             lines.append(f"{_INDENT * 2}- index {index} runs through its own __getitem__: {why}")

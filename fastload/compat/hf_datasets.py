@@ -835,6 +835,13 @@ class HFLazyTrace(_lazy_trace_base()):  # type: ignore[misc]
             else:
                 self._keep(i, f)
 
+    def renew(self, keep: bool = False) -> bool:
+        """False unless `keep` and the length is the same: the table, its format and the
+        transform may change in place between epochs, so each epoch is analysed anew (16
+        rows read and traced; the sample index vectorised), as cheap as the loader's
+        construction."""
+        return keep and self.n == len(self.dataset())
+
     # ---- LazyTrace's hooks ----
 
     def _trace(self, todo: List[int]) -> None:

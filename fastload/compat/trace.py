@@ -84,7 +84,6 @@ Example:
 
 from __future__ import annotations
 
-import gc
 import io
 import os
 import random
@@ -94,7 +93,7 @@ import threading
 import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
-from typing import Any, Iterator, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Iterator, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 import PIL.Image
@@ -828,11 +827,12 @@ def _map_style(dataset: Any) -> bool:
     return True
 
 
-def _kept_or(dataset: Any, traced: List[Any]) -> _Sample:
+def _kept_or(dataset: Any, traced: List[Any], undo: Callable[[], None]) -> _Sample:
     """_sample(dataset, call, value) of traced = [call, value] (emptied: nothing of the
     tracer's holds the call's objects afterwards), unless the dataset kept the transform's
-    output after the call returned (e.g. in a cache, where the generic path would find the
-    stand-in): then it is taken out of the dicts that hold it and the dataset is refused."""
+    output or what the call opened after it returned (a cache, where the generic path
+    would find the stand-in): then the dataset is refused, and `undo()` (the probes'
+    rollback.Snapshot restored) takes the stand-ins out of its state."""
     call, value = traced
     traced.clear()
     refusal = None
@@ -844,12 +844,17 @@ def _kept_or(dataset: Any, traced: List[Any]) -> _Sample:
     lazies = _lazies_made_in(call)
     call.outputs.clear()
     del call, value
-    if any(ref() is not None for ref in kept):
-        removed = all([_forget(ref) for ref in kept])
-        raise _Refused("keeps the transform's output after __getitem__ returns (a cache? the tracer's stand-in "
-                       + ("was taken out of it)" if removed else "could not be taken out of it: set FASTLOAD_TRACE=0)"),
-                       _where_defined(dataset))
-    _check_lazies_released(dataset, lazies)
+    for refs, what in ((kept, "the transform's output"), (lazies, "what it opened")):
+        alive = [ref() for ref in refs if ref() is not None]
+        if alive:
+            if what != "the transform's output":
+                what += f" ({type(alive[0]).__name__})"
+            del alive
+            undo()
+            removed = all(ref() is None for ref in refs)
+            raise _Refused(f"keeps {what} after __getitem__ returns (a cache? the tracer's stand-in "
+                           + ("was taken out of it)" if removed else "is held outside the dataset, where it could not "
+                              "be taken out: set FASTLOAD_TRACE=0)"), _where_defined(dataset))
     if refusal is not None:
         raise refusal
     return sample
@@ -859,37 +864,6 @@ def _lazies_made_in(call: _Call) -> List[Any]:
     from fastload.compat.openers import made_in
 
     return made_in(call)
-
-
-def _check_lazies_released(dataset: Any, lazies: List[Any]) -> None:
-    """Refuses a dataset that kept an OpenCV array, torchvision.io tensor or bytes stand-in
-    after the call (a cache of images or bytes): unlike a PIL stand-in, which turns into
-    the real image, it cannot become a numpy array or tensor in place, so it is taken out
-    of the dicts that hold it (the generic path then reads the file again)."""
-    alive = [ref for ref in lazies if ref() is not None]
-    if alive:
-        kind = type(alive[0]()).__name__
-        removed = all([_forget(ref) for ref in alive])
-        raise _Refused(f"keeps what it opened ({kind}) after __getitem__ returns (a cache? the tracer's stand-in "
-                       + ("was taken out of it)" if removed else "could not be taken out of it: set FASTLOAD_TRACE=0)"),
-                       _where_defined(dataset))
-
-
-def _forget(ref: Any) -> bool:
-    """Deletes the entries of dicts that hold the object `ref` refers to, directly or in a
-    tuple, list or dict; True when nothing holds it any more."""
-    if ref() is not None:
-        _take_out(ref())
-    return ref() is None
-
-
-def _take_out(target: Any) -> None:
-    holders = [target] + [h for h in gc.get_referrers(target) if type(h) in (tuple, list, dict)]
-    for holder in holders:
-        for owner in gc.get_referrers(holder):
-            if type(owner) is dict and "__builtins__" not in owner:  # (not a module's globals)
-                for key in [k for k, v in owner.items() if v is holder]:
-                    del owner[key]
 
 
 def _find_draw(dataset: Any, index: int, before: Any) -> str:
@@ -966,18 +940,24 @@ def _user_globals(dataset: Any) -> Iterator[None]:
             namespace[key] = original
 
 
-def _analysis(dataset: Any, traced: Any, wrapped: bool) -> Analysis:
-    """The TracedAnalysis of a dataset whose probes traced (traced: a LazyTrace)."""
+def pipeline_of(transform: Any) -> Any:
+    """(Pipeline, wrappers opened) of a transform a traced call intercepted: torchvision's,
+    timm's or albumentations' (the cut into the native prefix and the Python tail, read
+    from the transform's parameters as they are now)."""
     from fastload.compat import albumentations
     from fastload.compat.torchvision import flatten, split_transform
+
+    if albumentations.is_albumentations(transform):
+        return albumentations.split_transform(transform, to_run=True)
+    return split_transform(transform, to_run=True), flatten(transform)[1]
+
+
+def _analysis(dataset: Any, traced: Any, wrapped: bool) -> Analysis:
+    """The TracedAnalysis of a dataset whose probes traced (traced: a LazyTrace)."""
     name = type(dataset).__name__
     out = TracedAnalysis(f"traced {name}.__getitem__")
     out.transform = traced.first.transform
-    if albumentations.is_albumentations(out.transform):
-        out.pipeline, out.wrappers = albumentations.split_transform(out.transform, to_run=True)
-    else:
-        out.pipeline = split_transform(out.transform, to_run=True)
-        out.wrappers = flatten(out.transform)[1]
+    out.pipeline, out.wrappers = pipeline_of(out.transform)
     out.trace = traced
     if not wrapped or traced.simple:
         # (inside a Subset or ConcatDataset, the wrapper takes this index's rows lazily:

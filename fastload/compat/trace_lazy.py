@@ -56,20 +56,28 @@ Example:
 from __future__ import annotations
 
 import gc
+import os
+import sys
 import threading
 import time
 import warnings
 import weakref
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 
 from fastload.compat import trace as _t
+from fastload.compat.rollback import Snapshot
 from fastload.source.index import FlatStrings, SampleIndex
 
 # Indexes traced up front, spread evenly over the dataset from index 0 (traced twice) to the last.
 PROBES = 16
+# Seconds the probes may stay at one place in the code before the dataset is refused (a
+# __getitem__ that blocks): tracing reads no pixels, so no step of an image dataset's
+# probes takes nearly as long.
+PROBE_TIMEOUT_S = 3.0
+TIMEOUT_ENV = "FASTLOAD_TRACE_TIMEOUT"
 # Samples traced at a time ahead of the engine (each trace patches PIL.Image.open and the
 # transforms' __call__ and restores them: ~10 ms, and it resets the type caches of
 # nn.Module's subclasses). 4096 samples: ~60 ms of tracing every 16 batches of 256.
@@ -109,6 +117,7 @@ def _probe(dataset: Any) -> Any:
     if n == 0:
         return None
     before = _t._rng_state()
+    snapshot = Snapshot(dataset)  # (torch calls no __getitem__ here: what the probes do is undone)
     index = 0
     try:
         with _t._patched(dataset):
@@ -116,7 +125,7 @@ def _probe(dataset: Any) -> Any:
             if not traced[0].opened:
                 return None
             try:
-                first = _t._kept_or(dataset, traced)
+                first = _t._kept_or(dataset, traced, snapshot.restore)
                 moved = _t._rng_moved(before)
                 if moved:
                     raise _t._Refused(f"draws random numbers outside the transforms ({', '.join(moved)})",
@@ -146,7 +155,35 @@ def _probe(dataset: Any) -> Any:
                 return refused
     finally:
         _t._rng_restore(before)
+        snapshot.restore()
     return _Probe(samples)
+
+
+class _Basis(NamedTuple):
+    """What a trace's engine pipeline was made from: a later epoch whose probes give
+    another basis needs another pipeline (the loader chooses its path anew)."""
+
+    length: int
+    transform: Any
+    native: Tuple[Any, ...]  # the fastload specs the transform makes now (a Resize's size changed in place: others)
+    tail: Tuple[int, ...]  # ids of the Python transforms after them
+    slot_at: Tuple[Any, ...]
+    simple: bool
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Basis) and self.transform is other.transform and \
+            tuple.__eq__(self._replace(transform=None), other._replace(transform=None))
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _basis(first: Any, n: int) -> _Basis:
+    pipeline, _ = _t.pipeline_of(first.transform)
+    return _Basis(n, first.transform, tuple(pipeline.native), tuple(id(t) for t in pipeline.tail), first.slot_at,
+                  _t._simple(first.template))
 
 
 def _disagreement(first: Any, sample: Any) -> str:
@@ -171,33 +208,67 @@ def _first_draw(dataset: Any, indexes: Sequence[int], before: Any) -> Any:
     return indexes[0], _t._where_defined(dataset), ["a generator"]
 
 
-# dataset -> its LazyTrace, kept while the dataset lives (a second loader, a second epoch).
-_CACHE: "weakref.WeakKeyDictionary[Any, LazyTrace]" = weakref.WeakKeyDictionary()
-_CACHE_LOCK = threading.Lock()
-
-
 def probe(dataset: Any) -> Any:
     """The dataset's LazyTrace (probes traced; a dataset of at most PROBES + 1 samples
     completely), a _Refused (`.index`, `.why`, `.where`), or None when index 0 opens no
-    image with PIL. A LazyTrace made for this dataset object before is reused when the
-    probes trace the same (paths, transform object, samples) and the length is the same."""
-    found = _probe(dataset)
+    image with PIL.
+
+    The probes run on a thread of their own, watched: a dataset whose `__getitem__` waits
+    for something only its worker processes would bring (a barrier, a lock, a queue) must
+    not hang the loader's construction. When the probing thread stays at one place in the
+    code for PROBE_TIMEOUT_S (FASTLOAD_TRACE_TIMEOUT) seconds, the dataset is refused (the
+    generic path then runs it as torch does) and the call is left to return whenever it
+    can; a probe that moves on (imports a library, reads headers) is waited for. What the
+    probes change on the dataset is undone (rollback.py).
+    """
+    result: List[Any] = []
+
+    def run() -> None:
+        try:
+            result.append((_probe(dataset), None))
+        except BaseException as error:  # noqa: BLE001 - raised again on the caller's thread
+            result.append((None, error))
+
+    worker = threading.Thread(target=run, name="fastload-probe", daemon=True)
+    worker.start()
+    if not _joined(worker, probe_timeout()):
+        refused = _t._Refused(
+            f"stayed at one place for {probe_timeout():g} s when traced (it waits for something the loader's own "
+            f"process never brings: a barrier of worker processes, a lock, the network?); set {TIMEOUT_ENV} to "
+            "wait longer", _t._where_defined(dataset))
+        refused.index = 0  # type: ignore[attr-defined]
+        return refused
+    found, error = result[0]
+    if error is not None:
+        raise error
     if not isinstance(found, _Probe):
         return found
-    n = len(dataset)
-    with _CACHE_LOCK:
-        try:
-            cached = _CACHE.get(dataset)
-        except TypeError:  # an unhashable dataset: not kept
-            cached = None
-        if cached is not None and cached.n == n and cached.probes.agrees(found):
-            return cached
-        trace = LazyTrace(dataset, found)
-        try:
-            _CACHE[dataset] = trace
-        except TypeError:
-            pass
-    return trace
+    return LazyTrace(dataset, found)
+
+
+def _joined(worker: threading.Thread, still_s: float) -> bool:
+    """Waits for `worker`: True when it ended, False when its innermost Python frame stayed
+    at the same instruction for `still_s` seconds (blocked, not slow)."""
+    last, since = None, time.monotonic()
+    while True:
+        worker.join(min(0.25, still_s))
+        if not worker.is_alive():
+            return True
+        frame = sys._current_frames().get(worker.ident)  # (sampled, not traced: costs the probe nothing)
+        where = (id(frame), frame.f_lasti) if frame is not None else None
+        if where != last:
+            last, since = where, time.monotonic()
+        elif time.monotonic() - since >= still_s:
+            return False
+
+
+def probe_timeout() -> float:
+    """Seconds the probes of one dataset may take (FASTLOAD_TRACE_TIMEOUT, else PROBE_TIMEOUT_S)."""
+    try:
+        return float(os.environ.get(TIMEOUT_ENV, PROBE_TIMEOUT_S))
+    except ValueError:
+        raise ValueError(f"fastload: expected {TIMEOUT_ENV} to be a number of seconds, got "
+                         f"{os.environ[TIMEOUT_ENV]!r}") from None
 
 
 def held_weakly(dataset: Any) -> Callable[[], Any]:
@@ -224,18 +295,23 @@ class LazyTrace:
 
     def __init__(self, dataset: Any, probes: _Probe):
         self._start(dataset, probes)
+        self.basis = _basis(self.first, self.n)
+        self._new_index(probes)
+
+    def _new_index(self, probes: _Probe) -> None:
+        """An index with nothing traced but the probes' first sample, as file 0 (what an
+        untraced index points at, so the engine's checks hold)."""
         n = self.n
         longest = max(len(s.path.encode("utf-8", "surrogateescape")) for s in probes.samples.values())
         capacity = int(n * longest * _PATH_SLACK) + 4096
-        offsets = np.full(n + 1, capacity, dtype=np.int64)
+        offsets = np.full(n + 3, capacity, dtype=np.int64)  # (file 0, the placeholder, one per index)
         offsets[0] = 0
         self._files = _GrowingStrings(np.empty(capacity, dtype=np.uint8), offsets)
         self._file_count, self._end = 0, 0
         self.index = SampleIndex(self._files, np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64),
                                  np.full(n, -1, dtype=np.int64),
                                  np.zeros(n, dtype=np.int64) if self.simple else np.arange(n, dtype=np.int64))
-        for i, sample in probes.samples.items():
-            self._keep(i, sample)
+        self._add_file(self.first.path)
 
     def _start(self, dataset: Any, probes: _Probe) -> None:
         """What is kept of any lazily traced dataset, its index aside (a subclass that
@@ -254,8 +330,66 @@ class LazyTrace:
         self.trace_s, self.traced_lazily = 0.0, 0  # CPU seconds in prepare() and the indexes it traced
         self._lock = threading.RLock()
         self._listeners: List[Any] = []  # weakrefs to runners whose engine holds the path bytes
+        # What each traced call changes on the dataset stays only where torch's own call
+        # would change the loop's object: with num_workers=0 (set by the loader). With
+        # worker processes torch's calls change the workers' copies only: undone here.
+        self.keep_effects = False
+        self._pool: Any = None  # a FallbackPool (fallback_pool.py) with worker processes, made at the first fallback
+        self._workers, self._seed, self._epochs = 0, 0, 0
+        self._placeholder_id = -1
+
+    def run_like_torch(self, num_workers: int, seed: int) -> None:
+        """Where `__getitem__` runs, as torch's DataLoader with `num_workers` would run it:
+        with none, the traced calls keep their effects on the dataset and a fallback is
+        made in this process; with workers, the traced calls are undone and fallbacks are
+        made by `num_workers` processes (fallback_pool.py) seeded from `seed`."""
+        self.keep_effects, self._workers, self._seed = num_workers == 0, int(num_workers), int(seed)
+
+    def close(self) -> None:
+        """Stops the fallback worker processes, if any."""
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
 
     # ---- what the loader calls ----
+
+    def renew(self, keep: bool = False) -> bool:
+        """A new epoch over the dataset as it is now: True when it still runs the way this
+        trace was made (same length, same transform object making the same native specs,
+        same sample structure), every index then untraced again (each is traced, once, as
+        the epoch reaches it: labels, files and fallbacks are the epoch's own); False when
+        the dataset changed so that the loader must choose its path anew. The probes that
+        tell are undone (rollback.py). `keep`: the last epoch's traces are kept (torch's
+        persistent workers keep their copy of the dataset) unless the length changed."""
+        dataset = self.dataset()
+        try:
+            n = len(dataset)
+        except Exception:  # noqa: BLE001 - a length that fails now: the loader's own analysis says why
+            return False
+        if keep and n == self.n:
+            return True
+        found = _probe(dataset) if n > 0 else None
+        if not isinstance(found, _Probe) or _basis(found.samples[0], n) != self.basis:
+            return False
+        self.close()  # (the workers' copies are of the last epoch's dataset)
+        self._epochs += 1
+        with self._lock:
+            self.probes, self.first = found, found.samples[0]
+            if self.templates is not None:
+                self.templates = [None] * n
+            self.done[:] = False
+            self.fallback[:] = False
+            self.fallbacks.clear()
+            self._warned = False
+            self._reset_files()
+        return True
+
+    def _reset_files(self) -> None:
+        """The file table emptied for a new epoch (its buffer kept), file 0 the first probe's."""
+        self._file_count, self._end, self._placeholder_id = 0, 0, -1
+        self._files.offsets[1:] = len(self._files.data)
+        self.index.file_ids[:] = 0
+        self._add_file(self.first.path)
 
     @property
     def traced(self) -> int:
@@ -316,20 +450,19 @@ class LazyTrace:
                  int(index.offsets[i]), int(index.sizes[i])) for i in dict.fromkeys(int(i) for i in indices)]
 
     def adopt(self, exported: List[Any]) -> None:
-        """The indexes of `export` (the parent's trace of them) taken into this copy, untraced
-        ones only: a worker reads what the parent traced without tracing it again."""
+        """The indexes of `export` (the parent's trace of them, this epoch's) taken into this
+        copy: a worker reads what the parent traced without tracing it again."""
+        index = self.index
         with self._lock:
             for i, path, label, offset, size in exported:
-                if self.done[i]:
-                    continue
-                self.index.offsets[i], self.index.sizes[i] = offset, size
+                index.offsets[i], index.sizes[i] = offset, size
+                self.fallback[i] = path is None
                 if path is None:  # (the parent makes its sample with __getitem__; the engine a placeholder)
-                    self.index.file_ids[i] = self.index.file_ids[0]
-                    self.fallback[i] = True
-                else:
-                    self.index.file_ids[i] = self._add_file(path)
-                    if self.simple:
-                        self.index.labels[i] = label
+                    self._point_at_placeholder(i)
+                elif not (self.done[i] and index.files[int(index.file_ids[i])] == path):
+                    index.file_ids[i] = self._add_file(path)
+                if path is not None and self.simple:
+                    index.labels[i] = label
                 self.done[i] = True
 
     def trace_all(self, chunk: int = 4096) -> None:
@@ -341,18 +474,36 @@ class LazyTrace:
             if len(self._files.data) > self._end:
                 self._grow(self._end)
 
-    def __call__(self, images: Any, labels: torch.Tensor, indices: Sequence[int]) -> Any:
+    def start_fallbacks(self, indices: Sequence[int]) -> Optional[Dict[int, Any]]:
+        """The samples of `indices` (a batch about to be submitted, traced) that fall back,
+        started in the worker processes ({index: future}); None when there are none or
+        they are made in this process (num_workers=0)."""
+        rows = [int(i) for i in indices if self.fallback[int(i)]]
+        if not rows or self.keep_effects:
+            return None
+        if self._pool is None:
+            from fastload.compat.fallback_pool import FallbackPool
+
+            # (another base seed each epoch, as torch's workers draw one per iter())
+            seed = (self._seed + 1_000_003 * self._epochs) % (1 << 62)
+            self._pool = FallbackPool(self.dataset(), workers=self._workers, base_seed=seed)
+        return self._pool.start(rows)
+
+    def __call__(self, images: Any, labels: torch.Tensor, indices: Sequence[int],
+                 started: Optional[Dict[int, Any]] = None) -> Any:
         """The batch of these samples: `images` (the engine's, [B, ...]) and `labels` (the
         index's labels of the batch's samples) made into the dataset's own structure, each
-        per-sample fallback's slot filled with what its own __getitem__ returns.
-        `indices` are the samples submitted (the labels are the rows for a rebuilt one)."""
+        per-sample fallback's slot filled with what its own __getitem__ returns (`started`:
+        those start_fallbacks began). `indices` are the samples submitted (the labels are
+        the rows for a rebuilt one)."""
         rows = labels.tolist() if not self.simple else [int(i) for i in indices]
         falling = [k for k, r in enumerate(rows) if self.fallback[r]]
+        made = {rows[k]: self._made(rows[k], started) for k in falling}
         if self.simple:
             if falling:
                 labels = labels.clone()
                 for k in falling:
-                    image, label = self._real(rows[k], images)
+                    image, label = self._real(rows[k], made[rows[k]], images)
                     images[k].copy_(image)
                     labels[k] = int(label)
             return [images, labels]
@@ -360,13 +511,27 @@ class LazyTrace:
 
         templates = [self.templates[r] for r in rows]  # type: ignore[index]
         for k in falling:
-            image, templates[k] = self._real(rows[k], images)
+            image, templates[k] = self._real(rows[k], made[rows[k]], images)
             images[k].copy_(image)
 
         def fill(batch: Any, *, collate_fn_map: Any = None) -> Any:
             return images
 
         return collate(templates, collate_fn_map={_t._Slot: fill, **default_collate_fn_map})
+
+    def _made(self, i: int, started: Optional[Dict[int, Any]]) -> Any:
+        """Index i's sample from its own __getitem__: a worker's (started), else made here."""
+        future = started.get(i) if started else None
+        if future is not None:
+            return future.result()
+        if self.keep_effects:
+            return self.dataset()[i]
+        dataset = self.dataset()
+        snapshot = Snapshot(dataset)  # (torch's call would change a worker's copy, not the loop's object)
+        try:
+            return dataset[i]
+        finally:
+            snapshot.restore()
 
     # ---- tracing ----
 
@@ -388,7 +553,9 @@ class LazyTrace:
                     # Which of them drew: each traced again from the same state.
                     for i in todo:
                         _t._rng_restore(before)
+                        snapshot = Snapshot(dataset)
                         _t._trace_call(dataset, i)
+                        snapshot.restore()
                         moved = _t._rng_moved(before)
                         if moved:
                             kept[i] = f"draws random numbers outside the transforms ({', '.join(moved)}) at " \
@@ -404,16 +571,22 @@ class LazyTrace:
                 self._keep(i, sample)
 
     def _one(self, dataset: Any, i: int) -> Any:
-        """index i's _Sample, or why it falls back."""
+        """index i's _Sample, or why it falls back. What the call changed on the dataset is
+        undone unless it is the epoch's one call of `dataset[i]` in the process where
+        torch would make it (keep_effects, and the sample does not fall back: a fallback's
+        own __getitem__ call makes its effects)."""
+        snapshot = Snapshot(dataset)
         call, value = _t._trace_call(dataset, i)
         try:
             sample = _t._sample(dataset, call, value)
+            why, where = _disagreement(self.first, sample), ""
         except _t._Refused as refused:
-            return f"{refused.why} at {refused.where or _t._where_defined(dataset)}"
+            sample, why, where = None, refused.why, refused.where
         finally:
             call.outputs.clear()  # (each output refers to the call: no cycle left for the collector)
-        why = _disagreement(self.first, sample)
-        return f"{why} at {_t._where_defined(dataset)}" if why else sample
+        if why or not self.keep_effects:
+            snapshot.restore()
+        return f"{why} at {where or _t._where_defined(dataset)}" if why else sample
 
     def _keep(self, i: int, sample: Any) -> None:
         self.index.file_ids[i] = self._add_file(sample.path)
@@ -424,9 +597,9 @@ class LazyTrace:
         self.done[i] = True
 
     def _fall_back(self, i: int, why: str) -> None:
-        # The engine makes index 0's image in its slot; the batch replaces it.
-        index = self.index
-        index.file_ids[i], index.offsets[i], index.sizes[i] = index.file_ids[0], index.offsets[0], index.sizes[0]
+        # The engine makes a tiny placeholder image in its slot (almost no work); the batch
+        # replaces it with the sample its own __getitem__ makes.
+        self._point_at_placeholder(i)
         self.fallback[i] = True
         self.fallbacks[i] = why
         self.done[i] = True
@@ -442,6 +615,16 @@ class LazyTrace:
     def _who(self, i: int) -> str:
         """Whose index i, for messages (a LazyView names the outer and the inner index)."""
         return f"{self.name}.__getitem__ (traced, index {i})"
+
+    def _point_at_placeholder(self, i: int) -> None:
+        """Index i's entry made the placeholder image's (placeholder.py), added to the file
+        table once per epoch."""
+        from fastload.compat.placeholder import placeholder_jpeg
+
+        if self._placeholder_id < 0:
+            self._placeholder_id = self._add_file(placeholder_jpeg())
+        index = self.index
+        index.file_ids[i], index.offsets[i], index.sizes[i] = self._placeholder_id, 0, -1
 
     def _add_file(self, path: str) -> int:
         data = path.encode("utf-8", "surrogateescape")
@@ -469,30 +652,30 @@ class LazyTrace:
 
     # ---- per-sample fallback ----
 
-    def _real(self, i: int, images: Any) -> Any:
-        """(image, label) (simple) or (image, template) of index i from its own __getitem__."""
-        dataset = self.dataset()
-        sample = dataset[i]
+    def _real(self, i: int, sample: Any, images: Any) -> Any:
+        """(image, label) (simple) or (image, template) of index i's `sample` (made by its
+        own __getitem__), checked to fit the batch."""
         image = sample
+        made = f"{self.name}[{i}] (made by its own __getitem__: {self.fallbacks[i]})"
         try:
             for key in self.first.slot_at:
                 image = image[key]
         except (KeyError, IndexError, TypeError):
-            raise RuntimeError(f"fastload: {self.name}[{i}] (run in Python: {self.fallbacks[i]}) has no image where "
-                               f"index 0's sample has it ({_t._shape(self.first.template)}); torch's default_collate "
-                               "could not batch it with the others either. Make every sample the same structure.") \
-                from None
+            raise RuntimeError(f"fastload: {made} is {_t._shape(sample)}, without an image where the epoch's other "
+                               f"samples have theirs ({_t._shape(self.first.template)}): the batch cannot be made "
+                               "of both. Return one structure for every sample.") from None
         if not isinstance(image, torch.Tensor) or image.shape != images.shape[1:]:
             what = f"{tuple(image.shape)} {image.dtype}" if isinstance(image, torch.Tensor) else type(image).__name__
-            raise RuntimeError(f"fastload: {self.name}[{i}] (run in Python: {self.fallbacks[i]}) returns an image "
-                               f"{what}, the batch's are {tuple(images.shape[1:])} {images.dtype}; torch's "
-                               "default_collate could not stack them either. Make every sample's transform the same.")
+            raise RuntimeError(f"fastload: cannot stack the batch: {made} has an image {what}, the batch's other "
+                               f"samples {tuple(images.shape[1:])} {images.dtype} (the transform read when the epoch "
+                               "began). If the dataset's transform changed during the epoch, change it between epochs "
+                               "(each iter() reads it anew); else make every sample's transform give one size.")
         if self.simple:
             label = sample[1]
             if not _t._int_label(label):
-                raise RuntimeError(f"fastload: {self.name}[{i}] (run in Python: {self.fallbacks[i]}) returns the label "
-                                   f"{label!r}, index 0 an int class index. Return the same label type for every "
-                                   "sample.")
+                raise RuntimeError(f"fastload: {made} returns the label {label!r} where the epoch's other samples "
+                                   "have an int class index: the batch's labels cannot be stacked. Return the same "
+                                   "label type for every sample.")
             return image, label
         return image, _t._templated(sample, image, [], ())
 

@@ -83,7 +83,7 @@ class LazyView(LazyTrace):
         self.simple = True
         first = self.first.path.encode("utf-8", "surrogateescape")
         capacity = max(4096, 64 * min(n, _COPY_UP_FRONT) + len(first))  # grown as paths come
-        offsets = np.full(n + 2, capacity, dtype=np.int64)  # (file 0 below, then one per outer index)
+        offsets = np.full(n + 3, capacity, dtype=np.int64)  # (file 0 below, the placeholder, one per outer index)
         offsets[0] = 0
         self._files = _GrowingStrings(np.empty(capacity, dtype=np.uint8), offsets)
         self._file_count, self._end = 0, 0
@@ -97,6 +97,8 @@ class LazyView(LazyTrace):
         self.trace_s, self.traced_lazily = 0.0, 0
         self._lock = threading.RLock()
         self._listeners = []
+        self.keep_effects, self._pool, self._workers, self._seed, self._epochs = False, None, 0, 0, 0
+        self._placeholder_id = -1
         # File 0: part 0's index 0 (traced, never a fallback): what an untraced or
         # falling-back outer index points at, so the engine always reads a real file.
         self._add_file(self.first.path)
@@ -109,6 +111,17 @@ class LazyView(LazyTrace):
         for j in np.flatnonzero(known)[:_COPY_UP_FRONT].tolist():
             self._adopt(j)
         self._warned = False
+
+    def run_like_torch(self, num_workers: int, seed: int) -> None:
+        super().run_like_torch(num_workers, seed)
+        for part in self.parts:
+            part.keep_effects = self.keep_effects  # (the parts' traced calls are the view's)
+
+    def renew(self, keep: bool = False) -> bool:
+        """False unless `keep` (then True): a wrapper's map of outer to inner indexes may
+        change with the datasets it wraps, so each epoch is analysed anew (each part's
+        probes, undone; the wrapper's arrays), as cheap as the loader's construction."""
+        return keep and self.n == len(self.dataset())
 
     def _who(self, j: int) -> str:
         part = self.parts[int(self.part_of[j])]

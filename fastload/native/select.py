@@ -38,7 +38,7 @@ import torch
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
 
 import torch
 from torch.utils.data.datapipes.datapipe import IterDataPipe, MapDataPipe
@@ -298,14 +298,14 @@ def select_path(
                                on_error=on_error, description=description, tail_on=tail_on, labels=labels,
                                timeout=timeout)
         blockers = f"; not native: {'; '.join(tail.blockers)}" if tail.blockers else ""
-        return _Rebuilt.wrap(runner, rebuild), f"{description}, decode_on=cpu{why}{labels_note}{blockers}"
+        return _Rebuilt.wrap(runner, rebuild, num_workers), f"{description}, decode_on=cpu{why}{labels_note}{blockers}"
     decode_on, why = _resolve_decode_on(decode_on, device, colour=plan.has_color())
     runner = NativeRunner(index, plan, num_threads=max(1, num_workers), pin_memory=pin_memory,
                           memory_format=memory_format, on_error=on_error, decode_on=decode_on,
                           device=device, description=description, timeout=timeout)
     if labels is not None:
         runner = LabelledRunner(runner, labels)
-    return _Rebuilt.wrap(runner, rebuild), f"{description}, decode_on={decode_on}{why}{labels_note}"
+    return _Rebuilt.wrap(runner, rebuild, num_workers), f"{description}, decode_on={decode_on}{why}{labels_note}"
 
 
 class _Rebuilt(LabelledRunner):
@@ -313,11 +313,11 @@ class _Rebuilt(LabelledRunner):
     [images, dataset indexes] go through `rebuild` (fastload.compat.trace.SampleTemplates)."""
 
     @classmethod
-    def wrap(cls, runner: Any, rebuild: Optional[Callable[[Any, torch.Tensor], Any]]) -> Any:
+    def wrap(cls, runner: Any, rebuild: Optional[Callable[[Any, torch.Tensor], Any]], num_workers: int) -> Any:
         if rebuild is None:
             return runner
         if hasattr(rebuild, "prepare"):
-            return _LazilyTraced(runner, rebuild)
+            return _LazilyTraced(runner, rebuild, num_workers)
         return cls(runner, rebuild)
 
     def result(self, ticket: int) -> Any:
@@ -335,11 +335,15 @@ class _LazilyTraced(LabelledRunner):
     (fastload.compat.trace_lazy.LazyTrace): each batch's indexes are traced before the
     engine is handed the batch (on the submitting thread: the loader submits batches
     ahead of the one it waits for); each batch takes the dataset's own structure, the
-    samples whose trace disagreed filled by their own __getitem__."""
+    samples whose trace disagreed filled by their own __getitem__ (started in worker
+    processes when the batch is submitted, where the loader has num_workers). The trace
+    holds for one epoch: `renew()` tells, at each iter(), whether the dataset still runs
+    this way."""
 
-    def __init__(self, runner: Any, trace: Any):
+    def __init__(self, runner: Any, trace: Any, num_workers: int):
         super().__init__(runner, trace)
         object.__setattr__(self, "_submitted", {})
+        trace.run_like_torch(num_workers, runner.plan.seed if hasattr(runner, "plan") else 0)
         native = runner
         while not hasattr(native, "refresh_index") and (hasattr(native, "runner") or hasattr(native, "native")):
             native = native.__dict__.get("runner") or native.__dict__.get("native")
@@ -349,12 +353,17 @@ class _LazilyTraced(LabelledRunner):
         elif hasattr(native, "trace"):
             native.trace = trace  # worker processes: each batch carries its indexes' trace to them
         else:
-            trace.trace_all()  # a runner that takes the index once: every index traced first
+            raise TypeError(f"fastload: a traced dataset's runner {type(runner).__name__} takes no index updates")
+
+    def renew(self, keep: bool = False) -> bool:
+        """A new epoch: True when the dataset still runs on this runner (its trace renewed),
+        False when the loader must choose its path anew (LazyTrace.renew)."""
+        return self._labels.renew(keep)
 
     def submit(self, indices: Any, epoch: int) -> int:
         self._labels.prepare(indices)
         ticket = self.runner.submit(indices, epoch)
-        self._submitted[ticket] = indices
+        self._submitted[ticket] = (indices, self._labels.start_fallbacks(indices))
         return ticket
 
     def ahead(self, batches: Any) -> Any:
@@ -366,7 +375,7 @@ class _LazilyTraced(LabelledRunner):
         self.runner.discard(ticket)
 
     def result(self, ticket: int) -> Any:
-        indices = self._submitted.pop(ticket)
+        indices, started = self._submitted.pop(ticket)
         images, labels = self.runner.result(ticket)
         # The samples the batch holds: under on_error="skip", a replacement in a bad one's slot.
         held = getattr(self.runner, "last_samples", None)
@@ -375,12 +384,24 @@ class _LazilyTraced(LabelledRunner):
             # (a worker process traced a replacement in its own copy: traced here too, so
             # that one whose trace disagrees is made by __getitem__ below)
             self._labels.prepare(held)
-        batch = self._labels(images, labels.cpu(), indices if held is None else held)
+        batch = self._labels(images, labels.cpu(), indices if held is None else held, started)
         if getattr(self.runner, "pin_memory", False):
             from torch.utils.data._utils.pin_memory import pin_memory
 
             batch = pin_memory(batch)  # (the images are pinned already: kept as they are)
         return batch
+
+    def stats(self, reset: bool = False) -> Dict[str, Any]:
+        """The runner's stats, and "traced": this epoch's traced indexes, its fallbacks
+        ({index: why}, made by their own __getitem__) and the CPU seconds tracing took."""
+        out = dict(self.runner.stats(reset=reset))
+        trace = self._labels
+        out["traced"] = {"samples": trace.traced, "fallbacks": dict(trace.fallbacks), "trace_s": trace.trace_s}
+        return out
+
+    def close(self) -> None:
+        self._labels.close()
+        self.runner.close()
 
 
 def _augmentation_seed(dataset: Any, seed: Optional[int]) -> int:

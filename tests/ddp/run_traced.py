@@ -6,7 +6,8 @@
 A Dataset of its own class (Image.open(path).convert("RGB") + a torchvision transform,
 label = the dataset index) of N samples cycling over the JPEG files of DIR, read by
 fastload.DataLoader(..., distributed="auto"): writes the labels (dataset indexes) this rank
-saw, the loader's path and how many indexes this rank traced to <out>/rank<r>.json.
+saw, the loader's path, how many indexes this rank traced and how many `__getitem__` calls
+its dataset object saw to <out>/rank<r>.json.
 """
 
 from __future__ import annotations
@@ -30,13 +31,14 @@ BATCH = 6
 
 class Cycling(torch.utils.data.Dataset):
     def __init__(self, files, n):
-        self.files, self.n = files, n
+        self.files, self.n, self.calls = files, n, 0
         self.transform = T.Compose([T.Resize(20), T.CenterCrop(16), T.ToTensor()])
 
     def __len__(self):
         return self.n
 
     def __getitem__(self, i):
+        self.calls += 1
         return self.transform(Image.open(self.files[i % len(self.files)]).convert("RGB")), i
 
 
@@ -50,16 +52,13 @@ def main() -> None:
     files = sorted(glob.glob(os.path.join(args.images, "**", "*.jpg"), recursive=True))
     dataset = Cycling(files, N)
     loader = fastload.DataLoader(dataset, batch_size=BATCH, shuffle=True, distributed="auto", seed=3)
-    from fastload.compat.trace_lazy import probe
-
-    traced_at_start = probe(dataset).traced
     seen = []
     for images, labels in loader:
         seen += labels.tolist()
         dist.all_reduce(torch.ones(1))  # every step sees every rank
     with open(os.path.join(args.out, f"rank{rank}.json"), "w") as f:
-        json.dump({"rank": rank, "seen": seen, "path": loader.path, "traced_at_start": traced_at_start,
-                   "traced": probe(dataset).traced}, f)
+        json.dump({"rank": rank, "seen": seen, "path": loader.path, "calls": dataset.calls,
+                   "traced": loader.stats()["native"]["traced"]["samples"]}, f)
     dist.all_reduce(torch.zeros(1))
     dist.destroy_process_group()
 
