@@ -492,13 +492,22 @@ def basis(dataset: Any, _depth: int = 0) -> Any:
     transform makes now (a Resize whose size was changed in place makes others). Equal
     bases give equal conversions; the loader compares them at each iter() (torch reads
     the dataset anew each epoch) and converts the dataset again when they differ. A
-    dataset of another class (traced) has a basis equal to no other: converted each time.
+    dataset of another class inside a wrapper (traced whole) has a basis equal to no other:
+    converted each time.
 
     Example:
-        >>> import torch
-        >>> data = torch.utils.data.TensorDataset(torch.arange(4))
-        >>> basis(data) == basis(data), basis(data) == basis(torch.utils.data.Subset(data, [0]))
-        (True, False)
+        >>> import os, tempfile
+        >>> from PIL import Image
+        >>> from torchvision import datasets, transforms as T
+        >>> root = tempfile.mkdtemp(); os.makedirs(os.path.join(root, "a"))
+        >>> Image.new("RGB", (8, 8)).save(os.path.join(root, "a", "0.jpg"))
+        >>> folder = datasets.ImageFolder(root, transform=T.Compose([T.Resize(6), T.ToTensor()]))
+        >>> before = basis(folder)
+        >>> before == basis(folder)
+        True
+        >>> folder.transform.transforms[0].size = 4
+        >>> before == basis(folder)
+        False
     """
     if _depth > 32:
         return _Same(dataset)
@@ -512,7 +521,9 @@ def basis(dataset: Any, _depth: int = 0) -> Any:
     folder = sys.modules.get("torchvision.datasets.folder")
     if folder is None or not isinstance(dataset, folder.DatasetFolder) or \
             not _same(type(dataset), folder.DatasetFolder, "__getitem__"):
-        return object()  # (traced whole, inside a wrapper: only tracing it again tells what it is now)
+        # Inside a wrapper, a class of the user's own was traced whole: only tracing it again
+        # tells what it is now. (The loader's own dataset, when traced, renews its trace.)
+        return object() if _depth else _Same(dataset)
     try:
         length = len(dataset)
     except Exception:  # noqa: BLE001 - a length that fails: the conversion says why

@@ -835,12 +835,20 @@ class HFLazyTrace(_lazy_trace_base()):  # type: ignore[misc]
             else:
                 self._keep(i, f)
 
+    def _point_at_placeholder(self, i: int) -> None:
+        """(The file table is the Arrow files', fixed: the engine makes row 0's image in
+        the slot of a row made by __getitem__.)"""
+        index = self.index
+        index.file_ids[i], index.offsets[i], index.sizes[i] = index.file_ids[0], index.offsets[0], index.sizes[0]
+
     def renew(self, keep: bool = False) -> bool:
-        """False unless `keep` and the length is the same: the table, its format and the
-        transform may change in place between epochs, so each epoch is analysed anew (16
-        rows read and traced; the sample index vectorised), as cheap as the loader's
+        """True for the first epoch (the loader was just built from this analysis) and, with
+        `keep`, while the length is the same; else False: the table, its format and the
+        transform may change in place between epochs, so each later epoch is analysed anew
+        (16 rows read and traced; the sample index vectorised), as cheap as the loader's
         construction."""
-        return keep and self.n == len(self.dataset())
+        first, self._epochs = self._epochs == 0, self._epochs + 1
+        return first or (keep and self.n == len(self.dataset()))
 
     # ---- LazyTrace's hooks ----
 
@@ -1124,30 +1132,23 @@ class _Collated:
     """A lazily traced Hugging Face dataset's batches made by the user's collate_fn: the
     rows' templates with a stand-in image through it, the engine's images put where the
     stack was; a sample the engine cannot make (HFLazyTrace's fallbacks) is the dataset's
-    own row, its image put in its slot. What the loader calls of a LazyTrace
-    (prepare, ahead, attach, trace_all) goes to the trace."""
+    own row, its image put in its slot. Everything else the loader calls of a LazyTrace
+    (prepare, ahead, attach, renew, start_fallbacks, ...) goes to the trace."""
 
     def __init__(self, trace: "HFLazyTrace", collate_fn: Any, place: Tuple[Any, ...]):
         self.trace, self.collate_fn, self.place = trace, collate_fn, place
 
-    def prepare(self, indices: Any) -> None:
-        self.trace.prepare(indices)
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or "trace" not in self.__dict__:
+            raise AttributeError(name)
+        return getattr(self.trace, name)
 
-    def ahead(self, batches: Any) -> Any:
-        return self.trace.ahead(batches)
-
-    def attach(self, runner: Any) -> None:
-        self.trace.attach(runner)
-
-    def trace_all(self) -> None:
-        self.trace.trace_all()
-
-    def __call__(self, images: Any, labels: Any, indices: Any) -> Any:
+    def __call__(self, images: Any, labels: Any, indices: Any, started: Any = None) -> Any:
         trace, stand_in = self.trace, _PROBES[0](0)
         samples = []
         for k, r in enumerate(labels.tolist()):  # (the index's labels: the positions the slots hold)
             if trace.fallback[r]:
-                image, template = trace._real(r, images)
+                image, template = trace._real(r, trace._made(r, started), images)
                 images[k].copy_(image)
             else:
                 template = trace.templates[r]

@@ -73,7 +73,9 @@ Example:
     ...     def __init__(self, transform): self.transform = transform
     ...     def __len__(self): return 1
     ...     def __getitem__(self, i): return self.transform(Image.open(path).convert("RGB")), 7
-    >>> analysis = analyse(Photos(T.Compose([T.CenterCrop(4), T.ToTensor()])))
+    >>> photos = Photos(T.Compose([T.CenterCrop(4), T.ToTensor()]))
+    >>> analysis = analyse(photos)
+    >>> analysis.trace.prepare([0])  # (what the loader does as each epoch reaches the index)
     >>> analysis.chain, analysis.index.labels.tolist(), [type(s).__name__ for s in analysis.pipeline.native]
     ('traced Photos.__getitem__', [7], ['CenterCrop', 'ToDtype'])
     >>> class Peeks(Photos):

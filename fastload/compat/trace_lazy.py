@@ -1,38 +1,50 @@
-"""A traced dataset learnt as the loader reaches it: a few indexes up front, the rest per batch.
+"""A traced dataset learnt as the loader reaches it, one epoch at a time: a few probes, then each index as its batch comes.
 
 Tracing every index when the loader is built costs ~15 us per sample (~20 s for
 ImageNet's 1.28M) before the first batch. Instead, `probe(dataset)` traces index 0 twice
-and PROBES indexes spread over the dataset (0 and the last among them): that decides native or generic (any of
-them refused: the whole dataset is refused, with the index and the user's file:line, as
-when every index was traced) and learns the transform and where the image sits in the
-sample. A dataset of at most PROBES + 1 samples is then traced completely.
+and PROBES indexes spread over the dataset (0 and the last among them): that decides
+native or generic (any of them refused: the whole dataset is refused, with the index and
+the user's file:line, as when every index was traced) and learns the transform and where
+the image sits in the sample. torch's DataLoader calls no `__getitem__` when it is built,
+so what the probes change on the dataset object is undone (rollback.py), and they run on
+a watched thread: a `__getitem__` that blocks (a barrier of worker processes) refuses the
+dataset instead of hanging the loader.
 
-Every other index is traced by `LazyTrace.prepare(indices)` just before the engine is
-handed the batch that holds it (the loader submits batches ahead of the one it waits
-for: the trace runs while the engine decodes earlier batches). The engine's index arrays
-(file ids, the path bytes, the labels) are filled in place then, so the engine reads them
-without a copy. Traced indexes are kept: a second epoch, a second loader over the same
-dataset object (while its probes agree) and a resume trace nothing again. Each DDP rank
+A trace holds for one epoch, as torch's calls do. At each iter() the loader asks the
+trace to `renew()`: the probes run again (undone) on the dataset as it is now, and when
+the length, the transform object, the native specs it makes (a Resize whose size was
+changed in place makes others) and the sample structure are what the engine's pipeline
+was made from, every index is untraced again; otherwise the loader chooses its path
+anew. Each served index is then traced by `LazyTrace.prepare(indices)` just before the
+engine is handed its batch (the loader submits batches ahead of the one it waits for: the
+trace runs while the engine decodes earlier batches): its file, label or sample template
+are the epoch's own (pseudo-labels, resampled files). With num_workers=0 that traced call
+is the epoch's one call of `dataset[i]`, in the process where torch makes it, and its
+effects stay; with worker processes, torch's calls change only the workers' copies, so
+the traced calls are undone. The engine's index arrays (file ids, the path bytes, the
+labels) are filled in place, so the engine reads them without a copy. Each DDP rank
 traces only the indexes its sampler gives it. Under on_error="skip", a replacement sample
 is traced before the engine runs it, and the batch takes the samples it holds (a
 replacement that falls back is made by its own __getitem__). Inside a Subset or
 ConcatDataset the wrapper takes its indexes through a LazyView (trace_views.py), traced
 as lazily. A hybrid pipeline whose Python tail runs in worker processes
 (tail_on="processes") hands each batch's traced files to the worker with the batch
-(`export` / `adopt`): the workers' copies were forked before most indexes were traced.
+(`export` / `adopt`): the workers' copies were forked before the epoch's indexes were traced.
 
 Tracing runs on the thread that submits batches, not on a thread of its own: the trace
 compares Python's, numpy's and torch's global generators before and after the dataset's
 code and restores them, and those generators are process-wide: a background thread would
 see the training loop's draws as the dataset's and undo them.
 
-A later index whose trace disagrees with index 0's (an exception, another transform
+A later index whose trace disagrees with the probes' (an exception, another transform
 object, the image in another place, another sample structure, random numbers drawn
 outside the transforms, anything the tracer cannot see through) falls back *per sample*:
-the engine makes a placeholder in its slot and the batch gets what the dataset's own
-`__getitem__` returns for it, run in Python, as torch's DataLoader would (one UserWarning
-names the first such index and the reason with the user's file:line; `fallbacks` lists
-them all).
+the engine makes a tiny placeholder in its slot (placeholder.py) and the batch gets what
+the dataset's own `__getitem__` returns for it, as torch's DataLoader would: in this
+process with num_workers=0, else in `num_workers` forked processes started when the batch
+is submitted (fallback_pool.py). One UserWarning names the first such index of an epoch
+and the reason with the user's file:line; `fallbacks` (and the loader's
+stats()["native"]["traced"]) lists them all.
 
 Example:
     >>> import os, tempfile, torch
@@ -48,9 +60,9 @@ Example:
     >>> photos = Photos(T.Compose([T.CenterCrop(4), T.ToTensor()]))
     >>> trace = probe(photos)
     >>> photos.calls, trace.traced
-    (17, 16)
+    (0, 0)
     >>> trace.prepare([500, 501]); trace.traced, trace.index.labels[[500, 501]].tolist()
-    (18, [0, 1])
+    (2, [0, 1])
 """
 
 from __future__ import annotations

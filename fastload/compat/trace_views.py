@@ -4,13 +4,14 @@
 time. Wrapped in a `Subset` (what `random_split` returns) or a `ConcatDataset` (nested to
 any depth), each outer index is one index of one traced dataset: `LazyView` keeps that
 map (two arrays, no `__getitem__` call) and its own index for the engine, filled as the
-outer indexes are reached. Tracing outer index j traces its dataset's index i (kept by
-that dataset's LazyTrace, shared with any other loader or wrapper over it); a sample whose
+outer indexes are reached. Tracing outer index j traces its dataset's index i (in that
+dataset's LazyTrace); a sample whose
 trace disagrees with its dataset's index 0 runs through the outer dataset's own
 `__getitem__` per sample, and the warning names both indexes.
 
 So a wrapper costs at construction what its datasets' probes cost (index 0 twice and 16
-spread indexes each), whatever its length. A ConcatDataset mixing a traced dataset with
+spread indexes each, undone), whatever its length; at each later iter() the wrapper is
+analysed anew (its map may change with the datasets it wraps), as cheaply. A ConcatDataset mixing a traced dataset with
 one fastload recognises otherwise (a torchvision ImageFolder, ...) traces its traced
 parts completely instead (`eager`), as every wrapper did before. Samples other than
 (image, int label) are rebuilt only for the loader's own dataset, not inside a wrapper.
@@ -28,11 +29,12 @@ Example:
     ...         self.calls += 1
     ...         return self.transform(Image.open(path).convert("RGB")), i % 10
     >>> photos = Photos(T.Compose([T.CenterCrop(4), T.ToTensor()]))
-    >>> view = analyse(torch.utils.data.Subset(photos, range(500, 1000))).trace
-    >>> photos.calls, view.n, view.traced
-    (17, 500, 8)
-    >>> view.prepare([3, 4]); photos.calls, view.index.labels[[3, 4]].tolist()
-    (19, [3, 4])
+    >>> subset = torch.utils.data.Subset(photos, range(500, 1000))
+    >>> view = analyse(subset).trace
+    >>> photos.calls, view.n, view.traced  # (the probes' calls undone)
+    (0, 500, 0)
+    >>> view.prepare([3, 4]); view.traced, view.index.labels[[3, 4]].tolist()
+    (2, [3, 4])
 """
 
 from __future__ import annotations

@@ -392,11 +392,13 @@ class _LazilyTraced(LabelledRunner):
         return batch
 
     def stats(self, reset: bool = False) -> Dict[str, Any]:
-        """The runner's stats, and "traced": this epoch's traced indexes, its fallbacks
-        ({index: why}, made by their own __getitem__) and the CPU seconds tracing took."""
+        """The runner's stats, and "traced": this epoch's traced indexes ("samples") and
+        fallbacks ({index: why}, made by their own __getitem__), and over the runner's life
+        the indexes traced as batches came ("traced_total") and the CPU seconds that took."""
         out = dict(self.runner.stats(reset=reset))
         trace = self._labels
-        out["traced"] = {"samples": trace.traced, "fallbacks": dict(trace.fallbacks), "trace_s": trace.trace_s}
+        out["traced"] = {"samples": trace.traced, "fallbacks": dict(trace.fallbacks),
+                         "traced_total": trace.traced_lazily, "trace_s": trace.trace_s}
         return out
 
     def close(self) -> None:
