@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from affine_ties import AFFINE_OPS, inadmissible, native_ties  # (tests/affine_ties.py)
 from fastload import _ext
 from fastload.augment import autoaugment
 from fastload.augment.autoaugment import OPS
@@ -68,21 +69,29 @@ ROUNDED_DIFFERENTLY = ("Color", "Sharpness", "AutoContrast")
 @pytest.mark.parametrize("height, width, channels", [(37, 53, 3), (48, 48, 1), (2, 5, 3), (1, 1, 1)])
 def test_every_v2_augmix_op_equals_the_native_op(interpolation, height, width, channels):
     """Each op of v2's space at each bin and sign, v2's own kernel at v2's own magnitude
-    against the native op at the spec's magnitude for that bin."""
+    against the native op at the spec's magnitude for that bin. The affine ops up to the
+    rounding ties torch itself resolves differently from one CPU to another
+    (tests/affine_ties.py)."""
     pixels = hwc(pil_image(height, width, channels, seed=height * width))
     tensor = pixels.permute(2, 0, 1).contiguous()
+    nearest = interpolation == v2.InterpolationMode.NEAREST
     spec_ops, spec_magnitudes = autoaugment.AugMix(v2=True).space(height, width)
     bins = autoaugment.AUGMIX_BINS
     mismatches = []
     for k, (name, magnitudes, signed) in enumerate(v2_space(height, width)):
         for b, magnitude in enumerate(magnitudes or [0.0]):
             for sign in (1.0, -1.0) if signed else (1.0,):
-                want = apply_v2(tensor, name, float(magnitude) * sign, interpolation).permute(1, 2, 0)
+                m = float(magnitude) * sign
+                want = apply_v2(tensor, name, m, interpolation)
                 got = fl_ops.augmix_step(pixels, spec_ops[k], spec_magnitudes[k * bins + b] * sign,
-                                         interpolation == v2.InterpolationMode.BILINEAR)
+                                         not nearest).permute(2, 0, 1)
                 levels = int((got.int() - want.int()).abs().max())
-                if levels > (1 if name in ROUNDED_DIFFERENTLY else 0):
-                    mismatches.append((name, magnitude * sign, int((got != want).sum()), levels))
+                if name in AFFINE_OPS:
+                    bad = inadmissible(got, want, lambda x: apply_v2(x, name, m, interpolation), tensor, nearest)
+                    if bad:
+                        mismatches.append((name, m, bad, levels))
+                elif levels > (1 if name in ROUNDED_DIFFERENTLY else 0):
+                    mismatches.append((name, m, int((got != want).sum()), levels))
     assert not mismatches, mismatches[:10]
 
 
@@ -91,14 +100,18 @@ def test_v2_forward_replayed_with_its_draws_is_the_native_mix():
     a depth, per op randint(len(space), ()), a bin randint(severity, ()), a sign
     rand(()) <= 0.5) through the native ops at the spec's magnitudes and the native mix:
     its output bit for bit where no chain draws an op v2 rounds differently, within one
-    level where one does."""
+    level where one does. v2's affine steps give the native op's result once it is
+    checked to be theirs up to the rounding ties torch itself resolves differently from
+    one CPU to another (tests/affine_ties.py): a tie resolved the other way early in a
+    chain would otherwise move every later op's input."""
     spec_ops, spec_magnitudes = autoaugment.AugMix(v2=True).space(30, 34)
     space = v2_space(30, 34)
     exact = 0
     for seed in range(24):
         image = pil_image(30, 34, 3, seed=9 + seed)
         torch.manual_seed(seed)
-        want = hwc(v2.AugMix()(image))
+        with native_ties(v2.AugMix, "_apply_image_or_video_transform", method=True):
+            want = hwc(v2.AugMix()(image))
         torch.manual_seed(seed)
         m = torch._sample_dirichlet(torch.tensor([1.0, 1.0]).expand(1, -1))
         w = torch._sample_dirichlet(torch.tensor([1.0] * 3).expand(1, -1)) * m[:, 1].reshape(1, -1)

@@ -14,6 +14,7 @@ import pytest
 import torch
 from PIL import Image
 
+from affine_ties import AFFINE_OPS, inadmissible  # (tests/affine_ties.py)
 from fastload import _ext
 from fastload import ops as fl_ops
 from fastload.augment import autoaugment, specs
@@ -235,17 +236,25 @@ def augmix_space(height: int, width: int, all_ops: bool = True):
 @pytest.mark.parametrize("interpolation", [T.InterpolationMode.BILINEAR, T.InterpolationMode.NEAREST])
 @pytest.mark.parametrize("height, width, channels", [(37, 53, 3), (48, 48, 1), (2, 5, 3), (3, 3, 3), (1, 1, 1)])
 def test_every_augmix_op_equals_torchvisions_tensor_path(interpolation, height, width, channels):
+    """Bit for bit, but for the affine ops' rounding ties, which torch itself resolves
+    differently from one CPU to another (tests/affine_ties.py)."""
     pixels = hwc(pil_image(height, width, channels, seed=height * width))
     tensor = pixels.permute(2, 0, 1).contiguous()
+    nearest = interpolation == T.InterpolationMode.NEAREST
     mismatches = []
     for name, magnitudes, signed in augmix_space(height, width):
         for magnitude in magnitudes or [0.0]:
             for sign in (1.0, -1.0) if signed else (1.0,):
                 m = float(magnitude) * sign
-                want = tv_autoaugment._apply_op(tensor, name, m, interpolation, None).permute(1, 2, 0)
-                got = fl_ops.augmix_step(pixels, OPS.index(name), m, interpolation == T.InterpolationMode.BILINEAR)
-                if not torch.equal(got, want):
-                    mismatches.append((name, m, int((got != want).sum())))
+                want = tv_autoaugment._apply_op(tensor, name, m, interpolation, None)
+                got = fl_ops.augmix_step(pixels, OPS.index(name), m, not nearest).permute(2, 0, 1)
+                if name in AFFINE_OPS:
+                    bad = inadmissible(got, want, lambda x: tv_autoaugment._apply_op(x, name, m, interpolation, None),
+                                       tensor, nearest)
+                else:
+                    bad = int((got != want).any(0).sum())
+                if bad:
+                    mismatches.append((name, m, bad))
     assert not mismatches, mismatches[:10]
 
 
