@@ -1144,12 +1144,14 @@ class _Collated:
         return getattr(self.trace, name)
 
     def __call__(self, images: Any, labels: Any, indices: Any, started: Any = None) -> Any:
+        from fastload.compat.trace_lazy import copy_into
+
         trace, stand_in = self.trace, _PROBES[0](0)
         samples = []
         for k, r in enumerate(labels.tolist()):  # (the index's labels: the positions the slots hold)
             if trace.fallback[r]:
                 image, template = trace._real(r, trace._made(r, started), images)
-                images[k].copy_(image)
+                copy_into(images[k], image)
             else:
                 template = trace.templates[r]
             samples.append(_filled(template, stand_in))

@@ -516,7 +516,7 @@ class LazyTrace:
                 labels = labels.clone()
                 for k in falling:
                     image, label = self._real(rows[k], made[rows[k]], images)
-                    images[k].copy_(image)
+                    copy_into(images[k], image)
                     labels[k] = int(label)
             return [images, labels]
         from torch.utils.data._utils.collate import collate, default_collate_fn_map
@@ -524,7 +524,7 @@ class LazyTrace:
         templates = [self.templates[r] for r in rows]  # type: ignore[index]
         for k in falling:
             image, templates[k] = self._real(rows[k], made[rows[k]], images)
-            images[k].copy_(image)
+            copy_into(images[k], image)
 
         def fill(batch: Any, *, collate_fn_map: Any = None) -> Any:
             return images
@@ -690,6 +690,23 @@ class LazyTrace:
                                    "label type for every sample.")
             return image, label
         return image, _t._templated(sample, image, [], ())
+
+
+def copy_into(slot: torch.Tensor, image: torch.Tensor) -> None:
+    """slot[...] = image. One thread: torch's copy_ of an image-sized tensor splits it over
+    the intra-op threads, which on cores busy with the engine and the workers waits ms
+    where a plain copy takes tens of us (measured: 5 ms against 0.07 ms on 2 busy cores)."""
+    if slot.dtype == image.dtype and slot.device.type == image.device.type == "cpu" and \
+            slot.shape == image.shape and slot.dtype in _NUMPY_COPIES:
+        view = _NUMPY_COPIES[slot.dtype]
+        np.copyto(slot.view(view).numpy(), image.view(view).numpy())
+    else:
+        slot.copy_(image)
+
+
+# dtypes copied through numpy (bfloat16 as its bits: numpy has no bfloat16).
+_NUMPY_COPIES = {torch.float32: torch.float32, torch.float16: torch.float16, torch.bfloat16: torch.int16,
+                 torch.float64: torch.float64, torch.uint8: torch.uint8, torch.int64: torch.int64}
 
 
 def _flat_index(trace: LazyTrace) -> SampleIndex:
