@@ -450,15 +450,22 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         traced as the epoch reaches it); a torchvision dataset's transform, its parameters,
         samples and length are read again (compat.datasets.basis). When the dataset no longer
         runs on this path (another transform or parameters, another length, another sample
-        structure), the path is chosen anew. With persistent workers torch's workers keep
-        the dataset of the first iter(): so does the trace, unless the length changed."""
+        structure), the path is chosen anew; a hybrid tail's worker processes are forked anew
+        (copies of the transforms as they are now). With persistent workers torch's workers
+        keep the dataset of the first iter(): so does the trace, unless the length changed,
+        and so do the tail's workers."""
         if self._runner is None:
             return  # (the generic path's workers read the dataset themselves)
+        keep = self.persistent_workers and self._cursor.passes > 0
         renew = getattr(self._runner, "renew", None)
         if renew is not None:
-            if renew(keep=self.persistent_workers and self._cursor.passes > 0):
-                return
-        elif self._basis is None or self._basis == _basis(self._user_dataset):
+            holds = renew(keep=keep)
+        else:
+            holds = keep or self._basis is None or self._basis == _basis(self._user_dataset)
+        if holds:
+            refresh = getattr(self._runner, "refresh_workers", None)  # (a hybrid tail in worker processes)
+            if refresh is not None and not keep:
+                refresh()
             return
         self._runner.close()
         self._runner, self._path = _select(self, self._user_dataset, **self._path_args)

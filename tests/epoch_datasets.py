@@ -42,6 +42,21 @@ class Photos(Dataset):
         return self.transform(Image.open(self.files[i]).convert("RGB")), self.targets[i]
 
 
+class Scale:
+    """A Python transform with no native equivalent (the pipeline's tail runs it per sample);
+    the loop may change its `factor` between epochs."""
+
+    def __init__(self, factor):
+        self.factor = factor
+
+    def __call__(self, tensor):
+        return tensor * self.factor
+
+
+def tail_transform(scale: Scale) -> T.Compose:
+    return T.Compose([T.Resize(32), T.CenterCrop(24), T.ToTensor(), scale])
+
+
 class Curriculum(Photos):
     """Progressive size: `epoch` picks the transform (24 px, then 32 px)."""
 

@@ -38,16 +38,16 @@ def files(tmp_path_factory):
     return sorted(glob.glob(os.path.join(root, "**", "*.jpg"), recursive=True))
 
 
-def assert_same(ours, theirs):
+def assert_same(ours, theirs, atol=ATOL):
     ours, theirs = list(ours), list(theirs)
     assert len(ours) == len(theirs), (len(ours), len(theirs))
     for a, b in zip(ours, theirs):
         assert a[0].shape == b[0].shape, (a[0].shape, b[0].shape)
         assert torch.equal(a[1], b[1]), (a[1], b[1])
-        assert torch.allclose(a[0], b[0], atol=ATOL), (a[0] - b[0]).abs().max()
+        assert torch.allclose(a[0], b[0], atol=atol), (a[0] - b[0]).abs().max()
 
 
-def epochs(dataset, change, *, num_workers=0, epochs=3, batch_size=4, shuffle_seed=None, **kwargs):
+def epochs(dataset, change, *, num_workers=0, epochs=3, batch_size=4, shuffle_seed=None, atol=ATOL, **kwargs):
     """Both loaders over `dataset`, `change(dataset, epoch)` before each epoch: each epoch's
     batches are the same (shuffled by a generator of each loader's own from `shuffle_seed`).
     Returns fastload's loader."""
@@ -60,7 +60,7 @@ def epochs(dataset, change, *, num_workers=0, epochs=3, batch_size=4, shuffle_se
     for epoch in range(epochs):
         change(dataset, epoch)
         assert len(ours) == len(theirs)
-        assert_same(ours, theirs)
+        assert_same(ours, theirs, atol)
     return ours
 
 
@@ -127,6 +127,27 @@ def test_a_transform_changed_in_place(files, num_workers):
         crop.size = (24 + 8 * epoch, 20 + 8 * epoch)
 
     epochs(shapes.Photos(files, transform), change, num_workers=num_workers)
+
+
+@needs_ops
+@WORKERS
+@pytest.mark.parametrize("wrap", ["traced", "imagefolder"])
+def test_a_python_tail_changed_in_place(files, num_workers, wrap):
+    """A hybrid pipeline: the tail runs in worker processes with num_workers (copies forked
+    anew each epoch, as torch's workers are), inline without."""
+    from torchvision.datasets import ImageFolder
+
+    scale = shapes.Scale(1.0)
+    if wrap == "traced":
+        dataset = shapes.Photos(files, shapes.tail_transform(scale))
+    else:
+        dataset = ImageFolder(os.path.dirname(os.path.dirname(files[0])), transform=shapes.tail_transform(scale))
+
+    def change(dataset, epoch):
+        scale.factor = 1.0 + epoch
+
+    loader = epochs(dataset, change, num_workers=num_workers, atol=3 * ATOL)  # (the rounding, scaled up to 3x)
+    assert loader.path.startswith("hybrid: native [Resize -> CenterCrop -> ToDtype] + python [Scale]"), loader.path
 
 
 @needs_ops

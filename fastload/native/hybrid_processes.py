@@ -211,8 +211,15 @@ class ProcessHybridRunner:
             self._skipped_samples.reset()
         return out
 
+    def refresh_workers(self) -> None:
+        """The workers stopped now and forked anew at the next submit, as torch's
+        non-persistent workers are at each iter(): their copies of the dataset and of the
+        tail's transforms are the loop's as they are then (a transform changed in place
+        between epochs included)."""
+        self.close()
+
     def close(self) -> None:
-        """Stops the worker processes."""
+        """Stops the worker processes (the next submit forks new ones)."""
         self._forget_finalizer()
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
