@@ -74,6 +74,7 @@ class UserOrder:
         self._started = False
         self._drawing = False  # a pass drew its first batch and is not exhausted or dropped
         self._at_start: Optional[List[str]] = None  # the generators' states when that pass began
+        self._epoch_at_start = 0  # and its epoch (a sampler may count its own: Accelerate's Seedable one)
 
     def _epoch_target(self) -> Any:
         for obj in sampler_chain(self.batch_sampler):
@@ -118,6 +119,7 @@ class UserOrder:
         skip = self._skip
         # Before the sampler's first draw: what a resume of this pass puts back.
         self._at_start = [b64(g.get_state()) for g in self._generators()]
+        self._epoch_at_start = self.epoch
         self._drawing = True
         try:
             for batch in itertools.islice(iter(self.batch_sampler), skip, None):
@@ -140,7 +142,7 @@ class UserOrder:
             # The epoch is complete: resume at the start of an epoch (the same number: user
             # samplers get no automatic epoch counting). The load replays the whole epoch's
             # draws from where they began, so the generators go on as the finished run's.
-            state.update(generators=self._at_start, replay=True)
+            state.update(generators=self._at_start, replay=self._epoch_at_start)
         elif (self._drawing or consumed) and self._at_start is not None:
             state["generators"] = self._at_start  # this pass's, replayed up to `consumed`
         else:  # the next pass starts where the generators are (after a load: put back there)
@@ -152,6 +154,9 @@ class UserOrder:
         consumed = state.get("batches_consumed")
         if not isinstance(consumed, int) or isinstance(consumed, bool) or consumed < 0:
             raise state_error(f"expected a non-negative int batches_consumed, got {consumed!r}")
+        replay = state.get("replay")
+        if replay is not None and (type(replay) is not int or replay < 0):
+            raise state_error(f"expected 'replay' to be None or the finished pass's epoch (an int >= 0), got {replay!r}")
         saved = state.get("generators")
         if saved is None:
             return  # a state of a fastload version before generator states: a plain replay
@@ -165,10 +170,12 @@ class UserOrder:
 
     def load_state_dict(self, state: dict) -> None:
         self.check_state_dict(state)
-        self.set_epoch(state["epoch"])
+        replay = state.get("replay")
+        self.set_epoch(replay if type(replay) is int else state["epoch"])
         for value, g in zip(state.get("generators") or [], self._generators()):
             g.set_state(unb64(value))
-        if state.get("replay"):
+        if type(replay) is int:
             for _ in self.batch_sampler:  # the finished epoch's draws, to its end
                 pass
+            self.set_epoch(state["epoch"])
         self._skip = state["batches_consumed"]
