@@ -259,8 +259,8 @@ def test_run_under_torchrun(tmp_path, image_folder):
         assert sorted(epoch[0] + epoch[1]) == targets  # each sample once, split between the ranks
         assert len(epoch[0]) == len(epoch[1])
     assert result["epochs"][0] != result["epochs"][1]  # set_epoch reached the DistributedSampler
-    summaries = [line for line in proc.stderr.splitlines() if "fastload: 1 DataLoader" in line]
-    assert sorted(line.split("]")[0] for line in summaries) == ["[rank 0", "[rank 1"]
+    # (the two ranks write to one pipe: their lines may interleave)
+    assert all(f"[rank {rank}] fastload: 1 DataLoader: " in proc.stderr for rank in (0, 1)), proc.stderr[-2000:]
 
 
 def torchvision_targets(root):
