@@ -51,6 +51,7 @@ from fastload.loader_args import check_loader_args
 from fastload.native.feed import NativeFeed
 from fastload.native.protocol import Runner
 from fastload.native.select import order_left_to_torch, select_path
+from fastload.rebuild import Rebuildable
 from fastload.resume import STATE_VERSION, Cursor, Pass  # noqa: F401  (STATE_VERSION: public name)
 from fastload.sampling.order import Order, make_order
 from fastload.stats import LoaderStats, Stats
@@ -153,7 +154,7 @@ class _LoaderIter:
 # ---------------------------------------------------------------------------------------
 
 
-class DataLoader(TorchDataLoader[T_co]):  # torch's class, also after a swap of the name
+class DataLoader(TorchDataLoader[T_co], Rebuildable):  # torch's class, also after a swap of the name
     """A drop-in torch.utils.data.DataLoader that can deliver batches on the GPU, resume
     mid-epoch, shard under DDP, run fastload datasets natively, and say where time goes.
 

@@ -51,6 +51,7 @@ import torch.utils.data
 
 from fastload.generic import TorchDataLoader
 from fastload.loader import DataLoader
+from fastload.rebuild import extras_for
 
 _PREFIX = "fastload.patch"
 _TORCH_MODULES = ("torch.utils.data", "torch.utils.data.dataloader")
@@ -86,6 +87,10 @@ class PatchedDataLoader(DataLoader, metaclass=_TorchCompatible):
     patched_loaders() and the summary at exit."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # A loader rebuilt over another fastload loader's dataset (Accelerate's prepare)
+        # keeps that loader's extras (fastload.rebuild).
+        dataset = args[0] if args else kwargs.get("dataset")
+        kwargs.update(extras_for(dataset, kwargs))
         super().__init__(*args, **kwargs)
         _state.record(PatchedLoader(_caller(), self.path))
 

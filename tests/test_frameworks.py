@@ -208,3 +208,49 @@ def test_trainer_trains_on_fastload_loaders(tmp_path):
     # The Trainer's collator is a custom collate_fn: the generic path, and the reason is said.
     assert built and all(r.path == "generic: custom collate_fn" for r in built)
     assert any(r.where.startswith("trainer.py:") for r in built)
+
+
+# ---------------------------------------------------------------------------------------
+# accelerator.prepare(fastload_loader) in one process: the extras survive, or a warning
+
+
+PREPARE_SCRIPT = '''
+import sys, warnings
+import torch
+import fastload
+from fastload import ops
+from accelerate import Accelerator
+
+dataset = fastload.ImageFolder(sys.argv[1], ops=[ops.Resize((8, 8)), ops.Normalize((0.5,) * 3, (0.5,) * 3)])
+accelerator = Accelerator(cpu=True)
+if sys.argv[2] == "patched":
+    fastload.patch(summary=False)
+loader = fastload.DataLoader(dataset, batch_size=4, shuffle=True, dtype=torch.float64, seed=7)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    prepared = accelerator.prepare(loader)
+    base = prepared.base_dataloader
+    images, labels = next(iter(prepared))
+print(type(base).__name__, getattr(base, "path", "-").split(":")[0], images.dtype, getattr(base, "seed", None),
+      len(prepared))
+for w in caught:
+    print("warning:", w.message)
+'''
+
+
+@pytest.mark.parametrize("mode", ["patched", "plain"])
+def test_prepare_keeps_the_extras_or_says_how(folder, tmp_path, mode):
+    need("accelerate")
+    script = tmp_path / "prepare.py"
+    script.write_text(PREPARE_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    proc = subprocess.run([sys.executable, str(script), folder, mode], capture_output=True, text=True,
+                          timeout=LAUNCH_TIMEOUT_S, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    if mode == "patched":
+        assert lines == ["PatchedDataLoader native torch.float64 7 3"]
+    else:
+        assert lines[0] == "DataLoader - torch.float32 None 3"  # torch's, without the extras
+        assert any("rebuilds this loader over torch's own DataLoader" in line and "fastload.patch()" in line
+                   for line in lines[1:]), lines
