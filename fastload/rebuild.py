@@ -12,8 +12,8 @@ torch's arguments cannot carry.
   `_is_accelerate_prepared` first): it becomes the template of its dataset.
 - `extras_for(dataset, given)`: the template's extras that `given` does not name, for a
   loader built over that dataset object (the patched class asks).
-- `before_accelerate_prepare(loader)`: offer(); without the patch, a warning (once per
-  process) that Accelerate rebuilds the loader over torch's class, and how to keep it.
+- `before_accelerate_prepare(loader)`: offer(); without the patch, Accelerate's name for
+  torch's class is bound to a one-shot builder for that rebuild (see there).
 - `Rebuildable`: fastload.DataLoader's base for what frameworks ask a loader about
   (Accelerate: `_is_accelerate_prepared`, answered by before_accelerate_prepare).
 
@@ -77,25 +77,82 @@ def extras_for(dataset: Any, given: Mapping[str, Any]) -> Dict[str, Any]:
 def before_accelerate_prepare(loader: Any) -> bool:
     """What a fastload loader answers when Accelerate asks `_is_accelerate_prepared`: False
     (Accelerate then shards it, places its batches and tracks its end, as for any loader),
-    after offering it as the template of the loader Accelerate builds in its place."""
+    after offering it as the template of the loader Accelerate builds in its place.
+
+    Without fastload.patch(), Accelerate builds that loader through torch's class (the
+    name accelerate.data_loader.DataLoader): the name is bound to a one-shot builder
+    (`_RebuildOnce`) until that build, which makes a fastload loader over the template's
+    dataset, with its extras, and puts torch's class back. Where that cannot be done
+    (Accelerate without that name), a warning, once per process, says how to keep fastload.
+    """
     global _warned
     offer(loader)
-    data_loader = sys.modules.get("accelerate.data_loader")
-    bound = getattr(data_loader, "DataLoader", None)
-    if bound is not None and not _is_fastload(bound) and not _warned:
+    module = sys.modules.get("accelerate.data_loader")
+    bound = getattr(module, "DataLoader", None)
+    if bound is None or _is_fastload(bound):
+        return False  # not imported (nothing to rebuild), or patched: the rebuild is fastload's
+    if _RebuildOnce in getattr(bound, "__mro__", ()):
+        bound.restore()  # one left from a prepare() that built no loader
+        bound = getattr(module, "DataLoader", None)
+    if isinstance(bound, type) and bound.__module__ == "torch.utils.data.dataloader":
+        setattr(module, "DataLoader", _RebuildOnce.bound_to(module, bound, loader))
+    elif not _warned:
         _warned = True
         warnings.warn(
-            "fastload.DataLoader: accelerate's prepare() rebuilds this loader over torch's own DataLoader class "
-            "(accelerate.data_loader.DataLoader), so the prepared loader runs torch's machinery, without "
-            f"fastload's native path or extras ({loader.path.split(':')[0]} here). Call fastload.patch() before "
-            "accelerator.prepare(), or run the script with `python -m fastload run SCRIPT.py` "
+            "fastload.DataLoader: accelerate's prepare() rebuilds this loader over "
+            f"{getattr(bound, '__qualname__', bound)!r}, not a fastload loader, so the prepared loader runs "
+            f"without fastload's native path or extras ({loader.path.split(':')[0]} here). Call fastload.patch() "
+            "before accelerator.prepare(), or run the script with `python -m fastload run SCRIPT.py` "
             "(docs/frameworks.md).", UserWarning, stacklevel=4)
     return False
 
 
+class _TorchInstances(type):
+    """isinstance/issubclass against a _RebuildOnce answer as against torch's class."""
+
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return isinstance(obj, cls.torch_class)
+
+    def __subclasscheck__(cls, sub: type) -> bool:
+        return issubclass(sub, cls.torch_class)
+
+
+class _RebuildOnce(metaclass=_TorchInstances):
+    """Stands for torch's DataLoader in Accelerate's module for one build: the first loader
+    built through it is a fastload loader when it is over the template's dataset (with the
+    template's extras), else torch's; either way torch's class is bound back first."""
+
+    module: Any = None
+    torch_class: Any = None
+    template: Any = None  # weakref.ref to the loader prepare() was given
+
+    @classmethod
+    def bound_to(cls, module: Any, torch_class: type, template: Any) -> type:
+        return type("DataLoader", (cls,), {"module": module, "torch_class": torch_class,
+                                           "template": weakref.ref(template)})
+
+    @classmethod
+    def restore(cls) -> None:
+        if getattr(cls.module, "DataLoader", None) is cls:
+            setattr(cls.module, "DataLoader", cls.torch_class)
+
+    def __new__(cls, dataset: Any, *args: Any, **kwargs: Any) -> Any:
+        cls.restore()
+        template = cls.template()
+        if template is None or template.dataset is not dataset:
+            return cls.torch_class(dataset, *args, **kwargs)
+        fastload_class = next(c for c in type(template).__mro__ if _is_fastload_loader(c))
+        return fastload_class(dataset, *args, **{**extras_for(dataset, kwargs), **kwargs})
+
+
+def _is_fastload_loader(cls: Any) -> bool:
+    """cls is fastload.DataLoader (named: this module sits under fastload.loader)."""
+    return cls.__module__ == "fastload.loader" and cls.__name__ == "DataLoader"
+
+
 def _is_fastload(cls: Any) -> bool:
-    return any(base.__module__ == "fastload.loader" and base.__name__ == "DataLoader"
-               for base in getattr(cls, "__mro__", ()))
+    """cls is fastload.DataLoader or a subclass (fastload.patch's PatchedDataLoader)."""
+    return any(_is_fastload_loader(base) for base in getattr(cls, "__mro__", ()))
 
 
 class Rebuildable:

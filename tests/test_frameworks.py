@@ -138,22 +138,25 @@ def test_prepare_builds_its_shards_over_a_native_fastload_loader(accelerate_rank
     assert result["world"] == 2
     assert result["torch"]["base"] == "DataLoader"  # unpatched: torch's, the reference
     assert result["fastload"]["base"] == result["fastload"]["resume_base"] == "PatchedDataLoader"
-    assert result["fastload"]["path"].startswith("native: ImageFolder")
+    assert result["prepared"]["base"] == "DataLoader" and result["prepared"]["resume_base"] == "DataLoader"
+    for run in ("fastload", "prepared"):
+        assert result[run]["path"].startswith("native: ImageFolder")
     assert all(f"[rank {r}] fastload: " in stderr for r in (0, 1))
 
 
 def test_prepare_shards_once_and_gathers_every_sample_once(accelerate_ranks):
     result, _ = accelerate_ranks
-    for run in ("torch", "fastload"):
+    for run in ("torch", "prepared", "fastload"):
         for epoch, steps in enumerate(result[run]["epochs"]):
             gathered = [label for step in steps for label in step["gathered"]]
             assert sorted(gathered) == list(range(SAMPLES)), f"{run} epoch {epoch}: {gathered}"
             assert all(len(step["labels"]) == 2 for step in steps)  # rank 0's share of each step
 
 
-def test_prepare_gives_torchs_batches_and_resumes_exactly(accelerate_ranks):
+@pytest.mark.parametrize("run", ["fastload", "prepared"])
+def test_prepare_gives_torchs_batches_and_resumes_exactly(accelerate_ranks, run):
     result, _ = accelerate_ranks
-    torch_run, ours = result["torch"], result["fastload"]
+    torch_run, ours = result["torch"], result[run]
     for epoch, (got, want) in enumerate(zip(ours["epochs"], torch_run["epochs"])):
         assert [s["gathered"] for s in got] == [s["gathered"] for s in want], f"epoch {epoch}"
         # Images (their sums): the engine vs the dataset's own __getitem__ under torch's
@@ -211,7 +214,7 @@ def test_trainer_trains_on_fastload_loaders(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------
-# accelerator.prepare(fastload_loader) in one process: the extras survive, or a warning
+# accelerator.prepare(fastload_loader) in one process, with and without the patch
 
 
 PREPARE_SCRIPT = '''
@@ -231,15 +234,18 @@ with warnings.catch_warnings(record=True) as caught:
     prepared = accelerator.prepare(loader)
     base = prepared.base_dataloader
     images, labels = next(iter(prepared))
+import accelerate.data_loader
 print(type(base).__name__, getattr(base, "path", "-").split(":")[0], images.dtype, getattr(base, "seed", None),
-      len(prepared))
+      len(prepared), accelerate.data_loader.DataLoader.__module__)
+skipped = accelerator.skip_first_batches(prepared, 1)  # Accelerate's resume: torch's class again
+print(type(skipped.base_dataloader).__module__, len(list(skipped)))
 for w in caught:
     print("warning:", w.message)
 '''
 
 
 @pytest.mark.parametrize("mode", ["patched", "plain"])
-def test_prepare_keeps_the_extras_or_says_how(folder, tmp_path, mode):
+def test_prepare_keeps_a_fastload_loader_and_its_extras(folder, tmp_path, mode):
     need("accelerate")
     script = tmp_path / "prepare.py"
     script.write_text(PREPARE_SCRIPT)
@@ -249,8 +255,9 @@ def test_prepare_keeps_the_extras_or_says_how(folder, tmp_path, mode):
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.strip().splitlines()
     if mode == "patched":
-        assert lines == ["PatchedDataLoader native torch.float64 7 3"]
+        assert lines == ["PatchedDataLoader native torch.float64 7 3 fastload.patch",
+                         "fastload.patch 2"]
     else:
-        assert lines[0] == "DataLoader - torch.float32 None 3"  # torch's, without the extras
-        assert any("rebuilds this loader over torch's own DataLoader" in line and "fastload.patch()" in line
-                   for line in lines[1:]), lines
+        # The one rebuild in prepare() is fastload's, then Accelerate's name is torch's again.
+        assert lines == ["DataLoader native torch.float64 7 3 torch.utils.data.dataloader",
+                         "torch.utils.data.dataloader 2"]
