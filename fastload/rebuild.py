@@ -71,7 +71,12 @@ def extras_for(dataset: Any, given: Mapping[str, Any]) -> Dict[str, Any]:
     template = ref() if ref is not None else None
     if template is None or template.dataset is not dataset:
         return {}
-    return {name: getattr(template, name) for name in EXTRAS if name not in given and hasattr(template, name)}
+    extras = {name: getattr(template, name) for name in EXTRAS if name not in given and hasattr(template, name)}
+    if "seed" in extras and extras["seed"] is None:
+        # The augmentation seed the template drew: the rebuilt loader (for the rest of an
+        # epoch, say) draws the same random parameters for the same samples.
+        extras["seed"] = template.state_dict().get("native_seed")
+    return extras
 
 
 def before_accelerate_prepare(loader: Any) -> bool:

@@ -206,6 +206,12 @@ class Cursor:
         pending epoch and resume; returns the new pass."""
         self.follow_dataset_len(starting=True)
         epoch = self.next_epoch()
+        kept = getattr(self.order, "sampler_epoch", None) if self.user_sampler and self._epoch is None else None
+        if kept is not None:
+            # A user's sampler that keeps its epoch (DistributedSampler, Accelerate's, set by
+            # the loop or the framework each epoch) names the pass's epoch, not a pass count:
+            # a loader a framework builds for the rest of an epoch draws that epoch's parameters.
+            epoch = kept
         resume = self._resume if self._resume is not None and self._resume[0] == epoch else None
         set_epoch = None
         if self.order is not None and resume is None and (self._explicit or not self.user_sampler):

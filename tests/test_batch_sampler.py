@@ -168,3 +168,21 @@ def test_resume_in_a_later_epoch_replays_the_samplers_generator(folder, path):
         assert len(rest) == len(reference[1]) - k and all(map(batches_equal, rest, reference[1][k:])), (
             f"position {k}: the resumed epoch differs")
         assert all(map(batches_equal, list(resumed), reference[2])), f"position {k}: the next epoch differs"
+
+
+def test_a_sampler_that_keeps_its_epoch_names_the_augmentation_epoch(folder):
+    """A user's sampler with its own epoch (set by the loop or a framework, not through the
+    loader) draws that epoch's random parameters, also in a loader built for that epoch alone
+    (what a framework does to resume an epoch)."""
+    def batches(epoch):
+        sampler = BatchSampler(DistributedSampler(range(SAMPLES), num_replicas=1, rank=0, shuffle=True, seed=1), 3,
+                               False)
+        sampler.sampler.set_epoch(epoch)
+        return sampler
+
+    for epoch in (0, 2):
+        loader = fastload.DataLoader(dataset(folder), batch_sampler=batches(epoch), dct_scaling=False)
+        reference_dataset = dataset(folder)
+        reference_dataset.set_epoch(epoch)
+        want = list(torch.utils.data.DataLoader(reference_dataset, batch_sampler=batches(epoch)))
+        assert_same_epochs([list(loader)], [want])

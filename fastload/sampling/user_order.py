@@ -97,6 +97,13 @@ class UserOrder:
         e = getattr(target, "epoch", None) if target is not None else None
         return e if isinstance(e, int) else self._epoch
 
+    @property
+    def sampler_epoch(self) -> Optional[int]:
+        """The epoch the user's sampler keeps (an int `epoch` beside its set_epoch), else None."""
+        target = self._epoch_target()
+        e = getattr(target, "epoch", None) if target is not None else None
+        return e if isinstance(e, int) and not isinstance(e, bool) else None
+
     def set_epoch(self, epoch: int) -> None:
         self._epoch = epoch
         self._skip = 0
@@ -160,11 +167,11 @@ class UserOrder:
         saved = state.get("generators")
         if saved is None:
             return  # a state of a fastload version before generator states: a plain replay
+        if not isinstance(saved, list):
+            raise state_error(f"expected 'generators' to be a list of generator states, got {str(saved)[:60]!r}")
         generators = self._generators()
-        if not isinstance(saved, list) or len(saved) != len(generators):
-            raise state_error(f"expected 'generators' to hold the states of the sampler's {len(generators)} "
-                              f"torch.Generator(s), got {str(saved)[:60]!r}",
-                              "Resume with the same sampler/batch_sampler arguments as the run that saved it.")
+        if len(saved) != len(generators):
+            return  # a sampler that makes its generator when it first draws (not restored: see load)
         for value, g in zip(saved, generators):
             check_rng_state(value, "generators", torch.Generator(device=g.device))
 
@@ -172,8 +179,12 @@ class UserOrder:
         self.check_state_dict(state)
         replay = state.get("replay")
         self.set_epoch(replay if type(replay) is int else state["epoch"])
-        for value, g in zip(state.get("generators") or [], self._generators()):
-            g.set_state(unb64(value))
+        saved, generators = state.get("generators") or [], self._generators()
+        if len(saved) == len(generators):
+            # (A sampler without its generator yet, Accelerate's SeedableRandomSampler, seeds
+            # the one it makes from its epoch: nothing to put back.)
+            for value, g in zip(saved, generators):
+                g.set_state(unb64(value))
         if type(replay) is int:
             for _ in self.batch_sampler:  # the finished epoch's draws, to its end
                 pass
