@@ -24,6 +24,9 @@ The cursor's model (the loader delegates every epoch and resume decision to it):
   its first and last samples' names) so that a state saved over other data is refused.
 - A single-process map-style order follows a dataset that grows or shrinks between
   epochs, like torch's samplers, which re-read len(dataset) at every len() and iter().
+- A user's sampler that keeps its own epoch (DistributedSampler, Accelerate's samplers:
+  an int `epoch` beside set_epoch) names the epoch of a pass nobody chose one for, so
+  the native path's random parameters follow the epoch the loop or framework set there.
 
 Example:
     >>> from fastload.sampling.order import make_order
