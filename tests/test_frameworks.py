@@ -2,7 +2,7 @@
 samplers run natively (against torch's DataLoader), accelerator.prepare under
 `python -m fastload run` shards a native fastload loader once across 2 torchrun ranks
 (gather_for_metrics, save_state/load_state + skip_first_batches exact, equal to torch's),
-and transformers' Trainer builds fastload's loader. Each test skips, with the reason,
+transformers' Trainer trains on fastload's loaders, and timm's create_loader builds them. Each test skips, with the reason,
 where its framework is absent (`make setup` installs them)."""
 
 import importlib
@@ -261,3 +261,29 @@ def test_prepare_keeps_a_fastload_loader_and_its_extras(folder, tmp_path, mode):
         # The one rebuild in prepare() is fastload's, then Accelerate's name is torch's again.
         assert lines == ["DataLoader native torch.float64 7 3 torch.utils.data.dataloader",
                          "torch.utils.data.dataloader 2"]
+
+
+# ---------------------------------------------------------------------------------------
+# timm's loader factory
+
+
+@pytest.mark.parametrize("prefetcher", [False, True])
+def test_timm_create_loader_builds_fastload_under_the_patch(image_folder, prefetcher):
+    timm_loader = need("timm.data.loader")
+    torchvision = need("torchvision")
+    from fastload.patch import PatchedDataLoader, patch, unpatch
+
+    dataset = torchvision.datasets.ImageFolder(image_folder)
+    patch(summary=False)
+    try:
+        loader = timm_loader.create_loader(dataset, input_size=(3, 32, 32), batch_size=4, is_training=True,
+                                           use_prefetcher=prefetcher, device=torch.device("cpu"), num_workers=0)
+        inner = loader.loader if prefetcher else loader
+        assert type(inner) is PatchedDataLoader
+        # timm's train transforms run natively; its prefetcher's fast_collate is a custom collate_fn.
+        assert inner.path.startswith("generic: custom collate_fn" if prefetcher else "native: torchvision ImageFolder")
+        batches = list(loader)
+    finally:
+        unpatch()
+    assert [tuple(x.shape) for x, _ in batches] == [(4, 3, 32, 32)] * 2
+    assert sorted(torch.cat([y for _, y in batches]).tolist()) == sorted(dataset.targets)
