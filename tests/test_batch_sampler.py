@@ -186,3 +186,26 @@ def test_a_sampler_that_keeps_its_epoch_names_the_augmentation_epoch(folder):
         reference_dataset.set_epoch(epoch)
         want = list(torch.utils.data.DataLoader(reference_dataset, batch_sampler=batches(epoch)))
         assert_same_epochs([list(loader)], [want])
+
+
+def add_one(x):
+    return x + 1
+
+
+@pytest.mark.parametrize("tail_on", ["inline", "processes"])
+def test_batches_of_varying_size_on_the_hybrid_path(folder, tail_on):
+    """A Python tail after the native prefix (a hybrid runner, in this process or in worker
+    processes) takes the batch_sampler's batches as they come too."""
+    torchvision = pytest.importorskip("torchvision")
+    from torchvision import transforms as T
+
+    ds = torchvision.datasets.ImageFolder(folder, transform=T.Compose([T.Resize((16, 16)), T.ToTensor(),
+                                                                       T.Lambda(add_one)]))
+    batches = [[3, 1, 0], [5], [2, 4, 6]]
+    loader = fastload.DataLoader(ds, batch_sampler=batches, num_workers=2, tail_on=tail_on)
+    assert loader.path.startswith("hybrid: "), loader.path
+    got = list(loader)
+    want = list(torch.utils.data.DataLoader(ds, batch_sampler=batches))
+    assert [b[1].tolist() for b in got] == [b[1].tolist() for b in want] == [[3, 1, 0], [5], [2, 4, 6]]
+    assert [tuple(b[0].shape) for b in got] == [(3, 3, 16, 16), (1, 3, 16, 16), (3, 3, 16, 16)]
+    assert all(float(b[0].min()) >= 1.0 for b in got)  # the tail ran on every sample
