@@ -209,3 +209,16 @@ def test_batches_of_varying_size_on_the_hybrid_path(folder, tail_on):
     assert [b[1].tolist() for b in got] == [b[1].tolist() for b in want] == [[3, 1, 0], [5], [2, 4, 6]]
     assert [tuple(b[0].shape) for b in got] == [(3, 3, 16, 16), (1, 3, 16, 16), (3, 3, 16, 16)]
     assert all(float(b[0].min()) >= 1.0 for b in got)  # the tail ran on every sample
+
+
+def test_a_sampler_epoch_nobody_sets_leaves_the_pass_count(folder):
+    """A DistributedSampler whose set_epoch is never called repeats its order, as in torch,
+    but the random crops still change every pass (the loader counts passes)."""
+    sampler = BatchSampler(DistributedSampler(range(SAMPLES), num_replicas=1, rank=0, shuffle=True, seed=1), 3, False)
+    loader = fastload.DataLoader(dataset(folder), batch_sampler=sampler, dct_scaling=False)
+    first, second = list(loader), list(loader)
+    assert [b[1].tolist() for b in first] == [b[1].tolist() for b in second]
+    reference_dataset = dataset(folder)
+    reference_dataset.set_epoch(1)
+    want = list(torch.utils.data.DataLoader(reference_dataset, batch_sampler=sampler))
+    assert_same_epochs([second], [want])
