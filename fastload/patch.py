@@ -53,7 +53,6 @@ from fastload.generic import TorchDataLoader
 from fastload.loader import DataLoader
 from fastload.rebuild import extras_for
 
-_PREFIX = "fastload.patch"
 _TORCH_MODULES = ("torch.utils.data", "torch.utils.data.dataloader")
 # Frames of these packages are not where a loader was "built": the caller above them is.
 _SKIPPED_FRAMES = (os.path.dirname(os.path.abspath(__file__)) + os.sep,)

@@ -6,7 +6,6 @@ transformers' Trainer trains on fastload's loaders, and timm's create_loader bui
 where its framework is absent (`make setup` installs them)."""
 
 import importlib
-import itertools
 import json
 import os
 import subprocess
