@@ -283,9 +283,9 @@ FALLBACKS = {
                                    "sizes: torch's default_collate cannot stack them"),
     "collate_fn of lists": (lambda r, p, t: saved(r, p).with_transform(keeps_columns(eval_tf())),
                             dict(collate_fn=lambda rows: rows), "generic: custom collate_fn (<lambda> does not "
-                            "return the rows' images stacked as they are (0 stacks found"),
+                            "return the images stacked as they are (0 stacks found"),
     "collate_fn casting": (lambda r, p, t: saved(r, p).with_transform(keeps_image), dict(collate_fn=casting),
-                           "generic: custom collate_fn (casting does not return the rows' images stacked"),
+                           "generic: custom collate_fn (casting does not return the images stacked"),
     "collate_fn using images": (lambda r, p, t: saved(r, p).with_transform(keeps_image),
                                 dict(collate_fn=with_sizes), "generic: custom collate_fn (with_sizes raised "
                                 "AttributeError on stand-in images"),

@@ -27,7 +27,7 @@ a ClassLabel as ints). `.with_format("torch")` (no transform) is the image as a 
 [C, H, W] tensor: native when the images are RGB and of one size (else torch's
 default_collate could not stack them either). Batches are rebuilt in that structure,
 so `batch["pixel_values"]`, `batch["label"]` are what torch's DataLoader gives. A
-collate_fn that stacks the transformed column is followed too (`collated`): rows may
+collate_fn that stacks the transformed column is followed too (fastload/compat/collate.py): rows may
 then keep their PIL image column, which the collate_fn leaves out.
 
 Each image's header is read (no decode) to know what `datasets` does on decode that the
@@ -90,7 +90,7 @@ from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
-from fastload.compat import trace
+from fastload.compat import collate, trace
 from fastload.compat.datasets import Analysis
 from fastload.source.index import FlatStrings, SampleIndex
 
@@ -588,7 +588,7 @@ def _flat_row(sample: Dict[str, Any]) -> Optional[Tuple[Dict[str, Any], Any, Lis
             template[column] = trace.SLOT
         elif kind is image:
             kept.append(column)
-            template[column] = KEPT
+            template[column] = collate.KEPT
         else:
             return None
     return (template, out, [at], kept) if out is not None else None
@@ -957,7 +957,7 @@ class HFLazyTrace(_lazy_trace_base()):  # type: ignore[misc]
             kept = []
             if type(sample) is dict:  # the image column left in the row: a collate_fn may drop it
                 kept = [c for c, v in sample.items() if type(v) is trace.TracedImage]
-                sample = {c: (KEPT if c in kept else v) for c, v in sample.items()}
+                sample = {c: (collate.KEPT if c in kept else v) for c, v in sample.items()}
             found = []
             try:
                 template = trace._templated(sample, out, found, ())
@@ -1036,27 +1036,6 @@ class HFLazyTrace(_lazy_trace_base()):  # type: ignore[misc]
         return found
 
 
-class _Kept:
-    """Where a row still holds its (PIL) image: only a collate_fn that leaves it out runs."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "<PIL image>"
-
-
-KEPT = _Kept()
-
-
-class _KeptStandIn:
-    """What a collate_fn gets in place of a kept PIL image (it must not use it)."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "<PIL image (not read by fastload)>"
-
-
 def _row_name(located: _Located, r: int) -> str:
     name = _RowPath(located.files[int(located.file_ids[r])] + (f":row {r}" if located.in_table[r] else ""))
     name.row = r
@@ -1067,170 +1046,3 @@ def _source(located: _Located, r: int) -> str:
     return located.files[int(located.file_ids[r])]
 
 
-# ---- a custom collate_fn, followed ------------------------------------------------------
-
-# The stand-ins a collate_fn is probed with in place of each row's image: two shapes and
-# values that nothing but a stack of them reproduces (float64, row-numbered).
-_PROBES = ((lambda j: torch_tensor(0.5 + j)), (lambda j: torch_tensor([1000.25 + j, -3.0 - j])))
-
-
-def torch_tensor(value: Any) -> Any:
-    import torch
-
-    return torch.tensor(value, dtype=torch.float64)
-
-
-def collated(rebuild: Any, collate_fn: Any) -> Tuple[Any, str]:
-    """(rebuild, "") making each batch with the user's `collate_fn` (None: torch's
-    default_collate) around the engine's images, or (None, why) when the collate_fn is
-    not seen through, or the rows keep PIL images that default_collate cannot batch.
-
-    A row may keep its PIL image (the image column left in by the transform function,
-    as Hugging Face's examples do) when the collate_fn leaves it out: it gets a stand-in
-    it must not use or return.
-
-    Followed: a collate_fn that stacks the rows' images into one place of its output
-    (`torch.stack([row["pixel_values"] for row in rows])`) and computes everything else
-    from the other columns. It is probed on the first rows twice, with stand-ins of
-    two shapes in place of the images: the stack of the stand-ins must appear exactly
-    once, at the same place, and every other output must be the same in both probes (an
-    output computed from the images, a cast or scaling of them, does not pass). Each
-    batch then runs the collate_fn on the rows with stand-ins (no pixels, a few us per
-    row) and puts the engine's images where the stack was.
-    """
-    import torch
-
-    templates = getattr(rebuild, "templates", None)
-    if not isinstance(rebuild, HFLazyTrace) or not templates:
-        return None, "custom collate_fn (followed for Hugging Face datasets only)"
-    if collate_fn is None:  # torch's default_collate
-        return (None, rebuild.kept) if rebuild.kept else (rebuild, "")
-    rows = [i for i in rebuild.probes.samples if not rebuild.fallback[i]][:3]  # rows traced up front
-    outs, places = [], []
-    for probe in _PROBES:
-        samples = [_filled(templates[r], probe(j)) for j, r in enumerate(rows)]
-        try:
-            out = collate_fn(samples)
-        except Exception as error:  # noqa: BLE001 - the user's code on stand-ins: not followed
-            return None, _why(collate_fn, f"raised {type(error).__name__} on stand-in images: {error}")
-        want = torch.stack([probe(j) for j in range(len(rows))])
-        found: List[Tuple[Any, ...]] = []
-        _find(out, want, (), found)
-        if len(found) != 1:
-            return None, _why(collate_fn, f"does not return the rows' images stacked as they are ({len(found)} "
-                                          "stacks found; followed: torch.stack of the transformed column)")
-        if _holds(out, _KeptStandIn):
-            return None, _why(collate_fn, "returns the PIL images of the rows")
-        outs.append(out)
-        places.append(found[0])
-    if places[0] != places[1] or not _same_rest(outs[0], outs[1], places[0], ()):
-        return None, _why(collate_fn, "computes other outputs from the images")
-    return _Collated(rebuild, collate_fn, places[0]), ""
-
-
-class _Collated:
-    """A lazily traced Hugging Face dataset's batches made by the user's collate_fn: the
-    rows' templates with a stand-in image through it, the engine's images put where the
-    stack was; a sample the engine cannot make (HFLazyTrace's fallbacks) is the dataset's
-    own row, its image put in its slot. Everything else the loader calls of a LazyTrace
-    (prepare, ahead, attach, renew, start_fallbacks, ...) goes to the trace."""
-
-    def __init__(self, trace: "HFLazyTrace", collate_fn: Any, place: Tuple[Any, ...]):
-        self.trace, self.collate_fn, self.place = trace, collate_fn, place
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or "trace" not in self.__dict__:
-            raise AttributeError(name)
-        return getattr(self.trace, name)
-
-    def __call__(self, images: Any, labels: Any, indices: Any, started: Any = None) -> Any:
-        from fastload.compat.trace_lazy import copy_into
-
-        trace, stand_in = self.trace, _PROBES[0](0)
-        samples = []
-        for k, r in enumerate(labels.tolist()):  # (the index's labels: the positions the slots hold)
-            if trace.fallback[r]:
-                image, template = trace._real(r, trace._made(r, started), images)
-                copy_into(images[k], image)
-            else:
-                template = trace.templates[r]
-            samples.append(_filled(template, stand_in))
-        return _put(self.collate_fn(samples), self.place, images)
-
-
-def _why(collate_fn: Any, what: str) -> str:
-    return f"custom collate_fn ({_fn_name(collate_fn)} {what})"
-
-
-def _holds(value: Any, kind: type, depth: int = 0) -> bool:
-    if isinstance(value, kind):
-        return True
-    if depth < 8 and isinstance(value, dict):
-        return any(_holds(v, kind, depth + 1) for v in value.values())
-    if depth < 8 and isinstance(value, (list, tuple)):
-        return any(_holds(v, kind, depth + 1) for v in value)
-    return False
-
-
-_STAND_IN = _KeptStandIn()
-
-
-def _filled(template: Any, image: Any) -> Any:
-    if template is trace.SLOT:
-        return image
-    if template is KEPT:
-        return _STAND_IN
-    if type(template) is dict:
-        return {k: _filled(v, image) for k, v in template.items()}
-    if type(template) in (list, tuple):
-        return type(template)(_filled(v, image) for v in template)
-    return template
-
-
-def _find(value: Any, want: Any, at: Tuple[Any, ...], found: List[Tuple[Any, ...]], depth: int = 0) -> None:
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        if value.dtype == want.dtype and value.shape == want.shape and torch.equal(value, want):
-            found.append(at)
-    elif depth < 8 and isinstance(value, dict):
-        for k, v in value.items():
-            _find(v, want, at + (k,), found, depth + 1)
-    elif depth < 8 and isinstance(value, (list, tuple)):
-        for k, v in enumerate(value):
-            _find(v, want, at + (k,), found, depth + 1)
-
-
-def _same_rest(a: Any, b: Any, skip: Tuple[Any, ...], at: Tuple[Any, ...]) -> bool:
-    """a and b equal everywhere but at `skip`."""
-    import torch
-
-    if at == skip:
-        return True
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, torch.Tensor):
-        return a.dtype == b.dtype and a.shape == b.shape and bool(torch.equal(a, b))
-    if isinstance(a, dict):
-        return list(a) == list(b) and all(_same_rest(a[k], b[k], skip, at + (k,)) for k in a)
-    if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(_same_rest(x, y, skip, at + (k,)) for k, (x, y) in enumerate(zip(a, b)))
-    try:
-        return bool(a == b)
-    except Exception:  # noqa: BLE001 - not comparable: not the same
-        return False
-
-
-def _put(out: Any, place: Tuple[Any, ...], images: Any) -> Any:
-    if not place:
-        return images
-    key, rest = place[0], place[1:]
-    if isinstance(out, dict):
-        out[key] = _put(out[key], rest, images)
-        return out
-    if isinstance(out, list):
-        out[key] = _put(out[key], rest, images)
-        return out
-    items = list(out)
-    items[key] = _put(items[key], rest, images)
-    return type(out)(*items) if hasattr(out, "_fields") else type(out)(items)

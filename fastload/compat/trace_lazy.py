@@ -486,6 +486,16 @@ class LazyTrace:
             if len(self._files.data) > self._end:
                 self._grow(self._end)
 
+    def template_of(self, i: int, label: Any = None) -> Any:
+        """Index i's sample with SLOT where its image is (traced this epoch): its template;
+        for (image, int label) samples, index 0's structure with i's label (or `label`)."""
+        if not self.simple:
+            return self.templates[i]  # type: ignore[index]
+        label = int(self.index.labels[i]) if label is None else int(label)
+        first = self.first.template
+        kept = torch.tensor(label) if isinstance(first[1], torch.Tensor) else label
+        return type(first)((_t.SLOT, kept))
+
     def start_fallbacks(self, indices: Sequence[int]) -> Optional[Dict[int, Any]]:
         """The samples of `indices` (a batch about to be submitted, traced) that fall back,
         started in the worker processes ({index: future}); None when there are none or

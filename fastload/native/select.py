@@ -13,9 +13,10 @@ The reasons for the generic path, in the order they are checked:
 - the order is left to torch (order_left_to_torch): an IterableDataset, batch_size=None,
   a DataPipe, a dataset without __len__ (and no sampler to order it);
 - accelerate=False; FASTLOAD_NATIVE=0 in the environment;
-- a custom collate_fn (for a Hugging Face dataset, one that does more than stack its
-  images: see fastload.compat.hf_datasets.collated);
 - the dataset or its transforms have no native pipeline (the converter's reason);
+- a custom collate_fn, but for a lazily traced dataset (a class of the user's own, a
+  Hugging Face dataset) whose collate_fn does no more than stack its images (followed:
+  fastload.compat.collate);
 - a Python tail that cannot take what the engine gives it (Tail.reason_not_runnable);
 - fastload._C was not built (a fastload dataset then raises NotBuiltError instead).
 
@@ -264,20 +265,24 @@ def select_path(
     # A batch_sampler's batches run as they come: the engine takes each batch's indices
     # whatever their number (a shorter last batch, or batches of varying size).
     custom_collate = not _default_collate(collate_fn)
-    hf = _hf_datasets(dataset)
-    if custom_collate and hf is None:  # (a Hugging Face dataset's collate_fn is probed below)
-        return None, "generic: custom collate_fn"
     check_decode_on(decode_on)
     try:
         index, fusion, description, tail, labels, labels_note, rebuild = _resolve(dataset, dtype=dtype)
     except UnsupportedPipeline as error:
-        return None, f"generic: {error}"
-    if hf is not None:  # its rows through the collate_fn (torch's default one: None)
-        rebuild, why = hf.collated(rebuild, collate_fn if custom_collate else None)
+        return None, "generic: custom collate_fn" if custom_collate else f"generic: {error}"
+    # A lazily traced dataset knows each sample's structure: a custom collate_fn that stacks
+    # the images is followed around the engine's batch (fastload.compat.collate); a Hugging
+    # Face dataset's rows go through it even without one (they may keep PIL images).
+    if hasattr(rebuild, "probes") and (custom_collate or _hf_datasets(dataset) is not None):
+        from fastload.compat.collate import followed_collate
+
+        rebuild, why = followed_collate(rebuild, collate_fn if custom_collate else None)
         if rebuild is None:
             return None, f"generic: {why}"
         if custom_collate:
             labels_note += f"; collate_fn {getattr(collate_fn, '__qualname__', type(collate_fn).__name__)} followed"
+    elif custom_collate:
+        return None, "generic: custom collate_fn"
     from fastload.datasets.base import NativeDataset
 
     if not _ext.has_ops():
