@@ -39,6 +39,11 @@ _LAZY = {
     "ManifestError": ("fastload.source.manifest", "ManifestError"),
     "NativeDataset": ("fastload.datasets.base", "NativeDataset"),
     "explain": ("fastload.compat.explain", "explain"),
+    # fastload's DataLoader wherever code builds torch's (`python -m fastload run` does it too).
+    "patch": ("fastload.patch", None),  # a callable module: fastload.patch() is fastload.patch.patch()
+    "unpatch": ("fastload.patch", "unpatch"),
+    "is_patched": ("fastload.patch", "is_patched"),
+    "patched_loaders": ("fastload.patch", "patched_loaders"),
     # Every exception type fastload raises to its users, so that it can be caught by name.
     "NotBuiltError": ("fastload._ext", "NotBuiltError"),
     "ErrorPolicy": ("fastload.errors", "ErrorPolicy"),

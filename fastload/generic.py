@@ -57,6 +57,25 @@ from fastload.errors import DecodeError, ErrorPolicy, add_note
 from fastload.datasets.base import NativeDataset
 from fastload.stats import LoaderStats, profile_summary, skipped_record
 
+
+def _torch_dataloader_class() -> type:
+    """torch's own DataLoader class, even where the name torch.utils.data.DataLoader was
+    already bound to a subclass (fastload's, or another library's) when this module loads:
+    the class of that name defined in torch.utils.data.dataloader, found in the MRO."""
+    bound = torch.utils.data.dataloader.DataLoader
+    for cls in getattr(bound, "__mro__", ()):
+        if cls.__module__ == "torch.utils.data.dataloader" and cls.__qualname__ == "DataLoader":
+            return cls
+    return bound
+
+
+# torch's DataLoader, kept when fastload loads: the generic path builds on this class, never
+# on what the name torch.utils.data.DataLoader holds when a loader is built. After
+# `torch.utils.data.DataLoader = fastload.DataLoader` (fastload.patch, or a user's swap) a
+# look-up by name would make every generic loader build another fastload loader inside
+# itself, until RecursionError.
+TorchDataLoader: type = _torch_dataloader_class()
+
 # ---------------------------------------------------------------------------------------
 # Worker side: what torch's worker processes run
 
@@ -330,9 +349,8 @@ class InnerArgs:
     in_order: bool
 
 
-def inner_loader(args: InnerArgs, kept: Optional[torch.utils.data.DataLoader],
-                 batch_sampler: Any) -> torch.utils.data.DataLoader:
-    """torch's DataLoader over the wrapped dataset, configured from `args`.
+def inner_loader(args: InnerArgs, kept: Optional[TorchDataLoader], batch_sampler: Any) -> TorchDataLoader:
+    """torch's DataLoader (TorchDataLoader) over the wrapped dataset, configured from `args`.
 
     Built at each iteration, so attributes changed after construction take effect as
     they would in torch; `kept` (the one built before) is reused with persistent workers
@@ -369,14 +387,13 @@ def inner_loader(args: InnerArgs, kept: Optional[torch.utils.data.DataLoader],
         # torch's worker-count warning was already given by the loader's own __init__.
         warnings.simplefilter("ignore", UserWarning)
         if args.iterable:
-            inner = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, drop_last=args.drop_last,
-                                                **common)
+            inner = TorchDataLoader(dataset, batch_size=args.batch_size, drop_last=args.drop_last, **common)
         elif args.has_order:
-            inner = torch.utils.data.DataLoader(dataset, batch_sampler=batch_sampler, **common)
+            inner = TorchDataLoader(dataset, batch_sampler=batch_sampler, **common)
         elif args.auto_collation:
-            inner = torch.utils.data.DataLoader(dataset, batch_sampler=args.batch_sampler, **common)
+            inner = TorchDataLoader(dataset, batch_sampler=args.batch_sampler, **common)
         else:
-            inner = torch.utils.data.DataLoader(dataset, batch_size=None, sampler=args.sampler, **common)
+            inner = TorchDataLoader(dataset, batch_size=None, sampler=args.sampler, **common)
     inner._IterableDataset_len_called = args.iterable_len_called
     return inner
 

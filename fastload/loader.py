@@ -46,11 +46,12 @@ from torch.utils.data.dataloader import _DatasetKind
 from torch.utils.data.datapipes.datapipe import IterDataPipe, MapDataPipe
 
 from fastload.datasets.base import NativeDataset
-from fastload.generic import GenericFeed, InnerArgs, inner_loader
+from fastload.generic import GenericFeed, InnerArgs, TorchDataLoader, inner_loader
 from fastload.loader_args import check_loader_args
 from fastload.native.feed import NativeFeed
 from fastload.native.protocol import Runner
 from fastload.native.select import order_left_to_torch, select_path
+from fastload.rebuild import Rebuildable
 from fastload.resume import STATE_VERSION, Cursor, Pass  # noqa: F401  (STATE_VERSION: public name)
 from fastload.sampling.order import Order, make_order
 from fastload.stats import LoaderStats, Stats
@@ -153,7 +154,7 @@ class _LoaderIter:
 # ---------------------------------------------------------------------------------------
 
 
-class DataLoader(torch.utils.data.DataLoader[T_co]):
+class DataLoader(TorchDataLoader[T_co], Rebuildable):  # torch's class, also after a swap of the name
     """A drop-in torch.utils.data.DataLoader that can deliver batches on the GPU, resume
     mid-epoch, shard under DDP, run fastload datasets natively, and say where time goes.
 
@@ -340,7 +341,7 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         self._cursor = Cursor(order, dataset, runner=self._runner, user_sampler=self._user_sampler,
                               persistent_workers=self.persistent_workers)
         self._stats = LoaderStats()
-        self._inner: Optional[torch.utils.data.DataLoader] = None
+        self._inner: Optional[TorchDataLoader] = None
         self._transport: Any = None
         self._pool: Any = None
         if self.device is not None and self.device.type != "cpu":

@@ -24,6 +24,10 @@ The cursor's model (the loader delegates every epoch and resume decision to it):
   its first and last samples' names) so that a state saved over other data is refused.
 - A single-process map-style order follows a dataset that grows or shrinks between
   epochs, like torch's samplers, which re-read len(dataset) at every len() and iter().
+- A user's sampler that keeps its own epoch (DistributedSampler, Accelerate's samplers:
+  an int `epoch` beside set_epoch), when it was set since the last pass (or before the
+  first), names the epoch of a pass nobody chose one for through the loader, so the
+  native path's random parameters follow the epoch the loop or framework set there.
 
 Example:
     >>> from fastload.sampling.order import make_order
@@ -159,6 +163,7 @@ class Cursor:
         self._resume: Optional[Tuple[int, int]] = None  # (epoch, batches consumed) to continue
         self._loaded: Optional[dict] = None  # the loaded state, until its pass starts
         self._selected: Optional[dict] = None  # the state after set_epoch, until a pass starts
+        self._sampler_epoch: Optional[int] = None  # a user's sampler's own epoch when the last pass began
 
     # -- epochs ---------------------------------------------------------------------------
     def next_epoch(self) -> int:
@@ -206,6 +211,14 @@ class Cursor:
         pending epoch and resume; returns the new pass."""
         self.follow_dataset_len(starting=True)
         epoch = self.next_epoch()
+        kept = getattr(self.order, "sampler_epoch", None) if self.user_sampler else None
+        if kept is not None and self._epoch is None and (self.passes == 0 or kept != self._sampler_epoch):
+            # A user's sampler that keeps its epoch (DistributedSampler, Accelerate's), set by
+            # the loop or a framework since the last pass, names the pass's epoch: a loader a
+            # framework builds for the rest of an epoch draws that epoch's parameters. One
+            # nobody sets leaves the count (new random parameters every pass, as torch's).
+            epoch = kept
+        self._sampler_epoch = kept
         resume = self._resume if self._resume is not None and self._resume[0] == epoch else None
         set_epoch = None
         if self.order is not None and resume is None and (self._explicit or not self.user_sampler):

@@ -58,8 +58,6 @@ GENERIC = {
     "accelerate_false": (native_dataset, dict(accelerate=False), "generic: accelerate=False"),
     "custom_collate": (native_dataset, dict(collate_fn=list), "generic: custom collate_fn"),
     "unsupported": (lambda folder: Squares(4), {}, "generic: Squares is not a torchvision "),
-    "batch_sampler": (native_dataset, dict(batch_size=None, batch_sampler=[[0, 1], [2, 3]]),
-                      "generic: a batch_sampler (the native path batches by batch_size)"),
 }
 LOADER_TEXTS = ["iterable", "batch_size_none", "datapipe", "no_len", "accelerate_false", "custom_collate"]
 

@@ -47,17 +47,19 @@ naming the user's file:line:
 - an exception; index 0 traced twice returning different samples; another transform
   object than index 0's;
 - a dataset that keeps what its call made (a cache): an image kept and used again, or
-  the transform's output kept (taken out of the dicts that hold it, so the generic path
-  does not find the stand-in). An image kept past the trace turns into the real image
-  (PIL.Image.open(path), converted as traced) on first use.
+  the transform's output kept (the probes' effects on the dataset undone, so the generic
+  path does not find the stand-in; fastload/compat/rollback.py). An image kept where no
+  rollback reaches it (a module-level cache) turns into the real image (PIL.Image.open(path),
+  converted as traced) on first use.
 
 A dataset whose `__getitem__` opens no image with PIL (a TensorDataset, ...) keeps the
 compat layer's reason unchanged. FASTLOAD_TRACE=0 in the environment turns the tracer off.
 
 Not every index is traced when the loader is built: index 0 (twice) and 16 indexes spread
-over the dataset are (a fixed cost, whatever the length), and decide native or generic;
-each other index is traced just before the engine is handed its batch, and a later index
-whose trace disagrees runs through its own __getitem__ per sample (fastload/compat/
+over the dataset are probed (a fixed cost, whatever the length; what the calls changed on
+the dataset undone), and decide native or generic; a trace holds for one epoch, each
+served index traced just before the engine is handed its batch, and a later index whose
+trace disagrees runs through its own __getitem__ per sample (fastload/compat/
 trace_lazy.py; inside a Subset or ConcatDataset as lazily, through trace_views.py).
 A trace is an `__getitem__` call without decoding (no file is opened by path, a
 file opened with `open(path, "rb")` is opened and closed): about 15 us per sample on a

@@ -13,9 +13,8 @@ The reasons for the generic path, in the order they are checked:
 - the order is left to torch (order_left_to_torch): an IterableDataset, batch_size=None,
   a DataPipe, a dataset without __len__ (and no sampler to order it);
 - accelerate=False; FASTLOAD_NATIVE=0 in the environment;
-- a batch_sampler (the native loop batches by batch_size); a custom collate_fn (for a
-  Hugging Face dataset, one that does more than stack its images: see
-  fastload.compat.hf_datasets.collated);
+- a custom collate_fn (for a Hugging Face dataset, one that does more than stack its
+  images: see fastload.compat.hf_datasets.collated);
 - the dataset or its transforms have no native pipeline (the converter's reason);
 - a Python tail that cannot take what the engine gives it (Tail.reason_not_runnable);
 - fastload._C was not built (a fastload dataset then raises NotBuiltError instead).
@@ -226,7 +225,8 @@ def select_path(
     Args:
         dataset, batch_size, collate_fn, num_workers, pin_memory, sampler, batch_sampler:
             the loader's (torch's) arguments; batch_size as torch keeps it (None when a
-            batch_sampler is given). num_workers is the engine's thread count.
+            batch_sampler is given: the native path then follows its batches, of any
+            size). num_workers is the engine's thread count.
         accelerate: "auto", True or False (False: always generic).
         dtype, memory_format: what the batches should be; a floating dtype the engine can
             write (float32, float16, bfloat16) is written directly.
@@ -259,8 +259,8 @@ def select_path(
         return None, "generic: accelerate=False"
     if _ext.native_disabled_by_env():
         return None, "generic: FASTLOAD_NATIVE=0"
-    if batch_size is None:
-        return None, "generic: a batch_sampler (the native path batches by batch_size)"
+    # A batch_sampler's batches run as they come: the engine takes each batch's indices
+    # whatever their number (a shorter last batch, or batches of varying size).
     custom_collate = not _default_collate(collate_fn)
     hf = _hf_datasets(dataset)
     if custom_collate and hf is None:  # (a Hugging Face dataset's collate_fn is probed below)

@@ -30,7 +30,6 @@ Example:
 
 from __future__ import annotations
 
-import itertools
 from typing import Any, Dict, Iterator, List, Optional, Protocol, Union
 
 import numpy as np
@@ -41,6 +40,7 @@ from fastload.sampling.layout import Layout, deal, layout, rank_batches
 from fastload.sampling.rng import GlobalStream
 from fastload.sampling.state import (ORDER_STATE_VERSION, b64, check_common, check_rng_state, is_seed, state_error,
                                      unb64)
+from fastload.sampling.user_order import UserOrder
 
 class IndexOrder(Protocol):
     """What a loader needs from sampling: the batches of one epoch, resumable."""
@@ -331,88 +331,6 @@ class Order:
             # draw from the global RNG, as torch does.
             self._rng.drop()
             self._rng_after = None
-
-
-# ---------------------------------------------------------------------------------------
-# A user's sampler or batch_sampler
-
-
-class UserOrder:
-    """Wraps a user's sampler (batched like torch's BatchSampler) or batch_sampler.
-
-    The user's sampler always wins and is never sharded again (a DistributedSampler already
-    is). Resume replays its epoch (set_epoch, when it has one) and skips consumed batches; so
-    the replayed order is exact only when the sampler is deterministic given its epoch.
-    """
-
-    def __init__(self, *, dataset_len: int, batch_sampler: Any):
-        self.dataset_len = dataset_len
-        self.batch_sampler = batch_sampler
-        self._epoch = 0
-        self._skip = 0
-        self._started = False
-
-    def _epoch_target(self) -> Any:
-        for obj in (self.batch_sampler, getattr(self.batch_sampler, "sampler", None)):
-            if obj is not None and callable(getattr(obj, "set_epoch", None)):
-                return obj
-        return None
-
-    @property
-    def epoch(self) -> int:
-        target = self._epoch_target()
-        e = getattr(target, "epoch", None) if target is not None else None
-        return e if isinstance(e, int) else self._epoch
-
-    def set_epoch(self, epoch: int) -> None:
-        self._epoch = epoch
-        self._skip = 0
-        self._started = False
-        target = self._epoch_target()
-        if target is not None:
-            target.set_epoch(epoch)
-
-    def __len__(self) -> int:
-        return max(0, len(self.batch_sampler) - self._skip)
-
-    def epoch_batches(self, dataset_len: Optional[int] = None) -> int:
-        return len(self.batch_sampler)  # the user's sampler knows its dataset
-
-    def __iter__(self) -> Iterator[List[int]]:
-        if self._started:
-            # No automatic epoch counting here: the user may drive sampler.set_epoch itself.
-            self._skip = 0
-        self._started = True
-        skip = self._skip
-        return (list(b) for b in itertools.islice(iter(self.batch_sampler), skip, None))
-
-    def state_dict(self, batches_consumed: int) -> dict:
-        if not isinstance(batches_consumed, int) or batches_consumed < 0:
-            raise ValueError(f"fastload.DataLoader.state_dict: expected batches_consumed >= 0, got {batches_consumed!r}.")
-        consumed = self._skip + batches_consumed
-        epoch = self.epoch
-        try:
-            done = consumed >= len(self.batch_sampler)
-        except TypeError:  # no __len__
-            done = False
-        if done:
-            # The epoch is complete: resume at the start of an epoch. The same epoch number:
-            # user samplers get no automatic epoch counting (the user calls set_epoch).
-            consumed = 0
-        return {"version": ORDER_STATE_VERSION, "kind": "sampler", "dataset_len": self.dataset_len,
-                "epoch": epoch, "batches_consumed": consumed}
-
-    def check_state_dict(self, state: dict) -> None:
-        check_common(state, self.dataset_len, "sampler")
-        consumed = state.get("batches_consumed")
-        if not isinstance(consumed, int) or isinstance(consumed, bool) or consumed < 0:
-            raise state_error(f"expected a non-negative int batches_consumed, got {consumed!r}")
-
-    def load_state_dict(self, state: dict) -> None:
-        self.check_state_dict(state)
-        consumed = state["batches_consumed"]
-        self.set_epoch(state["epoch"])
-        self._skip = consumed
 
 
 # ---------------------------------------------------------------------------------------

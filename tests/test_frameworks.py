@@ -1,0 +1,288 @@
+"""Frameworks that build DataLoaders: the names they bind are patched, Accelerate's batch
+samplers run natively (against torch's DataLoader), accelerator.prepare under
+`python -m fastload run` shards a native fastload loader once across 2 torchrun ranks
+(gather_for_metrics, save_state/load_state + skip_first_batches exact, equal to torch's),
+transformers' Trainer trains on fastload's loaders, and timm's create_loader builds them. Each test skips, with the reason,
+where its framework is absent (`make setup` installs them)."""
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch.utils.data import BatchSampler, RandomSampler
+
+import fastload
+from fastload import ops
+from resume_helpers import batches_equal, check_resume_at_every_position
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RANKS_SCRIPT = os.path.join(HERE, "frameworks", "accelerate_ranks.py")
+LAUNCH_TIMEOUT_S = 240
+SAMPLES = 10  # one image per class (label = index); 2 ranks x batch 2 leave a remainder of 2
+IMAGE_SUM_ATOL = 1e-2  # ~3e3 values per rank's batch, each within ~1e-6
+TORCH = {"class": torch.utils.data.dataloader.DataLoader}  # (a container: patch() rebinds module names)
+
+
+def need(module):
+    return pytest.importorskip(module, reason=f"{module.split('.')[0]} is not installed (make setup installs it)")
+
+
+@pytest.fixture(scope="module")
+def folder(make_image_folder):
+    return make_image_folder(classes=SAMPLES, per_class=1, size=(40, 52))
+
+
+def dataset(folder):
+    return fastload.ImageFolder(folder, ops=[ops.RandomResizedCrop(16), ops.Normalize((0.5,) * 3, (0.5,) * 3)],
+                                seed=5)
+
+
+# ---------------------------------------------------------------------------------------
+# The names frameworks bind at import
+
+
+@pytest.mark.parametrize("module", ["accelerate.data_loader", "transformers.trainer"])
+def test_patch_rebinds_the_name_a_framework_bound_at_import(module):
+    framework = need(module)
+    from fastload.patch import PatchedDataLoader, patch, unpatch
+
+    assert framework.DataLoader is TORCH["class"]
+    patch(summary=False)
+    try:
+        assert framework.DataLoader is PatchedDataLoader
+    finally:
+        unpatch()
+    assert framework.DataLoader is TORCH["class"]
+
+
+# ---------------------------------------------------------------------------------------
+# Accelerate's batch samplers on the native path
+
+
+def shard(process_index, seed=3, seedable=False):
+    data_loader = need("accelerate.data_loader")
+    if seedable:
+        sampler = data_loader.SeedableRandomSampler(range(SAMPLES), data_seed=seed)
+    else:
+        sampler = RandomSampler(range(SAMPLES), generator=torch.Generator().manual_seed(seed))
+    return data_loader.BatchSamplerShard(BatchSampler(sampler, 3, False), num_processes=2,
+                                         process_index=process_index)
+
+
+@pytest.mark.parametrize("process_index", [0, 1])
+def test_batch_sampler_shard_runs_native_like_torch(folder, process_index):
+    ours = fastload.DataLoader(dataset(folder), batch_sampler=shard(process_index), dct_scaling=False)
+    assert ours.path.startswith("native: ")
+    reference_dataset = dataset(folder)
+    theirs = torch.utils.data.DataLoader(reference_dataset, batch_sampler=shard(process_index))
+    for epoch in range(3):
+        reference_dataset.set_epoch(epoch)
+        got, want = list(ours), list(theirs)
+        assert [b[1].tolist() for b in got] == [b[1].tolist() for b in want], f"epoch {epoch}"
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a[0], b[0], atol=1e-4, rtol=0)  # see tests/test_batch_sampler.py
+
+
+def test_batch_sampler_shard_resumes_at_every_position(folder):
+    check_resume_at_every_position(
+        lambda: fastload.DataLoader(dataset(folder), batch_sampler=shard(1), dct_scaling=False))
+
+
+def test_a_finished_epoch_of_a_seedable_sampler_resumes_at_the_next(folder):
+    """SeedableRandomSampler counts its own epochs (set_epoch(epoch + 1) at its end): a
+    state saved after an epoch's last batch resumes at the next epoch's order."""
+    def make():
+        return fastload.DataLoader(dataset(folder), batch_sampler=shard(0, seedable=True), dct_scaling=False)
+
+    reference = make()
+    epochs = [list(reference) for _ in range(3)]
+    assert [b[1].tolist() for b in epochs[0]] != [b[1].tolist() for b in epochs[1]]
+    run = make()
+    list(run)
+    state = run.state_dict()
+    resumed = make()
+    resumed.load_state_dict(state)
+    assert all(map(batches_equal, list(resumed), epochs[1]))
+    assert all(map(batches_equal, list(resumed), epochs[2]))
+
+
+# ---------------------------------------------------------------------------------------
+# accelerator.prepare under python -m fastload run, 2 torchrun ranks
+
+
+@pytest.fixture(scope="module")
+def accelerate_ranks(folder, tmp_path_factory):
+    need("accelerate")
+    out = str(tmp_path_factory.mktemp("accelerate") / "ranks.json")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        env.pop(name, None)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           "-m", "fastload", "run", RANKS_SCRIPT, folder, out]
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"torchrun did not finish in {LAUNCH_TIMEOUT_S} s (a hang?):\n{(e.stderr or b'')[-3000:]!r}")
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    with open(out) as f:
+        return json.load(f), proc.stderr
+
+
+def test_prepare_builds_its_shards_over_a_native_fastload_loader(accelerate_ranks):
+    result, stderr = accelerate_ranks
+    assert result["world"] == 2
+    assert result["torch"]["base"] == "DataLoader"  # unpatched: torch's, the reference
+    assert result["fastload"]["base"] == result["fastload"]["resume_base"] == "PatchedDataLoader"
+    assert result["prepared"]["base"] == "DataLoader" and result["prepared"]["resume_base"] == "DataLoader"
+    for run in ("fastload", "prepared"):
+        assert result[run]["path"].startswith("native: ImageFolder")
+    assert all(f"[rank {r}] fastload: " in stderr for r in (0, 1))
+
+
+def test_prepare_shards_once_and_gathers_every_sample_once(accelerate_ranks):
+    result, _ = accelerate_ranks
+    for run in ("torch", "prepared", "fastload"):
+        for epoch, steps in enumerate(result[run]["epochs"]):
+            gathered = [label for step in steps for label in step["gathered"]]
+            assert sorted(gathered) == list(range(SAMPLES)), f"{run} epoch {epoch}: {gathered}"
+            assert all(len(step["labels"]) == 2 for step in steps)  # rank 0's share of each step
+
+
+@pytest.mark.parametrize("run", ["fastload", "prepared"])
+def test_prepare_gives_torchs_batches_and_resumes_exactly(accelerate_ranks, run):
+    result, _ = accelerate_ranks
+    torch_run, ours = result["torch"], result[run]
+    for epoch, (got, want) in enumerate(zip(ours["epochs"], torch_run["epochs"])):
+        assert [s["gathered"] for s in got] == [s["gathered"] for s in want], f"epoch {epoch}"
+        # Images (their sums): the engine vs the dataset's own __getitem__ under torch's
+        # loader; no DCT scaling at these sizes, so only summation order differs per pixel.
+        assert [s["images"] for s in got] == pytest.approx([s["images"] for s in want], abs=IMAGE_SUM_ATOL)
+    steps = 1  # accelerate_ranks.py's STEPS
+    assert [s["labels"] for s in ours["resume"]] == [s["labels"] for s in ours["epochs"][1][steps:]]
+    assert [s["gathered"] for s in ours["resume"]] == [s["gathered"] for s in torch_run["resume"]]
+
+
+# ---------------------------------------------------------------------------------------
+# transformers' Trainer
+
+
+class Rows(torch.utils.data.Dataset):
+    def __len__(self):
+        return 6
+
+    def __getitem__(self, i):
+        return {"x": torch.tensor([float(i)]), "labels": torch.tensor(float(i))}
+
+
+class Regression(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(1, 1)
+
+    def forward(self, x, labels=None):
+        out = self.linear(x).squeeze(-1)
+        return {"loss": torch.nn.functional.mse_loss(out, labels), "logits": out}
+
+
+def test_trainer_trains_on_fastload_loaders(tmp_path):
+    trainer_module = need("transformers.trainer")
+    from fastload.patch import patch, patched_loaders, unpatch
+
+    transformers = importlib.import_module("transformers")
+    seen = len(patched_loaders())
+    patch(summary=False)
+    try:
+        args = transformers.TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=2,
+                                              num_train_epochs=1, use_cpu=True, report_to=[], save_strategy="no",
+                                              logging_strategy="no", disable_tqdm=True)
+        trainer = trainer_module.Trainer(model=Regression(), args=args, train_dataset=Rows())
+        loader = trainer.get_train_dataloader()
+        assert isinstance(loader.base_dataloader, fastload.DataLoader)
+        assert sorted(int(i) for batch in loader for i in batch["labels"]) == list(range(6))
+        trainer.train()
+    finally:
+        unpatch()
+    built = patched_loaders()[seen:]
+    # The Trainer's collator is a custom collate_fn: the generic path, and the reason is said.
+    assert built and all(r.path == "generic: custom collate_fn" for r in built)
+    assert any(r.where.startswith("trainer.py:") for r in built)
+
+
+# ---------------------------------------------------------------------------------------
+# accelerator.prepare(fastload_loader) in one process, with and without the patch
+
+
+PREPARE_SCRIPT = '''
+import sys, warnings
+import torch
+import fastload
+from fastload import ops
+from accelerate import Accelerator
+
+dataset = fastload.ImageFolder(sys.argv[1], ops=[ops.Resize((8, 8)), ops.Normalize((0.5,) * 3, (0.5,) * 3)])
+accelerator = Accelerator(cpu=True)
+if sys.argv[2] == "patched":
+    fastload.patch(summary=False)
+loader = fastload.DataLoader(dataset, batch_size=4, shuffle=True, dtype=torch.float64, seed=7)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    prepared = accelerator.prepare(loader)
+    base = prepared.base_dataloader
+    images, labels = next(iter(prepared))
+import accelerate.data_loader
+print(type(base).__name__, getattr(base, "path", "-").split(":")[0], images.dtype, getattr(base, "seed", None),
+      len(prepared), accelerate.data_loader.DataLoader.__module__)
+skipped = accelerator.skip_first_batches(prepared, 1)  # Accelerate's resume: torch's class again
+print(type(skipped.base_dataloader).__module__, len(list(skipped)))
+for w in caught:
+    print("warning:", w.message)
+'''
+
+
+@pytest.mark.parametrize("mode", ["patched", "plain"])
+def test_prepare_keeps_a_fastload_loader_and_its_extras(folder, tmp_path, mode):
+    need("accelerate")
+    script = tmp_path / "prepare.py"
+    script.write_text(PREPARE_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    proc = subprocess.run([sys.executable, str(script), folder, mode], capture_output=True, text=True,
+                          timeout=LAUNCH_TIMEOUT_S, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    if mode == "patched":
+        assert lines == ["PatchedDataLoader native torch.float64 7 3 fastload.patch",
+                         "fastload.patch 2"]
+    else:
+        # The one rebuild in prepare() is fastload's, then Accelerate's name is torch's again.
+        assert lines == ["DataLoader native torch.float64 7 3 torch.utils.data.dataloader",
+                         "torch.utils.data.dataloader 2"]
+
+
+# ---------------------------------------------------------------------------------------
+# timm's loader factory
+
+
+@pytest.mark.parametrize("prefetcher", [False, True])
+def test_timm_create_loader_builds_fastload_under_the_patch(image_folder, prefetcher):
+    timm_loader = need("timm.data.loader")
+    torchvision = need("torchvision")
+    from fastload.patch import PatchedDataLoader, patch, unpatch
+
+    dataset = torchvision.datasets.ImageFolder(image_folder)
+    patch(summary=False)
+    try:
+        loader = timm_loader.create_loader(dataset, input_size=(3, 32, 32), batch_size=4, is_training=True,
+                                           use_prefetcher=prefetcher, device=torch.device("cpu"), num_workers=0)
+        inner = loader.loader if prefetcher else loader
+        assert type(inner) is PatchedDataLoader
+        # timm's train transforms run natively; its prefetcher's fast_collate is a custom collate_fn.
+        assert inner.path.startswith("generic: custom collate_fn" if prefetcher else "native: torchvision ImageFolder")
+        batches = list(loader)
+    finally:
+        unpatch()
+    assert [tuple(x.shape) for x, _ in batches] == [(4, 3, 32, 32)] * 2
+    assert sorted(torch.cat([y for _, y in batches]).tolist()) == sorted(dataset.targets)
