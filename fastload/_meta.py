@@ -1,9 +1,23 @@
 """Fake (meta) kernels: the shape and dtype of every fastload op, for torch.compile and
-meta tensors. Data-dependent shapes (decoded image sizes) use unbacked symbols."""
+meta tensors. Data-dependent shapes (decoded image sizes) use unbacked symbols.
+
+fastload._ext imports this module once fastload._C has loaded; imported alone, it loads
+fastload._C itself first (a fake kernel registers only over an operator that exists), so
+it raises ImportError where the extension is not built.
+
+Example:
+    >>> import torch
+    >>> import fastload._meta
+    >>> out = torch.ops.fastload.jpeg_header(torch.empty(100, dtype=torch.uint8, device="meta"))
+    >>> out.shape, out.dtype
+    (torch.Size([5]), torch.int64)
+"""
 
 from __future__ import annotations
 
 import torch
+
+from fastload import _C  # registers the operators the fake kernels below are for
 
 
 @torch.library.register_fake("fastload::crop_resize_flip_normalize")
@@ -97,8 +111,6 @@ def _gaussian_blur_params(indices, seed, epoch, sigma_min, sigma_max, p=1.0):
 @torch.library.register_fake("fastload::auto_augment_params")
 def _auto_augment_params(indices, seed, epoch, space_ops, magnitudes, num_ops=1, magnitude_bin=-1, policy_ops=(),
                          policy_probs=(), policy_bins=()):
-    from fastload import _C  # (loaded: fake kernels register when it is)
-
     n = indices.shape[0]
     if len(policy_ops) or len(policy_probs) or len(policy_bins):  # AutoAugment: one row per sub-policy slot
         num_ops = _C.AUTOAUGMENT_POLICY_STEPS
@@ -107,8 +119,6 @@ def _auto_augment_params(indices, seed, epoch, space_ops, magnitudes, num_ops=1,
 
 @torch.library.register_fake("fastload::augmix_params")
 def _augmix_params(indices, seed, epoch, space_ops, magnitudes, severity=3, width=3, chain_depth=-1, alpha=1.0):
-    from fastload import _C  # (loaded: fake kernels register when it is)
-
     n, depth = indices.shape[0], _C.AUGMIX_MAX_DEPTH
     return (indices.new_empty((n, width + 1), dtype=torch.float32), indices.new_empty((n, width), dtype=torch.int64),
             indices.new_empty((n, width, depth), dtype=torch.int64),

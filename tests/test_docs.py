@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import doctest
 import importlib
+import os
 import pkgutil
 
 import pytest
@@ -34,3 +35,15 @@ def test_docstring_examples_run(name):
         runner.run(test)
     results = runner.summarize(verbose=False)
     assert results.failed == 0, f"{results.failed} of {results.attempted} docstring examples in {name} failed (see above)"
+
+
+def test_every_test_file_is_listed_in_the_tests_readme():
+    """tests/README.md is the map of the tests: each .py file under tests/ is named there."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(os.path.join(here, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    files = [os.path.relpath(os.path.join(folder, name), here)
+             for folder, dirs, names in os.walk(here) if "__pycache__" not in folder
+             for name in names if name.endswith(".py")]
+    missing = sorted(f for f in files if os.path.basename(f) not in readme)
+    assert not missing, f"tests/README.md does not name {missing}: add each to its layer's row"

@@ -537,8 +537,8 @@ def test_rows_are_traced_and_header_checked_as_the_loader_reaches_them(root, mon
     from fastload.compat.trace_lazy import PROBES
 
     seen, heads = [], []
-    header = hf_datasets._header
-    monkeypatch.setattr(hf_datasets, "_header", lambda *a: heads.append(1) or header(*a))
+    header = hf_datasets.image_header
+    monkeypatch.setattr(hf_datasets, "image_header", lambda *a: heads.append(1) or header(*a))
 
     def fn(examples):
         seen.extend(examples["label"])

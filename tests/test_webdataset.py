@@ -1,4 +1,4 @@
-"""webdataset pipelines on fastload's tar-shard engine (fastload/compat/webdataset.py).
+"""webdataset pipelines on fastload's tar-shard engine (fastload/datasets/webdataset.py).
 
 Every mapped stage end to end against the same pipeline iterated by torch's DataLoader
 (structure, dtypes, labels; pixels equal for deterministic transforms without resampling),

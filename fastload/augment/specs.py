@@ -41,7 +41,7 @@ def _pair(size: Size, name: str) -> Tuple[int, int]:
 # torchvision's InterpolationMode values, and Pillow's integer constants for them (what
 # torchvision's _interpolation_modes_from_int maps).
 INTERPOLATIONS = ("nearest", "nearest-exact", "bilinear", "bicubic", "box", "hamming", "lanczos")
-_PIL_INTERPOLATIONS = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
+PIL_INTERPOLATIONS = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
 
 
 def native_interpolations() -> Tuple[str, ...]:
@@ -78,10 +78,10 @@ def _interpolation(value, name: str) -> str:
         raise TypeError(f"fastload.transforms.{name}: Argument interpolation should be a InterpolationMode or a "
                         f"corresponding Pillow integer constant, got {value!r}")
     if isinstance(value, int):
-        if value not in _PIL_INTERPOLATIONS:
+        if value not in PIL_INTERPOLATIONS:
             raise ValueError(f"fastload.transforms.{name}: expected a Pillow resampling constant "
-                             f"{sorted(_PIL_INTERPOLATIONS)}, got {value}")
-        return _PIL_INTERPOLATIONS[value]
+                             f"{sorted(PIL_INTERPOLATIONS)}, got {value}")
+        return PIL_INTERPOLATIONS[value]
     if value.lower() not in INTERPOLATIONS:
         raise ValueError(f"fastload.transforms.{name}: expected interpolation in {INTERPOLATIONS}, got {value!r}")
     return value.lower()

@@ -23,6 +23,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
+# How deep fastload walks what users nest: transform wrappers (Compose in Compose),
+# datasets (Subset of ConcatDataset), sample structures (tuples, lists, dicts). Deeper
+# is one opaque leaf or a refusal; the bound also stops at cycles. Here, the lowest
+# layer that walks such nesting, for compat and the layers above to import.
+MAX_DEPTH = 32
 
 @dataclass(frozen=True)
 class Pipeline:
@@ -41,7 +46,7 @@ class Pipeline:
 
 
 def open_wrappers(transform: Any, parts_of: Callable[[Any], Optional[List[Any]]],
-                  max_depth: int) -> Tuple[List[Any], List[str]]:
+                  max_depth: int = MAX_DEPTH) -> Tuple[List[Any], List[str]]:
     """(the transforms `transform` applies, in order, with every wrapper opened that
     `parts_of` opens (it returns a wrapper's parts, or None for a leaf), down to max_depth
     levels; the opened wrappers' names, outermost first)."""

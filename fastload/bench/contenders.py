@@ -436,7 +436,7 @@ class WebLoaderContender(WebDatasetLoader):
 @register
 class FastloadWebDataset(WebDatasetLoader):
     """The webdataset contender's pipeline, unchanged, through fastload.DataLoader: its
-    stages are read back and run on the tar-shard engine (fastload/compat/webdataset.py)."""
+    stages are read back and run on the tar-shard engine (fastload/datasets/webdataset.py)."""
 
     name = "fastload-webdataset"
     summary = "the webdataset contender's pipeline, unchanged, through fastload.DataLoader (batch_size=None)"

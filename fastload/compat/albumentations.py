@@ -59,7 +59,6 @@ from fastload.augment.split import Pipeline, open_wrappers, split_pipeline
 _INTER_LINEAR = 1
 _INTER_NAMES = {0: "INTER_NEAREST", 1: "INTER_LINEAR", 2: "INTER_CUBIC", 3: "INTER_AREA", 4: "INTER_LANCZOS4",
                 5: "INTER_LINEAR_EXACT", 6: "INTER_NEAREST_EXACT"}
-_MAX_DEPTH = 32
 
 
 def is_albumentations(transform: Any) -> bool:
@@ -89,7 +88,7 @@ def compose_parts(transform: Any) -> Any:
 
 def flatten(transform: Any) -> Tuple[List[Any], List[str]]:
     """(the transforms applied in order, Compose opened; the wrappers opened)."""
-    return open_wrappers(transform, compose_parts, _MAX_DEPTH)
+    return open_wrappers(transform, compose_parts)
 
 
 def _interpolation(transform: Any) -> str:

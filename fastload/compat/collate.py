@@ -39,6 +39,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from fastload.augment.split import MAX_DEPTH
 from fastload.compat import trace
 
 
@@ -155,9 +156,9 @@ def _why(collate_fn: Any, what: str) -> str:
 def _holds(value: Any, kind: type, depth: int = 0) -> bool:
     if isinstance(value, kind):
         return True
-    if depth < 8 and isinstance(value, dict):
+    if depth < MAX_DEPTH and isinstance(value, dict):
         return any(_holds(v, kind, depth + 1) for v in value.values())
-    if depth < 8 and isinstance(value, (list, tuple)):
+    if depth < MAX_DEPTH and isinstance(value, (list, tuple)):
         return any(_holds(v, kind, depth + 1) for v in value)
     return False
 
@@ -179,10 +180,10 @@ def _find(value: Any, want: Any, at: Tuple[Any, ...], found: List[Tuple[Any, ...
     if isinstance(value, torch.Tensor):
         if value.dtype == want.dtype and value.shape == want.shape and torch.equal(value, want):
             found.append(at)
-    elif depth < 8 and isinstance(value, dict):
+    elif depth < MAX_DEPTH and isinstance(value, dict):
         for k, v in value.items():
             _find(v, want, at + (k,), found, depth + 1)
-    elif depth < 8 and isinstance(value, (list, tuple)):
+    elif depth < MAX_DEPTH and isinstance(value, (list, tuple)):
         for k, v in enumerate(value):
             _find(v, want, at + (k,), found, depth + 1)
 

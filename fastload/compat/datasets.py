@@ -41,7 +41,7 @@ import numpy as np
 import torch
 from torch.utils.data import ConcatDataset, Subset
 
-from fastload.augment.split import Pipeline, transforms_repr
+from fastload.augment.split import MAX_DEPTH, Pipeline, transforms_repr
 from fastload.source.index import FlatStrings, SampleIndex
 
 _KNOWN = ("ImageFolder, DatasetFolder and subclasses keeping its __getitem__ and loader, "
@@ -238,8 +238,8 @@ def _same(cls: type, base: type, *names: str) -> bool:
 def analyse(dataset: Any, _depth: int = 0) -> Analysis:
     """The compat layer's view of `dataset`: chain, reasons, index, pipeline (no raising)."""
     name = type(dataset).__name__
-    if _depth > 32:
-        return Analysis(name).refuse(f"{name}: datasets nested more than 32 deep")
+    if _depth > MAX_DEPTH:
+        return Analysis(name).refuse(f"{name}: datasets nested more than {MAX_DEPTH} deep")
     if isinstance(dataset, Subset):
         return _subset(dataset, _depth)
     if isinstance(dataset, ConcatDataset):
@@ -509,7 +509,7 @@ def basis(dataset: Any, _depth: int = 0) -> Any:
         >>> before == basis(folder)
         False
     """
-    if _depth > 32:
+    if _depth > MAX_DEPTH:
         return _Same(dataset)
     if isinstance(dataset, Subset):
         return ("Subset", _Same(dataset), _Same(dataset.indices), len(dataset.indices), basis(dataset.dataset, _depth + 1))

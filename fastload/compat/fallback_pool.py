@@ -31,6 +31,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
+from fastload.augment.split import MAX_DEPTH
+
 # The dataset of this worker process (set when it starts; inherited through fork).
 _DATASET: Any = None
 
@@ -98,7 +100,7 @@ def _walk(value: Any, leaf: Any, depth: int = 0) -> Any:
     if replaced is not None:
         return replaced
     kind = type(value)
-    if depth > 32:
+    if depth > MAX_DEPTH:
         return value
     if kind is tuple or kind is list:
         return kind(_walk(v, leaf, depth + 1) for v in value)

@@ -30,8 +30,8 @@ so `batch["pixel_values"]`, `batch["label"]` are what torch's DataLoader gives. 
 collate_fn that stacks the transformed column is followed too (fastload/compat/collate.py): rows may
 then keep their PIL image column, which the collate_fn leaves out.
 
-Each image's header is read (no decode) to know what `datasets` does on decode that the
-engine must do too: the EXIF orientation (datasets rotates the image, the engine does
+Each image's header is read (fastload/decode/header.py: no decode for JPEG and PNG) to
+know what `datasets` does on decode that the engine must do too: the EXIF orientation (datasets rotates the image, the engine does
 not) and the mode (a 3-component JPEG or an RGB PNG is "RGB": a function may pass it to
 a transform without `.convert("RGB")`, as it runs).
 
@@ -81,7 +81,6 @@ import atexit
 import bisect
 import copy
 import os
-import struct
 import sys
 import tempfile
 import weakref
@@ -90,17 +89,15 @@ from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
+from fastload.augment.split import MAX_DEPTH
 from fastload.compat import collate, trace
 from fastload.compat.datasets import Analysis
+from fastload.decode.header import HEAD_BYTES, Header, file_header, image_header
 from fastload.source.index import FlatStrings, SampleIndex
 
 # Rows whose formatting (set_transform's function) is traced per call: bounds the lazy
 # images alive at once, like a batch of torch's DataLoader.
 TRACE_CHUNK = 64
-# Bytes read from the start of an image file to find its header (SOF / IHDR / EXIF);
-# what lies past them is read where the markers point (a JPEG's header is ~1 KB without
-# an EXIF thumbnail: 4 KB covers most files in one read).
-HEAD_BYTES = 4096
 _FIX = ("use set_transform/with_transform with a function that maps each image (converted to RGB) through one "
         "torchvision transform, e.g. examples['pixel_values'] = [tf(im.convert('RGB')) for im in "
         "examples['image']]")
@@ -348,117 +345,6 @@ def _paths_of(paths: Any, rows: np.ndarray, row: int, files: Dict[str, int], fil
 # ---- what datasets does on decode: the headers -----------------------------------------
 
 
-def _tiff_orientation(tiff: bytes) -> Optional[int]:
-    """The Orientation tag (0x0112) of IFD0 of an EXIF TIFF block, or None."""
-    if len(tiff) < 8 or tiff[:2] not in (b"II", b"MM"):
-        return None
-    order = "<" if tiff[:2] == b"II" else ">"
-    ifd = struct.unpack_from(order + "I", tiff, 4)[0]
-    if ifd + 2 > len(tiff):
-        return None
-    count = struct.unpack_from(order + "H", tiff, ifd)[0]
-    for k in range(count):
-        at = ifd + 2 + 12 * k
-        if at + 12 > len(tiff):
-            return None
-        tag, kind = struct.unpack_from(order + "HH", tiff, at)
-        if tag == 0x0112:
-            return struct.unpack_from(order + ("H" if kind == 3 else "I"), tiff, at + 8)[0]
-    return None
-
-
-def _jpeg_header(read: Any, head: bytes = b"") -> Optional[Tuple[str, int, int, Optional[int]]]:
-    """(mode, height, width, EXIF orientation) of a JPEG from its markers, or None.
-    read(offset, n) gives the file's bytes; `head`, its first bytes when already read
-    (the markers in it are walked without a call per marker)."""
-    pos, orientation, seen_exif, have = 2, None, False, len(head)
-    while True:
-        if pos + 4 <= have:
-            first, marker, high, low = head[pos], head[pos + 1], head[pos + 2], head[pos + 3]
-        else:
-            four = read(pos, 4)
-            if len(four) < 4:
-                return None
-            first, marker, high, low = four[0], four[1], four[2], four[3]
-        if first != 0xFF:
-            return None
-        if marker == 0xFF:  # fill byte
-            pos += 1
-            continue
-        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:
-            pos += 2
-            continue
-        length = (high << 8) | low
-        if marker == 0xE1 and not seen_exif:
-            end = pos + 2 + length
-            segment = head[pos + 4:end] if end <= have else read(pos + 4, length - 2)
-            if segment[:6] == b"Exif\x00\x00":  # PIL keeps the first Exif APP1
-                seen_exif = True
-                orientation = _tiff_orientation(bytes(segment[6:]))
-        elif 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
-            sof = head[pos + 4:pos + 10] if pos + 10 <= have else read(pos + 4, 6)
-            if len(sof) < 6:
-                return None
-            height, width, components = (sof[1] << 8) | sof[2], (sof[3] << 8) | sof[4], sof[5]
-            mode = {1: "L", 3: "RGB", 4: "CMYK"}.get(components, f"{components} components")
-            return mode, height, width, orientation
-        elif marker == 0xDA:
-            return None
-        pos += 2 + length
-
-
-def _png_header(read: Any, size: int) -> Optional[Tuple[str, int, int, Optional[int]]]:
-    ihdr = read(8, 25)
-    if len(ihdr) < 25 or ihdr[4:8] != b"IHDR":
-        return None
-    width, height = struct.unpack(">II", ihdr[8:16])
-    mode = {0: "L", 2: "RGB", 3: "P", 4: "LA", 6: "RGBA"}.get(ihdr[17], "?")
-    orientation, pos = None, 8
-    while pos + 8 <= size:  # the chunk headers, for an eXIf anywhere (datasets reads it after load())
-        head = read(pos, 8)
-        if len(head) < 8:
-            break
-        length, kind = struct.unpack(">I", head[:4])[0], head[4:8]
-        if kind == b"eXIf":
-            data = bytes(read(pos + 8, length))
-            orientation = _tiff_orientation(data[6:] if data[:6] == b"Exif\x00\x00" else data)
-            break
-        if kind == b"IEND":
-            break
-        pos += 12 + length
-    return mode, height, width, orientation
-
-
-def _pil_header(data: bytes) -> Optional[Tuple[str, int, int, Optional[int]]]:
-    """Other formats: what PIL (as datasets decodes: load, getexif) says."""
-    import io
-
-    import PIL.Image
-
-    try:
-        with PIL.Image.open(io.BytesIO(data)) as image:
-            image.load()
-            orientation = image.getexif().get(0x0112)
-            return image.mode, image.height, image.width, orientation
-    except Exception:  # noqa: BLE001 - unreadable: the engine reports it when the sample is read
-        return None
-
-
-def _header(read: Any, size: int, head: bytes = b"") -> Optional[Tuple[str, int, int, Optional[int]]]:
-    """(mode, height, width, orientation) of one image, None when it cannot be read (a
-    broken image: the engine's read or decode names it, as for any source). `head`: the
-    image's first bytes when already read."""
-    magic = head[:8] if len(head) >= 8 else bytes(read(0, 8))
-    try:
-        if magic[:2] == b"\xff\xd8":
-            return _jpeg_header(read, head)
-        if magic == b"\x89PNG\r\n\x1a\n":
-            return _png_header(read, size)
-    except (struct.error, IndexError, ValueError):
-        return None
-    return _pil_header(bytes(read(0, size))) if size > 0 else None
-
-
 class _Headers:
     """Each table row's image header, read where its bytes are: a pread of the Arrow cache
     (or temporary) file at the row's offset, or the image file of a path. The cache files
@@ -468,11 +354,11 @@ class _Headers:
         self.located = located
         self._fds: Dict[int, int] = {}
 
-    def __call__(self, r: int) -> Optional[Tuple[str, int, int, Optional[int]]]:
+    def __call__(self, r: int) -> Optional[Header]:
         located = self.located
         fid = int(located.file_ids[r])
         if not located.in_table[r]:
-            return _file_header(located.files[fid])
+            return file_header(located.files[fid])
         fd = self._fds.get(fid)
         if fd is None:
             try:
@@ -488,7 +374,7 @@ class _Headers:
                 return head[offset:offset + n]
             return os.pread(fd, n, base + offset)
 
-        return _header(read, size, head)
+        return image_header(read, size, head)
 
     def close(self) -> None:
         fds, self._fds = self._fds, {}
@@ -505,27 +391,6 @@ def _bounds(data: Any, m: int) -> Optional[np.ndarray]:
     wide = pa.types.is_large_binary(data.type)
     bounds = np.frombuffer(data.buffers()[1], dtype=np.int64 if wide else np.int32)
     return bounds[data.offset:data.offset + m + 1].astype(np.int64)
-
-
-def _file_header(path: str) -> Optional[Tuple[str, int, int, Optional[int]]]:
-    """The header of an image file: its first HEAD_BYTES, then small preads where the
-    markers lead (an EXIF segment, a SOF past them), never the whole file for a JPEG."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None  # (the engine's read names the missing file)
-    try:
-        size = os.fstat(fd).st_size
-        head = os.pread(fd, HEAD_BYTES, 0)
-
-        def read(offset: int, n: int) -> bytes:
-            if offset + n <= len(head):
-                return head[offset:offset + n]
-            return os.pread(fd, max(0, n), offset)
-
-        return _header(read, size, head)
-    finally:
-        os.close(fd)
 
 
 # ---- the dataset's formatting, traced ---------------------------------------------------
@@ -600,7 +465,7 @@ def _outputs_in(sample: Any, outputs: List[Any], depth: int = 0) -> List[Any]:
     kind = type(sample)
     if kind is trace.TracedOutput:
         return [sample]
-    if depth > 32:
+    if depth > MAX_DEPTH:
         return []
     if kind is dict:
         return [o for v in sample.values() for o in _outputs_in(v, outputs, depth + 1)]
@@ -888,9 +753,9 @@ class HFLazyTrace(_lazy_trace_base()):  # type: ignore[misc]
             if collecting:
                 gc.enable()
         for i, head in heads.items():
-            if head is not None and head[3] not in (None, 1) and not isinstance(found[i], _Fall):
+            if head is not None and head.orientation != 1 and not isinstance(found[i], _Fall):
                 r = int(self.rows[i])
-                found[i] = _Fall(f"row {r} of the table ({_source(self.located, r)}) has EXIF orientation {head[3]}: "
+                found[i] = _Fall(f"row {r} of the table ({_source(self.located, r)}) has EXIF orientation {head.orientation}: "
                                  "datasets rotates it on decode, the native engine does not", True, found[i])
         return found
 

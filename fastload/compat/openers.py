@@ -29,8 +29,9 @@ reason where it fails:
   default) reads the file's header and is followed where the file has 3 channels;
 - `cv2.imread` turns the image by its EXIF orientation (unless `IMREAD_IGNORE_ORIENTATION`)
   and so does torchvision.io with `apply_exif_orientation=True`; the engine decodes as
-  stored (as PIL's Image.open): the file's EXIF orientation is read and a turned image is
-  refused;
+  stored (as PIL's Image.open): the orientation of a JPEG or PNG is read from its header
+  (fastload/decode/header.py, as PIL.ImageOps.exif_transpose applies it) and a turned
+  image is refused;
 - an OpenCV array goes to albumentations, a torchvision.io tensor to torchvision's v2
   transforms (or v1 transforms that take tensors), a PIL image to torchvision/timm:
   another pairing (e.g. a PIL image to albumentations, which takes arrays) is refused,
@@ -62,7 +63,6 @@ from __future__ import annotations
 
 import io
 import os
-import struct
 import sys
 import weakref
 from typing import Any, Iterator, List, Optional, Tuple
@@ -71,17 +71,14 @@ import PIL.Image
 import torch
 
 from fastload.compat import trace as _trace
+from fastload.decode.header import HEAD_BYTES, file_header
 
-# How much of a file a header read takes first: the APP segments and the SOF of most JPEGs
-# fit; a longer EXIF segment (at most 64 KiB) or a SOF past it is read again whole.
-_HEADER_BYTES = 4096
-_APP1_BYTES = 1 << 16
 
 
 # ---- the file's header, read only where a layout depends on it -----------------------------
 
 
-def _read_prefix(path: str, size: int = _HEADER_BYTES) -> bytes:
+def _read_prefix(path: str, size: int = HEAD_BYTES) -> bytes:
     with io.FileIO(path, "r") as f:  # (io.FileIO: never the traced open)
         return f.read(size)
 
@@ -106,54 +103,11 @@ def header(path: str) -> Tuple[int, int, int]:
         return image.height, image.width, len(image.getbands())
 
 
-def exif_orientation(path: str, data: Optional[bytes] = None) -> int:
-    """The EXIF orientation (1-8; 1 when none) of a JPEG file, read from its APP1 segment
-    (other formats: 1)."""
-    data = _read_prefix(path) if data is None else data
-    if data[:2] != b"\xff\xd8":
-        return 1
-    at = 2
-    while at + 4 <= len(data) and data[at] == 0xFF:
-        marker, length = data[at + 1], struct.unpack(">H", data[at + 2:at + 4])[0]
-        if marker in (0xDA, 0xD9):  # start of scan, end of image: no more APP segments
-            return 1
-        segment = data[at + 4:at + 2 + length]
-        if marker == 0xE1 and segment[:6] == b"Exif\x00\x00":
-            orientation = _tiff_orientation(segment[6:])
-            if orientation is None and at + 2 + length > len(data) == _HEADER_BYTES:
-                return exif_orientation(path, _read_prefix(path, _APP1_BYTES + at + 4))  # past the first read
-            return orientation or 1
-        at += 2 + length
-    return 1
-
-
-def _tiff_orientation(tiff: bytes) -> Optional[int]:
-    """The orientation in a TIFF block's IFD0, 1 when it has none; None when the block
-    is cut before IFD0 ends (read more)."""
-    if len(tiff) < 8:
-        return None
-    if tiff[:2] not in (b"II", b"MM"):
-        return 1
-    order = "<" if tiff[:2] == b"II" else ">"
-    ifd = struct.unpack(order + "I", tiff[4:8])[0]
-    if ifd + 2 > len(tiff):
-        return None
-    for k in range(struct.unpack(order + "H", tiff[ifd:ifd + 2])[0]):
-        entry = ifd + 2 + 12 * k
-        if entry + 12 > len(tiff):
-            return None
-        tag, kind = struct.unpack(order + "HH", tiff[entry:entry + 4])
-        if tag == 0x0112 and kind == 3:  # Orientation, SHORT
-            value = struct.unpack(order + "H", tiff[entry + 8:entry + 10])[0]
-            return value if 1 <= value <= 8 else 1
-    return 1
-
-
 def _check_orientation(path: str, who: str, fix: str) -> None:
-    try:
-        orientation = exif_orientation(path)
-    except OSError:  # unreadable: the engine reports it under the loader's on_error, as for Image.open(path)
-        return
+    # JPEG and PNG headers (other formats would be decoded). An unreadable file is left
+    # to the engine, which reports it under the loader's on_error, as for Image.open(path).
+    found = file_header(path, others=False)
+    orientation = 1 if found is None else found.orientation
     if orientation != 1:
         _trace._stop(f"{who} turns {os.path.basename(path)!r} by its EXIF orientation ({orientation}); the native "
                      f"path decodes images as stored (as PIL's Image.open): {fix}")

@@ -37,9 +37,6 @@ from typing import Any, List, Optional
 
 import torch
 
-# Deeper nesting than this is treated as one opaque transform (and guards against cycles).
-MAX_DEPTH = 32
-
 # What a preset's __call__ must compile to, byte for byte (same interpreter, so the same
 # bytecode; argument names and docstrings do not change it).
 _REFERENCE = compile("def __call__(self, img):\n    return self.transforms(img)\n", "<preset>", "exec")

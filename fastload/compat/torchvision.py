@@ -56,9 +56,6 @@ class NotConvertible(ValueError):
 _DTYPES = (torch.uint8, torch.float32, torch.float16, torch.bfloat16)
 _DTYPE_FIX = "convert to torch.float32, float16, bfloat16 or uint8 (other dtypes: convert the batch afterwards)"
 
-# PIL's resampling constants (what v1 transforms and timm may hold instead of an enum).
-_PIL_MODES = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
-
 
 def _is_torchvision(obj: Any, *names: str) -> bool:
     module = type(obj).__module__
@@ -73,7 +70,7 @@ def interpolation_mode(transform: Any) -> str:
     interpolation = getattr(transform, "interpolation", "bilinear")
     # v1 and v2 keep InterpolationMode enums (value "bilinear"); PIL constants are ints.
     name = getattr(interpolation, "value", interpolation)
-    name = _PIL_MODES.get(name, name) if isinstance(name, int) else name
+    name = specs.PIL_INTERPOLATIONS.get(name, name) if isinstance(name, int) else name
     if not specs.has_native_filter(name):
         shown = interpolation if hasattr(interpolation, "value") else name  # InterpolationMode.BICUBIC
         raise NotConvertible(f"uses {shown} interpolation (native: {', '.join(specs.native_interpolations())} only)",
@@ -176,7 +173,7 @@ def _auto_augment(transform: Any) -> Any:
     """The spec of a v1 or v2 TrivialAugmentWide / RandAugment / AutoAugment (v2: its own magnitude tables)."""
     interpolation = transform.interpolation
     name = getattr(interpolation, "value", interpolation)
-    name = _PIL_MODES.get(name, name) if isinstance(name, int) else name
+    name = specs.PIL_INTERPOLATIONS.get(name, name) if isinstance(name, int) else name
     if name not in ("nearest", "bilinear"):
         raise NotConvertible(f"uses {interpolation} for its affine ops (native: InterpolationMode.NEAREST, "
                              f"the default, and BILINEAR)", fix="pass interpolation=InterpolationMode.BILINEAR")
@@ -236,7 +233,7 @@ def flatten(transform: Any) -> Tuple[List[Any], List[str]]:
 
     if transform is None:
         return [], []
-    return open_wrappers(transform, presets.parts, presets.MAX_DEPTH)
+    return open_wrappers(transform, presets.parts)
 
 
 def split_transform(transform: Any, *, to_run: bool = False) -> Pipeline:

@@ -25,7 +25,8 @@ The result is the same `Analysis` a torchvision ImageFolder gets (a SampleIndex 
 + one transform pipeline), so the engine, resume, DDP and stats run it unchanged; the
 chain reads "traced <Class>.__getitem__". A sample `(output, int label)` (or a 0-d int64
 tensor label) keeps its labels in the index; any other structure (a dict, extra fields,
-other label types) is rebuilt per batch from the recorded values (`SampleTemplates`):
+other label types) is rebuilt per batch from the recorded values (LazyTrace.__call__ in
+fastload/compat/trace_lazy.py, or the user's collate_fn around them: collate.py):
 the dataset must then be the loader's own dataset, not inside a Subset or ConcatDataset.
 
 What the tracer does not see through sends the dataset to the generic path, the reason
@@ -103,6 +104,7 @@ import numpy as np
 import PIL.Image
 import torch
 
+from fastload.augment.split import MAX_DEPTH
 from fastload.compat.datasets import Analysis, Conversion
 from fastload.source.index import SampleIndex
 
@@ -113,8 +115,6 @@ TRACE_ENV = "FASTLOAD_TRACE"
 _TRANSFORM_MODULES = ("torchvision.transforms", "timm.data")
 # albumentations' transforms take the image as a keyword: transform(image=array)["image"].
 _ALBUMENTATIONS = "albumentations"
-# Nesting of sample structures walked (tuple, list, dict, namedtuple).
-_MAX_DEPTH = 32
 _FIX = ("keep the per-sample work inside the transform (torchvision's transforms are mapped), or "
         "use fastload.FileList(paths, labels, transforms=...)")
 
@@ -695,7 +695,7 @@ def _templated(value: Any, out: Any, found: List[Tuple[Any, ...]], at: Tuple[Any
                        "make the sample's image)", "")
     if kind is TracedOutput:
         raise _Refused("returns a transform output of another call", "")
-    if depth >= _MAX_DEPTH:
+    if depth >= MAX_DEPTH:
         return value
     if kind is tuple or kind is list:
         return kind([_templated(v, out, found, at + (k,), depth + 1) for k, v in enumerate(value)])
@@ -776,33 +776,10 @@ def _simple(t: Any) -> bool:
     return type(t) in (tuple, list) and len(t) == 2 and t[0] is SLOT and _int_label(t[1])
 
 
-class SampleTemplates:
-    """A traced dataset's samples without their images: builds each batch as torch's
-    default_collate would over the real samples, the engine's batch in the image's slot.
-
-    Args:
-        templates: per dataset index, the sample with SLOT where the image was.
-    """
-
-    def __init__(self, templates: List[Any]):
-        self.templates = templates
-
-    def __call__(self, images: Any, rows: torch.Tensor) -> Any:
-        """The batch of the samples `rows` (int64 [B], dataset indexes), `images` (the
-        engine's batch) in the image's place."""
-        from torch.utils.data._utils.collate import collate, default_collate_fn_map
-
-        def fill(batch: Any, *, collate_fn_map: Any = None) -> Any:
-            return images
-
-        samples = [self.templates[r] for r in rows.tolist()]
-        return collate(samples, collate_fn_map={_Slot: fill, **default_collate_fn_map})
-
-
 @dataclass
 class TracedAnalysis(Analysis):
-    """An Analysis from a trace; `rebuild` (a SampleTemplates, or None when the samples
-    are (image, int label)) makes each batch's structure."""
+    """An Analysis from a trace; `rebuild` (the LazyTrace, fastload/compat/trace_lazy.py)
+    makes each batch in the dataset's own structure."""
 
     rebuild: Any = None
     trace: Any = None  # the LazyTrace (fastload.compat.trace_lazy): what was traced, what fell back

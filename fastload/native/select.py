@@ -21,9 +21,7 @@ The reasons for the generic path, in the order they are checked:
 - fastload._C was not built (a fastload dataset then raises NotBuiltError instead).
 
 Example:
-    >>> import sys
-
-import torch
+    >>> import torch
     >>> from fastload.native import select_path
     >>> def path(dataset, **kwargs):
     ...     args = dict(batch_size=2, collate_fn=None, num_workers=0, pin_memory=False, accelerate="auto",
@@ -139,7 +137,7 @@ class _Resolved(NamedTuple):
     tail: Any = None  # fastload.augment.tail.Tail, or None
     labels: Optional[Callable[[torch.Tensor], Any]] = None  # labels int64 [B] -> the batch's labels
     labels_note: str = ""  # "; labels: target_transform f in Python"
-    # A traced dataset's own sample structure (fastload.compat.trace.SampleTemplates):
+    # A traced dataset's own sample structure (fastload.compat.trace_lazy.LazyTrace):
     # (batch images, dataset indexes int64 [B]) -> the batch default_collate would give.
     rebuild: Optional[Callable[[Any, torch.Tensor], Any]] = None
 
@@ -314,8 +312,8 @@ def select_path(
 
 
 class _Rebuilt(LabelledRunner):
-    """A runner whose batches take a traced dataset's own structure: the runner's
-    [images, dataset indexes] go through `rebuild` (fastload.compat.trace.SampleTemplates)."""
+    """A runner whose batches take a dataset's own structure through `rebuild(images, indexes)`:
+    a webdataset view's here, a trace's (compat/trace_lazy.py's LazyTrace.__call__) in _LazilyTraced."""
 
     @classmethod
     def wrap(cls, runner: Any, rebuild: Optional[Callable[[Any, torch.Tensor], Any]], num_workers: int) -> Any:
