@@ -212,6 +212,61 @@ def test_trainer_trains_on_fastload_loaders(tmp_path):
     assert any(r.where.startswith("trainer.py:") for r in built)
 
 
+class Photos(torch.utils.data.Dataset):
+    """An image dataset as Hugging Face-style scripts write it: {"pixel_values", "labels"}."""
+
+    def __init__(self, root):
+        import glob
+
+        from torchvision import transforms as T
+
+        self.files = sorted(glob.glob(os.path.join(root, "**", "*.jpg"), recursive=True))
+        self.transform = T.Compose([T.Resize(20), T.CenterCrop(16), T.ToTensor()])
+
+    def __len__(self):
+        return len(self.files)
+
+    def __getitem__(self, i):
+        from PIL import Image
+
+        return {"pixel_values": self.transform(Image.open(self.files[i]).convert("RGB")), "labels": i % 3}
+
+
+class Classifier(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(3 * 16 * 16, 3)
+
+    def forward(self, pixel_values, labels=None):
+        logits = self.linear(pixel_values.flatten(1))
+        return {"loss": torch.nn.functional.cross_entropy(logits, labels), "logits": logits}
+
+
+def test_trainer_runs_an_image_dataset_natively_through_its_collator(folder, tmp_path):
+    """The Trainer's default collator (default_data_collator, behind its column-removing
+    wrapper) stacks the images: followed around the engine's batch (fastload.compat.collate)."""
+    trainer_module = need("transformers.trainer")
+    from fastload.patch import patch, patched_loaders, unpatch
+
+    transformers = importlib.import_module("transformers")
+    seen = len(patched_loaders())
+    patch(summary=False)
+    try:
+        args = transformers.TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=2,
+                                              num_train_epochs=1, use_cpu=True, report_to=[], save_strategy="no",
+                                              logging_strategy="no", disable_tqdm=True)
+        trainer = trainer_module.Trainer(model=Classifier(), args=args, train_dataset=Photos(folder))
+        loader = trainer.get_train_dataloader()
+        batch = next(iter(loader))
+        assert batch["pixel_values"].shape == (2, 3, 16, 16) and batch["labels"].dtype == torch.int64
+        trainer.train()
+    finally:
+        unpatch()
+    built = patched_loaders()[seen:]
+    assert built and all(r.path.startswith("native: traced Photos.__getitem__") for r in built), \
+        [r.path for r in built]
+
+
 # ---------------------------------------------------------------------------------------
 # accelerator.prepare(fastload_loader) in one process, with and without the patch
 
