@@ -334,10 +334,39 @@ def test_timm_create_loader_builds_fastload_under_the_patch(image_folder, prefet
                                            use_prefetcher=prefetcher, device=torch.device("cpu"), num_workers=0)
         inner = loader.loader if prefetcher else loader
         assert type(inner) is PatchedDataLoader
-        # timm's train transforms run natively; its prefetcher's fast_collate is a custom collate_fn.
-        assert inner.path.startswith("generic: custom collate_fn" if prefetcher else "native: torchvision ImageFolder")
+        # timm's train transforms run natively; with its prefetcher, they end in ToNumpy (uint8) and
+        # fast_collate stacks them: the engine's uint8 batch, as a tuple.
+        assert inner.path.startswith("native: torchvision ImageFolder"), inner.path
+        assert ("collate_fn timm fast_collate followed" in inner.path) == prefetcher, inner.path
         batches = list(loader)
     finally:
         unpatch()
     assert [tuple(x.shape) for x, _ in batches] == [(4, 3, 32, 32)] * 2
     assert sorted(torch.cat([y for _, y in batches]).tolist()) == sorted(dataset.targets)
+
+
+def test_timms_default_prefetcher_path_gives_timms_values(image_folder):
+    """create_loader(use_prefetcher=True) for evaluation: ToNumpy, fast_collate and the
+    prefetcher's normalisation, through fastload's native loader and through torch's."""
+    timm_loader = need("timm.data.loader")
+    torchvision = need("torchvision")
+    from fastload.patch import patch, unpatch
+
+    def batches():
+        dataset = torchvision.datasets.ImageFolder(image_folder)
+        loader = timm_loader.create_loader(dataset, input_size=(3, 32, 32), batch_size=4, is_training=False,
+                                           use_prefetcher=True, device=torch.device("cpu"), num_workers=0)
+        return loader, list(loader)
+
+    theirs = batches()[1]
+    patch(summary=False)
+    try:
+        loader, ours = batches()
+        assert loader.loader.path.startswith("native: torchvision ImageFolder"), loader.loader.path
+    finally:
+        unpatch()
+    assert len(ours) == len(theirs)
+    for (x, y), (want_x, want_y) in zip(ours, theirs):
+        assert x.dtype == want_x.dtype and x.shape == want_x.shape and torch.equal(y, want_y)
+        # two uint8 levels of resize rounding, after timm's normalisation (std ~0.225)
+        assert torch.allclose(x, want_x, atol=2.5 / 255 / 0.225), (x - want_x).abs().max()

@@ -279,6 +279,12 @@ def select_path(
             return None, f"generic: {why}"
         if custom_collate:
             labels_note += f"; collate_fn {getattr(collate_fn, '__qualname__', type(collate_fn).__name__)} followed"
+    elif custom_collate and _timm_fast_collate(collate_fn) and tail is None and labels is None and \
+            fusion.dtype == torch.uint8:
+        # timm's prefetcher path: uint8 images (its ToNumpy) stacked with int64 labels, as a
+        # tuple: what the engine's uint8 batch is, as fast_collate returns it.
+        labels_note += "; collate_fn timm fast_collate followed"
+        rebuild = _as_tuple
     elif custom_collate:
         return None, "generic: custom collate_fn"
     from fastload.datasets.base import NativeDataset
@@ -407,6 +413,18 @@ class _LazilyTraced(LabelledRunner):
     def close(self) -> None:
         self._labels.close()
         self.runner.close()
+
+
+def _timm_fast_collate(collate_fn: Any) -> bool:
+    """timm's fast_collate (timm.data.loader), recognised by its module and name: for uint8
+    images and scalar class indices it returns (the images stacked, int64 labels)."""
+    return getattr(collate_fn, "__module__", None) == "timm.data.loader" and \
+        getattr(collate_fn, "__name__", None) == "fast_collate"
+
+
+def _as_tuple(images: torch.Tensor, labels: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """A batch as timm's fast_collate returns it: a tuple, labels int64."""
+    return images, labels
 
 
 def _augmentation_seed(dataset: Any, seed: Optional[int]) -> int:
