@@ -34,7 +34,6 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import time
 from typing import Any, Callable, Iterator, List, Optional, Tuple, TypeVar, Union
@@ -50,10 +49,10 @@ from fastload.generic import GenericFeed, InnerArgs, TorchDataLoader, inner_load
 from fastload.loader_args import check_loader_args
 from fastload.native.feed import NativeFeed
 from fastload.native.protocol import Runner
-from fastload.native.select import order_left_to_torch, select_path
+from fastload.loader_path import basis_of, choose_order, choose_runner, require_cuda_device
 from fastload.rebuild import Rebuildable
 from fastload.resume import STATE_VERSION, Cursor, Pass  # noqa: F401  (STATE_VERSION: public name)
-from fastload.sampling.order import Order, make_order
+from fastload.sampling.order import Order
 from fastload.stats import LoaderStats, Stats
 
 _PREFIX = "fastload.DataLoader"
@@ -316,7 +315,7 @@ class DataLoader(TorchDataLoader[T_co], Rebuildable):  # torch's class, also aft
             device=device, dtype=dtype, memory_format=memory_format, prefetch_to_device=prefetch_to_device,
             accelerate=accelerate, decode_on=decode_on, on_error=on_error, distributed=distributed, uneven=uneven,
             seed=seed, dct_scaling=dct_scaling, exact=exact, tail_on=tail_on, trace=trace, iterable=iterable,
-            require_cuda_device=_require_cuda_device)
+            require_cuda_device=require_cuda_device)
         self._args = args
         # torch-style public attributes for each extra, as before the facade kept LoaderArgs.
         self.device, self.dtype, self.memory_format = args.device, args.dtype, args.memory_format
@@ -329,13 +328,16 @@ class DataLoader(TorchDataLoader[T_co], Rebuildable):  # torch's class, also aft
         self._datapipe = isinstance(dataset, (IterDataPipe, MapDataPipe))
         self._user_sampler = sampler is not None or batch_sampler is not None
         self._runner: Optional[Runner]
-        order, self._runner, self._path = _choose_path(
-            self, dataset, iterable=iterable, sampler=sampler, batch_sampler=batch_sampler, shuffle=shuffle,
-            drop_last=drop_last, generator=generator, collate_fn=collate_fn, pin_memory=pin_memory)
+        order = choose_order(
+            dataset, iterable=iterable, auto_collation=self._auto_collation, datapipe=self._datapipe,
+            user_sampler=self._user_sampler, batch_size=self.batch_size, shuffle=shuffle, drop_last=drop_last,
+            sampler=sampler, batch_sampler=batch_sampler, generator=generator, distributed=args.distributed,
+            uneven=args.uneven, seed=args.seed)
         # What the path is chosen from, to choose it anew when the dataset changes between epochs.
         self._path_args = dict(sampler=sampler, batch_sampler=batch_sampler, collate_fn=collate_fn,
                                pin_memory=pin_memory)
-        self._basis = _basis(dataset) if self._runner is not None else None
+        self._runner, self._path = self._choose_runner()
+        self._basis = basis_of(dataset) if self._runner is not None else None
 
         # Epochs, resume, the current pass: one owner.
         self._cursor = Cursor(order, dataset, runner=self._runner, user_sampler=self._user_sampler,
@@ -462,16 +464,21 @@ class DataLoader(TorchDataLoader[T_co], Rebuildable):  # torch's class, also aft
         if renew is not None:
             holds = renew(keep=keep)
         else:
-            holds = keep or self._basis is None or self._basis == _basis(self._user_dataset)
+            holds = keep or self._basis is None or self._basis == basis_of(self._user_dataset)
         if holds:
             refresh = getattr(self._runner, "refresh_workers", None)  # (a hybrid tail in worker processes)
             if refresh is not None and not keep:
                 refresh()
             return
         self._runner.close()
-        self._runner, self._path = _select(self, self._user_dataset, **self._path_args)
+        self._runner, self._path = self._choose_runner()
         self._cursor.runner = self._runner
-        self._basis = _basis(self._user_dataset) if self._runner is not None else None
+        self._basis = basis_of(self._user_dataset) if self._runner is not None else None
+
+    def _choose_runner(self) -> Tuple[Optional[Runner], str]:
+        """(the native runner or None, loader.path) for the dataset as it is now."""
+        return choose_runner(self._user_dataset, self._args, batch_size=self.batch_size, num_workers=self.num_workers,
+                             timeout=self.timeout, **self._path_args)
 
     @property
     def _order(self) -> Any:
@@ -535,112 +542,3 @@ class DataLoader(TorchDataLoader[T_co], Rebuildable):  # torch's class, also aft
             self._transport = make_transport(self.device)
             self._pool = PinnedPool(self._transport)
         return self._transport, self._pool
-
-
-# ---------------------------------------------------------------------------------------
-# The order and the path
-
-
-def _choose_path(loader: DataLoader, dataset: Any, *, iterable: bool, sampler: Any, batch_sampler: Any,
-                 shuffle: Optional[bool], drop_last: bool, generator: Optional[torch.Generator],
-                 collate_fn: Any, pin_memory: bool) -> Tuple[Any, Optional[Runner], str]:
-    """(fastload's order or None, the native runner or None, loader.path) for a loader whose
-    arguments were checked."""
-    args = loader._args
-    distributed = args.distributed
-    order = _fastload_order(
-        dataset, iterable=iterable, auto_collation=loader._auto_collation, datapipe=loader._datapipe,
-        user_sampler=loader._user_sampler, batch_size=loader.batch_size, shuffle=shuffle, drop_last=drop_last,
-        sampler=sampler, batch_sampler=batch_sampler, generator=generator, distributed=distributed,
-        uneven=args.uneven, seed=args.seed)
-    if distributed is True and order is None and not loader._user_sampler:
-        reason = order_left_to_torch(dataset, batch_size=loader.batch_size, sampler=sampler,
-                                     batch_sampler=batch_sampler)
-        raise ValueError(
-            f"{_PREFIX}: expected a map-style dataset with __len__ and automatic batching for "
-            f"distributed=True, got {reason.split(': ', 1)[1]}. Shard such data yourself (e.g. "
-            "by rank in the dataset's __iter__), or pass distributed='auto' or False.")
-
-    runner, reason = _select(loader, dataset, sampler=sampler, batch_sampler=batch_sampler, collate_fn=collate_fn,
-                             pin_memory=pin_memory)
-    return order, runner, reason
-
-
-def _select(loader: DataLoader, dataset: Any, *, sampler: Any, batch_sampler: Any, collate_fn: Any,
-            pin_memory: bool) -> Tuple[Optional[Runner], str]:
-    """(the native runner or None, loader.path): native when the dataset can run on the C++
-    engine (accelerate=True: a ValueError where it cannot)."""
-    args = loader._args
-    accelerate, device = args.accelerate, args.device
-    with contextlib.nullcontext() if args.trace else _tracer_off():
-        runner, reason = select_path(
-            dataset, batch_size=loader.batch_size, sampler=sampler, batch_sampler=batch_sampler,
-            collate_fn=collate_fn, num_workers=loader.num_workers,
-            # Batches bound for a GPU are produced in pinned memory: no staging copy.
-            pin_memory=pin_memory or (device is not None and device.type == "cuda"),
-            accelerate=accelerate, dtype=args.dtype, memory_format=args.memory_format, on_error=args.on_error,
-            seed=args.seed, device=device, decode_on=args.decode_on, dct_scaling=args.dct_scaling,
-            tail_on=args.tail_on, timeout=loader.timeout)
-    if accelerate is True and runner is None:
-        # True means "not the generic path": the native path, or the hybrid one (a native
-        # prefix, then a Python tail), whose loader.path names its Python part.
-        raise ValueError(
-            f"{_PREFIX}: expected a dataset the native pipeline can run (accelerate=True: the native or hybrid "
-            f"path), got {reason!r}. Pass accelerate='auto' to fall back to the generic path."
-        )
-    return runner, reason
-
-
-def _basis(dataset: Any) -> Any:
-    """What a converted torchvision dataset's native path was made from (None: nothing the
-    loader reads again, e.g. a fastload dataset or a traced one, which renews itself)."""
-    if isinstance(dataset, NativeDataset):
-        return None
-    from fastload.compat.datasets import basis
-
-    return basis(dataset)
-
-
-def _tracer_off() -> Any:
-    """The tracer off while the path is chosen (trace=False); its module loads only then,
-    or when a dataset is traced."""
-    from fastload.compat.trace import disabled
-
-    return disabled()
-
-
-def _fastload_order(dataset: Any, *, iterable: bool, auto_collation: bool, datapipe: bool, user_sampler: bool,
-                    batch_size: Optional[int], **order_args: Any) -> Any:
-    """fastload's order (fastload.sampling.order.make_order) for map-style datasets with automatic
-    batching, or None where the order is left to torch (see _generic_reason)."""
-    if iterable or not auto_collation or datapipe:
-        return None
-    try:
-        dataset_len: Optional[int] = len(dataset)
-    except TypeError:
-        dataset_len = None
-    if dataset_len is None and not user_sampler:
-        return None
-    # Without __len__ only a user's sampler can order the dataset; the length then only
-    # labels resume states.
-    order_args["shuffle"] = bool(order_args["shuffle"])
-    return make_order(dataset_len=dataset_len or 0, batch_size=batch_size if batch_size is not None else 1,
-                      **order_args)
-
-
-def _require_cuda_device(device: torch.device) -> None:
-    """Refuses a CUDA device that is absent or out of range, at construction: before
-    anything is built for it (the native engine's CUDA stream would otherwise fail with
-    torch's opaque "invalid argument to exchangeDevice")."""
-    if not torch.cuda.is_available():
-        raise RuntimeError(
-            f"{_PREFIX}: expected an available CUDA device for device={str(device)!r}, got "
-            "torch.cuda.is_available() == False (no GPU visible, or a CPU-only build of torch). "
-            "Pass device=None (batches stay on the CPU) or run on a machine with a GPU and a "
-            "CUDA build of torch.")
-    count = torch.cuda.device_count()
-    if device.index is not None and device.index >= count:
-        raise RuntimeError(
-            f"{_PREFIX}: expected a CUDA device index below torch.cuda.device_count() == {count}, got "
-            f"device={str(device)!r}. Pass device='cuda' (the current device) or 'cuda:0'..'cuda:{count - 1}' "
-            "(CUDA_VISIBLE_DEVICES renumbers the visible GPUs from 0).")

@@ -29,7 +29,7 @@ LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
     ("datasets", ("fastload.datasets",)),
     ("transfer", ("fastload.transfer", "fastload.stats")),
     ("runners", ("fastload.native", "fastload.generic")),
-    ("loader", ("fastload.loader", "fastload.loader_args", "fastload.resume", "fastload.rebuild")),
+    ("loader", ("fastload.loader", "fastload.loader_args", "fastload.loader_path", "fastload.resume", "fastload.rebuild")),
     ("entry points", ("fastload.prepare", "fastload.bench", "fastload.info", "fastload")),
 ]
 # Compiled modules (no .py file to parse).

@@ -300,7 +300,7 @@ def fake_device(monkeypatch):
 
     monkeypatch.setattr(fastload.transfer, "make_transport", make)
     # The fake stands in for the GPU: the loader's check that one is there is skipped too.
-    monkeypatch.setattr(fastload.loader, "_require_cuda_device", lambda device: None)
+    monkeypatch.setattr(fastload.loader, "require_cuda_device", lambda device: None)
     return made
 
 

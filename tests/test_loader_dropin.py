@@ -416,7 +416,7 @@ def fake_native(monkeypatch):
         runners.append(FakeRunner(dataset))
         return runners[-1], "native: fake runner"
 
-    monkeypatch.setattr(fastload.loader, "select_path", select)
+    monkeypatch.setattr(fastload.loader_path, "select_path", select)
     return runners
 
 
@@ -430,7 +430,7 @@ def test_dct_scaling_false_means_what_exact_true_meant(monkeypatch, kwargs, exac
         seen.append(not kw["dct_scaling"])
         return FakeRunner(dataset), "native: fake runner"
 
-    monkeypatch.setattr(fastload.loader, "select_path", select)
+    monkeypatch.setattr(fastload.loader_path, "select_path", select)
     loader = DataLoader(Squares(4), batch_size=2, **kwargs)
     assert seen == [exact] and loader.dct_scaling is not exact
 
