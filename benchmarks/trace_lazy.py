@@ -131,9 +131,9 @@ def main() -> None:
     fresh = Listed(files, args.samples)
     sample = min(20_000, args.samples)
     start = time.perf_counter()
-    with _t._patched():
+    with _t.tracing_patches():
         for i in range(sample):
-            _t._sample(fresh, *_t._trace_call(fresh, i))
+            _t.sample_of_call(fresh, *_t.trace_call(fresh, i))
     every = (time.perf_counter() - start) / sample
     print(f"up-front trace of every index (before): {every * 1e6:.1f} us/sample, "
           f"{every * args.samples:.1f} s for {args.samples} samples")

@@ -21,7 +21,7 @@ class NotBuiltError(RuntimeError):
 
 
 @functools.lru_cache(maxsize=None)
-def _load():
+def load_extension():
     """Returns (module, error): the extension module or why it could not load."""
     try:
         import torch  # noqa: F401  (registers the dispatcher before our ops)
@@ -37,12 +37,12 @@ def _load():
 
 def has_ops() -> bool:
     """True when fastload._C loaded and the CPU ops are registered."""
-    return _load()[0] is not None
+    return load_extension()[0] is not None
 
 
 def build_info() -> dict:
     """The extension's compile-time configuration ({} when not built)."""
-    module, _ = _load()
+    module, _ = load_extension()
     return dict(module.build_info()) if module is not None else {}
 
 
@@ -58,7 +58,7 @@ def has_nvjpeg() -> bool:
 
 def require_ops():
     """Returns fastload._C, or raises NotBuiltError saying how to build it."""
-    module, error = _load()
+    module, error = load_extension()
     if module is None:
         raise NotBuiltError(f"fastload's native extension fastload._C is not available ({error}). {BUILD_HINT}")
     return module

@@ -29,7 +29,7 @@ def collect() -> dict:
             info[name] = getattr(module, "__version__", "installed")
         except Exception:  # noqa: BLE001 - absent or broken optional package
             info[name] = None
-    module, error = _ext._load()
+    module, error = _ext.load_extension()
     info["fastload._C"] = "built" if module is not None else f"not built ({error})"
     built = _ext.build_info()
     info["ops: CPU"] = module is not None

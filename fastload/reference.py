@@ -113,7 +113,7 @@ def axis_weights(start: float, size: float, in_size: int, out_size: int,
     return torch.where(total != 0, weights / safe, torch.zeros((), dtype=torch.float64))
 
 
-def _cast(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def cast_values(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """float64 -> dtype: uint8 rounds half away from zero and saturates; floats round to
     nearest even (torch's .to)."""
     if dtype == torch.uint8:
@@ -184,7 +184,7 @@ def crop_resize_flip_normalize(
             f"fastload.crop_resize_flip_normalize: expected mean and std with {channels} values, "
             f"got {mean_t.numel()} and {std_t.numel()}."
         )
-    out = _cast((values * float(scale) - mean_t) / std_t, dtype)
+    out = cast_values((values * float(scale) - mean_t) / std_t, dtype)
     if channels_last:
         out = out.permute(1, 2, 0).contiguous().permute(2, 0, 1)
     return out.to(image.device)

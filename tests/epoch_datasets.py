@@ -154,6 +154,24 @@ class WaitsForWorkers(Dataset):
         return torch.initial_seed()
 
 
+class Crashes(Dataset):
+    """torch's own DataLoader tests' SegfaultDataset: __getitem__ kills its process."""
+
+    def __init__(self, size, how):
+        self.size, self.how = size, how
+
+    def __len__(self):
+        return self.size
+
+    def __getitem__(self, i):
+        import ctypes
+        import os
+
+        if self.how == "segfault":
+            return ctypes.string_at(0)
+        os._exit(3)
+
+
 class NeedsWorkerInfo(Photos):
     """Picks its transform by worker: fails outside a worker process, as torch's would."""
 

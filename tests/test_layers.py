@@ -1,4 +1,5 @@
-"""fastload's import layers: a module never imports a higher layer, and no import cycles.
+"""fastload's import layers: a module never imports a higher layer, no import cycles, and no
+module uses another module's private names.
 
 Every module of fastload/ is parsed with `ast` (nothing is imported), and every import is
 collected: module-level ones, those inside functions and methods (a lazy import is still
@@ -178,6 +179,60 @@ def import_cycles(root: str = ROOT) -> List[List[str]]:
     return cycles
 
 
+# The binding layer's modules are private by name (fastload._C, fastload._ext, ...): other
+# modules import them, and use their public names; the compiled module's names are C++'s.
+BINDING_MODULES = ("fastload._C", "fastload._ext", "fastload._meta", "fastload._ops", "fastload._contract")
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def private_uses(root: str = ROOT) -> List[str]:
+    """`file:line uses X._name` for each use of another fastload module's private name:
+    `from fastload.x import _name`, or `alias._name` where alias is that module (imported
+    under any name, inside functions too). A module's `_private` names are its own."""
+    modules = module_files(root)
+    problems: List[str] = []
+    for module, path in modules.items():
+        with open(path, "r", encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        package = module if path.endswith("__init__.py") else module.rpartition(".")[0]
+        aliases: Dict[str, str] = {}  # local name -> fastload module
+        where = os.path.relpath(path, os.path.dirname(root))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.startswith("fastload.") and alias.asname:
+                        aliases[alias.asname] = alias.name
+            elif isinstance(node, ast.ImportFrom):
+                source = node.module or ""
+                if node.level:
+                    parts = package.split(".")
+                    base = ".".join(parts[:len(parts) - (node.level - 1)])
+                    source = f"{base}.{node.module}" if node.module else base
+                if not (source == "fastload" or source.startswith("fastload.")):
+                    continue
+                for alias in node.names:
+                    sub = f"{source}.{alias.name}"
+                    if sub in modules or sub in EXTENSIONS:
+                        aliases[alias.asname or alias.name] = sub
+                    elif _private(alias.name) and source != module and sub not in BINDING_MODULES:
+                        problems.append(f"{where}:{node.lineno} imports {source}.{alias.name}")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and _private(node.attr):
+                target = aliases.get(node.value.id)
+                if target is not None and target != module and target != "fastload._C":
+                    problems.append(f"{where}:{node.lineno} uses {target}.{node.attr}")
+    return problems
+
+
+def test_no_module_uses_another_modules_private_names():
+    problems = private_uses()
+    assert not problems, ("uses of other modules' private names (make the name public in its module, or keep "
+                          "the use inside that module):\n" + "\n".join(problems))
+
+
 def test_every_module_has_a_layer():
     missing = [m for m in module_files() if layer_of(m) is None]
     assert not missing, f"modules in no layer (add them to LAYERS): {missing}"
@@ -229,3 +284,16 @@ def test_a_module_level_cycle_is_found(tmp_path):
         f.write("\nfrom fastload.source import index\n")
     cycles = import_cycles(root)
     assert any(set(c) == {"fastload.source.index", "fastload.source.urls"} for c in cycles), cycles
+
+
+@pytest.mark.parametrize("use", ["from-import", "module alias", "aliased import"])
+def test_a_use_of_another_modules_private_name_is_named(tmp_path, use):
+    root = _copy_tree(tmp_path)
+    path = os.path.join(root, "compat", "explain.py")
+    with open(path, "a", encoding="utf-8") as f:
+        f.write({"from-import": "\n\ndef _late():\n    from fastload.compat.trace import _hidden\n    return _hidden\n",
+                 "module alias": "\n\ndef _late():\n    from fastload.compat import trace\n    return trace._hidden\n",
+                 "aliased import": "\n\ndef _late():\n    import fastload.compat.trace as t\n    return t._hidden\n"}[use])
+    problems = private_uses(root)
+    where = f"fastload{os.sep}compat{os.sep}explain.py:"
+    assert any(p.startswith(where) and p.endswith("fastload.compat.trace._hidden") for p in problems), problems

@@ -335,8 +335,14 @@ def test_every_exception_type_fastload_raises_is_importable_from_fastload():
         for match in re.finditer(r"^\s*class (\w+)\(([\w., ]*(?:Error|Exception|Warning)[\w., ]*)\)",
                                  path.read_text(), re.MULTILINE):
             found.setdefault(match.group(1), None)
-    # Private ones (e.g. source.tar's _Unsupported) are caught where they are raised.
-    public = {name: cls for name, cls in found.items() if not name.startswith("_")}
+    # Private ones (e.g. source.tar's _Unsupported) are caught where they are raised; these
+    # pass between two modules of fastload (so their names are public in their module) and
+    # are caught there, never reaching a user.
+    between_modules = {"TailError": "augment.tail -> the runners of a Python tail, which name the sample",
+                       "EncodeError": "prepare.encode -> prepare.run, which names the file",
+                       "StopTrace": "compat.trace -> its openers and the webdataset view, ending a traced call",
+                       "TraceRefused": "compat.trace -> the lazy trace and the Hugging Face adapter: a reason"}
+    public = {name: cls for name, cls in found.items() if not name.startswith("_") and name not in between_modules}
     assert {"DecodeError", "TarShardError", "NotBuiltError", "UnsupportedPipeline", "NotConvertible"} <= set(public)
     for name, cls in public.items():
         assert name in fastload.__all__, name

@@ -478,7 +478,7 @@ def test_distributed_true_refuses_data_it_cannot_shard():
 def test_without_the_extension_native_datasets_fail_early_and_torchvision_falls_back(mixed_format_folder, monkeypatch):
     from fastload import _ext
 
-    monkeypatch.setattr(_ext, "_load", lambda: (None, ImportError("fastload._C not built")))
+    monkeypatch.setattr(_ext, "load_extension", lambda: (None, ImportError("fastload._C not built")))
     with pytest.raises(_ext.NotBuiltError, match="make build"):
         fastload.DataLoader(fastload.ImageFolder(mixed_format_folder, ops=TRAIN), batch_size=4)
     transform = v2.Compose([v2.CenterCrop(8), v2.ToImage(), v2.ToDtype(torch.float32, scale=True)])

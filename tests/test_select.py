@@ -77,7 +77,7 @@ def test_the_environment_switch_and_a_missing_extension_are_reasons(folder, monk
     torchvision = pytest.importorskip("torchvision")
     from torchvision.transforms import v2
 
-    monkeypatch.setattr(_ext, "_load", lambda: (None, ImportError("fastload._C not built")))
+    monkeypatch.setattr(_ext, "load_extension", lambda: (None, ImportError("fastload._C not built")))
     transform = v2.Compose([v2.CenterCrop(8), v2.PILToTensor()])
     assert select(torchvision.datasets.ImageFolder(folder, transform=transform)) == (
         None, "generic: fastload._C is not built (make build)")

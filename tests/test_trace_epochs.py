@@ -246,6 +246,17 @@ def test_a_dataset_that_waits_for_its_workers_does_not_hang_the_loader(monkeypat
     assert len(set(seeds)) == 4, seeds  # one seed per worker, each worker's own
 
 
+@pytest.mark.parametrize("how, why", [("segfault", "killed its process by signal SIGSEGV"),
+                                      ("exit", "ended its process (exit code 3)")])
+def test_a_getitem_that_kills_its_process_kills_a_worker_not_the_loop(how, why):
+    """torch's test_segfault: building the loader must not run it in the loop's process;
+    torch's loader then reports the dead worker, and so does fastload's (its generic path)."""
+    loader = fastload.DataLoader(shapes.Crashes(4, how), batch_size=1, num_workers=2)
+    assert loader.path.startswith(f"generic: Crashes.__getitem__ (traced, index 0): {why}, run apart"), loader.path
+    with pytest.raises(RuntimeError, match=r"DataLoader worker \(pid.*\) exited unexpectedly"):
+        next(iter(loader))
+
+
 @needs_ops
 def test_a_dataset_that_needs_worker_info_runs_in_workers(files):
     dataset = shapes.NeedsWorkerInfo(files)

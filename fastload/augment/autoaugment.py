@@ -87,12 +87,12 @@ def _space(wide: bool, bins: int, height: int, width: int, v2: bool) -> List[Tup
 
 
 def _check_common(spec, name: str) -> None:
-    from fastload.augment.specs import _interpolation  # specs imports this module's SPECS
+    from fastload.augment.specs import interpolation_name  # specs imports this module's SPECS
 
     bins = spec.num_magnitude_bins
     if isinstance(bins, bool) or not isinstance(bins, numbers.Integral):
         raise TypeError(f"fastload.transforms.{name}: num_magnitude_bins should be an int, got {bins!r}")
-    object.__setattr__(spec, "interpolation", _interpolation(spec.interpolation, name))
+    object.__setattr__(spec, "interpolation", interpolation_name(spec.interpolation, name))
     object.__setattr__(spec, "fill", _fill(spec.fill, name))
 
 
@@ -391,9 +391,9 @@ class AugMix:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, numbers.Integral):
                 raise TypeError(f"fastload.transforms.AugMix: {name} should be an int, got {value!r}")
-        from fastload.augment.specs import _interpolation
+        from fastload.augment.specs import interpolation_name
 
-        object.__setattr__(self, "interpolation", _interpolation(self.interpolation, "AugMix"))
+        object.__setattr__(self, "interpolation", interpolation_name(self.interpolation, "AugMix"))
         object.__setattr__(self, "fill", _fill(self.fill, "AugMix"))
         object.__setattr__(self, "alpha", float(self.alpha))
 

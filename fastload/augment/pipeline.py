@@ -202,7 +202,7 @@ def _apply_color_reference(plan: Plan, view: torch.Tensor, box, flip, flip_v, in
         else:
             fill = [] if plan.erase_random else list(plan.erase_value)
         values = color.erase(values.permute(1, 2, 0), box, fill, plan.seed, epoch, index).permute(2, 0, 1)
-    return reference._cast(values, plan.dtype)
+    return reference.cast_values(values, plan.dtype)
 
 
 def apply_ops_reference(ops: Sequence[Any], image: torch.Tensor, *, seed: int, epoch: int, index: int) -> torch.Tensor:

@@ -68,7 +68,7 @@ def resampling_filter(op) -> str:
     return op.interpolation
 
 
-def _interpolation(value, name: str) -> str:
+def interpolation_name(value, name: str) -> str:
     """The interpolation name ("bilinear", ...) of a name, a torchvision InterpolationMode
     or a Pillow integer constant. Every torchvision mode is accepted; the plan refuses the
     ones without a native filter (native_interpolations()), so the reason reaches loader.path."""
@@ -112,7 +112,7 @@ class RandomResizedCrop:
 
     def __post_init__(self):
         object.__setattr__(self, "size", _pair(self.size, "RandomResizedCrop"))
-        object.__setattr__(self, "interpolation", _interpolation(self.interpolation, "RandomResizedCrop"))
+        object.__setattr__(self, "interpolation", interpolation_name(self.interpolation, "RandomResizedCrop"))
         object.__setattr__(self, "scale", tuple(float(s) for s in self.scale))
         object.__setattr__(self, "ratio", tuple(float(r) for r in self.ratio))
         if self.scale[0] > self.scale[1] or self.ratio[0] > self.ratio[1] or self.ratio[0] <= 0:
@@ -142,7 +142,7 @@ class Resize:
     antialias: bool = True
 
     def __post_init__(self):
-        object.__setattr__(self, "interpolation", _interpolation(self.interpolation, "Resize"))
+        object.__setattr__(self, "interpolation", interpolation_name(self.interpolation, "Resize"))
         size = self.size
         if isinstance(size, (list, tuple)) and len(size) == 1:
             size = int(size[0])

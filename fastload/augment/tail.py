@@ -282,7 +282,7 @@ class BatchSlots:
         return batch
 
 
-class _TailError(Exception):
+class TailError(Exception):
     """Internal: a tail transform raised; `position` says which one."""
 
     def __init__(self, error: BaseException, position: int):
@@ -349,7 +349,7 @@ class Tail:
         return Image.fromarray(np.ascontiguousarray(pixels[:, :, 0] if pixels.shape[2] == 1 else pixels))
 
     def __call__(self, image: torch.Tensor, slots: Optional[BatchSlots] = None, slot: int = 0) -> Any:
-        """Runs the tail on one prefix output [C, H, W]; _TailError names the transform
+        """Runs the tail on one prefix output [C, H, W]; TailError names the transform
         that raised. The tail's conversion run (Conversion) writes into `slots`' slot
         `slot` when given, else into a tensor of its own."""
         value = self.to_input(image)
@@ -364,7 +364,7 @@ class Tail:
             try:
                 value = self.transforms[at](value)
             except Exception as error:
-                raise _TailError(error, at) from error
+                raise TailError(error, at) from error
             at += 1
         return value
 
@@ -378,7 +378,7 @@ class Tail:
         out = slots.slot(slot, shape, conversion.dtype) if slots is not None else None
         return conversion.write(pixels, torch.empty(shape, dtype=conversion.dtype) if out is None else out)
 
-    def note(self, error: _TailError, index: int, source: Optional[str]) -> str:
+    def note(self, error: TailError, index: int, source: Optional[str]) -> str:
         """The note a raised tail error gets: the transform, the sample, its file."""
         where = f"sample {index}" + (f", {source}" if source else "")
         return (f"fastload: the Python transform {self.transforms[error.position]!r} (the tail's transforms"

@@ -194,7 +194,7 @@ def split_transform(transform: Any, *, to_run: bool = False) -> Tuple[Pipeline, 
     """(the Compose cut into native prefix and Python tail, the wrappers opened). The tail
     holds callables that run each albumentations transform as albumentations calls it;
     a Compose not ending in ToTensorV2 gets a last step making the HWC numpy array."""
-    from fastload.compat.torchvision import NotConvertible, _why_not_fused
+    from fastload.compat.torchvision import NotConvertible, why_not_fused
 
     leaves, wrappers = flatten(transform)
     last = leaves[-1] if leaves else None
@@ -206,7 +206,7 @@ def split_transform(transform: Any, *, to_run: bool = False) -> Tuple[Pipeline, 
             raise NotConvertible(f"its attributes are not the expected ones ({type(error).__name__}: {error})") \
                 from None
 
-    pipeline = split_pipeline(leaves, to_specs, (ValueError,), fuses=_why_not_fused if to_run else None)
+    pipeline = split_pipeline(leaves, to_specs, (ValueError,), fuses=why_not_fused if to_run else None)
     tail = [step(t) for t in pipeline.tail]
     blockers = list(pipeline.blockers)
     if not _named(last, "ToTensorV2"):

@@ -139,7 +139,7 @@ class CollatedBatches:
         samples = []
         for k, r in enumerate(rows):
             if trace.fallback[r]:
-                image, made = trace._real(r, trace._made(r, started), images)
+                image, made = trace.fitted_fallback(r, trace.made_by_getitem(r, started), images)
                 copy_into(images[k], image)
                 template = trace.template_of(r, made) if trace.simple else made
             else:

@@ -109,7 +109,7 @@ class Conversion:
         """Everything that keeps this dataset off the fully native path, in one list."""
         out = list(self.pipeline.blockers)
         if self.target_transform is not None:
-            out.append(f"target_transform {_name(self.target_transform)} (runs in Python on each label)")
+            out.append(f"target_transform {callable_name(self.target_transform)} (runs in Python on each label)")
         return out
 
     def native_specs(self) -> List[Any]:
@@ -197,7 +197,7 @@ class Analysis:
         if self.pipeline is not None:
             items += list(self.pipeline.blockers)
         if self.target_transform is not None:
-            items.append(f"target_transform {_name(self.target_transform)} (runs in Python on each label)")
+            items.append(f"target_transform {callable_name(self.target_transform)} (runs in Python on each label)")
         prefix = f"{self.chain}: " if (" -> " in self.chain or "(" in self.chain or not self.reasons) else ""
         return prefix + "; ".join(items) if items else self.chain
 
@@ -222,11 +222,11 @@ def _summary(chain: str, index: Optional[SampleIndex], pipeline: Optional[Pipeli
     if pipeline is not None:
         parts.append(f"transforms={transforms_repr(pipeline.native, pipeline.tail)}")
     if target_transform is not None:
-        parts.append(f"target_transform={_name(target_transform)}")
+        parts.append(f"target_transform={callable_name(target_transform)}")
     return ", ".join(parts)
 
 
-def _name(obj: Any) -> str:
+def callable_name(obj: Any) -> str:
     qualname = getattr(obj, "__qualname__", None)  # functions and classes; instances: their repr
     return qualname if isinstance(qualname, str) else repr(obj)
 
@@ -314,7 +314,7 @@ def _take(index: SampleIndex, rows: np.ndarray) -> SampleIndex:
                        index.labels[rows], members)
 
 
-def _concat_index(indexes: Sequence[SampleIndex]) -> SampleIndex:
+def concat_index(indexes: Sequence[SampleIndex]) -> SampleIndex:
     file_shift = np.cumsum([0] + [len(i.files) for i in indexes[:-1]])
     byte_shift = np.cumsum([0] + [len(i.files.data) for i in indexes[:-1]])
     files = FlatStrings(
@@ -370,7 +370,7 @@ def _concat(dataset: ConcatDataset, depth: int) -> Analysis:
             return out
         index = out.index
     else:
-        index = _concat_index([p.index for p in parts])
+        index = concat_index([p.index for p in parts])
     if len(index) != len(dataset):
         return out.refuse(f"{name} has {len(dataset)} samples, its parts {len(index)}")
     out.index = index
@@ -384,7 +384,7 @@ def _pipeline_text(part: Analysis) -> str:
     if part.pipeline.tail:
         text += " | Python: " + " -> ".join(type(t).__name__ for t in part.pipeline.tail)
     if part.target_transform is not None:
-        text += f", target_transform {_name(part.target_transform)}"
+        text += f", target_transform {callable_name(part.target_transform)}"
     return text
 
 
@@ -444,7 +444,7 @@ def _base(dataset: Any, wrapped: bool) -> Analysis:
         out.refuse(f"{name} overrides DatasetFolder's __getitem__/__getitems__/__len__",
                    "keep DatasetFolder's __getitem__, or use fastload.FileList(paths, labels, transforms=...)")
     if dataset.loader not in (folder.default_loader, folder.pil_loader):
-        out.refuse(f"{name} has a custom loader ({_name(dataset.loader)})",
+        out.refuse(f"{name} has a custom loader ({callable_name(dataset.loader)})",
                    "use the default PIL loader, or decode in a transform after it")
     import torchvision
 

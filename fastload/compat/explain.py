@@ -128,9 +128,9 @@ def explain(dataset: Any) -> Explanation:
                     lines.append(f"{_INDENT}{unfused}")
                     blockers += 1
     if analysis.target_transform is not None:
-        from fastload.compat.datasets import _name
+        from fastload.compat.datasets import callable_name
 
-        lines.append(f"{_INDENT}labels: target_transform {_name(analysis.target_transform)} applied in Python "
+        lines.append(f"{_INDENT}labels: target_transform {callable_name(analysis.target_transform)} applied in Python "
                      "to each class index (int), then default_collate")
         lines.append(f"{_INDENT * 2}change (for the fully native path): apply it to the label batch in the "
                      "training loop instead")
@@ -153,17 +153,17 @@ def explain(dataset: Any) -> Explanation:
 
 
 def _shape_of(template: Any) -> str:
-    from fastload.compat.trace import _shape
+    from fastload.compat.trace import shape_text
 
-    return _shape(template)
+    return shape_text(template)
 
 
 def _refusal(transform: Any) -> Optional[ValueError]:
     """Why `transform` has no native equivalent (a NotConvertible carries .fix), or None."""
-    from fastload.compat.torchvision import _readable_leaf_specs
+    from fastload.compat.torchvision import readable_leaf_specs
 
     try:
-        _readable_leaf_specs(transform)
+        readable_leaf_specs(transform)
     except ValueError as error:
         return error
     return None
@@ -171,12 +171,12 @@ def _refusal(transform: Any) -> Optional[ValueError]:
 
 def _native_specs_of(transforms: Any) -> List[Any]:
     """The fastload specs of those `transforms` that have a native equivalent, in order."""
-    from fastload.compat.torchvision import _readable_leaf_specs
+    from fastload.compat.torchvision import readable_leaf_specs
 
     out: List[Any] = []
     for transform in transforms:
         try:
-            out.extend(_readable_leaf_specs(transform))
+            out.extend(readable_leaf_specs(transform))
         except ValueError:
             pass
     return out

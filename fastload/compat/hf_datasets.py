@@ -417,7 +417,7 @@ def _lazy_feature(image_feature: Any, images: Any) -> Any:
     @dataclass
     class LazyImage(Image):
         def decode_example(self, value: dict, token_per_repo_id: Any = None) -> Any:
-            call = trace._active()
+            call = trace.active_call()
             row = int(value["path"])
             if call is None:  # (formatting outside a trace: nothing to stand for)
                 raise RuntimeError("fastload: a lazy image decoded outside a trace")
@@ -440,10 +440,10 @@ def _fn_name(fn: Any) -> str:
 def _flat_row(sample: Dict[str, Any]) -> Optional[Tuple[Dict[str, Any], Any, List[Tuple[Any, ...]], List[str]]]:
     """(template, output, [where], kept image columns) of a row whose columns are plain
     values, one transform output and the image columns kept; None for any other row
-    (_outputs_in and trace._templated walk it)."""
+    (_outputs_in and trace.templated walk it)."""
     template: Dict[str, Any] = {}
     out, at, kept = None, None, []
-    plain, output, image = trace._PLAIN, trace.TracedOutput, trace.TracedImage
+    plain, output, image = trace.PLAIN_LEAVES, trace.TracedOutput, trace.TracedImage
     for column, value in sample.items():
         kind = type(value)
         if kind in plain:
@@ -681,7 +681,7 @@ class HFLazyTrace(_lazy_trace_base()):  # type: ignore[misc]
         else:
             self._images = _Images(located)
             self._positions = _Positions(_light(dataset, column, self._images))
-        probes = trace_lazy._probe_indexes(len(dataset))
+        probes = trace_lazy.probe_indexes(len(dataset))
         found = self._rows(probes, probing=True)
         falls = [(i, f) for i, f in found.items() if isinstance(f, _Fall)]
         traced = [f for _, f in falls if not f.header]
@@ -691,7 +691,7 @@ class HFLazyTrace(_lazy_trace_base()):  # type: ignore[misc]
             raise _Refusal(falls[0][1].why + (f" ({len(falls)} of the {len(probes)} rows probed)"
                                               if len(probes) > 1 else ""))
         samples = {i: (f.sample if isinstance(f, _Fall) else f) for i, f in found.items()}
-        self._start(dataset, trace_lazy._Probe(samples))
+        self._start(dataset, trace_lazy.Probe(samples))
         self.name = "Hugging Face Dataset"
         self.index = index
         for i, f in found.items():
@@ -764,30 +764,30 @@ class HFLazyTrace(_lazy_trace_base()):  # type: ignore[misc]
         images.modes = {int(self.rows[i]): ("RGB" if self.rgb or head is None or head[0] == "RGB" else None)
                         for i, head in heads.items()}
         found: Dict[int, Any] = {}
-        before = trace._rng_state()
+        before = trace.global_rng_state()
         try:
-            with trace._patched():
+            with trace.tracing_patches():
                 for start in range(0, len(positions), TRACE_CHUNK):
                     found.update(self._chunk(positions[start:start + TRACE_CHUNK], probing))
-                moved = trace._rng_moved(before)
+                moved = trace.global_rng_moved(before)
                 if moved:
                     why = f"{self.what} draws random numbers outside the transforms ({', '.join(moved)})"
                     if probing:
                         raise _Refusal(why)
                     for i in positions:  # which of them drew: each traced again from the same state
-                        trace._rng_restore(before)
+                        trace.global_rng_restore(before)
                         self._chunk([i], probing)
-                        if trace._rng_moved(before):
+                        if trace.global_rng_moved(before):
                             found[i] = _Fall(why)
         finally:
-            trace._rng_restore(before)
+            trace.global_rng_restore(before)
             images.modes = {}
         return found
 
     def _chunk(self, chunk: List[int], probing: bool) -> Dict[int, Any]:
         """position -> _Sample or _Fall for the rows of one __getitems__ call; a problem
         of the call as a whole (an exception, ...) is looked for row by row."""
-        call, samples = trace._trace_call(self._positions, tuple(chunk))
+        call, samples = trace.trace_call(self._positions, tuple(chunk))
         problem = None
         if call.problem is not None:
             problem = f"{self.what} (traced, row {chunk[0]}): {call.problem.why} at {call.problem.where}"
@@ -825,8 +825,8 @@ class HFLazyTrace(_lazy_trace_base()):  # type: ignore[misc]
                 sample = {c: (collate.KEPT if c in kept else v) for c, v in sample.items()}
             found = []
             try:
-                template = trace._templated(sample, out, found, ())
-            except trace._Refused as refused:
+                template = trace.templated(sample, out, found, ())
+            except trace.TraceRefused as refused:
                 return _Fall(f"{name}: row {i} {refused.why}; torch's default_collate cannot batch PIL images "
                              "either (delete the image column in the function, or return only the transformed "
                              "columns)")
@@ -844,12 +844,12 @@ class HFLazyTrace(_lazy_trace_base()):  # type: ignore[misc]
             return _Fall(f"{name}: row {i} returns the columns {keys[0] if keys else type(template).__name__} "
                          f"(image column kept: {keys[1] if keys else []}), row 0 {self._keys[0] if self._keys else ''} "
                          f"(kept: {self._keys[1] if self._keys else []})")
-        path = trace._state(out.image)[1]
+        path = trace.traced_image_state(out.image)[1]
         if path.row != self.rows[i]:
             return _Fall(f"{name}: row {i} returns table row {path.row}'s image, not its own (row {int(self.rows[i])})")
         if kept:
             self.kept_columns.update(kept)
-        return trace._Sample(path, out.transform, template, found[0])
+        return trace.TracedSample(path, out.transform, template, found[0])
 
     # ---- with_format('torch') ----
 
@@ -893,7 +893,7 @@ class HFLazyTrace(_lazy_trace_base()):  # type: ignore[misc]
             for i, row in zip(chunk, got):
                 r = int(self.rows[i])
                 template = {c: (trace.SLOT if c == column else row[c]) for c in self._columns}
-                found[i] = trace._Sample(_row_name(self.located, r), self._transform, template, (column,))
+                found[i] = trace.TracedSample(_row_name(self.located, r), self._transform, template, (column,))
                 head = upright.get(i)
                 if head is not None and (head[0] != "RGB" or (head[1], head[2]) != self._size):
                     found[i] = _Fall(f"row {r} is a {head[0]} image of {head[1]}x{head[2]}, the others RGB of "

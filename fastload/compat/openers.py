@@ -109,7 +109,7 @@ def _check_orientation(path: str, who: str, fix: str) -> None:
     found = file_header(path, others=False)
     orientation = 1 if found is None else found.orientation
     if orientation != 1:
-        _trace._stop(f"{who} turns {os.path.basename(path)!r} by its EXIF orientation ({orientation}); the native "
+        _trace.stop_trace(f"{who} turns {os.path.basename(path)!r} by its EXIF orientation ({orientation}); the native "
                      f"path decodes images as stored (as PIL's Image.open): {fix}")
 
 
@@ -117,14 +117,14 @@ def _header_or_stop(path: str, what: str) -> Tuple[int, int, int]:
     try:
         return header(path)
     except (OSError, RuntimeError, ValueError) as error:
-        _trace._stop(f"reads {what}, which needs the header of {path!r}, and it cannot be read ({error})")
+        _trace.stop_trace(f"reads {what}, which needs the header of {path!r}, and it cannot be read ({error})")
         raise  # (not reached)
 
 
 # ---- the stand-ins ------------------------------------------------------------------------
 
 
-class _Lazy:
+class Lazy:
     """A stand-in for what an opener returned: (call, path, mode) and nothing read.
     Attributes not in `_ANSWERED` end the trace with the user's file:line."""
 
@@ -134,41 +134,41 @@ class _Lazy:
 
     def __init__(self, call: Any, path: str, mode: Optional[str]):
         object.__setattr__(self, "_fastload_trace", (call, path, mode))
-        made = getattr(_trace._local, "lazies", None)
+        made = getattr(_trace.thread_state, "lazies", None)
         if made is None or made[0] != id(call):
-            made = _trace._local.lazies = (id(call), [])
+            made = _trace.thread_state.lazies = (id(call), [])
         made[1].append(weakref.ref(self))
 
     def __getattribute__(self, name: str) -> Any:
         if name == "_fastload_trace" or name in type(self)._ANSWERED or name in ("__class__", "__repr__"):
             return object.__getattribute__(self, name)
-        if _trace._active() is None:
+        if _trace.active_call() is None:
             raise TypeError(f"fastload: {object.__getattribute__(self, '__repr__')()} stands for "
                             f"{type(self)._WHAT} of a traced __getitem__ call; it was kept past the trace (a "
                             "cache?). Set FASTLOAD_TRACE=0 for this dataset")
         if name in ("__array__", "__array_interface__", "__array_struct__", "__array_priority__", "tobytes",
                     "numpy", "tolist", "__dlpack__", "__buffer__"):
-            _trace._stop(f"reads the pixels of {type(self)._WHAT} before a transform fastload maps")
+            _trace.stop_trace(f"reads the pixels of {type(self)._WHAT} before a transform fastload maps")
         if name.startswith("__") and name.endswith("__") and name not in ("__getitem__", "__len__", "__iter__"):
             return object.__getattribute__(self, name)
-        _trace._stop(f"uses {type(self)._WHAT}'s .{name} before a transform fastload maps (followed: "
+        _trace.stop_trace(f"uses {type(self)._WHAT}'s .{name} before a transform fastload maps (followed: "
                      f"{type(self)._FOLLOWED})")
 
     _FOLLOWED = ""
 
     def __getitem__(self, key: Any) -> Any:
-        _trace._stop(f"indexes {type(self)._WHAT} ([...]) before a transform fastload maps")
+        _trace.stop_trace(f"indexes {type(self)._WHAT} ([...]) before a transform fastload maps")
 
     def __len__(self) -> int:
-        _trace._stop(f"takes len() of {type(self)._WHAT} before a transform fastload maps")
+        _trace.stop_trace(f"takes len() of {type(self)._WHAT} before a transform fastload maps")
         return 0
 
     def __iter__(self) -> Iterator[Any]:
-        _trace._stop(f"iterates over {type(self)._WHAT} before a transform fastload maps")
+        _trace.stop_trace(f"iterates over {type(self)._WHAT} before a transform fastload maps")
         return iter(())
 
     def _arith(self, *args: Any) -> Any:
-        _trace._stop(f"computes with {type(self)._WHAT} before a transform fastload maps")
+        _trace.stop_trace(f"computes with {type(self)._WHAT} before a transform fastload maps")
 
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = _arith
     __floordiv__ = __lt__ = __gt__ = __le__ = __ge__ = __neg__ = __abs__ = __bool__ = _arith
@@ -179,7 +179,7 @@ class _Lazy:
         return f"{type(self).__name__}({path!r}, mode={mode!r})"
 
 
-class TracedArray(_Lazy):
+class TracedArray(Lazy):
     """What `cv2.imread(path)` returns while a dataset is traced: a uint8 [H, W, 3] array
     of the file, "BGR" (OpenCV's order) until `cv2.cvtColor(a, cv2.COLOR_BGR2RGB)`."""
 
@@ -190,7 +190,7 @@ class TracedArray(_Lazy):
 
     @property
     def shape(self) -> Tuple[int, int, int]:
-        height, width, _ = _header_or_stop(_trace._source(self)[1], "the array's .shape")
+        height, width, _ = _header_or_stop(_trace.source_of(self)[1], "the array's .shape")
         return (height, width, 3)
 
     @property
@@ -214,21 +214,21 @@ class PixelArray(TracedArray):
 
     def __getattribute__(self, name: str) -> Any:
         if name == "_fastload_trace" or name in TracedArray._ANSWERED or name in ("__class__", "__repr__") or (
-                name.startswith("__") and name.endswith("__") and _trace._active() is not None):
+                name.startswith("__") and name.endswith("__") and _trace.active_call() is not None):
             return object.__getattribute__(self, name)
-        if _trace._active() is None:
-            return _Lazy.__getattribute__(self, name)
-        _trace._stop("reads the image's pixels before a transform fastload maps")
+        if _trace.active_call() is None:
+            return Lazy.__getattribute__(self, name)
+        _trace.stop_trace("reads the image's pixels before a transform fastload maps")
 
     def _pixels(self, *args: Any) -> Any:
-        _trace._stop("reads the image's pixels before a transform fastload maps")
+        _trace.stop_trace("reads the image's pixels before a transform fastload maps")
 
     __getitem__ = __len__ = __iter__ = _arith = _pixels
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = _pixels
     __floordiv__ = __lt__ = __gt__ = __le__ = __ge__ = __neg__ = __abs__ = __bool__ = __float__ = __int__ = _pixels
 
 
-class TracedTensor(_Lazy):
+class TracedTensor(Lazy):
     """What torchvision.io's read_image / decode_image / decode_jpeg return while a
     dataset is traced: a uint8 [C, H, W] tensor of the file; mode "RGB" (3 channels) or
     the channels the file has ("L": 1, "RGBA": 4...) with ImageReadMode.UNCHANGED."""
@@ -241,8 +241,8 @@ class TracedTensor(_Lazy):
 
     @property
     def shape(self) -> torch.Size:
-        mode = _trace._source(self)[2]
-        height, width, _ = _header_or_stop(_trace._source(self)[1], "the tensor's .shape")
+        mode = _trace.source_of(self)[2]
+        height, width, _ = _header_or_stop(_trace.source_of(self)[1], "the tensor's .shape")
         return torch.Size((_CHANNELS.get(mode, 3), height, width))
 
     def size(self, dim: Optional[int] = None) -> Any:
@@ -260,7 +260,7 @@ class TracedTensor(_Lazy):
         return torch.uint8
 
 
-class TracedFileTensor(_Lazy):
+class TracedFileTensor(Lazy):
     """What `torchvision.io.read_file(path)` returns while a dataset is traced: the
     file's bytes as a uint8 [N] tensor, for decode_jpeg / decode_image."""
 
@@ -278,7 +278,7 @@ class TracedFileTensor(_Lazy):
         return 1
 
 
-class TracedBytes(_Lazy):
+class TracedBytes(Lazy):
     """What `.read()` of an image file opened with `open(path, "rb")` returns while a
     dataset is traced: the file's bytes, for `io.BytesIO(...)` then `Image.open`."""
 
@@ -287,7 +287,7 @@ class TracedBytes(_Lazy):
     _FOLLOWED = "open(path, 'rb').read(), Path(path).read_bytes(); then Image.open(io.BytesIO(data))"
 
 
-class TracedBytesIO(_Lazy):
+class TracedBytesIO(Lazy):
     """What `io.BytesIO(traced bytes)` returns while a dataset is traced; `Image.open`
     follows it to the file's path."""
 
@@ -298,7 +298,7 @@ class TracedBytesIO(_Lazy):
 
     def seek(self, offset: int, whence: int = 0) -> int:
         if (offset, whence) != (0, 0):
-            _trace._stop("seeks the BytesIO of an image file's bytes before Image.open (followed: "
+            _trace.stop_trace("seeks the BytesIO of an image file's bytes before Image.open (followed: "
                          "Image.open(io.BytesIO(data)))")
         return 0
 
@@ -346,7 +346,7 @@ class TracedFile:
         return self._real
 
     def read(self, size: int = -1) -> Any:
-        call = _trace._active()
+        call = _trace.active_call()
         if self._real is None and not self._read and (size is None or size < 0) and call is not None:
             self._read = True
             call.opened.append(self._path)  # (the image opened: Image.open of its BytesIO is not counted again)
@@ -384,7 +384,7 @@ class TracedFile:
 
 def made_in(call: Any) -> List[Any]:
     """Weak references to the stand-ins made in `call` (the latest call on this thread)."""
-    made = getattr(_trace._local, "lazies", None)
+    made = getattr(_trace.thread_state, "lazies", None)
     return list(made[1]) if made is not None and made[0] == id(call) else []
 
 
@@ -415,7 +415,7 @@ def _opening_file(original: Any) -> Any:
     extensions = _image_extensions()
 
     def open(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:  # noqa: A001 - the builtin's name
-        call = _trace._active()
+        call = _trace.active_call()
         if call is not None and sorted(mode) == ["b", "r"] and isinstance(file, (str, os.PathLike)) and \
                 _defaults(args, kwargs):
             path = os.fspath(file)
@@ -461,10 +461,10 @@ class _TracingBytesIO(io.BytesIO, metaclass=_BytesIOMeta):
 
     def __new__(cls, initial_bytes: Any = b"", *args: Any, **kwargs: Any) -> Any:
         if isinstance(initial_bytes, TracedBytes):
-            call, path, _ = _trace._source(initial_bytes)
-            if _trace._active() is call:
+            call, path, _ = _trace.source_of(initial_bytes)
+            if _trace.active_call() is call:
                 return TracedBytesIO(call, path, None)
-            _trace._stop("makes a BytesIO of bytes read in an earlier __getitem__ call")
+            _trace.stop_trace("makes a BytesIO of bytes read in an earlier __getitem__ call")
         return _REAL_BYTESIO(initial_bytes, *args, **kwargs)
 
 
@@ -481,7 +481,7 @@ def _io_mode(mode: Any, path: str, who: str) -> str:
     if name == "UNCHANGED":
         _, _, channels = _header_or_stop(path, f"{who} with ImageReadMode.UNCHANGED (the file's channels)")
         return {1: "L", 2: "LA", 3: "RGB", 4: "RGBA"}.get(channels, f"{channels} channels")
-    _trace._stop(f"calls {who} with mode=ImageReadMode.{name} (followed: RGB, or UNCHANGED on 3-channel files; the "
+    _trace.stop_trace(f"calls {who} with mode=ImageReadMode.{name} (followed: RGB, or UNCHANGED on 3-channel files; the "
                  "native path makes RGB)")
     raise AssertionError  # (not reached)
 
@@ -491,10 +491,10 @@ def _io_checks(call: Any, path: Optional[str], what: str, who: str, exif: bool, 
     if not counted:  # (read_file counted its file already)
         call.opened.append(path)
     if path is None:
-        _trace._stop(f"calls {who} on {what} (fastload reads image files by path: read_image(path), "
+        _trace.stop_trace(f"calls {who} on {what} (fastload reads image files by path: read_image(path), "
                      "decode_image(path or read_file(path)), decode_jpeg(read_file(path)))")
     if torch.device(device).type != "cpu":
-        _trace._stop(f"calls {who} with device={device!r} (followed: the CPU decode; fastload's DataLoader(..., "
+        _trace.stop_trace(f"calls {who} with device={device!r} (followed: the CPU decode; fastload's DataLoader(..., "
                      "device='cuda') moves batches)")
     if exif:
         _check_orientation(path, f"{who}(apply_exif_orientation=True)", "pass apply_exif_orientation=False")
@@ -505,13 +505,13 @@ def _io_path(value: Any) -> Tuple[Optional[str], str]:
     if isinstance(value, (str, os.PathLike)):
         return os.fspath(value), ""
     if isinstance(value, TracedFileTensor):
-        return _trace._source(value)[1], ""
+        return _trace.source_of(value)[1], ""
     return None, f"a {type(value).__name__} (bytes whose file fastload does not know)"
 
 
 def _read_image(original: Any) -> Any:
     def read_image(path: Any, mode: Any = None, apply_exif_orientation: bool = False) -> Any:
-        call = _trace._active()
+        call = _trace.active_call()
         if call is None:
             return original(path, *(() if mode is None else (mode,)), apply_exif_orientation=apply_exif_orientation)
         where, what = _io_path(path) if not isinstance(path, TracedFileTensor) else (None, "read_file's bytes")
@@ -525,18 +525,18 @@ def _read_image(original: Any) -> Any:
 
 def _decoding(original: Any, who: str) -> Any:
     def decode(input: Any, mode: Any = None, *args: Any, **kwargs: Any) -> Any:  # noqa: A002 - torchvision's name
-        call = _trace._active()
+        call = _trace.active_call()
         if call is None or not isinstance(input, (str, os.PathLike, TracedFileTensor)):
             if call is not None and isinstance(input, (list, tuple)):
-                _trace._stop(f"calls {who} on a list (one image per sample is followed)")
+                _trace.stop_trace(f"calls {who} on a list (one image per sample is followed)")
             return original(input, *(() if mode is None else (mode,)), *args, **kwargs)
         if who == "decode_jpeg" and not isinstance(input, TracedFileTensor):
             return original(input, *(() if mode is None else (mode,)), *args, **kwargs)  # (torchvision refuses it)
         if args:
-            _trace._stop(f"calls {who} with positional arguments after mode (followed: keywords)")
+            _trace.stop_trace(f"calls {who} with positional arguments after mode (followed: keywords)")
         unknown = set(kwargs) - {"apply_exif_orientation", "device"}
         if unknown:
-            _trace._stop(f"calls {who} with {', '.join(sorted(unknown))} (not followed)")
+            _trace.stop_trace(f"calls {who} with {', '.join(sorted(unknown))} (not followed)")
         path, what = _io_path(input)
         path = _io_checks(call, path, what, who, bool(kwargs.get("apply_exif_orientation", False)),
                           kwargs.get("device", "cpu"), counted=isinstance(input, TracedFileTensor))
@@ -548,7 +548,7 @@ def _decoding(original: Any, who: str) -> Any:
 
 def _read_file(original: Any) -> Any:
     def read_file(path: Any) -> Any:
-        call = _trace._active()
+        call = _trace.active_call()
         if call is None or not isinstance(path, (str, os.PathLike)):
             return original(path)
         call.opened.append(os.fspath(path))
@@ -565,7 +565,7 @@ def _imread(original: Any) -> Any:
     ignore = cv2.IMREAD_IGNORE_ORIENTATION
 
     def imread(filename: Any, flags: int = cv2.IMREAD_COLOR, *args: Any, **kwargs: Any) -> Any:
-        call = _trace._active()
+        call = _trace.active_call()
         if call is None or args or kwargs or not isinstance(filename, (str, os.PathLike)):
             return original(filename, flags, *args, **kwargs)
         path = os.fspath(filename)
@@ -576,7 +576,7 @@ def _imread(original: Any) -> Any:
         elif rgb_flag is not None and colour == rgb_flag:
             mode = "RGB"
         else:
-            _trace._stop(f"calls cv2.imread with flags={flags} (followed: cv2.IMREAD_COLOR, the default, or "
+            _trace.stop_trace(f"calls cv2.imread with flags={flags} (followed: cv2.IMREAD_COLOR, the default, or "
                          "IMREAD_COLOR_RGB; the native path makes 3-channel RGB)")
         if not flags & ignore:
             _check_orientation(path, "cv2.imread", "pass cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION")
@@ -592,15 +592,15 @@ def _cvt_color(original: Any) -> Any:
     swaps = {cv2.COLOR_BGR2RGB, cv2.COLOR_RGB2BGR}
 
     def cvtColor(src: Any, code: int, *args: Any, **kwargs: Any) -> Any:  # noqa: N802 - OpenCV's name
-        call = _trace._active()
+        call = _trace.active_call()
         if call is None or not isinstance(src, TracedArray):
             return original(src, code, *args, **kwargs)
-        owner, path, mode = _trace._source(src)
+        owner, path, mode = _trace.source_of(src)
         if owner is not call:
-            _trace._stop("converts an array opened in an earlier __getitem__ call (a cache of images? the tracer "
+            _trace.stop_trace("converts an array opened in an earlier __getitem__ call (a cache of images? the tracer "
                          "follows images opened in the call)")
         if code not in swaps or args or kwargs:
-            _trace._stop(f"calls cv2.cvtColor with code {code} (followed: cv2.COLOR_BGR2RGB; the native path makes "
+            _trace.stop_trace(f"calls cv2.cvtColor with code {code} (followed: cv2.COLOR_BGR2RGB; the native path makes "
                          "RGB)")
         return TracedArray(call, path, "RGB" if mode == "BGR" else "BGR")
 
@@ -613,19 +613,19 @@ def _to_array(original: Any, who: str) -> Any:
     uint8 array it stands for (`np.array(Image.open(path).convert("RGB"))`, then
     albumentations); anything else goes to numpy."""
     def to_array(obj: Any, *args: Any, **kwargs: Any) -> Any:
-        call = _trace._active()
+        call = _trace.active_call()
         if call is None or not isinstance(obj, _trace.TracedImage):
             return original(obj, *args, **kwargs)
-        owner, path, mode = _trace._source(obj)
+        owner, path, mode = _trace.source_of(obj)
         if owner is not call:
-            _trace._stop(f"calls np.{who} on an image opened in an earlier __getitem__ call (a cache of images? the "
+            _trace.stop_trace(f"calls np.{who} on an image opened in an earlier __getitem__ call (a cache of images? the "
                          "tracer follows images opened in the call)")
         dtype = kwargs.pop("dtype", args[0] if args else None)
         if args[1:] or set(kwargs) - {"copy"} or (dtype is not None and np_dtype(dtype) != np_dtype("uint8")):
-            _trace._stop(f"calls np.{who} on the image with other arguments than copy= (followed: "
+            _trace.stop_trace(f"calls np.{who} on the image with other arguments than copy= (followed: "
                          f"np.{who}(image), dtype uint8)")
         if mode != "RGB":
-            _trace._stop(f"calls np.{who} on the image without .convert('RGB') (an L, P or CMYK file would give "
+            _trace.stop_trace(f"calls np.{who} on the image without .convert('RGB') (an L, P or CMYK file would give "
                          "another array; the native path decodes to RGB)")
         return PixelArray(call, path, "RGB")
 

@@ -92,9 +92,9 @@ def calls_self_transforms(obj: Any) -> bool:
 def parts(transform: Any) -> Optional[List[Any]]:
     """The transforms `transform` applies in order, when it is a wrapper that provably
     just applies them; else None (the transform is a leaf)."""
-    from fastload.compat.torchvision import _is_torchvision
+    from fastload.compat.torchvision import is_torchvision
 
-    if _is_torchvision(transform, "Compose"):
+    if is_torchvision(transform, "Compose"):
         if hooked(transform):
             return None
         return list(transform.transforms)

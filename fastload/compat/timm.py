@@ -40,7 +40,7 @@ def is_timm(transform: Any) -> bool:
 def leaf_specs(transform: Any) -> Optional[List[Any]]:
     """fastload specs for one of timm's transforms; None when it is not timm's;
     NotConvertible when it is timm's without a native equivalent."""
-    from fastload.compat.torchvision import NotConvertible, _out_dtype, interpolation_mode
+    from fastload.compat.torchvision import NotConvertible, check_output_dtype, interpolation_mode
 
     if not is_timm(transform):
         return None
@@ -56,7 +56,7 @@ def leaf_specs(transform: Any) -> Optional[List[Any]]:
     if name in ("MaybePILToTensor", "ToNumpy"):
         return []
     if name == "ToTensor":  # timm's: no rescaling of values
-        _out_dtype(transform.dtype)
+        check_output_dtype(transform.dtype)
         return [specs.ToDtype(transform.dtype, scale=False)]
     if name == "RandomErasing":
         return _random_erasing(transform)

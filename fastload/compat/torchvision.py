@@ -57,7 +57,7 @@ _DTYPES = (torch.uint8, torch.float32, torch.float16, torch.bfloat16)
 _DTYPE_FIX = "convert to torch.float32, float16, bfloat16 or uint8 (other dtypes: convert the batch afterwards)"
 
 
-def _is_torchvision(obj: Any, *names: str) -> bool:
+def is_torchvision(obj: Any, *names: str) -> bool:
     module = type(obj).__module__
     return module.startswith("torchvision.") and type(obj).__name__ in names
 
@@ -86,7 +86,7 @@ def _size(size: Any) -> Any:
     return size
 
 
-def _out_dtype(dtype: Any) -> None:
+def check_output_dtype(dtype: Any) -> None:
     if dtype not in _DTYPES:
         raise NotConvertible(f"outputs {dtype} (native: uint8, float32, float16, bfloat16)", fix=_DTYPE_FIX)
 
@@ -99,15 +99,15 @@ def leaf_specs(transform: Any) -> List[Any]:
     hooked = presets.hooked(transform)
     if hooked:
         raise NotConvertible(hooked, fix="remove the hook, or run the hooked work in the training loop")
-    if _is_torchvision(transform, "RandomResizedCrop"):
+    if is_torchvision(transform, "RandomResizedCrop"):
         return [specs.RandomResizedCrop(tuple(transform.size), tuple(transform.scale), tuple(transform.ratio),
                                         interpolation=interpolation_mode(transform))]
-    if _is_torchvision(transform, "Resize"):
+    if is_torchvision(transform, "Resize"):
         return [specs.Resize(_size(transform.size), getattr(transform, "max_size", None),
                              interpolation=interpolation_mode(transform))]
-    if _is_torchvision(transform, "CenterCrop"):
+    if is_torchvision(transform, "CenterCrop"):
         return [specs.CenterCrop(tuple(transform.size))]
-    if _is_torchvision(transform, "RandomCrop"):
+    if is_torchvision(transform, "RandomCrop"):
         padding = transform.padding
         if type(transform).__module__.startswith("torchvision.transforms.v2") and padding is not None:
             left, right, top, bottom = padding  # v2 keeps [left, right, top, bottom]
@@ -119,11 +119,11 @@ def leaf_specs(transform: Any) -> List[Any]:
             raise NotConvertible(f"fills per tv_tensor type ({fill!r})", fix="pass one fill")
         return [specs.RandomCrop(tuple(transform.size), padding, bool(transform.pad_if_needed),
                                  0 if fill is None else fill, transform.padding_mode)]
-    if _is_torchvision(transform, "GaussianBlur"):
+    if is_torchvision(transform, "GaussianBlur"):
         return _gaussian_blur(transform)
-    if _is_torchvision(transform, "TrivialAugmentWide", "RandAugment", "AutoAugment"):
+    if is_torchvision(transform, "TrivialAugmentWide", "RandAugment", "AutoAugment"):
         return [_auto_augment(transform)]
-    if _is_torchvision(transform, "AugMix"):
+    if is_torchvision(transform, "AugMix"):
         v2 = type(transform).__module__.startswith("torchvision.transforms.v2")
         fill = transform.fill
         if v2 and isinstance(fill, dict):  # v2: per tv_tensor type
@@ -133,24 +133,24 @@ def leaf_specs(transform: Any) -> List[Any]:
         return [autoaugment.AugMix(int(transform.severity), int(transform.mixture_width), int(transform.chain_depth),
                                    float(transform.alpha), bool(transform.all_ops), transform.interpolation,
                                    fill, v2=v2)]
-    if _is_torchvision(transform, "RandomHorizontalFlip"):
+    if is_torchvision(transform, "RandomHorizontalFlip"):
         return [specs.RandomHorizontalFlip(float(transform.p))]
-    if _is_torchvision(transform, "RandomVerticalFlip"):
+    if is_torchvision(transform, "RandomVerticalFlip"):
         return [specs.RandomVerticalFlip(float(transform.p))]
-    if _is_torchvision(transform, "ToTensor"):
+    if is_torchvision(transform, "ToTensor"):
         return [specs.ToDtype(torch.float32, scale=True)]
-    if _is_torchvision(transform, "PILToTensor", "ToImage", "ToPureTensor"):
+    if is_torchvision(transform, "PILToTensor", "ToImage", "ToPureTensor"):
         return []  # uint8 CHW tensors are what the native pipeline produces
-    if _is_torchvision(transform, "ConvertImageDtype"):
-        _out_dtype(transform.dtype)
+    if is_torchvision(transform, "ConvertImageDtype"):
+        check_output_dtype(transform.dtype)
         return [specs.ToDtype(transform.dtype, scale=True)]
-    if _is_torchvision(transform, "ToDtype"):
+    if is_torchvision(transform, "ToDtype"):
         if isinstance(transform.dtype, dict):
             raise NotConvertible("converts per tv_tensor type (a dict of dtypes)",
                                  fix="pass one dtype, e.g. ToDtype(torch.float32, scale=True)")
-        _out_dtype(transform.dtype)
+        check_output_dtype(transform.dtype)
         return [specs.ToDtype(transform.dtype, scale=bool(transform.scale))]
-    if _is_torchvision(transform, "Normalize"):
+    if is_torchvision(transform, "Normalize"):
         return [specs.Normalize(transform.mean, transform.std)]
     color_specs = _color_specs(transform)
     if color_specs is not None:
@@ -184,9 +184,9 @@ def _auto_augment(transform: Any) -> Any:
             raise NotConvertible(f"fills per tv_tensor type ({fill!r})", fix="pass one fill")
         fill = values[0] if values else None
     v2 = type(transform).__module__.startswith("torchvision.transforms.v2")
-    if _is_torchvision(transform, "TrivialAugmentWide"):
+    if is_torchvision(transform, "TrivialAugmentWide"):
         return autoaugment.TrivialAugmentWide(int(transform.num_magnitude_bins), name, fill, v2)
-    if _is_torchvision(transform, "AutoAugment"):
+    if is_torchvision(transform, "AutoAugment"):
         return autoaugment.AutoAugment(transform.policy, name, fill, v2)
     return autoaugment.RandAugment(int(transform.num_ops), int(transform.magnitude), int(transform.num_magnitude_bins),
                                    name, fill, v2)
@@ -196,26 +196,26 @@ def _color_specs(transform: Any) -> Any:
     """The colour specs of a v1 or v2 ColorJitter, RandomApply([ColorJitter or GaussianBlur]), Grayscale,
     RandomGrayscale or RandomErasing (their checked attributes: ranges or None, p, value),
     else None."""
-    if _is_torchvision(transform, "ColorJitter"):
+    if is_torchvision(transform, "ColorJitter"):
         return [color.ColorJitter(*(_range(getattr(transform, name))
                                     for name in ("brightness", "contrast", "saturation", "hue")))]
-    if _is_torchvision(transform, "RandomApply"):
+    if is_torchvision(transform, "RandomApply"):
         inner = list(transform.transforms)
-        if len(inner) != 1 or not _is_torchvision(inner[0], "ColorJitter", "GaussianBlur"):
+        if len(inner) != 1 or not is_torchvision(inner[0], "ColorJitter", "GaussianBlur"):
             names = ", ".join(type(t).__name__ for t in inner) or "nothing"
             raise NotConvertible(f"is native around a single ColorJitter or GaussianBlur only (this one applies "
                                  f"{names})",
                                  fix="apply the other transforms outside RandomApply, or keep it in the Python tail")
-        (spec,) = _color_specs(inner[0]) if _is_torchvision(inner[0], "ColorJitter") else _gaussian_blur(inner[0])
+        (spec,) = _color_specs(inner[0]) if is_torchvision(inner[0], "ColorJitter") else _gaussian_blur(inner[0])
         return [dataclasses.replace(spec, p=float(transform.p))]
-    if _is_torchvision(transform, "Grayscale"):
+    if is_torchvision(transform, "Grayscale"):
         if int(transform.num_output_channels) != 3:
             raise NotConvertible("makes one channel of the loader's three (native: num_output_channels=3)",
                                  fix="pass num_output_channels=3, or take one channel of the batch")
         return [color.Grayscale(3)]
-    if _is_torchvision(transform, "RandomGrayscale"):
+    if is_torchvision(transform, "RandomGrayscale"):
         return [color.RandomGrayscale(float(transform.p))]
-    if _is_torchvision(transform, "RandomErasing"):
+    if is_torchvision(transform, "RandomErasing"):
         value = transform.value
         # v1 keeps "random", v2 None for it; v2 keeps numbers as a list of floats.
         value = "random" if value is None or value == "random" else value
@@ -242,10 +242,10 @@ def split_transform(transform: Any, *, to_run: bool = False) -> Pipeline:
     to_run: cut also where the prefix stops fusing into one engine pass (what a loader
     runs; without it the cut is at the first transform without an equivalent)."""
     leaves, _ = flatten(transform)
-    return split_pipeline(leaves, _readable_leaf_specs, (ValueError,), fuses=_why_not_fused if to_run else None)
+    return split_pipeline(leaves, readable_leaf_specs, (ValueError,), fuses=why_not_fused if to_run else None)
 
 
-def _why_not_fused(native: List[Any]) -> str:
+def why_not_fused(native: List[Any]) -> str:
     from fastload.augment.plan import fuse
     from fastload.errors import UnsupportedPipeline
 
@@ -256,7 +256,7 @@ def _why_not_fused(native: List[Any]) -> str:
     return ""
 
 
-def _readable_leaf_specs(transform: Any) -> List[Any]:
+def readable_leaf_specs(transform: Any) -> List[Any]:
     # A transform whose attributes are not what its class name promises (a look-alike,
     # a different library version) is a blocker with the reason, never a crash.
     try:

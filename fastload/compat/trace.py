@@ -115,7 +115,7 @@ TRACE_ENV = "FASTLOAD_TRACE"
 _TRANSFORM_MODULES = ("torchvision.transforms", "timm.data")
 # albumentations' transforms take the image as a keyword: transform(image=array)["image"].
 _ALBUMENTATIONS = "albumentations"
-_FIX = ("keep the per-sample work inside the transform (torchvision's transforms are mapped), or "
+REFUSAL_FIX = ("keep the per-sample work inside the transform (torchvision's transforms are mapped), or "
         "use fastload.FileList(paths, labels, transforms=...)")
 
 
@@ -190,7 +190,7 @@ def _where_frame(frame: Any) -> str:
     """file:line of the innermost frame of the user's code at or outside `frame`, within
     the traced call (else of another package's code, else `frame`'s)."""
     innermost, package = frame, None
-    while frame is not None and frame.f_code is not _trace_call.__code__:
+    while frame is not None and frame.f_code is not trace_call.__code__:
         kind = _kind(frame.f_code.co_filename)
         if kind == _USER:
             break
@@ -202,7 +202,7 @@ def _where_frame(frame: Any) -> str:
     return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else "?"
 
 
-def _where_traceback(tb: Any) -> str:
+def where_in_traceback(tb: Any) -> str:
     """file:line of the innermost frame of the user's code in a traceback (else of
     another package's code, else the innermost)."""
     found: dict = {}
@@ -215,7 +215,7 @@ def _where_traceback(tb: Any) -> str:
     return f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}" if tb is not None else "?"
 
 
-def _where_defined(dataset: Any) -> str:
+def where_defined(dataset: Any) -> str:
     """file:line where the dataset's __getitem__ is defined."""
     code = getattr(getattr(type(dataset), "__getitem__", None), "__code__", None)
     return f"{code.co_filename}:{code.co_firstlineno}" if code is not None else type(dataset).__qualname__
@@ -224,7 +224,7 @@ def _where_defined(dataset: Any) -> str:
 # ---- one traced __getitem__ call ----------------------------------------------------------
 
 
-class _Stop(BaseException):
+class StopTrace(BaseException):
     """Ends a traced call the tracer cannot see through (BaseException: a dataset's own
     `except Exception` does not swallow it). The reason is on the call."""
 
@@ -235,7 +235,7 @@ class _Problem:
     where: str
 
 
-class _Call:
+class TracedCall:
     """The record of one `__getitem__` call under the tracer."""
 
     __slots__ = ("opened", "outputs", "problem")
@@ -249,15 +249,15 @@ class _Call:
         """`transform(image)` for a transform fastload maps."""
         name = type(transform).__name__
         if isinstance(image, TracedOutput):
-            _stop(f"applies {name} to the output of {type(image.transform).__name__} (one transform call per "
+            stop_trace(f"applies {name} to the output of {type(image.transform).__name__} (one transform call per "
                   "image is followed: put the transforms in one Compose)")
-        call, _, mode = _source(image)
+        call, _, mode = source_of(image)
         if call is not self:
-            _stop("uses an image opened in an earlier __getitem__ call (a cache of images? the tracer follows "
+            stop_trace("uses an image opened in an earlier __getitem__ call (a cache of images? the tracer follows "
                   "images opened in the call)")
         _check_entry(transform, image, mode)
         if any(out.image is image for out in self.outputs):
-            _stop("passes one image to two transform calls (two views per sample are not followed)")
+            stop_trace("passes one image to two transform calls (two views per sample are not followed)")
         out = TracedOutput(self, transform, image)
         self.outputs.append(out)
         return out
@@ -267,7 +267,7 @@ def _takes_pil_only(transform: Any) -> str:
     """The name of a transform in `transform` that does not take tensors as PIL images
     (ToTensor, PILToTensor, ToPILImage, timm's), else "". The last answer is kept per
     thread: every index of a dataset passes the same transform."""
-    last = getattr(_local, "pil_only", None)
+    last = getattr(thread_state, "pil_only", None)
     if last is not None and last[0] is transform:
         return last[1]
     from fastload.compat.torchvision import flatten
@@ -275,7 +275,7 @@ def _takes_pil_only(transform: Any) -> str:
     found = next((type(leaf).__name__ for leaf in flatten(transform)[0]
                   if type(leaf).__name__ in ("ToTensor", "PILToTensor", "ToPILImage")
                   or type(leaf).__module__.startswith("timm.")), "")
-    _local.pil_only = (transform, found)
+    thread_state.pil_only = (transform, found)
     return found
 
 
@@ -289,44 +289,44 @@ def _check_entry(transform: Any, image: Any, mode: Optional[str]) -> None:
     albu = albumentations.is_albumentations(transform)
     if isinstance(image, openers.TracedArray):
         if not albu:
-            _stop(f"passes a numpy array (cv2.imread's, np.array(image)) to {name} (followed: numpy arrays into "
+            stop_trace(f"passes a numpy array (cv2.imread's, np.array(image)) to {name} (followed: numpy arrays into "
                   "albumentations' transforms, PIL images and torchvision.io tensors into torchvision's)")
         if mode == "BGR":
-            _stop(f"passes the BGR array of cv2.imread to {name} without cv2.cvtColor(image, cv2.COLOR_BGR2RGB) "
+            stop_trace(f"passes the BGR array of cv2.imread to {name} without cv2.cvtColor(image, cv2.COLOR_BGR2RGB) "
                   "(its channels would reach the transform swapped; the native path decodes to RGB)")
         return
     if albu:
         kind = "a PIL image" if isinstance(image, TracedImage) else "a tensor"
-        _stop(f"passes {kind} to albumentations' {name} (it takes numpy arrays: followed, cv2.imread + "
+        stop_trace(f"passes {kind} to albumentations' {name} (it takes numpy arrays: followed, cv2.imread + "
               "cv2.cvtColor(image, cv2.COLOR_BGR2RGB))")
     if isinstance(image, openers.TracedTensor):
         if mode != "RGB":
-            _stop(f"passes a {mode} tensor (ImageReadMode.UNCHANGED on a file of that many channels) to {name} "
+            stop_trace(f"passes a {mode} tensor (ImageReadMode.UNCHANGED on a file of that many channels) to {name} "
                   "(the native path makes RGB: pass mode=ImageReadMode.RGB)")
         pil_only = _takes_pil_only(transform)
         if pil_only:
-            _stop(f"passes a tensor of torchvision.io to {name}, whose {pil_only} takes PIL images (followed: "
+            stop_trace(f"passes a tensor of torchvision.io to {name}, whose {pil_only} takes PIL images (followed: "
                   "torchvision's v2 transforms on tensors, e.g. v2.ToDtype(torch.float32, scale=True) in place of "
                   "ToTensor)")
         return
     if mode != "RGB":
-        _stop(f"passes the image to {name} without .convert('RGB') (an L, P or CMYK file would reach it in "
+        stop_trace(f"passes the image to {name} without .convert('RGB') (an L, P or CMYK file would reach it in "
               "another mode; the native path decodes to RGB)")
 
 
-_local = threading.local()
+thread_state = threading.local()
 
 
-def _active() -> Optional[_Call]:
-    return getattr(_local, "call", None)
+def active_call() -> Optional[TracedCall]:
+    return getattr(thread_state, "call", None)
 
 
-def _stop(why: str) -> Any:
+def stop_trace(why: str) -> Any:
     """Ends the active traced call: the tracer cannot see through what the code does."""
-    call = _active()
+    call = active_call()
     if call is not None and call.problem is None:
         call.problem = _Problem(why, _where_frame(sys._getframe(1)))
-    raise _Stop(why)
+    raise StopTrace(why)
 
 
 # Attributes of a traced image that its trace follows.
@@ -337,12 +337,12 @@ _PIXELS = frozenset({"__array_interface__", "__array__", "__array_struct__", "to
 _HEADER = frozenset({"size", "width", "height", "_size", "info", "format", "getexif", "_mode"})
 
 
-def _state(image: "TracedImage") -> Tuple[_Call, str, Optional[str]]:
+def traced_image_state(image: "TracedImage") -> Tuple[TracedCall, str, Optional[str]]:
     """(call, path, mode) of a traced image, without making it a real one."""
     return object.__getattribute__(image, "__dict__")["_fastload_trace"]
 
 
-def _source(image: Any) -> Tuple[_Call, str, Optional[str]]:
+def source_of(image: Any) -> Tuple[TracedCall, str, Optional[str]]:
     """(call, path, mode) of any traced image (PIL's, OpenCV's, torchvision.io's)."""
     return object.__getattribute__(image, "__dict__")["_fastload_trace"] if isinstance(image, TracedImage) \
         else object.__getattribute__(image, "_fastload_trace")
@@ -355,29 +355,29 @@ class TracedImage(PIL.Image.Image):
     Outside a trace (a dataset that kept it, e.g. in a cache) it turns into the real
     image on first use: PIL.Image.open(path), converted as traced."""
 
-    def __init__(self, call: _Call, path: str, mode: Optional[str]):  # (no PIL state: nothing is read)
+    def __init__(self, call: TracedCall, path: str, mode: Optional[str]):  # (no PIL state: nothing is read)
         object.__getattribute__(self, "__dict__")["_fastload_trace"] = (call, path, mode)
 
     def __getattribute__(self, name: str) -> Any:
-        if _active() is None:
+        if active_call() is None:
             _materialise(self)
             return getattr(self, name)
         if name in _FOLLOWED or name == "_fastload_trace" or (
                 name.startswith("__") and name.endswith("__") and name not in _PIXELS):
             return object.__getattribute__(self, name)
         if name in _PIXELS:
-            _stop("reads the image's pixels before a transform fastload maps")
+            stop_trace("reads the image's pixels before a transform fastload maps")
         if name in _HEADER:
-            _stop(f"reads the image's .{name.lstrip('_')} (it needs the file's header, which the tracer does not "
+            stop_trace(f"reads the image's .{name.lstrip('_')} (it needs the file's header, which the tracer does not "
                   "read)")
-        _stop(f"uses the image's .{name} before a transform fastload maps (followed: Image.open, "
+        stop_trace(f"uses the image's .{name} before a transform fastload maps (followed: Image.open, "
               ".convert('RGB'), .load(), .copy(), with; then a torchvision transform)")
 
     def convert(self, mode: Optional[str] = None, *args: Any, **kwargs: Any) -> Any:
-        call, path, _ = _state(self)
+        call, path, _ = traced_image_state(self)
         if mode != "RGB" or args or kwargs:
             extra = ", ..." if args or kwargs else ""
-            _stop(f"converts the image with .convert({mode!r}{extra}) (the native pipeline makes RGB; only "
+            stop_trace(f"converts the image with .convert({mode!r}{extra}) (the native pipeline makes RGB; only "
                   ".convert('RGB') is followed)")
         return TracedImage(call, path, "RGB")
 
@@ -385,7 +385,7 @@ class TracedImage(PIL.Image.Image):
         return None
 
     def copy(self) -> "TracedImage":
-        return TracedImage(*_state(self))
+        return TracedImage(*traced_image_state(self))
 
     def close(self) -> None:
         return None
@@ -398,24 +398,24 @@ class TracedImage(PIL.Image.Image):
 
     @property
     def filename(self) -> str:  # type: ignore[override]
-        return _state(self)[1]
+        return traced_image_state(self)[1]
 
     @property
     def mode(self) -> str:  # type: ignore[override]
-        mode = _state(self)[2]
+        mode = traced_image_state(self)[2]
         if mode is None:
-            _stop("reads the image's .mode before .convert('RGB') (it needs the file's header, which the tracer "
+            stop_trace("reads the image's .mode before .convert('RGB') (it needs the file's header, which the tracer "
                   "does not read)")
         return mode  # type: ignore[return-value]
 
     def __repr__(self) -> str:
-        _, path, mode = _state(self)
+        _, path, mode = traced_image_state(self)
         return f"TracedImage({path!r}, mode={mode!r})"
 
 
 def _materialise(image: TracedImage) -> None:
     """Turns a traced image kept past its trace into the real one, in place."""
-    _, path, mode = _state(image)
+    _, path, mode = traced_image_state(image)
     real = PIL.Image.open(path)  # (patched or not: no traced call on this thread)
     real = real.convert(mode) if mode else real
     real.load()  # decoded now: the real image's file is closed
@@ -431,18 +431,18 @@ class TracedOutput:
 
     __slots__ = ("call", "transform", "image", "__weakref__")
 
-    def __init__(self, call: _Call, transform: Any, image: TracedImage):
+    def __init__(self, call: TracedCall, transform: Any, image: TracedImage):
         self.call, self.transform, self.image = call, transform, image
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
         transform = object.__getattribute__(self, "transform")
-        _stop(f"uses the output of {type(transform).__name__} (.{name}) (followed: the output returned as it is, "
+        stop_trace(f"uses the output of {type(transform).__name__} (.{name}) (followed: the output returned as it is, "
               "inside a tuple, list or dict)")
 
     def __repr__(self) -> str:
-        return f"TracedOutput({type(self.transform).__name__}, {_source(self.image)[1]!r})"
+        return f"TracedOutput({type(self.transform).__name__}, {source_of(self.image)[1]!r})"
 
 
 # ---- the patches, active on the tracing thread only ---------------------------------------
@@ -459,7 +459,7 @@ def _is_transform(obj: Any) -> bool:
 
 def _intercepting(original: Any) -> Any:
     def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
-        call = _active()
+        call = active_call()
         if call is not None and len(args) == 1 and not kwargs and isinstance(args[0], _traced_kinds()) \
                 and _is_transform(self):
             return call.enter(self, args[0])
@@ -478,11 +478,11 @@ def _traced_kinds() -> Tuple[type, ...]:
 def _intercepting_albumentations(original: Any) -> Any:
     """An albumentations __call__: `transform(image=traced)` returns {"image": output}."""
     def __call__(self: Any, *args: Any, force_apply: bool = False, **data: Any) -> Any:
-        call = _active()
+        call = active_call()
         if call is not None and not args and isinstance(data.get("image"), _traced_kinds()):
             others = sorted(k for k in data if k != "image")
             if others:
-                _stop(f"passes {', '.join(others)} with the image to {type(self).__name__} (followed: image= "
+                stop_trace(f"passes {', '.join(others)} with the image to {type(self).__name__} (followed: image= "
                       "alone; the native path makes the image only)")
             return {"image": call.enter(self, data["image"])}
         return original(self, *args, force_apply=force_apply, **data)
@@ -519,7 +519,7 @@ def _path_of(fp: Any) -> Tuple[Optional[str], str]:
     if isinstance(fp, TracedFile):
         return (fp.name, "") if fp.untouched() else (None, f"a file already read from ({fp.name!r})")
     if isinstance(fp, TracedBytesIO):
-        return _source(fp)[1], ""
+        return source_of(fp)[1], ""
     if isinstance(fp, (str, bytes, os.PathLike)):
         path = os.fspath(fp)
         return (os.fsdecode(path) if isinstance(path, bytes) else path), ""
@@ -537,17 +537,17 @@ def _path_of(fp: Any) -> Tuple[Optional[str], str]:
 
 def _opening(original: Any) -> Any:
     def open(fp: Any, mode: str = "r", formats: Any = None) -> Any:  # noqa: A001 - PIL's name
-        call = _active()
+        call = active_call()
         if call is None:
             return original(fp, mode, formats)
         path, what = _path_of(fp)
         if not _read_before(fp):  # (bytes read in the call were counted as opened when read)
             call.opened.append(path)
         if path is None:
-            _stop(f"opens an image from {what} (fastload reads image files by path: Image.open(path) or "
+            stop_trace(f"opens an image from {what} (fastload reads image files by path: Image.open(path) or "
                   "Image.open(open(path, 'rb')))")
         if mode != "r" or formats is not None:
-            _stop("calls Image.open with mode= or formats= (not followed)")
+            stop_trace("calls Image.open with mode= or formats= (not followed)")
         return TracedImage(call, path, None)  # type: ignore[arg-type]
 
     open.__wrapped__ = original  # type: ignore[attr-defined]
@@ -570,7 +570,7 @@ def _plain_transform_classes() -> List[type]:
 
 
 @contextmanager
-def _patched(dataset: Any = None) -> Iterator[None]:
+def tracing_patches(dataset: Any = None) -> Iterator[None]:
     """PIL.Image.open, the other openers and the transforms' __call__ patched for the
     process (acting only on a thread with a traced call), restored when the last trace
     ends; with `dataset`, also the openers its own modules bound by name."""
@@ -613,11 +613,11 @@ def _patched_process() -> Iterator[None]:
 # ---- the global generators ----------------------------------------------------------------
 
 
-def _rng_state() -> Tuple[Any, Any, torch.Tensor]:
+def global_rng_state() -> Tuple[Any, Any, torch.Tensor]:
     return random.getstate(), np.random.get_state(), torch.default_generator.get_state()
 
 
-def _rng_moved(before: Tuple[Any, Any, torch.Tensor]) -> List[str]:
+def global_rng_moved(before: Tuple[Any, Any, torch.Tensor]) -> List[str]:
     """The global generators drawn from since `before`."""
     py, npy, tch = before
     moved = []
@@ -631,7 +631,7 @@ def _rng_moved(before: Tuple[Any, Any, torch.Tensor]) -> List[str]:
     return moved
 
 
-def _rng_restore(state: Tuple[Any, Any, torch.Tensor]) -> None:
+def global_rng_restore(state: Tuple[Any, Any, torch.Tensor]) -> None:
     random.setstate(state[0])
     np.random.set_state(state[1])
     torch.default_generator.set_state(state[2])
@@ -640,7 +640,7 @@ def _rng_restore(state: Tuple[Any, Any, torch.Tensor]) -> None:
 # ---- tracing a dataset -------------------------------------------------------------------
 
 
-class _Slot:
+class Slot:
     """Where the engine's batch goes in a sample template."""
 
     __slots__ = ()
@@ -649,10 +649,10 @@ class _Slot:
         return "<image>"
 
 
-SLOT = _Slot()
+SLOT = Slot()
 
 
-class _Sample(NamedTuple):
+class TracedSample(NamedTuple):
     """One traced index: the image's path, the transform, the sample with the output
     replaced by SLOT, and where SLOT sits (keys/positions)."""
 
@@ -665,94 +665,94 @@ class _Sample(NamedTuple):
 _NOTHING = object()
 
 
-class _Refused(Exception):
+class TraceRefused(Exception):
     def __init__(self, why: str, where: str):
         super().__init__(why)
         self.why, self.where = why, where
 
 
 # Leaves that hold no traced object (checked first: most of a sample is labels).
-_PLAIN = (int, float, str, bool, type(None), torch.Tensor, np.ndarray, np.int64)
+PLAIN_LEAVES = (int, float, str, bool, type(None), torch.Tensor, np.ndarray, np.int64)
 
 
 def _lazy(value: Any) -> bool:
-    from fastload.compat.openers import _Lazy
+    from fastload.compat.openers import Lazy
 
-    return isinstance(value, _Lazy)
+    return isinstance(value, Lazy)
 
 
-def _templated(value: Any, out: Any, found: List[Tuple[Any, ...]], at: Tuple[Any, ...], depth: int = 0) -> Any:
+def templated(value: Any, out: Any, found: List[Tuple[Any, ...]], at: Tuple[Any, ...], depth: int = 0) -> Any:
     """`value` with `out` replaced by SLOT (its place appended to `found`), copying the
-    tuples, lists, dicts and namedtuples around it; _Refused for a traced image returned."""
+    tuples, lists, dicts and namedtuples around it; TraceRefused for a traced image returned."""
     if value is out:
         found.append(at)
         return SLOT
     kind = type(value)
-    if kind in _PLAIN:
+    if kind in PLAIN_LEAVES:
         return value
     if kind is TracedImage or _lazy(value):
-        raise _Refused("returns the image itself, not a transform's output (a transform fastload maps must "
+        raise TraceRefused("returns the image itself, not a transform's output (a transform fastload maps must "
                        "make the sample's image)", "")
     if kind is TracedOutput:
-        raise _Refused("returns a transform output of another call", "")
+        raise TraceRefused("returns a transform output of another call", "")
     if depth >= MAX_DEPTH:
         return value
     if kind is tuple or kind is list:
-        return kind([_templated(v, out, found, at + (k,), depth + 1) for k, v in enumerate(value)])
+        return kind([templated(v, out, found, at + (k,), depth + 1) for k, v in enumerate(value)])
     if isinstance(value, tuple) and hasattr(kind, "_fields"):  # a namedtuple
-        return kind(*[_templated(v, out, found, at + (k,), depth + 1) for k, v in enumerate(value)])
+        return kind(*[templated(v, out, found, at + (k,), depth + 1) for k, v in enumerate(value)])
     if kind is dict:
-        return {k: _templated(v, out, found, at + (k,), depth + 1) for k, v in value.items()}
+        return {k: templated(v, out, found, at + (k,), depth + 1) for k, v in value.items()}
     return value
 
 
-def _trace_call(dataset: Any, i: int) -> Tuple[_Call, Any]:
-    call = _Call()
-    _local.call = call
+def trace_call(dataset: Any, i: int) -> Tuple[TracedCall, Any]:
+    call = TracedCall()
+    thread_state.call = call
     sample = None
     try:
         sample = dataset[i]
-    except _Stop:
+    except StopTrace:
         pass
     except Exception as error:  # noqa: BLE001 - any exception of the user's code is a reason
         if call.problem is None:
-            call.problem = _Problem(f"raised {type(error).__name__}: {error}", _where_traceback(error.__traceback__))
+            call.problem = _Problem(f"raised {type(error).__name__}: {error}", where_in_traceback(error.__traceback__))
     finally:
-        _local.call = None
+        thread_state.call = None
     return call, sample
 
 
-def _sample(dataset: Any, call: _Call, sample: Any) -> _Sample:
-    """The traced index, or _Refused."""
+def sample_of_call(dataset: Any, call: TracedCall, sample: Any) -> TracedSample:
+    """The traced index, or TraceRefused."""
     if call.problem is not None:
-        raise _Refused(call.problem.why, call.problem.where)
+        raise TraceRefused(call.problem.why, call.problem.where)
     if len(call.opened) != 1:
-        raise _Refused(f"opens {len(call.opened)} images per sample (one is followed)", "")
+        raise TraceRefused(f"opens {len(call.opened)} images per sample (one is followed)", "")
     if not call.outputs:
-        _templated(sample, _NOTHING, [], ())  # type: ignore[arg-type]  # a raw image returned: that reason
-        raise _Refused("opens an image that reaches no transform fastload maps", "")
+        templated(sample, _NOTHING, [], ())  # type: ignore[arg-type]  # a raw image returned: that reason
+        raise TraceRefused("opens an image that reaches no transform fastload maps", "")
     if len(call.outputs) > 1:
-        raise _Refused(f"calls transforms {len(call.outputs)} times per sample (one call is followed)", "")
+        raise TraceRefused(f"calls transforms {len(call.outputs)} times per sample (one call is followed)", "")
     out = call.outputs[0]
-    if type(sample) is tuple and len(sample) == 2 and sample[0] is out and type(sample[1]) in _PLAIN:
-        return _Sample(_source(out.image)[1], out.transform, (SLOT, sample[1]), (0,))  # the common case, quickly
+    if type(sample) is tuple and len(sample) == 2 and sample[0] is out and type(sample[1]) in PLAIN_LEAVES:
+        return TracedSample(source_of(out.image)[1], out.transform, (SLOT, sample[1]), (0,))  # the common case, quickly
     found: List[Tuple[Any, ...]] = []
-    template = _templated(sample, out, found, ())
+    template = templated(sample, out, found, ())
     if len(found) != 1:
-        raise _Refused(f"returns the output of {type(out.transform).__name__} {len(found)} times (followed: "
+        raise TraceRefused(f"returns the output of {type(out.transform).__name__} {len(found)} times (followed: "
                        "once, inside a tuple, list or dict)" if found else
                        f"does not return the output of {type(out.transform).__name__} as it is (followed: inside "
                        "a tuple, list or dict)", "")
-    return _Sample(_source(out.image)[1], out.transform, template, found[0])
+    return TracedSample(source_of(out.image)[1], out.transform, template, found[0])
 
 
-def _same(a: Any, b: Any) -> bool:
+def same_value(a: Any, b: Any) -> bool:
     if type(a) is not type(b):
         return False
     if isinstance(a, (tuple, list)):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
     if isinstance(a, dict):
-        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+        return list(a) == list(b) and all(same_value(a[k], b[k]) for k in a)
     if isinstance(a, torch.Tensor):
         return a.dtype == b.dtype and a.shape == b.shape and a.device == b.device and bool(torch.equal(a, b))
     if isinstance(a, np.ndarray):
@@ -763,7 +763,7 @@ def _same(a: Any, b: Any) -> bool:
         return False
 
 
-def _int_label(value: Any) -> bool:
+def is_int_label(value: Any) -> bool:
     """An int class index that default_collate batches into int64 like the index's labels."""
     if type(value) is int or type(value) is np.int64:
         return True
@@ -771,9 +771,9 @@ def _int_label(value: Any) -> bool:
         value.layout == torch.strided and value.device.type == "cpu" and not value.requires_grad
 
 
-def _simple(t: Any) -> bool:
+def is_simple_template(t: Any) -> bool:
     """A template (SLOT, int label): batches are [images, labels int64 [B]] as the index gives."""
-    return type(t) in (tuple, list) and len(t) == 2 and t[0] is SLOT and _int_label(t[1])
+    return type(t) in (tuple, list) and len(t) == 2 and t[0] is SLOT and is_int_label(t[1])
 
 
 @dataclass
@@ -808,8 +808,8 @@ def _map_style(dataset: Any) -> bool:
     return True
 
 
-def _kept_or(dataset: Any, traced: List[Any], undo: Callable[[], None]) -> _Sample:
-    """_sample(dataset, call, value) of traced = [call, value] (emptied: nothing of the
+def sample_unless_kept(dataset: Any, traced: List[Any], undo: Callable[[], None]) -> TracedSample:
+    """sample_of_call(dataset, call, value) of traced = [call, value] (emptied: nothing of the
     tracer's holds the call's objects afterwards), unless the dataset kept the transform's
     output or what the call opened after it returned (a cache, where the generic path
     would find the stand-in): then the dataset is refused, and `undo()` (the probes'
@@ -818,8 +818,8 @@ def _kept_or(dataset: Any, traced: List[Any], undo: Callable[[], None]) -> _Samp
     traced.clear()
     refusal = None
     try:
-        sample = _sample(dataset, call, value)
-    except _Refused as error:
+        sample = sample_of_call(dataset, call, value)
+    except TraceRefused as error:
         refusal = error.with_traceback(None)  # (its frames would keep the outputs alive)
     kept = [weakref.ref(out) for out in call.outputs]
     lazies = _lazies_made_in(call)
@@ -833,45 +833,45 @@ def _kept_or(dataset: Any, traced: List[Any], undo: Callable[[], None]) -> _Samp
             del alive
             undo()
             removed = all(ref() is None for ref in refs)
-            raise _Refused(f"keeps {what} after __getitem__ returns (a cache? the tracer's stand-in "
+            raise TraceRefused(f"keeps {what} after __getitem__ returns (a cache? the tracer's stand-in "
                            + ("was taken out of it)" if removed else "is held outside the dataset, where it could not "
-                              "be taken out: set FASTLOAD_TRACE=0)"), _where_defined(dataset))
+                              "be taken out: set FASTLOAD_TRACE=0)"), where_defined(dataset))
     if refusal is not None:
         raise refusal
     return sample
 
 
-def _lazies_made_in(call: _Call) -> List[Any]:
+def _lazies_made_in(call: TracedCall) -> List[Any]:
     from fastload.compat.openers import made_in
 
     return made_in(call)
 
 
-def _find_draw(dataset: Any, index: int, before: Any) -> str:
+def where_drawn(dataset: Any, index: int, before: Any) -> str:
     """file:line of the user's code running when the global generators first moved in a
     trace of `index` (run again line by line)."""
-    last: List[str] = [_where_defined(dataset)]
+    last: List[str] = [where_defined(dataset)]
     found: List[Optional[str]] = [None]
 
     def tracer(frame: Any, event: str, arg: Any) -> Any:
         if found[0] is not None:
             return None
         if event in ("line", "return", "call"):
-            if _rng_moved(before):
+            if global_rng_moved(before):
                 found[0] = last[0]
                 return None
             if event != "call":
                 last[0] = _where_frame(frame)
         return tracer
 
-    _rng_restore(before)
+    global_rng_restore(before)
     previous = sys.gettrace()
     sys.settrace(tracer)
     try:
-        _trace_call(dataset, index)
+        trace_call(dataset, index)
     finally:
         sys.settrace(previous)
-    return found[0] or _where_defined(dataset)
+    return found[0] or where_defined(dataset)
 
 
 def trace_dataset(dataset: Any, refused: Analysis, *, wrapped: bool) -> Analysis:
@@ -895,21 +895,21 @@ def trace_dataset(dataset: Any, refused: Analysis, *, wrapped: bool) -> Analysis
     result = probe(dataset)
     if result is None:
         return refused
-    if isinstance(result, _Refused):
+    if isinstance(result, TraceRefused):
         reason = f"{name}.__getitem__ (traced, index {result.index}): {result.why} at {result.where}"  # type: ignore
         folder = sys.modules.get("torchvision.datasets.folder")
         if folder is not None and isinstance(dataset, folder.DatasetFolder):
-            return refused.refuse(reason, _FIX)
+            return refused.refuse(reason, REFUSAL_FIX)
         out = Analysis(refused.chain, transform=refused.transform, pipeline=refused.pipeline,
                        wrappers=list(refused.wrappers))
-        return out.refuse(reason, _FIX)
+        return out.refuse(reason, REFUSAL_FIX)
     return _analysis(dataset, result, wrapped)
 
 
 @contextmanager
 def _user_globals(dataset: Any) -> Iterator[None]:
     """The openers bound by name in the dataset's modules (`from torchvision.io import
-    read_image`) swapped for the tracing ones while it is traced (inside _patched)."""
+    read_image`) swapped for the tracing ones while it is traced (inside tracing_patches)."""
     from fastload.compat import openers
 
     with _PATCH_LOCK:
@@ -945,15 +945,15 @@ def _analysis(dataset: Any, traced: Any, wrapped: bool) -> Analysis:
         # fastload.compat.trace_views)
         out.index, out.rebuild = traced.index, traced
         return out
-    return out.refuse(f"{name}.__getitem__ (traced) returns {_shape(traced.first.template)}: samples other than "
+    return out.refuse(f"{name}.__getitem__ (traced) returns {shape_text(traced.first.template)}: samples other than "
                       "(image, int label) are rebuilt only for the loader's own dataset, not inside a Subset or "
                       "ConcatDataset", "pass the dataset itself, or return (image, int label)")
 
 
-def _shape(template: Any) -> str:
+def shape_text(template: Any) -> str:
     if isinstance(template, dict):
-        return "{" + ", ".join(f"{k!r}: {_shape(v)}" for k, v in template.items()) + "}"
+        return "{" + ", ".join(f"{k!r}: {shape_text(v)}" for k, v in template.items()) + "}"
     if isinstance(template, (tuple, list)):
-        inner = ", ".join(_shape(v) for v in template)
+        inner = ", ".join(shape_text(v) for v in template)
         return f"({inner})" if isinstance(template, tuple) else f"[{inner}]"
     return "image" if template is SLOT else type(template).__name__

@@ -69,6 +69,8 @@ from __future__ import annotations
 
 import gc
 import os
+import select
+import signal
 import sys
 import threading
 import time
@@ -98,77 +100,77 @@ AHEAD_SAMPLES = 4096
 _PATH_SLACK = 1.25
 
 
-class _GrowingStrings(FlatStrings):
+class GrowingStrings(FlatStrings):
     """The engine's file table of a lazily traced dataset: one buffer of path bytes,
     filled as indexes are traced. Entry k's end offset is the buffer's capacity until
     file k is traced, so the offsets always increase and the engine's checks hold."""
 
 
-class _Probe:
+class Probe:
     """The samples traced up front: their index -> _Sample."""
 
     def __init__(self, samples: Dict[int, Any]):
         self.samples = samples
 
-    def agrees(self, other: "_Probe") -> bool:
+    def agrees(self, other: "Probe") -> bool:
         if list(self.samples) != list(other.samples):
             return False
-        return all(a.path == b.path and a.transform is b.transform and _t._same(a.template, b.template)
+        return all(a.path == b.path and a.transform is b.transform and _t.same_value(a.template, b.template)
                    for a, b in zip(self.samples.values(), other.samples.values()))
 
 
-def _probe_indexes(n: int) -> List[int]:
+def probe_indexes(n: int) -> List[int]:
     if n <= PROBES + 1:
         return list(range(n))
     return sorted({round(k * (n - 1) / (PROBES - 1)) for k in range(PROBES)} | {0})
 
 
 def _probe(dataset: Any) -> Any:
-    """_Probe, a _Refused (with `.index`), or None when index 0 opens no image with PIL."""
+    """Probe, a _Refused (with `.index`), or None when index 0 opens no image with PIL."""
     n = len(dataset)
     if n == 0:
         return None
-    before = _t._rng_state()
+    before = _t.global_rng_state()
     snapshot = Snapshot(dataset)  # (torch calls no __getitem__ here: what the probes do is undone)
     index = 0
     try:
-        with _t._patched(dataset):
-            traced = list(_t._trace_call(dataset, 0))  # [call, value]: _kept_or empties it
+        with _t.tracing_patches(dataset):
+            traced = list(_t.trace_call(dataset, 0))  # [call, value]: _kept_or empties it
             if not traced[0].opened:
                 return None
             try:
-                first = _t._kept_or(dataset, traced, snapshot.restore)
-                moved = _t._rng_moved(before)
+                first = _t.sample_unless_kept(dataset, traced, snapshot.restore)
+                moved = _t.global_rng_moved(before)
                 if moved:
-                    raise _t._Refused(f"draws random numbers outside the transforms ({', '.join(moved)})",
-                                      _t._find_draw(dataset, 0, before))
-                again = _t._sample(dataset, *_t._trace_call(dataset, 0))
+                    raise _t.TraceRefused(f"draws random numbers outside the transforms ({', '.join(moved)})",
+                                      _t.where_drawn(dataset, 0, before))
+                again = _t.sample_of_call(dataset, *_t.trace_call(dataset, 0))
                 if not (again.path == first.path and again.transform is first.transform
-                        and _t._same(again.template, first.template)):
+                        and _t.same_value(again.template, first.template)):
                     what = "image path" if again.path != first.path else "transform" \
                         if again.transform is not first.transform else "returned values"
-                    raise _t._Refused(f"returns different samples when traced twice at index 0 (the {what} "
-                                      "differ)", _t._where_defined(dataset))
+                    raise _t.TraceRefused(f"returns different samples when traced twice at index 0 (the {what} "
+                                      "differ)", _t.where_defined(dataset))
                 samples = {0: first}
-                indexes = _probe_indexes(n)
+                indexes = probe_indexes(n)
                 for index in indexes[1:]:
-                    sample = _t._sample(dataset, *_t._trace_call(dataset, index))
+                    sample = _t.sample_of_call(dataset, *_t.trace_call(dataset, index))
                     why = _disagreement(first, sample)
                     if why:
-                        raise _t._Refused(why, _t._where_defined(dataset))
+                        raise _t.TraceRefused(why, _t.where_defined(dataset))
                     samples[index] = sample
-                if _t._rng_moved(before):
+                if _t.global_rng_moved(before):
                     index, where, moved = _first_draw(dataset, indexes, before)
-                    raise _t._Refused(f"draws random numbers outside the transforms ({', '.join(moved)})", where)
-            except _t._Refused as refused:
+                    raise _t.TraceRefused(f"draws random numbers outside the transforms ({', '.join(moved)})", where)
+            except _t.TraceRefused as refused:
                 refused.index = index  # type: ignore[attr-defined]
                 if not refused.where:
-                    refused.where = _t._where_defined(dataset)
+                    refused.where = _t.where_defined(dataset)
                 return refused
     finally:
-        _t._rng_restore(before)
+        _t.global_rng_restore(before)
         snapshot.restore()
-    return _Probe(samples)
+    return Probe(samples)
 
 
 class _Basis(NamedTuple):
@@ -195,7 +197,7 @@ class _Basis(NamedTuple):
 def _basis(first: Any, n: int) -> _Basis:
     pipeline, _ = _t.pipeline_of(first.transform)
     return _Basis(n, first.transform, tuple(pipeline.native), tuple(id(t) for t in pipeline.tail), first.slot_at,
-                  _t._simple(first.template))
+                  _t.is_simple_template(first.template))
 
 
 def _disagreement(first: Any, sample: Any) -> str:
@@ -204,20 +206,20 @@ def _disagreement(first: Any, sample: Any) -> str:
         return f"passes the image to another transform object than index 0's ({type(sample.transform).__name__})"
     if sample.slot_at != first.slot_at:
         return "returns the image in another place than index 0's"
-    if _t._simple(first.template) != _t._simple(sample.template):
-        return f"returns {_t._shape(sample.template)}, index 0 {_t._shape(first.template)}"
+    if _t.is_simple_template(first.template) != _t.is_simple_template(sample.template):
+        return f"returns {_t.shape_text(sample.template)}, index 0 {_t.shape_text(first.template)}"
     return ""
 
 
 def _first_draw(dataset: Any, indexes: Sequence[int], before: Any) -> Any:
     """(index, file:line, generators) of the first of `indexes` whose trace draws."""
     for index in indexes:
-        _t._rng_restore(before)
-        _t._trace_call(dataset, index)
-        moved = _t._rng_moved(before)
+        _t.global_rng_restore(before)
+        _t.trace_call(dataset, index)
+        moved = _t.global_rng_moved(before)
         if moved:
-            return index, _t._find_draw(dataset, index, before), moved
-    return indexes[0], _t._where_defined(dataset), ["a generator"]
+            return index, _t.where_drawn(dataset, index, before), moved
+    return indexes[0], _t.where_defined(dataset), ["a generator"]
 
 
 def probe(dataset: Any) -> Any:
@@ -231,8 +233,13 @@ def probe(dataset: Any) -> Any:
     code for PROBE_TIMEOUT_S (FASTLOAD_TRACE_TIMEOUT) seconds, the dataset is refused (the
     generic path then runs it as torch does) and the call is left to return whenever it
     can; a probe that moves on (imports a library, reads headers) is waited for. What the
-    probes change on the dataset is undone (rollback.py).
+    probes change on the dataset is undone (rollback.py). Before any of that, index 0 is
+    traced once in a forked child (`_first_call_apart`): a `__getitem__` that kills its
+    process (a segfault, os._exit) refuses the dataset there, never the loop's process.
     """
+    apart = _first_call_apart(dataset)
+    if apart is not _OPENS_AN_IMAGE:
+        return apart
     result: List[Any] = []
 
     def run() -> None:
@@ -244,18 +251,73 @@ def probe(dataset: Any) -> Any:
     worker = threading.Thread(target=run, name="fastload-probe", daemon=True)
     worker.start()
     if not _joined(worker, probe_timeout()):
-        refused = _t._Refused(
+        refused = _t.TraceRefused(
             f"stayed at one place for {probe_timeout():g} s when traced (it waits for something the loader's own "
             f"process never brings: a barrier of worker processes, a lock, the network?); set {TIMEOUT_ENV} to "
-            "wait longer", _t._where_defined(dataset))
+            "wait longer", _t.where_defined(dataset))
         refused.index = 0  # type: ignore[attr-defined]
         return refused
     found, error = result[0]
     if error is not None:
         raise error
-    if not isinstance(found, _Probe):
+    if not isinstance(found, Probe):
         return found
     return LazyTrace(dataset, found)
+
+
+# What _first_call_apart says when index 0's traced call, in a child, opened an image (or
+# could not be run apart): the probes then run in this process.
+_OPENS_AN_IMAGE = object()
+
+
+def _first_call_apart(dataset: Any) -> Any:
+    """Index 0 traced once in a forked child: _OPENS_AN_IMAGE when it opened an image (or
+    fork is unavailable, or the child did not answer within the probe timeout: the watched
+    probes decide), None when it opened none (not a dataset to trace: nothing runs here),
+    a TraceRefused when the call ended the child's process (torch calls `__getitem__` only
+    in worker processes, whose death it reports; the generic path does the same)."""
+    if not hasattr(os, "fork"):
+        return _OPENS_AN_IMAGE
+    for stream in (sys.stdout, sys.stderr):  # (else the child's copy of their buffers is written twice)
+        try:
+            stream.flush()
+        except (AttributeError, OSError, ValueError):
+            pass
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: one traced call, its answer, and out without running any exit handler
+        try:
+            os.close(read_end)
+            answer = b"e"
+            try:
+                with _t.tracing_patches(dataset):
+                    call, _ = _t.trace_call(dataset, 0)
+                answer = b"1" if call.opened else b"0"
+            finally:
+                os.write(write_end, answer)
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    try:
+        ready, _, _ = select.select([read_end], [], [], probe_timeout())
+        answer = os.read(read_end, 1) if ready else None
+    finally:
+        os.close(read_end)
+    if answer is None:
+        os.kill(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    if answer == b"0":
+        return None
+    if answer:
+        return _OPENS_AN_IMAGE
+    if answer is None:
+        return _OPENS_AN_IMAGE  # (slow or blocked: the watched probes tell which)
+    how = f"killed its process by signal {signal.Signals(os.WTERMSIG(status)).name}" if os.WIFSIGNALED(status) \
+        else f"ended its process (exit code {os.WEXITSTATUS(status)})"
+    refused = _t.TraceRefused(f"{how}, run apart in a forked process (torch's DataLoader runs __getitem__ in "
+                              "worker processes and reports their death)", _t.where_defined(dataset))
+    refused.index = 0  # type: ignore[attr-defined]
+    return refused
 
 
 def _joined(worker: threading.Thread, still_s: float) -> bool:
@@ -305,12 +367,12 @@ class LazyTrace:
         probes: its samples traced up front (index 0 first).
     """
 
-    def __init__(self, dataset: Any, probes: _Probe):
+    def __init__(self, dataset: Any, probes: Probe):
         self._start(dataset, probes)
         self.basis = _basis(self.first, self.n)
         self._new_index(probes)
 
-    def _new_index(self, probes: _Probe) -> None:
+    def _new_index(self, probes: Probe) -> None:
         """An index with nothing traced but the probes' first sample, as file 0 (what an
         untraced index points at, so the engine's checks hold)."""
         n = self.n
@@ -318,14 +380,14 @@ class LazyTrace:
         capacity = int(n * longest * _PATH_SLACK) + 4096
         offsets = np.full(n + 3, capacity, dtype=np.int64)  # (file 0, the placeholder, one per index)
         offsets[0] = 0
-        self._files = _GrowingStrings(np.empty(capacity, dtype=np.uint8), offsets)
+        self._files = GrowingStrings(np.empty(capacity, dtype=np.uint8), offsets)
         self._file_count, self._end = 0, 0
         self.index = SampleIndex(self._files, np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64),
                                  np.full(n, -1, dtype=np.int64),
                                  np.zeros(n, dtype=np.int64) if self.simple else np.arange(n, dtype=np.int64))
         self._add_file(self.first.path)
 
-    def _start(self, dataset: Any, probes: _Probe) -> None:
+    def _start(self, dataset: Any, probes: Probe) -> None:
         """What is kept of any lazily traced dataset, its index aside (a subclass that
         locates the samples otherwise, fastload.compat.hf_datasets, builds its own)."""
         self.probes = probes
@@ -333,7 +395,7 @@ class LazyTrace:
         self.name = type(dataset).__name__
         self.n = n = len(dataset)
         self._dataset = held_weakly(dataset)
-        self.simple = _t._simple(self.first.template)
+        self.simple = _t.is_simple_template(self.first.template)
         self.templates: Optional[List[Any]] = None if self.simple else [None] * n
         self.done = np.zeros(n, dtype=bool)
         self.fallback = np.zeros(n, dtype=bool)
@@ -381,7 +443,7 @@ class LazyTrace:
         if keep and n == self.n:
             return True
         found = _probe(dataset) if n > 0 else None
-        if not isinstance(found, _Probe) or _basis(found.samples[0], n) != self.basis:
+        if not isinstance(found, Probe) or _basis(found.samples[0], n) != self.basis:
             return False
         self.close()  # (the workers' copies are of the last epoch's dataset)
         self._epochs += 1
@@ -418,9 +480,12 @@ class LazyTrace:
             raise RuntimeError(f"fastload: the traced {self.name} is gone (no reference to it is left)")
         return dataset
 
-    def attach(self, runner: Any) -> None:
+    def attach(self, runner: Any, only: bool = False) -> None:
         """`runner.refresh_index()` is called when the path bytes move to a larger buffer
-        (its engine holds the old one)."""
+        (its engine holds the old one); `only`: instead of the runners attached before (a
+        worker process's copy of the trace, whose parent's runners are not its own)."""
+        if only:
+            self._listeners = []
         self._listeners.append(weakref.ref(runner))
 
     def prepare(self, indices: Sequence[int]) -> None:
@@ -520,12 +585,12 @@ class LazyTrace:
         the rows for a rebuilt one)."""
         rows = labels.tolist() if not self.simple else [int(i) for i in indices]
         falling = [k for k, r in enumerate(rows) if self.fallback[r]]
-        made = {rows[k]: self._made(rows[k], started) for k in falling}
+        made = {rows[k]: self.made_by_getitem(rows[k], started) for k in falling}
         if self.simple:
             if falling:
                 labels = labels.clone()
                 for k in falling:
-                    image, label = self._real(rows[k], made[rows[k]], images)
+                    image, label = self.fitted_fallback(rows[k], made[rows[k]], images)
                     copy_into(images[k], image)
                     labels[k] = int(label)
             return [images, labels]
@@ -533,15 +598,15 @@ class LazyTrace:
 
         templates = [self.templates[r] for r in rows]  # type: ignore[index]
         for k in falling:
-            image, templates[k] = self._real(rows[k], made[rows[k]], images)
+            image, templates[k] = self.fitted_fallback(rows[k], made[rows[k]], images)
             copy_into(images[k], image)
 
         def fill(batch: Any, *, collate_fn_map: Any = None) -> Any:
             return images
 
-        return collate(templates, collate_fn_map={_t._Slot: fill, **default_collate_fn_map})
+        return collate(templates, collate_fn_map={_t.Slot: fill, **default_collate_fn_map})
 
-    def _made(self, i: int, started: Optional[Dict[int, Any]]) -> Any:
+    def made_by_getitem(self, i: int, started: Optional[Dict[int, Any]]) -> Any:
         """Index i's sample from its own __getitem__: a worker's (started), else made here."""
         future = started.get(i) if started else None
         if future is not None:
@@ -559,7 +624,7 @@ class LazyTrace:
 
     def _trace(self, todo: List[int]) -> None:
         dataset = self.dataset()
-        before = _t._rng_state()
+        before = _t.global_rng_state()
         kept: Dict[int, Any] = {}
         # The collector off while tracing: each trace allocates a few containers, and the
         # collections they trigger walk every object the process holds (an ImageNet-length
@@ -568,24 +633,24 @@ class LazyTrace:
         collecting = gc.isenabled()
         gc.disable()
         try:
-            with _t._patched(dataset):
+            with _t.tracing_patches(dataset):
                 for i in todo:
                     kept[i] = self._one(dataset, i)
-                if _t._rng_moved(before):
+                if _t.global_rng_moved(before):
                     # Which of them drew: each traced again from the same state.
                     for i in todo:
-                        _t._rng_restore(before)
+                        _t.global_rng_restore(before)
                         snapshot = Snapshot(dataset)
-                        _t._trace_call(dataset, i)
+                        _t.trace_call(dataset, i)
                         snapshot.restore()
-                        moved = _t._rng_moved(before)
+                        moved = _t.global_rng_moved(before)
                         if moved:
                             kept[i] = f"draws random numbers outside the transforms ({', '.join(moved)}) at " \
-                                      f"{_t._where_defined(dataset)}"
+                                      f"{_t.where_defined(dataset)}"
         finally:
             if collecting:
                 gc.enable()
-            _t._rng_restore(before)
+            _t.global_rng_restore(before)
         for i, sample in kept.items():
             if isinstance(sample, str):
                 self._fall_back(i, sample)
@@ -598,17 +663,17 @@ class LazyTrace:
         torch would make it (keep_effects, and the sample does not fall back: a fallback's
         own __getitem__ call makes its effects)."""
         snapshot = Snapshot(dataset)
-        call, value = _t._trace_call(dataset, i)
+        call, value = _t.trace_call(dataset, i)
         try:
-            sample = _t._sample(dataset, call, value)
+            sample = _t.sample_of_call(dataset, call, value)
             why, where = _disagreement(self.first, sample), ""
-        except _t._Refused as refused:
+        except _t.TraceRefused as refused:
             sample, why, where = None, refused.why, refused.where
         finally:
             call.outputs.clear()  # (each output refers to the call: no cycle left for the collector)
         if why or not self.keep_effects:
             snapshot.restore()
-        return f"{why} at {where or _t._where_defined(dataset)}" if why else sample
+        return f"{why} at {where or _t.where_defined(dataset)}" if why else sample
 
     def _keep(self, i: int, sample: Any) -> None:
         self.index.file_ids[i] = self._add_file(sample.path)
@@ -631,10 +696,10 @@ class LazyTrace:
 
     def _fallback_warning(self, i: int, why: str) -> str:
         """The one warning of a dataset's first fallback."""
-        return (f"fastload: {self._who(i)}: {why}; this sample (and any other that disagrees with index 0's trace) "
-                f"runs through its own __getitem__ in Python. {_t._FIX[0].upper()}{_t._FIX[1:]}.")
+        return (f"fastload: {self.who(i)}: {why}; this sample (and any other that disagrees with index 0's trace) "
+                f"runs through its own __getitem__ in Python. {_t.REFUSAL_FIX[0].upper()}{_t.REFUSAL_FIX[1:]}.")
 
-    def _who(self, i: int) -> str:
+    def who(self, i: int) -> str:
         """Whose index i, for messages (a LazyView names the outer and the inner index)."""
         return f"{self.name}.__getitem__ (traced, index {i})"
 
@@ -674,7 +739,7 @@ class LazyTrace:
 
     # ---- per-sample fallback ----
 
-    def _real(self, i: int, sample: Any, images: Any) -> Any:
+    def fitted_fallback(self, i: int, sample: Any, images: Any) -> Any:
         """(image, label) (simple) or (image, template) of index i's `sample` (made by its
         own __getitem__), checked to fit the batch."""
         image = sample
@@ -683,8 +748,8 @@ class LazyTrace:
             for key in self.first.slot_at:
                 image = image[key]
         except (KeyError, IndexError, TypeError):
-            raise RuntimeError(f"fastload: {made} is {_t._shape(sample)}, without an image where the epoch's other "
-                               f"samples have theirs ({_t._shape(self.first.template)}): the batch cannot be made "
+            raise RuntimeError(f"fastload: {made} is {_t.shape_text(sample)}, without an image where the epoch's other "
+                               f"samples have theirs ({_t.shape_text(self.first.template)}): the batch cannot be made "
                                "of both. Return one structure for every sample.") from None
         if not isinstance(image, torch.Tensor) or image.shape != images.shape[1:]:
             what = f"{tuple(image.shape)} {image.dtype}" if isinstance(image, torch.Tensor) else type(image).__name__
@@ -694,12 +759,12 @@ class LazyTrace:
                                "(each iter() reads it anew); else make every sample's transform give one size.")
         if self.simple:
             label = sample[1]
-            if not _t._int_label(label):
+            if not _t.is_int_label(label):
                 raise RuntimeError(f"fastload: {made} returns the label {label!r} where the epoch's other samples "
                                    "have an int class index: the batch's labels cannot be stacked. Return the same "
                                    "label type for every sample.")
             return image, label
-        return image, _t._templated(sample, image, [], ())
+        return image, _t.templated(sample, image, [], ())
 
 
 def copy_into(slot: torch.Tensor, image: torch.Tensor) -> None:
@@ -719,7 +784,7 @@ _NUMPY_COPIES = {torch.float32: torch.float32, torch.float16: torch.float16, tor
                  torch.float64: torch.float64, torch.uint8: torch.uint8, torch.int64: torch.int64}
 
 
-def _flat_index(trace: LazyTrace) -> SampleIndex:
+def flat_index(trace: LazyTrace) -> SampleIndex:
     """A plain SampleIndex of a completely traced dataset (what Subset and ConcatDataset
     take rows of): one file per sample."""
     index = trace.index

@@ -45,7 +45,7 @@ from typing import Any, List, Sequence
 import numpy as np
 
 from fastload.compat import trace as _t
-from fastload.compat.trace_lazy import LazyTrace, _flat_index, _GrowingStrings, held_weakly
+from fastload.compat.trace_lazy import LazyTrace, flat_index, GrowingStrings, held_weakly
 from fastload.source.index import SampleIndex
 
 # Outer indexes whose dataset index is traced already, copied into the view when it is made
@@ -87,7 +87,7 @@ class LazyView(LazyTrace):
         capacity = max(4096, 64 * min(n, _COPY_UP_FRONT) + len(first))  # grown as paths come
         offsets = np.full(n + 3, capacity, dtype=np.int64)  # (file 0 below, the placeholder, one per outer index)
         offsets[0] = 0
-        self._files = _GrowingStrings(np.empty(capacity, dtype=np.uint8), offsets)
+        self._files = GrowingStrings(np.empty(capacity, dtype=np.uint8), offsets)
         self._file_count, self._end = 0, 0
         self.index = SampleIndex(self._files, np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64),
                                  np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=np.int64))
@@ -125,7 +125,7 @@ class LazyView(LazyTrace):
         probes, undone; the wrapper's arrays), as cheap as the loader's construction."""
         return keep and self.n == len(self.dataset())
 
-    def _who(self, j: int) -> str:
+    def who(self, j: int) -> str:
         part = self.parts[int(self.part_of[j])]
         return (f"{part.name}.__getitem__ (traced, index {int(self.inner[j])} of {part.name}, index {j} of the "
                 f"{self.chain})")
@@ -170,7 +170,7 @@ def _refusal(analysis: Any) -> str:
     """Why a traced analysis cannot be taken inside a wrapper ("" when it can)."""
     trace = analysis.trace
     if not trace.simple:
-        return (f"{analysis.chain} returns {_t._shape(trace.first.template)}: samples other than (image, int label) "
+        return (f"{analysis.chain} returns {_t.shape_text(trace.first.template)}: samples other than (image, int label) "
                 "are rebuilt only for the loader's own dataset, not inside a Subset or ConcatDataset")
     return ""
 
@@ -193,7 +193,7 @@ def concat(dataset: Any, parts: Sequence[Any], out: Any) -> Any:
     """`out` (the ConcatDataset's analysis, reasons none) with its index: a LazyView when
     every part is traced lazily; else the traced parts traced completely (`eager`) and the
     indexes concatenated (None: `out` has a reason)."""
-    from fastload.compat.datasets import _concat_index
+    from fastload.compat.datasets import concat_index
 
     if not all(is_lazy(getattr(p, "trace", None)) for p in parts):
         indexes = []
@@ -205,7 +205,7 @@ def concat(dataset: Any, parts: Sequence[Any], out: Any) -> Any:
                 indexes.append(index)
             else:
                 indexes.append(part.index)
-        out.index = _concat_index(indexes)
+        out.index = concat_index(indexes)
         return out
     traces, part_of, inner = [], [], []
     for position, part in enumerate(parts):
@@ -233,8 +233,8 @@ def eager(analysis: Any) -> Any:
     trace.trace_all()
     if trace.fallbacks:
         index = min(trace.fallbacks)
-        return None, f"{trace._who(index)}: {trace.fallbacks[index]}"
-    return _flat_index(trace), ""
+        return None, f"{trace.who(index)}: {trace.fallbacks[index]}"
+    return flat_index(trace), ""
 
 
 def _traced(out: Any, view: LazyView) -> Any:

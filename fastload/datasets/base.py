@@ -240,14 +240,14 @@ class NativeDataset(torch.utils.data.Dataset, NativeSource):
         out = apply_ops_reference(self.transforms, image, seed=self.seed, epoch=self.epoch, index=i)
         tail = self.python_tail()
         if tail is not None:
-            from fastload.augment.tail import GlobalDraws, _TailError, sample_seed
+            from fastload.augment.tail import GlobalDraws, TailError, sample_seed
 
             # The same per-sample seed as the hybrid runner's: both paths draw alike.
             try:
                 with GlobalDraws() as draws:
                     draws.seed(sample_seed(self.seed, self.epoch, i))
                     out = tail(out)
-            except _TailError as error:
+            except TailError as error:
                 from fastload.errors import add_note
 
                 add_note(error.error, tail.note(error, i, self.index.source(i)))

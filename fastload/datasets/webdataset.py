@@ -539,8 +539,8 @@ def _see_through(f: Any, recipe: Recipe, state: str) -> Any:
     returns something that is not such a field."""
     try:
         from fastload.compat import trace
-        tracer = (trace._patched, trace._Call, trace.TracedImage, trace.TracedOutput, trace._local, trace._Stop,
-                  trace._rng_state, trace._rng_moved, trace._rng_restore, trace._where_traceback)
+        tracer = (trace.tracing_patches, trace.TracedCall, trace.TracedImage, trace.TracedOutput, trace.thread_state, trace.StopTrace,
+                  trace.global_rng_state, trace.global_rng_moved, trace.global_rng_restore, trace.where_in_traceback)
     except (ImportError, AttributeError) as error:
         raise _NotMapped(f"fastload's tracer is not available here ({error})") from None
     patched, Call, TracedImage, TracedOutput, local, Stop, rng_state, rng_moved, rng_restore, where_tb = tracer

@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, List, Optional, Set
 
 import torch
 
-from fastload.augment.tail import BatchSlots, GlobalDraws, Tail, _TailError, sample_seed
+from fastload.augment.tail import BatchSlots, GlobalDraws, Tail, TailError, sample_seed
 from fastload.errors import DecodeError
 from fastload.native.producers import HELD_BY_LOOP
 from fastload.native.repair import MAX_SKIP_ATTEMPTS
@@ -166,7 +166,7 @@ class HybridRunner:
 
     # -- the tail -------------------------------------------------------------------------
     def _run(self, images: torch.Tensor, samples: torch.Tensor, epoch: int, slots: BatchSlots):
-        """(outputs, [(slot, _TailError)]) of one batch; a failed slot's output is None.
+        """(outputs, [(slot, TailError)]) of one batch; a failed slot's output is None.
         The tail's conversion writes straight into `slots` (its batch)."""
         indices = samples.tolist()
         outputs: List[Any] = [None] * len(indices)
@@ -178,14 +178,14 @@ class HybridRunner:
                     draws.seed(sample_seed(seed, epoch, index))
                     try:
                         outputs[slot] = self.tail(images[slot], slots, slot)
-                    except _TailError as error:
+                    except TailError as error:
                         failures.append((slot, error))
             return outputs, failures
 
         def run_one(slot: int):
             try:
                 return self.tail(images[slot], slots, slot), None
-            except _TailError as error:
+            except TailError as error:
                 return None, error
 
         for slot, (output, error) in enumerate(self._pool.map(run_one, range(len(indices)))):
@@ -194,7 +194,7 @@ class HybridRunner:
                 failures.append((slot, error))
         return outputs, failures
 
-    def _recover(self, slot: int, error: _TailError, images: torch.Tensor, samples: torch.Tensor, epoch: int) -> Any:
+    def _recover(self, slot: int, error: TailError, images: torch.Tensor, samples: torch.Tensor, epoch: int) -> Any:
         """The output for a slot whose tail raised: re-raised with a note under "raise";
         under "skip" the tail's output of the next readable sample."""
         policy = self.native.repair.policy
@@ -202,7 +202,7 @@ class HybridRunner:
         if not policy.skips:
             policy.handle(error.error, self.tail.note(error, sample, self.index.source(sample)))
         failed: Set[int] = set()
-        last: Optional[_TailError] = error
+        last: Optional[TailError] = error
         for _ in range(MAX_SKIP_ATTEMPTS):
             self.native.repair.replace(slot, sample, samples, images, epoch, failed, self._tail_reason(last))
             sample = int(samples[slot])
@@ -210,7 +210,7 @@ class HybridRunner:
                 with GlobalDraws() as draws:
                     draws.seed(sample_seed(self.plan.seed, epoch, sample))
                     output = self.tail(images[slot])
-            except _TailError as again:
+            except TailError as again:
                 last = again
                 continue
             self.native.repair.count_skipped(failed, epoch)
@@ -219,7 +219,7 @@ class HybridRunner:
                           f"{self.tail.note(last, sample, self.index.source(sample))} ({last.error!r})",
                           sample, self.index.source(sample))
 
-    def _tail_reason(self, error: _TailError) -> str:
+    def _tail_reason(self, error: TailError) -> str:
         """What failed, for stats()["skipped_samples"]: the tail's exception and transform."""
         return (f"{type(error.error).__name__}: {error.error} (in the Python transform "
                 f"{self.tail.transforms[error.position]!r})")

@@ -38,8 +38,7 @@ def start_worker(index: SampleIndex, plan: Any, tail: Tail, on_error: str, busy:
     # The skipped samples go to the parent with each batch (_work): it lists, counts and warns.
     _WORKER.native.repair.skipped_samples.warn = False
     if trace is not None:  # `index` is the trace's own (forked): its path bytes move as it grows
-        trace._listeners = []
-        trace.attach(_WORKER.native)
+        trace.attach(_WORKER.native, only=True)
         _WORKER.native.repair.trace = trace  # a replacement sample (on_error="skip") traced here
         _TRACE = trace
     if busy is not None:

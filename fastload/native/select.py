@@ -152,7 +152,7 @@ def _resolve(dataset: Any, *, dtype: Optional[torch.dtype]) -> _Resolved:
         index, specs, origin = dataset.index, dataset.ops, type(dataset).__name__
         tail = dataset.python_tail()
     else:
-        from fastload.compat.datasets import _name
+        from fastload.compat.datasets import callable_name
         from fastload.compat.torchvision import NotConvertible, convert_dataset
 
         try:
@@ -167,7 +167,7 @@ def _resolve(dataset: Any, *, dtype: Optional[torch.dtype]) -> _Resolved:
         rebuild = getattr(conversion, "rebuild", None)
         if conversion.target_transform is not None:
             labels = conversion.collate_labels
-            labels_note = f"; labels: target_transform {_name(conversion.target_transform)} in Python"
+            labels_note = f"; labels: target_transform {callable_name(conversion.target_transform)} in Python"
     try:
         fusion = fuse(specs)
     except UnsupportedPipeline as error:

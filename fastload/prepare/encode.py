@@ -9,7 +9,7 @@
   prepared as above; or, for a raw_fraction of the images, stored as raw uint8 pixels
   (binary PPM: a short header and the pixels, decoded by a copy).
 
-Errors: _EncodeError says why an image could not be prepared (corrupt, truncated, not an
+Errors: EncodeError says why an image could not be prepared (corrupt, truncated, not an
 image); the caller applies on_error.
 """
 
@@ -38,7 +38,7 @@ EXT_OF_FORMAT = {"JPEG": "jpg", "PNG": "png", "WEBP": "webp", "PPM": "ppm", "BMP
 _PHI = (math.sqrt(5) - 1) / 2
 
 
-class _EncodeError(ValueError):
+class EncodeError(ValueError):
     """An image that cannot be prepared; `reason` says why."""
 
     def __init__(self, reason: str):
@@ -82,7 +82,7 @@ def encode(data: bytes, name: str, sample: int, settings: EncodeSettings) -> Enc
     """The prepared form of one image's bytes (`name` only for its format when not a JPEG).
 
     Raises:
-        _EncodeError: the image is corrupt, truncated or not an image.
+        EncodeError: the image is corrupt, truncated or not an image.
     """
     if settings.mode == "lossless":
         if _looks_jpeg(data):
@@ -123,9 +123,9 @@ def _prepare_jpeg(data: bytes, restart_rows: int, keep_on_refusal: bool) -> Enco
             ops.decode_jpeg(tensor)
         except (RuntimeError, ValueError) as error:
             _reraise_unless_decoder(error)
-            raise _EncodeError(_reason(error)) from None
+            raise EncodeError(_reason(error)) from None
         if not keep_on_refusal:
-            raise _EncodeError(_reason(refusal)) from None
+            raise EncodeError(_reason(refusal)) from None
         return Encoded("jpg", data, "as_is")
     return Encoded("jpg", seg.embed_segments(jpeg.numpy().tobytes(), segments.numpy()), "prepared")
 
@@ -154,7 +154,7 @@ def _open(data: bytes, name: str):
         image = Image.open(io.BytesIO(data))
         image.load()
     except Exception as error:  # PIL raises many types for bad data
-        raise _EncodeError(f"expected an image PIL can decode, got {len(data)} bytes it cannot read "
+        raise EncodeError(f"expected an image PIL can decode, got {len(data)} bytes it cannot read "
                           f"({type(error).__name__}: {error})") from None
     return image
 
@@ -165,7 +165,7 @@ def _check_image(data: bytes, name: str) -> str:
     ext = EXT_OF_FORMAT.get(image.format or "")
     if ext is None:
         suffix = os.path.splitext(name)[1].lower().lstrip(".")
-        raise _EncodeError(f"expected a JPEG, PNG, WebP, PPM, BMP, TIFF or GIF image, got {image.format} "
+        raise EncodeError(f"expected a JPEG, PNG, WebP, PPM, BMP, TIFF or GIF image, got {image.format} "
                           f"({suffix or 'no extension'})")
     return ext
 

@@ -422,7 +422,7 @@ def _run_task(task) -> Dict[str, Any]:
             try:
                 data = source.read(i)
                 encoded = enc.encode(data, source.names[i], i, settings)
-            except (UnreadableSample, enc._EncodeError, OSError, EOFError) as error:  # OSError, EOFError: PIL's
+            except (UnreadableSample, enc.EncodeError, OSError, EOFError) as error:  # OSError, EOFError: PIL's
                 reason = getattr(error, "reason", None) or str(error)
                 policy.handle(PrepareDecodeError(reason, i, source.index.source(i)))
                 skipped.append({"sample": i, "source": source.index.source(i), "reason": reason})
