@@ -67,11 +67,13 @@ def scan_shard(path: str) -> Dict[str, Any]:
     return {"format": INDEX_FORMAT, "version": INDEX_VERSION, **_identity(st), **record}
 
 
-def scan_reads(read: Callable[[int, int], bytes], shard_size: int, open_file: Callable[[], Any]) -> Dict[str, Any]:
+def scan_reads(read: Callable[[int, int], bytes], shard_size: int, open_file: Callable[[], Any],
+               with_fingerprint: bool = True) -> Dict[str, Any]:
     """The walk of scan_shard over any storage: `read(offset, size)` returns those bytes
     (fewer at the end), `open_file()` a seekable binary file (for tarfile, on unusual
     archives). Returns the record's walk fields: fingerprint, names, offsets, sizes,
-    labels_text, problems (the caller adds format, version and the shard's identity).
+    labels_text, problems (the caller adds format, version and the shard's identity). The
+    fingerprint is "" with_fingerprint=False (where the storage's own tag says what changed).
 
     Example:
         >>> import io, tarfile
@@ -90,7 +92,8 @@ def scan_reads(read: Callable[[int, int], bytes], shard_size: int, open_file: Ca
         with open_file() as f:
             walk = _walk_tarfile(f, shard_size)
     names, offsets, sizes, labels_text, problems = walk
-    return {"fingerprint": fingerprint(read, shard_size, offsets), "names": names, "offsets": offsets,
+    digest = fingerprint(read, shard_size, offsets) if with_fingerprint else ""
+    return {"fingerprint": digest, "names": names, "offsets": offsets,
             "sizes": sizes, "labels_text": labels_text, "problems": problems}
 
 
@@ -419,9 +422,21 @@ def split_key(name: str) -> Tuple[str, str]:
 
 def _valid_index(record: Any, st: os.stat_result, path: str) -> bool:
     try:
-        if not (isinstance(record, dict) and record.get("format") == INDEX_FORMAT
-                and record.get("version") == INDEX_VERSION
+        if not (consistent_index(record, st.st_size)
                 and all(record.get(k) == v for k, v in _identity(st).items())):
+            return False
+        return record["fingerprint"] == _fingerprint(path, record["offsets"])
+    except (KeyError, TypeError, ValueError, OverflowError, OSError):
+        return False
+
+
+def consistent_index(record: Any, shard_size: int) -> bool:
+    """True when `record` is an index record of this format and version whose members all
+    lie inside a shard of `shard_size` bytes, with well-formed labels and problems (not
+    whether it matches the shard: the caller checks its identity and fingerprint)."""
+    try:
+        if not (isinstance(record, dict) and record.get("format") == INDEX_FORMAT
+                and record.get("version") == INDEX_VERSION and record.get("shard_size") == shard_size):
             return False
         names, offsets, sizes = record["names"], record["offsets"], record["sizes"]
         if not (isinstance(names, list) and isinstance(offsets, list) and isinstance(sizes, list)
@@ -431,7 +446,7 @@ def _valid_index(record: Any, st: os.stat_result, path: str) -> bool:
             return False
         off = np.asarray(offsets, dtype=np.int64)
         siz = np.asarray(sizes, dtype=np.int64)
-        if len(off) and (off.min() < 512 or siz.min() < 0 or (off + siz).max() > st.st_size):
+        if len(off) and (off.min() < 512 or siz.min() < 0 or (off + siz).max() > shard_size):
             return False
         labels = record["labels_text"]
         if not (isinstance(labels, dict) and all(isinstance(v, str) and k.isdigit() and int(k) < len(names)
@@ -440,8 +455,8 @@ def _valid_index(record: Any, st: os.stat_result, path: str) -> bool:
         problems = record["problems"]
         if not (isinstance(problems, list) and all(isinstance(p, list) and len(p) == 2 for p in problems)):
             return False
-        return record["fingerprint"] == _fingerprint(path, offsets)
-    except (KeyError, TypeError, ValueError, OverflowError, OSError):
+        return isinstance(record.get("fingerprint"), str)
+    except (KeyError, TypeError, ValueError, OverflowError):
         return False
 
 
@@ -471,12 +486,14 @@ def load_index(path: str, cache_dir: str) -> Tuple[Dict[str, Any], str]:
             return record, "cached"
     record = scan_shard(path)
     for candidate in candidates:
-        if _write_atomic(candidate, record):
+        if write_index(candidate, record):
             break
     return record, "built"
 
 
-def _write_atomic(target: str, record: Dict[str, Any]) -> bool:
+def write_index(target: str, record: Dict[str, Any]) -> bool:
+    """Writes an index record to `target` atomically (temporary file + rename); False when
+    the folder is not writable."""
     folder = os.path.dirname(target) or "."
     try:
         os.makedirs(folder, exist_ok=True)
