@@ -138,14 +138,18 @@ class FaultProxy:
 
     Each chunk the client sends (an HTTP request, on a kept-alive connection too) waits
     `delay_s` before it is forwarded: the added latency per request. `requests` counts
-    those chunks; `fail_next` connections are cut at once (a reset mid-request), and with
-    `down` set every new connection is refused-by-close, as a server that went away.
+    those chunks; `fail_next` new connections are reset at once, the next `fail_requests`
+    requests are dropped by closing their connection (every request until `fail_until`,
+    a time.monotonic() value), and with `down` set every
+    connection is closed, as a server that went away.
     """
 
     def __init__(self, target_port: int, delay_s: float = 0.0):
         self.target_port, self.delay_s = target_port, delay_s
         self.requests = 0
         self.fail_next = 0
+        self.fail_requests = 0
+        self.fail_until = 0.0  # time.monotonic() before which every request is dropped
         self.down = False
         self._lock = threading.Lock()
         self._listener = socket.socket()
@@ -192,10 +196,12 @@ class FaultProxy:
                 if not data:
                     break
                 if upward:
-                    if self.down:
-                        break
                     with self._lock:
                         self.requests += 1
+                        cut = self.down or self.fail_requests > 0 or time.monotonic() < self.fail_until
+                        self.fail_requests -= self.fail_requests > 0
+                    if cut:
+                        break  # the request never reaches the server; the client sees the connection close
                     if self.delay_s:
                         time.sleep(self.delay_s)
                 dst.sendall(data)

@@ -7,12 +7,12 @@ missing or the server does not start. Latency and failures go through FaultProxy
 proxy between the client and the server.
 """
 
+import gc
 import os
 import threading
 import time
 import uuid
 
-import numpy as np
 import pytest
 import torch
 
@@ -60,12 +60,19 @@ def local_shards(make_image_folder, tmp_path_factory):
     return paths
 
 
+@pytest.fixture(scope="session")
+def session_bucket(s3_server):
+    # One bucket for the session: SeaweedFS gives each bucket volumes of its own.
+    _fs(s3_server.endpoint).mkdir("fastload-tests")
+    return "fastload-tests"
+
+
 @pytest.fixture
-def bucket(s3_server, local_shards):
-    """A fresh bucket holding the shards: s3://<bucket>/train-{0000..0003}.tar."""
-    name = "b" + uuid.uuid4().hex[:12]
+def bucket(s3_server, session_bucket, local_shards):
+    """A fresh folder of the bucket holding the shards: s3://<bucket>/train-{0000..0003}.tar
+    (the returned "bucket" is "<bucket>/<folder>")."""
+    name = f"{session_bucket}/{uuid.uuid4().hex[:12]}"
     fs = _fs(s3_server.endpoint)
-    fs.mkdir(name)
     for p in local_shards:
         fs.put_file(p, f"{name}/{os.path.basename(p)}")
     return name
@@ -126,3 +133,153 @@ def test_environment_credentials_and_endpoint(s3_server, bucket, tmp_path, monke
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     ds = fastload.TarShards(_url(bucket), OPS, cache_dir=str(tmp_path))
     assert len(ds) == SHARDS * PER_SHARD and len(_batches(ds)) == 5
+
+
+def test_member_index_is_read_once_then_cached(s3_server, bucket, local_shards, tmp_path):
+    options = _options(s3_server.endpoint)
+    first = fastload.TarShards(_url(bucket), OPS, cache_dir=str(tmp_path), storage_options=options)
+    again = fastload.TarShards(_url(bucket), OPS, cache_dir=str(tmp_path), storage_options=options)
+    assert first.index_status == ["built"] * SHARDS and again.index_status == ["cached"] * SHARDS
+    assert again.remote.stats()["requests"] == 1  # one listing: sizes and ETags of every shard
+    assert again.keys.tolist() == first.keys.tolist()
+    # A shard rewritten in place (a new ETag) is indexed again.
+    fs = _fs(s3_server.endpoint)
+    fs.put_file(local_shards[1], f"{bucket}/train-0000.tar")
+    changed = fastload.TarShards(_url(bucket), OPS, cache_dir=str(tmp_path), storage_options=options)
+    assert changed.index_status == ["built"] + ["cached"] * (SHARDS - 1)
+    assert changed.keys[:PER_SHARD] == first.keys[PER_SHARD:2 * PER_SHARD]
+
+
+def test_index_beside_the_shard_is_used_when_it_matches(s3_server, bucket, local_shards, tmp_path):
+    fastload.TarShards(local_shards, cache_dir=str(tmp_path / "local"))  # writes <shard>.idx.json beside
+    fs = _fs(s3_server.endpoint)
+    for i, p in enumerate(local_shards):
+        # Shard 3 gets shard 2's index: consistent in itself, but not this shard's (fingerprint).
+        fs.put_file(local_shards[2 if i == 3 else i] + ".idx.json", f"{bucket}/{os.path.basename(p)}.idx.json")
+    ds = fastload.TarShards(_url(bucket), OPS, cache_dir=str(tmp_path / "cache"),
+                            storage_options=_options(s3_server.endpoint))
+    assert ds.index_status == ["cached"] * (SHARDS - 1) + ["built"]
+    assert ds.keys.tolist() == fastload.TarShards(local_shards).keys.tolist()
+
+
+def test_prepared_folder_in_a_bucket(s3_server, session_bucket, make_image_folder, tmp_path):
+    folder = make_image_folder(classes=2, per_class=5, size=(40, 56), seed=5)
+    prepared = fastload.prepare(folder, str(tmp_path / "prepared"), samples_per_shard=4, progress=False)
+    name = f"{session_bucket}/{uuid.uuid4().hex[:12]}"
+    fs = _fs(s3_server.endpoint)
+    fs.put(str(tmp_path / "prepared") + "/", f"{name}/prepared/", recursive=True)
+    local = fastload.TarShards(str(tmp_path / "prepared"), OPS)
+    remote = fastload.TarShards(f"s3://{name}/prepared", OPS, cache_dir=str(tmp_path / "cache"),
+                                storage_options=_options(s3_server.endpoint))
+    assert len(remote.urls) == len(prepared.shards) and remote.index_status == ["cached"] * len(remote.urls)
+    _same(_batches(remote), _batches(local))
+
+
+def test_range_cache_evicts_least_recently_used(tmp_path):
+    cache = RangeCache(str(tmp_path), limit=1000, grace_s=0)
+    paths = [cache.path("k-shard.tar", 512 * i) for i in range(6)]
+    for i, p in enumerate(paths[:4]):
+        cache.put(p, bytes([i]) * 200)
+        os.utime(p, (time.time() - 100 + i, time.time() - 100 + i))
+    assert cache.has(paths[0])  # used again: now the most recent
+    cache.put(paths[4], b"x" * 200)
+    cache.put(paths[5], b"y" * 200)  # 1200 > 1000: down to 800, oldest first
+    assert [os.path.exists(p) for p in paths] == [True, False, False, True, True, True]
+    assert cache.used <= 800 and cache.peak == 1200 and cache.evicted_bytes == 400
+    # Files used within the grace period are kept, whatever the limit.
+    young = RangeCache(str(tmp_path / "young"), limit=100, grace_s=60)
+    young.put(young.path("k", 0), b"z" * 300)
+    assert os.path.exists(young.path("k", 0))
+
+
+def test_bounded_cache_and_no_disk_cache(s3_server, bucket, local_shards, tmp_path):
+    local = _batches(fastload.TarShards(local_shards, OPS))
+    options = _options(s3_server.endpoint)
+    bounded = fastload.TarShards(_url(bucket), OPS, cache_dir=str(tmp_path), storage_options=options,
+                                 cache_limit=20_000)
+    bounded.remote.cache.grace_s = 0
+    _same(_batches(bounded), local)
+    assert bounded.remote.cache.used <= 20_000 and bounded.remote.cache.evicted_bytes > 0
+    nodisk = fastload.TarShards(_url(bucket), OPS, cache_dir=str(tmp_path / "none"), storage_options=options,
+                                cache_limit=0)
+    root = nodisk.remote.cache.root
+    _same(_batches(nodisk), local)
+    assert not os.path.exists(tmp_path / "none" / "ranges")
+    assert not [f for d, _, files in os.walk(root) if ".locks" not in d for f in files]  # all released
+    del nodisk
+    gc.collect()
+    assert not os.path.exists(root)  # the memory folder goes with the dataset
+
+
+def test_loaders_sharing_a_cache_download_each_member_once(s3_server, bucket, tmp_path):
+    options = _options(s3_server.endpoint)
+    readers = [fastload.TarShards(_url(bucket), OPS, cache_dir=str(tmp_path), storage_options=options)
+               for _ in range(3)]
+    rows = list(range(len(readers[0])))
+    threads = [threading.Thread(target=r.remote.ensure, args=(r.index, rows)) for r in readers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(r.remote.stats()["members_fetched"] for r in readers) == len(rows)
+    for r in readers:  # every file whole
+        assert all(os.path.getsize(r.index.files[i]) == r.index.sizes[i] for i in rows)
+
+
+def test_latency_and_dropped_requests_are_retried(s3_server, bucket, local_shards, tmp_path):
+    proxy = FaultProxy(s3_server.port, delay_s=0.02)
+    try:
+        ds = fastload.TarShards(_url(bucket), OPS, cache_dir=str(tmp_path),
+                                storage_options=_options(proxy.endpoint))
+        # Every request fails for 1.5 s: more than botocore's own quick retry absorbs, so
+        # fastload's retries (with backoff) carry the epoch through.
+        proxy.fail_until = time.monotonic() + 1.5
+        _same(_batches(ds), _batches(fastload.TarShards(local_shards, OPS)))
+        assert ds.remote.stats()["retries"] >= 1
+    finally:
+        proxy.close()
+
+
+def test_a_server_gone_mid_epoch_is_named_not_a_short_epoch(s3_server, bucket, tmp_path):
+    proxy = FaultProxy(s3_server.port)
+    try:
+        ds = fastload.TarShards(_url(bucket), OPS, cache_dir=str(tmp_path),
+                                storage_options=_options(proxy.endpoint))
+        ds.remote.store.retries = 2  # (a shorter test: 3 tries)
+        it = iter(fastload.DataLoader(ds, batch_size=5, shuffle=True, num_workers=1))
+        next(it)
+        proxy.down = True
+        proxy.cut_all()
+        start = time.monotonic()
+        with pytest.raises(TarShardError, match=rf"cannot read bytes \d+-\d+ of 's3://{bucket}/train-000\d\.tar' "
+                                                rf"\(endpoint {proxy.endpoint}\) after 3 tries"):
+            list(it)
+        assert time.monotonic() - start < 30
+    finally:
+        proxy.close()
+
+
+def test_skip_leaves_out_the_samples_of_a_vanished_shard(s3_server, bucket, local_shards, tmp_path):
+    ds = fastload.TarShards(_url(bucket), OPS, cache_dir=str(tmp_path), on_error="skip",
+                            storage_options=_options(s3_server.endpoint))
+    _fs(s3_server.endpoint).rm(f"{bucket}/train-0001.tar")
+    loader = fastload.DataLoader(ds, batch_size=5, num_workers=1, on_error="skip")
+    with pytest.warns(UserWarning, match="skipped sample"):
+        batches = list(loader)
+    assert [len(y) for _, y in batches] == [5, 5, 5, 5, 4]  # the epoch keeps its length
+    assert loader.stats()["skipped"] == PER_SHARD
+
+
+def test_resume_and_ranks_are_exact(s3_server, bucket, local_shards, tmp_path):
+    from resume_helpers import check_resume_at_every_position
+
+    ds = fastload.TarShards(_url(bucket), OPS, cache_dir=str(tmp_path), storage_options=_options(s3_server.endpoint))
+    check_resume_at_every_position(
+        lambda: fastload.DataLoader(ds, batch_size=5, shuffle=True, num_workers=1,
+                                    generator=torch.Generator().manual_seed(1)), positions=[2], check_next_epoch=False)
+    local = fastload.TarShards(local_shards, OPS)
+    for rank in range(2):
+        make = lambda d: fastload.DataLoader(  # noqa: E731
+            d, batch_size=4, num_workers=1,
+            sampler=torch.utils.data.distributed.DistributedSampler(d, num_replicas=2, rank=rank, shuffle=True))
+        _same([(x.clone(), y.clone()) for x, y in make(ds)], [(x.clone(), y.clone()) for x, y in make(local)])

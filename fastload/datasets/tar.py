@@ -30,9 +30,10 @@ from fastload.augment.split import transforms_repr
 from fastload.datasets.base import NativeDataset, transforms_argument
 from fastload.errors import ErrorPolicy, TarShardError
 from fastload.source.index import FlatStrings, SampleIndex
-from fastload.source.manifest import MANIFEST_NAME, check_shard, read_manifest
+from fastload.source.manifest import MANIFEST_NAME, check_shard, parse_manifest, read_manifest
 from fastload.source.tar_index import LABEL_EXTS, default_cache_dir, load_index, split_key
 from fastload.source.ranges import DEFAULT_CONCURRENCY, RemoteReads, open_reads, ranged
+from fastload.source.remote import RemoteStore
 from fastload.source.remote_index import remote_indexes
 from fastload.source.urls import cache_name, expand_urls, fetch_shard
 
@@ -99,8 +100,20 @@ def _class_index(value: int) -> int:
 # ---------------------------------------------------------------------------------------
 
 
-def _prepared_shards(urls: Union[str, Sequence[str]]) -> Union[str, Sequence[str]]:
-    """A folder written by fastload.prepare stands for its shards, in the manifest's order."""
+def _prepared_shards(urls: Union[str, Sequence[str]],
+                     storage_options: Optional[Dict[str, Any]] = None) -> Union[str, Sequence[str]]:
+    """A folder written by fastload.prepare stands for its shards, in the manifest's order
+    (a remote one too: a URL that names no .tar and holds a manifest)."""
+    if isinstance(urls, str) and ranged(urls) and not urls.endswith(".tar") and "{" not in urls and "::" not in urls:
+        folder = urls.rstrip("/")
+        text = RemoteStore(folder, storage_options).read_object(f"{folder}/{MANIFEST_NAME}")
+        if text is None:
+            raise TarShardError(
+                f"fastload.TarShards: expected tar shards, or a folder written by fastload.prepare (with "
+                f"{MANIFEST_NAME}), got {urls!r} without one. Pass the shards' URLs or a brace pattern.",
+                urls, None, "a folder without a manifest")
+        manifest = parse_manifest(text.decode("utf-8", "replace"), f"{folder}/{MANIFEST_NAME}")
+        return [f"{folder}/{shard['name']}" for shard in manifest["shards"]]
     if isinstance(urls, (str, os.PathLike)) and os.path.isdir(urls):
         folder = os.fspath(urls)
         if not os.path.isfile(os.path.join(folder, MANIFEST_NAME)):
@@ -216,7 +229,7 @@ class TarShards(NativeDataset):
         self.error_policy = ErrorPolicy(on_error, owner="fastload.TarShards")
         transforms = transforms_argument(transforms, ops, "fastload.TarShards")
         self.on_error = self.error_policy.mode  # the plain string, as given
-        self.urls = expand_urls(_prepared_shards(urls))
+        self.urls = expand_urls(_prepared_shards(urls, storage_options))
         self.cache_dir = os.fspath(cache_dir) if cache_dir is not None else default_cache_dir()
         self.skipped: List[Skipped] = []
         self.index_status: List[str] = []

@@ -94,7 +94,11 @@ class RemoteStore:
             import fsspec
 
             try:
-                self._fs = fsspec.filesystem(self.protocol, **_options(self.protocol + "://", self.storage_options))
+                # A private instance (not fsspec's shared one): its retry setting is fastload's.
+                options = dict(_options(self.protocol + "://", self.storage_options), skip_instance_cache=True)
+                self._fs = fsspec.filesystem(self.protocol, **options)
+                if self.protocol in ("s3", "s3a") and hasattr(self._fs, "retries"):
+                    self._fs.retries = 1  # s3fs' own retry loop: fastload's retries decide instead
             except ImportError as e:
                 raise TarShardError(
                     f"fastload.TarShards: cannot open {self.protocol}:// URLs: {e}. Install the fsspec backend for "
@@ -117,7 +121,8 @@ class RemoteStore:
         """The filesystem's path of a URL ("bucket/key" for s3://bucket/key)."""
         import fsspec.core
 
-        return fsspec.core.strip_protocol(url)
+        # (A listing's names have no protocol: strip_protocol would read them as local paths.)
+        return fsspec.core.strip_protocol(url) if "://" in url else url
 
     def _endpoint(self) -> str:
         endpoint = getattr(self.fs, "endpoint_url", None) or (
