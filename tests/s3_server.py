@@ -229,3 +229,18 @@ class FaultProxy:
         self._closed = True
         self._listener.close()
         self.cut_all()
+
+
+def main(argv: List[str]) -> None:
+    """`python tests/s3_server.py proxy TARGET_PORT DELAY_S`: a FaultProxy in its own
+    process (a benchmark's loader then keeps its GIL); prints its port, runs until stdin closes."""
+    if len(argv) != 4 or argv[1] != "proxy":
+        raise SystemExit("usage: s3_server.py proxy TARGET_PORT DELAY_S")
+    proxy = FaultProxy(int(argv[2]), float(argv[3]))
+    print(proxy.port, flush=True)
+    sys.stdin.read()
+    proxy.close()
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -105,7 +105,7 @@ def test_s3_shards_give_the_local_shards_batches(s3_server, bucket, local_shards
     assert remote.keys.tolist() == local.keys.tolist() and remote.targets == local.targets
     assert remote.index.source(0) == f"{remote.urls[0]}:{remote.index.members[0]}"
     assert fastload.DataLoader(remote, batch_size=5).path.startswith("native")
-    indexing = remote.remote.stats()["requests"]
+    indexing, indexing_bytes = remote.remote.stats()["requests"], remote.remote.stats()["bytes_read"]
     # One listing, then per shard: the index beside it (none), a walk of its headers in blocks.
     assert indexing <= 1 + 3 * SHARDS, indexing
     _same(_batches(remote), _batches(local))
@@ -113,6 +113,9 @@ def test_s3_shards_give_the_local_shards_batches(s3_server, bucket, local_shards
     assert stats["members_fetched"] == len(local)
     # Coalesced: 5 batches of 5 among 24 samples in 4 shards need fewer requests than members.
     assert stats["requests"] - indexing < len(local), stats
+    # No byte read twice: a shard mostly read is read ahead whole, members already on their
+    # way are waited for, not fetched again.
+    assert stats["bytes_read"] - indexing_bytes <= sum(os.path.getsize(p) for p in local_shards), stats
     assert remote[3][1] == local[3][1] and torch.equal(remote[3][0], local[3][0])  # the Python read too
 
 

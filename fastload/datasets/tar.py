@@ -266,7 +266,7 @@ class TarShards(NativeDataset):
             rows, shard_members, shard_keys, shard_labels = self._samples_of(url, record)
             if url in remote_records:
                 key = cache_name(url, url)
-                self.remote.add_shard(key, url, record["shard_size"])
+                self.remote.add_shard(key, url, record["shard_size"], dict(rows))
                 member_files.extend(self.remote.member_path(key, r[0]) for r in rows)
                 rows = [(0, r[1]) for r in rows]  # a member file holds just the member
             else:

@@ -110,6 +110,10 @@ class RangeCache:
         """Writes one member's bytes: temporary file, then rename (never a torn file)."""
         folder = os.path.dirname(path)
         os.makedirs(folder, exist_ok=True)
+        try:
+            replaced = os.stat(path).st_size  # (counted once: a rewrite replaces it)
+        except OSError:
+            replaced = 0
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".partial-")
         try:
             with os.fdopen(fd, "wb") as out:
@@ -120,7 +124,7 @@ class RangeCache:
                 os.unlink(tmp)
             raise
         with self._lock:
-            self._used += len(data)
+            self._used += len(data) - replaced
             self.peak = max(self.peak, self._used)
             over = self._used > self.limit
         if over:

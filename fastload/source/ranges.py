@@ -7,7 +7,8 @@ files (offset 0, the member's size). `RemoteReads.fetch(index, samples)` is call
 each batch before the engine reads it: the members not yet cached are grouped per shard,
 neighbours coalesced into one request (gaps up to COALESCE_GAP bytes are read and
 dropped; a shard of which the batch needs at least WHOLE_SHARD_FRACTION is read in one
-request), and the requests run on a thread pool, `concurrency` at once. With
+request; once a reader has asked for READ_AHEAD_FRACTION of a shard, the rest of it
+comes in whole-shard requests), and the requests run on a thread pool, `concurrency` at once. With
 `keep=False` (no disk cache) the files live in a private folder in memory and are
 removed as soon as their batch is made (`release`).
 
@@ -22,6 +23,7 @@ Example:
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import os
 import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -36,6 +38,10 @@ COALESCE_GAP = 64 * 1024
 MAX_REQUEST_BYTES = 16 << 20
 # A batch that needs at least this fraction of a shard's bytes reads the whole span in one request.
 WHOLE_SHARD_FRACTION = 0.5
+# Once a reader has asked for this fraction of a shard's member bytes, the rest of the
+# shard is fetched in whole-shard requests: a rank that reads a quarter of a shard in a
+# shuffled order reads all of it this epoch (a rank of many reads a small part: per member).
+READ_AHEAD_FRACTION = 0.25
 # Requests in flight at once (network waits release the GIL).
 DEFAULT_CONCURRENCY = 32
 
@@ -105,6 +111,10 @@ class RemoteReads:
         self.concurrency = max(1, int(concurrency))
         self.urls: Dict[str, str] = {}  # shard key -> URL
         self.shard_sizes: Dict[str, int] = {}
+        self.members: Dict[str, Dict[int, int]] = {}  # shard key -> {offset: size} of its samples
+        self._asked: Dict[str, int] = {}  # shard key -> member bytes asked for (read ahead past a fraction)
+        self._ahead: set = set()  # shards read ahead whole
+        self._in_flight: Dict[Tuple[str, int], concurrent.futures.Future] = {}  # (key, offset) -> its fetch
         self.hits = self.fetched = 0
         self._lock = threading.Lock()
         self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
@@ -114,6 +124,7 @@ class RemoteReads:
     def __getstate__(self):
         state = dict(self.__dict__)
         state["_pool"] = None
+        state["_in_flight"] = {}
         del state["_lock"]
         return state
 
@@ -121,10 +132,12 @@ class RemoteReads:
         self.__dict__.update(state)
         self._lock = threading.Lock()
 
-    def add_shard(self, key: str, url: str, size: int) -> None:
-        """Registers a shard: its members' files are `cache.path(key, offset)`."""
+    def add_shard(self, key: str, url: str, size: int, members: Dict[int, int]) -> None:
+        """Registers a shard of `size` bytes and its samples' members {offset: size}: their
+        files are `cache.path(key, offset)`."""
         self.urls[key] = url
         self.shard_sizes[key] = int(size)
+        self.members[key] = dict(members)
 
     def member_path(self, key: str, offset: int) -> str:
         return self.cache.path(key, offset)
@@ -146,6 +159,7 @@ class RemoteReads:
         if self._pool is None or self._pid != os.getpid():
             self._pool = concurrent.futures.ThreadPoolExecutor(self.concurrency, thread_name_prefix="fastload-range")
             self._pid = os.getpid()
+            self._in_flight = {}  # a forked child: the parent's fetches never land here
         return self._pool
 
     def _paths(self, index: Any, samples: Sequence[int]) -> List[Tuple[str, int]]:
@@ -162,17 +176,40 @@ class RemoteReads:
             where = self._where(path)
             if where is None:
                 continue  # a local shard's sample
+            key = where[0]
+            self._asked[key] = self._asked.get(key, 0) + size
             if self.cache.has(path):
                 hits += 1
                 continue
-            wanted.setdefault(where[0], {})[where[1]] = size
+            wanted.setdefault(key, {})[where[1]] = size
+        for key in list(wanted):
+            if self.keep and key not in self._ahead and self._asked[key] >= READ_AHEAD_FRACTION * self.shard_sizes[key] \
+                    and self.shard_sizes[key] <= self.cache.limit // 4:
+                # The rest of the shard in few large requests (cut by coalesce at MAX_REQUEST_BYTES).
+                self._ahead.add(key)
+                wanted[key] = {o: n for o, n in self.members[key].items()
+                               if o in wanted[key] or not self.cache.has(self.cache.path(key, o))}
+        pool = self._executor()
         with self._lock:
             self.hits += hits
-        pool = self._executor()
-        futures = [pool.submit(self._fetch_group, key, start, end, group)
-                   for key, members in wanted.items()
-                   for start, end, group in coalesce(members, shard_size=self.shard_sizes[key])]
-        return _AllDone(futures)
+            # A member already on its way (an earlier batch, a read-ahead) is waited for, not fetched again.
+            futures = {id(f): f for key, members in wanted.items() for o in members
+                       if (f := self._in_flight.get((key, o))) is not None}
+            for key, members in wanted.items():
+                members = {o: n for o, n in members.items() if (key, o) not in self._in_flight}
+                for start, end, group in coalesce(members, shard_size=self.shard_sizes[key]):
+                    future = pool.submit(self._fetch_group, key, start, end, group)
+                    for o, _ in group:
+                        self._in_flight[(key, o)] = future
+                    future.add_done_callback(functools.partial(self._landed, key, group))
+                    futures[id(future)] = future
+        return _AllDone(list(futures.values()))
+
+    def _landed(self, key: str, group: List[Tuple[int, int]], future: concurrent.futures.Future) -> None:
+        with self._lock:
+            for o, _ in group:
+                if self._in_flight.get((key, o)) is future:
+                    del self._in_flight[(key, o)]
 
     def _fetch_group(self, key: str, start: int, end: int, group: List[Tuple[int, int]]) -> None:
         # The lock stripe of the group's first member: another thread or process fetching
@@ -181,11 +218,12 @@ class RemoteReads:
             missing = [(o, s) for o, s in group if not self.cache.has(self.cache.path(key, o))]
             if not missing:
                 return
-            start = missing[0][0]
-            end = max(o + s for o, s in missing)
-            data = self.store.read(self.urls[key], start, end)
-            for offset, size in missing:
-                self.cache.put(self.cache.path(key, offset), data[offset - start:offset - start + size])
+            # Only the span of what is still missing (another fetch may have brought the rest),
+            # in pieces where cached members leave a gap wider than COALESCE_GAP.
+            for start, end, part in coalesce(dict(missing), max_bytes=MAX_REQUEST_BYTES):
+                data = self.store.read(self.urls[key], start, end)
+                for offset, size in part:
+                    self.cache.put(self.cache.path(key, offset), data[offset - start:offset - start + size])
         with self._lock:
             self.fetched += len(missing)
 
