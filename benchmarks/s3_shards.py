@@ -11,13 +11,15 @@ fastload.TarShards + fastload.DataLoader, RandomResizedCrop(224) + flip + Normal
 float32, one epoch from a fresh range cache with the member index already cached (warm
 index) and, for S3, the epoch after it (members in the cache); images/s over the whole
 epoch, first-batch time from iter(), requests and bytes fetched, the range cache's peak
-size. The rows alternate `--repeat` times; the table shows the best of each.
+size, and CPU milliseconds per image of the loader's process and of the server and proxies
+(on the same cores). The rows alternate `--repeat` times; the table shows the best of each.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -32,6 +34,17 @@ def start_proxy(target_port: int, delay_s: float):
     proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "s3_server.py"), "proxy",
                              str(target_port), str(delay_s)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     return proc, int(proc.stdout.readline())
+
+
+def cpu_s(pids=()):
+    """CPU seconds of this process (all threads) and of the processes `pids` (server, proxy)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    others = 0.0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        others += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return usage.ru_utime + usage.ru_stime, others
 
 
 def epoch(ds, args):
@@ -95,6 +108,7 @@ def main() -> None:
         local_cache = os.path.join(work, "local-cache")
         fastload.TarShards(shards, ops, cache_dir=local_cache)  # warm index
         best = {}
+        pids = [server.process.pid] + [p.pid for p in proxies]
 
         def keep(name, row):
             if name not in best or row["img/s"] > best[name]["img/s"]:
@@ -104,9 +118,12 @@ def main() -> None:
             t = time.perf_counter()
             ds = fastload.TarShards(shards, ops, cache_dir=local_cache)
             open_s = time.perf_counter() - t
+            c0 = cpu_s(pids)
             rate, first = epoch(ds, args)
+            c1 = cpu_s(pids)
+            n = len(ds) // args.batch_size * args.batch_size
             keep("local disk", {"img/s": rate, "first": first, "open": open_s, "requests": "", "read": "",
-                                "peak": ""})
+                                "peak": "", "cpu": 1e3 * (c1[0] - c0[0]) / n, "other": 1e3 * (c1[1] - c0[1]) / n})
             for ms in latencies:
                 cache = os.path.join(work, f"cache-{ms:g}")
                 options = {"key": ACCESS_KEY, "secret": SECRET_KEY, "client_kwargs": {"endpoint_url": endpoints[ms]}}
@@ -118,20 +135,25 @@ def main() -> None:
                 open_s = time.perf_counter() - t
                 for label in ("", ", cached members"):
                     before = ds.remote.stats()
+                    c0 = cpu_s(pids)
                     rate, first = epoch(ds, args)
+                    c1 = cpu_s(pids)
                     stats = ds.remote.stats()
                     keep(f"S3 +{ms:g} ms{label}", {
                         "img/s": rate, "first": first, "open": open_s,
                         "requests": stats["requests"] - before["requests"],
                         "read": f"{(stats['bytes_read'] - before['bytes_read']) / 2 ** 20:.1f} MiB",
-                        "peak": f"{stats['cache_peak_bytes'] / 2 ** 20:.1f} MiB"})
+                        "peak": f"{stats['cache_peak_bytes'] / 2 ** 20:.1f} MiB",
+                        "cpu": 1e3 * (c1[0] - c0[0]) / n, "other": 1e3 * (c1[1] - c0[1]) / n})
             print(f"repeat {r + 1}/{args.repeat} done", flush=True)
         base = best["local disk"]["img/s"]
-        print("\n| source | img/s | vs local | first batch s | open s | requests | bytes read | peak cache |")
-        print("|---|---|---|---|---|---|---|---|")
+        print("\n| source | img/s | vs local | first batch s | open s | requests | bytes read | peak cache "
+              "| loader CPU ms/img | server+proxy CPU ms/img |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         for name, row in best.items():
             print(f"| {name} | {row['img/s']:.0f} | {row['img/s'] / base:.2f}x | {row['first']:.2f} | "
-                  f"{row['open']:.2f} | {row['requests']} | {row['read']} | {row['peak']} |")
+                  f"{row['open']:.2f} | {row['requests']} | {row['read']} | {row['peak']} | {row['cpu']:.2f} | "
+                  f"{row['other']:.2f} |")
     finally:
         for proc in proxies:
             proc.stdin.close()
