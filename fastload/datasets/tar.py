@@ -7,8 +7,10 @@ webp) and one label (cls: an integer as text; json: an integer, or an object wit
 or "cls"; txt: an integer as text); other members are ignored.
 
 Instead of streaming shards through a shuffle buffer, each shard's member index is built
-once and cached (fastload/source/tar_index.py), and remote shards are downloaded once
-(fastload/source/urls.py). With it, every image is a (shard, offset, size) triple in a
+once and cached (fastload/source/tar_index.py; fastload/source/remote_index.py for shards in
+object storage), http(s) shards are downloaded once (fastload/source/urls.py), and shards
+in object storage are read by range into a bounded cache (fastload/source/ranges.py).
+With it, every image is a (file, offset, size) triple in a
 SampleIndex: the C++ engine reads it with one pread, and shuffling is global. This
 module groups members into samples, parses the labels, applies the skip policy and checks
 shards against a fastload.prepare manifest (fastload/source/manifest.py).
@@ -158,8 +160,9 @@ class TarShards(NativeDataset):
             with an equivalent are converted), or a torchvision Compose (v1 or v2) or one
             transform; applied to every image.
         cache_dir: fastload's cache folder (default: $FASTLOAD_CACHE, else
-            $XDG_CACHE_HOME/fastload, else ~/.cache/fastload). Remote shards are
-            downloaded into `cache_dir/shards/`. Each shard's member index is read from
+            $XDG_CACHE_HOME/fastload, else ~/.cache/fastload). http(s) shards are
+            downloaded into `cache_dir/shards/`, members of shards read by range go to
+            `cache_dir/ranges/`, their indexes to `cache_dir/index/`. Each local shard's member index is read from
             and written to `<shard>.idx.json` beside the shard (where fastload.prepare
             writes it) when the shard's folder is writable; when it is read-only, to
             `cache_dir/index/<hash of the shard's real path>-<shard name>.idx.json`, so
