@@ -280,6 +280,15 @@ def test_resume_and_ranks_are_exact(s3_server, bucket, local_shards, tmp_path):
         lambda: fastload.DataLoader(ds, batch_size=5, shuffle=True, num_workers=1,
                                     generator=torch.Generator().manual_seed(1)), positions=[2], check_next_epoch=False)
     local = fastload.TarShards(local_shards, OPS)
+    # A job checkpointed on the local copy resumes on the bucket's (same samples, same names).
+    on_disk = fastload.DataLoader(local, batch_size=5, shuffle=True, generator=torch.Generator().manual_seed(1))
+    it = iter(on_disk)
+    next(it)
+    state = on_disk.state_dict()
+    rest = [(x.clone(), y.clone()) for x, y in it]
+    from_s3 = fastload.DataLoader(ds, batch_size=5, shuffle=True, generator=torch.Generator().manual_seed(1))
+    from_s3.load_state_dict(state)
+    _same([(x.clone(), y.clone()) for x, y in from_s3], rest)
     for rank in range(2):
         make = lambda d: fastload.DataLoader(  # noqa: E731
             d, batch_size=4, num_workers=1,
