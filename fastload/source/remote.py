@@ -28,11 +28,14 @@ import urllib.parse
 from typing import Any, Dict, List, Optional, Tuple
 
 from fastload.errors import TarShardError
+from fastload.source.presigned import get_range
 
 # Tries after the first, and the first wait (doubled each time, with up to 50% jitter):
 # 0.25 + 0.5 + 1 + 2 s, about 4 s before a dead server is named.
 RETRIES = 4
 BACKOFF_S = 0.25
+# Lifetime of a presigned URL (re-signed past half of it).
+PRESIGN_S = 3600
 # For s3:// when storage_options does not say: a request that hangs fails after these
 # seconds and is retried by fastload (botocore's own retries kept short so that ours
 # decide how long a failure takes).
@@ -69,16 +72,21 @@ class RemoteStore:
             secret, endpoint_url, client_kwargs, anon, ...); None: the environment.
         retries: tries after the first one for a failed or timed-out request.
         backoff_s: the first wait between tries (doubled each time).
+        presign: s3:// ranges by presigned URL and plain HTTP (False: every request
+            through s3fs/botocore).
 
     Attributes:
         requests, bytes_read, retries_made: counters (all threads).
     """
 
     def __init__(self, url: str, storage_options: Optional[Dict[str, Any]] = None, *, retries: int = RETRIES,
-                 backoff_s: float = BACKOFF_S):
+                 backoff_s: float = BACKOFF_S, presign: bool = True):
         self.protocol = protocol(url)
         self.storage_options = dict(storage_options or {})
         self.retries, self.backoff_s = int(retries), float(backoff_s)
+        # s3:// ranges through presigned URLs (fastload/source/presigned.py); url -> (signed, when)
+        self.presign = self.protocol in ("s3", "s3a") and presign
+        self._presigned: Dict[str, Tuple[str, float]] = {}
         self.requests = self.bytes_read = self.retries_made = 0
         self._lock = threading.Lock()
         self._fs, self._pid = None, os.getpid()
@@ -156,11 +164,36 @@ class RemoteStore:
             "on_error='skip' to leave the samples that cannot be read out.", url, None,
             f"read failed: {type(last).__name__}: {last}") from last
 
+    def _signed(self, url: str, again: bool = False) -> Optional[str]:
+        """A presigned URL of the object (s3:// only; None where the filesystem cannot sign),
+        made again past half its lifetime or when `again`."""
+        now = time.monotonic()
+        with self._lock:
+            signed = self._presigned.get(url)
+        if signed is None or again or now - signed[1] > PRESIGN_S / 2:
+            try:
+                signed = (self.fs.sign(self.path(url), expiration=PRESIGN_S), now)
+            except Exception:  # no credentials to sign with, a filesystem without sign: s3fs reads
+                self.presign = False
+                return None
+            with self._lock:
+                self._presigned[url] = signed
+        return signed[0]
+
     def read(self, url: str, start: int, end: int) -> bytes:
-        """Bytes [start, end) of the object at url; TarShardError naming it after the retries."""
+        """Bytes [start, end) of the object at url; TarShardError naming it after the retries.
+
+        s3:// through a presigned URL and a plain HTTP range GET (fastload/source/presigned.py
+        says why), other protocols through the filesystem's cat_file."""
         path = self.path(url)
 
         def call() -> bytes:
+            signed = self._signed(url) if self.presign else None
+            if signed is not None:
+                try:
+                    return get_range(signed, start, end)
+                except PermissionError:  # an expired signature: once more with a fresh one
+                    return get_range(self._signed(url, again=True) or signed, start, end)
             data = self.fs.cat_file(path, start=start, end=end)
             if len(data) != end - start:
                 raise OSError(f"got {len(data)} bytes of {end - start}")
