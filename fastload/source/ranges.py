@@ -79,8 +79,14 @@ class _AllDone:
         self.futures = list(futures)
 
     def result(self, timeout: Optional[float] = None) -> None:
-        for f in concurrent.futures.as_completed(self.futures, timeout=timeout):
-            f.result()
+        # All of them first: a batch handed on after a failure (on_error="skip") must not
+        # meet members of other requests still on their way.
+        done, pending = concurrent.futures.wait(self.futures, timeout=timeout)
+        if pending:
+            raise concurrent.futures.TimeoutError(f"{len(pending)} range requests still running")
+        for f in self.futures:
+            if not f.cancelled():
+                f.result()
 
     def done(self) -> bool:
         return all(f.done() for f in self.futures)
@@ -116,7 +122,9 @@ class RemoteReads:
         self._ahead: set = set()  # shards read ahead whole
         self._in_flight: Dict[Tuple[str, int], concurrent.futures.Future] = {}  # (key, offset) -> its fetch
         self.hits = self.fetched = 0
-        self._lock = threading.Lock()
+        # Reentrant: a fetch that is already done runs its done-callback (_landed) at once,
+        # in the thread that adds it, which holds this lock then.
+        self._lock = threading.RLock()
         self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._pid = os.getpid()
         self._root = self.cache.root.rstrip(os.sep) + os.sep
@@ -130,7 +138,7 @@ class RemoteReads:
 
     def __setstate__(self, state):
         self.__dict__.update(state)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
 
     def add_shard(self, key: str, url: str, size: int, members: Dict[int, int]) -> None:
         """Registers a shard of `size` bytes and its samples' members {offset: size}: their
