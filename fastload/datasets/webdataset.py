@@ -794,7 +794,7 @@ class WebDatasetSamples(AnalysedSource, torch.utils.data.Dataset):
             return _apply(f.fns, int(self.shards.index.labels[row]))
         if kind == "__key__":
             return _apply(f.fns, self.shards.keys[row])
-        url = self.shards.urls[int(self.shards.index.file_ids[row])]
+        url = self.shards.urls[int(self.shards.sample_shards[row])]
         if kind == "__url__":
             return _apply(f.fns, url)
         return _apply(f.fns, _local_path(url))
@@ -877,7 +877,7 @@ class WebDatasetSamples(AnalysedSource, torch.utils.data.Dataset):
             and fields_[1].kind == "cls" and not _label_fns(fields_[1].fns)
         labels = take(index.labels) if simple else np.arange(len(self.rows), dtype=np.int64)
         out.index = SampleIndex(index.files, take(index.file_ids), take(index.offsets), take(index.sizes),
-                                labels.astype(np.int64), members)
+                                labels.astype(np.int64), members, remote=index.remote)
         if not simple:
             out.rebuild = self._rebuild
         return out
@@ -1013,7 +1013,7 @@ def _keep(shards: Any, recipe: Recipe, raw_labels: List[bytes]) -> np.ndarray:
         return np.arange(n, dtype=np.int64)
     keep = []
     for row in range(n):
-        url = shards.urls[int(shards.index.file_ids[row])]
+        url = shards.urls[int(shards.sample_shards[row])]
         fields_ = {"__key__": shards.keys[row], "__url__": url}
         if (local := _local_path(url)) is not None:
             fields_["__local_path__"] = local

