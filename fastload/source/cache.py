@@ -4,8 +4,9 @@ The C++ engine reads samples by (file, offset, size) from local files, so every 
 fetched from object storage is written to its own file, `<root>/<shard key>/<offset>`,
 under a temporary name renamed into place when complete: a reader never sees a torn file,
 whichever loader, rank or process wrote it. Fetches of the same members by several
-processes are serialised by lock files (one of LOCK_STRIPES, picked by the member's
-shard and offset), so the second one finds the files and downloads nothing.
+processes are serialised by lock files (those of LOCK_STRIPES picked by the shard and the
+LOCK_WINDOW-sized windows the fetch's bytes touch), so the second one finds the files and
+downloads nothing.
 
 The cache holds at most `limit` bytes: past it, the least recently used files (by mtime,
 refreshed on every hit) are removed until it is back under EVICT_TO of the limit. A file
@@ -33,8 +34,13 @@ import time
 import zlib
 from typing import Iterator, List, Optional, Tuple
 
-# Lock files under <root>/.locks: a member maps to one of these, so locking never grows the cache.
+# Lock files under <root>/.locks: a byte window of a shard maps to one of these, so locking
+# never grows the cache.
 LOCK_STRIPES = 1024
+# The windows a fetch locks: every window its byte range touches, so two fetches whose
+# ranges overlap (one reader's group and another's that starts at a later member, because
+# the first members were cached meanwhile) always share a lock.
+LOCK_WINDOW = 4 << 20
 # After an eviction the cache holds at most this fraction of its limit (room for the next fetches).
 EVICT_TO = 0.8
 # The default limit: this fraction of the free space where the cache lives.
@@ -141,15 +147,22 @@ class RangeCache:
             self._used -= size
 
     @contextlib.contextmanager
-    def locked(self, shard_key: str, offset: int) -> Iterator[None]:
-        """Holds the lock file of this member's stripe (other threads and processes wait)."""
-        stripe = zlib.crc32(f"{shard_key}:{int(offset)}".encode("utf-8", "surrogateescape")) % LOCK_STRIPES
-        fd = os.open(os.path.join(self.root, ".locks", str(stripe)), os.O_RDWR | os.O_CREAT, 0o666)
+    def locked(self, shard_key: str, start: int, end: int) -> Iterator[None]:
+        """Holds the lock files of the windows bytes [start, end) of the shard touch (other
+        threads and processes fetching any of those bytes wait), taken in stripe order so
+        that no two holders wait for each other."""
+        windows = range(int(start) // LOCK_WINDOW, max(int(start), int(end) - 1) // LOCK_WINDOW + 1)
+        stripes = sorted({zlib.crc32(f"{shard_key}:{w}".encode("utf-8", "surrogateescape")) % LOCK_STRIPES
+                          for w in windows})
+        fds: List[int] = []
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            for stripe in stripes:
+                fds.append(os.open(os.path.join(self.root, ".locks", str(stripe)), os.O_RDWR | os.O_CREAT, 0o666))
+                fcntl.flock(fds[-1], fcntl.LOCK_EX)
             yield
         finally:
-            os.close(fd)  # releases the lock
+            for fd in reversed(fds):
+                os.close(fd)  # releases its lock
 
     def _files(self) -> List[Tuple[float, int, str]]:
         out = []

@@ -222,9 +222,9 @@ class RemoteReads:
                     del self._in_flight[(key, o)]
 
     def _fetch_group(self, key: str, start: int, end: int, group: List[Tuple[int, int]]) -> None:
-        # The lock stripe of the group's first member: another thread or process fetching
-        # the same members waits here, then finds them cached.
-        with self.cache.locked(key, start):
+        # The locks of the group's byte range: another thread or process fetching any of
+        # these members waits here, then finds them cached.
+        with self.cache.locked(key, start, end):
             missing = [(o, s) for o, s in group if not self.cache.has(self.cache.path(key, o))]
             if not missing:
                 return
