@@ -94,33 +94,42 @@ class TrainOrEval(Photos):
         return (self.train_transform if self.train else self.eval_transform)(image), self.targets[i]
 
 
-class ZippedLabels(Photos):
-    """Opens a zip file lazily in __getitem__ (so that each worker opens its own handle)
-    for the label; the image by path."""
+class Zipped(Photos):
+    """Opens its zip file lazily, on the first __getitem__ call in each process (the idiom
+    that lets each worker open a handle of its own)."""
 
     def __init__(self, files, archive):
         super().__init__(files)
         self.archive, self.zf = archive, None
 
-    def __getitem__(self, i):
+    def read(self, name):
         if self.zf is None:
             self.zf = zipfile.ZipFile(self.archive)
-        label = int(self.zf.read(f"label_{i}.txt"))
+        return self.zf.read(name)
+
+
+class ZippedLabels(Zipped):
+    """The label from the zip; the image by path."""
+
+    def __getitem__(self, i):
+        label = int(self.read(f"label_{i}.txt"))
         return self.transform(Image.open(self.files[i]).convert("RGB")), label
 
 
-class ZippedImages(Photos):
-    """Opens a zip file lazily and decodes the image from a member (not a file on disk)."""
-
-    def __init__(self, files, archive):
-        super().__init__(files)
-        self.archive, self.zf = archive, None
+class ZippedImages(Zipped):
+    """The image decoded from a zip member (not a file on disk)."""
 
     def __getitem__(self, i):
-        if self.zf is None:
-            self.zf = zipfile.ZipFile(self.archive)
-        data = self.zf.read(f"image_{i}.jpg")
+        data = self.read(f"image_{i}.jpg")
         return self.transform(Image.open(io.BytesIO(data)).convert("RGB")), self.targets[i]
+
+
+def image_files(root):
+    """The JPEG files of an ImageFolder tree, sorted as ImageFolder sorts them."""
+    import glob
+    import os
+
+    return sorted(glob.glob(os.path.join(root, "**", "*.jpg"), recursive=True))
 
 
 def write_archive(path, files):

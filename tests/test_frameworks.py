@@ -188,18 +188,23 @@ class Regression(torch.nn.Module):
         return {"loss": torch.nn.functional.mse_loss(out, labels), "logits": out}
 
 
+def trainer_of(tmp_path, model, dataset):
+    """transformers' Trainer for one CPU epoch of batch 2, no logging or checkpoints (call under the patch)."""
+    transformers = importlib.import_module("transformers")
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=2,
+                                          num_train_epochs=1, use_cpu=True, report_to=[], save_strategy="no",
+                                          logging_strategy="no", disable_tqdm=True)
+    return transformers.trainer.Trainer(model=model, args=args, train_dataset=dataset)
+
+
 def test_trainer_trains_on_fastload_loaders(tmp_path):
-    trainer_module = need("transformers.trainer")
+    need("transformers.trainer")
     from fastload.patch import patch, patched_loaders, unpatch
 
-    transformers = importlib.import_module("transformers")
     seen = len(patched_loaders())
     patch(summary=False)
     try:
-        args = transformers.TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=2,
-                                              num_train_epochs=1, use_cpu=True, report_to=[], save_strategy="no",
-                                              logging_strategy="no", disable_tqdm=True)
-        trainer = trainer_module.Trainer(model=Regression(), args=args, train_dataset=Rows())
+        trainer = trainer_of(tmp_path, Regression(), Rows())
         loader = trainer.get_train_dataloader()
         assert isinstance(loader.base_dataloader, fastload.DataLoader)
         assert sorted(int(i) for batch in loader for i in batch["labels"]) == list(range(6))
@@ -245,17 +250,13 @@ class Classifier(torch.nn.Module):
 def test_trainer_runs_an_image_dataset_natively_through_its_collator(folder, tmp_path):
     """The Trainer's default collator (default_data_collator, behind its column-removing
     wrapper) stacks the images: followed around the engine's batch (fastload.compat.collate)."""
-    trainer_module = need("transformers.trainer")
+    need("transformers.trainer")
     from fastload.patch import patch, patched_loaders, unpatch
 
-    transformers = importlib.import_module("transformers")
     seen = len(patched_loaders())
     patch(summary=False)
     try:
-        args = transformers.TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=2,
-                                              num_train_epochs=1, use_cpu=True, report_to=[], save_strategy="no",
-                                              logging_strategy="no", disable_tqdm=True)
-        trainer = trainer_module.Trainer(model=Classifier(), args=args, train_dataset=Photos(folder))
+        trainer = trainer_of(tmp_path, Classifier(), Photos(folder))
         loader = trainer.get_train_dataloader()
         batch = next(iter(loader))
         assert batch["pixel_values"].shape == (2, 3, 16, 16) and batch["labels"].dtype == torch.int64

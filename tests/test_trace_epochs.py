@@ -9,7 +9,6 @@ made once before both."""
 
 from __future__ import annotations
 
-import glob
 import multiprocessing
 import os
 import time
@@ -24,7 +23,6 @@ from fastload import _ext
 torchvision = pytest.importorskip("torchvision")
 
 import epoch_datasets as shapes  # noqa: E402
-from jpeg_samples import write_image_folder  # noqa: E402
 
 needs_ops = pytest.mark.skipif(not _ext.has_ops(), reason="fastload._C is not built")
 pytestmark = pytest.mark.timeout(300)
@@ -32,10 +30,8 @@ ATOL = 2.5 / 255  # two uint8 levels of resize rounding (values in [0, 1])
 
 
 @pytest.fixture(scope="module")
-def files(tmp_path_factory):
-    root = tmp_path_factory.mktemp("epochs")
-    write_image_folder(root, classes=3, per_class=6, size=(40, 52))
-    return sorted(glob.glob(os.path.join(root, "**", "*.jpg"), recursive=True))
+def files(make_image_folder):
+    return shapes.image_files(make_image_folder(classes=3, per_class=6, size=(40, 52)))
 
 
 def assert_same(ours, theirs, atol=ATOL):

@@ -194,16 +194,11 @@ def _same_rest(a: Any, b: Any, skip: Tuple[Any, ...], at: Tuple[Any, ...]) -> bo
         return True
     if type(a) is not type(b):
         return False
-    if isinstance(a, torch.Tensor):
-        return a.dtype == b.dtype and a.shape == b.shape and bool(torch.equal(a, b))
     if isinstance(a, dict):
         return list(a) == list(b) and all(_same_rest(a[k], b[k], skip, at + (k,)) for k in a)
     if isinstance(a, (list, tuple)):
         return len(a) == len(b) and all(_same_rest(x, y, skip, at + (k,)) for k, (x, y) in enumerate(zip(a, b)))
-    try:
-        return bool(a == b)
-    except Exception:  # noqa: BLE001 - not comparable: not the same
-        return False
+    return trace.same_value(a, b)  # (a leaf: tensors by dtype, shape and values)
 
 
 def _put(out: Any, place: Tuple[Any, ...], images: Any) -> Any:
