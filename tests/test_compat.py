@@ -12,8 +12,9 @@ from torch.utils.data import ConcatDataset, Dataset, Subset, random_split
 import fastload
 from fastload import _ext
 from fastload.augment import autoaugment, specs
-from fastload.compat.datasets import Conversion
-from fastload.compat.torchvision import NotConvertible, convert_dataset, convert_dataset_native, split_transform
+from fastload.compat.conversion import Conversion
+from fastload.adapters import convert as convert_dataset, convert_native as convert_dataset_native
+from fastload.compat.torchvision import NotConvertible, split_transform
 
 torchvision = pytest.importorskip("torchvision")
 import torchvision.transforms as T  # noqa: E402

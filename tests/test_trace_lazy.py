@@ -1,4 +1,4 @@
-"""A traced dataset learnt as the loader reaches it (fastload/compat/trace_lazy.py): a
+"""A traced dataset learnt as the loader reaches it (fastload/trace/lazy.py): a
 fixed number of probing __getitem__ calls when the loader is built whatever the length
 (undone: the dataset object sees none), each served index traced just before its batch
 is submitted, a later index that disagrees with index 0 run through its own __getitem__
@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader as TorchLoader, Dataset
 
 import fastload
 from fastload import _ext
-from fastload.compat.trace_lazy import PROBES, probe
+from fastload.trace import PROBES, probe
 from jpeg_samples import write_image_folder
 from resume_helpers import check_resume_at_every_position
 

@@ -1,8 +1,8 @@
 """albumentations' transforms mapped onto fastload specs, in albumentations' semantics.
 
 A dataset of the user's own class that calls `self.transform(image=array)["image"]` on
-an OpenCV array (`cv2.imread` + `cv2.cvtColor(BGR2RGB)`, fastload/compat/openers.py) is
-traced like any other (fastload/compat/trace.py); its `A.Compose` is opened here (only
+an OpenCV array (`cv2.imread` + `cv2.cvtColor(BGR2RGB)`, fastload/trace/openers.py) is
+traced like any other (fastload/trace/); its `A.Compose` is opened here (only
 `Compose` itself, applied always: p=1, no bbox/keypoint processors, no additional
 targets) and cut into the native prefix and a Python tail. albumentations need not be
 installed: its classes are recognised by module (albumentations.*) and name.

@@ -33,7 +33,7 @@ Mapped stages:
   fastload.compat.torchvision maps natively, the rest as a Python tail; a label's function
   runs per sample in Python; `int` on an int label is left out);
 - `map(f)` of the user's own function, seen through once with fastload's tracer
-  (fastload/compat/trace.py): f runs on stand-ins, the image a traced image (a transform
+  (fastload/trace/): f runs on stand-ins, the image a traced image (a transform
   fastload maps is intercepted where the image enters it), every other field a stand-in
   that may only be passed on; f must return a flat tuple, list or dict of those (the
   image's transform output among them) and draw no random numbers outside the
@@ -85,7 +85,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from fastload.compat.datasets import AnalysedSource, Analysis, Conversion
+from fastload import trace
+from fastload.compat.conversion import AnalysedSource, Analysis
 from fastload.datasets.tar import TarShards
 from fastload.source.index import FlatStrings, SampleIndex
 
@@ -94,7 +95,7 @@ _META = ("__key__", "__url__", "__local_path__")
 # webdataset image decodes and the torchvision transform that turns its PIL RGB image into
 # the same value ("" : none, the PIL image itself).
 _DECODES = {"pil": "", "pilrgb": "", "torchrgb8": "PILToTensor", "torchrgb": "ToTensor", "torch": "ToTensor"}
-_FIX = ("use the stages fastload maps (see fastload/compat/webdataset.py), or leave the pipeline as it is "
+_FIX = ("use the stages fastload maps (see fastload/datasets/webdataset.py), or leave the pipeline as it is "
         "(it runs on torch's machinery)")
 
 
@@ -532,18 +533,15 @@ class _ProbeSample(dict):
 
 def _see_through(f: Any, recipe: Recipe, state: str) -> Any:
     """What `f` returns for a sample, in fields: a list (a tuple sample) or a dict of
-    Field. `f` runs once on stand-ins under fastload's tracer (fastload/compat/trace.py):
+    Field. `f` runs once on stand-ins under fastload's tracer (fastload/trace/):
     the image is a traced image (a transform fastload maps is intercepted where it enters
     it), every other field a `_Stand` that may only be passed on. _NotMapped when `f` does
     anything else with them, draws random numbers outside the transforms, raises, or
     returns something that is not such a field."""
-    try:
-        from fastload.compat import trace
-        tracer = (trace.tracing_patches, trace.TracedCall, trace.TracedImage, trace.TracedOutput, trace.thread_state, trace.StopTrace,
-                  trace.global_rng_state, trace.global_rng_moved, trace.global_rng_restore, trace.where_in_traceback)
-    except (ImportError, AttributeError) as error:
-        raise _NotMapped(f"fastload's tracer is not available here ({error})") from None
-    patched, Call, TracedImage, TracedOutput, local, Stop, rng_state, rng_moved, rng_restore, where_tb = tracer
+    patched, Call, TracedImage, TracedOutput, local, Stop, rng_state, rng_moved, rng_restore, where_tb = (
+        trace.tracing_patches, trace.TracedCall, trace.TracedImage, trace.TracedOutput, trace.thread_state,
+        trace.StopTrace, trace.global_rng_state, trace.global_rng_moved, trace.global_rng_restore,
+        trace.where_in_traceback)
     if not trace.enabled():
         raise _NotMapped(f"{trace.TRACE_ENV}=0 turns the tracer off")
     call = Call()
@@ -855,7 +853,7 @@ class WebDatasetSamples(AnalysedSource, torch.utils.data.Dataset):
     def analysis(self, wrapped: bool = False) -> Analysis:
         from fastload.compat.torchvision import flatten, split_transform
 
-        out = _WdsAnalysis(f"webdataset pipeline [{' -> '.join(self.recipe.stages)}]")
+        out = Analysis(f"webdataset pipeline [{' -> '.join(self.recipe.stages)}]")
         if wrapped:
             return out.refuse("a webdataset pipeline inside a Subset or ConcatDataset",
                               "pass the pipeline to fastload.DataLoader itself")
@@ -892,26 +890,6 @@ class WebDatasetSamples(AnalysedSource, torch.utils.data.Dataset):
 
         samples = [self._structure(int(self.rows[r]), lambda: _SLOT) for r in rows.tolist()]
         return collate(samples, collate_fn_map={_Slot: fill, **default_collate_fn_map})
-
-
-@dataclass
-class _WdsAnalysis(Analysis):
-    rebuild: Any = None
-
-    def conversion(self) -> Conversion:
-        base = super().conversion()
-        return _WdsConversion(**{f.name: getattr(base, f.name) for f in _fields(base)}, rebuild=self.rebuild)
-
-
-def _fields(obj: Any) -> Any:
-    from dataclasses import fields
-
-    return fields(obj)
-
-
-@dataclass(frozen=True)
-class _WdsConversion(Conversion):
-    rebuild: Any = None
 
 
 def _local_path(url: str) -> Optional[str]:

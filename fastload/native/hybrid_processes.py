@@ -73,7 +73,7 @@ class ProcessHybridRunner:
         self._skipped_samples = SkippedSamples()  # what the workers skipped, warned here
         self._skipped_this_pass: Set[int] = set()
         self._labels = labels  # applied here: the workers return class indexes
-        # A lazily traced dataset's trace (fastload.compat.trace_lazy; set by the loader):
+        # A lazily traced dataset's trace (fastload.trace.lazy; set by the loader):
         # the workers' copies were forked before most indexes were traced, so each batch
         # carries its indexes' traced files (LazyTrace.export/adopt).
         self.trace: Any = None

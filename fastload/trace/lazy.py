@@ -68,158 +68,30 @@ Example:
 from __future__ import annotations
 
 import gc
-import os
-import select
-import signal
-import sys
+
 import threading
 import time
 import warnings
 import weakref
-from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
 import torch
 
-from fastload.compat import trace as _t
-from fastload.compat.rollback import Snapshot
 from fastload.source.index import FlatStrings, SampleIndex
+from fastload.trace.patches import tracing_patches
+from fastload.trace.state import TraceRefused, global_rng_moved, global_rng_restore, global_rng_state, record
+from fastload.trace.probes import Probe, basis_of, disagreement, first_call_apart, joined_unless_still, OPENS_AN_IMAGE, probe_timeout, run_probes, TIMEOUT_ENV
+from fastload.trace.rollback import Snapshot
+from fastload.trace.sample import SLOT, Slot, is_int_label, is_simple_template, sample_of_call, shape_text, templated
+from fastload.trace.where import REFUSAL_FIX, where_defined
 
-# Indexes traced up front, spread evenly over the dataset from index 0 (traced twice) to the last.
-PROBES = 16
-# Seconds the probes may stay at one place in the code before the dataset is refused (a
-# __getitem__ that blocks): tracing reads no pixels, so no step of an image dataset's
-# probes takes nearly as long.
-PROBE_TIMEOUT_S = 3.0
-TIMEOUT_ENV = "FASTLOAD_TRACE_TIMEOUT"
 # Samples traced at a time ahead of the engine (each trace patches PIL.Image.open and the
 # transforms' __call__ and restores them: ~10 ms, and it resets the type caches of
 # nn.Module's subclasses). 4096 samples: ~60 ms of tracing every 16 batches of 256.
 AHEAD_SAMPLES = 4096
 # Path bytes reserved per sample beyond the probes' longest path (grown when exceeded).
 _PATH_SLACK = 1.25
-
-
-class GrowingStrings(FlatStrings):
-    """The engine's file table of a lazily traced dataset: one buffer of path bytes,
-    filled as indexes are traced. Entry k's end offset is the buffer's capacity until
-    file k is traced, so the offsets always increase and the engine's checks hold."""
-
-
-class Probe:
-    """The samples traced up front: their index -> _Sample."""
-
-    def __init__(self, samples: Dict[int, Any]):
-        self.samples = samples
-
-    def agrees(self, other: "Probe") -> bool:
-        if list(self.samples) != list(other.samples):
-            return False
-        return all(a.path == b.path and a.transform is b.transform and _t.same_value(a.template, b.template)
-                   for a, b in zip(self.samples.values(), other.samples.values()))
-
-
-def probe_indexes(n: int) -> List[int]:
-    if n <= PROBES + 1:
-        return list(range(n))
-    return sorted({round(k * (n - 1) / (PROBES - 1)) for k in range(PROBES)} | {0})
-
-
-def _probe(dataset: Any) -> Any:
-    """Probe, a _Refused (with `.index`), or None when index 0 opens no image with PIL."""
-    n = len(dataset)
-    if n == 0:
-        return None
-    before = _t.global_rng_state()
-    snapshot = Snapshot(dataset)  # (torch calls no __getitem__ here: what the probes do is undone)
-    index = 0
-    try:
-        with _t.tracing_patches(dataset):
-            traced = list(_t.trace_call(dataset, 0))  # [call, value]: _kept_or empties it
-            if not traced[0].opened:
-                return None
-            try:
-                first = _t.sample_unless_kept(dataset, traced, snapshot.restore)
-                moved = _t.global_rng_moved(before)
-                if moved:
-                    raise _t.TraceRefused(f"draws random numbers outside the transforms ({', '.join(moved)})",
-                                      _t.where_drawn(dataset, 0, before))
-                again = _t.sample_of_call(dataset, *_t.trace_call(dataset, 0))
-                if not (again.path == first.path and again.transform is first.transform
-                        and _t.same_value(again.template, first.template)):
-                    what = "image path" if again.path != first.path else "transform" \
-                        if again.transform is not first.transform else "returned values"
-                    raise _t.TraceRefused(f"returns different samples when traced twice at index 0 (the {what} "
-                                      "differ)", _t.where_defined(dataset))
-                samples = {0: first}
-                indexes = probe_indexes(n)
-                for index in indexes[1:]:
-                    sample = _t.sample_of_call(dataset, *_t.trace_call(dataset, index))
-                    why = _disagreement(first, sample)
-                    if why:
-                        raise _t.TraceRefused(why, _t.where_defined(dataset))
-                    samples[index] = sample
-                if _t.global_rng_moved(before):
-                    index, where, moved = _first_draw(dataset, indexes, before)
-                    raise _t.TraceRefused(f"draws random numbers outside the transforms ({', '.join(moved)})", where)
-            except _t.TraceRefused as refused:
-                refused.index = index  # type: ignore[attr-defined]
-                if not refused.where:
-                    refused.where = _t.where_defined(dataset)
-                return refused
-    finally:
-        _t.global_rng_restore(before)
-        snapshot.restore()
-    return Probe(samples)
-
-
-class _Basis(NamedTuple):
-    """What a trace's engine pipeline was made from: a later epoch whose probes give
-    another basis needs another pipeline (the loader chooses its path anew)."""
-
-    length: int
-    transform: Any
-    native: Tuple[Any, ...]  # the fastload specs the transform makes now (a Resize's size changed in place: others)
-    tail: Tuple[int, ...]  # ids of the Python transforms after them
-    slot_at: Tuple[Any, ...]
-    simple: bool
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Basis) and self.transform is other.transform and \
-            tuple.__eq__(self._replace(transform=None), other._replace(transform=None))
-
-    def __ne__(self, other: object) -> bool:
-        return not self == other
-
-    __hash__ = None  # type: ignore[assignment]
-
-
-def _basis(first: Any, n: int) -> _Basis:
-    pipeline, _ = _t.pipeline_of(first.transform)
-    return _Basis(n, first.transform, tuple(pipeline.native), tuple(id(t) for t in pipeline.tail), first.slot_at,
-                  _t.is_simple_template(first.template))
-
-
-def _disagreement(first: Any, sample: Any) -> str:
-    """Why `sample` (a later index's trace) cannot be made the way index 0 is, or ""."""
-    if sample.transform is not first.transform:
-        return f"passes the image to another transform object than index 0's ({type(sample.transform).__name__})"
-    if sample.slot_at != first.slot_at:
-        return "returns the image in another place than index 0's"
-    if _t.is_simple_template(first.template) != _t.is_simple_template(sample.template):
-        return f"returns {_t.shape_text(sample.template)}, index 0 {_t.shape_text(first.template)}"
-    return ""
-
-
-def _first_draw(dataset: Any, indexes: Sequence[int], before: Any) -> Any:
-    """(index, file:line, generators) of the first of `indexes` whose trace draws."""
-    for index in indexes:
-        _t.global_rng_restore(before)
-        _t.trace_call(dataset, index)
-        moved = _t.global_rng_moved(before)
-        if moved:
-            return index, _t.where_drawn(dataset, index, before), moved
-    return indexes[0], _t.where_defined(dataset), ["a generator"]
 
 
 def probe(dataset: Any) -> Any:
@@ -234,27 +106,27 @@ def probe(dataset: Any) -> Any:
     generic path then runs it as torch does) and the call is left to return whenever it
     can; a probe that moves on (imports a library, reads headers) is waited for. What the
     probes change on the dataset is undone (rollback.py). Before any of that, index 0 is
-    traced once in a forked child (`_first_call_apart`): a `__getitem__` that kills its
+    traced once in a forked child (`first_call_apart`): a `__getitem__` that kills its
     process (a segfault, os._exit) refuses the dataset there, never the loop's process.
     """
-    apart = _first_call_apart(dataset)
-    if apart is not _OPENS_AN_IMAGE:
+    apart = first_call_apart(dataset)
+    if apart is not OPENS_AN_IMAGE:
         return apart
     result: List[Any] = []
 
     def run() -> None:
         try:
-            result.append((_probe(dataset), None))
+            result.append((run_probes(dataset), None))
         except BaseException as error:  # noqa: BLE001 - raised again on the caller's thread
             result.append((None, error))
 
     worker = threading.Thread(target=run, name="fastload-probe", daemon=True)
     worker.start()
-    if not _joined(worker, probe_timeout()):
-        refused = _t.TraceRefused(
+    if not joined_unless_still(worker, probe_timeout()):
+        refused = TraceRefused(
             f"stayed at one place for {probe_timeout():g} s when traced (it waits for something the loader's own "
             f"process never brings: a barrier of worker processes, a lock, the network?); set {TIMEOUT_ENV} to "
-            "wait longer", _t.where_defined(dataset))
+            "wait longer", where_defined(dataset))
         refused.index = 0  # type: ignore[attr-defined]
         return refused
     found, error = result[0]
@@ -265,86 +137,6 @@ def probe(dataset: Any) -> Any:
     return LazyTrace(dataset, found)
 
 
-# What _first_call_apart says when index 0's traced call, in a child, opened an image (or
-# could not be run apart): the probes then run in this process.
-_OPENS_AN_IMAGE = object()
-
-
-def _first_call_apart(dataset: Any) -> Any:
-    """Index 0 traced once in a forked child: _OPENS_AN_IMAGE when it opened an image (or
-    fork is unavailable, or the child did not answer within the probe timeout: the watched
-    probes decide), None when it opened none (not a dataset to trace: nothing runs here),
-    a TraceRefused when the call ended the child's process (torch calls `__getitem__` only
-    in worker processes, whose death it reports; the generic path does the same)."""
-    if not hasattr(os, "fork"):
-        return _OPENS_AN_IMAGE
-    for stream in (sys.stdout, sys.stderr):  # (else the child's copy of their buffers is written twice)
-        try:
-            stream.flush()
-        except (AttributeError, OSError, ValueError):
-            pass
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: one traced call, its answer, and out without running any exit handler
-        try:
-            os.close(read_end)
-            answer = b"e"
-            try:
-                with _t.tracing_patches(dataset):
-                    call, _ = _t.trace_call(dataset, 0)
-                answer = b"1" if call.opened else b"0"
-            finally:
-                os.write(write_end, answer)
-        finally:
-            os._exit(0)
-    os.close(write_end)
-    try:
-        ready, _, _ = select.select([read_end], [], [], probe_timeout())
-        answer = os.read(read_end, 1) if ready else None
-    finally:
-        os.close(read_end)
-    if answer is None:
-        os.kill(pid, signal.SIGKILL)
-    _, status = os.waitpid(pid, 0)
-    if answer == b"0":
-        return None
-    if answer:
-        return _OPENS_AN_IMAGE
-    if answer is None:
-        return _OPENS_AN_IMAGE  # (slow or blocked: the watched probes tell which)
-    how = f"killed its process by signal {signal.Signals(os.WTERMSIG(status)).name}" if os.WIFSIGNALED(status) \
-        else f"ended its process (exit code {os.WEXITSTATUS(status)})"
-    refused = _t.TraceRefused(f"{how}, run apart in a forked process (torch's DataLoader runs __getitem__ in "
-                              "worker processes and reports their death)", _t.where_defined(dataset))
-    refused.index = 0  # type: ignore[attr-defined]
-    return refused
-
-
-def _joined(worker: threading.Thread, still_s: float) -> bool:
-    """Waits for `worker`: True when it ended, False when its innermost Python frame stayed
-    at the same instruction for `still_s` seconds (blocked, not slow)."""
-    last, since = None, time.monotonic()
-    while True:
-        worker.join(min(0.25, still_s))
-        if not worker.is_alive():
-            return True
-        frame = sys._current_frames().get(worker.ident)  # (sampled, not traced: costs the probe nothing)
-        where = (id(frame), frame.f_lasti) if frame is not None else None
-        if where != last:
-            last, since = where, time.monotonic()
-        elif time.monotonic() - since >= still_s:
-            return False
-
-
-def probe_timeout() -> float:
-    """Seconds the probes of one dataset may take (FASTLOAD_TRACE_TIMEOUT, else PROBE_TIMEOUT_S)."""
-    try:
-        return float(os.environ.get(TIMEOUT_ENV, PROBE_TIMEOUT_S))
-    except ValueError:
-        raise ValueError(f"fastload: expected {TIMEOUT_ENV} to be a number of seconds, got "
-                         f"{os.environ[TIMEOUT_ENV]!r}") from None
-
-
 def held_weakly(dataset: Any) -> Callable[[], Any]:
     """A callable giving `dataset` back: a weak reference (a trace must not keep the
     user's dataset alive), or the dataset itself where it takes none."""
@@ -352,6 +144,12 @@ def held_weakly(dataset: Any) -> Callable[[], Any]:
         return weakref.ref(dataset)
     except TypeError:
         return lambda: dataset
+
+
+class GrowingStrings(FlatStrings):
+    """The engine's file table of a lazily traced dataset: one buffer of path bytes,
+    filled as indexes are traced. Entry k's end offset is the buffer's capacity until
+    file k is traced, so the offsets always increase and the engine's checks hold."""
 
 
 class LazyTrace:
@@ -369,7 +167,7 @@ class LazyTrace:
 
     def __init__(self, dataset: Any, probes: Probe):
         self._start(dataset, probes)
-        self.basis = _basis(self.first, self.n)
+        self.basis = basis_of(self.first, self.n)
         self._new_index(probes)
 
     def _new_index(self, probes: Probe) -> None:
@@ -389,13 +187,13 @@ class LazyTrace:
 
     def _start(self, dataset: Any, probes: Probe) -> None:
         """What is kept of any lazily traced dataset, its index aside (a subclass that
-        locates the samples otherwise, fastload.compat.hf_datasets, builds its own)."""
+        locates the samples otherwise, fastload.adapters.huggingface, builds its own)."""
         self.probes = probes
         self.first = probes.samples[0]
         self.name = type(dataset).__name__
         self.n = n = len(dataset)
         self._dataset = held_weakly(dataset)
-        self.simple = _t.is_simple_template(self.first.template)
+        self.simple = is_simple_template(self.first.template)
         self.templates: Optional[List[Any]] = None if self.simple else [None] * n
         self.done = np.zeros(n, dtype=bool)
         self.fallback = np.zeros(n, dtype=bool)
@@ -442,8 +240,8 @@ class LazyTrace:
             return False
         if keep and n == self.n:
             return True
-        found = _probe(dataset) if n > 0 else None
-        if not isinstance(found, Probe) or _basis(found.samples[0], n) != self.basis:
+        found = run_probes(dataset) if n > 0 else None
+        if not isinstance(found, Probe) or basis_of(found.samples[0], n) != self.basis:
             return False
         self.close()  # (the workers' copies are of the last epoch's dataset)
         self._epochs += 1
@@ -559,7 +357,7 @@ class LazyTrace:
         label = int(self.index.labels[i]) if label is None else int(label)
         first = self.first.template
         kept = torch.tensor(label) if isinstance(first[1], torch.Tensor) else label
-        return type(first)((_t.SLOT, kept))
+        return type(first)((SLOT, kept))
 
     def start_fallbacks(self, indices: Sequence[int]) -> Optional[Dict[int, Any]]:
         """The samples of `indices` (a batch about to be submitted, traced) that fall back,
@@ -569,7 +367,7 @@ class LazyTrace:
         if not rows or self.keep_effects:
             return None
         if self._pool is None:
-            from fastload.compat.fallback_pool import FallbackPool
+            from fastload.trace.fallback_pool import FallbackPool
 
             # (another base seed each epoch, as torch's workers draw one per iter())
             seed = (self._seed + 1_000_003 * self._epochs) % (1 << 62)
@@ -604,7 +402,7 @@ class LazyTrace:
         def fill(batch: Any, *, collate_fn_map: Any = None) -> Any:
             return images
 
-        return collate(templates, collate_fn_map={_t.Slot: fill, **default_collate_fn_map})
+        return collate(templates, collate_fn_map={Slot: fill, **default_collate_fn_map})
 
     def made_by_getitem(self, i: int, started: Optional[Dict[int, Any]]) -> Any:
         """Index i's sample from its own __getitem__: a worker's (started), else made here."""
@@ -624,7 +422,7 @@ class LazyTrace:
 
     def _trace(self, todo: List[int]) -> None:
         dataset = self.dataset()
-        before = _t.global_rng_state()
+        before = global_rng_state()
         kept: Dict[int, Any] = {}
         # The collector off while tracing: each trace allocates a few containers, and the
         # collections they trigger walk every object the process holds (an ImageNet-length
@@ -633,24 +431,24 @@ class LazyTrace:
         collecting = gc.isenabled()
         gc.disable()
         try:
-            with _t.tracing_patches(dataset):
+            with tracing_patches(dataset):
                 for i in todo:
                     kept[i] = self._one(dataset, i)
-                if _t.global_rng_moved(before):
+                if global_rng_moved(before):
                     # Which of them drew: each traced again from the same state.
                     for i in todo:
-                        _t.global_rng_restore(before)
+                        global_rng_restore(before)
                         snapshot = Snapshot(dataset)
-                        _t.trace_call(dataset, i)
+                        record(dataset, i)
                         snapshot.restore()
-                        moved = _t.global_rng_moved(before)
+                        moved = global_rng_moved(before)
                         if moved:
                             kept[i] = f"draws random numbers outside the transforms ({', '.join(moved)}) at " \
-                                      f"{_t.where_defined(dataset)}"
+                                      f"{where_defined(dataset)}"
         finally:
             if collecting:
                 gc.enable()
-            _t.global_rng_restore(before)
+            global_rng_restore(before)
         for i, sample in kept.items():
             if isinstance(sample, str):
                 self._fall_back(i, sample)
@@ -663,17 +461,17 @@ class LazyTrace:
         torch would make it (keep_effects, and the sample does not fall back: a fallback's
         own __getitem__ call makes its effects)."""
         snapshot = Snapshot(dataset)
-        call, value = _t.trace_call(dataset, i)
+        call, value = record(dataset, i)
         try:
-            sample = _t.sample_of_call(dataset, call, value)
-            why, where = _disagreement(self.first, sample), ""
-        except _t.TraceRefused as refused:
+            sample = sample_of_call(dataset, call, value)
+            why, where = disagreement(self.first, sample), ""
+        except TraceRefused as refused:
             sample, why, where = None, refused.why, refused.where
         finally:
             call.outputs.clear()  # (each output refers to the call: no cycle left for the collector)
         if why or not self.keep_effects:
             snapshot.restore()
-        return f"{why} at {where or _t.where_defined(dataset)}" if why else sample
+        return f"{why} at {where or where_defined(dataset)}" if why else sample
 
     def _keep(self, i: int, sample: Any) -> None:
         self.index.file_ids[i] = self._add_file(sample.path)
@@ -697,7 +495,7 @@ class LazyTrace:
     def _fallback_warning(self, i: int, why: str) -> str:
         """The one warning of a dataset's first fallback."""
         return (f"fastload: {self.who(i)}: {why}; this sample (and any other that disagrees with index 0's trace) "
-                f"runs through its own __getitem__ in Python. {_t.REFUSAL_FIX[0].upper()}{_t.REFUSAL_FIX[1:]}.")
+                f"runs through its own __getitem__ in Python. {REFUSAL_FIX[0].upper()}{REFUSAL_FIX[1:]}.")
 
     def who(self, i: int) -> str:
         """Whose index i, for messages (a LazyView names the outer and the inner index)."""
@@ -706,7 +504,7 @@ class LazyTrace:
     def _point_at_placeholder(self, i: int) -> None:
         """Index i's entry made the placeholder image's (placeholder.py), added to the file
         table once per epoch."""
-        from fastload.compat.placeholder import placeholder_jpeg
+        from fastload.trace.placeholder import placeholder_jpeg
 
         if self._placeholder_id < 0:
             self._placeholder_id = self._add_file(placeholder_jpeg())
@@ -748,8 +546,8 @@ class LazyTrace:
             for key in self.first.slot_at:
                 image = image[key]
         except (KeyError, IndexError, TypeError):
-            raise RuntimeError(f"fastload: {made} is {_t.shape_text(sample)}, without an image where the epoch's other "
-                               f"samples have theirs ({_t.shape_text(self.first.template)}): the batch cannot be made "
+            raise RuntimeError(f"fastload: {made} is {shape_text(sample)}, without an image where the epoch's other "
+                               f"samples have theirs ({shape_text(self.first.template)}): the batch cannot be made "
                                "of both. Return one structure for every sample.") from None
         if not isinstance(image, torch.Tensor) or image.shape != images.shape[1:]:
             what = f"{tuple(image.shape)} {image.dtype}" if isinstance(image, torch.Tensor) else type(image).__name__
@@ -759,12 +557,12 @@ class LazyTrace:
                                "(each iter() reads it anew); else make every sample's transform give one size.")
         if self.simple:
             label = sample[1]
-            if not _t.is_int_label(label):
+            if not is_int_label(label):
                 raise RuntimeError(f"fastload: {made} returns the label {label!r} where the epoch's other samples "
                                    "have an int class index: the batch's labels cannot be stacked. Return the same "
                                    "label type for every sample.")
             return image, label
-        return image, _t.templated(sample, image, [], ())
+        return image, templated(sample, image, [], ())
 
 
 def copy_into(slot: torch.Tensor, image: torch.Tensor) -> None:

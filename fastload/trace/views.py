@@ -1,6 +1,6 @@
 """A lazily traced dataset inside torch's Subset or ConcatDataset, traced as the loader reaches it.
 
-`fastload/compat/trace_lazy.py` traces a dataset of the user's own class a batch at a
+`fastload/trace/lazy.py` traces a dataset of the user's own class a batch at a
 time. Wrapped in a `Subset` (what `random_split` returns) or a `ConcatDataset` (nested to
 any depth), each outer index is one index of one traced dataset: `LazyView` keeps that
 map (two arrays, no `__getitem__` call) and its own index for the engine, filled as the
@@ -20,7 +20,7 @@ Example:
     >>> import os, tempfile, torch
     >>> from PIL import Image
     >>> from torchvision import transforms as T
-    >>> from fastload.compat.datasets import analyse
+    >>> from fastload.adapters import analyse
     >>> path = os.path.join(tempfile.mkdtemp(), "a.jpg"); Image.new("RGB", (8, 8)).save(path)
     >>> class Photos(torch.utils.data.Dataset):
     ...     def __init__(self, transform): self.transform, self.calls = transform, 0
@@ -44,9 +44,10 @@ from typing import Any, List, Sequence
 
 import numpy as np
 
-from fastload.compat import trace as _t
-from fastload.compat.trace_lazy import LazyTrace, flat_index, GrowingStrings, held_weakly
+from fastload.trace.lazy import LazyTrace, flat_index, GrowingStrings, held_weakly
 from fastload.source.index import SampleIndex
+from fastload.trace.sample import shape_text
+from fastload.compat.conversion import Analysis
 
 # Outer indexes whose dataset index is traced already, copied into the view when it is made
 # (the probes, a small dataset, a dataset a loader went through): at most this many, the
@@ -170,7 +171,7 @@ def _refusal(analysis: Any) -> str:
     """Why a traced analysis cannot be taken inside a wrapper ("" when it can)."""
     trace = analysis.trace
     if not trace.simple:
-        return (f"{analysis.chain} returns {_t.shape_text(trace.first.template)}: samples other than (image, int label) "
+        return (f"{analysis.chain} returns {shape_text(trace.first.template)}: samples other than (image, int label) "
                 "are rebuilt only for the loader's own dataset, not inside a Subset or ConcatDataset")
     return ""
 
@@ -179,7 +180,7 @@ _WRAPPED_FIX = "pass the dataset itself, or return (image, int label)"
 
 
 def subset(dataset: Any, inner: Any, rows: np.ndarray, out: Any) -> Any:
-    """`out` (the Subset's analysis, reasons none) as a TracedAnalysis over a LazyView of
+    """`out` (the Subset's analysis, reasons none) as an Analysis over a LazyView of
     the traced `inner` analysis taken at `rows`."""
     why = _refusal(inner)
     if why:
@@ -193,7 +194,7 @@ def concat(dataset: Any, parts: Sequence[Any], out: Any) -> Any:
     """`out` (the ConcatDataset's analysis, reasons none) with its index: a LazyView when
     every part is traced lazily; else the traced parts traced completely (`eager`) and the
     indexes concatenated (None: `out` has a reason)."""
-    from fastload.compat.datasets import concat_index
+    from fastload.compat.conversion import concat_index
 
     if not all(is_lazy(getattr(p, "trace", None)) for p in parts):
         indexes = []
@@ -238,7 +239,7 @@ def eager(analysis: Any) -> Any:
 
 
 def _traced(out: Any, view: LazyView) -> Any:
-    analysis = _t.TracedAnalysis(out.chain, list(out.reasons), list(out.fixes), view.index, out.pipeline,
+    analysis = Analysis(out.chain, list(out.reasons), list(out.fixes), view.index, out.pipeline,
                                  out.target_transform, out.transform, list(out.wrappers))
     analysis.trace, analysis.rebuild = view, view
     return analysis
