@@ -143,8 +143,6 @@ def split_by_rank(dataset: Any, distributed: Any) -> Any:
 # ---- what datasets does on decode: the headers -----------------------------------------
 
 
-
-
 def _image_columns(features: Any) -> Tuple[List[str], List[str]]:
     """(top-level Image columns, columns with an Image nested inside)."""
     from datasets import Image

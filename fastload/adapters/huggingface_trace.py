@@ -24,8 +24,8 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
-from fastload.augment.split import MAX_DEPTH
 from fastload import trace
+from fastload.augment.split import MAX_DEPTH
 from fastload.decode.header import HEAD_BYTES, Header, file_header, image_header
 from fastload.source.arrow import Located, NotLocated
 from fastload.source.index import SampleIndex
@@ -247,9 +247,9 @@ class HFLazyTrace(LazyTrace):
             raise NotLocated(falls[0][1].why + (f" ({len(falls)} of the {len(probes)} rows probed)"
                                               if len(probes) > 1 else ""))
         samples = {i: (f.sample if isinstance(f, _Fall) else f) for i, f in found.items()}
-        self._start(dataset, trace.Probe(samples))
+        super().__init__(dataset, trace.Probe(samples), index=index)
         self.name = "Hugging Face Dataset"
-        self.index = index
+        self._epochs = 0  # renew() calls so far
         for i, f in found.items():
             if isinstance(f, _Fall):
                 self._fall_back(i, f.why)
@@ -287,11 +287,6 @@ class HFLazyTrace(LazyTrace):
     def _fallback_warning(self, i: int, why: str) -> str:
         return (f"fastload: Hugging Face Dataset, sample {i}: {why}; this sample (and any other the engine cannot "
                 "make as the dataset does) is made by the dataset's own __getitem__ in Python, the rest natively.")
-
-    def trace_all(self, chunk: int = 4096) -> None:
-        """Traces every sample not traced yet (a worker process copies the templates)."""
-        for start in range(0, self.n, chunk):
-            self.prepare(range(start, min(self.n, start + chunk)))
 
     # ---- the rows ----
 

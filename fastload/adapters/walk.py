@@ -36,13 +36,13 @@ from typing import Any
 
 from torch.utils.data import ConcatDataset, Subset
 
-from fastload.augment.split import MAX_DEPTH
 from fastload.adapters.folder import folder_module, same_methods
 from fastload.adapters.registry import adapter_for
-from fastload.compat.torchvision import NotConvertible, split_transform
-from fastload.trace import concat_view, is_lazy, subset_view
+from fastload.augment.split import MAX_DEPTH
 from fastload.compat.conversion import (AnalysedSource, Analysis, Conversion, NativeSource, callable_name, concat_index,
                                        rows_of, take_rows)
+from fastload.compat.torchvision import NotConvertible, split_transform
+from fastload.trace import concat_view, is_lazy, subset_view
 
 def analyse(dataset: Any, _depth: int = 0) -> Analysis:
     """The compat layer's view of `dataset`: chain, reasons, index, pipeline (no raising)."""

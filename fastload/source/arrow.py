@@ -26,7 +26,6 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 
-
 # ---- where each image's bytes are ------------------------------------------------------
 
 
@@ -219,7 +218,6 @@ def paths_of(paths: Any, rows: np.ndarray, row: int, files: Dict[str, int], file
         ids = np.fromiter((files.setdefault(p if ok else os.path.abspath(p), len(files))
                            for p, ok in zip(distinct, plain)), dtype=np.int64, count=len(distinct))
     file_ids[row + rows] = ids[encoded.indices.to_numpy(zero_copy_only=False)]
-
 
 
 def bounds_of(data: Any, m: int) -> Optional[np.ndarray]:

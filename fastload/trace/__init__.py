@@ -7,13 +7,16 @@ the package. What the package does, module by module (the data flows down the li
 | module | job |
 | --- | --- |
 | `where.py` | whether the tracer is on (`enabled`, `disabled`, FASTLOAD_TRACE), the user's file:line |
-| `call.py` | one traced call: `record(dataset, i)`; the lazy PIL image, transforms intercepted where it enters them, the patches, the global generators |
+| `state.py` | one traced call's record: `record(dataset, i)`, the thread it runs on, `stop_trace`, the global generators |
 | `openers.py`, `open_calls.py` | the other openers (OpenCV, torchvision.io, bytes): their lazy stand-ins, and the calls swapped while tracing |
+| `call.py` | the lazy PIL image (`TracedImage`), a transform's output (`TracedOutput`), what may enter a transform (`enter`) |
+| `patches.py` | `tracing_patches`: PIL.Image.open, the openers and the transforms' `__call__` patched on the tracing thread |
 | `sample.py` | a call's sample: its template with `SLOT` where the engine's image goes, and the checks on it |
 | `rollback.py` | what a traced call changed on the dataset, undone |
 | `probes.py` | index 0 twice and a few indexes spread over the dataset, traced up front on a watched thread; the `Basis` a trace was made from |
-| `lazy.py` | `LazyTrace`: a trace that holds for one epoch, each index traced as its batch comes, per-sample fallbacks |
-| `fallback_pool.py`, `placeholder.py` | where a fallback's own `__getitem__` runs (forked workers), and the tiny image the engine makes in its slot |
+| `files.py` | the engine's file table of a lazy trace, filled in place as indexes are traced |
+| `fallbacks.py`, `fallback_pool.py`, `placeholder.py` | the samples that fall back, where their own `__getitem__` runs (forked workers), the tiny image the engine makes in their slot |
+| `lazy.py` | `LazyTrace`: a trace that holds for one epoch, each index traced as its batch comes |
 | `views.py` | a traced dataset inside Subset / ConcatDataset (`LazyView`) |
 | `dataset.py` | `trace_dataset`: a dataset's analysis from its probes |
 | `collate.py` | the user's collate_fn followed around the engine's batch |
@@ -43,16 +46,17 @@ Example:
 """
 
 from fastload.trace.call import TracedImage, TracedOutput, traced_image_state
-from fastload.trace.patches import tracing_patches, where_drawn
-from fastload.trace.state import StopTrace, TracedCall, TraceRefused, active_call, global_rng_moved, global_rng_restore, global_rng_state, record, source_of, stop_trace, thread_state
 from fastload.trace.collate import KEPT, followed_collate, probe_collate
 from fastload.trace.dataset import trace_dataset
 from fastload.trace.lazy import LazyTrace, copy_into, probe
 from fastload.trace.openers import Lazy
+from fastload.trace.patches import tracing_patches, where_drawn
 from fastload.trace.probes import PROBES, Probe, probe_indexes
 from fastload.trace.rollback import Snapshot
 from fastload.trace.sample import (PLAIN_LEAVES, SLOT, Slot, TracedSample, is_int_label, is_simple_template,
                                    same_value, sample_of_call, shape_text, templated)
+from fastload.trace.state import (active_call, global_rng_moved, global_rng_restore, global_rng_state, record,
+                                  source_of, stop_trace, StopTrace, thread_state, TracedCall, TraceRefused)
 from fastload.trace.views import LazyView, concat as concat_view, eager, is_lazy, subset as subset_view
 from fastload.trace.where import REFUSAL_FIX, TRACE_ENV, disabled, enabled, where_defined, where_in_traceback
 

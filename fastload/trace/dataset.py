@@ -95,12 +95,10 @@ from typing import Any
 import torch
 
 from fastload.compat.conversion import Analysis
-from fastload.trace.where import REFUSAL_FIX, enabled
+from fastload.trace.probes import pipeline_of
 from fastload.trace.sample import shape_text
 from fastload.trace.state import TraceRefused
-from fastload.trace.probes import pipeline_of
-
-
+from fastload.trace.where import REFUSAL_FIX, enabled
 
 
 def _map_style(dataset: Any) -> bool:
@@ -111,8 +109,6 @@ def _map_style(dataset: Any) -> bool:
     except Exception:  # noqa: BLE001 - no usable __len__: nothing to trace
         return False
     return True
-
-
 
 
 def trace_dataset(dataset: Any, refused: Analysis, *, wrapped: bool) -> Analysis:
@@ -145,8 +141,6 @@ def trace_dataset(dataset: Any, refused: Analysis, *, wrapped: bool) -> Analysis
                        wrappers=list(refused.wrappers))
         return out.refuse(reason, REFUSAL_FIX)
     return _analysis(dataset, result, wrapped)
-
-
 
 
 def _analysis(dataset: Any, traced: Any, wrapped: bool) -> Analysis:

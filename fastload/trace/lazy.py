@@ -78,12 +78,16 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 import numpy as np
 import torch
 
-from fastload.source.index import FlatStrings, SampleIndex
+from fastload.source.index import SampleIndex
+from fastload.trace.fallbacks import Fallbacks, fitted, made_by_getitem
+from fastload.trace.files import TracedFiles
 from fastload.trace.patches import tracing_patches
-from fastload.trace.state import TraceRefused, global_rng_moved, global_rng_restore, global_rng_state, record
-from fastload.trace.probes import Probe, basis_of, disagreement, first_call_apart, joined_unless_still, OPENS_AN_IMAGE, probe_timeout, run_probes, TIMEOUT_ENV
+from fastload.trace.placeholder import placeholder_jpeg
+from fastload.trace.probes import (basis_of, disagreement, first_call_apart, joined_unless_still, OPENS_AN_IMAGE, Probe,
+                                   probe_timeout, run_probes, TIMEOUT_ENV)
 from fastload.trace.rollback import Snapshot
-from fastload.trace.sample import SLOT, Slot, is_int_label, is_simple_template, sample_of_call, shape_text, templated
+from fastload.trace.sample import SLOT, Slot, is_simple_template, sample_of_call
+from fastload.trace.state import TraceRefused, global_rng_moved, global_rng_restore, global_rng_state, record
 from fastload.trace.where import REFUSAL_FIX, where_defined
 
 # Samples traced at a time ahead of the engine (each trace patches PIL.Image.open and the
@@ -96,7 +100,7 @@ _PATH_SLACK = 1.25
 
 def probe(dataset: Any) -> Any:
     """The dataset's LazyTrace (probes traced; a dataset of at most PROBES + 1 samples
-    completely), a _Refused (`.index`, `.why`, `.where`), or None when index 0 opens no
+    completely), a TraceRefused (`.index`, `.why`, `.where`), or None when index 0 opens no
     image with PIL.
 
     The probes run on a thread of their own, watched: a dataset whose `__getitem__` waits
@@ -146,12 +150,6 @@ def held_weakly(dataset: Any) -> Callable[[], Any]:
         return lambda: dataset
 
 
-class GrowingStrings(FlatStrings):
-    """The engine's file table of a lazily traced dataset: one buffer of path bytes,
-    filled as indexes are traced. Entry k's end offset is the buffer's capacity until
-    file k is traced, so the offsets always increase and the engine's checks hold."""
-
-
 class LazyTrace:
     """A traced dataset's index, filled as indexes are traced, and its batches.
 
@@ -160,68 +158,64 @@ class LazyTrace:
     when index 0's sample is (image, int label) (`simple`), else the dataset indexes (the
     batch is rebuilt from each index's sample template).
 
+    The hooks a subclass overrides (a view over wrapped traces, fastload.trace.views; an
+    adapter that locates its samples itself, Hugging Face's): `_trace(todo)` (trace these
+    indexes), `_keep(i, sample)`, `_point_at_placeholder(i)`, `renew`, `who(i)`.
+
     Args:
         dataset: the map-style dataset traced.
         probes: its samples traced up front (index 0 first).
+        n: the number of samples (len(dataset) when None).
+        index: the engine's index when the subclass locates the samples itself; else one
+            is made whose file table (TracedFiles) fills as indexes are traced.
+        capacity: path bytes reserved up front for that table (from the probes' longest
+            path when None).
     """
 
-    def __init__(self, dataset: Any, probes: Probe):
-        self._start(dataset, probes)
-        self.basis = basis_of(self.first, self.n)
-        self._new_index(probes)
-
-    def _new_index(self, probes: Probe) -> None:
-        """An index with nothing traced but the probes' first sample, as file 0 (what an
-        untraced index points at, so the engine's checks hold)."""
-        n = self.n
-        longest = max(len(s.path.encode("utf-8", "surrogateescape")) for s in probes.samples.values())
-        capacity = int(n * longest * _PATH_SLACK) + 4096
-        offsets = np.full(n + 3, capacity, dtype=np.int64)  # (file 0, the placeholder, one per index)
-        offsets[0] = 0
-        self._files = GrowingStrings(np.empty(capacity, dtype=np.uint8), offsets)
-        self._file_count, self._end = 0, 0
-        self.index = SampleIndex(self._files, np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64),
-                                 np.full(n, -1, dtype=np.int64),
-                                 np.zeros(n, dtype=np.int64) if self.simple else np.arange(n, dtype=np.int64))
-        self._add_file(self.first.path)
-
-    def _start(self, dataset: Any, probes: Probe) -> None:
-        """What is kept of any lazily traced dataset, its index aside (a subclass that
-        locates the samples otherwise, fastload.adapters.huggingface, builds its own)."""
+    def __init__(self, dataset: Any, probes: Probe, *, n: Optional[int] = None,
+                 index: Optional[SampleIndex] = None, capacity: Optional[int] = None):
         self.probes = probes
         self.first = probes.samples[0]
         self.name = type(dataset).__name__
-        self.n = n = len(dataset)
+        self.n = n = len(dataset) if n is None else n
         self._dataset = held_weakly(dataset)
         self.simple = is_simple_template(self.first.template)
         self.templates: Optional[List[Any]] = None if self.simple else [None] * n
         self.done = np.zeros(n, dtype=bool)
-        self.fallback = np.zeros(n, dtype=bool)
-        self.fallbacks: Dict[int, str] = {}  # index -> why its trace disagreed, at the user's file:line
-        self._warned = False
+        self.falls = Fallbacks(n)
+        self.fallback, self.fallbacks = self.falls.flags, self.falls.why  # (the same array and dict)
         self.trace_s, self.traced_lazily = 0.0, 0  # CPU seconds in prepare() and the indexes it traced
         self._lock = threading.RLock()
-        self._listeners: List[Any] = []  # weakrefs to runners whose engine holds the path bytes
         # What each traced call changes on the dataset stays only where torch's own call
         # would change the loop's object: with num_workers=0 (set by the loader). With
         # worker processes torch's calls change the workers' copies only: undone here.
         self.keep_effects = False
-        self._pool: Any = None  # a FallbackPool (fallback_pool.py) with worker processes, made at the first fallback
-        self._workers, self._seed, self._epochs = 0, 0, 0
-        self._placeholder_id = -1
+        self.files: Optional[TracedFiles] = None
+        if index is not None:
+            self.index = index
+            return
+        if capacity is None:
+            longest = max(len(s.path.encode("utf-8", "surrogateescape")) for s in probes.samples.values())
+            capacity = int(n * longest * _PATH_SLACK) + 4096
+        self.files = TracedFiles(capacity, n + 2)  # (file 0, the placeholder, one per index)
+        self.index = SampleIndex(self.files.strings, np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64),
+                                 np.full(n, -1, dtype=np.int64),
+                                 np.zeros(n, dtype=np.int64) if self.simple else np.arange(n, dtype=np.int64))
+        # File 0: the first probe's, what an untraced index points at (the engine reads a real file).
+        self.files.add(self.first.path)
+        self.basis = basis_of(self.first, n)
 
     def run_like_torch(self, num_workers: int, seed: int) -> None:
         """Where `__getitem__` runs, as torch's DataLoader with `num_workers` would run it:
         with none, the traced calls keep their effects on the dataset and a fallback is
         made in this process; with workers, the traced calls are undone and fallbacks are
         made by `num_workers` processes (fallback_pool.py) seeded from `seed`."""
-        self.keep_effects, self._workers, self._seed = num_workers == 0, int(num_workers), int(seed)
+        self.keep_effects = num_workers == 0
+        self.falls.workers, self.falls.seed = int(num_workers), int(seed)
 
     def close(self) -> None:
         """Stops the fallback worker processes, if any."""
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
+        self.falls.close()
 
     # ---- what the loader calls ----
 
@@ -243,25 +237,16 @@ class LazyTrace:
         found = run_probes(dataset) if n > 0 else None
         if not isinstance(found, Probe) or basis_of(found.samples[0], n) != self.basis:
             return False
-        self.close()  # (the workers' copies are of the last epoch's dataset)
-        self._epochs += 1
         with self._lock:
+            self.falls.new_epoch()  # (the workers' copies are of the last epoch's dataset)
             self.probes, self.first = found, found.samples[0]
             if self.templates is not None:
                 self.templates = [None] * n
             self.done[:] = False
-            self.fallback[:] = False
-            self.fallbacks.clear()
-            self._warned = False
-            self._reset_files()
+            self.files.reset()
+            self.index.file_ids[:] = 0
+            self.files.add(self.first.path)
         return True
-
-    def _reset_files(self) -> None:
-        """The file table emptied for a new epoch (its buffer kept), file 0 the first probe's."""
-        self._file_count, self._end, self._placeholder_id = 0, 0, -1
-        self._files.offsets[1:] = len(self._files.data)
-        self.index.file_ids[:] = 0
-        self._add_file(self.first.path)
 
     @property
     def traced(self) -> int:
@@ -282,9 +267,8 @@ class LazyTrace:
         """`runner.refresh_index()` is called when the path bytes move to a larger buffer
         (its engine holds the old one); `only`: instead of the runners attached before (a
         worker process's copy of the trace, whose parent's runners are not its own)."""
-        if only:
-            self._listeners = []
-        self._listeners.append(weakref.ref(runner))
+        if self.files is not None:
+            self.files.attach(runner, only)
 
     def prepare(self, indices: Sequence[int]) -> None:
         """Traces the indexes of `indices` not traced yet (the batch about to be submitted)."""
@@ -335,7 +319,7 @@ class LazyTrace:
                 if path is None:  # (the parent makes its sample with __getitem__; the engine a placeholder)
                     self._point_at_placeholder(i)
                 elif not (self.done[i] and index.files[int(index.file_ids[i])] == path):
-                    index.file_ids[i] = self._add_file(path)
+                    index.file_ids[i] = self.files.add(path)
                 if path is not None and self.simple:
                     index.labels[i] = label
                 self.done[i] = True
@@ -345,9 +329,9 @@ class LazyTrace:
         needs before it starts); the path bytes are then trimmed to their length."""
         for start in range(0, self.n, chunk):
             self.prepare(range(start, min(self.n, start + chunk)))
-        with self._lock:
-            if len(self._files.data) > self._end:
-                self._grow(self._end)
+        if self.files is not None:
+            with self._lock:
+                self.files.trim()
 
     def template_of(self, i: int, label: Any = None) -> Any:
         """Index i's sample with SLOT where its image is (traced this epoch): its template;
@@ -363,16 +347,9 @@ class LazyTrace:
         """The samples of `indices` (a batch about to be submitted, traced) that fall back,
         started in the worker processes ({index: future}); None when there are none or
         they are made in this process (num_workers=0)."""
-        rows = [int(i) for i in indices if self.fallback[int(i)]]
-        if not rows or self.keep_effects:
+        if not self.falls.flags[np.asarray(indices, dtype=np.int64)].any():
             return None
-        if self._pool is None:
-            from fastload.trace.fallback_pool import FallbackPool
-
-            # (another base seed each epoch, as torch's workers draw one per iter())
-            seed = (self._seed + 1_000_003 * self._epochs) % (1 << 62)
-            self._pool = FallbackPool(self.dataset(), workers=self._workers, base_seed=seed)
-        return self._pool.start(rows)
+        return self.falls.start(self.dataset(), indices, in_workers=not self.keep_effects)
 
     def __call__(self, images: Any, labels: torch.Tensor, indices: Sequence[int],
                  started: Optional[Dict[int, Any]] = None) -> Any:
@@ -406,57 +383,29 @@ class LazyTrace:
 
     def made_by_getitem(self, i: int, started: Optional[Dict[int, Any]]) -> Any:
         """Index i's sample from its own __getitem__: a worker's (started), else made here."""
-        future = started.get(i) if started else None
-        if future is not None:
-            return future.result()
-        if self.keep_effects:
-            return self.dataset()[i]
-        dataset = self.dataset()
-        snapshot = Snapshot(dataset)  # (torch's call would change a worker's copy, not the loop's object)
-        try:
-            return dataset[i]
-        finally:
-            snapshot.restore()
+        return made_by_getitem(self.dataset(), i, started, self.keep_effects)
+
+    def fitted_fallback(self, i: int, sample: Any, images: Any) -> Any:
+        """(image, label) (simple) or (image, template) of index i's `sample` (made by its
+        own __getitem__), checked to fit the batch."""
+        made = f"{self.name}[{i}] (made by its own __getitem__: {self.fallbacks[i]})"
+        return fitted(made, sample, images, self.first, self.simple)
+
+    def who(self, i: int) -> str:
+        """Whose index i, for messages (a LazyView names the outer and the inner index)."""
+        return f"{self.name}.__getitem__ (traced, index {i})"
 
     # ---- tracing ----
 
     def _trace(self, todo: List[int]) -> None:
-        dataset = self.dataset()
-        before = global_rng_state()
-        kept: Dict[int, Any] = {}
-        # The collector off while tracing: each trace allocates a few containers, and the
-        # collections they trigger walk every object the process holds (an ImageNet-length
-        # dataset's lists of paths: millions), several times the trace itself. Each
-        # trace's own cycles (call <-> outputs) are broken as it is kept.
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
-            with tracing_patches(dataset):
-                for i in todo:
-                    kept[i] = self._one(dataset, i)
-                if global_rng_moved(before):
-                    # Which of them drew: each traced again from the same state.
-                    for i in todo:
-                        global_rng_restore(before)
-                        snapshot = Snapshot(dataset)
-                        record(dataset, i)
-                        snapshot.restore()
-                        moved = global_rng_moved(before)
-                        if moved:
-                            kept[i] = f"draws random numbers outside the transforms ({', '.join(moved)}) at " \
-                                      f"{where_defined(dataset)}"
-        finally:
-            if collecting:
-                gc.enable()
-            global_rng_restore(before)
-        for i, sample in kept.items():
+        for i, sample in traced_calls(self.dataset(), todo, self._one).items():
             if isinstance(sample, str):
                 self._fall_back(i, sample)
             else:
                 self._keep(i, sample)
 
     def _one(self, dataset: Any, i: int) -> Any:
-        """index i's _Sample, or why it falls back. What the call changed on the dataset is
+        """index i's TracedSample, or why it falls back. What the call changed on the dataset is
         undone unless it is the epoch's one call of `dataset[i]` in the process where
         torch would make it (keep_effects, and the sample does not fall back: a fallback's
         own __getitem__ call makes its effects)."""
@@ -474,7 +423,7 @@ class LazyTrace:
         return f"{why} at {where or where_defined(dataset)}" if why else sample
 
     def _keep(self, i: int, sample: Any) -> None:
-        self.index.file_ids[i] = self._add_file(sample.path)
+        self.index.file_ids[i] = self.files.add(sample.path)
         if self.simple:
             self.index.labels[i] = int(sample.template[1])
         else:
@@ -485,84 +434,55 @@ class LazyTrace:
         # The engine makes a tiny placeholder image in its slot (almost no work); the batch
         # replaces it with the sample its own __getitem__ makes.
         self._point_at_placeholder(i)
-        self.fallback[i] = True
-        self.fallbacks[i] = why
         self.done[i] = True
-        if not self._warned:
-            self._warned = True
+        if self.falls.add(i, why):
             warnings.warn(self._fallback_warning(i, why), UserWarning, stacklevel=2)
 
     def _fallback_warning(self, i: int, why: str) -> str:
-        """The one warning of a dataset's first fallback."""
+        """The one warning of an epoch's first fallback."""
         return (f"fastload: {self.who(i)}: {why}; this sample (and any other that disagrees with index 0's trace) "
                 f"runs through its own __getitem__ in Python. {REFUSAL_FIX[0].upper()}{REFUSAL_FIX[1:]}.")
-
-    def who(self, i: int) -> str:
-        """Whose index i, for messages (a LazyView names the outer and the inner index)."""
-        return f"{self.name}.__getitem__ (traced, index {i})"
 
     def _point_at_placeholder(self, i: int) -> None:
         """Index i's entry made the placeholder image's (placeholder.py), added to the file
         table once per epoch."""
-        from fastload.trace.placeholder import placeholder_jpeg
-
-        if self._placeholder_id < 0:
-            self._placeholder_id = self._add_file(placeholder_jpeg())
+        if self.files.placeholder_id < 0:
+            self.files.placeholder_id = self.files.add(placeholder_jpeg())
         index = self.index
-        index.file_ids[i], index.offsets[i], index.sizes[i] = self._placeholder_id, 0, -1
+        index.file_ids[i], index.offsets[i], index.sizes[i] = self.files.placeholder_id, 0, -1
 
-    def _add_file(self, path: str) -> int:
-        data = path.encode("utf-8", "surrogateescape")
-        end = self._end + len(data)
-        if end > len(self._files.data):
-            self._grow(max(end, 2 * len(self._files.data)))
-        self._files.data[self._end:end] = np.frombuffer(data, dtype=np.uint8)
-        k = self._file_count
-        self._files.offsets[k + 1] = end
-        self._file_count, self._end = k + 1, end
-        return k
 
-    def _grow(self, capacity: int) -> None:
-        """The path bytes in a buffer of `capacity` bytes; the engines are handed it."""
-        data = np.empty(capacity, dtype=np.uint8)
-        data[:self._end] = self._files.data[:self._end]
-        object.__setattr__(self._files, "data", data)
-        self._files.offsets[self._file_count + 1:] = capacity  # (untraced entries: the capacity)
-        for ref in list(self._listeners):
-            runner = ref()
-            if runner is None:
-                self._listeners.remove(ref)
-            else:
-                runner.refresh_index()
-
-    # ---- per-sample fallback ----
-
-    def fitted_fallback(self, i: int, sample: Any, images: Any) -> Any:
-        """(image, label) (simple) or (image, template) of index i's `sample` (made by its
-        own __getitem__), checked to fit the batch."""
-        image = sample
-        made = f"{self.name}[{i}] (made by its own __getitem__: {self.fallbacks[i]})"
-        try:
-            for key in self.first.slot_at:
-                image = image[key]
-        except (KeyError, IndexError, TypeError):
-            raise RuntimeError(f"fastload: {made} is {shape_text(sample)}, without an image where the epoch's other "
-                               f"samples have theirs ({shape_text(self.first.template)}): the batch cannot be made "
-                               "of both. Return one structure for every sample.") from None
-        if not isinstance(image, torch.Tensor) or image.shape != images.shape[1:]:
-            what = f"{tuple(image.shape)} {image.dtype}" if isinstance(image, torch.Tensor) else type(image).__name__
-            raise RuntimeError(f"fastload: cannot stack the batch: {made} has an image {what}, the batch's other "
-                               f"samples {tuple(images.shape[1:])} {images.dtype} (the transform read when the epoch "
-                               "began). If the dataset's transform changed during the epoch, change it between epochs "
-                               "(each iter() reads it anew); else make every sample's transform give one size.")
-        if self.simple:
-            label = sample[1]
-            if not is_int_label(label):
-                raise RuntimeError(f"fastload: {made} returns the label {label!r} where the epoch's other samples "
-                                   "have an int class index: the batch's labels cannot be stacked. Return the same "
-                                   "label type for every sample.")
-            return image, label
-        return image, templated(sample, image, [], ())
+def traced_calls(dataset: Any, todo: List[int], one: Callable[[Any, int], Any]) -> Dict[int, Any]:
+    """{i: one(dataset, i)} for each index of `todo`, under one patching of the tracer, or
+    why i falls back: the global generators drawn from in its call (each index traced
+    again from the same state to find which drew); the generators restored either way."""
+    before = global_rng_state()
+    kept: Dict[int, Any] = {}
+    # The collector off while tracing: each trace allocates a few containers, and the
+    # collections they trigger walk every object the process holds (an ImageNet-length
+    # dataset's lists of paths: millions), several times the trace itself. Each
+    # trace's own cycles (call <-> outputs) are broken as it is kept.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        with tracing_patches(dataset):
+            for i in todo:
+                kept[i] = one(dataset, i)
+            if global_rng_moved(before):
+                for i in todo:
+                    global_rng_restore(before)
+                    snapshot = Snapshot(dataset)
+                    record(dataset, i)
+                    snapshot.restore()
+                    moved = global_rng_moved(before)
+                    if moved:
+                        kept[i] = f"draws random numbers outside the transforms ({', '.join(moved)}) at " \
+                                  f"{where_defined(dataset)}"
+    finally:
+        if collecting:
+            gc.enable()
+        global_rng_restore(before)
+    return kept
 
 
 def copy_into(slot: torch.Tensor, image: torch.Tensor) -> None:

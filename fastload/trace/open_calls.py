@@ -9,11 +9,10 @@ from typing import Any, List, Optional, Tuple
 
 import PIL.Image
 import torch
-from fastload.trace.openers import PixelArray, TracedArray, TracedBytes, TracedBytesIO, TracedFile, TracedFileTensor, TracedTensor, check_orientation, header_or_stop
 from fastload.trace.call import TracedImage
+from fastload.trace.openers import (check_orientation, header_or_stop, PixelArray, TracedArray, TracedBytes,
+                                    TracedBytesIO, TracedFile, TracedFileTensor, TracedTensor)
 from fastload.trace.state import active_call, source_of, stop_trace
-
-
 
 
 # ---- the patches ---------------------------------------------------------------------------

@@ -73,7 +73,6 @@ from fastload.decode.header import HEAD_BYTES, file_header
 from fastload.trace.state import active_call, source_of, stop_trace, thread_state
 
 
-
 # ---- the file's header, read only where a layout depends on it -----------------------------
 
 

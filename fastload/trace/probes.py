@@ -11,11 +11,10 @@ import time
 from typing import Any, Dict, List, NamedTuple, Sequence, Tuple
 
 from fastload.trace.patches import tracing_patches, where_drawn
-from fastload.trace.state import TraceRefused, global_rng_moved, global_rng_restore, global_rng_state, record
 from fastload.trace.rollback import Snapshot
 from fastload.trace.sample import is_simple_template, same_value, sample_of_call, sample_unless_kept, shape_text
+from fastload.trace.state import TraceRefused, global_rng_moved, global_rng_restore, global_rng_state, record
 from fastload.trace.where import where_defined
-
 
 
 # Indexes traced up front, spread evenly over the dataset from index 0 (traced twice) to the last.
@@ -25,8 +24,6 @@ PROBES = 16
 # probes takes nearly as long.
 PROBE_TIMEOUT_S = 3.0
 TIMEOUT_ENV = "FASTLOAD_TRACE_TIMEOUT"
-
-
 
 
 class Probe:

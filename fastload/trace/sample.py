@@ -9,10 +9,9 @@ import numpy as np
 import torch
 
 from fastload.augment.split import MAX_DEPTH
-from fastload.trace.where import where_defined
 from fastload.trace.call import TracedImage, TracedOutput
 from fastload.trace.state import TraceRefused, TracedCall, source_of
-
+from fastload.trace.where import where_defined
 
 
 _NOTHING = object()
@@ -38,7 +37,6 @@ class TracedSample(NamedTuple):
     transform: Any
     template: Any
     slot_at: Tuple[Any, ...]
-
 
 
 # Leaves that hold no traced object (checked first: most of a sample is labels).
@@ -74,7 +72,6 @@ def templated(value: Any, out: Any, found: List[Tuple[Any, ...]], at: Tuple[Any,
     if kind is dict:
         return {k: templated(v, out, found, at + (k,), depth + 1) for k, v in value.items()}
     return value
-
 
 
 def sample_of_call(dataset: Any, call: TracedCall, sample: Any) -> TracedSample:
@@ -129,7 +126,6 @@ def is_int_label(value: Any) -> bool:
 def is_simple_template(t: Any) -> bool:
     """A template (SLOT, int label): batches are [images, labels int64 [B]] as the index gives."""
     return type(t) in (tuple, list) and len(t) == 2 and t[0] is SLOT and is_int_label(t[1])
-
 
 
 def sample_unless_kept(dataset: Any, traced: List[Any], undo: Callable[[], None]) -> TracedSample:

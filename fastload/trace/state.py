@@ -111,7 +111,6 @@ class TraceRefused(Exception):
         self.why, self.where = why, where
 
 
-
 def record(dataset: Any, i: int) -> Tuple[TracedCall, Any]:
     call = TracedCall()
     thread_state.call = call

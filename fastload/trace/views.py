@@ -39,15 +39,13 @@ Example:
 
 from __future__ import annotations
 
-import threading
 from typing import Any, List, Sequence
 
 import numpy as np
 
-from fastload.trace.lazy import LazyTrace, flat_index, GrowingStrings, held_weakly
-from fastload.source.index import SampleIndex
-from fastload.trace.sample import shape_text
 from fastload.compat.conversion import Analysis
+from fastload.trace.lazy import LazyTrace, flat_index
+from fastload.trace.sample import shape_text
 
 # Outer indexes whose dataset index is traced already, copied into the view when it is made
 # (the probes, a small dataset, a dataset a loader went through): at most this many, the
@@ -78,42 +76,21 @@ class LazyView(LazyTrace):
     def __init__(self, dataset: Any, chain: str, parts: List[LazyTrace], part_of: np.ndarray, inner: np.ndarray):
         self.parts, self.part_of, self.inner = parts, part_of, inner
         self.chain = chain
-        self.first = parts[0].first
-        self.probes = parts[0].probes
-        self.name = type(dataset).__name__
-        self.n = n = len(part_of)
-        self._dataset = held_weakly(dataset)
-        self.simple = True
-        first = self.first.path.encode("utf-8", "surrogateescape")
-        capacity = max(4096, 64 * min(n, _COPY_UP_FRONT) + len(first))  # grown as paths come
-        offsets = np.full(n + 3, capacity, dtype=np.int64)  # (file 0 below, the placeholder, one per outer index)
-        offsets[0] = 0
-        self._files = GrowingStrings(np.empty(capacity, dtype=np.uint8), offsets)
-        self._file_count, self._end = 0, 0
-        self.index = SampleIndex(self._files, np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64),
-                                 np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=np.int64))
-        self.templates = None
-        self.done = np.zeros(n, dtype=bool)
-        self.fallback = np.zeros(n, dtype=bool)
-        self.fallbacks = {}
-        self._warned = False
-        self.trace_s, self.traced_lazily = 0.0, 0
-        self._lock = threading.RLock()
-        self._listeners = []
-        self.keep_effects, self._pool, self._workers, self._seed, self._epochs = False, None, 0, 0, 0
-        self._placeholder_id = -1
+        n = len(part_of)
+        first = parts[0].first.path.encode("utf-8", "surrogateescape")
         # File 0: part 0's index 0 (traced, never a fallback): what an untraced or
         # falling-back outer index points at, so the engine always reads a real file.
-        self._add_file(self.first.path)
+        super().__init__(dataset, parts[0].probes, n=n,
+                         capacity=max(4096, 64 * min(n, _COPY_UP_FRONT) + len(first)))  # (grown as paths come)
         known = np.zeros(n, dtype=bool)
         for p, part in enumerate(parts):
             mine = part_of == p
             known[mine] = part.done[inner[mine]]
         # (a fallback known already was warned about when it was found: not again here)
-        self._warned = True
+        self.falls.warned = True
         for j in np.flatnonzero(known)[:_COPY_UP_FRONT].tolist():
             self._adopt(j)
-        self._warned = False
+        self.falls.warned = False
 
     def run_like_torch(self, num_workers: int, seed: int) -> None:
         super().run_like_torch(num_workers, seed)
@@ -137,11 +114,11 @@ class LazyView(LazyTrace):
         for p in np.unique(parts).tolist():
             part = self.parts[p]
             # The part's own warning would name its index alone: the view warns, naming both.
-            warned, part._warned = part._warned, True
+            warned, part.falls.warned = part.falls.warned, True
             try:
                 part.prepare(inner[parts == p])
             finally:
-                part._warned = warned
+                part.falls.warned = warned
         for j in todo:
             self._adopt(j)
 
@@ -153,7 +130,7 @@ class LazyView(LazyTrace):
             self.fallbacks[j] = f"index {i} of {part.name}: {part.fallbacks[i]}"  # (what explain lists)
             return
         index = part.index
-        self.index.file_ids[j] = self._add_file(index.files[int(index.file_ids[i])])
+        self.index.file_ids[j] = self.files.add(index.files[int(index.file_ids[i])])
         self.index.offsets[j], self.index.sizes[j] = index.offsets[i], index.sizes[i]  # (a byte range of a file)
         self.index.labels[j] = index.labels[i]
         self.done[j] = True

@@ -10,12 +10,8 @@ from contextlib import contextmanager
 from typing import Any, Iterator, Optional, Tuple
 
 
-
-
-
 # The environment variable that turns the tracer off ("0").
 TRACE_ENV = "FASTLOAD_TRACE"
-
 
 
 def enabled() -> bool:
@@ -83,7 +79,6 @@ def code_kind(filename: str) -> int:
             kind = PACKAGE_CODE if packaged else USER_CODE
         _KINDS[filename] = kind
     return kind
-
 
 
 def where_in_traceback(tb: Any) -> str:
