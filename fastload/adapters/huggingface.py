@@ -55,7 +55,7 @@ function (pixels read, RNG drawn, another transform per row, ...), and a Dataset
 a torch Subset/ConcatDataset. A streaming `datasets.IterableDataset` has no index: its
 order is its own (see `iterable_reason`).
 
-Example (with `datasets` installed, an optional dependency; tests/test_hf_datasets.py
+Example (with `datasets` installed, an optional dependency; tests/adapters/test_hf_datasets.py
 runs the same)::
 
     import datasets, fastload

@@ -5,7 +5,7 @@ on a light copy whose image column holds row numbers, with lazy images in place 
 decoded ones; each row's header is read where its bytes are (fastload.source.arrow), so
 the EXIF orientation that `datasets` applies is known without decoding.
 
-Example (tests/test_hf_datasets.py runs the same)::
+Example (tests/adapters/test_hf_datasets.py runs the same)::
 
     from fastload.adapters import analyse
 
@@ -208,7 +208,7 @@ class HFLazyTrace(LazyTrace):
             default_collate cannot batch them, else None).
         first: position 0's trace (transform object, template, where the image sits).
 
-    Example (tests/test_hf_datasets.py runs the same)::
+    Example (tests/adapters/test_hf_datasets.py runs the same)::
 
         from fastload.adapters import analyse
 

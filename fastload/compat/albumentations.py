@@ -7,7 +7,7 @@ traced like any other (fastload/trace/); its `A.Compose` is opened here (only
 targets) and cut into the native prefix and a Python tail. albumentations need not be
 installed: its classes are recognised by module (albumentations.*) and name.
 
-| albumentations | fastload | how close (tests/test_albumentations.py) |
+| albumentations | fastload | how close (tests/adapters/test_albumentations.py) |
 | --- | --- | --- |
 | RandomResizedCrop(size (2.x) or height/width (1.x), scale, ratio, INTER_LINEAR) | RandomResizedCrop(size, scale, ratio, "bilinear", antialias=False) | the same draw (10 tries, round(), central fallback); the resize: see below |
 | Resize(height, width, INTER_LINEAR) | Resize((height, width), antialias=False) | see below |

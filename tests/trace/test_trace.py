@@ -376,7 +376,7 @@ class Disagrees(OwnDataset):
 
 class FromBytes(OwnDataset):
     """Bytes held in memory (bytes read from the file in the call are followed:
-    tests/test_trace_openers.py)."""
+    tests/trace/test_trace_openers.py)."""
 
     def __init__(self, root, transform):
         super().__init__(root, transform)

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.timeout(300)
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 # Native vs torchvision, same crop: two uint8 levels of resize rounding, through
-# Normalize's 1/std (as tests/test_trace.py).
+# Normalize's 1/std (as tests/trace/test_trace.py).
 EVAL_ATOL = 2.5 / 255 / min(STD)
 HERE = os.path.basename(__file__)
 

@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.timeout(300),
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 # Native vs torchvision + PIL, same crop: two uint8 levels of resize rounding, through
-# ToTensor and Normalize's 1/std (as tests/test_trace.py).
+# ToTensor and Normalize's 1/std (as tests/trace/test_trace.py).
 EVAL_ATOL = 2.5 / 255 / min(STD)
 CLASSES, PER_CLASS = 2, 5
 N = CLASSES * PER_CLASS
@@ -414,7 +414,7 @@ def test_ddp_ranks_see_every_sample_exactly_once_per_epoch(root, tmp_path, world
                                ).save_to_disk(str(tmp_path / "ddp"))
     script = tmp_path / "ddp_hf.py"
     script.write_text(DDP_SCRIPT)
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this checkout's fastload
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's fastload
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
            "PYTHONPATH": os.pathsep.join([here] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
     env.pop("RANK", None)
@@ -457,7 +457,7 @@ dist.destroy_process_group()
 def test_a_streaming_dataset_is_split_between_the_ddp_ranks(tmp_path):
     script = tmp_path / "ddp_stream.py"
     script.write_text(STREAMING_DDP_SCRIPT)
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this checkout's fastload
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's fastload
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
            "PYTHONPATH": os.pathsep.join([here] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
     env.pop("RANK", None)

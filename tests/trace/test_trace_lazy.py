@@ -31,8 +31,8 @@ needs_ops = pytest.mark.skipif(not _ext.has_ops(), reason="fastload._C is not bu
 pytestmark = pytest.mark.timeout(300)
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-EVAL_ATOL = 2.5 / 255 / min(STD)  # as tests/test_trace.py: two uint8 levels of resize rounding
-HERE = os.path.dirname(os.path.abspath(__file__))
+EVAL_ATOL = 2.5 / 255 / min(STD)  # as tests/trace/test_trace.py: two uint8 levels of resize rounding
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
 
 
 def eval_v1():
