@@ -1,7 +1,7 @@
 """A user's collate_fn followed around the engine's images, for any lazily traced dataset.
 
 A traced dataset (a class of the user's own, fastload/trace/lazy.py, or a Hugging
-Face dataset, hf_datasets.py) knows each sample's structure without its image: a template
+Face dataset, fastload/adapters/huggingface_trace.py) knows each sample's structure without its image: a template
 with SLOT where the transform's output was. torch's DataLoader hands the samples to the
 loader's collate_fn; `followed_collate` decides whether fastload can do the same with
 stand-ins in place of the images and put the engine's batch where the collate_fn stacked

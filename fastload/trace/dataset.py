@@ -61,7 +61,7 @@ over the dataset are probed (a fixed cost, whatever the length; what the calls c
 the dataset undone), and decide native or generic; a trace holds for one epoch, each
 served index traced just before the engine is handed its batch, and a later index whose
 trace disagrees runs through its own __getitem__ per sample (fastload/trace/
-trace_lazy.py; inside a Subset or ConcatDataset as lazily, through trace_views.py).
+lazy.py; inside a Subset or ConcatDataset as lazily, through views.py).
 A trace is an `__getitem__` call without decoding (no file is opened by path, a
 file opened with `open(path, "rb")` is opened and closed): about 15 us per sample on a
 quiet machine against ~1 ms for a decode (benchmarks/trace_lazy.py, benchmarks/RESULTS.md).

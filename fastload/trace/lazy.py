@@ -26,7 +26,7 @@ labels) are filled in place, so the engine reads them without a copy. Each DDP r
 traces only the indexes its sampler gives it. Under on_error="skip", a replacement sample
 is traced before the engine runs it, and the batch takes the samples it holds (a
 replacement that falls back is made by its own __getitem__). Inside a Subset or
-ConcatDataset the wrapper takes its indexes through a LazyView (trace_views.py), traced
+ConcatDataset the wrapper takes its indexes through a LazyView (views.py), traced
 as lazily. A hybrid pipeline whose Python tail runs in worker processes
 (tail_on="processes") hands each batch's traced files to the worker with the batch
 (`export` / `adopt`): the workers' copies were forked before the epoch's indexes were traced.
