@@ -698,11 +698,6 @@ def _piped(url: str, cache_dir: str) -> str:
 # ---- the map-style view -------------------------------------------------------------------
 
 
-class _Slot:
-    """Where the engine's image batch goes in a rebuilt batch."""
-
-
-_SLOT = _Slot()
 
 
 def _apply(fns: Sequence[Any], value: Any) -> Any:
@@ -787,7 +782,7 @@ class WebDatasetSamples(AnalysedSource, torch.utils.data.Dataset):
         kind = f.kind
         if kind == "image":
             value = image()
-            return value if value is _SLOT else _apply(f.fns, value)  # the slot: the engine applied them
+            return value if value is trace.SLOT else _apply(f.fns, value)  # the slot: the engine applied them
         if kind == "cls":
             return _apply(f.fns, int(self.shards.index.labels[row]))
         if kind == "__key__":
@@ -883,13 +878,7 @@ class WebDatasetSamples(AnalysedSource, torch.utils.data.Dataset):
     def _rebuild(self, images: Any, rows: torch.Tensor) -> Any:
         """The batch of view samples `rows` (int64 [B]) as torch's default_collate makes it
         from the pipeline's samples, `images` (the engine's batch) in the image's place."""
-        from torch.utils.data._utils.collate import collate, default_collate_fn_map
-
-        def fill(batch: Any, *, collate_fn_map: Any = None) -> Any:
-            return images
-
-        samples = [self._structure(int(self.rows[r]), lambda: _SLOT) for r in rows.tolist()]
-        return collate(samples, collate_fn_map={_Slot: fill, **default_collate_fn_map})
+        return trace.collated([self._structure(int(self.rows[r]), lambda: trace.SLOT) for r in rows.tolist()], images)
 
 
 def _local_path(url: str) -> Optional[str]:

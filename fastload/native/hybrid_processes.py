@@ -17,6 +17,7 @@ import torch
 
 from fastload.augment.tail import Tail
 from fastload.native import hybrid_workers
+from fastload.native.protocol import LazyIndex
 from fastload.source.index import SampleIndex
 from fastload.stats import SkippedSamples
 
@@ -76,7 +77,7 @@ class ProcessHybridRunner:
         # A lazily traced dataset's trace (fastload.trace.lazy; set by the loader):
         # the workers' copies were forked before most indexes were traced, so each batch
         # carries its indexes' traced files (LazyTrace.export/adopt).
-        self.trace: Any = None
+        self.trace: Optional[LazyIndex] = None
         self.last_samples: Optional[torch.Tensor] = None  # as NativeRunner's
 
     @property

@@ -49,7 +49,7 @@ from fastload.errors import UnsupportedPipeline
 from fastload.native.hybrid import hybrid_runner
 from fastload.native.labelled import LabelledRunner
 from fastload.native.producers import PRODUCERS
-from fastload.native.protocol import Runner
+from fastload.native.protocol import LazyIndex, Runner
 from fastload.native.runner import NativeRunner
 from fastload.source.index import SampleIndex
 from fastload.trace import followed_collate
@@ -322,7 +322,7 @@ class _LazilyTraced(LabelledRunner):
     holds for one epoch: `renew()` tells, at each iter(), whether the dataset still runs
     this way."""
 
-    def __init__(self, runner: Any, trace: Any, num_workers: int):
+    def __init__(self, runner: Any, trace: LazyIndex, num_workers: int):
         super().__init__(runner, trace)
         object.__setattr__(self, "_submitted", {})
         trace.run_like_torch(num_workers, runner.plan.seed if hasattr(runner, "plan") else 0)

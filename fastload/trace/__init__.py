@@ -53,7 +53,7 @@ from fastload.trace.openers import Lazy
 from fastload.trace.patches import tracing_patches, where_drawn
 from fastload.trace.probes import PROBES, Probe, probe_indexes
 from fastload.trace.rollback import Snapshot
-from fastload.trace.sample import (PLAIN_LEAVES, SLOT, Slot, TracedSample, is_int_label, is_simple_template,
+from fastload.trace.sample import (PLAIN_LEAVES, SLOT, Slot, TracedSample, collated, is_int_label, is_simple_template,
                                    same_value, sample_of_call, shape_text, templated)
 from fastload.trace.state import (active_call, global_rng_moved, global_rng_restore, global_rng_state, record,
                                   source_of, stop_trace, StopTrace, thread_state, TracedCall, TraceRefused)
@@ -63,7 +63,7 @@ from fastload.trace.where import REFUSAL_FIX, TRACE_ENV, disabled, enabled, wher
 __all__ = [
     "KEPT", "LazyTrace", "LazyView", "Lazy", "PLAIN_LEAVES", "PROBES", "Probe", "REFUSAL_FIX", "SLOT", "Slot",
     "Snapshot", "StopTrace", "TRACE_ENV", "TraceRefused", "TracedCall", "TracedImage",
-    "TracedOutput", "TracedSample", "active_call", "concat_view", "copy_into", "disabled", "eager", "enabled",
+    "TracedOutput", "TracedSample", "active_call", "collated", "concat_view", "copy_into", "disabled", "eager", "enabled",
     "followed_collate", "global_rng_moved", "global_rng_restore", "global_rng_state", "is_int_label", "is_lazy",
     "is_simple_template", "probe", "probe_collate", "probe_indexes", "record", "same_value", "sample_of_call",
     "shape_text", "source_of", "stop_trace", "subset_view", "templated", "thread_state", "trace_dataset",

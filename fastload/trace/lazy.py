@@ -86,7 +86,7 @@ from fastload.trace.placeholder import placeholder_jpeg
 from fastload.trace.probes import (basis_of, disagreement, first_call_apart, joined_unless_still, OPENS_AN_IMAGE, Probe,
                                    probe_timeout, run_probes, TIMEOUT_ENV)
 from fastload.trace.rollback import Snapshot
-from fastload.trace.sample import SLOT, Slot, is_simple_template, sample_of_call
+from fastload.trace.sample import SLOT, collated, is_simple_template, sample_of_call
 from fastload.trace.state import TraceRefused, global_rng_moved, global_rng_restore, global_rng_state, record
 from fastload.trace.where import REFUSAL_FIX, where_defined
 
@@ -369,17 +369,11 @@ class LazyTrace:
                     copy_into(images[k], image)
                     labels[k] = int(label)
             return [images, labels]
-        from torch.utils.data._utils.collate import collate, default_collate_fn_map
-
         templates = [self.templates[r] for r in rows]  # type: ignore[index]
         for k in falling:
             image, templates[k] = self.fitted_fallback(rows[k], made[rows[k]], images)
             copy_into(images[k], image)
-
-        def fill(batch: Any, *, collate_fn_map: Any = None) -> Any:
-            return images
-
-        return collate(templates, collate_fn_map={Slot: fill, **default_collate_fn_map})
+        return collated(templates, images)
 
     def made_by_getitem(self, i: int, started: Optional[Dict[int, Any]]) -> Any:
         """Index i's sample from its own __getitem__: a worker's (started), else made here."""

@@ -98,6 +98,18 @@ def sample_of_call(dataset: Any, call: TracedCall, sample: Any) -> TracedSample:
     return TracedSample(source_of(out.image)[1], out.transform, template, found[0])
 
 
+def collated(templates: List[Any], images: Any) -> Any:
+    """torch's default_collate of sample templates, the batch `images` where SLOT is:
+    the batch a dataset's own structure gives (the one rebuild of every source whose
+    samples are not (image, int label))."""
+    from torch.utils.data._utils.collate import collate, default_collate_fn_map
+
+    def fill(batch: Any, *, collate_fn_map: Any = None) -> Any:
+        return images
+
+    return collate(templates, collate_fn_map={Slot: fill, **default_collate_fn_map})
+
+
 def same_value(a: Any, b: Any) -> bool:
     if type(a) is not type(b):
         return False
