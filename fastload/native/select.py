@@ -41,10 +41,7 @@ import torch
 from torch.utils.data.datapipes.datapipe import IterDataPipe, MapDataPipe
 
 from fastload import _ext
-from fastload.adapters import adapter_for, convert
 from fastload.augment.plan import Fusion, fuse, make_plan
-from fastload.compat.conversion import callable_name
-from fastload.compat.torchvision import NotConvertible
 from fastload.errors import UnsupportedPipeline
 from fastload.native.hybrid import hybrid_runner
 from fastload.native.labelled import LabelledRunner
@@ -52,7 +49,6 @@ from fastload.native.producers import PRODUCERS
 from fastload.native.protocol import LazyIndex, Runner
 from fastload.native.runner import NativeRunner
 from fastload.source.index import SampleIndex
-from fastload.trace import followed_collate
 
 # Where decoding and augmenting run (see fastload.native.producers):
 #   "cpu":     the engine decodes and augments into the (pinned) batch; uint8 or float
@@ -67,6 +63,14 @@ DECODE_ON = ("auto", *PRODUCERS)
 _PREFIX = "fastload.DataLoader"
 
 
+def _rows_through_collate(dataset: Any) -> bool:
+    """The dataset's rows go through the collate probe even with torch's default collate_fn
+    (its adapter says so: Hugging Face rows may keep PIL images)."""
+    from fastload.adapters import adapter_for
+
+    return adapter_for(dataset).rows_through_collate
+
+
 def order_left_to_torch(dataset: Any, *, batch_size: Optional[int], sampler: Any = None,
                         batch_sampler: Any = None) -> Optional[str]:
     """The reason fastload does not order this dataset's batches itself (torch, or the
@@ -78,6 +82,8 @@ def order_left_to_torch(dataset: Any, *, batch_size: Optional[int], sampler: Any
     if isinstance(dataset, torch.utils.data.IterableDataset):
         # A webdataset pipeline the loader did not map, or a streaming Hugging Face
         # dataset: the reason names what kept it here.
+        from fastload.adapters import adapter_for  # (its modules load PIL: not at `import fastload`)
+
         return adapter_for(dataset).generic_reason(dataset) or \
             "generic: IterableDataset (order left to the dataset and torch)"
     if batch_size is None and batch_sampler is None:
@@ -130,6 +136,10 @@ def _resolve(dataset: Any, *, dtype: Optional[torch.dtype]) -> _Resolved:
         index, specs, origin = dataset.index, dataset.ops, type(dataset).__name__
         tail = dataset.python_tail()
     else:
+        from fastload.adapters import convert
+        from fastload.compat.conversion import callable_name
+        from fastload.compat.torchvision import NotConvertible
+
         try:
             conversion = convert(dataset)
         except NotConvertible as error:
@@ -246,7 +256,9 @@ def select_path(
     # A lazily traced dataset knows each sample's structure: a custom collate_fn that stacks
     # the images is followed around the engine's batch (fastload.trace.collate); a Hugging
     # Face dataset's rows go through it even without one (they may keep PIL images).
-    if hasattr(rebuild, "probes") and (custom_collate or adapter_for(dataset).rows_through_collate):
+    if hasattr(rebuild, "probes") and (custom_collate or _rows_through_collate(dataset)):
+        from fastload.trace import followed_collate
+
         rebuild, why = followed_collate(rebuild, collate_fn if custom_collate else None)
         if rebuild is None:
             return None, f"generic: {why}"
