@@ -80,6 +80,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
+from fastload import trace
 from fastload.compat.conversion import AnalysedSource, Analysis
 from fastload.datasets.tar import TarShards
 from fastload.datasets.webdataset_fields import DECODES, FIX, Field, NotMapped, Recipe, is_pipeline
