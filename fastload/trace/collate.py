@@ -35,12 +35,12 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
 from fastload.augment.split import MAX_DEPTH
-from fastload.trace.lazy import copy_into
+from fastload.trace.lazy import LazyTrace, copy_into
 from fastload.trace.sample import SLOT, same_value
 
 
@@ -98,7 +98,7 @@ def probe_collate(collate_fn: Any, templates: Sequence[Any]) -> Tuple[Optional[T
     return places[0], ""
 
 
-def followed_collate(rebuild: Any, collate_fn: Any) -> Tuple[Any, str]:
+def followed_collate(rebuild: LazyTrace, collate_fn: Any) -> Tuple[Union[LazyTrace, "CollatedBatches", None], str]:
     """(rebuild, "") making each batch of a lazily traced dataset (`rebuild`, its
     LazyTrace) with the user's `collate_fn` (None: torch's default_collate) around the
     engine's images, or (None, why) when the collate_fn is not seen through, or the rows
@@ -123,7 +123,7 @@ class CollatedBatches:
     into its slot. Everything else the loader calls of a LazyTrace (prepare, ahead, attach,
     renew, start_fallbacks, ...) goes to the trace."""
 
-    def __init__(self, trace: Any, collate_fn: Any, place: Tuple[Any, ...]):
+    def __init__(self, trace: LazyTrace, collate_fn: Any, place: Tuple[Any, ...]):
         self.trace, self.collate_fn, self.place = trace, collate_fn, place
 
     def __getattr__(self, name: str) -> Any:

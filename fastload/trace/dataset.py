@@ -95,6 +95,7 @@ from typing import Any
 import torch
 
 from fastload.compat.conversion import Analysis
+from fastload.trace.lazy import LazyTrace, probe
 from fastload.trace.probes import pipeline_of
 from fastload.trace.sample import shape_text
 from fastload.trace.state import TraceRefused
@@ -122,8 +123,6 @@ def trace_dataset(dataset: Any, refused: Analysis, *, wrapped: bool) -> Analysis
     (fastload.trace.lazy); the rest as the loader reaches them, also inside a
     Subset or ConcatDataset (`wrapped`: the wrapper takes its indexes through a LazyView,
     fastload.trace.views)."""
-    from fastload.trace.lazy import probe
-
     if not enabled() or not _map_style(dataset):
         return refused
     name = type(dataset).__name__
@@ -143,7 +142,7 @@ def trace_dataset(dataset: Any, refused: Analysis, *, wrapped: bool) -> Analysis
     return _analysis(dataset, result, wrapped)
 
 
-def _analysis(dataset: Any, traced: Any, wrapped: bool) -> Analysis:
+def _analysis(dataset: Any, traced: LazyTrace, wrapped: bool) -> Analysis:
     """The Analysis of a dataset whose probes traced (traced: a LazyTrace)."""
     name = type(dataset).__name__
     out = Analysis(f"traced {name}.__getitem__")

@@ -73,7 +73,7 @@ import threading
 import time
 import warnings
 import weakref
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -98,7 +98,7 @@ AHEAD_SAMPLES = 4096
 _PATH_SLACK = 1.25
 
 
-def probe(dataset: Any) -> Any:
+def probe(dataset: Any) -> Union["LazyTrace", TraceRefused, None]:
     """The dataset's LazyTrace (probes traced; a dataset of at most PROBES + 1 samples
     completely), a TraceRefused (`.index`, `.why`, `.where`), or None when index 0 opens no
     image with PIL.

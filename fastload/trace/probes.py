@@ -8,12 +8,14 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Dict, List, NamedTuple, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Sequence, Tuple, Union
+
+from fastload.augment.split import Pipeline
 
 from fastload.trace.patches import tracing_patches, where_drawn
 from fastload.trace.rollback import Snapshot
-from fastload.trace.sample import is_simple_template, same_value, sample_of_call, sample_unless_kept, shape_text
-from fastload.trace.state import TraceRefused, global_rng_moved, global_rng_restore, global_rng_state, record
+from fastload.trace.sample import TracedSample, is_simple_template, same_value, sample_of_call, sample_unless_kept, shape_text
+from fastload.trace.state import RngState, TraceRefused, global_rng_moved, global_rng_restore, global_rng_state, record
 from fastload.trace.where import where_defined
 
 
@@ -29,7 +31,7 @@ TIMEOUT_ENV = "FASTLOAD_TRACE_TIMEOUT"
 class Probe:
     """The samples traced up front: their index -> _Sample."""
 
-    def __init__(self, samples: Dict[int, Any]):
+    def __init__(self, samples: Dict[int, TracedSample]):
         self.samples = samples
 
     def agrees(self, other: "Probe") -> bool:
@@ -45,7 +47,7 @@ def probe_indexes(n: int) -> List[int]:
     return sorted({round(k * (n - 1) / (PROBES - 1)) for k in range(PROBES)} | {0})
 
 
-def run_probes(dataset: Any) -> Any:
+def run_probes(dataset: Any) -> Union[Probe, TraceRefused, None]:
     """Probe, a _Refused (with `.index`), or None when index 0 opens no image with PIL."""
     n = len(dataset)
     if n == 0:
@@ -114,13 +116,13 @@ class Basis(NamedTuple):
     __hash__ = None  # type: ignore[assignment]
 
 
-def basis_of(first: Any, n: int) -> Basis:
+def basis_of(first: TracedSample, n: int) -> Basis:
     pipeline, _ = pipeline_of(first.transform)
     return Basis(n, first.transform, tuple(pipeline.native), tuple(id(t) for t in pipeline.tail), first.slot_at,
                   is_simple_template(first.template))
 
 
-def disagreement(first: Any, sample: Any) -> str:
+def disagreement(first: TracedSample, sample: TracedSample) -> str:
     """Why `sample` (a later index's trace) cannot be made the way index 0 is, or ""."""
     if sample.transform is not first.transform:
         return f"passes the image to another transform object than index 0's ({type(sample.transform).__name__})"
@@ -131,7 +133,7 @@ def disagreement(first: Any, sample: Any) -> str:
     return ""
 
 
-def first_draw(dataset: Any, indexes: Sequence[int], before: Any) -> Any:
+def first_draw(dataset: Any, indexes: Sequence[int], before: RngState) -> Tuple[int, str, List[str]]:
     """(index, file:line, generators) of the first of `indexes` whose trace draws."""
     for index in indexes:
         global_rng_restore(before)
@@ -147,7 +149,7 @@ def first_draw(dataset: Any, indexes: Sequence[int], before: Any) -> Any:
 OPENS_AN_IMAGE = object()
 
 
-def first_call_apart(dataset: Any) -> Any:
+def first_call_apart(dataset: Any) -> Union[object, TraceRefused, None]:
     """Index 0 traced once in a forked child: OPENS_AN_IMAGE when it opened an image (or
     fork is unavailable, or the child did not answer within the probe timeout: the watched
     probes decide), None when it opened none (not a dataset to trace: nothing runs here),
@@ -222,7 +224,7 @@ def probe_timeout() -> float:
                          f"{os.environ[TIMEOUT_ENV]!r}") from None
 
 
-def pipeline_of(transform: Any) -> Any:
+def pipeline_of(transform: Any) -> Tuple[Pipeline, List[str]]:
     """(Pipeline, wrappers opened) of a transform a traced call intercepted: torchvision's,
     timm's or albumentations' (the cut into the native prefix and the Python tail, read
     from the transform's parameters as they are now)."""

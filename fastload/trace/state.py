@@ -79,11 +79,15 @@ def source_of(image: Any) -> Tuple[TracedCall, str, Optional[str]]:
 # ---- the global generators ----------------------------------------------------------------
 
 
-def global_rng_state() -> Tuple[Any, Any, torch.Tensor]:
+# Python's, numpy's and torch's global generator states, in that order.
+RngState = Tuple[Any, Any, torch.Tensor]
+
+
+def global_rng_state() -> RngState:
     return random.getstate(), np.random.get_state(), torch.default_generator.get_state()
 
 
-def global_rng_moved(before: Tuple[Any, Any, torch.Tensor]) -> List[str]:
+def global_rng_moved(before: RngState) -> List[str]:
     """The global generators drawn from since `before`."""
     py, npy, tch = before
     moved = []
@@ -97,7 +101,7 @@ def global_rng_moved(before: Tuple[Any, Any, torch.Tensor]) -> List[str]:
     return moved
 
 
-def global_rng_restore(state: Tuple[Any, Any, torch.Tensor]) -> None:
+def global_rng_restore(state: RngState) -> None:
     random.setstate(state[0])
     np.random.set_state(state[1])
     torch.default_generator.set_state(state[2])

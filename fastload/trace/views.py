@@ -53,7 +53,7 @@ from fastload.trace.sample import shape_text
 _COPY_UP_FRONT = 4096
 
 
-def is_lazy(trace: Any) -> bool:
+def is_lazy(trace: object) -> bool:
     """A trace a wrapper can take indexes of lazily (LazyTrace or LazyView)."""
     return isinstance(trace, LazyTrace)
 
@@ -136,7 +136,7 @@ class LazyView(LazyTrace):
         self.done[j] = True
 
 
-def _parts_of(analysis: Any) -> Any:
+def _parts_of(analysis: Analysis) -> List[LazyTrace]:
     """(parts, part_of, inner) of a traced analysis: a LazyView's own, or one LazyTrace's."""
     trace = analysis.trace
     if isinstance(trace, LazyView):
@@ -144,7 +144,7 @@ def _parts_of(analysis: Any) -> Any:
     return [trace], np.zeros(trace.n, dtype=np.int64), np.arange(trace.n, dtype=np.int64)
 
 
-def _refusal(analysis: Any) -> str:
+def _refusal(analysis: Analysis) -> str:
     """Why a traced analysis cannot be taken inside a wrapper ("" when it can)."""
     trace = analysis.trace
     if not trace.simple:
@@ -156,7 +156,7 @@ def _refusal(analysis: Any) -> str:
 _WRAPPED_FIX = "pass the dataset itself, or return (image, int label)"
 
 
-def subset(dataset: Any, inner: Any, rows: np.ndarray, out: Any) -> Any:
+def subset(dataset: Any, inner: Analysis, rows: np.ndarray, out: Analysis) -> Analysis:
     """`out` (the Subset's analysis, reasons none) as an Analysis over a LazyView of
     the traced `inner` analysis taken at `rows`."""
     why = _refusal(inner)
@@ -167,7 +167,7 @@ def subset(dataset: Any, inner: Any, rows: np.ndarray, out: Any) -> Any:
     return _traced(out, view)
 
 
-def concat(dataset: Any, parts: Sequence[Any], out: Any) -> Any:
+def concat(dataset: Any, parts: Sequence[Analysis], out: Analysis) -> Analysis:
     """`out` (the ConcatDataset's analysis, reasons none) with its index: a LazyView when
     every part is traced lazily; else the traced parts traced completely (`eager`) and the
     indexes concatenated (None: `out` has a reason)."""
@@ -201,7 +201,7 @@ def concat(dataset: Any, parts: Sequence[Any], out: Any) -> Any:
     return _traced(out, view)
 
 
-def eager(analysis: Any) -> Any:
+def eager(analysis: Analysis) -> Analysis:
     """(index, "") of a traced analysis traced completely, one file per sample; (None, why)
     when its samples are not (image, int label) or an index disagrees with index 0."""
     why = _refusal(analysis)
@@ -215,7 +215,7 @@ def eager(analysis: Any) -> Any:
     return flat_index(trace), ""
 
 
-def _traced(out: Any, view: LazyView) -> Any:
+def _traced(out: Analysis, view: LazyView) -> Analysis:
     analysis = Analysis(out.chain, list(out.reasons), list(out.fixes), view.index, out.pipeline,
                                  out.target_transform, out.transform, list(out.wrappers))
     analysis.trace, analysis.rebuild = view, view
