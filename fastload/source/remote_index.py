@@ -39,10 +39,11 @@ from fastload.source.tar_index import (INDEX_FORMAT, INDEX_SUFFIX, INDEX_VERSION
 from fastload.source.urls import cache_name
 
 # Bytes fetched per read while walking headers. After a skip over a large member (an
-# image), a small block: the next header, a label member and the header after it
-# (~1.5 KiB), not the image that follows. When the walk runs off the end of what it has
-# (small members back to back), a large block: many headers per request.
-SMALL_BLOCK = 2 * 1024
+# image), a small block: the next headers (extended ones included), a label member and
+# the headers after it (~3.5 KiB with pax headers), not the image that follows. Each read
+# that starts where the last block ended (small members back to back) doubles the block,
+# up to READ_BLOCK: many headers per request.
+SMALL_BLOCK = 4 * 1024
 READ_BLOCK = 64 * 1024
 # A shard of at least 2 * SPAN_BYTES is walked as up to MAX_SPANS spans at once: each
 # span starts at the first member header found by scanning from its first byte, walks to
@@ -62,12 +63,13 @@ SPAN_CONCURRENCY = 64
 
 class HeaderReads:
     """read(offset, size) over a remote object, a block per request (SMALL_BLOCK after a
-    skip, READ_BLOCK where the walk runs on past the block it has)."""
+    skip, doubled up to READ_BLOCK while the walk runs on past the block it has)."""
 
     def __init__(self, store: RemoteStore, url: str, size: int, block: int = READ_BLOCK,
                  small_block: int = SMALL_BLOCK):
         self.store, self.url, self.size = store, url, size
-        self.block, self.small_block = block, small_block
+        self.max_block, self.small_block = block, small_block
+        self._block = small_block
         self._start, self._data = 0, b""
 
     def __call__(self, offset: int, size: int) -> bytes:
@@ -76,9 +78,10 @@ class HeaderReads:
             return b""
         have = self._start + len(self._data)
         if not (self._start <= offset and end <= have):
-            block = self.block if self._start <= offset <= have + self.small_block else self.small_block
+            running_on = self._start <= offset <= have + 512
+            self._block = min(self.max_block, 2 * self._block) if running_on else self.small_block
             self._start = offset
-            self._data = self.store.read(self.url, offset, min(self.size, max(end, offset + block)))
+            self._data = self.store.read(self.url, offset, min(self.size, max(end, offset + self._block)))
         return self._data[offset - self._start:end - self._start]
 
 
@@ -120,14 +123,21 @@ def _walk_spans(store: RemoteStore, url: str, size: int,
     offsets: List[int] = []
     sizes: List[int] = []
     labels: Dict[str, str] = {}
-    for i, walk in enumerate(walks):
-        if walk is None or (i + 1 < len(starts) and walk[1] != starts[i + 1]):
-            return None  # an unusual span, or a start that was not a header: one walk from the start
-        (n, o, s, texts, _), _ = walk
-        labels.update({str(int(k) + len(names)): v for k, v in texts.items()})
-        names += n
-        offsets += o
-        sizes += s
+    end = 0  # where the spans joined so far stopped: an entry of the next span's walk
+    for walk in walks:
+        if walk is None:
+            return None  # a problem or an unusual archive: one walk from the start names it right
+        (n, o, s, texts, _), stopped, entries = walk
+        if end >= stopped:
+            continue  # the spans before it walked past all of it (one large member)
+        if end not in entries:
+            return None  # a start that is not where the walk from the start goes: one walk from the start
+        first = entries.index(end)  # (members before it were walked by the span before, with their headers)
+        labels.update({str(int(k) - first + len(names)): v for k, v in texts.items() if int(k) >= first})
+        names += n[first:]
+        offsets += o[first:]
+        sizes += s[first:]
+        end = stopped
     return names, offsets, sizes, labels, []
 
 

@@ -148,6 +148,7 @@ class _Walk:
         self.labels_text: Dict[str, str] = {}
         self.problems: List[List[Optional[str]]] = []
         self.last: Optional[str] = None
+        self.entries: List[int] = []  # per member, where its headers begin (fast walk only)
 
     def member(self, name: str, offset: int, size: int, shard_size: int, read) -> bool:
         """Records one regular member; False when it is cut (the walk stops)."""
@@ -229,45 +230,51 @@ def walk_headers(read: Callable[[int, int], bytes], shard_size: int):
 
 
 def walk_span(read: Callable[[int, int], bytes], shard_size: int, start: int,
-              stop: Optional[int]) -> Optional[Tuple[Tuple[Any, ...], int]]:
-    """The fast walk of the headers in [start, stop) of a shard, for walks of several
-    spans of one shard at once: (walk_headers' result for the span, where it stopped), or
-    None when the span holds what only a walk from the start reads right (an extended
-    header, whose member may lie in the next span; a problem, whose message names the
-    member before it; an unusual archive). `start` must be a member header's offset;
-    stop=None walks to the end of the archive.
+              stop: Optional[int]) -> Optional[Tuple[Tuple[Any, ...], int, List[int]]]:
+    """The fast walk of the headers from `start` on, up to the first member entry at or
+    past `stop` (None: the end of the archive), for walks of several spans of one shard at
+    once: (walk_headers' result for the span, where it stopped, each member's entry: the
+    offset of its first header, its extended header's where it has one), or None when
+    the span holds what only a walk from the start reads right (a problem, whose message
+    names the member before it; an unusual archive). `start` must be a header's offset;
+    the first member of a span that starts between an extended header and its member may
+    be read without it: the caller keeps a span's members from the entry where the span
+    before it stopped.
 
     Example:
         >>> import io, tarfile
         >>> buf = io.BytesIO()
-        >>> with tarfile.open(fileobj=buf, mode="w") as tf:
+        >>> with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tf:
         ...     for name in ("a.cls", "b.cls"):
         ...         info = tarfile.TarInfo(name); info.size = 1; tf.addfile(info, io.BytesIO(b"3"))
         >>> data = buf.getvalue()
-        >>> (names, offsets, *_), end = walk_span(lambda o, n: data[o:o + n], len(data), 1024, None)
-        >>> names, offsets
-        (['b.cls'], [1536])
+        >>> (names, offsets, *_), end, entries = walk_span(lambda o, n: data[o:o + n], len(data), 1024, None)
+        >>> names, offsets, entries
+        (['b.cls'], [1536], [1024])
     """
     try:
-        walk, pos, extended = _walk(read, shard_size, start, stop)
+        walk, pos = _walk(read, shard_size, start, stop)
     except _Unsupported:
         return None
-    if extended or walk.problems:
+    if walk.problems:
         return None
-    return walk.result(), pos
+    return walk.result(), pos, walk.entries
 
 
 def _walk(read: Callable[[int, int], bytes], shard_size: int, start: int = 0, stop: Optional[int] = None):
-    """walk_headers from the header at `start` until `stop` (None: the end of the archive):
-    (the _Walk, where it stopped, whether it met an extended header)."""
+    """walk_headers from the header at `start` until the first entry (a header not
+    preceded by an extended one) at or past `stop` (None: the end of the archive):
+    (the _Walk, where it stopped)."""
     walk = _Walk()
     pos = start
     long_name: Optional[str] = None
     pax: Dict[str, str] = {}
     pax_at = 0  # where the pax header of the next member is
     pending = False  # an extended header (L, x) waits for its member
-    extended = False
-    while stop is None or pos < stop:
+    entry = pos  # where the current member's headers begin (its extended header's offset)
+    while stop is None or pos < stop or pending:
+        if not pending:
+            entry = pos
         header = read(pos, 512)
         if len(header) < 512:
             if pending:
@@ -306,7 +313,6 @@ def _walk(read: Callable[[int, int], bytes], shard_size: int, start: int = 0, st
         kind = header[156:157]
         data = pos + 512
         if kind in _EXTENDED:  # their payload is read whole: bounded first
-            extended = True
             if size > MAX_EXTENDED_BYTES:
                 walk.problems.append([walk.last, f"unreadable tar header at byte {pos} {walk.where()}: "
                                                  f"an extended header of {size} bytes (at most "
@@ -359,11 +365,12 @@ def _walk(read: Callable[[int, int], bytes], shard_size: int, start: int = 0, st
                 continue
             if not walk.member(name, data, size, shard_size, read):
                 break
+            walk.entries += [entry] * (len(walk.names) - len(walk.entries))
         elif kind == b"S":
             raise _Unsupported("GNU sparse member")
         # Links, directories and unknown types (skipped by their size, as tarfile does)
         # are not samples.
-    return walk, pos, extended
+    return walk, pos
 
 
 def _parse_pax(buf: bytes) -> Dict[str, str]:
