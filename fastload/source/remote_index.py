@@ -63,12 +63,13 @@ SPAN_CONCURRENCY = 64
 
 class HeaderReads:
     """read(offset, size) over a remote object, a block per request (SMALL_BLOCK after a
-    skip, doubled up to READ_BLOCK while the walk runs on past the block it has)."""
+    skip, doubled up to READ_BLOCK while the walk runs on past the block it has; READ_BLOCK
+    first)."""
 
     def __init__(self, store: RemoteStore, url: str, size: int, block: int = READ_BLOCK,
-                 small_block: int = SMALL_BLOCK):
+                 small_block: int = SMALL_BLOCK, first_block: int = READ_BLOCK):
         self.store, self.url, self.size = store, url, size
-        self.max_block, self.small_block = block, small_block
+        self.max_block, self.small_block, self.first_block = block, small_block, first_block
         self._block = small_block
         self._start, self._data = 0, b""
 
@@ -78,8 +79,10 @@ class HeaderReads:
             return b""
         have = self._start + len(self._data)
         if not (self._start <= offset and end <= have):
-            running_on = self._start <= offset <= have + 512
-            self._block = min(self.max_block, 2 * self._block) if running_on else self.small_block
+            # (The first read of a walk: a large block, a small shard's whole.)
+            running_on = not self._data or self._start <= offset <= have + 512
+            self._block = self.first_block if not self._data else (
+                min(self.max_block, 2 * self._block) if running_on else self.small_block)
             self._start = offset
             self._data = self.store.read(self.url, offset, min(self.size, max(end, offset + self._block)))
         return self._data[offset - self._start:end - self._start]
@@ -116,7 +119,9 @@ def _walk_spans(store: RemoteStore, url: str, size: int,
     found = list(pool.map(lambda b: find_header(lambda o, n: store.read(url, o, min(size, o + n)), b, b + size // spans),
                           bounds[1:]))
     starts = [0] + sorted({f for f in found if f is not None})
-    walks = list(pool.map(lambda i: walk_span(HeaderReads(store, url, size), size, starts[i],
+    # (A span's walk starts with a small block: it starts at a header found inside the shard.)
+    walks = list(pool.map(lambda i: walk_span(HeaderReads(store, url, size, first_block=SMALL_BLOCK if i else READ_BLOCK),
+                                              size, starts[i],
                                               starts[i + 1] if i + 1 < len(starts) else None),
                           range(len(starts))))
     names: List[str] = []
