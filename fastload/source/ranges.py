@@ -231,7 +231,7 @@ class RemoteReads:
             # Only the span of what is still missing (another fetch may have brought the rest),
             # in pieces where cached members leave a gap wider than COALESCE_GAP.
             for start, end, part in coalesce(dict(missing), max_bytes=MAX_REQUEST_BYTES):
-                data = self.store.read(self.urls[key], start, end)
+                data = memoryview(self.store.read(self.urls[key], start, end))  # (slices of it are not copies)
                 for offset, size in part:
                     self.cache.put(self.cache.path(key, offset), data[offset - start:offset - start + size])
         with self._lock:
