@@ -140,12 +140,14 @@ class FaultProxy:
     `delay_s` before it is forwarded: the added latency per request. `requests` counts
     those chunks; `fail_next` new connections are reset at once, the next `fail_requests`
     requests are dropped by closing their connection (every request until `fail_until`,
-    a time.monotonic() value), and with `down` set every
-    connection is closed, as a server that went away.
+    a time.monotonic() value), with `stall` set requests are held without an answer (a
+    server that hangs), and with `down` set every connection is closed, as a server that
+    went away.
     """
 
     def __init__(self, target_port: int, delay_s: float = 0.0):
         self.target_port, self.delay_s = target_port, delay_s
+        self.stall = False  # requests are held, never forwarded: a server that stops answering
         self.requests = 0
         self.fail_next = 0
         self.fail_requests = 0
@@ -202,6 +204,8 @@ class FaultProxy:
                         self.fail_requests -= self.fail_requests > 0
                     if cut:
                         break  # the request never reaches the server; the client sees the connection close
+                    while self.stall and not self._closed:
+                        time.sleep(0.05)
                     if self.delay_s:
                         time.sleep(self.delay_s)
                 dst.sendall(data)

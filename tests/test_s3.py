@@ -296,3 +296,55 @@ def test_resume_and_ranks_are_exact(s3_server, bucket, local_shards, tmp_path):
             d, batch_size=4, num_workers=1,
             sampler=torch.utils.data.distributed.DistributedSampler(d, num_replicas=2, rank=rank, shuffle=True))
         _same([(x.clone(), y.clone()) for x, y in make(ds)], [(x.clone(), y.clone()) for x, y in make(local)])
+
+
+@pytest.mark.timeout(40)  # never a hang: named after the timeout and the retries (30 s each without it)
+def test_a_server_that_stops_answering_is_named_after_the_timeout(s3_server, bucket, tmp_path):
+    proxy = FaultProxy(s3_server.port)
+    try:
+        ds = fastload.TarShards(_url(bucket), OPS, cache_dir=str(tmp_path), retries=1, timeout=0.5,
+                                storage_options=_options(proxy.endpoint))
+        assert (ds.remote.store.retries, ds.remote.store.timeout) == (1, 0.5)
+        it = iter(fastload.DataLoader(ds, batch_size=5, shuffle=True, num_workers=1))
+        next(it)
+        proxy.stall = True
+        with pytest.raises(TarShardError, match=rf"of 's3://{bucket}/train-000\d\.tar' \(endpoint {proxy.endpoint}\) "
+                                                r"after 2 tries: OSError: .*timed out"):
+            list(it)
+    finally:
+        proxy.close()
+
+
+def test_request_settings_are_checked_and_read_from_the_environment(monkeypatch):
+    from fastload.source.remote import RemoteStore
+
+    assert (RemoteStore("memory://").retries, RemoteStore("memory://").timeout) == (4, 30.0)
+    monkeypatch.setenv("FASTLOAD_REMOTE_RETRIES", "1")
+    monkeypatch.setenv("FASTLOAD_REMOTE_TIMEOUT_S", "2.5")
+    assert (RemoteStore("memory://").retries, RemoteStore("memory://").timeout) == (1, 2.5)
+    assert RemoteStore("memory://", retries=0, timeout=7).retries == 0  # arguments first
+    with pytest.raises(ValueError, match="expected retries to be an int >= 0"):
+        fastload.TarShards("memory://b/a.tar", retries=-1)
+    with pytest.raises(ValueError, match="expected timeout to be a number of seconds > 0, got 0"):
+        fastload.TarShards("memory://b/a.tar", timeout=0)
+    monkeypatch.setenv("FASTLOAD_REMOTE_TIMEOUT_S", "soon")
+    with pytest.raises(ValueError, match=r"expected \$FASTLOAD_REMOTE_TIMEOUT_S to be a number, got 'soon'"):
+        RemoteStore("memory://")
+
+
+def test_skip_carries_an_epoch_past_a_server_gone_mid_epoch(s3_server, bucket, tmp_path):
+    proxy = FaultProxy(s3_server.port)
+    try:
+        ds = fastload.TarShards(_url(bucket), OPS, cache_dir=str(tmp_path), retries=0, timeout=2,
+                                storage_options=_options(proxy.endpoint))
+        loader = fastload.DataLoader(ds, batch_size=5, num_workers=1, on_error="skip", prefetch_factor=1)
+        it = iter(loader)
+        first = next(it)
+        proxy.down = True
+        proxy.cut_all()
+        with pytest.warns(UserWarning, match="skipped sample"):
+            rest = list(it)
+        assert [len(y) for _, y in [first] + rest] == [5, 5, 5, 5, 4]  # the epoch keeps its length
+        assert loader.stats()["skipped"] >= 1
+    finally:
+        proxy.close()
