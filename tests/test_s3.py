@@ -348,3 +348,57 @@ def test_skip_carries_an_epoch_past_a_server_gone_mid_epoch(s3_server, bucket, t
         assert loader.stats()["skipped"] >= 1
     finally:
         proxy.close()
+
+
+def _torchrun(script_args, work, world=2):
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}",
+           os.path.join(os.path.dirname(__file__), "ddp", "run_s3.py"), *script_args]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    env.pop("RANK", None)
+    env.pop("WORLD_SIZE", None)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, f"torchrun failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    phase = script_args[script_args.index("--phase") + 1]
+    ranks = []
+    for r in range(world):
+        with open(os.path.join(work, f"{phase}-rank{r}.json")) as f:
+            ranks.append(__import__("json").load(f))
+    return ranks
+
+
+def test_ddp_ranks_sharing_a_cache_read_each_sample_once_and_resume_exactly(
+        s3_server, session_bucket, make_image_folder, tmp_path):
+    # Every sample its own label (24 classes of one image), so labels name samples.
+    folder = make_image_folder(classes=24, per_class=1, size=(40, 56), seed=7)
+    paths = write_shards(folder, str(tmp_path / "train-%04d.tar"), maxcount=6)
+    name = f"{session_bucket}/{uuid.uuid4().hex[:12]}"
+    fs = _fs(s3_server.endpoint)
+    for p in paths:
+        fs.put_file(p, f"{name}/{os.path.basename(p)}")
+    proxy = FaultProxy(s3_server.port)  # counts what the two ranks ask of the server
+    try:
+        common = ["--url", f"s3://{name}/train-{{0000..{len(paths) - 1:04d}}}.tar", "--endpoint", proxy.endpoint,
+                  "--cache", str(tmp_path / "cache"), "--work", str(tmp_path)]
+        first = _torchrun(common + ["--phase", "first"], str(tmp_path))
+        assert all(r["path"].startswith("native") for r in first), first[0]["path"]
+        seen = first[0]["labels"] + first[1]["labels"]
+        assert sorted(seen) == list(range(24))  # every sample exactly once across the ranks
+        assert first[0]["batches"] == first[1]["batches"] == [3, 3, 3, 3]
+        # One cache folder for both ranks: each member downloaded once, by one of them.
+        assert first[0]["members_fetched"] + first[1]["members_fetched"] == 24
+        assert first[0]["bytes_read"] + first[1]["bytes_read"] <= sum(os.path.getsize(p) for p in paths)
+        files = [f for d, _, fs_ in os.walk(tmp_path / "cache" / "ranges") if ".locks" not in d for f in fs_]
+        assert len(files) == 24 and not [f for f in files if f.startswith(".partial")]  # whole files only
+        assert proxy.requests >= first[0]["requests"] + first[1]["requests"]
+        # A new process group resumes mid-epoch from rank 0's state: exactly the rest of the epoch.
+        rest = _torchrun(common + ["--phase", "resume"], str(tmp_path))
+        for r in range(2):
+            assert rest[r]["labels"] == first[r]["labels"][2 * 3:]
+            assert rest[r]["members_fetched"] == 0  # all in the shared cache already
+        # Both ranks fetching every member at once into a fresh shared cache: each downloaded once.
+        assert rest[0]["race_fetched"] + rest[1]["race_fetched"] == 24
+    finally:
+        proxy.close()
