@@ -402,3 +402,29 @@ def test_ddp_ranks_sharing_a_cache_read_each_sample_once_and_resume_exactly(
         assert rest[0]["race_fetched"] + rest[1]["race_fetched"] == 24
     finally:
         proxy.close()
+
+
+def test_webdataset_pipeline_over_s3_reads_by_range(s3_server, bucket, local_shards, tmp_path, monkeypatch):
+    wds = pytest.importorskip("webdataset")
+    import fsspec.config
+    from torchvision.transforms import v2
+
+    # A pipeline's shards get their storage options the way fsspec configures any s3://
+    # filesystem ($FSSPEC_S3 or ~/.config/fsspec), and fastload's request settings from the environment.
+    monkeypatch.setitem(fsspec.config.conf, "s3", {k: v for k, v in _options(s3_server.endpoint).items()
+                                                   if k != "skip_instance_cache"})
+    monkeypatch.setenv("FASTLOAD_CACHE", str(tmp_path))
+    monkeypatch.setenv("FASTLOAD_REMOTE_RETRIES", "2")
+    tf = v2.Compose([v2.PILToTensor(), v2.CenterCrop(24)])
+
+    def pipeline(urls):
+        return wds.WebDataset(urls, shardshuffle=False).decode("pil").to_tuple("jpg", "cls").map_tuple(tf, int)
+
+    loader = fastload.DataLoader(pipeline(_url(bucket)), batch_size=5)
+    assert loader.path.startswith("native: webdataset pipeline"), loader.path
+    remote = [list(b) for b in loader]
+    view = loader.dataset
+    assert view.shards.remote is not None and view.shards.remote.store.retries == 2
+    assert view.shards.remote.stats()["members_fetched"] == SHARDS * PER_SHARD
+    local = [list(b) for b in fastload.DataLoader(pipeline(local_shards), batch_size=5)]
+    _same(remote, local)
