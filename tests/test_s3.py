@@ -167,6 +167,31 @@ def test_index_beside_the_shard_is_used_when_it_matches(s3_server, bucket, local
     assert ds.keys.tolist() == fastload.TarShards(local_shards).keys.tolist()
 
 
+def test_prepare_writes_into_a_bucket(s3_server, session_bucket, make_image_folder, tmp_path, monkeypatch):
+    monkeypatch.setenv("FASTLOAD_CACHE", str(tmp_path / "cache"))
+    folder = make_image_folder(classes=2, per_class=5, size=(40, 56), seed=6)
+    url = f"s3://{session_bucket}/{uuid.uuid4().hex[:12]}/prepared"
+    options = _options(s3_server.endpoint)
+    done = fastload.prepare(folder, url, samples_per_shard=4, progress=False, num_workers=0, storage_options=options)
+    assert done.root == url and done.shards == [f"{url}/shard-{i:06d}.tar" for i in range(3)]
+    listed = sorted(p.rsplit("/", 1)[1] for p in _fs(s3_server.endpoint).ls(url[len("s3://"):]))
+    assert listed == sorted(["fastload-manifest.json"] + [f"shard-{i:06d}.tar{x}" for i in range(3)
+                                                          for x in ("", ".idx.json")])
+    remote = fastload.TarShards(url, OPS, cache_dir=str(tmp_path / "read"), storage_options=options)
+    assert remote.index_status == ["cached"] * 3  # the indexes beside the shards, uploaded with them
+    local = fastload.TarShards(fastload.prepare(folder, str(tmp_path / "local"), samples_per_shard=4,
+                                                progress=False, num_workers=0).root, OPS)
+    _same(_batches(remote), _batches(local))
+    # Again: nothing to prepare, nothing to upload but the manifest.
+    from fastload.source.remote import RemoteStore
+
+    writes = []
+    monkeypatch.setattr(RemoteStore, "write_file", lambda self, path, target: writes.append(target))
+    assert fastload.prepare(folder, url, samples_per_shard=4, progress=False, num_workers=0,
+                            storage_options=options).redone == 0
+    assert writes == [f"{url}/fastload-manifest.json"]
+
+
 def test_prepared_folder_in_a_bucket(s3_server, session_bucket, make_image_folder, tmp_path):
     folder = make_image_folder(classes=2, per_class=5, size=(40, 56), seed=5)
     prepared = fastload.prepare(folder, str(tmp_path / "prepared"), samples_per_shard=4, progress=False)

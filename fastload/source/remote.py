@@ -247,6 +247,12 @@ class RemoteStore:
             self.bytes_read += len(data)
         return data
 
+    def write_file(self, path: str, url: str) -> None:
+        """Uploads the local file `path` to `url` (whole, replacing it), retried as reads are."""
+        self._retried("an upload", url, lambda: self.fs.put_file(path, self.path(url)))
+        with self._lock:
+            self.requests += 1
+
     def read_object(self, url: str) -> Optional[bytes]:
         """The whole object at url, or None when there is none (FileNotFoundError)."""
         path = self.path(url)
