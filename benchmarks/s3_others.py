@@ -111,7 +111,17 @@ def streaming_dataset(args, data, work):
     from streaming import MDSWriter
     from streaming.base.util import clean_stale_shared_memory
 
-    clean_stale_shared_memory()  # a killed earlier run's leftovers would hold the new one up
+    # An earlier run's leftovers (shared memory, and the file locks Mosaic keeps in the
+    # temporary folder) make a new run wait for a barrier no one holds (60 s, its read
+    # timeout) and let its workers read shards still being written. No other Mosaic job
+    # runs beside the benchmark.
+    clean_stale_shared_memory()
+    import glob
+    import tempfile
+
+    for lock in glob.glob(os.path.join(tempfile.gettempdir(), "*_barrier_filelock")) + \
+            glob.glob(os.path.join(tempfile.gettempdir(), "*_cache_filelock")):
+        os.unlink(lock)
 
     out = os.path.join(work, "mds")
     if not os.path.isdir(out):
