@@ -63,13 +63,19 @@ def decode(jpg: bytes):
 
 
 def upload(folder: str, prefix: str, endpoint: str) -> None:
+    """Uploads the folder's files to s3://BUCKET/prefix/, one PUT each (SeaweedFS answered
+    boto3's multipart uploads of 25 MB chunks with InternalError under load), then marks
+    the folder uploaded (a rerun of the same server skips it)."""
     import boto3
+    from boto3.s3.transfer import TransferConfig
 
     s3 = boto3.client("s3", endpoint_url=endpoint)
+    single = TransferConfig(multipart_threshold=1 << 30)
     for root, _, files in os.walk(folder):
         for name in files:
             path = os.path.join(root, name)
-            s3.upload_file(path, BUCKET, f"{prefix}/{os.path.relpath(path, folder)}")
+            s3.upload_file(path, BUCKET, f"{prefix}/{os.path.relpath(path, folder)}", Config=single)
+    open(os.path.join(folder, ".uploaded"), "w").close()
 
 
 class _Transformed:
@@ -124,7 +130,8 @@ def streaming_dataset(args, data, work):
         os.unlink(lock)
 
     out = os.path.join(work, "mds")
-    if not os.path.isdir(out):
+    if not os.path.exists(os.path.join(out, ".uploaded")):
+        shutil.rmtree(out, ignore_errors=True)
         with MDSWriter(out=out, columns={"jpg": "bytes", "cls": "int"}, size_limit=args.shard_bytes) as w:
             for jpg, label in data:
                 w.write({"jpg": jpg, "cls": label})
@@ -141,7 +148,8 @@ def litdata_dataset(args, data, work):
     import litdata
 
     out = os.path.join(work, "litdata")
-    if not os.path.isdir(out):
+    if not os.path.exists(os.path.join(out, ".uploaded")):
+        shutil.rmtree(out, ignore_errors=True)
         litdata.optimize(fn=_litdata_item, inputs=data, output_dir=out, chunk_bytes=args.shard_bytes, num_workers=1,
                          mode="overwrite")
         upload(out, "litdata", args.upload_endpoint)

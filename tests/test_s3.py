@@ -453,3 +453,66 @@ def test_webdataset_pipeline_over_s3_reads_by_range(s3_server, bucket, local_sha
     assert view.shards.remote.stats()["members_fetched"] == SHARDS * PER_SHARD
     local = [list(b) for b in fastload.DataLoader(pipeline(local_shards), batch_size=5)]
     _same(remote, local)
+
+
+def _tar(members, fmt=None):
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=fmt or tarfile.USTAR_FORMAT) as tf:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            if data is None:  # a directory entry
+                info.type = tarfile.DIRTYPE
+                tf.addfile(info)
+                continue
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _photos(n, long_names=False, inner=None):
+    import random
+
+    rnd = random.Random(n)
+    out = []
+    for i in range(n):
+        key = ("d" * 120 + "/" if long_names else "") + f"s{i:04d}"  # > 100 bytes: a pax path header each
+        body = inner if (inner is not None and i == n // 2) else rnd.randbytes(rnd.randint(20_000, 90_000))
+        out += [(f"{key}.{'tar' if body is inner else 'jpg'}", body), (f"{key}.cls", b"%d" % (i % 5))]
+    return out
+
+
+@pytest.mark.parametrize("shape", ["ustar", "pax", "tar-inside", "directories", "truncated"])
+def test_span_walks_give_the_one_walk_index(shape, tmp_path, monkeypatch):
+    import tarfile
+
+    from fastload.source import remote_index
+    from fastload.source.remote import RemoteStore
+    from fastload.source.tar_index import walk_headers
+
+    photos = _tar(_photos(60))
+    data = {"ustar": photos, "pax": _tar(_photos(60, long_names=True), tarfile.PAX_FORMAT),
+            # A tar stored in the tar: headers inside a member's body, where a span may start.
+            "tar-inside": _tar(_photos(60, inner=photos[:1 << 20])),
+            # Entries that are not members: a span may stop at one.
+            "directories": _tar([m for i, m in enumerate(_photos(60)) for m in ([(f"d{i}/", None)] if i % 2 else [])
+                                 + [m]]),
+            "truncated": photos[:len(photos) // 2 + 100]}[shape]
+    monkeypatch.setattr(remote_index, "SPAN_BYTES", 256 * 1024)  # spans of this small shard
+    spans = []
+    walk = remote_index.walk_span
+    monkeypatch.setattr(remote_index, "walk_span", lambda *a: spans.append(a[2]) or walk(*a))
+    store = RemoteStore("memory://")
+    store.fs.pipe_file(f"/spans/{shape}.tar", data)
+    [(record, status)] = remote_index.remote_indexes(store, [f"memory://spans/{shape}.tar"], str(tmp_path))
+    names, offsets, sizes, labels, problems = walk_headers(lambda o, n: data[o:o + n], len(data))
+    assert status == "built" and len(spans) > 2  # the shard was walked in spans
+    assert (record["names"], record["offsets"], record["sizes"]) == (names, offsets, sizes)
+    assert (record["labels_text"], record["problems"]) == (labels, problems)
+    assert bool(problems) == (shape == "truncated")
+    # The walk reads a part of a shard of large members: headers, labels and the spans'
+    # scans for a first header (here 12 spans of a 3 MiB shard), not every image.
+    if shape in ("ustar", "pax"):
+        assert store.bytes_read < 0.3 * len(data), store.bytes_read / len(data)
