@@ -6,11 +6,14 @@ For each remote shard, in order of preference:
 2. the index beside the shard (`<url>.idx.json`, as fastload.prepare writes it), checked
    against the object's size and the fingerprint of a few of its blocks (about 20 small
    range reads, in parallel);
-3. a walk of the shard's tar headers by range reads (`HeaderReads`: each read fetches a
-   block of READ_BLOCK bytes from where the walk is, so small members cost nothing more
-   and large ones are skipped), the same walk as for local shards.
-The result is written to the cache (2 and 3), so the next run starts at 1. Shards are
-indexed on a thread pool, `concurrency` at once.
+3. a walk of the shard's tar headers by range reads, the same walk as for local shards
+   (`HeaderReads`: a small block past a large member, so images are skipped, not read;
+   larger blocks where small members follow each other), a large shard in spans walked
+   at once (`SPAN_BYTES`: a walk is one request per header, in sequence, so its time is
+   requests times latency; spans divide it).
+The result is written to the cache (2 and 3), so the next run starts at 1; it is not
+written beside the shard in the bucket (fastload/source/README.md says why). Shards are
+indexed on a thread pool, `concurrency` at once, their spans on another.
 
 Example:
     >>> from fastload.source.remote import RemoteStore
