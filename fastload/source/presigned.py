@@ -28,6 +28,7 @@ Example (a server that ignores Range answers 200 with the whole object: its head
 
 from __future__ import annotations
 
+import os
 import socket
 import ssl
 import threading
@@ -139,7 +140,10 @@ class _Connection:
 
 def _connection(scheme: str, netloc: str, timeout: float) -> Tuple[_Connection, bool]:
     """This thread's connection to the host, and whether it is new."""
-    connections: Dict[Tuple[str, str], _Connection] = _local.__dict__.setdefault("connections", {})
+    if _local.__dict__.get("pid") != os.getpid():
+        # A forked child's thread inherits its parent's sockets: never shared, its own instead.
+        _local.connections, _local.pid = {}, os.getpid()
+    connections: Dict[Tuple[str, str], _Connection] = _local.connections
     conn = connections.get((scheme, netloc))
     if conn is not None and conn.timeout == timeout:
         return conn, False
