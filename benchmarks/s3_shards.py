@@ -90,6 +90,7 @@ def cold_start(url, ops, options, cache, args):
     t = time.perf_counter()
     ds = fastload.TarShards(url, ops, cache_dir=cache, storage_options=options)
     open_s = time.perf_counter() - t
+    indexed = ds.remote.stats()
     at = {}
 
     def first_batch():
@@ -97,7 +98,7 @@ def cold_start(url, ops, options, cache, args):
 
     rate, _ = epoch(ds, args, first_batch)
     return {"open": open_s, "first": at["seconds"], "bytes": at["bytes_read"], "requests": at["requests"],
-            "img/s": rate}
+            "index_bytes": indexed["bytes_read"], "index_requests": indexed["requests"], "img/s": rate}
 
 
 def others(python, library, shards, endpoint, upload_endpoint, work, args):
@@ -279,13 +280,15 @@ def main() -> None:
                   f"{row['other']:.2f} |")
         if cold:
             print(f"\nCold start (no member index, no cached member; {size / 2 ** 20:.0f} MiB in {len(shards)} shards):\n")
-            print("| source | open s (header walk) | first batch s (from open) | bytes read by then | % of dataset "
-                  "| requests by then | epoch img/s | loader CPU ms/img | server+proxy CPU ms/img |")
-            print("|---|---|---|---|---|---|---|---|---|")
+            print("| source | open s (header walk) | index: bytes, % of dataset, requests | first batch s (from open) "
+                  "| bytes read by then | % of dataset | requests by then | epoch img/s | loader CPU ms/img "
+                  "| server+proxy CPU ms/img |")
+            print("|---|---|---|---|---|---|---|---|---|---|")
             for name, row in cold.items():
-                print(f"| {name} | {row['open']:.2f} | {row['first']:.2f} | {row['bytes'] / 2 ** 20:.1f} MiB | "
-                      f"{100 * row['bytes'] / size:.1f} % | {row['requests']} | {row['img/s']:.0f} | {row['cpu']:.2f} | "
-                      f"{row['other']:.2f} |")
+                print(f"| {name} | {row['open']:.2f} | {row['index_bytes'] / 2 ** 20:.1f} MiB, "
+                      f"{100 * row['index_bytes'] / size:.1f} %, {row['index_requests']} | {row['first']:.2f} | "
+                      f"{row['bytes'] / 2 ** 20:.1f} MiB | {100 * row['bytes'] / size:.1f} % | {row['requests']} | "
+                      f"{row['img/s']:.0f} | {row['cpu']:.2f} | {row['other']:.2f} |")
     finally:
         for proc in proxies:
             proc.stdin.close()
