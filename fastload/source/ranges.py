@@ -231,7 +231,7 @@ class RemoteReads:
             # Only the span of what is still missing (another fetch may have brought the rest),
             # in pieces where cached members leave a gap wider than COALESCE_GAP.
             for start, end, part in coalesce(dict(missing), max_bytes=MAX_REQUEST_BYTES):
-                data = self.store.read(self.urls[key], start, end)
+                data = memoryview(self.store.read(self.urls[key], start, end))  # (slices of it are not copies)
                 for offset, size in part:
                     self.cache.put(self.cache.path(key, offset), data[offset - start:offset - start + size])
         with self._lock:
@@ -271,10 +271,12 @@ def ranged(url: str) -> bool:
 
 
 def open_reads(urls: Sequence[str], cache_dir: str, *, storage_options: Optional[Dict[str, Any]] = None,
-               cache_limit: Optional[int] = None, concurrency: int = DEFAULT_CONCURRENCY) -> RemoteReads:
+               cache_limit: Optional[int] = None, concurrency: int = DEFAULT_CONCURRENCY,
+               retries: Optional[int] = None, timeout: Optional[float] = None) -> RemoteReads:
     """The RemoteReads of shards `urls` (all of one protocol): member files under
     `cache_dir/ranges` holding at most `cache_limit` bytes (None: a fraction of the free
-    disk; 0: no disk cache, files in a private memory folder removed after each batch)."""
+    disk; 0: no disk cache, files in a private memory folder removed after each batch);
+    `retries` and `timeout` per request as RemoteStore takes them."""
     protocols = sorted({protocol(u) for u in urls})
     if len(protocols) != 1:
         raise ValueError(f"fastload.TarShards: expected remote shards of one protocol, got {protocols}; "
@@ -282,7 +284,7 @@ def open_reads(urls: Sequence[str], cache_dir: str, *, storage_options: Optional
     if cache_limit is not None and not (isinstance(cache_limit, int) and cache_limit >= 0):
         raise ValueError(f"fastload.TarShards: expected cache_limit to be None (a fraction of the free disk), 0 "
                          f"(no disk cache) or a number of bytes, got {cache_limit!r}.")
-    store = RemoteStore(urls[0], storage_options)
+    store = RemoteStore(urls[0], storage_options, retries=retries, timeout=timeout)
     if cache_limit == 0:
         # Files must still exist for the engine: in memory, each removed once its batch is made.
         return RemoteReads(store, RangeCache(memory_folder(), limit=1 << 62), keep=False, concurrency=concurrency)

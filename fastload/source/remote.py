@@ -34,13 +34,50 @@ from fastload.source.presigned import get_range
 # 0.25 + 0.5 + 1 + 2 s, about 4 s before a dead server is named.
 RETRIES = 4
 BACKOFF_S = 0.25
+# Seconds a request may wait for each answer of the server (connecting, then each read)
+# before it fails and is retried: a server that stops answering is named after
+# (RETRIES + 1) * TIMEOUT_S plus the backoff, never a hang.
+TIMEOUT_S = 30.0
+# Environment variables for the defaults of `retries` and `timeout` (read when a store is
+# opened): how a dataset that fastload builds itself (a webdataset pipeline's view) is set.
+RETRIES_ENV = "FASTLOAD_REMOTE_RETRIES"
+TIMEOUT_ENV = "FASTLOAD_REMOTE_TIMEOUT_S"
 # Lifetime of a presigned URL (re-signed past half of it).
 PRESIGN_S = 3600
-# For s3:// when storage_options does not say: a request that hangs fails after these
-# seconds and is retried by fastload (botocore's own retries kept short so that ours
-# decide how long a failure takes).
+# For s3:// when storage_options does not say: connecting fails after at most these
+# seconds (botocore's own retries kept short so that fastload's decide how long a
+# failure takes).
 S3_CONNECT_TIMEOUT_S = 10
-S3_READ_TIMEOUT_S = 30
+
+
+def request_settings(retries: Optional[int] = None, timeout: Optional[float] = None) -> Tuple[int, float]:
+    """(retries, timeout) with None read from the environment (RETRIES_ENV, TIMEOUT_ENV),
+    else RETRIES and TIMEOUT_S; ValueError naming the setting when one is not valid.
+
+    Example:
+        >>> request_settings(2, None)
+        (2, 30.0)
+    """
+    if retries is None:
+        retries = _env_number(RETRIES_ENV, RETRIES, int)
+    if timeout is None:
+        timeout = _env_number(TIMEOUT_ENV, TIMEOUT_S, float)
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise ValueError(f"fastload.TarShards: expected retries to be an int >= 0 (tries after the first), "
+                         f"got {retries!r}.")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"fastload.TarShards: expected timeout to be a number of seconds > 0, got {timeout!r}.")
+    return retries, float(timeout)
+
+
+def _env_number(name: str, default: Any, kind: Any) -> Any:
+    text = os.environ.get(name)
+    if not text:
+        return default
+    try:
+        return kind(text)
+    except ValueError:
+        raise ValueError(f"fastload: expected ${name} to be a number, got {text!r}.") from None
 
 
 def is_remote(url: str) -> bool:
@@ -55,10 +92,10 @@ def protocol(url: str) -> str:
     return urllib.parse.urlparse(url).scheme.lower()
 
 
-def _options(url: str, storage_options: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+def _options(url: str, storage_options: Optional[Dict[str, Any]], timeout: float) -> Dict[str, Any]:
     options = dict(storage_options or {})
     if protocol(url) in ("s3", "s3a") and "config_kwargs" not in options:
-        options["config_kwargs"] = {"connect_timeout": S3_CONNECT_TIMEOUT_S, "read_timeout": S3_READ_TIMEOUT_S,
+        options["config_kwargs"] = {"connect_timeout": min(S3_CONNECT_TIMEOUT_S, timeout), "read_timeout": timeout,
                                     "retries": {"max_attempts": 2, "mode": "standard"}}
     return options
 
@@ -70,8 +107,11 @@ class RemoteStore:
         url: any URL of the filesystem (picks the protocol).
         storage_options: fsspec's keyword arguments for the filesystem (s3fs: key,
             secret, endpoint_url, client_kwargs, anon, ...); None: the environment.
-        retries: tries after the first one for a failed or timed-out request.
+        retries: tries after the first one for a failed or timed-out request (None:
+            $FASTLOAD_REMOTE_RETRIES, else RETRIES).
         backoff_s: the first wait between tries (doubled each time).
+        timeout: seconds a request waits for each answer of the server before it fails
+            and is retried (None: $FASTLOAD_REMOTE_TIMEOUT_S, else TIMEOUT_S).
         presign: s3:// ranges by presigned URL and plain HTTP (False: every request
             through s3fs/botocore).
 
@@ -79,11 +119,12 @@ class RemoteStore:
         requests, bytes_read, retries_made: counters (all threads).
     """
 
-    def __init__(self, url: str, storage_options: Optional[Dict[str, Any]] = None, *, retries: int = RETRIES,
-                 backoff_s: float = BACKOFF_S, presign: bool = True):
+    def __init__(self, url: str, storage_options: Optional[Dict[str, Any]] = None, *, retries: Optional[int] = None,
+                 backoff_s: float = BACKOFF_S, timeout: Optional[float] = None, presign: bool = True):
         self.protocol = protocol(url)
         self.storage_options = dict(storage_options or {})
-        self.retries, self.backoff_s = int(retries), float(backoff_s)
+        self.retries, self.timeout = request_settings(retries, timeout)
+        self.backoff_s = float(backoff_s)
         # s3:// ranges through presigned URLs (fastload/source/presigned.py); url -> (signed, when)
         self.presign = self.protocol in ("s3", "s3a") and presign
         self._presigned: Dict[str, Tuple[str, float]] = {}
@@ -103,7 +144,8 @@ class RemoteStore:
 
             try:
                 # A private instance (not fsspec's shared one): its retry setting is fastload's.
-                options = dict(_options(self.protocol + "://", self.storage_options), skip_instance_cache=True)
+                options = dict(_options(self.protocol + "://", self.storage_options, self.timeout),
+                               skip_instance_cache=True)
                 self._fs = fsspec.filesystem(self.protocol, **options)
                 if self.protocol in ("s3", "s3a") and hasattr(self._fs, "retries"):
                     self._fs.retries = 1  # s3fs' own retry loop: fastload's retries decide instead
@@ -191,9 +233,9 @@ class RemoteStore:
             signed = self._signed(url) if self.presign else None
             if signed is not None:
                 try:
-                    return get_range(signed, start, end)
+                    return get_range(signed, start, end, self.timeout)
                 except PermissionError:  # an expired signature: once more with a fresh one
-                    return get_range(self._signed(url, again=True) or signed, start, end)
+                    return get_range(self._signed(url, again=True) or signed, start, end, self.timeout)
             data = self.fs.cat_file(path, start=start, end=end)
             if len(data) != end - start:
                 raise OSError(f"got {len(data)} bytes of {end - start}")
@@ -204,6 +246,12 @@ class RemoteStore:
             self.requests += 1
             self.bytes_read += len(data)
         return data
+
+    def write_file(self, path: str, url: str) -> None:
+        """Uploads the local file `path` to `url` (whole, replacing it), retried as reads are."""
+        self._retried("an upload", url, lambda: self.fs.put_file(path, self.path(url)))
+        with self._lock:
+            self.requests += 1
 
     def read_object(self, url: str) -> Optional[bytes]:
         """The whole object at url, or None when there is none (FileNotFoundError)."""

@@ -6,11 +6,14 @@ For each remote shard, in order of preference:
 2. the index beside the shard (`<url>.idx.json`, as fastload.prepare writes it), checked
    against the object's size and the fingerprint of a few of its blocks (about 20 small
    range reads, in parallel);
-3. a walk of the shard's tar headers by range reads (`HeaderReads`: each read fetches a
-   block of READ_BLOCK bytes from where the walk is, so small members cost nothing more
-   and large ones are skipped), the same walk as for local shards.
-The result is written to the cache (2 and 3), so the next run starts at 1. Shards are
-indexed on a thread pool, `concurrency` at once.
+3. a walk of the shard's tar headers by range reads, the same walk as for local shards
+   (`HeaderReads`: a small block past a large member, so images are skipped, not read;
+   larger blocks where small members follow each other), a large shard in spans walked
+   at once (`SPAN_BYTES`: a walk is one request per header, in sequence, so its time is
+   requests times latency; spans divide it).
+The result is written to the cache (2 and 3), so the next run starts at 1; it is not
+written beside the shard in the bucket (fastload/source/README.md says why). Shards are
+indexed on a thread pool, `concurrency` at once, their spans on another.
 
 Example:
     >>> from fastload.source.remote import RemoteStore
@@ -34,32 +37,116 @@ import os
 from typing import Any, Dict, List, Optional, Tuple
 
 from fastload.source.remote import RemoteStore
-from fastload.source.tar_index import (INDEX_FORMAT, INDEX_SUFFIX, INDEX_VERSION, consistent_index, fingerprint,
-                                       fingerprint_blocks, scan_reads, write_index)
+from fastload.source.tar_index import (INDEX_FORMAT, INDEX_SUFFIX, INDEX_VERSION, checksum_ok, consistent_index,
+                                       fingerprint, fingerprint_blocks, scan_reads, walk_span, write_index)
 from fastload.source.urls import cache_name
 
-# Bytes fetched per read while walking headers: a header, a label member and the next
-# header usually fall in one block; a large image is skipped over, not read.
+# Bytes fetched per read while walking headers. After a skip over a large member (an
+# image), a small block: the next headers (extended ones included), a label member and
+# the headers after it (~3.5 KiB with pax headers), not the image that follows. Each read
+# that starts where the last block ended (small members back to back) doubles the block,
+# up to READ_BLOCK: many headers per request.
+SMALL_BLOCK = 4 * 1024
 READ_BLOCK = 64 * 1024
-# Shards indexed at once.
+# A shard of at least 2 * SPAN_BYTES is walked as up to MAX_SPANS spans at once: each
+# span starts at the first member header found by scanning from its first byte, walks to
+# where the next span starts, and the spans are joined only if each walk lands exactly on
+# the next one's header (anything unusual: one walk from the start). A walk is one
+# request per header, in sequence, so spans divide the time a shard takes by their
+# number; with 20 ms per request, 1000 members walked in one span take 20 s.
+SPAN_BYTES = 2 << 20
+MAX_SPANS = 32
+# Bytes per request while looking for a span's first header (about half a large member
+# is read before one is met).
+SCAN_BLOCK = 32 * 1024
+# Shards indexed at once, and span walks in flight at once (over all shards).
 INDEX_CONCURRENCY = 32
+SPAN_CONCURRENCY = 64
 
 
 class HeaderReads:
-    """read(offset, size) over a remote object, a READ_BLOCK-sized block per request."""
+    """read(offset, size) over a remote object, a block per request (SMALL_BLOCK after a
+    skip, doubled up to READ_BLOCK while the walk runs on past the block it has; READ_BLOCK
+    first)."""
 
-    def __init__(self, store: RemoteStore, url: str, size: int, block: int = READ_BLOCK):
-        self.store, self.url, self.size, self.block = store, url, size, block
+    def __init__(self, store: RemoteStore, url: str, size: int, block: int = READ_BLOCK,
+                 small_block: int = SMALL_BLOCK, first_block: int = READ_BLOCK):
+        self.store, self.url, self.size = store, url, size
+        self.max_block, self.small_block, self.first_block = block, small_block, first_block
+        self._block = small_block
         self._start, self._data = 0, b""
 
     def __call__(self, offset: int, size: int) -> bytes:
         end = min(offset + size, self.size)
         if offset >= end:
             return b""
-        if not (self._start <= offset and end <= self._start + len(self._data)):
+        have = self._start + len(self._data)
+        if not (self._start <= offset and end <= have):
+            # (The first read of a walk: a large block, a small shard's whole.)
+            running_on = not self._data or self._start <= offset <= have + 512
+            self._block = self.first_block if not self._data else (
+                min(self.max_block, 2 * self._block) if running_on else self.small_block)
             self._start = offset
-            self._data = self.store.read(self.url, offset, min(self.size, max(end, offset + self.block)))
+            self._data = self.store.read(self.url, offset, min(self.size, max(end, offset + self._block)))
         return self._data[offset - self._start:end - self._start]
+
+
+def find_header(read, start: int, stop: int, block: int = SCAN_BLOCK) -> Optional[int]:
+    """The offset of the first tar header at a multiple of 512 in [start, stop) (ustar
+    magic and a valid checksum), or None; `read(offset, size)` gives the object's bytes.
+    A JPEG or PNG body holding both by chance is not met in practice, and a walk that
+    starts at one does not land on the next span's header, so it is never used."""
+    pos = -(-start // 512) * 512
+    while pos < stop:
+        data = read(pos, min(block, stop - pos + 512))
+        if len(data) < 512:
+            return None
+        at = data.find(b"ustar", 257)
+        while 0 <= at <= len(data) - 255:
+            head = at - 257
+            if head % 512 == 0 and pos + head < stop and checksum_ok(data[head:head + 512]):
+                return pos + head
+            at = data.find(b"ustar", at + 1)
+        pos += (len(data) // 512) * 512
+    return None
+
+
+def _walk_spans(store: RemoteStore, url: str, size: int,
+                pool: concurrent.futures.ThreadPoolExecutor) -> Optional[Tuple[Any, ...]]:
+    """walk_headers' result for the whole shard from spans walked at once (see SPAN_BYTES),
+    or None when the spans cannot be joined (the caller walks from the start)."""
+    spans = min(MAX_SPANS, size // SPAN_BYTES)
+    if spans < 2:
+        return None
+    bounds = [i * size // spans for i in range(spans)]
+    found = list(pool.map(lambda b: find_header(lambda o, n: store.read(url, o, min(size, o + n)), b, b + size // spans),
+                          bounds[1:]))
+    starts = [0] + sorted({f for f in found if f is not None})
+    # (A span's walk starts with a small block: it starts at a header found inside the shard.)
+    walks = list(pool.map(lambda i: walk_span(HeaderReads(store, url, size, first_block=SMALL_BLOCK if i else READ_BLOCK),
+                                              size, starts[i],
+                                              starts[i + 1] if i + 1 < len(starts) else None),
+                          range(len(starts))))
+    names: List[str] = []
+    offsets: List[int] = []
+    sizes: List[int] = []
+    labels: Dict[str, str] = {}
+    end = 0  # where the spans joined so far stopped: an entry of the next span's walk
+    for walk in walks:
+        if walk is None:
+            return None  # a problem or an unusual archive: one walk from the start names it right
+        (n, o, s, texts, _), stopped, entries = walk
+        if end >= stopped:
+            continue  # the spans before it walked past all of it (one large member)
+        if end not in entries:
+            return None  # a start that is not where the walk from the start goes: one walk from the start
+        first = entries.index(end)  # (members before it were walked by the span before, with their headers)
+        labels.update({str(int(k) - first + len(names)): v for k, v in texts.items() if int(k) >= first})
+        names += n[first:]
+        offsets += o[first:]
+        sizes += s[first:]
+        end = stopped
+    return names, offsets, sizes, labels, []
 
 
 class _Seekable(io.RawIOBase):
@@ -121,11 +208,12 @@ def _beside(store: RemoteStore, url: str, identity: Dict[str, Any]) -> Optional[
     return record
 
 
-def remote_index(store: RemoteStore, url: str, cache_dir: str,
-                 identity: Optional[Dict[str, Any]] = None) -> Tuple[Dict[str, Any], str]:
+def remote_index(store: RemoteStore, url: str, cache_dir: str, identity: Optional[Dict[str, Any]] = None,
+                 spans: Optional[concurrent.futures.ThreadPoolExecutor] = None) -> Tuple[Dict[str, Any], str]:
     """(index record, "cached" | "built") of one remote shard (see the module's docstring).
 
     identity: the object's {"size", "tag"} when already known (from a listing).
+    spans: a thread pool for walking spans of a large shard at once (None: one walk).
     """
     identity = identity or store.identity(url)
     path = _cache_path(url, cache_dir)
@@ -134,10 +222,17 @@ def remote_index(store: RemoteStore, url: str, cache_dir: str,
         return record, "cached"
     record, status = _beside(store, url, identity), "cached"
     if record is None:
-        reads = HeaderReads(store, url, identity["size"])
-        record = {"format": INDEX_FORMAT, "version": INDEX_VERSION, "shard_size": identity["size"],
-                  **scan_reads(reads, identity["size"], lambda: io.BufferedReader(_Seekable(reads)),
-                               with_fingerprint=False)}  # the object's ETag says when it changed
+        size = identity["size"]
+        walk = _walk_spans(store, url, size, spans) if spans is not None else None
+        if walk is not None:
+            names, offsets, sizes, labels_text, problems = walk
+            fields = {"fingerprint": "", "names": names, "offsets": offsets, "sizes": sizes,
+                      "labels_text": labels_text, "problems": problems}
+        else:
+            reads = HeaderReads(store, url, size)
+            fields = scan_reads(reads, size, lambda: io.BufferedReader(_Seekable(reads)),
+                                with_fingerprint=False)  # the object's ETag says when it changed
+        record = {"format": INDEX_FORMAT, "version": INDEX_VERSION, "shard_size": size, **fields}
         status = "built"
     record = dict(record, remote_identity=identity)
     write_index(path, record)
@@ -146,8 +241,12 @@ def remote_index(store: RemoteStore, url: str, cache_dir: str,
 
 def remote_indexes(store: RemoteStore, urls: List[str], cache_dir: str,
                    concurrency: int = INDEX_CONCURRENCY) -> List[Tuple[Dict[str, Any], str]]:
-    """remote_index() of every URL, `concurrency` shards at once, in the order of `urls`;
-    the objects' sizes and tags come from one listing per folder where possible."""
+    """remote_index() of every URL, `concurrency` shards at once (and SPAN_CONCURRENCY span
+    walks of large shards), in the order of `urls`; the objects' sizes and tags come from
+    one listing per folder where possible."""
     identities = store.identities(urls)
-    with concurrent.futures.ThreadPoolExecutor(max(1, min(concurrency, len(urls)))) as pool:
-        return list(pool.map(lambda args: remote_index(store, args[0], cache_dir, args[1]), zip(urls, identities)))
+    # Two pools: a shard's task waits for its spans, which must never wait for a shard's place.
+    with concurrent.futures.ThreadPoolExecutor(SPAN_CONCURRENCY, thread_name_prefix="fastload-span") as spans, \
+            concurrent.futures.ThreadPoolExecutor(max(1, min(concurrency, len(urls)))) as pool:
+        return list(pool.map(lambda args: remote_index(store, args[0], cache_dir, args[1], spans),
+                             zip(urls, identities)))

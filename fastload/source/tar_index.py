@@ -148,6 +148,7 @@ class _Walk:
         self.labels_text: Dict[str, str] = {}
         self.problems: List[List[Optional[str]]] = []
         self.last: Optional[str] = None
+        self.entries: List[int] = []  # per member, where its headers begin (fast walk only)
 
     def member(self, name: str, offset: int, size: int, shard_size: int, read) -> bool:
         """Records one regular member; False when it is cut (the walk stops)."""
@@ -198,6 +199,17 @@ def _octal(field: bytes) -> int:
     return int(text, 8) if text else 0
 
 
+def checksum_ok(header: bytes) -> bool:
+    """True when a 512-byte tar header's checksum field matches its bytes (the unsigned
+    sum, or the signed one some old tars wrote)."""
+    try:
+        checksum = _octal(header[148:156])
+    except ValueError:
+        return False
+    unsigned = sum(header[:148]) + 256 + sum(header[156:])  # the field counts as 8 spaces
+    return checksum == unsigned or checksum == unsigned - 256 * sum(b > 127 for b in header)
+
+
 def _pax_size(text: str) -> int:
     # pax sizes are decimal; a sign or anything else would move the walk backwards or nowhere.
     if not (text.isascii() and text.isdigit()) or len(text) > 20:
@@ -214,13 +226,55 @@ def walk_headers(read: Callable[[int, int], bytes], shard_size: int):
     headers at most MAX_EXTENDED_BYTES), so the walk always moves forward and never reads
     more than the shard holds: a hostile header ends the walk with a problem, nothing else.
     """
+    return _walk(read, shard_size)[0].result()
+
+
+def walk_span(read: Callable[[int, int], bytes], shard_size: int, start: int,
+              stop: Optional[int]) -> Optional[Tuple[Tuple[Any, ...], int, List[int]]]:
+    """The fast walk of the headers from `start` on, up to the first member entry at or
+    past `stop` (None: the end of the archive), for walks of several spans of one shard at
+    once: (walk_headers' result for the span, where it stopped, each member's entry: the
+    offset of its first header, its extended header's where it has one), or None when
+    the span holds what only a walk from the start reads right (a problem, whose message
+    names the member before it; an unusual archive). `start` must be a header's offset;
+    the first member of a span that starts between an extended header and its member may
+    be read without it: the caller keeps a span's members from the entry where the span
+    before it stopped.
+
+    Example:
+        >>> import io, tarfile
+        >>> buf = io.BytesIO()
+        >>> with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tf:
+        ...     for name in ("a.cls", "b.cls"):
+        ...         info = tarfile.TarInfo(name); info.size = 1; tf.addfile(info, io.BytesIO(b"3"))
+        >>> data = buf.getvalue()
+        >>> (names, offsets, *_), end, entries = walk_span(lambda o, n: data[o:o + n], len(data), 1024, None)
+        >>> names, offsets, entries
+        (['b.cls'], [1536], [1024])
+    """
+    try:
+        walk, pos = _walk(read, shard_size, start, stop)
+    except _Unsupported:
+        return None
+    if walk.problems:
+        return None
+    return walk.result(), pos, walk.entries
+
+
+def _walk(read: Callable[[int, int], bytes], shard_size: int, start: int = 0, stop: Optional[int] = None):
+    """walk_headers from the header at `start` until the first entry (a header not
+    preceded by an extended one) at or past `stop` (None: the end of the archive):
+    (the _Walk, where it stopped)."""
     walk = _Walk()
-    pos = 0
+    pos = start
     long_name: Optional[str] = None
     pax: Dict[str, str] = {}
     pax_at = 0  # where the pax header of the next member is
     pending = False  # an extended header (L, x) waits for its member
-    while True:
+    entry = pos  # where the current member's headers begin (its extended header's offset)
+    while stop is None or pos < stop or pending:
+        if not pending:
+            entry = pos
         header = read(pos, 512)
         if len(header) < 512:
             if pending:
@@ -246,12 +300,10 @@ def walk_headers(read: Callable[[int, int], bytes], shard_size: int):
                                                      f"{shard_size} without the tar end-of-archive marker"])
             break
         try:
-            checksum = _octal(header[148:156])
             size = _octal(header[124:136])
         except ValueError:
-            checksum = size = -1
-        unsigned = sum(header[:148]) + 256 + sum(header[156:])  # the field counts as 8 spaces
-        if (checksum != unsigned and checksum != unsigned - 256 * sum(b > 127 for b in header)) or size < 0:
+            size = -1
+        if not checksum_ok(header) or size < 0:
             if pos == 0:
                 walk.problems.append([None, "truncated or unreadable tar at its start: bad checksum "
                                             "(not a tar file?)"])
@@ -313,11 +365,12 @@ def walk_headers(read: Callable[[int, int], bytes], shard_size: int):
                 continue
             if not walk.member(name, data, size, shard_size, read):
                 break
+            walk.entries += [entry] * (len(walk.names) - len(walk.entries))
         elif kind == b"S":
             raise _Unsupported("GNU sparse member")
         # Links, directories and unknown types (skipped by their size, as tarfile does)
         # are not samples.
-    return walk.result()
+    return walk, pos
 
 
 def _parse_pax(buf: bytes) -> Dict[str, str]:
