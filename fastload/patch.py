@@ -51,7 +51,7 @@ import torch.utils.data
 
 from fastload.generic import TorchDataLoader
 from fastload.loader import DataLoader
-from fastload.rebuild import extras_for
+from fastload.rebuild import extras_for, unbind_accelerate
 
 _TORCH_MODULES = ("torch.utils.data", "torch.utils.data.dataloader")
 # Frames of these packages are not where a loader was "built": the caller above them is.
@@ -155,6 +155,7 @@ def patch(*, summary: bool = True) -> None:
             through the patched names and which paths they ran.
     """
     _state.active = True
+    unbind_accelerate()  # (torch's class again under Accelerate's name, so that it is rebound below)
     _state.bound = sorted(set(_state.bound) | set(_rebind(TorchDataLoader, PatchedDataLoader)))
     if summary and not _state.summary_registered:
         atexit.register(_print_summary)

@@ -292,8 +292,11 @@ with warnings.catch_warnings(record=True) as caught:
 import accelerate.data_loader
 print(type(base).__name__, getattr(base, "path", "-").split(":")[0], images.dtype, getattr(base, "seed", None),
       len(prepared), accelerate.data_loader.DataLoader.__module__)
-skipped = accelerator.skip_first_batches(prepared, 1)  # Accelerate's resume: torch's class again
-print(type(skipped.base_dataloader).__module__, len(list(skipped)))
+skipped = accelerator.skip_first_batches(prepared, 1)  # Accelerate's resume: fastload's again
+print(type(skipped.base_dataloader).__module__, getattr(skipped.base_dataloader, "path", "-").split(":")[0],
+      getattr(skipped.base_dataloader, "seed", None), len(list(skipped)))
+other = accelerator.prepare(torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.arange(4)), batch_size=2))
+print(type(other.base_dataloader).__module__)
 for w in caught:
     print("warning:", w.message)
 '''
@@ -311,11 +314,12 @@ def test_prepare_keeps_a_fastload_loader_and_its_extras(folder, tmp_path, mode):
     lines = proc.stdout.strip().splitlines()
     if mode == "patched":
         assert lines == ["PatchedDataLoader native torch.float64 7 3 fastload.patch",
-                         "fastload.patch 2"]
+                         "fastload.patch native 7 2", "fastload.patch"]
     else:
-        # The one rebuild in prepare() is fastload's, then Accelerate's name is torch's again.
-        assert lines == ["DataLoader native torch.float64 7 3 torch.utils.data.dataloader",
-                         "torch.utils.data.dataloader 2"]
+        # prepare()'s rebuild and skip_first_batches' are fastload's (Accelerate's name is the
+        # builder from then on); a loader over another dataset stays torch's.
+        assert lines == ["DataLoader native torch.float64 7 3 fastload.rebuild",
+                         "fastload.loader native 7 2", "torch.utils.data.dataloader"]
 
 
 # ---------------------------------------------------------------------------------------
