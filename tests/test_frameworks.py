@@ -375,3 +375,35 @@ def test_timms_default_prefetcher_path_gives_timms_values(image_folder):
         assert x.dtype == want_x.dtype and x.shape == want_x.shape and torch.equal(y, want_y)
         # two uint8 levels of resize rounding, after timm's normalisation (std ~0.225)
         assert torch.allclose(x, want_x, atol=2.5 / 255 / 0.225), (x - want_x).abs().max()
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_timms_own_dataset_on_its_default_prefetcher_path_runs_native(image_folder, training):
+    """timm's train.py default: create_dataset (timm's ImageDataset, traced) and
+    create_loader(use_prefetcher=True): ToNumpy's uint8 samples through fast_collate,
+    followed around the engine's batch; for evaluation the same values as timm's loader."""
+    timm_data = need("timm.data")
+    from fastload.patch import patch, unpatch
+
+    def batches():
+        dataset = timm_data.create_dataset("", root=image_folder, is_training=training)
+        loader = timm_data.create_loader(dataset, input_size=(3, 32, 32), batch_size=4, is_training=training,
+                                         use_prefetcher=True, device=torch.device("cpu"), num_workers=0)
+        return loader, list(loader)
+
+    theirs = batches()[1]
+    patch(summary=False)
+    try:
+        loader, ours = batches()
+    finally:
+        unpatch()
+    path = loader.loader.path
+    assert path.startswith("native: traced ImageDataset.__getitem__") and "fast_collate followed" in path, path
+    assert len(ours) == len(theirs)
+    if training:  # random crops: the labels of the epoch, and the batches' form
+        assert sorted(torch.cat([y for _, y in ours]).tolist()) == sorted(torch.cat([y for _, y in theirs]).tolist())
+        assert all(x.dtype == torch.float32 and x.shape == (4, 3, 32, 32) for x, _ in ours)
+        return
+    for (x, y), (want_x, want_y) in zip(ours, theirs):
+        assert x.dtype == want_x.dtype and x.shape == want_x.shape and torch.equal(y, want_y)
+        assert torch.allclose(x, want_x, atol=2.5 / 255 / 0.225), (x - want_x).abs().max()
