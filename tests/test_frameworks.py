@@ -8,6 +8,7 @@ where its framework is absent (`make setup` installs them)."""
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -407,3 +408,76 @@ def test_timms_own_dataset_on_its_default_prefetcher_path_runs_native(image_fold
     for (x, y), (want_x, want_y) in zip(ours, theirs):
         assert x.dtype == want_x.dtype and x.shape == want_x.shape and torch.equal(y, want_y)
         assert torch.allclose(x, want_x, atol=2.5 / 255 / 0.225), (x - want_x).abs().max()
+
+
+# ---------------------------------------------------------------------------------------
+# The Trainer and timm examples under `torchrun --nproc_per_node 2 -m fastload run` (gloo, CPU)
+
+EXAMPLES = os.path.join(HERE, "..", "examples")
+TINY_SAMPLES = 16  # the examples' --tiny folders: one image per class (label = sample index)
+
+
+def torchrun_example(name, *args):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        env.pop(key, None)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           "-m", "fastload", "run", os.path.join(EXAMPLES, f"{name}.py"), *args]
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"torchrun did not finish in {LAUNCH_TIMEOUT_S} s (a hang?):\n{(e.stderr or b'')[-3000:]!r}")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-5000:]
+    return proc.stdout, proc.stderr
+
+
+def rank_summaries(stderr):
+    """{rank: (loaders built, native)} from each rank's summary line."""
+    found = {}
+    for rank, built, native in re.findall(r"\[rank (\d)\] fastload: (\d+) DataLoaders?: (\d+) native", stderr):
+        found[int(rank)] = (int(built), int(native))
+    return found
+
+
+def read_ranks(path):
+    return [[json.loads(line) for line in open(f"{path}.rank{rank}")] for rank in (0, 1)]
+
+
+@pytest.mark.timeout(2 * LAUNCH_TIMEOUT_S + 60)
+def test_trainer_on_two_ranks_is_native_exact_once_and_resumes_exactly(tmp_path):
+    need("transformers.trainer")
+    need("datasets")
+    work = ["--tiny", "--work", str(tmp_path)]
+    out, err = torchrun_example("train_trainer", *work, "--record", str(tmp_path / "full"))
+    assert out.count("train loader: native: Hugging Face Dataset") == 2, out
+    full = rank_summaries(err)
+    assert sorted(full) == [0, 1] and all(built == native for built, native in full.values()), err[-3000:]
+    steps = read_ranks(tmp_path / "full")
+    per_epoch = TINY_SAMPLES // 2 // 2  # steps of batch 2 per rank
+    assert [len(s) for s in steps] == [12, 12]
+    for epoch in range(3):
+        labels = [x for rank in steps for step in rank[epoch * per_epoch:(epoch + 1) * per_epoch]
+                  for x in step["labels"]]
+        assert sorted(labels) == list(range(TINY_SAMPLES)), f"epoch {epoch}: {labels}"
+    # A new job resumes each rank from the checkpoint at step 6 (inside epoch 1): the
+    # example checks its batches against its uninterrupted ones and exits 1 where they differ.
+    out, err = torchrun_example("train_trainer", *work, "--resume", "--resume-step", "6")
+    assert out.count("resume: 6 steps after step 6, equal to the uninterrupted run's") == 2, out
+    resumed = rank_summaries(err)
+    # Each rank built one loader more (the resumed epoch's, by skip_first_batches), all native.
+    assert resumed == {rank: (built + 1, built + 1) for rank, (built, _) in full.items()}, err[-3000:]
+
+
+def test_timm_on_two_ranks_is_native_and_exact_once(tmp_path):
+    need("timm.data")
+    out, err = torchrun_example("train_timm", "--tiny", "--work", str(tmp_path), "--record", str(tmp_path / "b"))
+    for rank in (0, 1):
+        assert f"[rank {rank}] train loader: native: traced ImageDataset.__getitem__" in out, out
+    assert rank_summaries(err) == {0: (1, 1), 1: (1, 1)}, err[-3000:]
+    steps = read_ranks(tmp_path / "b")
+    orders = []
+    for epoch in range(2):
+        labels = [[x for step in rank if step["epoch"] == epoch for x in step["labels"]] for rank in steps]
+        assert sorted(labels[0] + labels[1]) == list(range(TINY_SAMPLES)), f"epoch {epoch}: {labels}"
+        orders.append(labels)
+    assert orders[0] != orders[1]  # the DistributedSampler's set_epoch reached the loader
