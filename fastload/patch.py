@@ -41,6 +41,7 @@ Example:
 from __future__ import annotations
 
 import atexit
+import inspect
 import os
 import sys
 import threading
@@ -92,6 +93,11 @@ class PatchedDataLoader(DataLoader, metaclass=_TorchCompatible):
         kwargs.update(extras_for(dataset, kwargs))
         super().__init__(*args, **kwargs)
         _state.record(PatchedLoader(_caller(), self.path))
+
+    # fastload.DataLoader's signature (torch's arguments, then the extras): frameworks that
+    # read the arguments a loader was built with off its __init__ (Lightning, to rebuild it
+    # around a DistributedSampler) find `dataset` and the others by name.
+    __init__.__signature__ = inspect.signature(DataLoader.__init__)  # type: ignore[attr-defined]
 
 
 def _caller() -> str:

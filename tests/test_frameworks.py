@@ -2,8 +2,12 @@
 samplers run natively (against torch's DataLoader), accelerator.prepare under
 `python -m fastload run` shards a native fastload loader once across 2 torchrun ranks
 (gather_for_metrics, save_state/load_state + skip_first_batches exact, equal to torch's),
-transformers' Trainer trains on fastload's loaders, and timm's create_loader builds them. Each test skips, with the reason,
-where its framework is absent (`make setup` installs them)."""
+transformers' Trainer trains on fastload's loaders, timm's create_loader builds them (its
+own dataset on its default prefetcher path natively too), and on 2 torchrun ranks under
+`python -m fastload run` the Trainer example (each sample once per epoch, a resumed job on
+the uninterrupted one's batches, the resumed epoch native), the timm example and a
+Lightning DDP script that knows only torch run natively, each sample once per epoch. Each
+test skips, with the reason, where its framework is absent (`make setup` installs them)."""
 
 import importlib
 import json
@@ -418,11 +422,13 @@ TINY_SAMPLES = 16  # the examples' --tiny folders: one image per class (label = 
 
 
 def torchrun_example(name, *args):
+    """`torchrun --nproc_per_node 2 -m fastload run examples/<name>.py ARGS` (name None: ARGS
+    start with the script): (stdout, stderr)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
         env.pop(key, None)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           "-m", "fastload", "run", os.path.join(EXAMPLES, f"{name}.py"), *args]
+           "-m", "fastload", "run", *([os.path.join(EXAMPLES, f"{name}.py")] if name else []), *args]
     try:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S)
     except subprocess.TimeoutExpired as e:
@@ -440,7 +446,12 @@ def rank_summaries(stderr):
 
 
 def read_ranks(path):
-    return [[json.loads(line) for line in open(f"{path}.rank{rank}")] for rank in (0, 1)]
+    """Each rank's OUT.rankN, a list of JSON lines."""
+    ranks = []
+    for rank in (0, 1):
+        with open(f"{path}.rank{rank}") as f:
+            ranks.append([json.loads(line) for line in f])
+    return ranks
 
 
 @pytest.mark.timeout(2 * LAUNCH_TIMEOUT_S + 60)
@@ -481,3 +492,23 @@ def test_timm_on_two_ranks_is_native_and_exact_once(tmp_path):
         assert sorted(labels[0] + labels[1]) == list(range(TINY_SAMPLES)), f"epoch {epoch}: {labels}"
         orders.append(labels)
     assert orders[0] != orders[1]  # the DistributedSampler's set_epoch reached the loader
+
+
+def test_lightning_ddp_rebuilds_a_patched_loader_natively_and_exact_once(tmp_path, make_image_folder):
+    """A script that knows only torch under Lightning's DDP: Lightning rebuilds its loader
+    around a DistributedSampler from the arguments its __init__ was called with (read by
+    name off the signature): the rebuilt loader is fastload's, native, each sample once."""
+    need("pytorch_lightning")
+    root = make_image_folder(classes=TINY_SAMPLES, per_class=1, size=(24, 28))
+    cmd = [os.path.join(HERE, "frameworks", "lightning_ranks.py"), root, str(tmp_path / "seen")]
+    torchrun_example(None, *cmd)
+    ranks = [lines[0] for lines in read_ranks(tmp_path / "seen")]
+    for rank in ranks:
+        assert rank["class"] == "PatchedDataLoader" and rank["sampler"] == "DistributedSampler", rank
+        assert rank["path"].startswith("native: torchvision ImageFolder"), rank["path"]
+    orders = []
+    for epoch in range(2):
+        labels = [[x for step in rank["steps"] if step["epoch"] == epoch for x in step["labels"]] for rank in ranks]
+        assert sorted(labels[0] + labels[1]) == list(range(TINY_SAMPLES)), f"epoch {epoch}: {labels}"
+        orders.append(labels)
+    assert orders[0] != orders[1]
