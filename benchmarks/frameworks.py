@@ -2,7 +2,7 @@
 through `python -m fastload run`: data-only throughput and a short training run, paired.
 
     PYTHONPATH=. python benchmarks/frameworks.py [--frameworks accelerate,trainer,timm,lightning]
-        [--rounds 3] [--images 512] [--steps 16] [--batch-size 32] [--workers 2] [--data DIR]
+        [--rounds 3] [--images 512] [--steps 24] [--batch-size 32] [--workers 2] [--data DIR]
 
 The recipes (each the framework's usual shape, float32 batches of 224x224 images, the same
 generated ImageNet-like JPEGs, batch size and worker count for every contender):
@@ -19,12 +19,15 @@ generated ImageNet-like JPEGs, batch size and worker count for every contender):
 - lightning: a LightningDataModule returning torch's DataLoader over the accelerate
   recipe's dataset, a LightningModule, `pl.Trainer(max_steps=...)` on the CPU.
 
-Every recipe trains the same small CNN (two convolutions), so that a training step is
-mostly the loader's wait and the training run shows what the loader changes.
+Every recipe trains the same tiny CNN (a 4x average pool, two convolutions), so that a CPU
+training step is mostly the loader's wait, as a GPU step of a real model is: the training
+run shows what the loader changes, on the same 2 cores the model uses.
 
 This file is also the unmodified script: `--child NAME` runs one recipe and prints one JSON
-line (the loader's path, data-only img/s over --images images, the training run's wall
-time over --steps steps, both timed inside the process, after imports). Each round runs,
+line (the loader's path, data-only img/s over --images images after the first batch, the
+training run's wall time over --steps steps from building the loader (or the framework's
+trainer) to the end, and its steady img/s after the first step; all timed inside the
+process, after imports). Each round runs,
 per framework, `python benchmarks/frameworks.py --child NAME` (the framework's own loader)
 and `python -m fastload run benchmarks/frameworks.py --child NAME` (the same script,
 fastload's loader), in an order that alternates every round; the report gives medians
@@ -57,9 +60,11 @@ def _train_transform():
 
 
 def _small_cnn(classes: int) -> nn.Module:
-    """The model every recipe trains: small, so that the loader's share of a step shows."""
-    return nn.Sequential(nn.Conv2d(3, 16, 7, stride=4, padding=3), nn.ReLU(), nn.Conv2d(16, 32, 3, stride=2, padding=1),
-                         nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, classes))
+    """The model every recipe trains: tiny (a 4x average pool first), so that a CPU step is
+    input-bound as a GPU step of a real model is, and the loader's effect shows."""
+    return nn.Sequential(nn.AvgPool2d(4), nn.Conv2d(3, 16, 3, stride=2, padding=1), nn.ReLU(),
+                         nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                         nn.Linear(32, classes))
 
 
 class ForTrainer(nn.Module):
@@ -72,6 +77,20 @@ class ForTrainer(nn.Module):
     def forward(self, pixel_values: torch.Tensor, labels: torch.Tensor = None) -> Dict[str, torch.Tensor]:
         logits = self.model(pixel_values)
         return {"loss": nn.functional.cross_entropy(logits, labels), "logits": logits}
+
+
+class StepClock:
+    """The time at the end of each training step: the run's steady step rate (from the end
+    of the first step, so that start-up, worker launch and the first batch are left out)."""
+
+    def __init__(self) -> None:
+        self.ends: List[float] = []
+
+    def tick(self) -> None:
+        self.ends.append(time.perf_counter())
+
+    def steady_img_s(self, batch_size: int) -> float:
+        return batch_size * (len(self.ends) - 1) / (self.ends[-1] - self.ends[0])
 
 
 def _loader_path(loader: Any) -> str:
@@ -110,7 +129,7 @@ def child_accelerate(args) -> Dict[str, Any]:
 
     _, _, loader = prepared()
     rate = _data_only(loader, args.images)
-    start = time.perf_counter()
+    start, clock = time.perf_counter(), StepClock()
     model, optimizer, loader = prepared()
     for step, (images, labels) in enumerate(loader):
         if step == args.steps:
@@ -119,7 +138,9 @@ def child_accelerate(args) -> Dict[str, Any]:
         accelerator.backward(loss)
         optimizer.step()
         optimizer.zero_grad()
-    return {"path": _loader_path(loader), "img_s": rate, "train_s": time.perf_counter() - start}
+        clock.tick()
+    return {"path": _loader_path(loader), "img_s": rate, "train_s": time.perf_counter() - start,
+            "train_img_s": clock.steady_img_s(args.batch_size)}
 
 
 def child_trainer(args) -> Dict[str, Any]:
@@ -146,12 +167,20 @@ def child_trainer(args) -> Dict[str, Any]:
         max_steps=args.steps, save_strategy="no", use_cpu=True, dataloader_num_workers=args.workers,
         dataloader_drop_last=True, remove_unused_columns=False, report_to=[], logging_strategy="no",
         disable_tqdm=True, learning_rate=1e-3)
-    trainer = transformers.Trainer(model=model, args=training, train_dataset=dataset, data_collator=collate_fn)
+    clock = StepClock()
+
+    class Clock(transformers.TrainerCallback):
+        def on_step_end(self, *args: Any, **kwargs: Any) -> None:
+            clock.tick()
+
+    trainer = transformers.Trainer(model=model, args=training, train_dataset=dataset, data_collator=collate_fn,
+                                   callbacks=[Clock()])
     loader = trainer.get_train_dataloader()
     rate = _data_only(loader, args.images)
     start = time.perf_counter()
     trainer.train()
-    return {"path": _loader_path(loader), "img_s": rate, "train_s": time.perf_counter() - start}
+    return {"path": _loader_path(loader), "img_s": rate, "train_s": time.perf_counter() - start,
+            "train_img_s": clock.steady_img_s(args.batch_size)}
 
 
 def child_timm(args) -> Dict[str, Any]:
@@ -168,7 +197,7 @@ def child_timm(args) -> Dict[str, Any]:
 
     loader = loader_of()
     rate = _data_only(loader, args.images)
-    start = time.perf_counter()
+    start, clock = time.perf_counter(), StepClock()
     torch.manual_seed(0)
     model = _small_cnn(len(dataset.reader.class_to_idx))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
@@ -180,7 +209,9 @@ def child_timm(args) -> Dict[str, Any]:
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    return {"path": _loader_path(loader), "img_s": rate, "train_s": time.perf_counter() - start}
+        clock.tick()
+    return {"path": _loader_path(loader), "img_s": rate, "train_s": time.perf_counter() - start,
+            "train_img_s": clock.steady_img_s(args.batch_size)}
 
 
 def child_lightning(args) -> Dict[str, Any]:
@@ -208,15 +239,22 @@ def child_lightning(args) -> Dict[str, Any]:
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.01)
 
+    clock = StepClock()
+
+    class Clock(pl.Callback):
+        def on_train_batch_end(self, *args: Any, **kwargs: Any) -> None:
+            clock.tick()
+
     data = Data()
     data.setup("fit")
     rate = _data_only(data.train_dataloader(), args.images)
     start = time.perf_counter()
     torch.manual_seed(0)
-    trainer = pl.Trainer(max_steps=args.steps, accelerator="cpu", devices=1, logger=False,
+    trainer = pl.Trainer(max_steps=args.steps, accelerator="cpu", devices=1, logger=False, callbacks=[Clock()],
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
     trainer.fit(Classifier(len(data.train_set.classes)), datamodule=data)
-    return {"path": _loader_path(trainer.train_dataloader), "img_s": rate, "train_s": time.perf_counter() - start}
+    return {"path": _loader_path(trainer.train_dataloader), "img_s": rate, "train_s": time.perf_counter() - start,
+            "train_img_s": clock.steady_img_s(args.batch_size)}
 
 
 def run_child(name: str, fastload: bool, args) -> Dict[str, Any]:
@@ -239,7 +277,7 @@ def main() -> None:
     parser.add_argument("--data", default=None, help="an ImageFolder-layout folder (default: the generated one)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--images", type=int, default=512, help="data-only images per run")
-    parser.add_argument("--steps", type=int, default=16, help="training steps per run")
+    parser.add_argument("--steps", type=int, default=24, help="training steps per run")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--work", default=None, help="scratch folder (Hugging Face cache, Trainer output)")
@@ -268,22 +306,26 @@ def main() -> None:
             for contender in order:
                 result = run_child(name, contender == "fastload", args)
                 runs[name][contender].append(result)
-                print(f"round {k} {name} {contender}: {result['img_s']:.0f} img/s, train {result['train_s']:.1f} s; "
+                print(f"round {k} {name} {contender}: {result['img_s']:.0f} img/s, train {result['train_s']:.1f} s "
+                      f"({result['train_img_s']:.0f} img/s steady); "
                       f"{result['path'][:90]}", flush=True)
     print(f"load average {os.getloadavg()[0]:.1f} at end")
-    print("| recipe | fastload's path | data-only img/s: own loader | fastload | ratio (median of rounds) "
-          "| training wall s: own loader | fastload | speed-up (median of rounds) |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| recipe | fastload's path | data-only img/s: own loader | fastload | ratio | training run wall s: own loader "
+          "| fastload | speed-up | training img/s after step 1: own loader | fastload | ratio |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name in names:
         own, ours = runs[name]["torch"], runs[name]["fastload"]
-        rate_ratio = statistics.median(b["img_s"] / a["img_s"] for a, b in zip(own, ours))
-        wall_ratio = statistics.median(a["train_s"] / b["train_s"] for a, b in zip(own, ours))
-        path = ours[-1]["path"].split(" [")[0]
-        print(f"| {name} | {path} | {statistics.median(r['img_s'] for r in own):.0f} | "
-              f"{statistics.median(r['img_s'] for r in ours):.0f} | {rate_ratio:.2f}x | "
-              f"{statistics.median(r['train_s'] for r in own):.1f} | {statistics.median(r['train_s'] for r in ours):.1f} "
-              f"| {wall_ratio:.2f}x |")
 
+        def median(key: str, rows: List[Dict[str, Any]]) -> float:
+            return statistics.median(r[key] for r in rows)
+
+        def paired(key: str, invert: bool = False) -> float:  # the median of the rounds' ratios
+            return statistics.median((a[key] / b[key]) if invert else (b[key] / a[key]) for a, b in zip(own, ours))
+
+        path = ours[-1]["path"].split(" [")[0]
+        print(f"| {name} | {path} | {median('img_s', own):.0f} | {median('img_s', ours):.0f} | {paired('img_s'):.2f}x "
+              f"| {median('train_s', own):.1f} | {median('train_s', ours):.1f} | {paired('train_s', invert=True):.2f}x "
+              f"| {median('train_img_s', own):.0f} | {median('train_img_s', ours):.0f} | {paired('train_img_s'):.2f}x |")
 
 if __name__ == "__main__":
     main()

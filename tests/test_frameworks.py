@@ -143,8 +143,11 @@ def test_prepare_builds_its_shards_over_a_native_fastload_loader(accelerate_rank
     assert result["torch"]["base"] == "DataLoader"  # unpatched: torch's, the reference
     assert result["fastload"]["base"] == result["fastload"]["resume_base"] == "PatchedDataLoader"
     assert result["prepared"]["base"] == "DataLoader" and result["prepared"]["resume_base"] == "DataLoader"
+    assert result["torch"]["resume_path"] is None  # (torch's class: no path)
     for run in ("fastload", "prepared"):
+        # prepare()'s loader and skip_first_batches' (the resumed epoch) are fastload's, native
         assert result[run]["path"].startswith("native: ImageFolder")
+        assert result[run]["resume_path"].startswith("native: ImageFolder"), result[run]["resume_path"]
     assert all(f"[rank {r}] fastload: " in stderr for r in (0, 1))
 
 

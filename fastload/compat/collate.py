@@ -102,7 +102,16 @@ def fast_collate_of_stand_ins(batch: Sequence[Any]) -> Tuple[torch.Tensor, Any]:
     written for stand-in images: the images stacked (fast_collate copies them into a zeroed
     uint8 batch: on uint8 images, the same values), the targets through default_collate,
     1-D ones as int64, as a tuple. Other samples (tuples of views, not (image, target))
-    raise TypeError, so the probe names them and the loader keeps the generic path."""
+    raise TypeError, so the probe names them and the loader keeps the generic path.
+
+    Example:
+        >>> from fastload.compat.trace import SLOT
+        >>> probe_collate(fast_collate_of_stand_ins, [(SLOT, 3), (SLOT, 4)])
+        ((0,), '')
+        >>> images, targets = fast_collate_of_stand_ins([(torch.zeros(2), 3), (torch.ones(2), 4)])
+        >>> images.shape, targets.dtype
+        (torch.Size([2, 2]), torch.int64)
+    """
     from torch.utils.data import default_collate
 
     if not all(type(s) is tuple and len(s) == 2 and isinstance(s[0], torch.Tensor) for s in batch):
