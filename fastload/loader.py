@@ -50,7 +50,7 @@ from fastload.loader_args import check_loader_args
 from fastload.native.feed import NativeFeed
 from fastload.native.protocol import Runner
 from fastload.loader_path import basis_of, choose_order, choose_runner, require_cuda_device
-from fastload.rebuild import Rebuildable
+from fastload.rebuild import Rebuildable, offer
 from fastload.resume import STATE_VERSION, Cursor, Pass  # noqa: F401  (STATE_VERSION: public name)
 from fastload.sampling.order import Order
 from fastload.stats import LoaderStats, Stats
@@ -345,6 +345,9 @@ class DataLoader(TorchDataLoader[T_co], Rebuildable):  # torch's class, also aft
         self._pool: Any = None
         if self.device is not None and self.device.type != "cpu":
             self._device_transport()  # fails now, not at the first batch, if the device is absent
+        # A framework that rebuilds a loader over this dataset object (Accelerate's prepare,
+        # skip_first_batches) builds a fastload loader with these extras (fastload/rebuild.py).
+        offer(self)
 
     # -- public extras --------------------------------------------------------------------
     @property

@@ -41,6 +41,7 @@ Example:
 from __future__ import annotations
 
 import atexit
+import inspect
 import os
 import sys
 import threading
@@ -51,7 +52,7 @@ import torch.utils.data
 
 from fastload.generic import TorchDataLoader
 from fastload.loader import DataLoader
-from fastload.rebuild import extras_for
+from fastload.rebuild import extras_for, unbind_accelerate
 
 _TORCH_MODULES = ("torch.utils.data", "torch.utils.data.dataloader")
 # Frames of these packages are not where a loader was "built": the caller above them is.
@@ -92,6 +93,11 @@ class PatchedDataLoader(DataLoader, metaclass=_TorchCompatible):
         kwargs.update(extras_for(dataset, kwargs))
         super().__init__(*args, **kwargs)
         _state.record(PatchedLoader(_caller(), self.path))
+
+    # fastload.DataLoader's signature (torch's arguments, then the extras): frameworks that
+    # read the arguments a loader was built with off its __init__ (Lightning, to rebuild it
+    # around a DistributedSampler) find `dataset` and the others by name.
+    __init__.__signature__ = inspect.signature(DataLoader.__init__)  # type: ignore[attr-defined]
 
 
 def _caller() -> str:
@@ -155,6 +161,7 @@ def patch(*, summary: bool = True) -> None:
             through the patched names and which paths they ran.
     """
     _state.active = True
+    unbind_accelerate()  # (torch's class again under Accelerate's name, so that it is rebound below)
     _state.bound = sorted(set(_state.bound) | set(_rebind(TorchDataLoader, PatchedDataLoader)))
     if summary and not _state.summary_registered:
         atexit.register(_print_summary)

@@ -1,19 +1,22 @@
-"""A fastload loader that a framework rebuilds keeps fastload's extras.
+"""A fastload loader that a framework rebuilds stays fastload's, with its extras.
 
-Accelerate's `prepare()` (and its `skip_first_batches`) does not keep the loader it is
-given: it reads torch's arguments off it (dataset, collate_fn, num_workers, ...) and
-builds a new loader over the same dataset object with a sharded batch_sampler, through
-the DataLoader class it bound at import. Under `fastload.patch()` that class is fastload's,
-so the rebuilt loader runs the batch_sampler natively; this module lets it also keep the
-extras of the fastload loader it replaces (device, dtype, seed, decode_on, ...), which
-torch's arguments cannot carry.
+Accelerate's `prepare()` and `skip_first_batches()` (a resumed Trainer epoch goes through
+it) do not keep the loader they are given: they read torch's arguments off it (dataset,
+collate_fn, num_workers, ...) and build a new loader over the same dataset object with a
+sharded (or skipping) batch_sampler, through the DataLoader class Accelerate bound at
+import. Under `fastload.patch()` that class is fastload's, so the rebuilt loader runs the
+batch_sampler natively; without the patch, the name is bound to a builder that makes a
+fastload loader over the dataset of a live fastload loader (torch's over any other).
+Either way the rebuilt loader also keeps the extras of the fastload loader it replaces
+(device, dtype, seed, decode_on, ...), which torch's arguments cannot carry.
 
-- `offer(loader)`: the loader is about to be rebuilt (Accelerate asks it
-  `_is_accelerate_prepared` first): it becomes the template of its dataset.
+- `offer(loader)`: every fastload loader, when built, becomes the template of its
+  dataset object (the newest one wins).
 - `extras_for(dataset, given)`: the template's extras that `given` does not name, for a
-  loader built over that dataset object (the patched class asks).
-- `before_accelerate_prepare(loader)`: offer(); without the patch, Accelerate's name for
-  torch's class is bound to a one-shot builder for that rebuild (see there).
+  loader built over that dataset object (the patched class and the builder ask).
+- `before_accelerate_prepare(loader)`: Accelerate is about to rebuild the loader: without
+  the patch, Accelerate's name for torch's class is bound to the builder from then on
+  (`bind_accelerate`; the patch and unpatch() put their own class there instead).
 - `Rebuildable`: fastload.DataLoader's base for what frameworks ask a loader about
   (Accelerate: `_is_accelerate_prepared`, answered by before_accelerate_prepare).
 
@@ -63,13 +66,19 @@ def offer(loader: Any) -> None:
         _templates[key] = ref
 
 
-def extras_for(dataset: Any, given: Mapping[str, Any]) -> Dict[str, Any]:
-    """The extras of the template offered for this dataset object (none: {}), less those
-    named in `given` (what the new loader's caller passed wins)."""
+def template_of(dataset: Any) -> Any:
+    """The live fastload loader offered last for this dataset object, or None."""
     with _lock:
         ref = _templates.get(id(dataset))
     template = ref() if ref is not None else None
-    if template is None or template.dataset is not dataset:
+    return template if template is not None and template.dataset is dataset else None
+
+
+def extras_for(dataset: Any, given: Mapping[str, Any]) -> Dict[str, Any]:
+    """The extras of the template offered for this dataset object (none: {}), less those
+    named in `given` (what the new loader's caller passed wins)."""
+    template = template_of(dataset)
+    if template is None:
         return {}
     extras = {name: getattr(template, name) for name in EXTRAS if name not in given and hasattr(template, name)}
     if "seed" in extras and extras["seed"] is None:
@@ -85,23 +94,21 @@ def before_accelerate_prepare(loader: Any) -> bool:
     after offering it as the template of the loader Accelerate builds in its place.
 
     Without fastload.patch(), Accelerate builds that loader through torch's class (the
-    name accelerate.data_loader.DataLoader): the name is bound to a one-shot builder
-    (`_RebuildOnce`) until that build, which makes a fastload loader over the template's
-    dataset, with its extras, and puts torch's class back. Where that cannot be done
-    (Accelerate without that name), a warning, once per process, says how to keep fastload.
+    name accelerate.data_loader.DataLoader): that name is bound, for the rest of the
+    process, to a builder (`_RebuildOver`) that makes a fastload loader over a template's
+    dataset and torch's over any other, so that skip_first_batches later (a resumed
+    epoch) builds fastload's again. Where that cannot be done (Accelerate without that
+    name, or another class under it), a warning, once per process, says how to keep
+    fastload.
     """
     global _warned
     offer(loader)
+    bind_accelerate()
     module = sys.modules.get("accelerate.data_loader")
     bound = getattr(module, "DataLoader", None)
-    if bound is None or _is_fastload(bound):
-        return False  # not imported (nothing to rebuild), or patched: the rebuild is fastload's
-    if _RebuildOnce in getattr(bound, "__mro__", ()):
-        bound.restore()  # one left from a prepare() that built no loader
-        bound = getattr(module, "DataLoader", None)
-    if isinstance(bound, type) and bound.__module__ == "torch.utils.data.dataloader":
-        setattr(module, "DataLoader", _RebuildOnce.bound_to(module, bound, loader))
-    elif not _warned:
+    if bound is None or _is_fastload(bound) or _RebuildOver in getattr(bound, "__mro__", ()):
+        return False  # not imported (nothing to rebuild), patched, or the builder: the rebuild is fastload's
+    if not _warned:
         _warned = True
         warnings.warn(
             "fastload.DataLoader: accelerate's prepare() rebuilds this loader over "
@@ -112,8 +119,25 @@ def before_accelerate_prepare(loader: Any) -> bool:
     return False
 
 
+def bind_accelerate() -> None:
+    """Binds accelerate.data_loader.DataLoader, where it is torch's class, to `_RebuildOver`
+    (nothing when Accelerate is not imported)."""
+    module = sys.modules.get("accelerate.data_loader")
+    bound = getattr(module, "DataLoader", None)
+    if isinstance(bound, type) and bound.__module__ == "torch.utils.data.dataloader" and bound.__name__ == "DataLoader":
+        setattr(module, "DataLoader", _RebuildOver.bound_to(module, bound))
+
+
+def unbind_accelerate() -> None:
+    """Puts torch's class back under accelerate.data_loader.DataLoader where bind_accelerate() bound it."""
+    module = sys.modules.get("accelerate.data_loader")
+    bound = getattr(module, "DataLoader", None)
+    if _RebuildOver in getattr(bound, "__mro__", ()) and bound is not _RebuildOver:
+        setattr(module, "DataLoader", bound.torch_class)
+
+
 class _TorchInstances(type):
-    """isinstance/issubclass against a _RebuildOnce answer as against torch's class."""
+    """isinstance/issubclass against a _RebuildOver answer as against torch's class."""
 
     def __instancecheck__(cls, obj: Any) -> bool:
         return isinstance(obj, cls.torch_class)
@@ -122,29 +146,24 @@ class _TorchInstances(type):
         return issubclass(sub, cls.torch_class)
 
 
-class _RebuildOnce(metaclass=_TorchInstances):
-    """Stands for torch's DataLoader in Accelerate's module for one build: the first loader
-    built through it is a fastload loader when it is over the template's dataset (with the
-    template's extras), else torch's; either way torch's class is bound back first."""
+class _RebuildOver(metaclass=_TorchInstances):
+    """Stands for torch's DataLoader in Accelerate's module: a loader built through it over
+    the dataset object of a live fastload loader (its template: the one built last over
+    that object) is a fastload loader with the template's extras (prepare()'s rebuild,
+    skip_first_batches' one, a resumed Trainer epoch's); any other loader is torch's, as
+    Accelerate built it before."""
 
     module: Any = None
     torch_class: Any = None
-    template: Any = None  # weakref.ref to the loader prepare() was given
 
     @classmethod
-    def bound_to(cls, module: Any, torch_class: type, template: Any) -> type:
+    def bound_to(cls, module: Any, torch_class: type) -> type:
         return type("DataLoader", (cls,), {"module": module, "torch_class": torch_class,
-                                           "template": weakref.ref(template)})
-
-    @classmethod
-    def restore(cls) -> None:
-        if getattr(cls.module, "DataLoader", None) is cls:
-            setattr(cls.module, "DataLoader", cls.torch_class)
+                                           "__module__": __name__})
 
     def __new__(cls, dataset: Any, *args: Any, **kwargs: Any) -> Any:
-        cls.restore()
-        template = cls.template()
-        if template is None or template.dataset is not dataset:
+        template = template_of(dataset)
+        if template is None:
             return cls.torch_class(dataset, *args, **kwargs)
         fastload_class = next(c for c in type(template).__mro__ if _is_fastload_loader(c))
         return fastload_class(dataset, *args, **{**extras_for(dataset, kwargs), **kwargs})

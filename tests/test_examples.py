@@ -114,3 +114,42 @@ def test_train_accelerate_tiny_resumes_on_the_uninterrupted_runs_batches(tmp_pat
     assert re.search(r"validation \d+/18 correct", out)  # gather_for_metrics: each sample counted once
     out = run("--resume")
     assert "resume: 2 batches after step 3 of epoch 1, equal to the uninterrupted run's" in out
+
+
+def run_under_fastload(name, *args, timeout=150):
+    """`python -m fastload run examples/<name>.py ARGS`: (stdout, the summary line on stderr)."""
+    proc = subprocess.run([sys.executable, "-m", "fastload", "run", os.path.join(EXAMPLES, f"{name}.py"), *args],
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"{name}.py {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    summary = [line for line in proc.stderr.splitlines() if line.startswith("fastload: ")]
+    assert len(summary) == 1, proc.stderr[-3000:]
+    return proc.stdout, summary[0]
+
+
+@pytest.mark.timeout(300)
+def test_train_trainer_tiny_resumes_natively_on_the_uninterrupted_runs_batches(tmp_path):
+    """transformers' Trainer, unmodified, under `python -m fastload run`: trained 12 steps,
+    then a new process resumes from the checkpoint at step 6 (inside the first epoch:
+    accelerate's skip_first_batches) and trains on the same samples with the same crops."""
+    pytest.importorskip("transformers", reason="transformers is not installed (make setup installs it)")
+    pytest.importorskip("datasets", reason="datasets is not installed (make setup installs it)")
+    work = ["--tiny", "--work", str(tmp_path)]
+    out, summary = run_under_fastload("train_trainer", *work)
+    assert "train loader: native: Hugging Face Dataset" in out and "collate_fn collate_fn followed" in out
+    assert "trained 12 steps" in out
+    built = int(re.match(r"fastload: (\d+) DataLoader", summary).group(1))
+    assert summary.endswith(f"{built} native, 0 generic")
+    out, summary = run_under_fastload("train_trainer", *work, "--resume", "--resume-step", "6")
+    assert "resume: 6 steps after step 6, equal to the uninterrupted run's (samples and pixels)" in out
+    # One loader more than the uninterrupted run built (the resumed epoch's), every one native.
+    assert summary == f"fastload: {built + 1} DataLoaders: {built + 1} native, 0 generic"
+
+
+def test_train_timm_tiny_runs_timms_default_loader_natively(tmp_path):
+    pytest.importorskip("timm", reason="timm is not installed (make setup installs it)")
+    out, summary = run_under_fastload("train_timm", "--tiny", "--work", str(tmp_path), "--record",
+                                      str(tmp_path / "batches"))
+    assert "train loader: native: traced ImageDataset.__getitem__" in out and "fast_collate followed" in out
+    assert summary == "fastload: 1 DataLoader: 1 native, 0 generic"
+    epochs = [[r["labels"] for r in read_jsonl(tmp_path / "batches.rank0") if r["epoch"] == e] for e in range(2)]
+    assert [sorted(sum(e, [])) for e in epochs] == [list(range(16))] * 2 and epochs[0] != epochs[1]

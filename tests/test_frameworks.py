@@ -2,12 +2,17 @@
 samplers run natively (against torch's DataLoader), accelerator.prepare under
 `python -m fastload run` shards a native fastload loader once across 2 torchrun ranks
 (gather_for_metrics, save_state/load_state + skip_first_batches exact, equal to torch's),
-transformers' Trainer trains on fastload's loaders, and timm's create_loader builds them. Each test skips, with the reason,
-where its framework is absent (`make setup` installs them)."""
+transformers' Trainer trains on fastload's loaders, timm's create_loader builds them (its
+own dataset on its default prefetcher path natively too), and on 2 torchrun ranks under
+`python -m fastload run` the Trainer example (each sample once per epoch, a resumed job on
+the uninterrupted one's batches, the resumed epoch native), the timm example and a
+Lightning DDP script that knows only torch run natively, each sample once per epoch. Each
+test skips, with the reason, where its framework is absent (`make setup` installs them)."""
 
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -138,8 +143,11 @@ def test_prepare_builds_its_shards_over_a_native_fastload_loader(accelerate_rank
     assert result["torch"]["base"] == "DataLoader"  # unpatched: torch's, the reference
     assert result["fastload"]["base"] == result["fastload"]["resume_base"] == "PatchedDataLoader"
     assert result["prepared"]["base"] == "DataLoader" and result["prepared"]["resume_base"] == "DataLoader"
+    assert result["torch"]["resume_path"] is None  # (torch's class: no path)
     for run in ("fastload", "prepared"):
+        # prepare()'s loader and skip_first_batches' (the resumed epoch) are fastload's, native
         assert result[run]["path"].startswith("native: ImageFolder")
+        assert result[run]["resume_path"].startswith("native: ImageFolder"), result[run]["resume_path"]
     assert all(f"[rank {r}] fastload: " in stderr for r in (0, 1))
 
 
@@ -292,8 +300,11 @@ with warnings.catch_warnings(record=True) as caught:
 import accelerate.data_loader
 print(type(base).__name__, getattr(base, "path", "-").split(":")[0], images.dtype, getattr(base, "seed", None),
       len(prepared), accelerate.data_loader.DataLoader.__module__)
-skipped = accelerator.skip_first_batches(prepared, 1)  # Accelerate's resume: torch's class again
-print(type(skipped.base_dataloader).__module__, len(list(skipped)))
+skipped = accelerator.skip_first_batches(prepared, 1)  # Accelerate's resume: fastload's again
+print(type(skipped.base_dataloader).__module__, getattr(skipped.base_dataloader, "path", "-").split(":")[0],
+      getattr(skipped.base_dataloader, "seed", None), len(list(skipped)))
+other = accelerator.prepare(torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.arange(4)), batch_size=2))
+print(type(other.base_dataloader).__module__)
 for w in caught:
     print("warning:", w.message)
 '''
@@ -311,11 +322,12 @@ def test_prepare_keeps_a_fastload_loader_and_its_extras(folder, tmp_path, mode):
     lines = proc.stdout.strip().splitlines()
     if mode == "patched":
         assert lines == ["PatchedDataLoader native torch.float64 7 3 fastload.patch",
-                         "fastload.patch 2"]
+                         "fastload.patch native 7 2", "fastload.patch"]
     else:
-        # The one rebuild in prepare() is fastload's, then Accelerate's name is torch's again.
-        assert lines == ["DataLoader native torch.float64 7 3 torch.utils.data.dataloader",
-                         "torch.utils.data.dataloader 2"]
+        # prepare()'s rebuild and skip_first_batches' are fastload's (Accelerate's name is the
+        # builder from then on); a loader over another dataset stays torch's.
+        assert lines == ["DataLoader native torch.float64 7 3 fastload.rebuild",
+                         "fastload.loader native 7 2", "torch.utils.data.dataloader"]
 
 
 # ---------------------------------------------------------------------------------------
@@ -371,3 +383,135 @@ def test_timms_default_prefetcher_path_gives_timms_values(image_folder):
         assert x.dtype == want_x.dtype and x.shape == want_x.shape and torch.equal(y, want_y)
         # two uint8 levels of resize rounding, after timm's normalisation (std ~0.225)
         assert torch.allclose(x, want_x, atol=2.5 / 255 / 0.225), (x - want_x).abs().max()
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_timms_own_dataset_on_its_default_prefetcher_path_runs_native(image_folder, training):
+    """timm's train.py default: create_dataset (timm's ImageDataset, traced) and
+    create_loader(use_prefetcher=True): ToNumpy's uint8 samples through fast_collate,
+    followed around the engine's batch; for evaluation the same values as timm's loader."""
+    timm_data = need("timm.data")
+    from fastload.patch import patch, unpatch
+
+    def batches():
+        dataset = timm_data.create_dataset("", root=image_folder, is_training=training)
+        loader = timm_data.create_loader(dataset, input_size=(3, 32, 32), batch_size=4, is_training=training,
+                                         use_prefetcher=True, device=torch.device("cpu"), num_workers=0)
+        return loader, list(loader)
+
+    theirs = batches()[1]
+    patch(summary=False)
+    try:
+        loader, ours = batches()
+    finally:
+        unpatch()
+    path = loader.loader.path
+    assert path.startswith("native: traced ImageDataset.__getitem__") and "fast_collate followed" in path, path
+    assert len(ours) == len(theirs)
+    if training:  # random crops: the labels of the epoch, and the batches' form
+        assert sorted(torch.cat([y for _, y in ours]).tolist()) == sorted(torch.cat([y for _, y in theirs]).tolist())
+        assert all(x.dtype == torch.float32 and x.shape == (4, 3, 32, 32) for x, _ in ours)
+        return
+    for (x, y), (want_x, want_y) in zip(ours, theirs):
+        assert x.dtype == want_x.dtype and x.shape == want_x.shape and torch.equal(y, want_y)
+        assert torch.allclose(x, want_x, atol=2.5 / 255 / 0.225), (x - want_x).abs().max()
+
+
+# ---------------------------------------------------------------------------------------
+# The Trainer and timm examples under `torchrun --nproc_per_node 2 -m fastload run` (gloo, CPU)
+
+EXAMPLES = os.path.join(HERE, "..", "examples")
+TINY_SAMPLES = 16  # the examples' --tiny folders: one image per class (label = sample index)
+
+
+def torchrun_example(name, *args):
+    """`torchrun --nproc_per_node 2 -m fastload run examples/<name>.py ARGS` (name None: ARGS
+    start with the script): (stdout, stderr)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        env.pop(key, None)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           "-m", "fastload", "run", *([os.path.join(EXAMPLES, f"{name}.py")] if name else []), *args]
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"torchrun did not finish in {LAUNCH_TIMEOUT_S} s (a hang?):\n{(e.stderr or b'')[-3000:]!r}")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-5000:]
+    return proc.stdout, proc.stderr
+
+
+def rank_summaries(stderr):
+    """{rank: (loaders built, native)} from each rank's summary line."""
+    found = {}
+    for rank, built, native in re.findall(r"\[rank (\d)\] fastload: (\d+) DataLoaders?: (\d+) native", stderr):
+        found[int(rank)] = (int(built), int(native))
+    return found
+
+
+def read_ranks(path):
+    """Each rank's OUT.rankN, a list of JSON lines."""
+    ranks = []
+    for rank in (0, 1):
+        with open(f"{path}.rank{rank}") as f:
+            ranks.append([json.loads(line) for line in f])
+    return ranks
+
+
+@pytest.mark.timeout(2 * LAUNCH_TIMEOUT_S + 60)
+def test_trainer_on_two_ranks_is_native_exact_once_and_resumes_exactly(tmp_path):
+    need("transformers.trainer")
+    need("datasets")
+    work = ["--tiny", "--work", str(tmp_path)]
+    out, err = torchrun_example("train_trainer", *work, "--record", str(tmp_path / "full"))
+    assert out.count("train loader: native: Hugging Face Dataset") == 2, out
+    full = rank_summaries(err)
+    assert sorted(full) == [0, 1] and all(built == native for built, native in full.values()), err[-3000:]
+    steps = read_ranks(tmp_path / "full")
+    per_epoch = TINY_SAMPLES // 2 // 2  # steps of batch 2 per rank
+    assert [len(s) for s in steps] == [12, 12]
+    for epoch in range(3):
+        labels = [x for rank in steps for step in rank[epoch * per_epoch:(epoch + 1) * per_epoch]
+                  for x in step["labels"]]
+        assert sorted(labels) == list(range(TINY_SAMPLES)), f"epoch {epoch}: {labels}"
+    # A new job resumes each rank from the checkpoint at step 6 (inside epoch 1): the
+    # example checks its batches against its uninterrupted ones and exits 1 where they differ.
+    out, err = torchrun_example("train_trainer", *work, "--resume", "--resume-step", "6")
+    assert out.count("resume: 6 steps after step 6, equal to the uninterrupted run's") == 2, out
+    resumed = rank_summaries(err)
+    # Each rank built one loader more (the resumed epoch's, by skip_first_batches), all native.
+    assert resumed == {rank: (built + 1, built + 1) for rank, (built, _) in full.items()}, err[-3000:]
+
+
+def test_timm_on_two_ranks_is_native_and_exact_once(tmp_path):
+    need("timm.data")
+    out, err = torchrun_example("train_timm", "--tiny", "--work", str(tmp_path), "--record", str(tmp_path / "b"))
+    for rank in (0, 1):
+        assert f"[rank {rank}] train loader: native: traced ImageDataset.__getitem__" in out, out
+    assert rank_summaries(err) == {0: (1, 1), 1: (1, 1)}, err[-3000:]
+    steps = read_ranks(tmp_path / "b")
+    orders = []
+    for epoch in range(2):
+        labels = [[x for step in rank if step["epoch"] == epoch for x in step["labels"]] for rank in steps]
+        assert sorted(labels[0] + labels[1]) == list(range(TINY_SAMPLES)), f"epoch {epoch}: {labels}"
+        orders.append(labels)
+    assert orders[0] != orders[1]  # the DistributedSampler's set_epoch reached the loader
+
+
+def test_lightning_ddp_rebuilds_a_patched_loader_natively_and_exact_once(tmp_path, make_image_folder):
+    """A script that knows only torch under Lightning's DDP: Lightning rebuilds its loader
+    around a DistributedSampler from the arguments its __init__ was called with (read by
+    name off the signature): the rebuilt loader is fastload's, native, each sample once."""
+    need("pytorch_lightning")
+    root = make_image_folder(classes=TINY_SAMPLES, per_class=1, size=(24, 28))
+    cmd = [os.path.join(HERE, "frameworks", "lightning_ranks.py"), root, str(tmp_path / "seen")]
+    torchrun_example(None, *cmd)
+    ranks = [lines[0] for lines in read_ranks(tmp_path / "seen")]
+    for rank in ranks:
+        assert rank["class"] == "PatchedDataLoader" and rank["sampler"] == "DistributedSampler", rank
+        assert rank["path"].startswith("native: torchvision ImageFolder"), rank["path"]
+    orders = []
+    for epoch in range(2):
+        labels = [[x for step in rank["steps"] if step["epoch"] == epoch for x in step["labels"]] for rank in ranks]
+        assert sorted(labels[0] + labels[1]) == list(range(TINY_SAMPLES)), f"epoch {epoch}: {labels}"
+        orders.append(labels)
+    assert orders[0] != orders[1]

@@ -153,6 +153,28 @@ def test_patched_loaders_say_which_ran_native_and_why_not(patched, image_folder)
     assert line.startswith("fastload: ") and "generic" in line and f"{records[1].where}: custom collate_fn" in line
 
 
+def test_a_loader_rebuilt_over_a_datasets_object_draws_its_random_crops(patched, image_folder):
+    """A framework's rebuild of a loader (skip_first_batches for a resumed epoch) is built
+    later, after the global RNG moved: it keeps the augmentation seed of the live fastload
+    loader over that dataset object, so the resumed batches have the uninterrupted run's crops."""
+    torchvision = pytest.importorskip("torchvision")
+    from torchvision import transforms as T
+
+    def folder():
+        return torchvision.datasets.ImageFolder(image_folder, transform=T.Compose([
+            T.RandomResizedCrop(8), T.ToTensor()]))
+
+    dataset = folder()
+    first = torch.utils.data.DataLoader(dataset, batch_size=4)
+    torch.rand(3)  # (the global RNG moves on, as a training step's does)
+    rebuilt = torch.utils.data.DataLoader(dataset, batch_sampler=[[2, 3], [4, 5]])
+    other = torch.utils.data.DataLoader(folder(), batch_size=4)  # another object: its own draw
+    assert first.path.startswith("native: ") and rebuilt.path.startswith("native: ")
+    seeds = [loader.state_dict()["native_seed"] for loader in (first, rebuilt, other)]
+    assert seeds[0] == seeds[1] != seeds[2]
+    assert all(map(torch.equal, next(iter(rebuilt)), [b[2:4] for b in next(iter(first))]))
+
+
 # ---------------------------------------------------------------------------------------
 # python -m fastload run
 

@@ -257,9 +257,15 @@ def select_path(
     # the images is followed around the engine's batch (fastload.trace.collate); a Hugging
     # Face dataset's rows go through it even without one (they may keep PIL images).
     if hasattr(rebuild, "probes") and (custom_collate or _rows_through_collate(dataset)):
-        from fastload.trace import followed_collate
+        from fastload.trace import fast_collate_of_stand_ins, followed_collate
 
-        rebuild, why = followed_collate(rebuild, collate_fn if custom_collate else None)
+        follow = collate_fn if custom_collate else None
+        if custom_collate and _timm_fast_collate(collate_fn) and tail is None and fusion.dtype == torch.uint8:
+            # timm's prefetcher path over its own dataset (traced): fast_collate copies the
+            # uint8 images into a zeroed uint8 batch, which the probe's float stand-ins cannot
+            # show; on uint8 images that is a stack, so it is probed as one.
+            follow = fast_collate_of_stand_ins
+        rebuild, why = followed_collate(rebuild, follow)
         if rebuild is None:
             return None, f"generic: {why}"
         if custom_collate:

@@ -46,7 +46,7 @@ Example:
 """
 
 from fastload.trace.call import TracedImage, TracedOutput, traced_image_state
-from fastload.trace.collate import KEPT, followed_collate, probe_collate
+from fastload.trace.collate import KEPT, fast_collate_of_stand_ins, followed_collate, probe_collate
 from fastload.trace.dataset import trace_dataset
 from fastload.trace.lazy import LazyTrace, copy_into, probe
 from fastload.trace.openers import Lazy
@@ -63,7 +63,7 @@ from fastload.trace.where import REFUSAL_FIX, TRACE_ENV, disabled, enabled, wher
 __all__ = [
     "KEPT", "LazyTrace", "LazyView", "Lazy", "PLAIN_LEAVES", "PROBES", "Probe", "REFUSAL_FIX", "SLOT", "Slot",
     "Snapshot", "StopTrace", "TRACE_ENV", "TraceRefused", "TracedCall", "TracedImage",
-    "TracedOutput", "TracedSample", "active_call", "collated", "concat_view", "copy_into", "disabled", "eager", "enabled",
+    "TracedOutput", "TracedSample", "active_call", "collated", "concat_view", "copy_into", "disabled", "eager", "enabled", "fast_collate_of_stand_ins",
     "followed_collate", "global_rng_moved", "global_rng_restore", "global_rng_state", "is_int_label", "is_lazy",
     "is_simple_template", "probe", "probe_collate", "probe_indexes", "record", "same_value", "sample_of_call",
     "shape_text", "source_of", "stop_trace", "subset_view", "templated", "thread_state", "trace_dataset",

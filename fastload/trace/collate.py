@@ -98,6 +98,31 @@ def probe_collate(collate_fn: Any, templates: Sequence[Any]) -> Tuple[Optional[T
     return places[0], ""
 
 
+def fast_collate_of_stand_ins(batch: Sequence[Any]) -> Tuple[torch.Tensor, Any]:
+    """timm's fast_collate (timm.data.loader) as it batches (uint8 image, target) samples,
+    written for stand-in images: the images stacked (fast_collate copies them into a zeroed
+    uint8 batch: on uint8 images, the same values), the targets through default_collate,
+    1-D ones as int64, as a tuple. Other samples (tuples of views, not (image, target))
+    raise TypeError, so the probe names them and the loader keeps the generic path.
+
+    Example:
+        >>> from fastload.trace import SLOT
+        >>> probe_collate(fast_collate_of_stand_ins, [(SLOT, 3), (SLOT, 4)])
+        ((0,), '')
+        >>> images, targets = fast_collate_of_stand_ins([(torch.zeros(2), 3), (torch.ones(2), 4)])
+        >>> images.shape, targets.dtype
+        (torch.Size([2, 2]), torch.int64)
+    """
+    from torch.utils.data import default_collate
+
+    if not all(type(s) is tuple and len(s) == 2 and isinstance(s[0], torch.Tensor) for s in batch):
+        raise TypeError("expected (image, target) samples, as timm's datasets return")
+    targets = default_collate([s[1] for s in batch])
+    if isinstance(targets, torch.Tensor) and targets.ndim == 1:
+        targets = targets.long()
+    return torch.stack([s[0] for s in batch]), targets
+
+
 def followed_collate(rebuild: LazyTrace, collate_fn: Any) -> Tuple[Union[LazyTrace, "CollatedBatches", None], str]:
     """(rebuild, "") making each batch of a lazily traced dataset (`rebuild`, its
     LazyTrace) with the user's `collate_fn` (None: torch's default_collate) around the

@@ -63,6 +63,7 @@ def run(accelerator, root, out, loader_class):
     fresh.set_epoch(1)
     skipped = accelerator.skip_first_batches(fresh, STEPS)
     result["resume_base"] = type(skipped.base_dataloader).__name__
+    result["resume_path"] = getattr(skipped.base_dataloader, "path", None)
     result["resume"] = epoch(accelerator, skipped, 1)
     return result
 
