@@ -235,6 +235,8 @@ def as_tensor(data: bytes):
     """The bytes as a uint8 1-D CPU tensor (the decode ops' input)."""
     import torch
 
+    if not data:  # frombuffer refuses an empty buffer
+        return torch.empty(0, dtype=torch.uint8)
     return torch.frombuffer(bytearray(data), dtype=torch.uint8)
 
 
