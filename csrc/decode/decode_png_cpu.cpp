@@ -356,19 +356,24 @@ void decode_png_rows(const uint8_t* data, size_t size, int top, int height, PngM
 
   const int channels = mode == PngMode::kRgb ? 3 : 1;
   const size_t out_row = static_cast<size_t>(info.width) * channels;
-  std::vector<uint8_t> scratch;
+  // Not zeroed: libpng writes every byte before it is read, and a file that announces a
+  // large image and then ends costs no more than its header.
+  std::unique_ptr<png_byte[]> scratch;
   std::vector<png_bytep> rows;
+  int64_t scratch_bytes = static_cast<int64_t>(rowbytes);
+  if (info.interlaced && !checked_mul(scratch_bytes, info.height, &scratch_bytes)) scratch_bytes = -1;
+  if (scratch_bytes >= 0) scratch.reset(new (std::nothrow) png_byte[static_cast<size_t>(scratch_bytes)]);
+  if (scratch == nullptr) {
+    throw DecodeError("expected a PNG that fits in memory, got a " + std::to_string(info.height) + "x" +
+                      std::to_string(info.width) + " " + describe(info) + (info.interlaced ? " (interlaced)" : "") +
+                      ". Lower max_pixels to refuse such files, or resize the image");
+  }
   if (info.interlaced) {  // Adam7 fills every row in each of 7 passes: the whole image
-    int64_t total = 0;
-    if (!checked_mul(static_cast<int64_t>(rowbytes), info.height, &total)) throw std::bad_alloc();
-    scratch.resize(static_cast<size_t>(total));
     rows.resize(static_cast<size_t>(info.height));
-    for (int y = 0; y < info.height; ++y) rows[y] = scratch.data() + static_cast<size_t>(y) * rowbytes;
-  } else {
-    scratch.resize(rowbytes);
+    for (int y = 0; y < info.height; ++y) rows[y] = scratch.get() + static_cast<size_t>(y) * rowbytes;
   }
   out.pixels.resize(out_row * static_cast<size_t>(bottom - top));
-  if (!read_band(&reader, converter.get(), top, bottom, info.interlaced, scratch.data(), rows.data(),
+  if (!read_band(&reader, converter.get(), top, bottom, info.interlaced, scratch.get(), rows.data(),
                  out.pixels.data(), out_row)) {
     throw DecodeError(libpng_error(reader));
   }
