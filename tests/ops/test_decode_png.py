@@ -107,7 +107,8 @@ def test_windows_are_exact_slices_of_the_whole_image(name):
     full = decode(data)
     height, width = full.shape[:2]
     rng = np.random.default_rng(7)
-    windows = [[0, 0, height, width], [height - 1, width - 1, 1, 1], [0, 0, 1, width]]
+    windows = [[0, 0, height, width], [height - 1, width - 1, 1, 1], [0, 0, 1, width], [1, 0, 1, 1],
+               [height // 2, 0, height - height // 2, width]]
     for _ in range(12):
         top, left = int(rng.integers(0, height)), int(rng.integers(0, width))
         windows.append([top, left, int(rng.integers(1, height - top + 1)), int(rng.integers(1, width - left + 1))])
