@@ -199,9 +199,30 @@ inline uint8_t luma(uint32_t r, uint32_t g, uint32_t b) {
   return static_cast<uint8_t>((r * 19595 + g * 38470 + b * 7471 + 0x8000) >> 16);
 }
 
+// True when libpng's rows already are the output's (8-bit RGB as RGB; 8-bit gray, or
+// palette indices, as one channel; 1-bit gray as a mask): rows are read straight into
+// the output, with no conversion.
+bool rows_are_output(const RowConverter& c) {
+  if (c.bit_depth == 16) return false;
+  switch (c.color_type) {
+    case kPngRgb:
+      return c.mode == PngMode::kRgb;
+    case kPngGray:
+      return c.mode != PngMode::kRgb && c.gray_scale == 1;
+    case kPngPalette:
+      return c.mode == PngMode::kMask;
+    default:
+      return false;
+  }
+}
+
 void convert_row(const RowConverter& c, const uint8_t* in, uint8_t* out) noexcept {
   const int w = c.width;
   const bool rgb = c.mode == PngMode::kRgb;
+  if (rows_are_output(c)) {
+    std::memcpy(out, in, static_cast<size_t>(w) * (rgb ? 3 : 1));
+    return;
+  }
   switch (c.color_type) {
     case kPngPalette:
       if (c.mode == PngMode::kMask) {
@@ -213,14 +234,11 @@ void convert_row(const RowConverter& c, const uint8_t* in, uint8_t* out) noexcep
       }
       return;
     case kPngGray: {
+      const bool wide = c.bit_depth == 16;
       for (int x = 0; x < w; ++x) {
-        uint8_t v;
-        if (c.bit_depth == 16) {  // PIL's "I;16" converts by clipping, not scaling
-          const uint32_t wide = (uint32_t{in[2 * x]} << 8) | in[2 * x + 1];
-          v = static_cast<uint8_t>(std::min<uint32_t>(wide, 255));
-        } else {
-          v = static_cast<uint8_t>(in[x] * c.gray_scale);
-        }
+        // PIL's "I;16" converts by clipping, not scaling.
+        const uint8_t v = wide ? static_cast<uint8_t>(std::min<uint32_t>((uint32_t{in[2 * x]} << 8) | in[2 * x + 1], 255))
+                               : static_cast<uint8_t>(in[x] * c.gray_scale);
         if (rgb) {
           out[3 * x] = out[3 * x + 1] = out[3 * x + 2] = v;
         } else {
@@ -300,9 +318,11 @@ bool read_band(PngReader* r, const RowConverter* c, int top, int bottom, bool in
     for (int y = top; y < bottom; ++y) convert_row(*c, rows[y], out + static_cast<size_t>(y - top) * out_row);
     return true;
   }
+  const bool direct = rows_are_output(*c);
   for (int y = 0; y < bottom; ++y) {
-    png_read_row(png, scratch, nullptr);
-    if (y >= top) convert_row(*c, scratch, out + static_cast<size_t>(y - top) * out_row);
+    uint8_t* band_row = y >= top ? out + static_cast<size_t>(y - top) * out_row : nullptr;
+    png_read_row(png, direct && band_row != nullptr ? band_row : scratch, nullptr);
+    if (!direct && band_row != nullptr) convert_row(*c, scratch, band_row);
   }
   return true;
 }
