@@ -174,6 +174,9 @@ GOOD = ps.encode(ps.photo(6, 7, seed=1), ps.RGB)
      r"\(libpng: tEXt: CRC error\)"),
     (ps.encode(ps.photo(6, 7, seed=1)[..., 0], ps.PALETTE), r"\(libpng: IDAT: Missing PLTE before IDAT\)"),
     (ps.join_chunks([(k, p) for k, p in ps.split_chunks(GOOD) if k != b"IDAT"]), r"\(libpng: .*\)"),
+    # An unknown critical chunk (PIL skips it): the file says it cannot be read without it.
+    (ps.encode(ps.photo(6, 7, seed=1), ps.RGB, before_idat=[(b"ABCD", b"xyz")]),
+     r"\(libpng: ABCD: unhandled critical chunk\)"),
 ])
 def test_bad_files_are_refused_saying_what_was_expected(data, message):
     with pytest.raises(RuntimeError, match=rf"^fastload\.decode_png: (.* )?{message}.*Fix or remove the file\.$"):
