@@ -5,6 +5,9 @@ Configuration (environment variables):
                          pkg-config's libjpeg, then the compiler's default paths.
   FASTLOAD_CUDA          auto (default): CUDA kernels when nvcc is found and torch has
                          CUDA; 1: require them; 0: CPU only.
+  FASTLOAD_PNG_PREFIX    libpng install prefix (include/ and lib/); otherwise pkg-config's
+                         libpng, then the compiler's default paths. Without libpng the
+                         build goes on and PNG images are decoded by PIL.
   FASTLOAD_NVJPEG_PREFIX nvJPEG prefix; otherwise the CUDA toolkit, then the
                          nvidia-nvjpeg pip package. Without it the GPU decode op raises.
   TORCH_CUDA_ARCH_LIST   GPU architectures (default: those of the GPUs this machine sees,
@@ -18,7 +21,8 @@ Configuration (environment variables):
                          `make sanitize` (scripts/sanitize.sh), which loads it.
 
 The build prints its configuration; a missing optional piece degrades the build
-(reported by `python -m fastload.info`), a missing libjpeg-turbo stops it with the fix.
+(reported by `python -m fastload.info`: libpng, CUDA, nvJPEG), a missing libjpeg-turbo
+stops it with the fix.
 """
 
 import glob
@@ -94,6 +98,45 @@ def find_libjpeg():
     return include_dirs, library_dirs, ["jpeg"], version
 
 
+PNG_HELP = (
+    "Install it with `apt-get install libpng-dev` (Debian/Ubuntu), `dnf install libpng-devel` "
+    "(Fedora/RHEL), `brew install libpng` (macOS) or `conda install libpng`, or point "
+    "FASTLOAD_PNG_PREFIX at its prefix, and rebuild"
+)
+
+
+def find_libpng():
+    """Returns (include_dirs, library_dirs, libraries, version) for libpng >= 1.6, or None
+    (PNG images then go through PIL, as `python -m fastload.info` says)."""
+    prefix = os.environ.get("FASTLOAD_PNG_PREFIX")
+    if prefix:  # an explicit prefix is the only place looked at
+        include_dirs = [os.path.join(prefix, "include")]
+        library_dirs = [d for d in (os.path.join(prefix, "lib"), os.path.join(prefix, "lib64")) if os.path.isdir(d)]
+        search, origin, libraries = include_dirs, f"FASTLOAD_PNG_PREFIX={prefix}", ["png"]
+    else:
+        cflags = pkg_config("libpng", "--cflags")
+        libs = pkg_config("libpng", "--libs")
+        if cflags is not None and libs is not None:
+            include_dirs = [f[2:] for f in cflags if f.startswith("-I")]
+            library_dirs = [f[2:] for f in libs if f.startswith("-L")]
+            libraries = [f[2:] for f in libs if f.startswith("-l")] or ["png"]  # -lpng16 -lz
+            origin = "pkg-config libpng"
+        else:
+            include_dirs, library_dirs, libraries, origin = [], [], ["png"], "default compiler paths"
+        search = include_dirs + SYSTEM_INCLUDE_DIRS
+    header = find_header("png.h", search)
+    if header is None:
+        log(f"libpng: not found ({origin}); PNG images are decoded by PIL. {PNG_HELP}")
+        return None
+    match = re.search(r'#define\s+PNG_LIBPNG_VER_STRING\s+"([^"]+)"', open(header).read())
+    version = match.group(1) if match else "unknown"
+    if match is None or tuple(int(part) for part in re.findall(r"\d+", version)[:2]) < (1, 6):
+        log(f"libpng: {version} in {header} is older than 1.6; PNG images are decoded by PIL. {PNG_HELP}")
+        return None
+    log(f"libpng {version} from {origin} ({header})")
+    return include_dirs, library_dirs, libraries, version
+
+
 def find_nvjpeg(cuda_home, cuda_major):
     """Returns (include_dir, library_dir, library_file) of an nvJPEG built for CUDA
     `cuda_major` (other wheels, e.g. DALI's CUDA 12 one, may sit beside it), or None."""
@@ -152,6 +195,7 @@ def extensions():
     debug = os.environ.get("FASTLOAD_DEBUG") == "1"
     sanitize = sanitizers()
     include_dirs, library_dirs, libraries, jpeg_version = find_libjpeg()
+    png = find_libpng()
     cuda_home = cpp_extension.CUDA_HOME
     if sanitize and os.environ.get("FASTLOAD_CUDA", "auto") == "1":
         sys.exit("error: FASTLOAD_SANITIZE builds are CPU only; unset FASTLOAD_CUDA or set it to 0")
@@ -174,6 +218,12 @@ def extensions():
     # torch's headers choose the C++ standard (C++20 for torch >= 2.10).
     cxx_flags += ["-fvisibility=hidden", "-Wall", "-Wno-unused-function"]
     define_macros = [("FASTLOAD_JPEG_VERSION", f'"{jpeg_version}"')]
+    if png is not None:
+        png_include, png_libdirs, png_libraries, png_version = png
+        include_dirs += [d for d in png_include if d not in include_dirs]
+        library_dirs += [d for d in png_libdirs if d not in library_dirs]
+        libraries += [name for name in png_libraries if name not in libraries]
+        define_macros.append(("FASTLOAD_PNG_VERSION", f'"{png_version}"'))
     extra_link_args = [f"-fsanitize={sanitize}"] if sanitize else []
     nvcc_flags = ["-O3", "--expt-relaxed-constexpr"]
 

@@ -58,6 +58,11 @@ TORCH_LIBRARY(fastload, m) {
   m.def(
       "decode_jpeg(Tensor data, int[] window=[], int scale_denom=1, int channels=3, "
       FASTLOAD_MAX_PIXELS_ARG ") -> Tensor");
+  // PNG (libpng): rows/columns window=[top, left, height, width] ([] = whole image) as
+  // PIL gives them: mode "RGB" (convert("RGB"): uint8 [H, W, 3]), "L" (convert("L"):
+  // [H, W, 1]) or "mask" (np.array of a mode 1 / L / P file: uint8 [H, W], palette
+  // indices; other files refused). Built without libpng, it raises saying so.
+  m.def("decode_png(Tensor data, int[] window=[], str mode=\"RGB\", " FASTLOAD_MAX_PIXELS_ARG ") -> Tensor");
   // nvJPEG batched decode of whole images (CPU bytes in): uint8 [H, W, channels] CUDA
   // tensors on the current stream, and a bool [N] CPU tensor: True where nvJPEG could not
   // take the sample and the CPU decoder did it (uploaded). Same limits as decode_jpeg.
@@ -273,6 +278,11 @@ py::dict build_info() {
   py::dict info;
   info["libjpeg_turbo"] = FASTLOAD_JPEG_VERSION;
   info["libjpeg_api"] = JPEG_LIB_VERSION;
+#ifdef FASTLOAD_PNG_VERSION
+  info["libpng"] = FASTLOAD_PNG_VERSION;  // PNG decoded in C++ (else by PIL, in Python)
+#else
+  info["libpng"] = py::none();
+#endif
 #ifdef FASTLOAD_WITH_CUDA
   info["cuda"] = true;
 #else

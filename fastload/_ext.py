@@ -51,6 +51,12 @@ def has_cuda_ops() -> bool:
     return bool(build_info().get("cuda"))
 
 
+def has_png() -> bool:
+    """True when the native PNG decoder (libpng) was compiled in: PNG images are then
+    decoded in C++ by the engine and by fastload.ops.decode_png; otherwise by PIL."""
+    return bool(build_info().get("libpng"))
+
+
 def has_nvjpeg() -> bool:
     """True when the nvJPEG decode op was compiled in."""
     return bool(build_info().get("nvjpeg"))

@@ -45,6 +45,15 @@ def _decode_jpeg(data, window=(), scale_denom=1, channels=3, max_pixels=None):
     return data.new_empty((ctx.new_dynamic_size(), ctx.new_dynamic_size(), channels), dtype=torch.uint8)
 
 
+@torch.library.register_fake("fastload::decode_png")
+def _decode_png(data, window=(), mode="RGB", max_pixels=None):
+    ctx = torch.library.get_ctx()
+    size = (ctx.new_dynamic_size(), ctx.new_dynamic_size())
+    if mode == "mask":  # a label map: [H, W]
+        return data.new_empty(size, dtype=torch.uint8)
+    return data.new_empty((*size, 3 if mode == "RGB" else 1), dtype=torch.uint8)
+
+
 @torch.library.register_fake("fastload::decode_jpeg_cuda")
 def _decode_jpeg_cuda(datas, channels=3, device="cuda", max_pixels=None):
     ctx = torch.library.get_ctx()

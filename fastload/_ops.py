@@ -120,6 +120,51 @@ def decode_jpeg(
     return _ops().decode_jpeg(data, list(window or []), scale_denom, channels, _max_pixels(max_pixels))
 
 
+def decode_png(
+    data: torch.Tensor,
+    window: Optional[Sequence[int]] = None,
+    mode: str = "RGB",
+    max_pixels: Optional[int] = None,
+) -> torch.Tensor:
+    """Decodes a PNG with libpng, to exactly what PIL gives for it (PNG is lossless).
+
+    Every colour type and bit depth: palette, gray (1, 2, 4, 8, 16 bits), gray+alpha,
+    RGB, RGBA, 16-bit, Adam7-interlaced; tRNS and alpha are dropped as PIL's convert does.
+    A non-interlaced file is read only down to the window's last row. EXIF orientation
+    is ignored (like PIL without ``exif_transpose``).
+
+    Args:
+        data: uint8 1-D contiguous CPU tensor with the file's bytes.
+        window: [top, left, height, width] inside the image; None = the whole image.
+        mode: "RGB": ``Image.open(f).convert("RGB")`` (16-bit colour to its high byte,
+            16-bit gray clipped to 255, palette indices past the palette's end black, as
+            Pillow does); "L": ``convert("L")``; "mask": ``np.array(Image.open(f))`` of
+            a label map, i.e. a file PIL opens as mode "1" (0 / 1), "L" (gray values) or
+            "P" (palette indices, not colours); other files are refused.
+        max_pixels: refuse images with more pixels, checked from the header before
+            decoding (decompression bombs); <= 0: no limit; None: the default,
+            DEFAULT_MAX_PIXELS (Pillow's Image.MAX_IMAGE_PIXELS).
+
+    Returns:
+        uint8 tensor, contiguous: [H, W, 3] ("RGB"), [H, W, 1] ("L") or [H, W] ("mask").
+
+    Raises:
+        RuntimeError: empty, corrupt or truncated (where the window needs it) data, a
+            bad CRC, not a PNG, more than max_pixels pixels, a "mask" of a colour, alpha
+            or 16-bit file, or fastload._C built without libpng. The message starts
+            "fastload.decode_png:" and quotes libpng's.
+        ValueError: a window outside the image, or another mode.
+
+    Example:
+        >>> import io, numpy as np, PIL.Image, torch
+        >>> buf = io.BytesIO(); PIL.Image.fromarray(np.full((3, 5), 7, np.uint8)).save(buf, "PNG")
+        >>> data = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
+        >>> decode_png(data).shape, decode_png(data, mode="mask")[0].tolist()
+        (torch.Size([3, 5, 3]), [7, 7, 7, 7, 7])
+    """
+    return _ops().decode_png(data, list(window or []), mode, _max_pixels(max_pixels))
+
+
 def decode_jpeg_cuda(
     datas: Sequence[torch.Tensor], channels: int = 3, device="cuda", max_pixels: Optional[int] = None
 ) -> Tuple[List[torch.Tensor], torch.Tensor]:

@@ -35,6 +35,8 @@ def collect() -> dict:
     info["ops: CPU"] = module is not None
     info["ops: CUDA"] = built.get("cuda", False)
     info["ops: nvJPEG"] = built.get("nvjpeg", False)
+    # PNG in C++ (libpng), or through PIL where the build found no libpng.
+    info["PNG decoder"] = f"libpng {built['libpng']}" if built.get("libpng") else "PIL (built without libpng)"
     info["augment CPU path"] = built.get("augment_cpu_path")  # "avx2" or "baseline", picked at run time
     info["libjpeg-turbo"] = built.get("libjpeg_turbo")
     info["compiler"] = built.get("compiler")

@@ -44,9 +44,10 @@ Keys of the dict (seconds are float, counts int):
                     stages_s {read, header, decode, augment: CPU seconds summed over the
                     engine threads} and thread_stages_s (the same per thread, with samples), a dict:
                     images, batches (produced by the engine), skipped (distinct samples
-                    replaced under on_error="skip"), pil_fallback (non-JPEG samples PIL
-                    decoded), gpu_cpu_fallback (decode_on="gpu": images nvJPEG rejected
-                    and the CPU decoded), engine_s (submit to result, summed over
+                    replaced under on_error="skip"), pil_fallback (samples PIL decoded:
+                    formats other than JPEG and PNG, or PNG in a build without libpng),
+                    gpu_cpu_fallback (decode_on="gpu": images nvJPEG rejected, and PNGs,
+                    that the CPU decoded), engine_s (submit to result, summed over
                     batches: several overlap), wait_s (time result() waited for the
                     engine), threads, queue_depth (batches submitted to the engine when
                     one was taken, on average: below the prefetch depth, the engine lags)

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "decode/image_format.h"  // is_jpeg
+
 namespace fastload {
 
 // Pillow's default decompression-bomb limit (Image.MAX_IMAGE_PIXELS). A macro as well, so
@@ -28,9 +30,6 @@ struct JpegInfo {
   int color_space = 0;  // libjpeg's J_COLOR_SPACE of the file
   bool progressive = false;
 };
-
-// True when the data starts with a JPEG SOI marker and another marker (FF D8 FF).
-bool is_jpeg(const uint8_t* data, size_t size);
 
 // Reads only the header. Throws DecodeError.
 JpegInfo read_jpeg_info(const uint8_t* data, size_t size);

@@ -15,7 +15,6 @@
 
 #include <algorithm>
 #include <memory>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 
@@ -312,20 +311,6 @@ std::string libjpeg_error(const Decompressor& d) {
   return std::string("expected a decodable JPEG, got corrupt, truncated or unsupported data (libjpeg: ") + d.err.message + ")";
 }
 
-std::string describe_prefix(const uint8_t* data, size_t size) {
-  std::ostringstream s;
-  s << size << " bytes starting with";
-  static const char* hex = "0123456789ABCDEF";
-  for (size_t i = 0; i < std::min<size_t>(size, 4); ++i) {
-    s << ' ' << hex[data[i] >> 4] << hex[data[i] & 15];
-  }
-  if (size >= 8 && std::memcmp(data, "\x89PNG", 4) == 0) s << " (a PNG file)";
-  if (size >= 6 && (std::memcmp(data, "GIF87a", 6) == 0 || std::memcmp(data, "GIF89a", 6) == 0)) s << " (a GIF file)";
-  if (size >= 12 && std::memcmp(data, "RIFF", 4) == 0 && std::memcmp(data + 8, "WEBP", 4) == 0) s << " (a WebP file)";
-  if (size >= 2 && data[0] == 'B' && data[1] == 'M') s << " (a BMP file?)";
-  return s.str();
-}
-
 // Throws DecodeError for data that cannot be a JPEG, before libjpeg sees it.
 void check_jpeg_bytes(const uint8_t* data, size_t size) {
   if (size == 0) throw DecodeError("expected a JPEG, got 0 bytes (empty file)");
@@ -335,10 +320,6 @@ void check_jpeg_bytes(const uint8_t* data, size_t size) {
 }
 
 }  // namespace
-
-bool is_jpeg(const uint8_t* data, size_t size) {
-  return size >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF;
-}
 
 int count_jpeg_scans(const uint8_t* data, size_t size, int stop_after) {
   int scans = 0;

@@ -9,7 +9,7 @@
 #include "augment/crop_resize_flip_normalize.h"
 #include "augment/geometry.h"
 #include "check.h"
-#include "decode/transcode.h"
+#include "decode/decode_image.h"
 
 #include <ATen/ops/empty.h>
 #include <ATen/record_function.h>
@@ -201,11 +201,11 @@ void process_sample(Job& job, int64_t slot, SampleState& state) {
   timer.mark(kRead);
   const uint8_t* data = state.bytes.data();
   const size_t size = state.bytes.size();
-  if (!is_jpeg(data, size)) {
+  if (!decodes_natively(data, size)) {
     job.status[slot] = static_cast<int32_t>(Status::kNotJpeg);
     return;
   }
-  const JpegInfo info = read_jpeg_info(data, size);
+  const ImageHeader info = read_image_header(data, size);
   const Region region = region_of(plan, info.height, info.width, job.epoch, sample);
   timer.mark(kHeader);
 
@@ -219,15 +219,8 @@ void process_sample(Job& job, int64_t slot, SampleState& state) {
   DecodedWindow& window = state.window;
   {
     RECORD_FUNCTION("fastload.decode", c10::ArrayRef<const c10::IValue>{});
-    // A prepared file (fastload.prepare) carries its restart-segment index: only the
-    // segments covering the window's rows are entropy-decoded, with the same pixels.
-    if (read_embedded_segments(data, size, state.segments)) {
-      decode_jpeg_rows(data, size, state.segments.data(), static_cast<int64_t>(state.segments.size() / 2), win_top,
-                       win_left, win_height, win_width, denom, plan.channels, plan.max_pixels, window);
-    } else {
-      decode_jpeg_window(data, size, win_top, win_left, win_height, win_width, denom, plan.channels,
-                         plan.max_pixels, window);
-    }
+    decode_image_window(data, size, win_top, win_left, win_height, win_width, denom, plan.channels, plan.max_pixels,
+                        state.segments, window);
   }
   timer.mark(kDecode);
   {

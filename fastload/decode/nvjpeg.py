@@ -2,8 +2,10 @@
 
 One batch: the engine reads every sample's bytes (C++, GIL released), Python sniffs which
 are JPEGs, nvJPEG decodes those in one batched call, and whatever nvJPEG rejects is
-decoded by libjpeg-turbo on the CPU (counted as gpu_cpu_fallback). A sample that neither
-decodes gets a per-sample status and message; the runner's repair step handles it.
+decoded by libjpeg-turbo on the CPU (counted as gpu_cpu_fallback). PNGs, which nvJPEG does
+not read, are decoded by the native PNG decoder on the CPU (counted there too) where the
+build has one. A sample that neither decodes gets a per-sample status and message; the
+runner's repair step handles it.
 
 Example (the CPU decoder standing in for nvJPEG, as the tests do):
     >>> import torch
@@ -26,11 +28,17 @@ from typing import Callable, List, Optional, Sequence, Tuple
 import torch
 
 from fastload import _contract as contract
+from fastload import _ext
 
 
 def looks_like_jpeg(data: torch.Tensor) -> bool:
     """True when uint8 `data` starts like a JPEG file (SOI, then a marker)."""
     return data.numel() >= 3 and data[:3].tolist() == [0xFF, 0xD8, 0xFF]
+
+
+def looks_like_png(data: torch.Tensor) -> bool:
+    """True when uint8 `data` starts with the PNG signature."""
+    return data.numel() >= 8 and data[:8].tolist() == [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A]
 
 
 def nvjpeg_decode(datas: List[torch.Tensor], channels: int, device: torch.device, max_pixels: int
@@ -75,16 +83,25 @@ class NvjpegDecoder:
         datas, errors = self._read(samples)
         status = torch.zeros(len(samples), dtype=torch.int32)
         messages = list(errors)
-        decodable = []
+        decodable, pngs = [], []
         for slot, (data, error) in enumerate(zip(datas, errors)):
             if error:
                 status[slot] = contract.READ_ERROR
-            elif not looks_like_jpeg(data):
-                status[slot] = contract.NOT_JPEG
-            else:
+            elif looks_like_jpeg(data):
                 decodable.append(slot)
+            elif looks_like_png(data) and _ext.has_png():
+                pngs.append(slot)
+            else:
+                status[slot] = contract.NOT_JPEG
         images: List[Optional[torch.Tensor]] = [None] * len(samples)
         cpu_fallbacks = 0
+        for slot in pngs:  # whole images, like nvJPEG's; "L" is PIL's convert("L"), as the PIL fallback's
+            try:
+                images[slot] = ops.decode_png(datas[slot], mode="RGB" if self.channels == 3 else "L",
+                                              max_pixels=self.max_pixels).to(self.device)
+                cpu_fallbacks += 1
+            except RuntimeError as error:
+                status[slot], messages[slot] = contract.DECODE_ERROR, str(error)
         if not decodable:
             return status, messages, images, cpu_fallbacks
         try:

@@ -1,5 +1,6 @@
-"""PIL decoding: the fallback for formats the C++ decoder does not take (PNG, WebP,
-BMP, ...), and the generic path's decoder. Counted in the loader's stats as pil_fallback."""
+"""PIL decoding: the fallback for formats the C++ decoders do not take (WebP, BMP, GIF,
+...; PNG in a build without libpng), and the generic path's decoder. Counted in the
+loader's stats as pil_fallback."""
 
 from __future__ import annotations
 

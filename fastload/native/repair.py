@@ -3,7 +3,7 @@
 A slot fails when its sample is not a JPEG (NOT_JPEG), cannot be read or decoded, or its
 geometry has no pixels to sample. In that order of resort:
 
-1. PIL decodes other formats (PNG, WebP, ...; fastload.decode.pil), and the engine then
+1. PIL decodes other formats (WebP, BMP, ...; PNG without libpng; fastload.decode.pil), and the engine then
    augments the decoded pixels into the slot like any JPEG's (counted as pil_fallback);
 2. the error policy (fastload.errors.ErrorPolicy): "raise" raises fastload.DecodeError
    naming the sample and its file; "skip" fills the slot with the next readable sample in

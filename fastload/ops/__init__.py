@@ -29,6 +29,7 @@ from fastload._ops import (  # noqa: F401
     decode_jpeg,
     decode_jpeg_cuda,
     decode_jpeg_rows,
+    decode_png,
     erase,
     gaussian_blur,
     gaussian_blur_params,

@@ -82,7 +82,7 @@ def _png() -> bytes:
     return buffer.getvalue()
 
 
-PNG = _png()  # not a JPEG: the runner decodes it with PIL and the engine augments it
+PNG = _png()  # the engine decodes it with libpng (PIL where the build has none) and augments it
 
 
 def mutate(data: bytes, rng: random.Random) -> bytes:
