@@ -66,8 +66,9 @@ def test_view_zero_draws_as_the_single_view_pipeline(pairs):
     images, _ = pairs
     single = fastload.FileList(images, transforms=GLOBAL, seed=3)
     several = fastload.FileList(images, views=[GLOBAL, GLOBAL, LOCAL], seed=3)
-    _, [[alone, _]] = run_loader(single, epoch=1)
-    loader, [[views, labels]] = run_loader(several, epoch=1)
+    # (DCT scaling off: a shared decode may serve view 0 at a finer scale than it alone needs)
+    _, [[alone, _]] = run_loader(single, epoch=1, dct_scaling=False)
+    loader, [[views, labels]] = run_loader(several, epoch=1, dct_scaling=False)
     assert loader.path.startswith("native:") and "view 2" in loader.path, loader.path
     assert [tuple(v.shape) for v in views] == [(6, 3, 40, 40), (6, 3, 40, 40), (6, 3, 16, 16)]
     assert torch.equal(views[0], alone)
@@ -201,7 +202,7 @@ def test_masks_equal_torchvision_exactly(pairs, sampling, geometry):
     out = {"rrc": 33, "resize": (50, 56), "crop": 70}[geometry]
     mask = fastload.Mask(fill=255, dtype=torch.uint8, sampling=sampling)
     dataset = fastload.SegmentationDataset(images, masks, specs + [T.Normalize(MEAN, STD)], mask=mask, seed=4)
-    loader, [[image_batch, mask_batch]] = run_loader(dataset, epoch=1)
+    loader, [[image_batch, mask_batch]] = run_loader(dataset, epoch=1, dct_scaling=False)
     assert "mask of view 0" in loader.path and image_batch.dtype == torch.float32
     plan = dataset.view_plans().seeded(0)
     reference = _v1_mask if sampling == "pil" else _v2_mask
@@ -214,7 +215,7 @@ def test_masks_equal_torchvision_exactly(pairs, sampling, geometry):
     for i in range(len(dataset)):  # the twin (PIL / torch) agrees with the engine too
         twin_image, twin_mask = dataset[i]
         assert torch.equal(twin_mask, mask_batch[i])
-        torch.testing.assert_close(twin_image, image_batch[i], atol=0.05, rtol=0)
+        torch.testing.assert_close(twin_image, image_batch[i], atol=FLOAT_ATOL, rtol=0)
 
 
 def test_pil_and_tensor_nearest_pick_different_pixels(pairs):
@@ -249,8 +250,11 @@ def test_resume_mid_epoch_with_views(pairs):
 
     images, _ = pairs
     dataset = fastload.FileList(images, views=[GLOBAL, LOCAL], seed=1)
-    check_resume_at_every_position(lambda: fastload.DataLoader(dataset, batch_size=2, shuffle=True, seed=4,
-                                                               distributed=False), check_next_epoch=False)
+    def make():
+        torch.manual_seed(0)  # the order from torch's global generator, as a new process seeds it
+        return fastload.DataLoader(dataset, batch_size=2, shuffle=True, distributed=False)
+
+    check_resume_at_every_position(make)
 
 
 def test_ddp_ranks_split_views_by_sample(pairs, monkeypatch):
@@ -258,7 +262,7 @@ def test_ddp_ranks_split_views_by_sample(pairs, monkeypatch):
     sample index, not the rank); the ranks together see every sample once."""
     images, _ = pairs
     dataset = fastload.FileList(images, views=[GLOBAL, LOCAL], seed=6)
-    _, [[whole, _]] = run_loader(dataset, distributed=False)
+    _, [[whole, _]] = run_loader(dataset, distributed=False, seed=2)
     key = {whole[0][i].flatten()[:32].numpy().tobytes(): i for i in range(len(images))}
     seen = []
     for rank in range(2):
@@ -345,6 +349,9 @@ def test_engine_checks_view_outputs(pairs):
     with pytest.raises(ValueError, match="set_mask_index"):
         engine.submit(torch.tensor([0, 1]), out, 0, views=[torch.empty(2, 3, 16, 16)],
                       masks=[torch.empty(2, 16, 16, dtype=torch.uint8)])
+    engine.set_mask_index(torch.from_numpy(index.files.data), torch.from_numpy(index.files.offsets),
+                          torch.from_numpy(index.file_ids), torch.from_numpy(index.offsets),
+                          torch.from_numpy(index.sizes))
     with pytest.raises(ValueError, match=r"mask 0 as uint8 or int64 \[2, 16, 16\]"):
         engine.submit(torch.tensor([0, 1]), out, 0, views=[torch.empty(2, 3, 16, 16)],
                       masks=[torch.empty(2, 40, 40, dtype=torch.uint8)])
