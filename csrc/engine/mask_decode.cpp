@@ -12,6 +12,10 @@ namespace {
 constexpr uint8_t kNpyMagic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
 constexpr uint8_t kPngMagic[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
 
+// A header field as a message shows it: at most 60 characters (a damaged header's
+// field may run on).
+std::string shown(const std::string& text) { return text.size() <= 60 ? text : text.substr(0, 60) + "..."; }
+
 // The value of `key` in a .npy header dict ("'descr': '|u1', 'fortran_order': False,
 // 'shape': (4, 5), }"): the text after "'key':" up to the next ',' outside parentheses.
 std::string npy_field(const std::string& header, const std::string& key) {
@@ -64,7 +68,7 @@ void decode_npy(const uint8_t* data, size_t size, int64_t max_pixels, MaskImage&
   };
   if (size < 10) fail("a file of " + std::to_string(size) + " bytes");
   const int major = data[6];
-  size_t header_length, start;
+  size_t header_length = 0, start = 0;
   if (major == 1) {
     header_length = data[8] | (static_cast<size_t>(data[9]) << 8);
     start = 10;
@@ -77,17 +81,22 @@ void decode_npy(const uint8_t* data, size_t size, int64_t max_pixels, MaskImage&
     fail("format version " + std::to_string(major));
   }
   if (header_length > size - start) fail("a header longer than the file");
-  const std::string header(reinterpret_cast<const char*>(data + start), header_length);
+  // Non-printable bytes become '?': they can be no part of a valid header, and fields
+  // of it go into messages.
+  std::string header(reinterpret_cast<const char*>(data + start), header_length);
+  for (char& c : header) {
+    if (c < 0x20 || c > 0x7e) c = '?';
+  }
   const std::string descr = npy_field(header, "descr");
-  if (descr != "'|u1'" && descr != "'<u1'" && descr != "'>u1'" && descr != "'u1'") fail("dtype " + descr);
-  if (npy_field(header, "fortran_order") != "False") fail("fortran_order " + npy_field(header, "fortran_order"));
+  if (descr != "'|u1'" && descr != "'<u1'" && descr != "'>u1'" && descr != "'u1'") fail("dtype " + shown(descr));
+  if (npy_field(header, "fortran_order") != "False") fail("fortran_order " + shown(npy_field(header, "fortran_order")));
   std::vector<int64_t> dims;
   if (!npy_shape(npy_field(header, "shape"), dims) || dims.size() < 2 || dims.size() > 3 ||
       (dims.size() == 3 && dims[2] != 1)) {
-    fail("shape " + npy_field(header, "shape"));
+    fail("shape " + shown(npy_field(header, "shape")));
   }
   const int64_t height = dims[0], width = dims[1];
-  if (height <= 0 || width <= 0 || height > INT32_MAX || width > INT32_MAX) fail("shape " + npy_field(header, "shape"));
+  if (height <= 0 || width <= 0 || height > INT32_MAX || width > INT32_MAX) fail("shape " + shown(npy_field(header, "shape")));
   int64_t pixels = 0;
   if (!checked_mul(height, width, &pixels) || (max_pixels > 0 && pixels > max_pixels)) {
     throw DecodeError("fastload.decode_mask: expected at most " + std::to_string(max_pixels) + " pixels, got a " +

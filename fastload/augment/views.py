@@ -215,7 +215,14 @@ def build_view_plans(outputs: Outputs, first: Any, *, dtype: Optional[torch.dtyp
 
 def describe(outputs: Outputs, plans: ViewPlans) -> str:
     """What loader.path says of the outputs beyond view 0: "+ 1 view [...] + mask (view 0)"."""
-    parts = [f"view {v} [{plan.description}]" for v, plan in enumerate(plans.plans) if v > 0]
+    parts: List[str] = []
+    v = 1
+    while v < len(plans.plans):  # consecutive views alike are named once: "views 2-9 [...]"
+        last = v
+        while last + 1 < len(plans.plans) and plans.plans[last + 1].description == plans.plans[v].description:
+            last += 1
+        parts.append(f"{f'views {v}-{last}' if last > v else f'view {v}'} [{plans.plans[v].description}]")
+        v = last + 1
     parts += [f"mask of view {m.follows} ({m.sampling} nearest, {str(m.dtype).replace('torch.', '')})"
               for m in outputs.masks]
     return "; ".join(parts)

@@ -16,7 +16,7 @@ Properties:
     (fastload.augment.views.mask_reference) for the engine's drawn geometry;
   * bad mask files fail their sample with a message naming the mask file.
 
-Case i is rebuilt by `make_case(SEED, i, root)`. FASTLOAD_FUZZ_CASES sets the number of
+Case i is rebuilt by `make_case(SEED, i, root)` (FASTLOAD_FUZZ_SEED varies SEED). FASTLOAD_FUZZ_CASES sets the number of
 cases (default: a few seconds on one core with the normal build).
 """
 
@@ -43,9 +43,9 @@ from fastload.source.index import SampleIndex  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not _ext.has_ops(), reason="fastload._C not built")
 
-DEFAULT_CASES = 40
+DEFAULT_CASES = 100
 CASES = int(os.environ.get("FASTLOAD_FUZZ_CASES") or DEFAULT_CASES)
-SEED = 20261206
+SEED = int(os.environ.get("FASTLOAD_FUZZ_SEED", "20261206"))
 
 
 def random_view(rng: random.Random) -> list:
