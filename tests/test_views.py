@@ -159,6 +159,34 @@ def test_view_draws_follow_torchvision_statistics():
     assert abs(np.corrcoef(draws[0][2], draws[1][2])[0, 1]) < 0.1
 
 
+def test_view_jitter_draws_follow_torchvision_statistics():
+    """ColorJitter(0.4, 0.4, 0.4, 0.1) under RandomApply(p=0.8), per view: how often it runs
+    and the brightness factor's spread are torchvision's; the views draw independently."""
+    from fastload import _ops
+    from fastload.augment.views import Outputs, build_view_plans
+    from fastload.augment.plan import build_plan, jitter_nan_ranges
+
+    specs = [T.RandomResizedCrop(32), T.ColorJitter(0.4, 0.4, 0.4, 0.1, p=0.8)]
+    plans = build_view_plans(Outputs.of_views([specs, specs]), build_plan(specs, seed=11))
+    n = 3000
+    brightness = []
+    for v in range(2):
+        plan = plans.seeded(v)
+        _, factors = _ops.color_jitter_params(torch.arange(n), plan.seed, 0, jitter_nan_ranges(plan.jitter),
+                                              plan.jitter_p)
+        ran = ~torch.isnan(factors[:, 0])
+        assert abs(ran.float().mean().item() - 0.8) < 4 * np.sqrt(0.16 / n), v
+        torch.manual_seed(v)
+        theirs = torch.tensor([torchvision.transforms.ColorJitter.get_params([0.6, 1.4], None, None, None)[1]
+                               for _ in range(n)])
+        ours = factors[ran, 0].double()
+        assert abs(ours.mean().item() - theirs.mean().item()) < 4 * theirs.std().item() / np.sqrt(ran.sum().item())
+        assert abs(ours.std().item() / theirs.std().item() - 1) < 0.1
+        brightness.append(factors[:, 0])
+    both = ~torch.isnan(brightness[0]) & ~torch.isnan(brightness[1])
+    assert abs(np.corrcoef(brightness[0][both].numpy(), brightness[1][both].numpy())[0, 1]) < 0.1
+
+
 def _v1_mask(labels, geometry, box, flip, out, fill):
     """torchvision v1 on a PIL mask (NEAREST) for a drawn geometry."""
     pil = Image.fromarray(labels)

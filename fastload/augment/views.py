@@ -214,14 +214,18 @@ def build_view_plans(outputs: Outputs, first: Any, *, dtype: Optional[torch.dtyp
 
 
 def describe(outputs: Outputs, plans: ViewPlans) -> str:
-    """What loader.path says of the outputs beyond view 0: "+ 1 view [...] + mask (view 0)"."""
+    """What loader.path says of the outputs beyond view 0: "view 1 16x16 [...]; mask of view 0
+    (pil nearest, int64)"."""
+    def text(plan: Any) -> str:
+        return f"{plan.out_height}x{plan.out_width} [{plan.description}]"
+
     parts: List[str] = []
     v = 1
-    while v < len(plans.plans):  # consecutive views alike are named once: "views 2-9 [...]"
+    while v < len(plans.plans):  # consecutive views alike are named once: "views 2-9 96x96 [...]"
         last = v
-        while last + 1 < len(plans.plans) and plans.plans[last + 1].description == plans.plans[v].description:
+        while last + 1 < len(plans.plans) and text(plans.plans[last + 1]) == text(plans.plans[v]):
             last += 1
-        parts.append(f"{f'views {v}-{last}' if last > v else f'view {v}'} [{plans.plans[v].description}]")
+        parts.append(f"{f'views {v}-{last}' if last > v else f'view {v}'} {text(plans.plans[v])}")
         v = last + 1
     parts += [f"mask of view {m.follows} ({m.sampling} nearest, {str(m.dtype).replace('torch.', '')})"
               for m in outputs.masks]
