@@ -94,10 +94,10 @@ class Outputs:
     Attributes:
         views: one tuple of fastload transform specs per image view (at least one).
         masks: the masks, each following one of the views.
-        arrangement: "views": a batch is `[[view_0, ..., view_K-1], labels]` (SimCLR's and
-            DINO's structure; each view a batched tensor, views of different sizes in
-            different tensors); "pairs": `[image, mask]` (one view, one mask: a
-            segmentation batch).
+        arrangement: "views": a batch is `[[view_0, ..., view_K-1, mask_0, ...], labels]`
+            (SimCLR's and DINO's structure; each view a batched tensor, views of different
+            sizes in different tensors, then the masks); "pairs": `[image, mask]` (one
+            view, one mask: a segmentation batch).
     """
 
     views: Tuple[Tuple[Any, ...], ...]
