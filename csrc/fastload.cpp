@@ -33,6 +33,7 @@
 #include "augment/crop_resize_flip_normalize_cpu.h"
 #include "augment/geometry.h"
 #include "augment/plan.h"
+#include "augment/views.h"
 #include "check.h"
 #include "decode/decode_jpeg.h"
 #include "decode/transcode.h"
@@ -446,7 +447,12 @@ void bind_engine(py::module_& m) {
            py::arg("file_ids"), py::arg("offsets"), py::arg("sizes"))
       .def("set_plan", &BatchEngine::set_plan, py::arg("plan"))
       .def("submit", &BatchEngine::submit, py::arg("samples"), py::arg("out"), py::arg("epoch"),
-           py::arg("predecoded") = std::unordered_map<int64_t, at::Tensor>(), py::arg("pin_memory") = false)
+           py::arg("predecoded") = std::unordered_map<int64_t, at::Tensor>(), py::arg("pin_memory") = false,
+           py::arg("views") = std::vector<at::Tensor>(), py::arg("masks") = std::vector<at::Tensor>())
+      .def("set_views", &BatchEngine::set_views, py::arg("plans"), py::arg("masks"),
+           "Image views 1..K-1 (Plans; view 0 is set_plan's) and masks (MaskSpecs) of every sample.")
+      .def("set_mask_index", &BatchEngine::set_mask_index, py::arg("path_bytes"), py::arg("path_offsets"),
+           py::arg("file_ids"), py::arg("offsets"), py::arg("sizes"))
       // (status int32 [B], messages); in cpu+gpu mode (out=None) also (packed uint8,
       // shapes int64 [B, 4] = (offset, height, width, row_stride), boxes float32 [B, 4],
       // flips bool [B], or [B, 2] when the plan flips top-bottom): the inputs of
@@ -475,11 +481,62 @@ void bind_engine(py::module_& m) {
 }  // namespace
 }  // namespace fastload
 
+namespace fastload {
+namespace {
+
+// Several outputs per sample (augment/views.h): the mask spec, its sampling modes, the
+// views' seeds and a mask's source indexes (what the Python twin and the tests use).
+void bind_views(py::module_& m) {
+  py::enum_<MaskSampling>(m, "MaskSampling", "How a mask's nearest resize picks source pixels: PIL (Pillow's "
+                          "NEAREST, torchvision v1 on PIL masks) or TENSOR (torch's interpolate nearest, v2 Mask).")
+      .value("PIL", MaskSampling::kPil)
+      .value("TENSOR", MaskSampling::kTensor);
+  py::class_<MaskSpec>(m, "MaskSpec", "A mask read from a sample's second file, following image view `follows`.")
+      .def(py::init([](int follows, int fill, MaskSampling sampling) { return MaskSpec{follows, fill, sampling}; }),
+           py::arg("follows") = 0, py::arg("fill") = 0, py::arg("sampling") = MaskSampling::kPil)
+      .def_readwrite("follows", &MaskSpec::follows)
+      .def_readwrite("fill", &MaskSpec::fill)
+      .def_readwrite("sampling", &MaskSpec::sampling)
+      .def("__repr__", [](const MaskSpec& spec) {
+        return "MaskSpec(follows=" + std::to_string(spec.follows) + ", fill=" + std::to_string(spec.fill) +
+               ", sampling=" + (spec.sampling == MaskSampling::kPil ? "PIL" : "TENSOR") + ")";
+      });
+  m.def("view_seed", [](int64_t seed, int64_t view) { return view_seed(seed, view); }, py::arg("seed"), py::arg("view"),
+        "The seed of view `view` of a pipeline seeded `seed` (view 0: `seed` itself).");
+  m.def(
+      "resized_layout",
+      [](const Plan& plan, int height, int width) {
+        const ResizedLayout layout = resized_layout(plan, height, width);
+        return py::make_tuple(layout.height, layout.width, layout.top, layout.left);
+      },
+      py::arg("plan"), py::arg("height"), py::arg("width"),
+      "Resize + CenterCrop's layout of a height x width image: (resized height, width, crop top, left).");
+  m.def(
+      "mask_source_indexes",
+      [](const Plan& plan, int height, int width, int64_t epoch, int64_t index, MaskSampling sampling) {
+        plan.validate("mask_source_indexes");
+        const Region region = region_of(plan, height, width, epoch, index);
+        MaskAxis rows, cols;
+        mask_axes(plan, region, height, width, rows, cols);
+        std::vector<int32_t> row_table, col_table;
+        mask_axis_table(rows, plan.out_height, sampling, row_table);
+        mask_axis_table(cols, plan.out_width, sampling, col_table);
+        return py::make_tuple(row_table, col_table);
+      },
+      py::arg("plan"), py::arg("height"), py::arg("width"), py::arg("epoch"), py::arg("index"), py::arg("sampling"),
+      "The source row and column (-1: padding) of each output row and column of a mask following `plan`'s "
+      "region of a height x width image: ([out_height], [out_width]) lists.");
+}
+
+}  // namespace
+}  // namespace fastload
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.doc() = "fastload native core: ops are in torch.ops.fastload";
   fastload::bind_contract(module);
   fastload::bind_plan(module);
   fastload::bind_engine(module);
+  fastload::bind_views(module);
   fastload::engine::install_exit_guard();
   module.def("build_info", &fastload::build_info, "Compile-time configuration: versions, backends, flags.");
 }

@@ -12,7 +12,9 @@ Example:
     [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
 
 Native datasets: fastload.ImageFolder, fastload.FileList, fastload.TarShards, with
-their transforms from fastload.transforms (`transforms=[T.RandomResizedCrop(224), ...]`).
+their transforms from fastload.transforms (`transforms=[T.RandomResizedCrop(224), ...]`,
+or `views=[[...], [...]]`: several views of each image from one decode), and
+fastload.SegmentationDataset (image + mask file pairs, `mask=fastload.Mask(fill=255)`).
 `python -m fastload.info` says what was built.
 """
 
@@ -33,6 +35,8 @@ _LAZY = {
     "ImageFolder": ("fastload.datasets.folder", "ImageFolder"),
     "FileList": ("fastload.datasets.folder", "FileList"),
     "TarShards": ("fastload.datasets.tar", "TarShards"),
+    "SegmentationDataset": ("fastload.datasets.segmentation", "SegmentationDataset"),
+    "Mask": ("fastload.augment.views", "Mask"),
     "write_shards": ("fastload.datasets.write", "write_shards"),
     "prepare": ("fastload.prepare", None),  # a callable module: fastload.prepare(src, dst)
     "TarShardError": ("fastload.errors", "TarShardError"),

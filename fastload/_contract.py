@@ -74,3 +74,22 @@ def sampling_views(boxes: torch.Tensor, clamps: torch.Tensor, sizes: torch.Tenso
         relative_boxes: float32 [N, 4]: `boxes` with the view's top-left as the origin.
     """
     return _core().sampling_views(boxes, clamps, sizes)
+
+
+def view_seed(seed: int, view: int) -> int:
+    """The seed of image view `view` of a pipeline seeded `seed` (view 0: `seed`): every
+    view's draws are a pure function of (seed, epoch, index, view)."""
+    return _core().view_seed(seed, view)
+
+
+def resized_layout(plan: Any, height: int, width: int) -> Tuple[int, int, int, int]:
+    """(resized height, resized width, crop top, crop left) of a Resize + CenterCrop plan
+    on a height x width image, torchvision's integers (a negative start: CenterCrop pads)."""
+    return _core().resized_layout(plan, height, width)
+
+
+def mask_spec(follows: int, fill: int, sampling: str) -> Any:
+    """The engine's MaskSpec of a mask following image view `follows` with RandomCrop's
+    `fill` and nearest `sampling` ("pil" or "tensor")."""
+    core = _core()
+    return core.MaskSpec(follows, fill, core.MaskSampling.PIL if sampling == "pil" else core.MaskSampling.TENSOR)

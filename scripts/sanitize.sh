@@ -25,7 +25,7 @@ OUT=build-sanitize
 PY=${PY:-.venv/bin/python}
 SANITIZERS=${SANITIZERS:-address,undefined,float-cast-overflow}
 TIMEOUT=${SANITIZE_TIMEOUT:-600}
-DEFAULT_TESTS="tests/fuzz tests/ops/test_decode_png.py tests/test_png_native.py tests/ops/test_crop_resize_flip_normalize.py tests/ops/test_interpolation.py tests/ops/test_transcode.py tests/ops/test_color.py tests/ops/test_blur.py tests/ops/test_autoaugment.py tests/test_color_fused.py tests/test_gaussian_blur.py tests/test_autoaugment_fused.py tests/test_random_crop.py tests/test_prepare.py tests/test_loader_stats.py tests/test_loader_errors.py::test_native_read_that_never_returns_honours_timeout_and_the_process_exits"
+DEFAULT_TESTS="tests/fuzz tests/ops/test_decode_png.py tests/test_png_native.py tests/ops/test_crop_resize_flip_normalize.py tests/ops/test_interpolation.py tests/ops/test_transcode.py tests/ops/test_color.py tests/ops/test_blur.py tests/ops/test_autoaugment.py tests/test_color_fused.py tests/test_gaussian_blur.py tests/test_autoaugment_fused.py tests/test_random_crop.py tests/test_views.py tests/test_prepare.py tests/test_loader_stats.py tests/test_loader_errors.py::test_native_read_that_never_returns_honours_timeout_and_the_process_exits"
 # Of tests/test_loader_errors.py only the engine's case (a native read that never returns):
 # the rest runs torch's own worker processes, forked under the sanitizer runtimes, which
 # now and then hang there (torch's machinery, not the engine's code).

@@ -55,6 +55,21 @@ std::string number_text(double value) {
 
 }  // namespace
 
+ResizedLayout resized_layout(const Plan& plan, int height, int width) {
+  int64_t new_height, new_width;
+  resized_size(plan, height, width, new_height, new_width);
+  // torchvision's resize refuses a 0-pixel output too (interpolate, PIL): no pixels
+  // to crop from. Never a box of inf/NaN, which would give an all-zero sample.
+  if (new_height <= 0 || new_width <= 0) {
+    throw GeometryError("fastload.Resize: expected a resized image of at least 1x1 pixels, got " +
+                        size_text(new_height, new_width) + " for a " + size_text(height, width) +
+                        " image (size " + std::to_string(plan.resize_short) + ", max_size " +
+                        std::to_string(plan.max_size) + "). Raise max_size, or leave out such thin images");
+  }
+  return {new_height, new_width, center_crop_start(new_height, plan.out_height),
+          center_crop_start(new_width, plan.out_width)};
+}
+
 Region region_of(const Plan& plan, int height, int width, int64_t epoch, int64_t index) {
   Region region;
   const Box image{0.f, 0.f, static_cast<float>(height), static_cast<float>(width)};
@@ -104,20 +119,10 @@ Region region_of(const Plan& plan, int height, int width, int64_t epoch, int64_t
                   static_cast<float>(tw)};
     region.clamp = image;
   } else {
-    int64_t new_height, new_width;
-    resized_size(plan, height, width, new_height, new_width);
-    // torchvision's resize refuses a 0-pixel output too (interpolate, PIL): no pixels
-    // to crop from. Never a box of inf/NaN, which would give an all-zero sample.
-    if (new_height <= 0 || new_width <= 0) {
-      throw GeometryError("fastload.Resize: expected a resized image of at least 1x1 pixels, got " +
-                          size_text(new_height, new_width) + " for a " + size_text(height, width) +
-                          " image (size " + std::to_string(plan.resize_short) + ", max_size " +
-                          std::to_string(plan.max_size) + "). Raise max_size, or leave out such thin images");
-    }
-    const double sy = static_cast<double>(height) / new_height;
-    const double sx = static_cast<double>(width) / new_width;
-    const int64_t top = center_crop_start(new_height, plan.out_height);
-    const int64_t left = center_crop_start(new_width, plan.out_width);
+    const ResizedLayout layout = resized_layout(plan, height, width);
+    const double sy = static_cast<double>(height) / layout.height;
+    const double sx = static_cast<double>(width) / layout.width;
+    const int64_t top = layout.top, left = layout.left;
     region.box = {static_cast<float>(top * sy), static_cast<float>(left * sx),
                   static_cast<float>(plan.out_height * sy), static_cast<float>(plan.out_width * sx)};
     region.clamp = image;  // the whole image was resized, then cropped

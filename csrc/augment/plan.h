@@ -115,6 +115,15 @@ struct Plan {
 // Throws GeometryError where torchvision would fail on that image.
 Region region_of(const Plan& plan, int height, int width, int64_t epoch, int64_t index);
 
+// Resize + CenterCrop's integer layout on a height x width image: the resized size and
+// where the centre crop starts in it (negative: CenterCrop pads), torchvision's
+// arithmetic (region_of's box is the same layout in source pixels). Throws
+// GeometryError for a resize to 0 pixels, as region_of.
+struct ResizedLayout {
+  int64_t height, width, top, left;
+};
+ResizedLayout resized_layout(const Plan& plan, int height, int width);
+
 // The colour ops of one sample, drawn from (plan.seed, epoch, index): what the fused pass
 // applies to its out_height x out_width output.
 augment::color::ColorPass color_pass_of(const Plan& plan, int64_t epoch, int64_t index);

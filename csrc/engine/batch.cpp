@@ -60,16 +60,33 @@ BatchEngine::~BatchEngine() {
   }
 }
 
+namespace {
+
+std::shared_ptr<const Index> make_index(const char* op, at::Tensor path_bytes, at::Tensor path_offsets,
+                                        at::Tensor file_ids, at::Tensor offsets, at::Tensor sizes);
+
+}  // namespace
+
 void BatchEngine::set_index(at::Tensor path_bytes, at::Tensor path_offsets, at::Tensor file_ids, at::Tensor offsets,
                             at::Tensor sizes) {
+  index_ = make_index("BatchEngine.set_index", path_bytes, path_offsets, file_ids, offsets, sizes);
+}
+
+void BatchEngine::set_mask_index(at::Tensor path_bytes, at::Tensor path_offsets, at::Tensor file_ids,
+                                 at::Tensor offsets, at::Tensor sizes) {
+  mask_index_ = make_index("BatchEngine.set_mask_index", path_bytes, path_offsets, file_ids, offsets, sizes);
+}
+
+namespace {
+
+std::shared_ptr<const Index> make_index(const char* op, at::Tensor path_bytes, at::Tensor path_offsets,
+                                        at::Tensor file_ids, at::Tensor offsets, at::Tensor sizes) {
   for (const auto* t : {&path_offsets, &file_ids, &offsets, &sizes}) {
-    FASTLOAD_CHECK_VALUE(t->scalar_type() == at::kLong && t->dim() == 1 && t->is_contiguous(),
-                         "BatchEngine.set_index", "expected contiguous 1-D int64 arrays, got ", t->scalar_type(), " ",
-                         t->sizes(), ".");
+    FASTLOAD_CHECK_VALUE(t->scalar_type() == at::kLong && t->dim() == 1 && t->is_contiguous(), op,
+                         "expected contiguous 1-D int64 arrays, got ", t->scalar_type(), " ", t->sizes(), ".");
   }
-  FASTLOAD_CHECK_VALUE(path_bytes.scalar_type() == at::kByte && path_bytes.is_contiguous(), "BatchEngine.set_index",
+  FASTLOAD_CHECK_VALUE(path_bytes.scalar_type() == at::kByte && path_bytes.is_contiguous(), op,
                        "expected path bytes as contiguous uint8.");
-  const char* op = "BatchEngine.set_index";
   const int64_t n = file_ids.numel();
   FASTLOAD_CHECK_VALUE(offsets.numel() == n && sizes.numel() == n, op,
                        "expected file_ids, offsets and sizes of one length, got ", n, ", ", offsets.numel(), " and ",
@@ -88,21 +105,64 @@ void BatchEngine::set_index(at::Tensor path_bytes, at::Tensor path_offsets, at::
   }
   auto index = std::make_shared<Index>();
   *index = Index{path_bytes, path_offsets, file_ids, offsets, sizes};
-  index_ = std::move(index);
+  return index;
 }
+
+}  // namespace
 
 void BatchEngine::set_plan(const Plan& plan) {
   plan.validate("BatchEngine.set_plan");
   plan_ = std::make_shared<const Plan>(plan);
+  derive_views();
 }
 
-void BatchEngine::check_output(const at::Tensor& out, int64_t batch) const {
+void BatchEngine::set_views(const std::vector<Plan>& plans, const std::vector<MaskSpec>& masks) {
+  const char* op = "BatchEngine.set_views";
+  FASTLOAD_CHECK(plan_ != nullptr, op, "expected set_plan() (view 0) before set_views().");
+  const int image_views = 1 + static_cast<int>(plans.size());
+  for (const Plan& plan : plans) {
+    plan.validate(op);
+    FASTLOAD_CHECK_VALUE(plan.channels == plan_->channels, op, "expected every view with view 0's ", plan_->channels,
+                         " channels (one decode serves them all), got ", plan.channels, ".");
+  }
+  for (const MaskSpec& mask : masks) {
+    FASTLOAD_CHECK_VALUE(mask.follows >= 0 && mask.follows < image_views, op, "expected a mask to follow an image "
+                         "view in [0, ", image_views, "), got ", mask.follows, ".");
+    FASTLOAD_CHECK_VALUE(mask.fill >= 0 && mask.fill <= 255, op, "expected a mask fill in [0, 255] (uint8 labels), "
+                         "got ", mask.fill, ".");
+    FASTLOAD_CHECK_VALUE(mask.sampling == MaskSampling::kPil || mask.sampling == MaskSampling::kTensor, op,
+                         "expected mask sampling PIL or TENSOR, got ", static_cast<int>(mask.sampling), ".");
+    const Plan& followed = mask.follows == 0 ? *plan_ : plans[static_cast<size_t>(mask.follows) - 1];
+    FASTLOAD_CHECK_VALUE(followed.geometry != Geometry::kRandomCrop || followed.padding_mode == kPadConstant, op,
+                         "expected a mask to follow a RandomCrop with constant padding, got padding_mode ",
+                         followed.padding_mode, ". Pass padding_mode=\"constant\" (and the mask's fill)");
+  }
+  view_spec_ = ViewSet{plans, masks};
+  derive_views();
+}
+
+void BatchEngine::derive_views() {
+  if (view_spec_.plans.empty() && view_spec_.masks.empty()) {
+    views_ = nullptr;
+    return;
+  }
+  auto views = std::make_shared<ViewSet>(view_spec_);
+  for (size_t v = 0; v < views->plans.size(); ++v) {
+    Plan& plan = views->plans[v];
+    plan.seed = view_seed(plan_->seed, static_cast<int64_t>(v) + 1);
+    plan.dct_scaling = plan_->dct_scaling;
+    plan.max_pixels = plan_->max_pixels;
+  }
+  views_ = std::move(views);
+}
+
+void BatchEngine::check_output(const at::Tensor& out, int64_t batch, const Plan& plan) const {
   const char* op = "BatchEngine.submit";
   FASTLOAD_CHECK_VALUE(out.dim() == 4 && out.size(0) == batch && out.device().is_cpu() &&
-                           out.size(1) == plan_->channels && out.size(2) == plan_->out_height &&
-                           out.size(3) == plan_->out_width,
-                       op, "expected out of shape [", batch, ", ", plan_->channels, ", ", plan_->out_height, ", ",
-                       plan_->out_width, "] on the CPU, got ", out.sizes(), " on ", out.device(), ".");
+                           out.size(1) == plan.channels && out.size(2) == plan.out_height &&
+                           out.size(3) == plan.out_width,
+                       op, "expected out of shape [", batch, ", ", plan.channels, ", ", plan.out_height, ", ",
+                       plan.out_width, "] on the CPU, got ", out.sizes(), " on ", out.device(), ".");
   FASTLOAD_CHECK_VALUE(at::has_internal_overlap(out) != at::MemOverlap::Yes, op,
                        "expected an out tensor whose elements do not overlap (threads write it "
                        "concurrently), got strides ", out.strides(), ". Pass a fresh tensor.");
@@ -111,8 +171,48 @@ void BatchEngine::check_output(const at::Tensor& out, int64_t batch) const {
                        "expected out of dtype uint8, float32, float16 or bfloat16, got ", dtype, ".");
 }
 
+void BatchEngine::check_views(const Job& job, std::optional<at::Tensor>& out, const std::vector<at::Tensor>& views,
+                              const std::vector<at::Tensor>& masks) const {
+  const char* op = "BatchEngine.submit";
+  const int64_t batch = static_cast<int64_t>(job.samples.size());
+  if (views_ == nullptr) {
+    FASTLOAD_CHECK_VALUE(views.empty() && masks.empty(), op, "expected no view or mask outputs without set_views(), "
+                         "got ", views.size(), " and ", masks.size(), ".");
+    return;
+  }
+  FASTLOAD_CHECK_VALUE(out.has_value(), op, "expected out with views: several views per sample run in the CPU's "
+                       "fused pass only. Use decode_on=\"cpu\"");
+  FASTLOAD_CHECK_VALUE(views.size() == views_->plans.size() && masks.size() == views_->masks.size(), op,
+                       "expected ", views_->plans.size(), " view outputs and ", views_->masks.size(),
+                       " mask outputs (set_views), got ", views.size(), " and ", masks.size(), ".");
+  FASTLOAD_CHECK_VALUE(masks.empty() || mask_index_ != nullptr, op, "expected set_mask_index() before submitting "
+                       "masks.");
+  if (mask_index_ != nullptr && !masks.empty()) {
+    for (int64_t s : job.samples) {
+      FASTLOAD_CHECK_VALUE(s < mask_index_->samples(), op, "expected sample indices in [0, ", mask_index_->samples(),
+                           ") of the mask index, got ", s, ".");
+    }
+  }
+  for (size_t v = 0; v < views.size(); ++v) check_output(views[v], batch, views_->plans[v]);
+  for (size_t m = 0; m < masks.size(); ++m) {
+    const at::Tensor& mask = masks[m];
+    const int follows = views_->masks[m].follows;
+    const Plan& plan = follows == 0 ? *plan_ : views_->plans[static_cast<size_t>(follows) - 1];
+    const bool shaped = (mask.dim() == 3 || (mask.dim() == 4 && mask.size(1) == 1)) && mask.size(0) == batch &&
+                        mask.size(-2) == plan.out_height && mask.size(-1) == plan.out_width;
+    FASTLOAD_CHECK_VALUE(shaped && mask.device().is_cpu() &&
+                             (mask.scalar_type() == at::kByte || mask.scalar_type() == at::kLong),
+                         op, "expected mask ", m, " as uint8 or int64 [", batch, ", ", plan.out_height, ", ",
+                         plan.out_width, "] (or [B, 1, H, W]) on the CPU, got ", mask.scalar_type(), " ", mask.sizes(),
+                         " on ", mask.device(), ".");
+    FASTLOAD_CHECK_VALUE(at::has_internal_overlap(mask) != at::MemOverlap::Yes, op,
+                         "expected a mask tensor whose elements do not overlap, got strides ", mask.strides(), ".");
+  }
+}
+
 int64_t BatchEngine::submit(const at::Tensor& samples, std::optional<at::Tensor> out, int64_t epoch,
-                            const std::unordered_map<int64_t, at::Tensor>& predecoded, bool pin_memory) {
+                            const std::unordered_map<int64_t, at::Tensor>& predecoded, bool pin_memory,
+                            const std::vector<at::Tensor>& views, const std::vector<at::Tensor>& masks) {
   const char* op = "BatchEngine.submit";
   FASTLOAD_CHECK(!forked(), op, "expected the process that made the engine, got a forked child "
                  "(its threads do not exist here). Make fastload loaders inside the worker instead.");
@@ -122,10 +222,12 @@ int64_t BatchEngine::submit(const at::Tensor& samples, std::optional<at::Tensor>
   FASTLOAD_CHECK_VALUE(samples.dim() == 1 && samples.scalar_type() == at::kLong && samples.device().is_cpu(), op,
                        "expected samples as 1-D int64 on the CPU, got ", samples.sizes(), " ", samples.scalar_type(),
                        " on ", samples.device(), ".");
-  if (out.has_value()) check_output(*out, samples.size(0));
+  if (out.has_value()) check_output(*out, samples.size(0), *plan_);
   auto job = std::make_shared<Job>();
   job->index = index_;
   job->plan = plan_;
+  job->views = views_;
+  job->mask_index = mask_index_;
   const auto samples_c = samples.contiguous();
   job->samples.assign(samples_c.data_ptr<int64_t>(), samples_c.data_ptr<int64_t>() + samples_c.numel());
   if (index_ != nullptr) {
@@ -143,6 +245,9 @@ int64_t BatchEngine::submit(const at::Tensor& samples, std::optional<at::Tensor>
                          "] with 0 < H, W < 2^31, got ", image.sizes(), ".");
     job->predecoded.emplace(slot, image.contiguous());
   }
+  check_views(*job, out, views, masks);
+  job->view_out = views;
+  job->mask_out = masks;
   const size_t batch = job->samples.size();
   if (out.has_value()) {
     job->out = std::move(*out);
@@ -211,6 +316,8 @@ std::optional<BatchResult> BatchEngine::wait(int64_t ticket, double timeout_s) {
   // reference to the job a moment longer, and must not free them.
   job->predecoded.clear();
   job->out = at::Tensor();
+  job->view_out.clear();
+  job->mask_out.clear();
   const int64_t batch = static_cast<int64_t>(job->status.size());
   result.status = at::from_blob(job->status.data(), {batch}, at::kInt).clone();
   result.messages = job->message;

@@ -50,16 +50,28 @@ class BatchEngine {
   void set_index(at::Tensor path_bytes, at::Tensor path_offsets, at::Tensor file_ids, at::Tensor offsets,
                  at::Tensor sizes);
   // Validates the plan (ValueError "fastload.BatchEngine.set_plan: expected ...") and
-  // keeps a copy of it for the batches submitted from now on.
+  // keeps a copy of it for the batches submitted from now on (the views' seeds follow it).
   void set_plan(const Plan& plan);
+  // Several outputs per sample from one read and one decode (augment/views.h): `plans`
+  // are image views 1..K-1 (view 0 is set_plan's; each view's seed is view_seed(the
+  // plan's seed, v), its decode settings view 0's), `masks` read each sample's second
+  // file (set_mask_index) and follow view `follows`. Empty lists: one output again.
+  void set_views(const std::vector<Plan>& plans, const std::vector<MaskSpec>& masks);
+  // The masks' files: the same arrays as set_index, one entry per sample.
+  void set_mask_index(at::Tensor path_bytes, at::Tensor path_offsets, at::Tensor file_ids, at::Tensor offsets,
+                      at::Tensor sizes);
 
   // Queues a batch of sample indices [B] and returns its ticket at once. With `out`
   // [B, C, H, W] (any strides) the samples are augmented into it; without (cpu+gpu
   // mode) each sample's crop window is kept for wait() to pack (pinned when
   // pin_memory). `predecoded` maps slots to uint8 HWC images decoded elsewhere (PIL),
   // which skip read + decode.
+  // With views (set_views), `views` holds the outputs of image views 1..K-1 ([B, C, H, W]
+  // of their plans) and `masks` those of the masks (uint8 or int64, [B, H, W] or
+  // [B, 1, H, W], the followed view's size); out is required then (cpu mode only).
   int64_t submit(const at::Tensor& samples, std::optional<at::Tensor> out, int64_t epoch,
-                 const std::unordered_map<int64_t, at::Tensor>& predecoded, bool pin_memory);
+                 const std::unordered_map<int64_t, at::Tensor>& predecoded, bool pin_memory,
+                 const std::vector<at::Tensor>& views = {}, const std::vector<at::Tensor>& masks = {});
 
   // Waits for a batch, the GIL released (the caller holds it), at most `timeout_s` seconds
   // where it is > 0: nullopt when the batch is not done by then (the ticket stays valid).
@@ -96,7 +108,11 @@ class BatchEngine {
   // True in a process forked from the one that started the threads (a DataLoader worker):
   // the threads do not exist there, and a mutex may have been copied locked.
   bool forked() const;
-  void check_output(const at::Tensor& out, int64_t batch) const;
+  void check_output(const at::Tensor& out, int64_t batch, const Plan& plan) const;
+  void check_views(const Job& job, std::optional<at::Tensor>& out, const std::vector<at::Tensor>& views,
+                   const std::vector<at::Tensor>& masks) const;
+  // The views' plans seeded from plan_ (view_seed) into views_.
+  void derive_views();
   // close(), joining the workers with the GIL released where `release_gil` (the caller holds it).
   void stop(bool release_gil);
   void join_workers();
@@ -109,6 +125,9 @@ class BatchEngine {
   std::vector<std::shared_ptr<ThreadTimes>> times_;  // one per worker, made before it starts
   std::shared_ptr<const Index> index_;
   std::shared_ptr<const Plan> plan_;
+  ViewSet view_spec_;                     // as set_views gave them
+  std::shared_ptr<const ViewSet> views_;  // seeded for plan_; null: one output
+  std::shared_ptr<const Index> mask_index_;
 };
 
 }  // namespace fastload::engine

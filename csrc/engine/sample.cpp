@@ -47,9 +47,14 @@ OutputView output_slot(const at::Tensor& out, int64_t slot) {
 // and the origin place them in the image (see sampling_view). Runs the kernel into the
 // sample's slot, or in cpu+gpu mode keeps the sampling view and its box for the device.
 // Throws GeometryError for a box the kernel cannot map.
-void finish(Job& job, int64_t slot, const Region& region, const uint8_t* pixels, int height, int width,
-            int channels, double scale_y, double scale_x, int origin_top, int origin_left, ResizeScratch& scratch) {
-  const Plan& plan = *job.plan;
+// Image view v's plan and output (view 0: the job's own).
+const Plan& view_plan(const Job& job, size_t v) { return v == 0 ? *job.plan : job.views->plans[v - 1]; }
+const at::Tensor& view_output(const Job& job, size_t v) { return v == 0 ? job.out : job.view_out[v - 1]; }
+size_t image_views(const Job& job) { return 1 + (job.views != nullptr ? job.views->plans.size() : 0); }
+
+void finish(Job& job, int64_t slot, const Plan& plan, const at::Tensor& out, const Region& region,
+            const uint8_t* pixels, int height, int width, int channels, double scale_y, double scale_x,
+            int origin_top, int origin_left, ResizeScratch& scratch) {
   if (static_cast<int64_t>(width) * channels > INT_MAX) {  // the kernel indexes a row with int
     throw GeometryError("fastload.BatchEngine: expected a decoded row under 2^31 bytes, got " +
                         std::to_string(width) + " pixels of " + std::to_string(channels) +
@@ -59,7 +64,7 @@ void finish(Job& job, int64_t slot, const Region& region, const uint8_t* pixels,
   const int64_t row_stride = static_cast<int64_t>(width) * channels;
   const ImageView view{pixels + sv.top * row_stride + static_cast<int64_t>(sv.left) * channels, sv.height,
                        sv.width, channels, row_stride};
-  if (job.out.defined()) {
+  if (out.defined()) {
     const bool color = plan.has_color();
     augment::color::ColorPass cp = color ? color_pass_of(plan, job.epoch, job.samples[slot])
                                           : augment::color::ColorPass{};
@@ -70,7 +75,7 @@ void finish(Job& job, int64_t slot, const Region& region, const uint8_t* pixels,
       cp.pad.image_width = static_cast<int32_t>(region.clamp.width);
     }
     crop_resize_flip_normalize_cpu(view, sv.box, Resample{region.flip, region.flip_v, plan.interpolation},
-                                   plan.value_scale, plan.mean.data(), plan.std.data(), output_slot(job.out, slot),
+                                   plan.value_scale, plan.mean.data(), plan.std.data(), output_slot(out, slot),
                                    scratch, color ? &cp : nullptr);
     return;
   }
@@ -175,22 +180,69 @@ class StageTimer {
   Clock::time_point start_;
 };
 
+// The masks of a sample whose image is height x width (augment/views.h): each follows
+// its view's region (state.regions), nearest-neighbour, written into its slot.
+void write_masks(Job& job, int64_t slot, SampleState& state, int height, int width, StageTimer& timer) {
+  if (job.views == nullptr || job.views->masks.empty()) return;
+  const int64_t sample = job.samples[slot];
+  const std::string path = job.mask_index->path(sample);
+  try {
+    read_file(path, job.mask_index->offset(sample), job.mask_index->size(sample), state.mask_bytes);
+  } catch (const std::exception& error) {
+    throw std::runtime_error("fastload.BatchEngine: the mask " + path + " of this sample: " + error.what());
+  }
+  timer.mark(kRead);
+  try {
+    decode_mask(state.mask_bytes.data(), state.mask_bytes.size(), job.plan->max_pixels, state.mask, state.window);
+  } catch (const DecodeError& error) {
+    throw DecodeError(std::string(error.what()) + " (the mask " + path + ")");
+  }
+  if (state.mask.height != height || state.mask.width != width) {
+    throw DecodeError("fastload.BatchEngine: expected the mask " + path + " to have its image's size " +
+                      std::to_string(height) + "x" + std::to_string(width) + ", got " +
+                      std::to_string(state.mask.height) + "x" + std::to_string(state.mask.width) +
+                      ". An image and its mask must be the same size (torchvision refuses it too)");
+  }
+  timer.mark(kDecode);
+  RECORD_FUNCTION("fastload.augment", c10::ArrayRef<const c10::IValue>{});
+  for (size_t m = 0; m < job.views->masks.size(); ++m) {
+    const MaskSpec& spec = job.views->masks[m];
+    const Plan& plan = view_plan(job, static_cast<size_t>(spec.follows));
+    MaskAxis rows, cols;
+    mask_axes(plan, state.regions[static_cast<size_t>(spec.follows)], height, width, rows, cols);
+    mask_axis_table(rows, plan.out_height, spec.sampling, state.mask_rows);
+    mask_axis_table(cols, plan.out_width, spec.sampling, state.mask_cols);
+    const at::Tensor& out = job.mask_out[m];
+    char* data = static_cast<char*>(out.data_ptr()) + slot * out.stride(0) * out.element_size();
+    // CenterCrop pads with 0 whatever the fill, as torchvision's center_crop does.
+    const int fill = plan.geometry == Geometry::kRandomCrop ? spec.fill : 0;
+    write_mask(state.mask.pixels.data(), state.mask.width, state.mask_rows, state.mask_cols, fill, data,
+               static_cast<int>(out.element_size()), out.stride(-2), out.stride(-1));
+  }
+  timer.mark(kAugment);
+}
+
 void process_sample(Job& job, int64_t slot, SampleState& state) {
   const Plan& plan = *job.plan;
   const int64_t sample = job.samples[slot];
+  const size_t views = image_views(job);
   StageTimer timer(state);
+  state.regions.resize(views);
 
   auto predecoded = job.predecoded.find(slot);
   if (predecoded != job.predecoded.end()) {
     const at::Tensor& image = predecoded->second;  // uint8 HWC, contiguous
     const int height = static_cast<int>(image.size(0)), width = static_cast<int>(image.size(1));
-    const Region region = region_of(plan, height, width, job.epoch, sample);
+    for (size_t v = 0; v < views; ++v) state.regions[v] = region_of(view_plan(job, v), height, width, job.epoch, sample);
     {
       RECORD_FUNCTION("fastload.augment", c10::ArrayRef<const c10::IValue>{});
-      finish(job, slot, region, image.data_ptr<uint8_t>(), height, width, static_cast<int>(image.size(2)), 1.0,
-             1.0, 0, 0, state.scratch);
+      for (size_t v = 0; v < views; ++v) {
+        finish(job, slot, view_plan(job, v), view_output(job, v), state.regions[v], image.data_ptr<uint8_t>(), height,
+               width, static_cast<int>(image.size(2)), 1.0, 1.0, 0, 0, state.scratch);
+      }
     }
     timer.mark(kAugment);
+    write_masks(job, slot, state, height, width, timer);
     return;
   }
 
@@ -206,16 +258,25 @@ void process_sample(Job& job, int64_t slot, SampleState& state) {
     return;
   }
   const ImageHeader info = read_image_header(data, size);
-  const Region region = region_of(plan, info.height, info.width, job.epoch, sample);
+  // Every view's region, then one decode of the union of their windows at the DCT scale
+  // that serves them all: the largest that keeps each view's output resolution.
+  DecodeWindow win{{INT_MAX, 0}, {INT_MAX, 0}};
+  int denom = 8;
+  for (size_t v = 0; v < views; ++v) {
+    const Plan& p = view_plan(job, v);
+    const Region& region = state.regions[v] = region_of(p, info.height, info.width, job.epoch, sample);
+    const DecodeWindow w = decode_window(p, region, info.height, info.width);
+    win.rows = {std::min(win.rows.begin, w.rows.begin), std::max(win.rows.end, w.rows.end)};
+    win.cols = {std::min(win.cols.begin, w.cols.begin), std::max(win.cols.end, w.cols.end)};
+    const bool may_scale = p.dct_scaling && augment::antialiases(p.interpolation);
+    denom = std::min(denom, !may_scale ? 1
+                                       : choose_scale_denom(int_side(region.box.height), int_side(region.box.width),
+                                                            p.out_height, p.out_width));
+  }
   timer.mark(kHeader);
 
-  const DecodeWindow win = decode_window(plan, region, info.height, info.width);
   const int win_top = win.rows.begin, win_height = win.rows.end - win.rows.begin;
   const int win_left = win.cols.begin, win_width = win.cols.end - win.cols.begin;
-  const bool may_scale = plan.dct_scaling && augment::antialiases(plan.interpolation);
-  const int denom = !may_scale ? 1
-                               : choose_scale_denom(int_side(region.box.height), int_side(region.box.width),
-                                                    plan.out_height, plan.out_width);
   DecodedWindow& window = state.window;
   {
     RECORD_FUNCTION("fastload.decode", c10::ArrayRef<const c10::IValue>{});
@@ -225,10 +286,15 @@ void process_sample(Job& job, int64_t slot, SampleState& state) {
   timer.mark(kDecode);
   {
     RECORD_FUNCTION("fastload.augment", c10::ArrayRef<const c10::IValue>{});
-    finish(job, slot, region, window.pixels.data(), window.height, window.width, window.channels,
-           1.0 / window.scale_denom, 1.0 / window.scale_denom, window.top, window.left, state.scratch);
+    for (size_t v = 0; v < views; ++v) {
+      finish(job, slot, view_plan(job, v), view_output(job, v), state.regions[v], window.pixels.data(), window.height,
+             window.width, window.channels, 1.0 / window.scale_denom, 1.0 / window.scale_denom, window.top,
+             window.left, state.scratch);
+    }
   }
   timer.mark(kAugment);
+  // (a mask's decode reuses state.window: the views are done with it)
+  write_masks(job, slot, state, info.height, info.width, timer);
 }
 
 void fail(Job& job, int64_t slot, Status status, const char* message) {

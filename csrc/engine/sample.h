@@ -24,7 +24,9 @@
 
 #include "augment/crop_resize_flip_normalize_cpu.h"
 #include "augment/plan.h"
+#include "augment/views.h"
 #include "decode/decode_jpeg.h"
+#include "engine/mask_decode.h"
 #include "engine/read.h"
 
 namespace fastload::engine {
@@ -34,10 +36,22 @@ namespace fastload::engine {
 // refuses too; like a decode error it goes through the loader's on_error policy.
 enum class Status : int32_t { kOk = 0, kDecodeError = 1, kNotJpeg = 2, kReadError = 3, kBadGeometry = 4 };
 
+// The outputs of a sample beyond the plan's one image (augment/views.h): image views
+// 1..K-1 with their own plans (seeded view_seed(seed, v); the decode's settings are view
+// 0's), and masks read from a second file of the sample that follow a view's geometry.
+struct ViewSet {
+  std::vector<Plan> plans;
+  std::vector<MaskSpec> masks;
+};
+
 // One submitted batch.
 struct Job {
   std::shared_ptr<const Index> index;
   std::shared_ptr<const Plan> plan;
+  std::shared_ptr<const ViewSet> views;   // null: one output per sample
+  std::shared_ptr<const Index> mask_index;  // the masks' files, same sample numbers
+  std::vector<at::Tensor> view_out;  // image views 1..K-1: [B, C, H, W] each
+  std::vector<at::Tensor> mask_out;  // masks: uint8 or int64, [B, H, W] or [B, 1, H, W]
   std::vector<int64_t> samples;
   std::unordered_map<int64_t, at::Tensor> predecoded;  // slot -> uint8 HWC (PIL fallback)
   at::Tensor out;  // [B, C, H, W]; undefined in cpu+gpu mode
@@ -88,6 +102,10 @@ struct SampleState {
   DecodedWindow window;
   std::vector<int64_t> segments;  // a prepared file's embedded segment index (decode/transcode.h)
   ResizeScratch scratch;
+  std::vector<Region> regions;  // one per image view of the sample being run
+  std::vector<uint8_t> mask_bytes;
+  MaskImage mask;
+  std::vector<int32_t> mask_rows, mask_cols;
   ThreadTimes* times = nullptr;  // the engine's counters of this thread (none: not counted)
 };
 

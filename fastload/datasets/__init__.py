@@ -4,8 +4,10 @@
   tail; `dataset[i]` decodes with PIL and runs the plain-PyTorch twin);
 - folder.py: ImageFolder (torchvision's scan order and classes) and FileList;
 - tar.py: TarShards, WebDataset shards read by member offsets (index: fastload.source);
-- write.py: write_shards, a folder or a dataset to WebDataset shards.
+- write.py: write_shards, a folder or a dataset to WebDataset shards;
+- segmentation.py: SegmentationDataset, (image, mask) file pairs.
 
 Nothing is imported here, so `import fastload` stays light; the public names are
-fastload.ImageFolder, fastload.FileList, fastload.TarShards, fastload.write_shards.
+fastload.ImageFolder, fastload.FileList, fastload.TarShards, fastload.write_shards,
+fastload.SegmentationDataset.
 """

@@ -167,6 +167,16 @@ class NativeDataset(torch.utils.data.Dataset, NativeSource):
         tail_input: what the tail receives when the prefix made no tensor: "pil" (a PIL
             image, as torchvision's path; the default) or "tensor" (the uint8 [C, H, W]
             tensor: faster, for v2 transforms).
+        views: several views of each image, one transform list (or Compose) per view, in
+            place of `transforms` (SimCLR: the same list twice; DINO: 2 global + 8 local
+            crops). Each view draws its own random parameters (view v from (seed, epoch,
+            index, v); view 0 as `transforms` alone would), all from one read and one
+            decode of the image. A sample is then `([view_0, ..., view_K-1], label)`,
+            batches `[[view_0 [B, C, H, W], ...], labels]`. Every view's transforms must
+            be native (no Python tail).
+        outputs: the outputs' structure itself (fastload.augment.views.Outputs: views,
+            masks, arrangement), for datasets built on this one (SegmentationDataset).
+        mask_index: where each sample's mask file is, when `outputs` has masks.
 
     Attributes:
         transforms: the list of fastload.transforms specs of the native prefix (unlike a
@@ -188,12 +198,26 @@ class NativeDataset(torch.utils.data.Dataset, NativeSource):
     """
 
     def __init__(self, index: SampleIndex, transforms: Optional[Sequence[Any]] = None, seed: int = 0, *,
-                 ops: Optional[Sequence[Any]] = None, tail_input: str = "pil"):
+                 ops: Optional[Sequence[Any]] = None, tail_input: str = "pil", views: Optional[Sequence[Any]] = None,
+                 outputs: Any = None, mask_index: Optional[SampleIndex] = None):
         from fastload.augment.tail import TAIL_INPUTS, makes_tensor
 
         owner = f"fastload.{type(self).__name__}"
         if tail_input not in TAIL_INPUTS:
             raise ValueError(f"{owner}: expected tail_input in {TAIL_INPUTS}, got {tail_input!r}.")
+        if views is not None:
+            if transforms is not None or ops is not None:
+                raise TypeError(f"{owner}: expected transforms=[...] or views=[[...], ...] (one transform list per "
+                                "view), got both. Pass only views=.")
+            outputs = view_outputs(views, owner)
+        if outputs is not None:
+            if outputs.masks and (mask_index is None or len(mask_index) != len(index)):
+                raise ValueError(f"{owner}: expected one mask file per sample, got "
+                                 f"{0 if mask_index is None else len(mask_index)} for {len(index)} samples.")
+            transforms = list(outputs.views[0])
+        # Several outputs per sample (fastload.augment.views.Outputs), or None: one image.
+        self.outputs = outputs if outputs is not None and outputs.several else None
+        self.mask_index = mask_index if self.outputs is not None and self.outputs.masks else None
         self.index = index
         pipeline, flat = split_transforms(transforms_argument(transforms, ops, owner), owner)
         self.transforms = list(pipeline.native)
@@ -237,6 +261,8 @@ class NativeDataset(torch.utils.data.Dataset, NativeSource):
         if i < 0:
             i += len(self)
         image = decode_to_tensor(self.index.read(i), index=i, source=self.index.source(i))
+        if self.outputs is not None:
+            return self._outputs_of(image, i)
         out = apply_ops_reference(self.transforms, image, seed=self.seed, epoch=self.epoch, index=i)
         tail = self.python_tail()
         if tail is not None:
@@ -253,3 +279,54 @@ class NativeDataset(torch.utils.data.Dataset, NativeSource):
                 add_note(error.error, tail.note(error, i, self.index.source(i)))
                 raise error.error from None
         return out, int(self.index.labels[i])
+
+    def view_plans(self, **options: Any) -> Any:
+        """The outputs fused (fastload.augment.views.ViewPlans: one Plan per image view, view
+        0 seeded with the dataset's seed), or None for one output per sample. `options`
+        go to view 0's fastload.augment.plan.build_plan (dtype, dct_scaling, ...)."""
+        if self.outputs is None:
+            return None
+        from fastload.augment.plan import build_plan
+        from fastload.augment.views import build_view_plans
+
+        first = build_plan(self.outputs.views[0], seed=self.seed, **options)
+        return build_view_plans(self.outputs, first, dtype=options.get("dtype"))
+
+    def _outputs_of(self, image: torch.Tensor, i: int) -> Any:
+        """Sample i's views and masks, made in plain PyTorch/PIL with the engine's draws."""
+        from fastload.augment.pipeline import apply_plan_reference
+        from fastload.augment.views import mask_reference
+        from fastload.decode.pil import decode_mask_array
+        from fastload.errors import DecodeError
+
+        plans = self.view_plans()
+        images = [apply_plan_reference(plans.seeded(v), image, epoch=self.epoch, index=i)
+                  for v in range(plans.image_views)]
+        masks = []
+        if self.outputs.masks:
+            source = self.mask_index.source(i)
+            mask = decode_mask_array(self.mask_index.read(i), index=i, source=source)
+            if mask.shape != tuple(image.shape[:2]):
+                raise DecodeError(f"expected the mask {source} to have its image's size "
+                                  f"{image.shape[0]}x{image.shape[1]}, got {mask.shape[0]}x{mask.shape[1]}", i,
+                                  self.index.source(i))
+            masks = [mask_reference(mask, plans.seeded(m.follows), m, epoch=self.epoch, index=i)
+                     for m in self.outputs.masks]
+        return self.outputs.arrange_sample(images, masks, int(self.index.labels[i]))
+
+
+def view_outputs(views: Sequence[Any], owner: str = "fastload") -> Any:
+    """fastload.augment.views.Outputs of `views`: one transform list (or Compose, or one
+    transform) per view, each fully native.
+
+    Raises:
+        ValueError: no view.
+        UnsupportedPipeline, TypeError: a view's transform without a native equivalent
+            (named with the view: "views[1]: transforms[2] ...").
+    """
+    from fastload.augment.views import Outputs
+
+    views = list(views) if isinstance(views, Iterable) else [views]
+    if not views:
+        raise ValueError(f"{owner}: expected at least one view in views=[...], got none.")
+    return Outputs.of_views([native_transforms(view, f"{owner} views[{k}]") for k, view in enumerate(views)])

@@ -64,6 +64,9 @@ class ImageFolder(NativeDataset):
         extensions: file name endings that count as images.
         seed: base of the random augmentation parameters (the loader overrides it).
         ops: the older name of `transforms` (same meaning; pass one of the two).
+        views: in place of `transforms`, one transform list per view of each image
+            (NativeDataset's `views`): samples `([view_0, ...], label)`, all views from one
+            decode.
 
     Attributes:
         classes, class_to_idx, targets: as torchvision's ImageFolder.
@@ -76,15 +79,17 @@ class ImageFolder(NativeDataset):
         ...     T.RandomHorizontalFlip(), T.Normalize([0.485, 0.456, 0.406],
         ...     [0.229, 0.224, 0.225])])                                  # doctest: +SKIP
         >>> loader = fastload.DataLoader(ds, batch_size=256, shuffle=True, num_workers=8)  # doctest: +SKIP
+        >>> simclr = [T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.4, 0.4, 0.1)]
+        >>> two_views = fastload.ImageFolder("data/train", views=[simclr, simclr])  # doctest: +SKIP
     """
 
     def __init__(self, root: str, transforms: Optional[Sequence[Any]] = None,
                  extensions: Sequence[str] = IMG_EXTENSIONS, seed: int = 0, *,
-                 ops: Optional[Sequence[Any]] = None):
+                 ops: Optional[Sequence[Any]] = None, views: Optional[Sequence[Any]] = None):
         self.root = os.fspath(root)
         self.classes, self.class_to_idx = find_classes(self.root)
         paths, labels = scan_folder(self.root, self.class_to_idx, extensions)
-        super().__init__(SampleIndex.from_files(paths, labels), transforms, seed, ops=ops)
+        super().__init__(SampleIndex.from_files(paths, labels), transforms, seed, ops=ops, views=views)
 
     def __repr__(self) -> str:
         return (f"fastload.ImageFolder({self.root!r}, {_count(len(self), 'image')}, "
@@ -100,6 +105,7 @@ class FileList(NativeDataset):
         transforms: specs from fastload.transforms applied to each image.
         seed: base of the random augmentation parameters (the loader overrides it).
         ops: the older name of `transforms` (same meaning; pass one of the two).
+        views: in place of `transforms`, one transform list per view (see ImageFolder).
 
     Example:
         >>> from fastload import transforms as T
@@ -110,12 +116,12 @@ class FileList(NativeDataset):
 
     def __init__(self, paths: Sequence[str], labels: Optional[Sequence[int]] = None,
                  transforms: Optional[Sequence[Any]] = None, seed: int = 0, *,
-                 ops: Optional[Sequence[Any]] = None):
+                 ops: Optional[Sequence[Any]] = None, views: Optional[Sequence[Any]] = None):
         paths = [os.fspath(p) for p in paths]
         labels = [0] * len(paths) if labels is None else list(labels)
         if len(labels) != len(paths):
             raise ValueError(f"fastload.FileList: expected one label per path, got {len(labels)} labels for {len(paths)} paths")
-        super().__init__(SampleIndex.from_files(paths, labels), transforms, seed, ops=ops)
+        super().__init__(SampleIndex.from_files(paths, labels), transforms, seed, ops=ops, views=views)
 
     def __repr__(self) -> str:
         return (f"fastload.FileList({_count(len(self), 'image')}, "

@@ -80,21 +80,41 @@ class CpuProducer:
     """decode_on="cpu": the engine writes every image into its slot of a host batch."""
 
     def __init__(self, engine: Any, plan: Any, *, pin_memory: bool, memory_format: torch.memory_format,
-                 device: torch.device, stats: Dict[str, Any]):
+                 device: torch.device, stats: Dict[str, Any], views: Any = None):
         self._engine, self._plan = engine, plan
         self._pin_memory, self._memory_format = pin_memory, memory_format
-        self._buffers = BatchBuffers(capacity=batches_held(DEFAULT_DEPTH))
+        # Several outputs per sample (fastload.augment.views.ViewPlans): a batch is then a
+        # list, one tensor per image view, then one per mask.
+        self._views = views
+        self._buffers = BatchBuffers(capacity=batches_held(DEFAULT_DEPTH) * (1 + self._extra_outputs()))
         self.timeout = 0.0
 
-    def _allocate(self, batch: int) -> torch.Tensor:
-        shape = (batch, self._plan.channels, *self._plan.out_size)
-        if self._pin_memory:  # torch's caching host allocator reuses pinned blocks itself
-            return torch.empty(shape, dtype=self._plan.dtype, memory_format=self._memory_format, pin_memory=True)
-        return self._buffers.take(shape, self._plan.dtype, self._memory_format)
+    def _extra_outputs(self) -> int:
+        return 0 if self._views is None else len(self._views.plans) - 1 + len(self._views.masks)
 
-    def submit(self, samples: torch.Tensor, epoch: int) -> Tuple[int, torch.Tensor]:
+    def _take(self, shape: Tuple[int, ...], dtype: torch.dtype, memory_format: torch.memory_format) -> torch.Tensor:
+        if self._pin_memory:  # torch's caching host allocator reuses pinned blocks itself
+            return torch.empty(shape, dtype=dtype, memory_format=memory_format, pin_memory=True)
+        return self._buffers.take(shape, dtype, memory_format)
+
+    def _allocate(self, batch: int) -> Any:
+        plan = self._plan
+        out = self._take((batch, plan.channels, *plan.out_size), plan.dtype, self._memory_format)
+        if self._views is None:
+            return out
+        outs = [out] + [self._take((batch, p.channels, *p.out_size), p.dtype, self._memory_format)
+                        for p in self._views.plans[1:]]
+        for mask in self._views.masks:
+            size = self._views.plans[mask.follows].out_size
+            outs.append(self._take(mask.shape(batch, size), mask.dtype, torch.contiguous_format))
+        return outs
+
+    def submit(self, samples: torch.Tensor, epoch: int) -> Tuple[int, Any]:
         out = self._allocate(len(samples))
-        return self._engine.submit(samples, out, epoch), out
+        if self._views is None:
+            return self._engine.submit(samples, out, epoch), out
+        k = len(self._views.plans)
+        return self._engine.submit(samples, out[0], epoch, views=out[1:k], masks=out[k:]), out
 
     def collect(self, handle: Tuple[int, torch.Tensor]) -> Collected:
         ticket, out = handle
@@ -108,7 +128,7 @@ class CpuProducer:
         """The loader keeps `depth` batches submitted: keep buffers for them and for what
         the training loop may hold, no more (each is a whole batch: 77 MB at 128 x 224^2
         float32)."""
-        self._buffers.resize(batches_held(depth))
+        self._buffers.resize(batches_held(depth) * (1 + self._extra_outputs()))
 
     def close(self) -> None:
         self._buffers.clear()

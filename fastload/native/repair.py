@@ -45,8 +45,11 @@ class Repair:
             False in a worker process, whose parent warns).
     """
 
-    def __init__(self, engine: Any, index: Any, plan: Any, policy: ErrorPolicy, stats: Dict[str, Any]):
+    def __init__(self, engine: Any, index: Any, plan: Any, policy: ErrorPolicy, stats: Dict[str, Any], *,
+                 image_views: int = 1):
         self._engine, self._index, self._plan = engine, index, plan
+        # With several outputs per sample, a batch is a list (image views, then masks).
+        self._image_views = image_views
         self.policy = policy
         self._stats = stats
         # The unreadable samples already counted in "skipped" this pass: a replacement
@@ -123,6 +126,13 @@ class Repair:
             except TarShardError as e:
                 return int(contract.READ_ERROR), str(e)
         extra = {0: predecoded} if predecoded is not None else {}
+        if isinstance(out, list):  # several outputs per sample (CPU only): every one's slot
+            k = self._image_views
+            ticket = self._engine.submit(torch.tensor([sample]), out[0][slot:slot + 1], epoch, extra,
+                                         views=[t[slot:slot + 1] for t in out[1:k]],
+                                         masks=[t[slot:slot + 1] for t in out[k:]])
+            status, messages = self._engine.wait(ticket)
+            return int(status[0]), messages[0]
         if out.device.type == "cpu":
             target = out[slot:slot + 1]
         else:

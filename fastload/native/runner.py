@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 import torch
 
+from fastload import _contract as contract
 from fastload import _ext
 from fastload.errors import ErrorPolicy, TarShardError
 from fastload.native.producers import PRODUCERS
@@ -23,6 +24,15 @@ _OWNER = "fastload.NativeRunner"
 # The counters of stats(); "threads" is added when they are read.
 _COUNTERS = {"images": 0, "batches": 0, "skipped": 0, "pil_fallback": 0, "gpu_cpu_fallback": 0,
              "engine_s": 0.0, "wait_s": 0.0, "queued": 0}
+
+
+def _set_views(engine: Any, views: Any, mask_index: Optional[SampleIndex]) -> None:
+    """Hands the engine the image views beyond the plan, the masks and their files."""
+    engine.set_views(views.plans[1:], [contract.mask_spec(m.follows, m.fill, m.sampling) for m in views.masks])
+    if views.masks and len(mask_index):
+        engine.set_mask_index(torch.from_numpy(mask_index.files.data), torch.from_numpy(mask_index.files.offsets),
+                              torch.from_numpy(mask_index.file_ids), torch.from_numpy(mask_index.offsets),
+                              torch.from_numpy(mask_index.sizes))
 
 
 class NativeRunner:
@@ -50,15 +60,21 @@ class NativeRunner:
         timeout: seconds result() waits for a batch (0: no limit), torch's DataLoader
             `timeout`: past it, RuntimeError "DataLoader timed out after N seconds" naming
             the batch's samples (a read that never returns: a hung network file system).
+        views: several outputs per sample from one decode (fastload.augment.views.ViewPlans),
+            decode_on="cpu" only; batches then take `views.outputs`' structure.
+        mask_index: each sample's mask file (same sample numbers), when `views` has masks.
     """
 
     def __init__(self, index: SampleIndex, plan: Any, *, num_threads: int = 1, pin_memory: bool = False,
                  memory_format: Optional[torch.memory_format] = None, on_error: str = "raise",
                  decode_on: str = "cpu", device: Optional[torch.device] = None, description: str = "native",
-                 timeout: float = 0):
+                 timeout: float = 0, views: Any = None, mask_index: Optional[SampleIndex] = None):
         policy = ErrorPolicy(on_error, owner=_OWNER)
         if decode_on not in PRODUCERS:
             raise ValueError(f"{_OWNER}: expected decode_on in {tuple(PRODUCERS)}, got {decode_on!r}.")
+        if views is not None and (decode_on != "cpu" or (views.masks and mask_index is None)):
+            raise ValueError(f"{_OWNER}: several views or masks per sample run with decode_on='cpu' (got "
+                             f"{decode_on!r}), masks with a mask_index (each sample's mask file).")
         self.decode_on = decode_on
         self.device = torch.device(device) if device is not None else torch.device("cpu")
         module = _ext.require_ops()
@@ -77,15 +93,20 @@ class NativeRunner:
                 torch.from_numpy(index.file_ids), torch.from_numpy(index.offsets), torch.from_numpy(index.sizes),
             )
         self._engine.set_plan(plan)
+        self.views = views
+        if views is not None:
+            _set_views(self._engine, views, mask_index)
         self._labels = torch.from_numpy(np.ascontiguousarray(index.labels))
         # The samples the batch result() last returned holds (under on_error="skip" a
         # replacement in a bad sample's slot): a lazily traced dataset's batches need them.
         self.last_samples: Optional[torch.Tensor] = None
         self._stats: Dict[str, Any] = dict(_COUNTERS)
+        options = {"views": views} if views is not None else {}
         self.producer = PRODUCERS[decode_on](self._engine, plan, pin_memory=self.pin_memory,
                                              memory_format=self.memory_format, device=self.device,
-                                             stats=self._stats)
-        self._repair = Repair(self._engine, index, plan, policy, self._stats)
+                                             stats=self._stats, **options)
+        self._repair = Repair(self._engine, index, plan, policy, self._stats,
+                              image_views=views.image_views if views is not None else 1)
         self._stages = tuple(module.engine_stages)  # the engine's stage names, in its order
         self._times_at_reset = self._engine.thread_times()  # stats() reports what came after
         self._times_at_batch = self._times_at_reset[0].sum(0)  # for each batch's profiler range
@@ -201,7 +222,11 @@ class NativeRunner:
         samples, out, _ = self.collect(ticket)
         self.last_samples = samples
         labels = self._labels[samples]
-        return [out, labels.pin_memory() if self.pin_memory else labels]  # pinned like torch's batches
+        labels = labels.pin_memory() if self.pin_memory else labels  # pinned like torch's batches
+        if self.views is not None:  # one tensor per image view, then per mask
+            k = self.views.image_views
+            return self.views.outputs.arrange(out[:k], out[k:], labels)
+        return [out, labels]
 
     def collect(self, ticket: int) -> Tuple[torch.Tensor, torch.Tensor, int]:
         """Waits for a submitted batch and repairs it: (samples int64 [B], the samples the

@@ -299,6 +299,11 @@ def select_path(
                                timeout=timeout)
         blockers = f"; not native: {'; '.join(tail.blockers)}" if tail.blockers else ""
         return _Rebuilt.wrap(runner, rebuild, num_workers), f"{description}, decode_on=cpu{why}{labels_note}{blockers}"
+    outputs = getattr(dataset, "outputs", None) if isinstance(dataset, NativeDataset) else None
+    if outputs is not None:  # several outputs per sample: views and masks from one decode
+        return _views_runner(dataset, index, plan, description, num_workers=num_workers, pin_memory=pin_memory,
+                             memory_format=memory_format, on_error=on_error, decode_on=decode_on, dtype=dtype,
+                             timeout=timeout)
     decode_on, why = _resolve_decode_on(decode_on, device, colour=plan.has_color())
     runner = NativeRunner(index, plan, num_threads=max(1, num_workers), pin_memory=pin_memory,
                           memory_format=memory_format, on_error=on_error, decode_on=decode_on,
@@ -306,6 +311,25 @@ def select_path(
     if labels is not None:
         runner = LabelledRunner(runner, labels)
     return _Rebuilt.wrap(runner, rebuild, num_workers), f"{description}, decode_on={decode_on}{why}{labels_note}"
+
+
+def _views_runner(dataset: Any, index: SampleIndex, plan: Any, description: str, *, num_workers: int,
+                  pin_memory: bool, memory_format: Optional[torch.memory_format], on_error: str, decode_on: str,
+                  dtype: Optional[torch.dtype], timeout: float) -> Tuple[Optional[Runner], str]:
+    """The runner of a fastload dataset with several outputs per sample (image views,
+    masks: fastload.augment.views), made on the CPU from one decode of each image."""
+    from fastload.augment.views import build_view_plans, describe
+
+    try:
+        views = build_view_plans(dataset.outputs, plan, dtype=dtype)
+    except UnsupportedPipeline as error:
+        return None, f"generic: {error}"
+    why = {"auto": " (auto)", "cpu": ""}.get(decode_on, f" (decode_on={decode_on!r}: several views or masks per "
+                                                        "sample are made on the CPU)")
+    runner = NativeRunner(index, plan, num_threads=max(1, num_workers), pin_memory=pin_memory,
+                          memory_format=memory_format, on_error=on_error, decode_on="cpu",
+                          description=description, timeout=timeout, views=views, mask_index=dataset.mask_index)
+    return runner, f"{description} + {describe(dataset.outputs, views)}, decode_on=cpu{why}"
 
 
 class _Rebuilt(LabelledRunner):
