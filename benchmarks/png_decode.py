@@ -162,7 +162,7 @@ def main() -> None:
           f"torch {torch.__version__}, torchvision {torchvision.__version__}, Pillow {PIL.__version__}, "
           f"libpng {_ext.build_info().get('libpng')}")
     print("\ndecode, one thread, CPU ms per image (median of rounds); ratio = baseline / fastload")
-    print(f"| file | KiB | PIL | torchvision.io.decode_png | fastload decode_png | vs PIL | vs torchvision |")
+    print("| file | KiB | PIL | torchvision.io.decode_png | fastload decode_png | vs PIL | vs torchvision |")
     print("|---|---|---|---|---|---|---|")
     for name, kb, pil, tv, ours in decode_rows(args.rounds):
         print(f"| {name} | {kb:.0f} | {pil:.3f} | {tv:.3f} | {ours:.3f} | {pil / ours:.2f}x | {tv / ours:.2f}x |")

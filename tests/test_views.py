@@ -327,21 +327,35 @@ def test_skip_replaces_a_bad_sample_in_every_output(pairs, tmp_path):
 
 
 def test_mask_formats(pairs, tmp_path):
-    """A grayscale JPEG mask decodes natively (its luma, as PIL's); a PNG mask is named."""
+    """A PNG label map decodes natively as np.array(Image.open(path)) gives it (mode L, and
+    mode P: the palette's indexes, not its colours); a grayscale JPEG mask as its luma (as
+    PIL's); a colour PNG is refused, naming the file."""
     images, masks = pairs
     labels = np.load(masks[0])
     gray = tmp_path / "m.jpg"
     Image.fromarray(labels).save(gray, "JPEG", quality=100)
-    png = tmp_path / "m.png"
-    Image.fromarray(labels).save(png, "PNG")
-    ds = fastload.SegmentationDataset([images[0]], [str(gray)], [T.CenterCrop(24)],
-                                      mask=fastload.Mask(dtype=torch.uint8))
-    _, [[_, mask_batch]] = run_loader(ds)
-    assert torch.equal(mask_batch[0], ds[0][1])
-    ds = fastload.SegmentationDataset([images[0]], [str(png)], [T.CenterCrop(24)])
-    with pytest.raises(DecodeError, match="m.png.*|PNG"):
+    mode_l = tmp_path / "l.png"
+    Image.fromarray(labels).save(mode_l, "PNG")
+    mode_p = tmp_path / "p.png"
+    palette = Image.fromarray(labels, mode="P")
+    palette.putpalette([(3 * k) % 256 for k in range(768)])  # colours unlike the indexes
+    palette.save(mode_p, "PNG")
+    for path in (gray, mode_l, mode_p):
+        ds = fastload.SegmentationDataset([images[0]], [str(path)], [T.CenterCrop(24)],
+                                          mask=fastload.Mask(dtype=torch.uint8))
+        loader, [[_, mask_batch]] = run_loader(ds)
+        assert loader.path.startswith("native:"), loader.path
+        assert torch.equal(mask_batch[0], ds[0][1]), path
+    for path in (mode_l, mode_p):
+        want = torch.from_numpy(np.array(Image.open(path))[18:42, 28:52])
+        ds = fastload.SegmentationDataset([images[0]], [str(path)], [T.CenterCrop(24)])
+        _, [[_, mask_batch]] = run_loader(ds)
+        assert torch.equal(mask_batch[0], want.long()), path
+    colour = tmp_path / "rgb.png"
+    Image.fromarray(np.stack([labels] * 3, -1)).save(colour, "PNG")
+    ds = fastload.SegmentationDataset([images[0]], [str(colour)], [T.CenterCrop(24)])
+    with pytest.raises(DecodeError, match="rgb.png"):
         run_loader(ds)
-    assert torch.equal(ds[0][1], torch.from_numpy(labels[18:42, 28:52]).long())  # the twin reads PNG via PIL
 
 
 def test_bad_arguments_are_named(pairs):
