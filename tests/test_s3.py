@@ -497,8 +497,8 @@ def test_span_walks_give_the_one_walk_index(shape, tmp_path, monkeypatch):
             # A tar stored in the tar: headers inside a member's body, where a span may start.
             "tar-inside": _tar(_photos(60, inner=photos[:1 << 20])),
             # Entries that are not members: a span may stop at one.
-            "directories": _tar([m for i, m in enumerate(_photos(60)) for m in ([(f"d{i}/", None)] if i % 2 else [])
-                                 + [m]]),
+            "directories": _tar([("train/", None)] + [m for i, m in enumerate(_photos(60))
+                                                      for m in ([(f"d{i}/", None)] if i % 2 else []) + [m]]),
             "truncated": photos[:len(photos) // 2 + 100]}[shape]
     monkeypatch.setattr(remote_index, "SPAN_BYTES", 256 * 1024)  # spans of this small shard
     spans = []

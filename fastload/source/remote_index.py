@@ -140,7 +140,7 @@ def _walk_spans(store: RemoteStore, url: str, size: int,
             continue  # the spans before it walked past all of it (one large member)
         if end not in entries:
             return None  # a start that is not where the walk from the start goes: one walk from the start
-        first = entries.index(end)  # (members before it were walked by the span before, with their headers)
+        first = entries[end]  # (members before it were walked by the span before, with their headers)
         labels.update({str(int(k) - first + len(names)): v for k, v in texts.items() if int(k) >= first})
         names += n[first:]
         offsets += o[first:]

@@ -148,7 +148,9 @@ class _Walk:
         self.labels_text: Dict[str, str] = {}
         self.problems: List[List[Optional[str]]] = []
         self.last: Optional[str] = None
-        self.entries: List[int] = []  # per member, where its headers begin (fast walk only)
+        # (where a header group begins, members recorded before it), each group: a member,
+        # a directory, a link, with its extended headers (fast walk only)
+        self.entries: List[Tuple[int, int]] = []
 
     def member(self, name: str, offset: int, size: int, shard_size: int, read) -> bool:
         """Records one regular member; False when it is cut (the walk stops)."""
@@ -230,11 +232,12 @@ def walk_headers(read: Callable[[int, int], bytes], shard_size: int):
 
 
 def walk_span(read: Callable[[int, int], bytes], shard_size: int, start: int,
-              stop: Optional[int]) -> Optional[Tuple[Tuple[Any, ...], int, List[int]]]:
-    """The fast walk of the headers from `start` on, up to the first member entry at or
-    past `stop` (None: the end of the archive), for walks of several spans of one shard at
-    once: (walk_headers' result for the span, where it stopped, each member's entry: the
-    offset of its first header, its extended header's where it has one), or None when
+              stop: Optional[int]) -> Optional[Tuple[Tuple[Any, ...], int, Dict[int, int]]]:
+    """The fast walk of the headers from `start` on, up to the first entry at or past
+    `stop` (None: the end of the archive), for walks of several spans of one shard at
+    once: (walk_headers' result for the span, where it stopped, {entry: members before
+    it} where an entry is where a header group begins: a member's, a directory's, with
+    its extended headers), or None when
     the span holds what only a walk from the start reads right (a problem, whose message
     names the member before it; an unusual archive). `start` must be a header's offset;
     the first member of a span that starts between an extended header and its member may
@@ -250,7 +253,7 @@ def walk_span(read: Callable[[int, int], bytes], shard_size: int, start: int,
         >>> data = buf.getvalue()
         >>> (names, offsets, *_), end, entries = walk_span(lambda o, n: data[o:o + n], len(data), 1024, None)
         >>> names, offsets, entries
-        (['b.cls'], [1536], [1024])
+        (['b.cls'], [1536], {1024: 0, 2048: 1})
     """
     try:
         walk, pos = _walk(read, shard_size, start, stop)
@@ -258,7 +261,7 @@ def walk_span(read: Callable[[int, int], bytes], shard_size: int, start: int,
         return None
     if walk.problems:
         return None
-    return walk.result(), pos, walk.entries
+    return walk.result(), pos, dict(walk.entries)
 
 
 def _walk(read: Callable[[int, int], bytes], shard_size: int, start: int = 0, stop: Optional[int] = None):
@@ -271,10 +274,9 @@ def _walk(read: Callable[[int, int], bytes], shard_size: int, start: int = 0, st
     pax: Dict[str, str] = {}
     pax_at = 0  # where the pax header of the next member is
     pending = False  # an extended header (L, x) waits for its member
-    entry = pos  # where the current member's headers begin (its extended header's offset)
     while stop is None or pos < stop or pending:
         if not pending:
-            entry = pos
+            walk.entries.append((pos, len(walk.names)))
         header = read(pos, 512)
         if len(header) < 512:
             if pending:
@@ -365,7 +367,6 @@ def _walk(read: Callable[[int, int], bytes], shard_size: int, start: int = 0, st
                 continue
             if not walk.member(name, data, size, shard_size, read):
                 break
-            walk.entries += [entry] * (len(walk.names) - len(walk.entries))
         elif kind == b"S":
             raise _Unsupported("GNU sparse member")
         # Links, directories and unknown types (skipped by their size, as tarfile does)
