@@ -24,7 +24,9 @@ training step is mostly the loader's wait, as a GPU step of a real model is: the
 run shows what the loader changes, on the same 2 cores the model uses.
 
 This file is also the unmodified script: `--child NAME` runs one recipe and prints one JSON
-line (the loader's path, data-only img/s over --images images after the first batch, the
+line (the loader's path, data-only img/s over --images images after the first batch and
+CPU ms per image of that pass, worker processes included (steadier than img/s when others
+share the machine: the ratio is torch's CPU over fastload's), the
 training run's wall time over --steps steps from building the loader (or the framework's
 trainer) to the end, and its steady img/s after the first step; all timed inside the
 process, after imports). Each round runs,
@@ -37,6 +39,7 @@ and the median over rounds of each paired ratio, with the load average at start 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -98,17 +101,30 @@ def _loader_path(loader: Any) -> str:
     return getattr(base, "path", "torch: " + type(base).__module__ + "." + type(base).__name__)
 
 
-def _data_only(loader: Any, images: int) -> float:
-    """img/s over `images` images (after the first batch: worker start-up and tracing out)."""
+def _cpu_s() -> float:
+    """CPU seconds of this process and its reaped children (a torch loader's workers)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def _data_only(make_loader: Any, images: int) -> Dict[str, float]:
+    """img/s over `images` images after the first batch (worker start-up and tracing out),
+    and CPU ms per image of the whole pass from building the loader, its workers' included
+    (reaped when the loader and its iterator go: timm's are persistent)."""
+    cpu = _cpu_s()
+    loader = make_loader()
     it = iter(loader)
-    next(it)
-    seen, start = 0, time.perf_counter()
+    first = next(it)
+    seen, start, total = 0, time.perf_counter(), len(first["labels"] if isinstance(first, dict) else first[1])
     for batch in it:
         labels = batch["labels"] if isinstance(batch, dict) else batch[1]
         seen += len(labels)
         if seen >= images:
             break
-    return seen / (time.perf_counter() - start)
+    rate = seen / (time.perf_counter() - start)
+    del it, first, batch, loader
+    gc.collect()
+    return {"img_s": rate, "cpu_ms": 1000 * (_cpu_s() - cpu) / (total + seen)}
 
 
 def child_accelerate(args) -> Dict[str, Any]:
@@ -127,8 +143,7 @@ def child_accelerate(args) -> Dict[str, Any]:
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
         return accelerator.prepare(model, optimizer, loader)
 
-    _, _, loader = prepared()
-    rate = _data_only(loader, args.images)
+    measured = _data_only(lambda: prepared()[2], args.images)
     start, clock = time.perf_counter(), StepClock()
     model, optimizer, loader = prepared()
     for step, (images, labels) in enumerate(loader):
@@ -139,7 +154,7 @@ def child_accelerate(args) -> Dict[str, Any]:
         optimizer.step()
         optimizer.zero_grad()
         clock.tick()
-    return {"path": _loader_path(loader), "img_s": rate, "train_s": time.perf_counter() - start,
+    return {"path": _loader_path(loader), **measured, "train_s": time.perf_counter() - start,
             "train_img_s": clock.steady_img_s(args.batch_size)}
 
 
@@ -170,16 +185,20 @@ def child_trainer(args) -> Dict[str, Any]:
     clock = StepClock()
 
     class Clock(transformers.TrainerCallback):
+        loader: Any = None
+
+        def on_train_begin(self, *args: Any, train_dataloader: Any = None, **kwargs: Any) -> None:
+            Clock.loader = train_dataloader  # (the loader train() built)
+
         def on_step_end(self, *args: Any, **kwargs: Any) -> None:
             clock.tick()
 
     trainer = transformers.Trainer(model=model, args=training, train_dataset=dataset, data_collator=collate_fn,
                                    callbacks=[Clock()])
-    loader = trainer.get_train_dataloader()
-    rate = _data_only(loader, args.images)
+    measured = _data_only(trainer.get_train_dataloader, args.images)
     start = time.perf_counter()
     trainer.train()
-    return {"path": _loader_path(loader), "img_s": rate, "train_s": time.perf_counter() - start,
+    return {"path": _loader_path(Clock.loader), **measured, "train_s": time.perf_counter() - start,
             "train_img_s": clock.steady_img_s(args.batch_size)}
 
 
@@ -195,8 +214,7 @@ def child_timm(args) -> Dict[str, Any]:
                                        is_training=True, use_prefetcher=True, num_workers=args.workers,
                                        device=torch.device("cpu"))
 
-    loader = loader_of()
-    rate = _data_only(loader, args.images)
+    measured = _data_only(loader_of, args.images)
     start, clock = time.perf_counter(), StepClock()
     torch.manual_seed(0)
     model = _small_cnn(len(dataset.reader.class_to_idx))
@@ -210,7 +228,7 @@ def child_timm(args) -> Dict[str, Any]:
         loss.backward()
         optimizer.step()
         clock.tick()
-    return {"path": _loader_path(loader), "img_s": rate, "train_s": time.perf_counter() - start,
+    return {"path": _loader_path(loader), **measured, "train_s": time.perf_counter() - start,
             "train_img_s": clock.steady_img_s(args.batch_size)}
 
 
@@ -247,13 +265,13 @@ def child_lightning(args) -> Dict[str, Any]:
 
     data = Data()
     data.setup("fit")
-    rate = _data_only(data.train_dataloader(), args.images)
+    measured = _data_only(data.train_dataloader, args.images)
     start = time.perf_counter()
     torch.manual_seed(0)
     trainer = pl.Trainer(max_steps=args.steps, accelerator="cpu", devices=1, logger=False, callbacks=[Clock()],
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
     trainer.fit(Classifier(len(data.train_set.classes)), datamodule=data)
-    return {"path": _loader_path(trainer.train_dataloader), "img_s": rate, "train_s": time.perf_counter() - start,
+    return {"path": _loader_path(trainer.train_dataloader), **measured, "train_s": time.perf_counter() - start,
             "train_img_s": clock.steady_img_s(args.batch_size)}
 
 
@@ -306,13 +324,15 @@ def main() -> None:
             for contender in order:
                 result = run_child(name, contender == "fastload", args)
                 runs[name][contender].append(result)
-                print(f"round {k} {name} {contender}: {result['img_s']:.0f} img/s, train {result['train_s']:.1f} s "
+                print(f"round {k} {name} {contender}: {result['img_s']:.0f} img/s, {result['cpu_ms']:.1f} CPU ms/img, "
+                      f"train {result['train_s']:.1f} s "
                       f"({result['train_img_s']:.0f} img/s steady); "
                       f"{result['path'][:90]}", flush=True)
     print(f"load average {os.getloadavg()[0]:.1f} at end")
-    print("| recipe | fastload's path | data-only img/s: own loader | fastload | ratio | training run wall s: own loader "
-          "| fastload | speed-up | training img/s after step 1: own loader | fastload | ratio |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| recipe | fastload's path | data-only img/s: own loader | fastload | ratio | data-only CPU ms/img: own "
+          "loader | fastload | ratio | training run wall s: own loader | fastload | speed-up "
+          "| training img/s after step 1: own loader | fastload | ratio |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name in names:
         own, ours = runs[name]["torch"], runs[name]["fastload"]
 
@@ -324,6 +344,7 @@ def main() -> None:
 
         path = ours[-1]["path"].split(" [")[0]
         print(f"| {name} | {path} | {median('img_s', own):.0f} | {median('img_s', ours):.0f} | {paired('img_s'):.2f}x "
+              f"| {median('cpu_ms', own):.1f} | {median('cpu_ms', ours):.1f} | {paired('cpu_ms', invert=True):.2f}x "
               f"| {median('train_s', own):.1f} | {median('train_s', ours):.1f} | {paired('train_s', invert=True):.2f}x "
               f"| {median('train_img_s', own):.0f} | {median('train_img_s', ours):.0f} | {paired('train_img_s'):.2f}x |")
 
