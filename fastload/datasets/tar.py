@@ -185,6 +185,9 @@ class TarShards(NativeDataset):
             evicted past it. None: a quarter of the free disk there. 0: no disk cache
             (members kept in memory only until their batch is made).
         concurrency: range requests in flight at once.
+        views: in place of `transforms`, one transform list per view of each image
+            (NativeDataset's `views`): samples `([view_0, ...], label)`, all views from one
+            read and one decode.
 
     Attributes:
         shards: the local path of every shard (downloaded copies for http(s) ones; the
@@ -227,7 +230,7 @@ class TarShards(NativeDataset):
                  cache_dir: Optional[str] = None, on_error: Union[str, ErrorPolicy] = "raise", seed: int = 0,
                  progress: bool = True, ops: Optional[Sequence[Any]] = None,
                  storage_options: Optional[Dict[str, Any]] = None, cache_limit: Optional[int] = None,
-                 concurrency: int = DEFAULT_CONCURRENCY):
+                 concurrency: int = DEFAULT_CONCURRENCY, views: Optional[Sequence[Any]] = None):
         # Both checked before any shard is fetched or indexed.
         self.error_policy = ErrorPolicy(on_error, owner="fastload.TarShards")
         transforms = transforms_argument(transforms, ops, "fastload.TarShards")
@@ -298,7 +301,7 @@ class TarShards(NativeDataset):
             offsets=np.concatenate(offsets), sizes=np.concatenate(sizes),
             labels=np.asarray(labels, dtype=np.int64), members=FlatStrings.from_list(members), remote=self.remote)
         self.keys = FlatStrings.from_list(keys)
-        super().__init__(index, transforms, seed)
+        super().__init__(index, transforms, seed, views=views)
 
     @functools.cached_property
     def classes(self) -> List[int]:
