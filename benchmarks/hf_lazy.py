@@ -142,7 +142,7 @@ def main() -> None:
 
     # What the up-front header read + trace of every row cost (what construction did):
     # the same work over 20k rows of a fresh analysis, scaled.
-    from fastload.compat.datasets import analyse
+    from fastload.adapters import analyse
     fresh = analyse(make(where, args.files, args.samples, [0], table)).trace
     rows = min(20_000, args.samples)
     start = time.perf_counter()

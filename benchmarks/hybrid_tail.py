@@ -134,7 +134,7 @@ def run_tensor_tail(root: str, recipe: str, workers: int, epoch: int) -> float:
 def compare_inputs(root: str, recipe: str, samples: int = 64) -> str:
     """How far the tail on uint8 tensors is from the tail on PIL images, same crops and seeds."""
     from fastload.augment.plan import build_plan
-    from fastload.compat.torchvision import convert_dataset
+    from fastload.adapters import convert as convert_dataset
     from fastload.native.hybrid_local import HybridRunner
     from fastload.augment.tail import Tail
 

@@ -6,11 +6,11 @@ A Dataset of its own class over `--images` generated ImageNet-sized JPEGs (500x3
 Image.open(path).convert("RGB") + torchvision's train transform (RandomResizedCrop 224,
 RandomHorizontalFlip, ToTensor, Normalize). Odd indexes draw a number from Python's
 `random` outside the transforms, which the tracer cannot follow: each of them is made by
-the dataset's own `__getitem__` (fastload/compat/trace_lazy.py), the even ones by the
+the dataset's own `__getitem__` (fastload/trace/lazy.py), the even ones by the
 engine. The same dataset object through torch's DataLoader and fastload.DataLoader
 (same batch size, workers, shuffle), alternating, best of `--repeat` epochs each:
 images/s and the ratio. With workers, fastload makes the fallbacks in `--workers` forked
-processes while the engine's threads decode the rest (fastload/compat/fallback_pool.py).
+processes while the engine's threads decode the rest (fastload/trace/fallback_pool.py).
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from PIL import Image
 from torchvision import transforms as T
 
 import fastload
-from fastload.compat import trace_lazy
+from fastload import trace as trace_lazy
 
 
 class Listed(torch.utils.data.Dataset):
@@ -127,13 +127,13 @@ def main() -> None:
     del plain
 
     # What the up-front trace of every index cost: the same tracer over 20k indexes, scaled.
-    from fastload.compat import trace as _t
+    from fastload import trace as _t
     fresh = Listed(files, args.samples)
     sample = min(20_000, args.samples)
     start = time.perf_counter()
     with _t.tracing_patches():
         for i in range(sample):
-            _t.sample_of_call(fresh, *_t.trace_call(fresh, i))
+            _t.sample_of_call(fresh, *_t.record(fresh, i))
     every = (time.perf_counter() - start) / sample
     print(f"up-front trace of every index (before): {every * 1e6:.1f} us/sample, "
           f"{every * args.samples:.1f} s for {args.samples} samples")

@@ -42,7 +42,7 @@ _LAZY = {
     "TarShardError": ("fastload.errors", "TarShardError"),
     "ManifestError": ("fastload.source.manifest", "ManifestError"),
     "NativeDataset": ("fastload.datasets.base", "NativeDataset"),
-    "explain": ("fastload.compat.explain", "explain"),
+    "explain": ("fastload.adapters.explain", "explain"),
     # fastload's DataLoader wherever code builds torch's (`python -m fastload run` does it too).
     "patch": ("fastload.patch", None),  # a callable module: fastload.patch() is fastload.patch.patch()
     "unpatch": ("fastload.patch", "unpatch"),

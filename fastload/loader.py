@@ -214,7 +214,7 @@ class DataLoader(TorchDataLoader[T_co], Rebuildable):  # torch's class, also aft
             rate); "threads": a pool of num_workers Python threads (random draws not
             reproducible). Every mode but "threads" draws the same per-sample seeds.
         trace: a dataset of the user's own class is learnt by running its own
-            __getitem__ under a tracer (fastload.compat.trace): a few indexes when the
+            __getitem__ under a tracer (fastload.trace): a few indexes when the
             loader is built, each other one just before its batch is submitted. False
             (or FASTLOAD_TRACE=0 in the environment) turns the tracer off: such a
             dataset runs on the generic path.
@@ -287,21 +287,18 @@ class DataLoader(TorchDataLoader[T_co], Rebuildable):  # torch's class, also aft
         tail_on: str = "auto",
         trace: bool = True,
     ) -> None:
-        # A webdataset pipeline whose stages fastload maps runs as a map-style view of its
-        # shards (fastload.datasets.webdataset): its batch size, shuffle and drop_last come
-        # along. (Such modules load only once the user imported the package.)
-        if "webdataset" in sys.modules:
-            from fastload.datasets.webdataset import adopt
+        # What the dataset is, asked once (fastload/adapters/): a webdataset pipeline whose
+        # stages fastload maps runs as a map-style view of its shards, its batch size,
+        # shuffle and drop_last coming along; a streaming dataset is split between the DDP
+        # ranks, as a map-style one is.
+        from fastload.adapters import adapter_for
 
-            adopted = adopt(dataset, batch_size=batch_size, shuffle=shuffle, drop_last=drop_last,
-                            on_error=on_error, accelerate=accelerate, distributed=distributed)
-            if adopted is not None:
-                dataset, batch_size, shuffle, drop_last = adopted
-        # A streaming Hugging Face dataset: split between the DDP ranks, as a map-style one is.
-        if "datasets" in sys.modules:
-            from fastload.compat.hf_datasets import split_by_rank
-
-            dataset = split_by_rank(dataset, distributed)
+        adapter = adapter_for(dataset)
+        adopted = adapter.adopt(dataset, batch_size=batch_size, shuffle=shuffle, drop_last=drop_last,
+                                on_error=on_error, accelerate=accelerate, distributed=distributed)
+        if adopted is not None:
+            dataset, batch_size, shuffle, drop_last = adopted
+        dataset = adapter.for_ranks(dataset, distributed)
         # torch validates its own arguments first, with its own exceptions and messages.
         super().__init__(
             dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn,
@@ -451,7 +448,7 @@ class DataLoader(TorchDataLoader[T_co], Rebuildable):  # torch's class, also aft
         """The dataset as it is at this iter(), as torch's DataLoader sees it. A traced dataset
         is traced again for the epoch (LazyTrace.renew: probes undone, every served index
         traced as the epoch reaches it); a torchvision dataset's transform, its parameters,
-        samples and length are read again (compat.datasets.basis). When the dataset no longer
+        samples and length are read again (fastload.adapters.basis). When the dataset no longer
         runs on this path (another transform or parameters, another length, another sample
         structure), the path is chosen anew; a hybrid tail's worker processes are forked anew
         (copies of the transforms as they are now). With persistent workers torch's workers

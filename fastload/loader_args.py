@@ -47,7 +47,7 @@ class LoaderArgs:
         seed: None or an int.
         dct_scaling: decode at a reduced DCT scale when it covers the output.
         tail_on: "auto", "processes", "inline" or "threads".
-        trace: run a Dataset of the user's own class under the tracer (fastload.compat.trace).
+        trace: run a Dataset of the user's own class under the tracer (fastload.trace).
     """
 
     device: Optional[torch.device]

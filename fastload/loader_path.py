@@ -6,7 +6,7 @@ batch_size=None, a DataPipe, no __len__). `choose_runner` gives the native runne
 `loader.path` (fastload.native.select.select_path with the loader's checked arguments),
 or raises where accelerate=True and the dataset would take the generic path. `basis_of`
 is what a converted torchvision dataset's runner was made from, read again at each
-iter() (fastload.compat.datasets.basis); a traced dataset renews its own trace instead.
+iter() (fastload.adapters.basis); a traced dataset renews its own trace instead.
 
 Example:
     >>> import torch
@@ -101,7 +101,7 @@ def basis_of(dataset: Any) -> Any:
     loader reads again, e.g. a fastload dataset, or a traced one, which renews itself)."""
     if isinstance(dataset, NativeDataset):
         return None
-    from fastload.compat.datasets import basis
+    from fastload.adapters import basis
 
     return basis(dataset)
 
@@ -109,7 +109,7 @@ def basis_of(dataset: Any) -> Any:
 def _tracer_off() -> Any:
     """The tracer off while the path is chosen (trace=False); its module loads only then,
     or when a dataset is traced."""
-    from fastload.compat.trace import disabled
+    from fastload.trace import disabled
 
     return disabled()
 

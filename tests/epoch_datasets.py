@@ -1,5 +1,5 @@
 """Dataset classes of the shapes training scripts write when the loop changes the dataset
-between epochs, opens handles in `__getitem__` or counts its calls (tests/test_trace_epochs.py).
+between epochs, opens handles in `__getitem__` or counts its calls (tests/trace/test_trace_epochs.py).
 In an importable module so that worker processes can unpickle them."""
 
 from __future__ import annotations

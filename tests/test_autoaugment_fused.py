@@ -112,7 +112,7 @@ def test_the_fused_recipe_equals_the_twin_with_normalize_and_erasing(root):
     images = torch.cat([batch for batch, _ in loader])
     assert loader.path.startswith("native"), loader.path
     assert images.dtype == torch.float32 and images.shape[1:] == (3, OUT, OUT)
-    from fastload.compat.torchvision import convert_dataset_native
+    from fastload.adapters import convert_native as convert_dataset_native
 
     _, native = convert_dataset_native(dataset)
     plan = build_plan(native, seed=loader.state_dict()["native_seed"])
@@ -238,7 +238,7 @@ def test_the_reference_preset_with_autoaugment_is_native_and_batches_as_torch(ro
     batches torch's DataLoader gives (structure, dtypes, shapes), and the plan's twin."""
     from fastload.augment.pipeline import apply_plan_reference
     from fastload.bench.recipes import ClassificationPresetTrain
-    from fastload.compat.torchvision import convert_dataset_native
+    from fastload.adapters import convert_native as convert_dataset_native
 
     if use_v2:  # the reference preset's v2 form
         preset = v2.Compose([v2.RandomResizedCrop(OUT, antialias=True), v2.RandomHorizontalFlip(0.5),

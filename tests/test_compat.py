@@ -12,8 +12,9 @@ from torch.utils.data import ConcatDataset, Dataset, Subset, random_split
 import fastload
 from fastload import _ext
 from fastload.augment import autoaugment, specs
-from fastload.compat.datasets import Conversion
-from fastload.compat.torchvision import NotConvertible, convert_dataset, convert_dataset_native, split_transform
+from fastload.compat.conversion import Conversion
+from fastload.adapters import convert as convert_dataset, convert_native as convert_dataset_native
+from fastload.compat.torchvision import NotConvertible, split_transform
 
 torchvision = pytest.importorskip("torchvision")
 import torchvision.transforms as T  # noqa: E402
@@ -189,7 +190,7 @@ class OwnDataset(Dataset):
 
 
 def test_datasets_that_run_their_own_code_are_refused_naming_the_class(root, monkeypatch):
-    monkeypatch.setenv("FASTLOAD_TRACE", "0")  # the compat layer alone (traced: tests/test_trace.py)
+    monkeypatch.setenv("FASTLOAD_TRACE", "0")  # the compat layer alone (traced: tests/trace/test_trace.py)
     with pytest.raises(NotConvertible, match="OverridesGetitem overrides DatasetFolder's __getitem__"):
         convert_dataset(OverridesGetitem(root, transform=train()))
     with pytest.raises(NotConvertible, match="OwnDataset is a Dataset of its own with samples and transform, but its "
@@ -402,7 +403,7 @@ def blocked(root):
 
 
 def test_every_blocker_is_named_at_once(root, monkeypatch):
-    monkeypatch.setenv("FASTLOAD_TRACE", "0")  # the compat layer alone (traced: tests/test_trace.py)
+    monkeypatch.setenv("FASTLOAD_TRACE", "0")  # the compat layer alone (traced: tests/trace/test_trace.py)
     with pytest.raises(NotConvertible) as error:
         convert_dataset_native(blocked(root))
     message = str(error.value)
@@ -417,7 +418,7 @@ def test_every_blocker_is_named_at_once(root, monkeypatch):
 
 @needs_ops
 def test_loader_path_names_every_blocker_in_one_line(root, monkeypatch):
-    monkeypatch.setenv("FASTLOAD_TRACE", "0")  # the compat layer alone (traced: tests/test_trace.py)
+    monkeypatch.setenv("FASTLOAD_TRACE", "0")  # the compat layer alone (traced: tests/trace/test_trace.py)
     path = fastload.DataLoader(blocked(root), batch_size=2).path
     assert path.startswith("hybrid: native [RandomResizedCrop] + python [RandomInvert -> ") and "\n" not in path
     assert "RandomInvert(" in path and "RandomPosterize(" in path and "target_transform one_hot" in path
@@ -454,7 +455,7 @@ def test_explain_reports_the_chain_prefix_tail_blockers_and_fixes(root, capsys):
 
 
 def test_explain_of_a_native_and_of_an_unrecognised_dataset(root, monkeypatch):
-    monkeypatch.setenv("FASTLOAD_TRACE", "0")  # the compat layer alone (traced: tests/test_trace.py)
+    monkeypatch.setenv("FASTLOAD_TRACE", "0")  # the compat layer alone (traced: tests/trace/test_trace.py)
     report = fastload.explain(Subset(ImageFolder(root, transform=train()), [1, 2]))
     assert report.splitlines()[-1] == "  verdict: native path"
     report = fastload.explain(OwnDataset(root))

@@ -249,7 +249,7 @@ class Classifier(torch.nn.Module):
 
 def test_trainer_runs_an_image_dataset_natively_through_its_collator(folder, tmp_path):
     """The Trainer's default collator (default_data_collator, behind its column-removing
-    wrapper) stacks the images: followed around the engine's batch (fastload.compat.collate)."""
+    wrapper) stacks the images: followed around the engine's batch (fastload.trace.collate)."""
     need("transformers.trainer")
     from fastload.patch import patch, patched_loaders, unpatch
 

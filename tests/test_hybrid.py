@@ -409,7 +409,7 @@ def torchvision_tail_on_the_native_prefix(dataset, *, seed, batch_size, epoch=0)
     """What a hybrid loader over a torchvision dataset must give: the engine's uint8 prefix
     batches (the same crops: same plan and seed), each sample's torchvision tail run on
     them under its seed, collated, and the labels through target_transform."""
-    from fastload.compat.torchvision import convert_dataset
+    from fastload.adapters import convert as convert_dataset
 
     conversion = convert_dataset(dataset)
     tail = conversion.python_tail()

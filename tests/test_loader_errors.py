@@ -340,8 +340,10 @@ def test_every_exception_type_fastload_raises_is_importable_from_fastload():
     # are caught there, never reaching a user.
     between_modules = {"TailError": "augment.tail -> the runners of a Python tail, which name the sample",
                        "EncodeError": "prepare.encode -> prepare.run, which names the file",
-                       "StopTrace": "compat.trace -> its openers and the webdataset view, ending a traced call",
-                       "TraceRefused": "compat.trace -> the lazy trace and the Hugging Face adapter: a reason"}
+                       "StopTrace": "fastload.trace -> its openers and the webdataset view, ending a traced call",
+                       "TraceRefused": "fastload.trace -> the lazy trace and the Hugging Face adapter: a reason",
+                       "NotLocated": "source.arrow -> the Hugging Face adapter: why its images cannot be located",
+                       "NotMapped": "datasets.webdataset_* -> the webdataset adapter: the stage that keeps a pipeline generic"}
     public = {name: cls for name, cls in found.items() if not name.startswith("_") and name not in between_modules}
     assert {"DecodeError", "TarShardError", "NotBuiltError", "UnsupportedPipeline", "NotConvertible"} <= set(public)
     for name, cls in public.items():

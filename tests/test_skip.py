@@ -324,7 +324,7 @@ def test_ddp_ranks_keep_equal_batch_counts_and_sizes_with_a_bad_file_on_one_rank
 
 
 class Traced(torch.utils.data.Dataset):
-    """A Dataset of its own class (traced, fastload/compat/trace_lazy.py): `n` samples
+    """A Dataset of its own class (traced, fastload/trace/lazy.py): `n` samples
     cycling over the folder's 13 files, label i (so a label names its sample); index
     `draws` draws from Python's global generator outside the transforms (its trace
     disagrees with index 0's: it runs through __getitem__ per sample)."""

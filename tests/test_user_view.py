@@ -86,7 +86,7 @@ def test_dataset_repr_shows_the_native_part_and_the_python_tail(root):
     files = fastload.FileList(["a.jpg"], [0], transforms=[T.CenterCrop(8)])
     assert repr(files) == "fastload.FileList(1 image, transforms=[CenterCrop(size=(8, 8))])"
     # A torchvision dataset as the compat layer converts it.
-    from fastload.compat.torchvision import convert_dataset
+    from fastload.adapters import convert as convert_dataset
 
     converted = convert_dataset(ImageFolder(root, transform=v2.Compose(
         [v2.Resize(16), v2.CenterCrop(16), v2.RandomRotation(10), *to_float()])))

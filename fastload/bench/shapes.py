@@ -1,5 +1,5 @@
 """The recipes' user-dataset shapes: Datasets as people write them around the same files,
-each traced by fastload (fastload/compat/trace.py) and run against torch's DataLoader.
+each traced by fastload (fastload/trace/) and run against torch's DataLoader.
 
 | recipe | the dataset |
 |---|---|

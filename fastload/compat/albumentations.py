@@ -1,13 +1,13 @@
 """albumentations' transforms mapped onto fastload specs, in albumentations' semantics.
 
 A dataset of the user's own class that calls `self.transform(image=array)["image"]` on
-an OpenCV array (`cv2.imread` + `cv2.cvtColor(BGR2RGB)`, fastload/compat/openers.py) is
-traced like any other (fastload/compat/trace.py); its `A.Compose` is opened here (only
+an OpenCV array (`cv2.imread` + `cv2.cvtColor(BGR2RGB)`, fastload/trace/openers.py) is
+traced like any other (fastload/trace/); its `A.Compose` is opened here (only
 `Compose` itself, applied always: p=1, no bbox/keypoint processors, no additional
 targets) and cut into the native prefix and a Python tail. albumentations need not be
 installed: its classes are recognised by module (albumentations.*) and name.
 
-| albumentations | fastload | how close (tests/test_albumentations.py) |
+| albumentations | fastload | how close (tests/adapters/test_albumentations.py) |
 | --- | --- | --- |
 | RandomResizedCrop(size (2.x) or height/width (1.x), scale, ratio, INTER_LINEAR) | RandomResizedCrop(size, scale, ratio, "bilinear", antialias=False) | the same draw (10 tries, round(), central fallback); the resize: see below |
 | Resize(height, width, INTER_LINEAR) | Resize((height, width), antialias=False) | see below |

@@ -12,7 +12,7 @@ different generator).
 
 Wrappers are seen through: transforms inside a Compose (v1, v2), an nn.Sequential or a
 preset object whose `__call__` is exactly `return self.transforms(img)` (compat/presets.py);
-datasets inside a Subset (random_split) or a ConcatDataset (compat/datasets.py).
+datasets inside a Subset (random_split) or a ConcatDataset (fastload/adapters/walk.py).
 
 A transform list with a non-native element is cut into its native prefix and Python tail
 (fastload.augment.split); every element without a native equivalent is named at once.
@@ -29,16 +29,12 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, List, Tuple
+from typing import Any, List, Tuple
 
 import torch
 
 from fastload.augment import autoaugment, color, specs
 from fastload.augment.split import Pipeline, open_wrappers, split_pipeline
-from fastload.source.index import SampleIndex
-
-if TYPE_CHECKING:
-    from fastload.compat.datasets import Conversion
 
 
 class NotConvertible(ValueError):
@@ -272,28 +268,3 @@ def convert_transform(transform: Any) -> List[Any]:
     if pipeline.tail:
         raise NotConvertible("; ".join(pipeline.blockers))
     return list(pipeline.native)
-
-
-def convert_dataset(dataset: Any) -> "Conversion":
-    """The dataset's Conversion (sample index, pipeline cut into native prefix and
-    Python tail, target_transform, origin), or NotConvertible naming every reason the
-    dataset (not its transforms) cannot be indexed, and every transform blocker with it.
-    See fastload.compat.datasets."""
-    from fastload.compat.datasets import convert
-
-    return convert(dataset)
-
-
-def convert_dataset_native(dataset: Any) -> Tuple[SampleIndex, List[Any]]:
-    """(sample index, fastload specs) for a dataset that runs fully natively: no Python
-    tail, no target_transform. Else NotConvertible naming ALL blockers in one line."""
-    conversion = convert_dataset(dataset)
-    return conversion.index, conversion.native_specs()
-
-
-def __getattr__(name: str) -> Any:
-    if name == "Conversion":  # defined beside the dataset walk; importable from here too
-        from fastload.compat.datasets import Conversion
-
-        return Conversion
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

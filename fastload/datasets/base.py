@@ -14,7 +14,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
 
-from fastload.compat.datasets import NativeSource
+from fastload.compat.conversion import NativeSource
 from fastload.source.index import SampleIndex
 
 

@@ -17,6 +17,7 @@ import torch
 
 from fastload.augment.tail import Tail
 from fastload.native import hybrid_workers
+from fastload.native.protocol import LazyIndex
 from fastload.source.index import SampleIndex
 from fastload.stats import SkippedSamples
 
@@ -73,10 +74,10 @@ class ProcessHybridRunner:
         self._skipped_samples = SkippedSamples()  # what the workers skipped, warned here
         self._skipped_this_pass: Set[int] = set()
         self._labels = labels  # applied here: the workers return class indexes
-        # A lazily traced dataset's trace (fastload.compat.trace_lazy; set by the loader):
+        # A lazily traced dataset's trace (fastload.trace.lazy; set by the loader):
         # the workers' copies were forked before most indexes were traced, so each batch
         # carries its indexes' traced files (LazyTrace.export/adopt).
-        self.trace: Any = None
+        self.trace: Optional[LazyIndex] = None
         self.last_samples: Optional[torch.Tensor] = None  # as NativeRunner's
 
     @property

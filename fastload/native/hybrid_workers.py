@@ -17,6 +17,7 @@ import torch
 
 from fastload.augment.tail import Tail
 from fastload.native.hybrid_local import HybridRunner
+from fastload.native.protocol import LazyIndex
 from fastload.source.index import SampleIndex
 
 _WORKER: Optional[HybridRunner] = None  # this worker process's runner (processes mode)
@@ -26,11 +27,11 @@ _BUSY: Any = None  # the parent's board of (pid, ticket) rows; this worker's row
 _ROW = -1
 
 
-_TRACE: Any = None  # a lazily traced dataset's trace: this process's copy, filled per batch
+_TRACE: Optional[LazyIndex] = None  # a lazily traced dataset's trace: this process's copy, filled per batch
 
 
 def start_worker(index: SampleIndex, plan: Any, tail: Tail, on_error: str, busy: Any = None,
-                 trace: Any = None) -> None:
+                 trace: Optional[LazyIndex] = None) -> None:
     global _WORKER, _BUSY, _ROW, _TRACE
     torch.set_num_threads(1)  # as torch's DataLoader workers: the cores are the workers'
     _WORKER = HybridRunner(index, plan, tail, num_threads=1, on_error=on_error, parallel="inline",

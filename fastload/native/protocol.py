@@ -17,7 +17,9 @@ Example:
 from __future__ import annotations
 
 import inspect
-from typing import Any, Dict, List, Protocol
+from typing import Any, Dict, Iterator, List, Optional, Protocol, Sequence
+
+import torch
 
 
 class Runner(Protocol):
@@ -50,6 +52,56 @@ class Runner(Protocol):
 
     def close(self) -> None:
         """Releases the engine, worker processes and batch memory now."""
+
+
+class LazyIndex(Protocol):
+    """What the runners ask of a dataset whose index fills as the loader reaches it (a
+    traced dataset: fastload.trace.LazyTrace and its views and adapters). The runner
+    reads `index` in place; nothing of the tracer is imported by fastload/native/.
+    """
+
+    #: The engine's SampleIndex, filled in place by `prepare`.
+    index: Any
+    #: Index -> why it falls back (made by its own __getitem__), this epoch.
+    fallbacks: Dict[int, str]
+    #: Indexes traced as batches came, and the CPU seconds that took (over the trace's life).
+    traced_lazily: int
+    trace_s: float
+
+    @property
+    def traced(self) -> int:
+        """The number of indexes traced this epoch."""
+
+    def run_like_torch(self, num_workers: int, seed: int) -> None:
+        """Where `__getitem__` runs, as torch's DataLoader with `num_workers` would run it."""
+
+    def attach(self, runner: Any, only: bool = False) -> None:
+        """`runner.refresh_index()` is called when the index's path bytes move."""
+
+    def renew(self, keep: bool = False) -> bool:
+        """A new epoch: True when the dataset still runs this way, else the path is chosen anew."""
+
+    def prepare(self, indices: Sequence[int]) -> None:
+        """The indexes of the batch about to be submitted, traced."""
+
+    def ahead(self, batches: Iterator[List[int]]) -> Iterator[List[int]]:
+        """A pass's batches, traced a chunk at a time before they are yielded."""
+
+    def start_fallbacks(self, indices: Sequence[int]) -> Optional[Dict[int, Any]]:
+        """The batch's samples that fall back, started in worker processes."""
+
+    def export(self, indices: Sequence[int]) -> List[Any]:
+        """What a worker process needs to read these traced indexes (`adopt` takes it there)."""
+
+    def adopt(self, exported: List[Any]) -> None:
+        """A parent's `export`, taken into a worker process's copy."""
+
+    def __call__(self, images: torch.Tensor, labels: torch.Tensor, indices: Sequence[int],
+                 started: Optional[Dict[int, Any]] = None) -> Any:
+        """The batch in the dataset's own structure, fallbacks filled."""
+
+    def close(self) -> None:
+        """Stops the fallbacks' worker processes."""
 
 
 def missing_members(cls: type) -> List[str]:

@@ -121,7 +121,7 @@ class NativeRunner:
 
     def refresh_index(self) -> None:
         """Hands the engine the index's arrays again: an index filled in place as a traced
-        dataset is traced (fastload.compat.trace_lazy) moved its path bytes to a larger
+        dataset is traced (fastload.trace.lazy) moved its path bytes to a larger
         buffer. Batches already submitted keep the arrays they were given."""
         index = self.index
         self._engine.set_index(

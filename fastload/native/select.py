@@ -16,7 +16,7 @@ The reasons for the generic path, in the order they are checked:
 - the dataset or its transforms have no native pipeline (the converter's reason);
 - a custom collate_fn, but for a lazily traced dataset (a class of the user's own, a
   Hugging Face dataset) whose collate_fn does no more than stack its images (followed:
-  fastload.compat.collate);
+  fastload.trace.collate);
 - a Python tail that cannot take what the engine gives it (Tail.reason_not_runnable);
 - fastload._C was not built (a fastload dataset then raises NotBuiltError instead).
 
@@ -35,7 +35,6 @@ Example:
 
 from __future__ import annotations
 
-import sys
 from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
 
 import torch
@@ -47,7 +46,7 @@ from fastload.errors import UnsupportedPipeline
 from fastload.native.hybrid import hybrid_runner
 from fastload.native.labelled import LabelledRunner
 from fastload.native.producers import PRODUCERS
-from fastload.native.protocol import Runner
+from fastload.native.protocol import LazyIndex, Runner
 from fastload.native.runner import NativeRunner
 from fastload.source.index import SampleIndex
 
@@ -64,30 +63,12 @@ DECODE_ON = ("auto", *PRODUCERS)
 _PREFIX = "fastload.DataLoader"
 
 
-def _package_reason(dataset: Any) -> Optional[str]:
-    """The reason of a webdataset pipeline or a streaming Hugging Face dataset, else None.
-    Their modules load only where their package is: no object is one of its classes
-    before the user imported it."""
-    if "webdataset" in sys.modules:
-        from fastload.datasets.webdataset import generic_reason
+def _rows_through_collate(dataset: Any) -> bool:
+    """The dataset's rows go through the collate probe even with torch's default collate_fn
+    (its adapter says so: Hugging Face rows may keep PIL images)."""
+    from fastload.adapters import adapter_for
 
-        why = generic_reason(dataset)
-        if why:
-            return why
-    if "datasets" in sys.modules:
-        from fastload.compat.hf_datasets import iterable_reason
-
-        return iterable_reason(dataset)
-    return None
-
-
-def _hf_datasets(dataset: Any) -> Any:
-    """fastload.compat.hf_datasets for a Hugging Face datasets.Dataset, else None."""
-    if "datasets" not in sys.modules:
-        return None
-    from fastload.compat import hf_datasets
-
-    return hf_datasets if hf_datasets.is_hf_dataset(dataset) else None
+    return adapter_for(dataset).rows_through_collate
 
 
 def order_left_to_torch(dataset: Any, *, batch_size: Optional[int], sampler: Any = None,
@@ -101,7 +82,10 @@ def order_left_to_torch(dataset: Any, *, batch_size: Optional[int], sampler: Any
     if isinstance(dataset, torch.utils.data.IterableDataset):
         # A webdataset pipeline the loader did not map, or a streaming Hugging Face
         # dataset: the reason names what kept it here.
-        return _package_reason(dataset) or "generic: IterableDataset (order left to the dataset and torch)"
+        from fastload.adapters import adapter_for  # (its modules load PIL: not at `import fastload`)
+
+        return adapter_for(dataset).generic_reason(dataset) or \
+            "generic: IterableDataset (order left to the dataset and torch)"
     if batch_size is None and batch_sampler is None:
         return "generic: batch_size=None (no automatic batching; order left to torch)"
     if isinstance(dataset, (IterDataPipe, MapDataPipe)):
@@ -137,7 +121,7 @@ class _Resolved(NamedTuple):
     tail: Any = None  # fastload.augment.tail.Tail, or None
     labels: Optional[Callable[[torch.Tensor], Any]] = None  # labels int64 [B] -> the batch's labels
     labels_note: str = ""  # "; labels: target_transform f in Python"
-    # A traced dataset's own sample structure (fastload.compat.trace_lazy.LazyTrace):
+    # A traced dataset's own sample structure (fastload.trace.LazyTrace):
     # (batch images, dataset indexes int64 [B]) -> the batch default_collate would give.
     rebuild: Optional[Callable[[Any, torch.Tensor], Any]] = None
 
@@ -152,11 +136,12 @@ def _resolve(dataset: Any, *, dtype: Optional[torch.dtype]) -> _Resolved:
         index, specs, origin = dataset.index, dataset.ops, type(dataset).__name__
         tail = dataset.python_tail()
     else:
-        from fastload.compat.datasets import callable_name
-        from fastload.compat.torchvision import NotConvertible, convert_dataset
+        from fastload.adapters import convert
+        from fastload.compat.conversion import callable_name
+        from fastload.compat.torchvision import NotConvertible
 
         try:
-            conversion = convert_dataset(dataset)
+            conversion = convert(dataset)
         except NotConvertible as error:
             raise UnsupportedPipeline(str(error)) from None
         refusal = conversion.tail_refusal()
@@ -164,7 +149,7 @@ def _resolve(dataset: Any, *, dtype: Optional[torch.dtype]) -> _Resolved:
             raise UnsupportedPipeline(refusal)
         index, specs, origin = conversion.index, list(conversion.pipeline.native), conversion.origin
         tail = conversion.python_tail()
-        rebuild = getattr(conversion, "rebuild", None)
+        rebuild = conversion.rebuild
         if conversion.target_transform is not None:
             labels = conversion.collate_labels
             labels_note = f"; labels: target_transform {callable_name(conversion.target_transform)} in Python"
@@ -269,10 +254,10 @@ def select_path(
     except UnsupportedPipeline as error:
         return None, "generic: custom collate_fn" if custom_collate else f"generic: {error}"
     # A lazily traced dataset knows each sample's structure: a custom collate_fn that stacks
-    # the images is followed around the engine's batch (fastload.compat.collate); a Hugging
+    # the images is followed around the engine's batch (fastload.trace.collate); a Hugging
     # Face dataset's rows go through it even without one (they may keep PIL images).
-    if hasattr(rebuild, "probes") and (custom_collate or _hf_datasets(dataset) is not None):
-        from fastload.compat.collate import followed_collate
+    if hasattr(rebuild, "probes") and (custom_collate or _rows_through_collate(dataset)):
+        from fastload.trace import followed_collate
 
         rebuild, why = followed_collate(rebuild, collate_fn if custom_collate else None)
         if rebuild is None:
@@ -343,7 +328,7 @@ def _views_runner(dataset: Any, index: SampleIndex, plan: Any, description: str,
 
 class _Rebuilt(LabelledRunner):
     """A runner whose batches take a dataset's own structure through `rebuild(images, indexes)`:
-    a webdataset view's here, a trace's (compat/trace_lazy.py's LazyTrace.__call__) in _LazilyTraced."""
+    a webdataset view's here, a trace's (fastload.trace.LazyTrace.__call__) in _LazilyTraced."""
 
     @classmethod
     def wrap(cls, runner: Any, rebuild: Optional[Callable[[Any, torch.Tensor], Any]], num_workers: int) -> Any:
@@ -365,7 +350,7 @@ class _Rebuilt(LabelledRunner):
 
 class _LazilyTraced(LabelledRunner):
     """A runner over a dataset traced as the loader reaches it
-    (fastload.compat.trace_lazy.LazyTrace): each batch's indexes are traced before the
+    (fastload.trace.LazyTrace): each batch's indexes are traced before the
     engine is handed the batch (on the submitting thread: the loader submits batches
     ahead of the one it waits for); each batch takes the dataset's own structure, the
     samples whose trace disagreed filled by their own __getitem__ (started in worker
@@ -373,7 +358,7 @@ class _LazilyTraced(LabelledRunner):
     holds for one epoch: `renew()` tells, at each iter(), whether the dataset still runs
     this way."""
 
-    def __init__(self, runner: Any, trace: Any, num_workers: int):
+    def __init__(self, runner: Any, trace: LazyIndex, num_workers: int):
         super().__init__(runner, trace)
         object.__setattr__(self, "_submitted", {})
         trace.run_like_torch(num_workers, runner.plan.seed if hasattr(runner, "plan") else 0)

@@ -1,4 +1,4 @@
-"""One rank of the traced-dataset DDP test (tests/test_trace_lazy.py): torchrun, gloo, CPU.
+"""One rank of the traced-dataset DDP test (tests/trace/test_trace_lazy.py): torchrun, gloo, CPU.
 
     python -m torch.distributed.run --standalone --nproc_per_node=2 tests/ddp/run_traced.py \
         --images DIR --out DIR

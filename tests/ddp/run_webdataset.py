@@ -1,4 +1,4 @@
-"""One rank of tests/test_webdataset.py's DDP test: run under torchrun, gloo, CPU.
+"""One rank of tests/adapters/test_webdataset.py's DDP test: run under torchrun, gloo, CPU.
 
     python -m torch.distributed.run --standalone --nproc_per_node=2 tests/ddp/run_webdataset.py \
         --urls "DIR/s-{0..2}.tar" --work DIR

@@ -1,6 +1,6 @@
 """A lazily traced dataset inside torch's Subset or ConcatDataset, traced as the loader reaches it.
 
-`fastload/compat/trace_lazy.py` traces a dataset of the user's own class a batch at a
+`fastload/trace/lazy.py` traces a dataset of the user's own class a batch at a
 time. Wrapped in a `Subset` (what `random_split` returns) or a `ConcatDataset` (nested to
 any depth), each outer index is one index of one traced dataset: `LazyView` keeps that
 map (two arrays, no `__getitem__` call) and its own index for the engine, filled as the
@@ -20,7 +20,7 @@ Example:
     >>> import os, tempfile, torch
     >>> from PIL import Image
     >>> from torchvision import transforms as T
-    >>> from fastload.compat.datasets import analyse
+    >>> from fastload.adapters import analyse
     >>> path = os.path.join(tempfile.mkdtemp(), "a.jpg"); Image.new("RGB", (8, 8)).save(path)
     >>> class Photos(torch.utils.data.Dataset):
     ...     def __init__(self, transform): self.transform, self.calls = transform, 0
@@ -39,14 +39,13 @@ Example:
 
 from __future__ import annotations
 
-import threading
 from typing import Any, List, Sequence
 
 import numpy as np
 
-from fastload.compat import trace as _t
-from fastload.compat.trace_lazy import LazyTrace, flat_index, GrowingStrings, held_weakly
-from fastload.source.index import SampleIndex
+from fastload.compat.conversion import Analysis
+from fastload.trace.lazy import LazyTrace, flat_index
+from fastload.trace.sample import shape_text
 
 # Outer indexes whose dataset index is traced already, copied into the view when it is made
 # (the probes, a small dataset, a dataset a loader went through): at most this many, the
@@ -54,7 +53,7 @@ from fastload.source.index import SampleIndex
 _COPY_UP_FRONT = 4096
 
 
-def is_lazy(trace: Any) -> bool:
+def is_lazy(trace: object) -> bool:
     """A trace a wrapper can take indexes of lazily (LazyTrace or LazyView)."""
     return isinstance(trace, LazyTrace)
 
@@ -77,42 +76,21 @@ class LazyView(LazyTrace):
     def __init__(self, dataset: Any, chain: str, parts: List[LazyTrace], part_of: np.ndarray, inner: np.ndarray):
         self.parts, self.part_of, self.inner = parts, part_of, inner
         self.chain = chain
-        self.first = parts[0].first
-        self.probes = parts[0].probes
-        self.name = type(dataset).__name__
-        self.n = n = len(part_of)
-        self._dataset = held_weakly(dataset)
-        self.simple = True
-        first = self.first.path.encode("utf-8", "surrogateescape")
-        capacity = max(4096, 64 * min(n, _COPY_UP_FRONT) + len(first))  # grown as paths come
-        offsets = np.full(n + 3, capacity, dtype=np.int64)  # (file 0 below, the placeholder, one per outer index)
-        offsets[0] = 0
-        self._files = GrowingStrings(np.empty(capacity, dtype=np.uint8), offsets)
-        self._file_count, self._end = 0, 0
-        self.index = SampleIndex(self._files, np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64),
-                                 np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=np.int64))
-        self.templates = None
-        self.done = np.zeros(n, dtype=bool)
-        self.fallback = np.zeros(n, dtype=bool)
-        self.fallbacks = {}
-        self._warned = False
-        self.trace_s, self.traced_lazily = 0.0, 0
-        self._lock = threading.RLock()
-        self._listeners = []
-        self.keep_effects, self._pool, self._workers, self._seed, self._epochs = False, None, 0, 0, 0
-        self._placeholder_id = -1
+        n = len(part_of)
+        first = parts[0].first.path.encode("utf-8", "surrogateescape")
         # File 0: part 0's index 0 (traced, never a fallback): what an untraced or
         # falling-back outer index points at, so the engine always reads a real file.
-        self._add_file(self.first.path)
+        super().__init__(dataset, parts[0].probes, n=n,
+                         capacity=max(4096, 64 * min(n, _COPY_UP_FRONT) + len(first)))  # (grown as paths come)
         known = np.zeros(n, dtype=bool)
         for p, part in enumerate(parts):
             mine = part_of == p
             known[mine] = part.done[inner[mine]]
         # (a fallback known already was warned about when it was found: not again here)
-        self._warned = True
+        self.falls.warned = True
         for j in np.flatnonzero(known)[:_COPY_UP_FRONT].tolist():
             self._adopt(j)
-        self._warned = False
+        self.falls.warned = False
 
     def run_like_torch(self, num_workers: int, seed: int) -> None:
         super().run_like_torch(num_workers, seed)
@@ -136,11 +114,11 @@ class LazyView(LazyTrace):
         for p in np.unique(parts).tolist():
             part = self.parts[p]
             # The part's own warning would name its index alone: the view warns, naming both.
-            warned, part._warned = part._warned, True
+            warned, part.falls.warned = part.falls.warned, True
             try:
                 part.prepare(inner[parts == p])
             finally:
-                part._warned = warned
+                part.falls.warned = warned
         for j in todo:
             self._adopt(j)
 
@@ -152,13 +130,13 @@ class LazyView(LazyTrace):
             self.fallbacks[j] = f"index {i} of {part.name}: {part.fallbacks[i]}"  # (what explain lists)
             return
         index = part.index
-        self.index.file_ids[j] = self._add_file(index.files[int(index.file_ids[i])])
+        self.index.file_ids[j] = self.files.add(index.files[int(index.file_ids[i])])
         self.index.offsets[j], self.index.sizes[j] = index.offsets[i], index.sizes[i]  # (a byte range of a file)
         self.index.labels[j] = index.labels[i]
         self.done[j] = True
 
 
-def _parts_of(analysis: Any) -> Any:
+def _parts_of(analysis: Analysis) -> List[LazyTrace]:
     """(parts, part_of, inner) of a traced analysis: a LazyView's own, or one LazyTrace's."""
     trace = analysis.trace
     if isinstance(trace, LazyView):
@@ -166,11 +144,11 @@ def _parts_of(analysis: Any) -> Any:
     return [trace], np.zeros(trace.n, dtype=np.int64), np.arange(trace.n, dtype=np.int64)
 
 
-def _refusal(analysis: Any) -> str:
+def _refusal(analysis: Analysis) -> str:
     """Why a traced analysis cannot be taken inside a wrapper ("" when it can)."""
     trace = analysis.trace
     if not trace.simple:
-        return (f"{analysis.chain} returns {_t.shape_text(trace.first.template)}: samples other than (image, int label) "
+        return (f"{analysis.chain} returns {shape_text(trace.first.template)}: samples other than (image, int label) "
                 "are rebuilt only for the loader's own dataset, not inside a Subset or ConcatDataset")
     return ""
 
@@ -178,8 +156,8 @@ def _refusal(analysis: Any) -> str:
 _WRAPPED_FIX = "pass the dataset itself, or return (image, int label)"
 
 
-def subset(dataset: Any, inner: Any, rows: np.ndarray, out: Any) -> Any:
-    """`out` (the Subset's analysis, reasons none) as a TracedAnalysis over a LazyView of
+def subset(dataset: Any, inner: Analysis, rows: np.ndarray, out: Analysis) -> Analysis:
+    """`out` (the Subset's analysis, reasons none) as an Analysis over a LazyView of
     the traced `inner` analysis taken at `rows`."""
     why = _refusal(inner)
     if why:
@@ -189,11 +167,11 @@ def subset(dataset: Any, inner: Any, rows: np.ndarray, out: Any) -> Any:
     return _traced(out, view)
 
 
-def concat(dataset: Any, parts: Sequence[Any], out: Any) -> Any:
+def concat(dataset: Any, parts: Sequence[Analysis], out: Analysis) -> Analysis:
     """`out` (the ConcatDataset's analysis, reasons none) with its index: a LazyView when
     every part is traced lazily; else the traced parts traced completely (`eager`) and the
     indexes concatenated (None: `out` has a reason)."""
-    from fastload.compat.datasets import concat_index
+    from fastload.compat.conversion import concat_index
 
     if not all(is_lazy(getattr(p, "trace", None)) for p in parts):
         indexes = []
@@ -223,7 +201,7 @@ def concat(dataset: Any, parts: Sequence[Any], out: Any) -> Any:
     return _traced(out, view)
 
 
-def eager(analysis: Any) -> Any:
+def eager(analysis: Analysis) -> Analysis:
     """(index, "") of a traced analysis traced completely, one file per sample; (None, why)
     when its samples are not (image, int label) or an index disagrees with index 0."""
     why = _refusal(analysis)
@@ -237,8 +215,8 @@ def eager(analysis: Any) -> Any:
     return flat_index(trace), ""
 
 
-def _traced(out: Any, view: LazyView) -> Any:
-    analysis = _t.TracedAnalysis(out.chain, list(out.reasons), list(out.fixes), view.index, out.pipeline,
+def _traced(out: Analysis, view: LazyView) -> Analysis:
+    analysis = Analysis(out.chain, list(out.reasons), list(out.fixes), view.index, out.pipeline,
                                  out.target_transform, out.transform, list(out.wrappers))
     analysis.trace, analysis.rebuild = view, view
     return analysis

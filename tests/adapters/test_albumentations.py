@@ -18,7 +18,7 @@ import fastload
 from fastload import _ext
 from fastload.augment import color, specs
 from fastload.compat import albumentations as compat
-from fastload.compat.datasets import analyse
+from fastload.adapters import analyse
 from jpeg_samples import encode, photo, write_image_folder
 
 A = pytest.importorskip("albumentations", reason="albumentations is optional (make setup installs it)")

@@ -1,5 +1,5 @@
 """Datasets of the user's own class, learnt by running their own __getitem__ under the
-tracer (fastload/compat/trace.py): the common shapes run natively with torch's batches,
+tracer (fastload/trace/): the common shapes run natively with torch's batches,
 what the tracer cannot see through falls back naming the reason and the user's file:line.
 
 Every test here fails with the tracer off (FASTLOAD_TRACE=0), except the one that checks
@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader as TorchLoader, Dataset, Subset
 
 import fastload
 from fastload import _ext
-from fastload.compat.datasets import analyse
+from fastload.adapters import analyse
 
 torchvision = pytest.importorskip("torchvision")
 from torchvision import transforms as T  # noqa: E402
@@ -376,7 +376,7 @@ class Disagrees(OwnDataset):
 
 class FromBytes(OwnDataset):
     """Bytes held in memory (bytes read from the file in the call are followed:
-    tests/test_trace_openers.py)."""
+    tests/trace/test_trace_openers.py)."""
 
     def __init__(self, root, transform):
         super().__init__(root, transform)

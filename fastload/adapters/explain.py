@@ -60,7 +60,7 @@ def explain(dataset: Any) -> Explanation:
         printed: at a REPL `fastload.explain(ds)` shows the report once; in a script,
         `print(fastload.explain(ds))`.
     """
-    from fastload.compat.datasets import analyse
+    from fastload.adapters.walk import analyse
 
     analysis = analyse(dataset)
     lines: List[str] = []
@@ -128,7 +128,7 @@ def explain(dataset: Any) -> Explanation:
                     lines.append(f"{_INDENT}{unfused}")
                     blockers += 1
     if analysis.target_transform is not None:
-        from fastload.compat.datasets import callable_name
+        from fastload.compat.conversion import callable_name
 
         lines.append(f"{_INDENT}labels: target_transform {callable_name(analysis.target_transform)} applied in Python "
                      "to each class index (int), then default_collate")
@@ -153,7 +153,7 @@ def explain(dataset: Any) -> Explanation:
 
 
 def _shape_of(template: Any) -> str:
-    from fastload.compat.trace import shape_text
+    from fastload.trace import shape_text
 
     return shape_text(template)
 

@@ -1,5 +1,5 @@
 """Datasets that open their images with OpenCV, torchvision.io or bytes read from the
-file, traced (fastload/compat/openers.py): the common shapes run natively with torch's
+file, traced (fastload/trace/openers.py): the common shapes run natively with torch's
 batches; what the tracer cannot see through falls back naming the reason and the user's
 file:line."""
 
@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader as TorchLoader, Dataset
 
 import fastload
 from fastload import _ext
-from fastload.compat.datasets import analyse
+from fastload.adapters import analyse
 from jpeg_samples import encode, photo, write_image_folder
 
 torchvision = pytest.importorskip("torchvision")
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.timeout(300)
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 # Native vs torchvision, same crop: two uint8 levels of resize rounding, through
-# Normalize's 1/std (as tests/test_trace.py).
+# Normalize's 1/std (as tests/trace/test_trace.py).
 EVAL_ATOL = 2.5 / 255 / min(STD)
 HERE = os.path.basename(__file__)
 

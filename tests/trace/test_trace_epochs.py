@@ -1,4 +1,4 @@
-"""A trace holds for one epoch (fastload/compat/trace_lazy.py, DataLoader._renew_path): the
+"""A trace holds for one epoch (fastload/trace/lazy.py, DataLoader._renew_path): the
 training loop changes the dataset between epochs (curriculum, pseudo-labels, resampling,
 a new or mutated transform, a `train` flag, another length), opens handles in
 `__getitem__`, counts its calls; fastload gives what torch's DataLoader gives on the same

@@ -1,6 +1,6 @@
 """The image the engine makes in a slot whose sample its own `__getitem__` makes instead.
 
-The engine fills every slot of a batch; a traced sample that falls back (trace_lazy.py)
+The engine fills every slot of a batch; a traced sample that falls back (lazy.py)
 is made in Python and copied over its slot afterwards. Pointing that slot at the
 dataset's own first image would decode a real photograph for nothing; this 8x8 JPEG
 costs next to nothing to decode and resize. It is written once per user and machine

@@ -1,5 +1,5 @@
 """Hugging Face `datasets.Dataset`s with an Image column on the native engine
-(fastload/compat/hf_datasets.py): every supported form gives torch's DataLoader's batches
+(fastload/adapters/huggingface.py): every supported form gives torch's DataLoader's batches
 (keys, dtypes, labels, pixels within the resize tolerance), what is not seen through falls
 back naming why, resume is exact, DDP ranks see each sample once, broken image bytes in
 the Arrow table fail or are skipped as on every native source."""
@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.timeout(300),
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 # Native vs torchvision + PIL, same crop: two uint8 levels of resize rounding, through
-# ToTensor and Normalize's 1/std (as tests/test_trace.py).
+# ToTensor and Normalize's 1/std (as tests/trace/test_trace.py).
 EVAL_ATOL = 2.5 / 255 / min(STD)
 CLASSES, PER_CLASS = 2, 5
 N = CLASSES * PER_CLASS
@@ -151,7 +151,7 @@ def test_set_transform_in_place_and_train_transforms_give_torchs_structure(root)
 
 def test_the_index_points_at_each_images_bytes_in_the_arrow_cache_file(root):
     """Sample i is a run of bytes of the memory-mapped cache file: the very bytes stored."""
-    from fastload.compat.datasets import analyse
+    from fastload.adapters import analyse
 
     dataset = FORMS["shuffled_selection"](*root)[0].with_transform(keeps_columns(eval_tf()))
     index = analyse(dataset).index
@@ -163,7 +163,7 @@ def test_the_index_points_at_each_images_bytes_in_the_arrow_cache_file(root):
 def test_in_memory_bytes_go_to_one_temporary_file_removed_with_the_index(root):
     import gc
 
-    from fastload.compat.datasets import analyse
+    from fastload.adapters import analyse
 
     _, paths = root
     analysis = analyse(embedded(paths).with_transform(keeps_columns(EVAL)))
@@ -414,7 +414,7 @@ def test_ddp_ranks_see_every_sample_exactly_once_per_epoch(root, tmp_path, world
                                ).save_to_disk(str(tmp_path / "ddp"))
     script = tmp_path / "ddp_hf.py"
     script.write_text(DDP_SCRIPT)
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this checkout's fastload
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's fastload
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
            "PYTHONPATH": os.pathsep.join([here] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
     env.pop("RANK", None)
@@ -457,7 +457,7 @@ dist.destroy_process_group()
 def test_a_streaming_dataset_is_split_between_the_ddp_ranks(tmp_path):
     script = tmp_path / "ddp_stream.py"
     script.write_text(STREAMING_DDP_SCRIPT)
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this checkout's fastload
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's fastload
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
            "PYTHONPATH": os.pathsep.join([here] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
     env.pop("RANK", None)
@@ -473,7 +473,7 @@ def test_a_streaming_dataset_is_split_between_the_ddp_ranks(tmp_path):
 
 
 def test_a_streaming_dataset_outside_ddp_is_left_whole():
-    from fastload.compat.hf_datasets import split_by_rank
+    from fastload.adapters.huggingface import split_by_rank
 
     stream = datasets.Dataset.from_dict({"row": list(range(6))}).to_iterable_dataset()
     assert split_by_rank(stream, "auto") is stream
@@ -523,7 +523,7 @@ def test_one_exif_rotated_row_is_made_by_datasets_and_the_rest_natively(root, tm
                 assert torch.equal(a["pixel_values"][k], own) and torch.equal(t["pixel_values"][k], own)
             else:
                 assert torch.allclose(a["pixel_values"][k], t["pixel_values"][k], atol=EVAL_ATOL)
-    from fastload.compat.datasets import analyse
+    from fastload.adapters import analyse
 
     trace = analyse(dataset).trace
     trace.prepare(range(rows))
@@ -533,12 +533,12 @@ def test_one_exif_rotated_row_is_made_by_datasets_and_the_rest_natively(root, tm
 def test_rows_are_traced_and_header_checked_as_the_loader_reaches_them(root, monkeypatch):
     """Construction reads a bounded number of headers and traces as many rows, whatever the
     length; the rest as their batches are submitted."""
-    from fastload.compat import hf_datasets
-    from fastload.compat.trace_lazy import PROBES
+    from fastload.adapters import huggingface_trace
+    from fastload.trace import PROBES
 
     seen, heads = [], []
-    header = hf_datasets.image_header
-    monkeypatch.setattr(hf_datasets, "image_header", lambda *a: heads.append(1) or header(*a))
+    header = huggingface_trace.image_header
+    monkeypatch.setattr(huggingface_trace, "image_header", lambda *a: heads.append(1) or header(*a))
 
     def fn(examples):
         seen.extend(examples["label"])
@@ -560,7 +560,7 @@ def test_rows_are_traced_and_header_checked_as_the_loader_reaches_them(root, mon
 def test_a_table_of_paths_is_located_without_python_per_row(tmp_path, monkeypatch):
     """Each distinct path is looked at once, in Arrow's kernels: absolute paths as they
     are, others made absolute as os.path.abspath makes them; remote ones refused."""
-    from fastload.compat import hf_datasets
+    from fastload.source import arrow
 
     made = []
     abspath = os.path.abspath
@@ -568,15 +568,15 @@ def test_a_table_of_paths_is_located_without_python_per_row(tmp_path, monkeypatc
     rows = 5000
     paths = [f"/data/train/n{i % 10:03d}/{i:06d}.jpg" for i in range(rows)]
     table = datasets.Dataset.from_dict({"image": paths}).cast_column("image", datasets.Image()).data.table
-    located = hf_datasets._locate(table, "image")
+    located = arrow.locate(table, "image")
     assert not set(made) & set(paths), len(made)  # (imports may call abspath on their own files)
     assert [located.files[i] for i in located.file_ids[[0, 1234, rows - 1]]] == [paths[0], paths[1234], paths[-1]]
     odd = ["/a/./b.jpg", "rel/c.jpg", "/d//e.jpg", "/a/./b.jpg", "/f/../g.jpg"]
     table = datasets.Dataset.from_dict({"image": odd}).cast_column("image", datasets.Image()).data.table
-    located = hf_datasets._locate(table, "image")
+    located = arrow.locate(table, "image")
     assert [located.files[i] for i in located.file_ids] == [abspath(p) for p in odd]
     assert sorted(p for p in made if p in odd) == sorted(set(odd))  # once per distinct path
     table = datasets.Dataset.from_dict({"image": ["/a.jpg", "hf://x/b.jpg"]}).cast_column(
         "image", datasets.Image()).data.table
-    with pytest.raises(hf_datasets._Refusal, match=r"row 1 is a remote image \('hf://x/b.jpg'"):
-        hf_datasets._locate(table, "image")
+    with pytest.raises(arrow.NotLocated, match=r"row 1 is a remote image \('hf://x/b.jpg'"):
+        arrow.locate(table, "image")

@@ -28,7 +28,7 @@ from fastload._ext import has_ops
 
 wds = pytest.importorskip("webdataset")
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
 SHARDS, PER_SHARD = 3, 7
 N = SHARDS * PER_SHARD
 EVAL = T.Compose([T.CenterCrop(24), T.ToTensor()])  # no resampling: pixels equal to PIL's

@@ -1,4 +1,4 @@
-"""A traced dataset inside torch's Subset or ConcatDataset (fastload/compat/trace_views.py):
+"""A traced dataset inside torch's Subset or ConcatDataset (fastload/trace/views.py):
 traced as the loader reaches it, as the dataset itself is (a bounded number of
 __getitem__ calls up front, whatever the length), the batches equal to torch's
 DataLoader's, and a per-sample fallback inside a part named by its outer and inner index."""
@@ -16,8 +16,8 @@ from torch.utils.data import ConcatDataset, DataLoader as TorchLoader, Dataset, 
 
 import fastload
 from fastload import _ext
-from fastload.compat.datasets import analyse
-from fastload.compat.trace_lazy import PROBES
+from fastload.adapters import analyse
+from fastload.trace import PROBES
 from jpeg_samples import write_image_folder
 
 torchvision = pytest.importorskip("torchvision")
@@ -27,7 +27,7 @@ needs_ops = pytest.mark.skipif(not _ext.has_ops(), reason="fastload._C is not bu
 pytestmark = pytest.mark.timeout(300)
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-EVAL_ATOL = 2.5 / 255 / min(STD)  # as tests/test_trace.py: two uint8 levels of resize rounding
+EVAL_ATOL = 2.5 / 255 / min(STD)  # as tests/trace/test_trace.py: two uint8 levels of resize rounding
 EVAL = T.Compose([T.Resize(40), T.CenterCrop(32), T.ToTensor(), T.Normalize(MEAN, STD)])
 
 

@@ -1,4 +1,4 @@
-"""A traced dataset's batches through the user's collate_fn (fastload/compat/collate.py):
+"""A traced dataset's batches through the user's collate_fn (fastload/trace/collate.py):
 a collate_fn that stacks the images (Hugging Face's examples, transformers'
 default_data_collator) is followed around the engine's batch; one that does more keeps
 the generic path, naming why. Each compared with torch's DataLoader over the same object."""

@@ -1,7 +1,7 @@
 """Samples a traced dataset cannot have made by the engine, made by its own `__getitem__` in worker processes.
 
-A traced index whose trace disagrees with the epoch's pipeline (fastload/compat/
-trace_lazy.py) is made by the dataset's own `__getitem__`. With `num_workers=0` torch
+A traced index whose trace disagrees with the epoch's pipeline (fastload/trace/
+lazy.py) is made by the dataset's own `__getitem__`. With `num_workers=0` torch
 makes every sample in the loop's process, one after another, and so does fastload. With
 worker processes torch makes them in parallel, in copies of the dataset forked when the
 epoch starts; `FallbackPool` does the same for the samples that fall back: `num_workers`

@@ -1,7 +1,7 @@
 """A user's collate_fn followed around the engine's images, for any lazily traced dataset.
 
-A traced dataset (a class of the user's own, fastload/compat/trace_lazy.py, or a Hugging
-Face dataset, hf_datasets.py) knows each sample's structure without its image: a template
+A traced dataset (a class of the user's own, fastload/trace/lazy.py, or a Hugging
+Face dataset, fastload/adapters/huggingface_trace.py) knows each sample's structure without its image: a template
 with SLOT where the transform's output was. torch's DataLoader hands the samples to the
 loader's collate_fn; `followed_collate` decides whether fastload can do the same with
 stand-ins in place of the images and put the engine's batch where the collate_fn stacked
@@ -24,7 +24,7 @@ holds KEPT there, and the collate_fn gets a stand-in it must not use or return.
 
 Example:
     >>> import torch
-    >>> from fastload.compat.trace import SLOT
+    >>> from fastload.trace import SLOT
     >>> stack = lambda rows: {"x": torch.stack([r["x"] for r in rows]), "y": torch.tensor([r["y"] for r in rows])}
     >>> place, why = probe_collate(stack, [{"x": SLOT, "y": 3}, {"x": SLOT, "y": 4}])
     >>> place, why
@@ -35,12 +35,13 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
 from fastload.augment.split import MAX_DEPTH
-from fastload.compat import trace
+from fastload.trace.lazy import LazyTrace, copy_into
+from fastload.trace.sample import SLOT, same_value
 
 
 class _Kept:
@@ -97,7 +98,7 @@ def probe_collate(collate_fn: Any, templates: Sequence[Any]) -> Tuple[Optional[T
     return places[0], ""
 
 
-def followed_collate(rebuild: Any, collate_fn: Any) -> Tuple[Any, str]:
+def followed_collate(rebuild: LazyTrace, collate_fn: Any) -> Tuple[Union[LazyTrace, "CollatedBatches", None], str]:
     """(rebuild, "") making each batch of a lazily traced dataset (`rebuild`, its
     LazyTrace) with the user's `collate_fn` (None: torch's default_collate) around the
     engine's images, or (None, why) when the collate_fn is not seen through, or the rows
@@ -122,7 +123,7 @@ class CollatedBatches:
     into its slot. Everything else the loader calls of a LazyTrace (prepare, ahead, attach,
     renew, start_fallbacks, ...) goes to the trace."""
 
-    def __init__(self, trace: Any, collate_fn: Any, place: Tuple[Any, ...]):
+    def __init__(self, trace: LazyTrace, collate_fn: Any, place: Tuple[Any, ...]):
         self.trace, self.collate_fn, self.place = trace, collate_fn, place
 
     def __getattr__(self, name: str) -> Any:
@@ -131,7 +132,7 @@ class CollatedBatches:
         return getattr(self.trace, name)
 
     def __call__(self, images: Any, labels: Any, indices: Any, started: Optional[Dict[int, Any]] = None) -> Any:
-        from fastload.compat.trace_lazy import copy_into
+
 
         trace, stand_in = self.trace, STAND_INS[0](0)
         # (the index's labels are the dataset indexes of a rebuilt sample, else class labels)
@@ -165,7 +166,7 @@ def _holds(value: Any, kind: type, depth: int = 0) -> bool:
 
 def filled(template: Any, image: Any) -> Any:
     """The template with `image` in its SLOT (and the kept-image stand-in for KEPT)."""
-    if template is trace.SLOT:
+    if template is SLOT:
         return image
     if template is KEPT:
         return _STAND_IN
@@ -198,7 +199,7 @@ def _same_rest(a: Any, b: Any, skip: Tuple[Any, ...], at: Tuple[Any, ...]) -> bo
         return list(a) == list(b) and all(_same_rest(a[k], b[k], skip, at + (k,)) for k in a)
     if isinstance(a, (list, tuple)):
         return len(a) == len(b) and all(_same_rest(x, y, skip, at + (k,)) for k, (x, y) in enumerate(zip(a, b)))
-    return trace.same_value(a, b)  # (a leaf: tensors by dtype, shape and values)
+    return same_value(a, b)  # (a leaf: tensors by dtype, shape and values)
 
 
 def _put(out: Any, place: Tuple[Any, ...], images: Any) -> Any:

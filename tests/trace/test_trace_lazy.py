@@ -1,4 +1,4 @@
-"""A traced dataset learnt as the loader reaches it (fastload/compat/trace_lazy.py): a
+"""A traced dataset learnt as the loader reaches it (fastload/trace/lazy.py): a
 fixed number of probing __getitem__ calls when the loader is built whatever the length
 (undone: the dataset object sees none), each served index traced just before its batch
 is submitted, a later index that disagrees with index 0 run through its own __getitem__
@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader as TorchLoader, Dataset
 
 import fastload
 from fastload import _ext
-from fastload.compat.trace_lazy import PROBES, probe
+from fastload.trace import PROBES, probe
 from jpeg_samples import write_image_folder
 from resume_helpers import check_resume_at_every_position
 
@@ -31,8 +31,8 @@ needs_ops = pytest.mark.skipif(not _ext.has_ops(), reason="fastload._C is not bu
 pytestmark = pytest.mark.timeout(300)
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-EVAL_ATOL = 2.5 / 255 / min(STD)  # as tests/test_trace.py: two uint8 levels of resize rounding
-HERE = os.path.dirname(os.path.abspath(__file__))
+EVAL_ATOL = 2.5 / 255 / min(STD)  # as tests/trace/test_trace.py: two uint8 levels of resize rounding
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
 
 
 def eval_v1():

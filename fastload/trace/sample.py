@@ -1,0 +1,188 @@
+"""A traced call's sample: the template with a slot where the engine's image goes, and the checks on it."""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Callable, List, NamedTuple, Tuple
+
+import numpy as np
+import torch
+
+from fastload.augment.split import MAX_DEPTH
+from fastload.trace.call import TracedImage, TracedOutput
+from fastload.trace.state import TraceRefused, TracedCall, source_of
+from fastload.trace.where import where_defined
+
+
+_NOTHING = object()
+
+
+class Slot:
+    """Where the engine's batch goes in a sample template."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<image>"
+
+
+SLOT = Slot()
+
+
+class TracedSample(NamedTuple):
+    """One traced index: the image's path, the transform, the sample with the output
+    replaced by SLOT, and where SLOT sits (keys/positions)."""
+
+    path: str
+    transform: Any
+    template: Any
+    slot_at: Tuple[Any, ...]
+
+
+# Leaves that hold no traced object (checked first: most of a sample is labels).
+PLAIN_LEAVES = (int, float, str, bool, type(None), torch.Tensor, np.ndarray, np.int64)
+
+
+def _lazy(value: Any) -> bool:
+    from fastload.trace.openers import Lazy
+
+    return isinstance(value, Lazy)
+
+
+def templated(value: Any, out: Any, found: List[Tuple[Any, ...]], at: Tuple[Any, ...], depth: int = 0) -> Any:
+    """`value` with `out` replaced by SLOT (its place appended to `found`), copying the
+    tuples, lists, dicts and namedtuples around it; TraceRefused for a traced image returned."""
+    if value is out:
+        found.append(at)
+        return SLOT
+    kind = type(value)
+    if kind in PLAIN_LEAVES:
+        return value
+    if kind is TracedImage or _lazy(value):
+        raise TraceRefused("returns the image itself, not a transform's output (a transform fastload maps must "
+                       "make the sample's image)", "")
+    if kind is TracedOutput:
+        raise TraceRefused("returns a transform output of another call", "")
+    if depth >= MAX_DEPTH:
+        return value
+    if kind is tuple or kind is list:
+        return kind([templated(v, out, found, at + (k,), depth + 1) for k, v in enumerate(value)])
+    if isinstance(value, tuple) and hasattr(kind, "_fields"):  # a namedtuple
+        return kind(*[templated(v, out, found, at + (k,), depth + 1) for k, v in enumerate(value)])
+    if kind is dict:
+        return {k: templated(v, out, found, at + (k,), depth + 1) for k, v in value.items()}
+    return value
+
+
+def sample_of_call(dataset: Any, call: TracedCall, sample: Any) -> TracedSample:
+    """The traced index, or TraceRefused."""
+    if call.problem is not None:
+        raise TraceRefused(call.problem.why, call.problem.where)
+    if len(call.opened) != 1:
+        raise TraceRefused(f"opens {len(call.opened)} images per sample (one is followed)", "")
+    if not call.outputs:
+        templated(sample, _NOTHING, [], ())  # type: ignore[arg-type]  # a raw image returned: that reason
+        raise TraceRefused("opens an image that reaches no transform fastload maps", "")
+    if len(call.outputs) > 1:
+        raise TraceRefused(f"calls transforms {len(call.outputs)} times per sample (one call is followed)", "")
+    out = call.outputs[0]
+    if type(sample) is tuple and len(sample) == 2 and sample[0] is out and type(sample[1]) in PLAIN_LEAVES:
+        return TracedSample(source_of(out.image)[1], out.transform, (SLOT, sample[1]), (0,))  # the common case, quickly
+    found: List[Tuple[Any, ...]] = []
+    template = templated(sample, out, found, ())
+    if len(found) != 1:
+        raise TraceRefused(f"returns the output of {type(out.transform).__name__} {len(found)} times (followed: "
+                       "once, inside a tuple, list or dict)" if found else
+                       f"does not return the output of {type(out.transform).__name__} as it is (followed: inside "
+                       "a tuple, list or dict)", "")
+    return TracedSample(source_of(out.image)[1], out.transform, template, found[0])
+
+
+def collated(templates: List[Any], images: Any) -> Any:
+    """torch's default_collate of sample templates, the batch `images` where SLOT is:
+    the batch a dataset's own structure gives (the one rebuild of every source whose
+    samples are not (image, int label))."""
+    from torch.utils.data._utils.collate import collate, default_collate_fn_map
+
+    def fill(batch: Any, *, collate_fn_map: Any = None) -> Any:
+        return images
+
+    return collate(templates, collate_fn_map={Slot: fill, **default_collate_fn_map})
+
+
+def same_value(a: Any, b: Any) -> bool:
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(same_value(a[k], b[k]) for k in a)
+    if isinstance(a, torch.Tensor):
+        return a.dtype == b.dtype and a.shape == b.shape and a.device == b.device and bool(torch.equal(a, b))
+    if isinstance(a, np.ndarray):
+        return a.dtype == b.dtype and a.shape == b.shape and bool(np.array_equal(a, b))
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - an object that cannot be compared: not the same
+        return False
+
+
+def is_int_label(value: Any) -> bool:
+    """An int class index that default_collate batches into int64 like the index's labels."""
+    if type(value) is int or type(value) is np.int64:
+        return True
+    return isinstance(value, torch.Tensor) and value.dtype == torch.int64 and value.dim() == 0 and \
+        value.layout == torch.strided and value.device.type == "cpu" and not value.requires_grad
+
+
+def is_simple_template(t: Any) -> bool:
+    """A template (SLOT, int label): batches are [images, labels int64 [B]] as the index gives."""
+    return type(t) in (tuple, list) and len(t) == 2 and t[0] is SLOT and is_int_label(t[1])
+
+
+def sample_unless_kept(dataset: Any, traced: List[Any], undo: Callable[[], None]) -> TracedSample:
+    """sample_of_call(dataset, call, value) of traced = [call, value] (emptied: nothing of the
+    tracer's holds the call's objects afterwards), unless the dataset kept the transform's
+    output or what the call opened after it returned (a cache, where the generic path
+    would find the stand-in): then the dataset is refused, and `undo()` (the probes'
+    rollback.Snapshot restored) takes the stand-ins out of its state."""
+    call, value = traced
+    traced.clear()
+    refusal = None
+    try:
+        sample = sample_of_call(dataset, call, value)
+    except TraceRefused as error:
+        refusal = error.with_traceback(None)  # (its frames would keep the outputs alive)
+    kept = [weakref.ref(out) for out in call.outputs]
+    lazies = _lazies_made_in(call)
+    call.outputs.clear()
+    del call, value
+    for refs, what in ((kept, "the transform's output"), (lazies, "what it opened")):
+        alive = [ref() for ref in refs if ref() is not None]
+        if alive:
+            if what != "the transform's output":
+                what += f" ({type(alive[0]).__name__})"
+            del alive
+            undo()
+            removed = all(ref() is None for ref in refs)
+            raise TraceRefused(f"keeps {what} after __getitem__ returns (a cache? the tracer's stand-in "
+                           + ("was taken out of it)" if removed else "is held outside the dataset, where it could not "
+                              "be taken out: set FASTLOAD_TRACE=0)"), where_defined(dataset))
+    if refusal is not None:
+        raise refusal
+    return sample
+
+
+def _lazies_made_in(call: TracedCall) -> List[Any]:
+    from fastload.trace.openers import made_in
+
+    return made_in(call)
+
+
+def shape_text(template: Any) -> str:
+    if isinstance(template, dict):
+        return "{" + ", ".join(f"{k!r}: {shape_text(v)}" for k, v in template.items()) + "}"
+    if isinstance(template, (tuple, list)):
+        inner = ", ".join(shape_text(v) for v in template)
+        return f"({inner})" if isinstance(template, tuple) else f"[{inner}]"
+    return "image" if template is SLOT else type(template).__name__
