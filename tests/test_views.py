@@ -400,3 +400,17 @@ def test_engine_checks_view_outputs(pairs):
     with pytest.raises(ValueError, match="follow an image view"):
         engine.set_views([], [core.MaskSpec(follows=1)])
     engine.close()
+
+
+def test_tar_shards_take_views(make_image_folder, tmp_path):
+    """TarShards(views=...): the members read once, each view as the same views of a folder."""
+    pytest.importorskip("webdataset")
+    folder = make_image_folder(classes=2, per_class=3, size=(48, 64))
+    shards = fastload.write_shards(folder, str(tmp_path / "train-%06d.tar"))
+    tar = fastload.TarShards(shards, views=[GLOBAL, LOCAL], seed=2)
+    files = fastload.ImageFolder(folder, views=[GLOBAL, LOCAL], seed=2)
+    _, [[tar_views, tar_labels]] = run_loader(tar)
+    _, [[folder_views, folder_labels]] = run_loader(files)
+    assert torch.equal(tar_labels, folder_labels)
+    for a, b in zip(tar_views, folder_views):
+        assert torch.equal(a, b)

@@ -195,6 +195,9 @@ class TarShards(NativeDataset):
         timeout: for shards read by range, seconds a request waits for each answer of
             the server before it fails and is retried (None: $FASTLOAD_REMOTE_TIMEOUT_S,
             else 30): a server that stops answering is named, never waited for forever.
+        views: in place of `transforms`, one transform list per view of each image
+            (NativeDataset's `views`): samples `([view_0, ...], label)`, all views from one
+            read and one decode.
 
     Attributes:
         shards: the local path of every shard (downloaded copies for http(s) ones; the
@@ -238,7 +241,7 @@ class TarShards(NativeDataset):
                  progress: bool = True, ops: Optional[Sequence[Any]] = None,
                  storage_options: Optional[Dict[str, Any]] = None, cache_limit: Optional[int] = None,
                  concurrency: int = DEFAULT_CONCURRENCY, retries: Optional[int] = None,
-                 timeout: Optional[float] = None):
+                 timeout: Optional[float] = None, views: Optional[Sequence[Any]] = None):
         # Both checked before any shard is fetched or indexed.
         self.error_policy = ErrorPolicy(on_error, owner="fastload.TarShards")
         transforms = transforms_argument(transforms, ops, "fastload.TarShards")
@@ -311,7 +314,7 @@ class TarShards(NativeDataset):
             offsets=np.concatenate(offsets), sizes=np.concatenate(sizes),
             labels=np.asarray(labels, dtype=np.int64), members=FlatStrings.from_list(members), remote=self.remote)
         self.keys = FlatStrings.from_list(keys)
-        super().__init__(index, transforms, seed)
+        super().__init__(index, transforms, seed, views=views)
 
     @functools.cached_property
     def classes(self) -> List[int]:
