@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader as TorchLoader, Dataset
 
 import fastload
 from fastload import _ext
+from fastload.trace import probe_indexes
 from jpeg_samples import write_image_folder
 
 torchvision = pytest.importorskip("torchvision")
@@ -212,34 +213,37 @@ def test_crop_draws_of_each_view_follow_torchvision_statistics(files):
 
 
 class Disagrees(Folder):
-    """Index 5 passes its image to another transform object (of the same output)."""
+    """Index 6 (not one of the probes of 40 indexes) passes its image to another transform
+    object (of the same output sizes)."""
 
     def __init__(self, files, transform, other):
-        super().__init__(files, transform)
+        super().__init__(files, transform, n=40)
         self.other = other
 
     def __getitem__(self, i):
-        if i != 5:
+        if i != 6:
             return super().__getitem__(i)
-        image = Image.open(self.files[i]).convert("RGB")
+        image = Image.open(self.files[i % len(self.files)]).convert("RGB")
         return self.other(image), i % 3
 
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_an_index_that_disagrees_falls_back_to_its_own_getitem(files, workers):
-    dataset = Disagrees(files, TwoCropTransform(centre(40, 32)), DataAugmentationDINO(
-        centre(40, 32), T.Compose([T.Resize(44), T.CenterCrop(32), T.ToTensor()]), centre(40, 32), local_crops=0))
+    assert 6 not in probe_indexes(40)
+    shared = centre(40, 32)  # view 0 the same object; index 6's view 1 another
+    dataset = Disagrees(files, TwoCropTransform(shared), DataAugmentationDINO(
+        shared, T.Compose([T.Resize(44), T.CenterCrop(32), T.ToTensor()]), shared, local_crops=0))
     ours, theirs = loaders(dataset, workers)
     assert ours.path.startswith("native: traced"), ours.path
-    with pytest.warns(UserWarning, match=r"index 5\): passes the image to another transform object"):
+    with pytest.warns(UserWarning, match=r"index 6\): passes view 1 to another transform object than index 0's"):
         got = list(ours)
     want = list(theirs)
     assert [structure(b) for b in got] == [structure(b) for b in want]
     for k, (a, b) in enumerate(zip(got, want)):
         assert_close(a, b, f"batch {k}")
-    assert sorted(ours.stats()["native"]["traced"]["fallbacks"]) == [5]
-    # (index 5's second view is unnormalised: a placeholder left in its slot would differ)
-    assert got[1][0][1][1].min() >= 0
+    assert sorted(ours.stats()["native"]["traced"]["fallbacks"]) == [6]
+    # (index 6's second view is unnormalised: a placeholder left in its slot would differ)
+    assert got[1][0][1][2].min() >= 0
 
 
 def test_a_view_with_a_python_only_transform_is_refused_with_its_name(files):
