@@ -1,16 +1,19 @@
 """Multi-view self-supervision: torch's DataLoader against fastload's views, paired.
 
     PYTHONPATH=. python benchmarks/multi_view.py [--data DIR] [--images 384] [--rounds 3] [--workers 2]
-                                                 [--recipes simclr,dino] [--batch-size 64]
+                                                 [--recipes simclr,dino,simclr-traced] [--batch-size 64]
 
-Two recipes on the same generated JPEG folder (fastload.bench's ImageNet-like images):
+Three recipes on the same generated JPEG folder (fastload.bench's ImageNet-like images):
 
 - simclr: two views of one image, each RandomResizedCrop(224) + RandomHorizontalFlip +
   RandomApply([ColorJitter(0.4, 0.4, 0.4, 0.1)], p=0.8) + RandomGrayscale(0.2) + ToTensor +
   Normalize (SimCLR's / SupContrast's TwoCropTransform);
 - dino: 2 global views (RandomResizedCrop(224, scale=(0.4, 1)), flip, jitter p=0.8,
   grayscale 0.2, GaussianBlur(23) with p=1.0 and 0.1) + 8 local views (96, scale=(0.05,
-  0.4), blur p=0.5), as DINO's DataAugmentationDINO (without its solarisation).
+  0.4), blur p=0.5), as DINO's DataAugmentationDINO (without its solarisation);
+- simclr-traced: simclr's views from a dataset class of the user's own (`TwoCropFiles`:
+  `__getitem__` opens the file with PIL and returns `(TwoCropTransform(image), label)`),
+  the one object given to torch's DataLoader and to fastload.DataLoader (traced).
 
 Contenders, each one pass of `--images` samples per round, the order rotating each round:
 - torch: torch.utils.data.DataLoader over torchvision's ImageFolder whose transform
@@ -19,7 +22,9 @@ Contenders, each one pass of `--images` samples per round, the order rotating ea
   transforms...]) + fastload.DataLoader (`--workers` engine threads): one read and one
   decode per image for all views;
 - fastload K decodes: the same views as K single-view fastload loaders over the same
-  images (each view read and decoded on its own): what the shared decode saves.
+  images (each view read and decoded on its own): what the shared decode saves;
+- fastload traced (simclr-traced only, against torch over the same dataset object): the
+  user's class traced, its two views made from one decode.
 
 Reported per contender: median img/s, CPU ms per image (this process and its reaped
 workers), and the median over rounds of the wall and CPU ratios against torch's pass in
@@ -58,7 +63,7 @@ def recipes() -> Dict[str, List]:
 
     simclr = view(224, (0.08, 1.0), None)
     dino = [view(224, (0.4, 1.0), 1.0), view(224, (0.4, 1.0), 0.1)] + [view(96, (0.05, 0.4), 0.5)] * 8
-    return {"simclr": [simclr, simclr], "dino": dino}
+    return {"simclr": [simclr, simclr], "dino": dino, "simclr-traced": [simclr, simclr]}
 
 
 class MultiView:
@@ -71,6 +76,32 @@ class MultiView:
         return [view(image) for view in self.views]
 
 
+class TwoCropTransform:
+    """SupContrast's: the same transform applied twice to one image."""
+
+    def __init__(self, transform):
+        self.transform = transform
+
+    def __call__(self, x):
+        return [self.transform(x), self.transform(x)]
+
+
+class TwoCropFiles(torch.utils.data.Dataset):
+    """A user's own SimCLR dataset: files and labels, a TwoCropTransform."""
+
+    def __init__(self, paths, labels, transform):
+        self.paths, self.labels, self.transform = paths, labels, transform
+
+    def __len__(self):
+        return len(self.paths)
+
+    def __getitem__(self, i):
+        from PIL import Image
+
+        image = Image.open(self.paths[i]).convert("RGB")
+        return self.transform(image), self.labels[i]
+
+
 def one_pass(make: Callable[[], List], images: int) -> Tuple[float, float, int]:
     wall, cpu = time.perf_counter(), _cpu()
     count = 0
@@ -78,6 +109,25 @@ def one_pass(make: Callable[[], List], images: int) -> Tuple[float, float, int]:
         count += sum(len(batch[1]) for batch in loader)
         del loader  # its workers are joined and reaped: their CPU counts
     return time.perf_counter() - wall, _cpu() - cpu, count
+
+
+def traced_contenders(root: str, views: List, images: int, workers: int, batch: int) -> Dict[str, Callable]:
+    """torch's DataLoader and fastload's over one TwoCropFiles object (the user's class)."""
+    import torchvision
+
+    import fastload
+
+    folder = torchvision.datasets.ImageFolder(root)
+    dataset = TwoCropFiles([p for p, _ in folder.samples[:images]], [c for _, c in folder.samples[:images]],
+                           TwoCropTransform(views[0]))
+
+    def torch_loader():
+        return [torch.utils.data.DataLoader(dataset, batch_size=batch, shuffle=True, num_workers=workers)]
+
+    def fastload_traced():
+        return [fastload.DataLoader(dataset, batch_size=batch, shuffle=True, num_workers=workers, seed=3)]
+
+    return {"torch": torch_loader, "fastload traced": fastload_traced}
 
 
 def contenders(root: str, views: List, images: int, workers: int, batch: int) -> Dict[str, Callable]:
@@ -118,7 +168,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--recipes", default="simclr,dino")
+    parser.add_argument("--recipes", default="simclr,dino,simclr-traced")
     args = parser.parse_args()
     root = args.data or ensure_dataset(DatasetSpec(images=2000, classes=10, seed=0)).root
     torch.set_num_threads(1)  # as torch's workers run: one intra-op thread per process
@@ -128,10 +178,14 @@ def main() -> None:
           f"{args.batch_size}, float32; load average {os.getloadavg()[0]:.1f} at start")
     for name in args.recipes.split(","):
         views = recipes()[name]
-        probe = fastload.DataLoader(fastload.FileList([os.path.join(root, os.listdir(root)[0], os.listdir(
-            os.path.join(root, os.listdir(root)[0]))[0])], views=views), batch_size=1)
+        traced = name.endswith("-traced")
+        runs = (traced_contenders if traced else contenders)(root, views, args.images, args.workers,
+                                                             args.batch_size)
+        probe = runs["fastload traced"]()[0] if traced else fastload.DataLoader(fastload.FileList(
+            [os.path.join(root, os.listdir(root)[0], os.listdir(os.path.join(root, os.listdir(root)[0]))[0])],
+            views=views), batch_size=1)
         print(f"\n{name}: {len(views)} views; fastload: {probe.path}")
-        runs = contenders(root, views, args.images, args.workers, args.batch_size)
+        del probe
         times: Dict[str, list] = {k: [] for k in runs}
         for r in range(args.rounds):
             order = list(runs)[r % len(runs):] + list(runs)[:r % len(runs)]

@@ -74,6 +74,9 @@ class Conversion:
             labels, indices)`, where the index's labels are the dataset's indexes (a
             traced dataset's LazyTrace, a webdataset view's fields); None: batches are
             [images, labels] with the index's class labels.
+        outputs: several image views per sample (fastload.augment.views.Outputs, view 0's
+            specs those of `pipeline.native`), as a traced dataset whose one image
+            reaches several transform calls makes them; None: one image per sample.
     """
 
     index: SampleIndex
@@ -82,6 +85,7 @@ class Conversion:
     origin: str
     prefix: Tuple[Any, ...] = ()
     rebuild: Any = None
+    outputs: Any = None
 
     def __repr__(self) -> str:
         return f"Conversion({_summary(self.origin, self.index, self.pipeline, self.target_transform)})"
@@ -162,6 +166,7 @@ class Analysis:
     native_dataset: bool = False
     rebuild: Any = None  # as in Conversion
     trace: Any = None  # a traced dataset's LazyTrace (fastload.trace): what was traced, what fell back
+    outputs: Any = None  # as in Conversion
 
     def __repr__(self) -> str:
         reasons = f", reasons={self.reasons!r}" if self.reasons else ""
@@ -190,7 +195,7 @@ class Analysis:
         if self.transform is not None:
             leaves = flatten(self.transform)[0]
             prefix = tuple(leaves[:len(leaves) - len(pipeline.tail)])
-        return Conversion(self.index, pipeline, self.target_transform, self.chain, prefix, self.rebuild)
+        return Conversion(self.index, pipeline, self.target_transform, self.chain, prefix, self.rebuild, self.outputs)
 
 
 def _summary(chain: str, index: Optional[SampleIndex], pipeline: Optional[Pipeline], target_transform: Any) -> str:

@@ -124,6 +124,9 @@ class _Resolved(NamedTuple):
     # A traced dataset's own sample structure (fastload.trace.LazyTrace):
     # (batch images, dataset indexes int64 [B]) -> the batch default_collate would give.
     rebuild: Optional[Callable[[Any, torch.Tensor], Any]] = None
+    # Several image views per sample (fastload.augment.views.Outputs) of a converted
+    # dataset (a traced one whose image reaches several transform calls), else None.
+    outputs: Any = None
 
 
 def _resolve(dataset: Any, *, dtype: Optional[torch.dtype]) -> _Resolved:
@@ -131,7 +134,7 @@ def _resolve(dataset: Any, *, dtype: Optional[torch.dtype]) -> _Resolved:
     prefix before a Python tail), else UnsupportedPipeline with the reason."""
     from fastload.datasets.base import NativeDataset
 
-    labels, labels_note, rebuild = None, "", None
+    labels, labels_note, rebuild, outputs = None, "", None, None
     if isinstance(dataset, NativeDataset):
         index, specs, origin = dataset.index, dataset.ops, type(dataset).__name__
         tail = dataset.python_tail()
@@ -149,7 +152,7 @@ def _resolve(dataset: Any, *, dtype: Optional[torch.dtype]) -> _Resolved:
             raise UnsupportedPipeline(refusal)
         index, specs, origin = conversion.index, list(conversion.pipeline.native), conversion.origin
         tail = conversion.python_tail()
-        rebuild = conversion.rebuild
+        rebuild, outputs = conversion.rebuild, conversion.outputs
         if conversion.target_transform is not None:
             labels = conversion.collate_labels
             labels_note = f"; labels: target_transform {callable_name(conversion.target_transform)} in Python"
@@ -173,7 +176,8 @@ def _resolve(dataset: Any, *, dtype: Optional[torch.dtype]) -> _Resolved:
     if dtype in (torch.float32, torch.float16, torch.bfloat16) and fusion.dtype.is_floating_point:
         fusion = fusion._replace(dtype=dtype)  # e.g. bfloat16 for AMP, written directly by the kernel
     # (other dtypes, e.g. float64, are converted after the batch, as on the generic path)
-    return _Resolved(index, fusion, f"native: {origin} [{fusion.description}]", None, labels, labels_note, rebuild)
+    return _Resolved(index, fusion, f"native: {origin} [{fusion.description}]", None, labels, labels_note, rebuild,
+                     outputs)
 
 
 def native_pipeline(dataset: Any, *, dtype: Optional[torch.dtype]) -> Tuple[SampleIndex, Fusion, str]:
@@ -250,9 +254,12 @@ def select_path(
     custom_collate = not _default_collate(collate_fn)
     check_decode_on(decode_on)
     try:
-        index, fusion, description, tail, labels, labels_note, rebuild = _resolve(dataset, dtype=dtype)
+        index, fusion, description, tail, labels, labels_note, rebuild, outputs = _resolve(dataset, dtype=dtype)
     except UnsupportedPipeline as error:
         return None, "generic: custom collate_fn" if custom_collate else f"generic: {error}"
+    if outputs is not None and custom_collate:
+        # (the collate probe follows one image per sample; each view's batch is torch's stack)
+        return None, "generic: custom collate_fn (a sample with several image views)"
     # A lazily traced dataset knows each sample's structure: a custom collate_fn that stacks
     # the images is followed around the engine's batch (fastload.trace.collate); a Hugging
     # Face dataset's rows go through it even without one (they may keep PIL images).
@@ -299,11 +306,14 @@ def select_path(
                                timeout=timeout)
         blockers = f"; not native: {'; '.join(tail.blockers)}" if tail.blockers else ""
         return _Rebuilt.wrap(runner, rebuild, num_workers), f"{description}, decode_on=cpu{why}{labels_note}{blockers}"
-    outputs = getattr(dataset, "outputs", None) if isinstance(dataset, NativeDataset) else None
+    mask_index = None
+    if isinstance(dataset, NativeDataset):
+        outputs, mask_index = getattr(dataset, "outputs", None), getattr(dataset, "mask_index", None)
     if outputs is not None:  # several outputs per sample: views and masks from one decode
-        return _views_runner(dataset, index, plan, description, num_workers=num_workers, pin_memory=pin_memory,
-                             memory_format=memory_format, on_error=on_error, decode_on=decode_on, dtype=dtype,
-                             timeout=timeout)
+        runner, reason = _views_runner(outputs, mask_index, index, plan, description, num_workers=num_workers,
+                                       pin_memory=pin_memory, memory_format=memory_format, on_error=on_error,
+                                       decode_on=decode_on, dtype=dtype, timeout=timeout)
+        return (None if runner is None else _Rebuilt.wrap(runner, rebuild, num_workers)), reason
     decode_on, why = _resolve_decode_on(decode_on, device, colour=plan.has_color())
     runner = NativeRunner(index, plan, num_threads=max(1, num_workers), pin_memory=pin_memory,
                           memory_format=memory_format, on_error=on_error, decode_on=decode_on,
@@ -313,23 +323,24 @@ def select_path(
     return _Rebuilt.wrap(runner, rebuild, num_workers), f"{description}, decode_on={decode_on}{why}{labels_note}"
 
 
-def _views_runner(dataset: Any, index: SampleIndex, plan: Any, description: str, *, num_workers: int,
-                  pin_memory: bool, memory_format: Optional[torch.memory_format], on_error: str, decode_on: str,
-                  dtype: Optional[torch.dtype], timeout: float) -> Tuple[Optional[Runner], str]:
-    """The runner of a fastload dataset with several outputs per sample (image views,
-    masks: fastload.augment.views), made on the CPU from one decode of each image."""
+def _views_runner(outputs: Any, mask_index: Optional[SampleIndex], index: SampleIndex, plan: Any, description: str,
+                  *, num_workers: int, pin_memory: bool, memory_format: Optional[torch.memory_format], on_error: str,
+                  decode_on: str, dtype: Optional[torch.dtype], timeout: float) -> Tuple[Optional[Runner], str]:
+    """The runner of a dataset with several outputs per sample (image views, masks:
+    fastload.augment.views; a fastload dataset's, or a traced dataset's views), made on
+    the CPU from one decode of each image."""
     from fastload.augment.views import build_view_plans, describe
 
     try:
-        views = build_view_plans(dataset.outputs, plan, dtype=dtype)
+        views = build_view_plans(outputs, plan, dtype=dtype)
     except UnsupportedPipeline as error:
         return None, f"generic: {error}"
     why = {"auto": " (auto)", "cpu": ""}.get(decode_on, f" (decode_on={decode_on!r}: several views or masks per "
                                                         "sample are made on the CPU)")
     runner = NativeRunner(index, plan, num_threads=max(1, num_workers), pin_memory=pin_memory,
                           memory_format=memory_format, on_error=on_error, decode_on="cpu",
-                          description=description, timeout=timeout, views=views, mask_index=dataset.mask_index)
-    return runner, f"{description} + {describe(dataset.outputs, views)}, decode_on=cpu{why}"
+                          description=description, timeout=timeout, views=views, mask_index=mask_index)
+    return runner, f"{description} + {describe(outputs, views)}, decode_on=cpu{why}"
 
 
 class _Rebuilt(LabelledRunner):

@@ -11,7 +11,7 @@ the package. What the package does, module by module (the data flows down the li
 | `openers.py`, `open_calls.py` | the other openers (OpenCV, torchvision.io, bytes): their lazy stand-ins, and the calls swapped while tracing |
 | `call.py` | the lazy PIL image (`TracedImage`), a transform's output (`TracedOutput`), what may enter a transform (`enter`) |
 | `patches.py` | `tracing_patches`: PIL.Image.open, the openers and the transforms' `__call__` patched on the tracing thread |
-| `sample.py` | a call's sample: its template with `SLOT` where the engine's image goes, and the checks on it |
+| `sample.py` | a call's sample: its template with `SLOT` where the engine's image goes (`view_slot(v)` for image view v where one image reaches several transform calls), and the checks on it |
 | `rollback.py` | what a traced call changed on the dataset, undone |
 | `probes.py` | index 0 twice and a few indexes spread over the dataset, traced up front on a watched thread; the `Basis` a trace was made from |
 | `files.py` | the engine's file table of a lazy trace, filled in place as indexes are traced |
@@ -54,7 +54,7 @@ from fastload.trace.patches import tracing_patches, where_drawn
 from fastload.trace.probes import PROBES, Probe, probe_indexes
 from fastload.trace.rollback import Snapshot
 from fastload.trace.sample import (PLAIN_LEAVES, SLOT, Slot, TracedSample, collated, is_int_label, is_simple_template,
-                                   same_value, sample_of_call, shape_text, templated)
+                                   same_value, sample_of_call, shape_text, templated, view_count, view_slot)
 from fastload.trace.state import (active_call, global_rng_moved, global_rng_restore, global_rng_state, record,
                                   source_of, stop_trace, StopTrace, thread_state, TracedCall, TraceRefused)
 from fastload.trace.views import LazyView, concat as concat_view, eager, is_lazy, subset as subset_view
@@ -67,5 +67,5 @@ __all__ = [
     "followed_collate", "global_rng_moved", "global_rng_restore", "global_rng_state", "is_int_label", "is_lazy",
     "is_simple_template", "probe", "probe_collate", "probe_indexes", "record", "same_value", "sample_of_call",
     "shape_text", "source_of", "stop_trace", "subset_view", "templated", "thread_state", "trace_dataset",
-    "traced_image_state", "tracing_patches", "where_defined", "where_drawn", "where_in_traceback",
+    "traced_image_state", "tracing_patches", "view_count", "view_slot", "where_defined", "where_drawn", "where_in_traceback",
 ]

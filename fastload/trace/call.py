@@ -21,8 +21,8 @@ def enter(call: TracedCall, transform: Any, image: Any) -> "TracedOutput":
         stop_trace("uses an image opened in an earlier __getitem__ call (a cache of images? the tracer follows "
               "images opened in the call)")
     _check_entry(transform, image, mode)
-    if any(out.image is image for out in call.outputs):
-        stop_trace("passes one image to two transform calls (two views per sample are not followed)")
+    # One image through several calls (SimCLR's two views, DINO's crops): each call's
+    # output is an image view of its own (fastload.trace.sample).
     out = TracedOutput(call, transform, image)
     call.outputs.append(out)
     return out

@@ -42,6 +42,10 @@ naming the user's file:line:
 - a second transform applied to a transform's output, a transform's output used
   (`.float()`, `[0]`, ...), two images per sample, an image that does not reach the
   sample, the image returned without a transform;
+- one image passed to K >= 2 transform calls (SimCLR's TwoCropTransform, DINO's global
+  and local crops) runs as K image views made from one decode (`Analysis.outputs`),
+  unless a view's transforms are not all native (no Python tail per view) or a view's
+  output is not returned once;
 - random numbers drawn outside the transforms (Python's `random`, numpy's global
   generator, torch's CPU generator, compared before and after; the caller's states are
   restored either way);
@@ -99,7 +103,7 @@ from fastload.trace.lazy import LazyTrace, probe
 from fastload.trace.probes import pipeline_of
 from fastload.trace.sample import shape_text
 from fastload.trace.state import TraceRefused
-from fastload.trace.where import REFUSAL_FIX, enabled
+from fastload.trace.where import REFUSAL_FIX, enabled, where_defined
 
 
 def _map_style(dataset: Any) -> bool:
@@ -142,6 +146,22 @@ def trace_dataset(dataset: Any, refused: Analysis, *, wrapped: bool) -> Analysis
     return _analysis(dataset, result, wrapped)
 
 
+def _views_not_native(transforms: Any, out: Analysis) -> str:
+    """Why the image views of a traced index (one transform per view, view 0's pipeline in
+    `out`) cannot all run on the engine, or "" with `out.outputs` set: every view fully
+    native (no Python tail), their specs as one Outputs."""
+    from fastload.augment.views import Outputs
+
+    pipelines = [out.pipeline] + [pipeline_of(t)[0] for t in transforms[1:]]
+    for v, (transform, pipeline) in enumerate(zip(transforms, pipelines)):
+        if pipeline.tail:
+            return (f"passes the image to {len(transforms)} transform calls (views); view {v}'s "
+                    f"{type(transform).__name__} is not native ({'; '.join(pipeline.blockers)}), and every view "
+                    "must be")
+    out.outputs = Outputs.of_views([list(p.native) for p in pipelines])
+    return ""
+
+
 def _analysis(dataset: Any, traced: LazyTrace, wrapped: bool) -> Analysis:
     """The Analysis of a dataset whose probes traced (traced: a LazyTrace)."""
     name = type(dataset).__name__
@@ -149,6 +169,12 @@ def _analysis(dataset: Any, traced: LazyTrace, wrapped: bool) -> Analysis:
     out.transform = traced.first.transform
     out.pipeline, out.wrappers = pipeline_of(out.transform)
     out.trace = traced
+    if traced.first.views:
+        why = _views_not_native(traced.first.views, out)
+        if why:
+            return out.refuse(f"{name}.__getitem__ (traced, index 0): {why} at {where_defined(dataset)}",
+                              "make every view's transforms ones fastload runs natively (fastload.explain "
+                              "lists them)")
     if not wrapped or traced.simple:
         # (inside a Subset or ConcatDataset, the wrapper takes this index's rows lazily:
         # fastload.trace.views)

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from fastload.trace.rollback import Snapshot
-from fastload.trace.sample import TracedSample, is_int_label, shape_text, templated
+from fastload.trace.sample import TracedSample, is_int_label, shape_text, templated, view_slot
 
 
 class Fallbacks:
@@ -91,13 +91,33 @@ def made_by_getitem(dataset: Any, i: int, started: Optional[Dict[int, Any]], kee
         snapshot.restore()
 
 
-def fitted(made: str, sample: Any, images: torch.Tensor, first: TracedSample, simple: bool) -> Tuple[Any, Any]:
+def fitted(made: str, sample: Any, images: Any, first: TracedSample, simple: bool) -> Tuple[Any, Any]:
     """(image, label) (simple) or (image, template) of a `sample` made by its own
     __getitem__ (`made` names it in messages), checked to fit the engine's batch `images`
-    whose other samples are shaped like `first`."""
+    whose other samples are shaped like `first`. Where `first` has several image views,
+    `images` is one batch per view and the answer ([each view's image], template)."""
+    if first.views:
+        views = [_image_at(made, sample, at, batch, first) for at, batch in zip(first.views_at, images)]
+        template = sample
+        for v, at in enumerate(first.views_at):
+            template = _put(template, at, view_slot(v))
+        return views, template
+    image = _image_at(made, sample, first.slot_at, images, first)
+    if simple:
+        label = sample[1]
+        if not is_int_label(label):
+            raise RuntimeError(f"fastload: {made} returns the label {label!r} where the epoch's other samples "
+                               "have an int class index: the batch's labels cannot be stacked. Return the same "
+                               "label type for every sample.")
+        return image, label
+    return image, templated(sample, image, [], ())
+
+
+def _image_at(made: str, sample: Any, at: Tuple[Any, ...], images: torch.Tensor, first: TracedSample) -> Any:
+    """The image at place `at` of `sample`, checked to stack with the batch `images`."""
     image = sample
     try:
-        for key in first.slot_at:
+        for key in at:
             image = image[key]
     except (KeyError, IndexError, TypeError):
         raise RuntimeError(f"fastload: {made} is {shape_text(sample)}, without an image where the epoch's other "
@@ -109,11 +129,19 @@ def fitted(made: str, sample: Any, images: torch.Tensor, first: TracedSample, si
                            f"samples {tuple(images.shape[1:])} {images.dtype} (the transform read when the epoch "
                            "began). If the dataset's transform changed during the epoch, change it between epochs "
                            "(each iter() reads it anew); else make every sample's transform give one size.")
-    if simple:
-        label = sample[1]
-        if not is_int_label(label):
-            raise RuntimeError(f"fastload: {made} returns the label {label!r} where the epoch's other samples "
-                               "have an int class index: the batch's labels cannot be stacked. Return the same "
-                               "label type for every sample.")
-        return image, label
-    return image, templated(sample, image, [], ())
+    return image
+
+
+def _put(value: Any, at: Tuple[Any, ...], new: Any) -> Any:
+    """`value` with `new` at place `at`, the tuples, lists, dicts and namedtuples on the way copied."""
+    if not at:
+        return new
+    key, rest = at[0], at[1:]
+    kind = type(value)
+    if isinstance(value, dict):
+        out = dict(value)
+        out[key] = _put(value[key], rest, new)
+        return out
+    items = list(value)
+    items[key] = _put(items[key], rest, new)
+    return kind(*items) if hasattr(kind, "_fields") else kind(items)

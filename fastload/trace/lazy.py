@@ -353,7 +353,8 @@ class LazyTrace:
 
     def __call__(self, images: Any, labels: torch.Tensor, indices: Sequence[int],
                  started: Optional[Dict[int, Any]] = None) -> Any:
-        """The batch of these samples: `images` (the engine's, [B, ...]) and `labels` (the
+        """The batch of these samples: `images` (the engine's, [B, ...], or one such batch
+        per image view for a dataset whose image reaches several transform calls) and `labels` (the
         index's labels of the batch's samples) made into the dataset's own structure, each
         per-sample fallback's slot filled with what its own __getitem__ returns (`started`:
         those start_fallbacks began). `indices` are the samples submitted (the labels are
@@ -370,9 +371,11 @@ class LazyTrace:
                     labels[k] = int(label)
             return [images, labels]
         templates = [self.templates[r] for r in rows]  # type: ignore[index]
+        several = not isinstance(images, torch.Tensor)  # one batch per image view
         for k in falling:
             image, templates[k] = self.fitted_fallback(rows[k], made[rows[k]], images)
-            copy_into(images[k], image)
+            for view, batch in zip(image, images) if several else ((image, images),):
+                copy_into(batch[k], view)
         return collated(templates, images)
 
     def made_by_getitem(self, i: int, started: Optional[Dict[int, Any]]) -> Any:

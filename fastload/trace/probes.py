@@ -105,6 +105,8 @@ class Basis(NamedTuple):
     tail: Tuple[int, ...]  # ids of the Python transforms after them
     slot_at: Tuple[Any, ...]
     simple: bool
+    # Image views beyond view 0: (id of the view's transform, its native specs, its place) each.
+    views: Tuple[Any, ...] = ()
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Basis) and self.transform is other.transform and \
@@ -118,8 +120,10 @@ class Basis(NamedTuple):
 
 def basis_of(first: TracedSample, n: int) -> Basis:
     pipeline, _ = pipeline_of(first.transform)
+    views = tuple((id(t), tuple(pipeline_of(t)[0].native), at)
+                  for t, at in zip(first.views[1:], first.views_at[1:]))
     return Basis(n, first.transform, tuple(pipeline.native), tuple(id(t) for t in pipeline.tail), first.slot_at,
-                  is_simple_template(first.template))
+                  is_simple_template(first.template), views)
 
 
 def disagreement(first: TracedSample, sample: TracedSample) -> str:
@@ -128,6 +132,14 @@ def disagreement(first: TracedSample, sample: TracedSample) -> str:
         return f"passes the image to another transform object than index 0's ({type(sample.transform).__name__})"
     if sample.slot_at != first.slot_at:
         return "returns the image in another place than index 0's"
+    if len(sample.views) != len(first.views):
+        return (f"passes the image to {max(1, len(sample.views))} transform calls, index 0 to "
+                f"{max(1, len(first.views))} (another number of views)")
+    for v, (theirs, ours) in enumerate(zip(sample.views, first.views)):
+        if theirs is not ours:
+            return f"passes view {v} to another transform object than index 0's ({type(theirs).__name__})"
+    if sample.views_at != first.views_at:
+        return "returns its views in other places than index 0's"
     if is_simple_template(first.template) != is_simple_template(sample.template):
         return f"returns {shape_text(sample.template)}, index 0 {shape_text(first.template)}"
     return ""

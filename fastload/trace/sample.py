@@ -18,25 +18,45 @@ _NOTHING = object()
 
 
 class Slot:
-    """Where the engine's batch goes in a sample template."""
+    """Where the engine's batch goes in a sample template: view 0's (SLOT), or image view
+    `view`'s where one image reaches several transform calls (`view_slot`)."""
 
-    __slots__ = ()
+    __slots__ = ("view",)
+
+    def __init__(self, view: int = 0):
+        self.view = view
 
     def __repr__(self) -> str:
-        return "<image>"
+        return "<image>" if self.view == 0 else f"<view {self.view}>"
+
+    def __reduce__(self) -> Any:  # (one slot per view in every process: templates compare by identity)
+        return view_slot, (self.view,)
 
 
 SLOT = Slot()
+_VIEW_SLOTS: List[Slot] = [SLOT]
+
+
+def view_slot(view: int) -> Slot:
+    """The one Slot of image view `view` (SLOT for view 0)."""
+    while len(_VIEW_SLOTS) <= view:
+        _VIEW_SLOTS.append(Slot(len(_VIEW_SLOTS)))
+    return _VIEW_SLOTS[view]
 
 
 class TracedSample(NamedTuple):
     """One traced index: the image's path, the transform, the sample with the output
-    replaced by SLOT, and where SLOT sits (keys/positions)."""
+    replaced by SLOT, and where SLOT sits (keys/positions). Where the image reaches K >= 2
+    transform calls (SimCLR's two views, DINO's crops), view v is the v-th call's output:
+    `views` holds each view's transform and `views_at` where its `view_slot(v)` sits
+    (view 0's are `transform` and `slot_at`); both are empty for one view."""
 
     path: str
     transform: Any
     template: Any
     slot_at: Tuple[Any, ...]
+    views: Tuple[Any, ...] = ()
+    views_at: Tuple[Tuple[Any, ...], ...] = ()
 
 
 # Leaves that hold no traced object (checked first: most of a sample is labels).
@@ -49,12 +69,18 @@ def _lazy(value: Any) -> bool:
     return isinstance(value, Lazy)
 
 
-def templated(value: Any, out: Any, found: List[Tuple[Any, ...]], at: Tuple[Any, ...], depth: int = 0) -> Any:
+def templated(value: Any, out: Any, found: List[Any], at: Tuple[Any, ...], depth: int = 0) -> Any:
     """`value` with `out` replaced by SLOT (its place appended to `found`), copying the
-    tuples, lists, dicts and namedtuples around it; TraceRefused for a traced image returned."""
+    tuples, lists, dicts and namedtuples around it; TraceRefused for a traced image returned.
+    With `out` a dict {id(output): Slot} (several views), each output is replaced by its
+    slot and `found` gets (slot, place) pairs."""
     if value is out:
         found.append(at)
         return SLOT
+    if type(out) is dict and id(value) in out:
+        slot = out[id(value)]
+        found.append((slot, at))
+        return slot
     kind = type(value)
     if kind in PLAIN_LEAVES:
         return value
@@ -84,7 +110,7 @@ def sample_of_call(dataset: Any, call: TracedCall, sample: Any) -> TracedSample:
         templated(sample, _NOTHING, [], ())  # type: ignore[arg-type]  # a raw image returned: that reason
         raise TraceRefused("opens an image that reaches no transform fastload maps", "")
     if len(call.outputs) > 1:
-        raise TraceRefused(f"calls transforms {len(call.outputs)} times per sample (one call is followed)", "")
+        return _views_of_call(call, sample)
     out = call.outputs[0]
     if type(sample) is tuple and len(sample) == 2 and sample[0] is out and type(sample[1]) in PLAIN_LEAVES:
         return TracedSample(source_of(out.image)[1], out.transform, (SLOT, sample[1]), (0,))  # the common case, quickly
@@ -98,14 +124,42 @@ def sample_of_call(dataset: Any, call: TracedCall, sample: Any) -> TracedSample:
     return TracedSample(source_of(out.image)[1], out.transform, template, found[0])
 
 
+def _views_of_call(call: TracedCall, sample: Any) -> TracedSample:
+    """The traced index of a call whose one image reached several transform calls: view v
+    is the v-th call's output, each returned once (a list or tuple of views, a dict, ...)."""
+    slots = {id(out): view_slot(v) for v, out in enumerate(call.outputs)}
+    found: List[Tuple[Any, ...]] = []
+    template = templated(sample, slots, found, ())
+    places = dict(found)
+    for v, out in enumerate(call.outputs):
+        times = sum(1 for slot, _ in found if slot.view == v)
+        if times != 1:
+            name = type(out.transform).__name__
+            raise TraceRefused(f"returns the output of view {v}'s {name} call {times} times (followed: each "
+                               "view's output once, inside a tuple, list or dict)" if times else
+                               f"does not return the output of view {v}'s {name} call as it is (followed: each "
+                               "view's output inside a tuple, list or dict)", "")
+    at = tuple(places[view_slot(v)] for v in range(len(call.outputs)))
+    return TracedSample(source_of(call.outputs[0].image)[1], call.outputs[0].transform, template, at[0],
+                        tuple(out.transform for out in call.outputs), at)
+
+
+def view_count(sample: TracedSample) -> int:
+    """The number of image views a traced index makes (1 for a single transform call)."""
+    return max(1, len(sample.views))
+
+
 def collated(templates: List[Any], images: Any) -> Any:
     """torch's default_collate of sample templates, the batch `images` where SLOT is:
     the batch a dataset's own structure gives (the one rebuild of every source whose
-    samples are not (image, int label))."""
+    samples are not (image, int label)). `images` is one tensor [B, ...], or one per
+    image view (view v's batch where `view_slot(v)` is)."""
     from torch.utils.data._utils.collate import collate, default_collate_fn_map
 
     def fill(batch: Any, *, collate_fn_map: Any = None) -> Any:
-        return images
+        if isinstance(images, torch.Tensor):
+            return images
+        return images[batch[0].view]
 
     return collate(templates, collate_fn_map={Slot: fill, **default_collate_fn_map})
 
