@@ -1,1 +1,1 @@
-"""Compatibility: other libraries' datasets and transforms mapped onto fastload's native pipeline."""
+"""Compatibility: other libraries' transforms mapped onto fastload's native specs, and the types datasets are read into."""

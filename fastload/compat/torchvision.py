@@ -1,4 +1,4 @@
-"""torchvision dataset + transforms -> fastload's native pipeline, or the reason not.
+"""torchvision (and timm) transforms -> fastload's native specs, or the reason not.
 
 `fastload.DataLoader(torchvision.datasets.ImageFolder(root, transform=...))` runs on the
 C++ engine when every transform has a native equivalent (v1 and v2: RandomResizedCrop,
