@@ -142,24 +142,8 @@ def upward_imports(root: str = ROOT) -> List[str]:
     return problems
 
 
-def import_cycles(root: str = ROOT) -> List[List[str]]:
-    """Cycles among the imports that run when a module is imported. Importing
-    fastload.a.b runs fastload/a/__init__.py first, so that counts as an import of
-    fastload.a, unless fastload.a is a package the importing module is in (its __init__
-    then runs first anyway). The root package, which imports the rest lazily, is left
-    out."""
-    modules = module_files(root)
-    graph: Dict[str, Set[str]] = {m: set() for m in modules}
-    for module, path in modules.items():
-        for imp in imports_of(module, path, modules):
-            if not imp.at_import:
-                continue
-            target = imp.target
-            while target not in ("fastload", ""):
-                if target in modules and target != module and not module.startswith(target + "."):
-                    graph[module].add(target)
-                target = target.rpartition(".")[0]
-    graph.pop("fastload", None)
+def graph_cycles(graph: Dict[str, Set[str]]) -> List[List[str]]:
+    """The cycles of a module -> imported modules graph (edges to modules outside it ignored)."""
     cycles, state, stack = [], {}, []
 
     def visit(m: str) -> None:
@@ -181,6 +165,27 @@ def import_cycles(root: str = ROOT) -> List[List[str]]:
     return cycles
 
 
+def import_cycles(root: str = ROOT) -> List[List[str]]:
+    """Cycles among the imports that run when a module is imported. Importing
+    fastload.a.b runs fastload/a/__init__.py first, so that counts as an import of
+    fastload.a, unless fastload.a is a package the importing module is in (its __init__
+    then runs first anyway). The root package, which imports the rest lazily, is left
+    out."""
+    modules = module_files(root)
+    graph: Dict[str, Set[str]] = {m: set() for m in modules}
+    for module, path in modules.items():
+        for imp in imports_of(module, path, modules):
+            if not imp.at_import:
+                continue
+            target = imp.target
+            while target not in ("fastload", ""):
+                if target in modules and target != module and not module.startswith(target + "."):
+                    graph[module].add(target)
+                target = target.rpartition(".")[0]
+    graph.pop("fastload", None)
+    return graph_cycles(graph)
+
+
 def folder_cycles(root: str = ROOT) -> List[List[str]]:
     """Cycles among the modules of one folder, counting every import between them: lazy
     ones (inside functions) too, not those under TYPE_CHECKING. A folder whose modules
@@ -196,23 +201,7 @@ def folder_cycles(root: str = ROOT) -> List[List[str]]:
             target = imp.target
             if target in graph and target != module and target.rpartition(".")[0] == folder:
                 graph[module].add(target)
-    cycles, state, stack = [], {}, []
-
-    def visit(m: str) -> None:
-        state[m] = 1
-        stack.append(m)
-        for n in sorted(graph[m]):
-            if state.get(n) == 1:
-                cycles.append(stack[stack.index(n):] + [n])
-            elif n not in state:
-                visit(n)
-        stack.pop()
-        state[m] = 2
-
-    for m in sorted(graph):
-        if m not in state:
-            visit(m)
-    return cycles
+    return graph_cycles(graph)
 
 
 def _under_type_checking(path: str, line: int) -> bool:
