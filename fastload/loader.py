@@ -34,7 +34,6 @@ Example:
 
 from __future__ import annotations
 
-import sys
 import time
 from typing import Any, Callable, Iterator, List, Optional, Tuple, TypeVar, Union
 
@@ -47,13 +46,14 @@ from torch.utils.data.datapipes.datapipe import IterDataPipe, MapDataPipe
 from fastload.datasets.base import NativeDataset
 from fastload.generic import GenericFeed, InnerArgs, TorchDataLoader, inner_loader
 from fastload.loader_args import check_loader_args
-from fastload.native.feed import NativeFeed
+from fastload.native.feed import native_feed
 from fastload.native.protocol import Runner
-from fastload.loader_path import basis_of, choose_order, choose_runner, require_cuda_device
+from fastload.loader_path import basis_of, choose_order, choose_runner, require_cuda_device, runner_holds
 from fastload.rebuild import Rebuildable, offer
 from fastload.resume import STATE_VERSION, Cursor, Pass  # noqa: F401  (STATE_VERSION: public name)
 from fastload.sampling.order import Order
 from fastload.stats import LoaderStats, Stats
+from fastload.transfer import TransferStage
 
 _PREFIX = "fastload.DataLoader"
 T_co = TypeVar("T_co", covariant=True)
@@ -61,26 +61,6 @@ T_co = TypeVar("T_co", covariant=True)
 
 # ---------------------------------------------------------------------------------------
 # Transfer and the iterator
-
-
-class _HostConvert:
-    """dtype/memory_format on the CPU, for device=None or "cpu"."""
-
-    def __init__(self, source: Iterator[Tuple[Any, Any]], convert: Callable, stats: LoaderStats):
-        self._source, self._convert, self._stats = source, convert, stats
-
-    def __iter__(self) -> "_HostConvert":
-        return self
-
-    def __next__(self) -> Tuple[Any, Any]:
-        from fastload.transfer.tree import tree_map
-
-        batch, tag = next(self._source)
-        start = time.perf_counter()
-        with record_function("fastload.transfer"):
-            batch = tree_map(self._convert, batch)
-        self._stats.add_time("transfer", time.perf_counter() - start)
-        return batch, tag
 
 
 # torch iterator attributes that hold the loader's objects, and the loader attribute
@@ -163,86 +143,30 @@ class DataLoader(TorchDataLoader[T_co], Rebuildable):  # torch's class, also aft
         worker_init_fn=None, multiprocessing_context=None, generator=None, *,
         prefetch_factor=None, persistent_workers=False, pin_memory_device="", in_order=True
 
-    Keyword-only extras:
-        device: where batches arrive (None or "cpu": like torch, on the CPU; "cuda[:N]":
-            every tensor of the batch, whatever its nesting in dicts, lists, tuples,
-            namedtuples or dataclasses, is staged in pinned memory, copied asynchronously on
-            a side stream, and made safe to use on the caller's current stream).
-        dtype: floating tensors are converted to it on the device (e.g. torch.bfloat16 for
-            AMP); integer tensors (labels, uint8 images) keep their dtype.
-        memory_format: e.g. torch.channels_last, applied to 4-D tensors on the device.
-        prefetch_to_device: batches whose device copies are issued before the loop asks
-            for them (>= 1; device memory holds that many plus the one in use).
-        accelerate: "auto" runs a dataset on the C++ engine when it can, else on the generic
-            path; True requires the engine: the native path or the hybrid path (a
-            ValueError, naming the reason, where the loader would take the generic path);
-            False always uses the generic path. loader.path says which ran, in one of three
-            forms: "native: <dataset> [<transforms>], ..." (the engine makes every sample),
-            "hybrid: native [<prefix>] + python [<tail>], ...; not native: <blockers>" (the
-            engine runs the native prefix, the Python tail runs per sample on its output), or
-            "generic: <why not>" (torch's DataLoader machinery).
-        decode_on: where the native path decodes JPEGs: "cpu", "cpu+gpu" (CPU decodes the
-            crop window, the GPU resizes and normalises), "gpu" (nvJPEG) or "auto" (by what
-            was built and the device; loader.path says which). Ignored on the generic path.
-        on_error: "raise" (torch's behaviour) or "skip": a sample whose read raises is
-            replaced by the next readable sample in dataset order, on every path (batch
-            sizes, batch counts and resume positions unchanged), counted in
-            stats()["skipped"], listed in stats()["skipped_samples"] and warned about once
-            per sample (docs/errors.md); map-style datasets only.
-        distributed: "auto" (shard across ranks when torch.distributed is initialised or
-            torchrun's RANK/WORLD_SIZE are set), True (require it) or False.
-        uneven: when the dataset does not split evenly across ranks: "pad", "drop" or
-            "exact" (see fastload.sampling).
-        seed: base seed of the distributed permutation (None: 0, so that every rank
-            agrees) and of the native path's random augmentation (None: a fastload dataset's
-            own `seed`; for other datasets drawn from torch's global generator at
-            construction, without advancing it, so torch.manual_seed makes it
-            reproducible; saved in state_dict()).
-        dct_scaling: native path only: decode the crop window at the largest 1/2, 1/4, 1/8
-            DCT scale that still covers the output (default True; much faster on large
-            images). False never decodes at a reduced scale, so outputs follow a full decode
-            to within rounding.
-        exact: the old name of `not dct_scaling` (exact=True is dct_scaling=False), still
-            accepted; given with a dct_scaling=False it disagrees with, a ValueError.
-        tail_on: hybrid path only (a native prefix, then Python transforms): where the
-            Python tail runs. "auto" (the default) is where torch's DataLoader runs a
-            dataset's Python: "processes" with num_workers >= 1, "inline" without;
-            "processes": num_workers worker processes making whole batches (prefix and
-            tail; the training loop's thread is free, a heavy tail uses every core);
-            "inline": the consumer thread runs each sample's tail while num_workers engine
-            threads decode (the least CPU; a tail of a few ms per sample then caps the
-            rate); "threads": a pool of num_workers Python threads (random draws not
-            reproducible). Every mode but "threads" draws the same per-sample seeds.
-        trace: a dataset of the user's own class is learnt by running its own
-            __getitem__ under a tracer (fastload.trace): a few indexes when the
-            loader is built, each other one just before its batch is submitted. False
-            (or FASTLOAD_TRACE=0 in the environment) turns the tracer off: such a
-            dataset runs on the generic path.
+    Keyword-only extras (each in full in fastload.loader_args.LoaderArgs, where they are
+    checked; each is also a public attribute of the loader):
+        device: None or "cpu" (like torch) or "cuda[:N]": batches copied ahead on a side stream.
+        dtype, memory_format: floating tensors' dtype, 4-D tensors' layout, set on the device.
+        prefetch_to_device: batches copied to the device ahead of the loop (>= 1, default 2).
+        accelerate: "auto", True (the engine, or a ValueError saying why not) or False.
+        decode_on: where the native path decodes JPEGs: "auto", "cpu", "cpu+gpu" or "gpu".
+        on_error: "raise" or "skip" (a bad sample replaced by the next readable one, counted).
+        distributed: "auto", True or False; uneven: "pad", "drop" or "exact" (DDP ranks).
+        seed: of the distributed permutation and the native augmentation (in state_dict()).
+        dct_scaling: decode at a reduced DCT scale that covers the output (`exact`: old name).
+        tail_on: where a hybrid pipeline's Python tail runs: "auto", "processes", "inline",
+            "threads".
+        trace: run a Dataset of the user's own class under the tracer (fastload.trace).
 
     Yields:
         What torch's DataLoader yields for the same arguments (same order, same values);
         tensors on `device`, floating ones in `dtype`, 4-D ones in `memory_format`.
 
-    Epochs: the first iteration is epoch 0; every later `iter(loader)` (after a finished or
-    abandoned one) is the next epoch, unless `set_epoch(e)` or `load_state_dict()` was
-    called in between, which selects the epoch explicitly. A user's sampler or
-    batch_sampler is never driven by the automatic count (call `sampler.set_epoch` as with
-    torch, or `loader.set_epoch`, which forwards to it).
-
-    Resume: `state_dict()` is plain data ({"version", "epoch", "batches_consumed", "order",
-    "native_seed", "dataset"}: a dict that prints short, fastload.resume.LoaderState)
-    counting the batches delivered by __next__ (not those prefetched); after
-    `load_state_dict(sd)` the next iteration continues right after the last delivered
-    batch, and len(loader) stays the whole epoch's batch count (as torch's),
-    so a resumed epoch yields len(loader) - batches_consumed batches. A state saved after
-    an epoch's last batch resumes at the next epoch's start. Without a generator, the
-    epochs after a resumed one are shuffled with the seeds the uninterrupted run drew from
-    the global RNG (the state carries that RNG's stream), not from the new process's.
-    IterableDataset and batch_size=None leave the order to torch: their state only counts
-    epochs (a resumed epoch restarts from its beginning). With in_order=False the count is
-    of batches received, so a resume may repeat or skip the few batches that were
-    reordered. Per-worker random seeds (for random augmentation in workers) are torch's and
-    are not restored by a resume.
+    Epochs and resume (in full: fastload.resume's docstring): the first iteration is epoch
+    0, every later `iter(loader)` the next one unless `set_epoch(e)` or `load_state_dict()`
+    chose one. `state_dict()` is plain data counting the batches __next__ delivered; after
+    `load_state_dict(sd)` the next iteration continues right after the last of them, and
+    len(loader) stays the whole epoch's batch count, as torch's.
 
     Example:
         >>> import torch
@@ -341,10 +265,9 @@ class DataLoader(TorchDataLoader[T_co], Rebuildable):  # torch's class, also aft
                               persistent_workers=self.persistent_workers)
         self._stats = LoaderStats()
         self._inner: Optional[TorchDataLoader] = None
-        self._transport: Any = None
-        self._pool: Any = None
+        self._transfer = TransferStage(self._stats)
         if self.device is not None and self.device.type != "cpu":
-            self._device_transport()  # fails now, not at the first batch, if the device is absent
+            self._transfer.device_transport(self.device)  # fails now, not at the first batch, if absent
         # A framework that rebuilds a loader over this dataset object (Accelerate's prepare,
         # skip_first_batches) builds a fastload loader with these extras (fastload/rebuild.py).
         offer(self)
@@ -365,13 +288,7 @@ class DataLoader(TorchDataLoader[T_co], Rebuildable):  # torch's class, also aft
         Args:
             reset: start counting afresh after returning the numbers.
         """
-        native = self._runner.stats(reset=reset) if self._runner is not None else None
-        left_out = getattr(self.dataset, "skipped", None)  # fastload sources list them
-        out = self._stats.as_dict(self._path, native,
-                                  skipped_at_index=len(left_out) if isinstance(left_out, list) else 0)
-        if reset:
-            self._stats.reset()
-        return out
+        return self._stats.of_loader(self._path, self._runner, self.dataset, reset=reset)
 
     def set_epoch(self, epoch: int) -> None:
         """Selects the epoch of the next iteration (its shuffle and, under DDP, its split).
@@ -409,8 +326,7 @@ class DataLoader(TorchDataLoader[T_co], Rebuildable):  # torch's class, also aft
         if self._runner is not None:
             self._runner.close()
         self._inner = None
-        if self._pool is not None:
-            self._pool.clear()
+        self._transfer.clear()
 
     # -- torch's protocol -----------------------------------------------------------------
     def __len__(self) -> int:
@@ -444,31 +360,18 @@ class DataLoader(TorchDataLoader[T_co], Rebuildable):  # torch's class, also aft
             if order_draws is not None:
                 order_draws.end_global_draws()
         torch_iter = feed._it if isinstance(feed, GenericFeed) else None
-        return _LoaderIter(self, current, self._transfer(feed), self.__len__, torch_iter=torch_iter)
+        feed = self._transfer.wrap(feed, device=self.device, dtype=self.dtype, memory_format=self.memory_format,
+                                   ahead=self.prefetch_to_device)
+        return _LoaderIter(self, current, feed, self.__len__, torch_iter=torch_iter)
 
     # -- internals ------------------------------------------------------------------------
     def _renew_path(self) -> None:
-        """The dataset as it is at this iter(), as torch's DataLoader sees it. A traced dataset
-        is traced again for the epoch (LazyTrace.renew: probes undone, every served index
-        traced as the epoch reaches it); a torchvision dataset's transform, its parameters,
-        samples and length are read again (fastload.adapters.basis). When the dataset no longer
-        runs on this path (another transform or parameters, another length, another sample
-        structure), the path is chosen anew; a hybrid tail's worker processes are forked anew
-        (copies of the transforms as they are now). With persistent workers torch's workers
-        keep the dataset of the first iter(): so does the trace, unless the length changed,
-        and so do the tail's workers."""
+        """The path chosen anew where the runner no longer runs the dataset as it is at this
+        iter() (fastload.loader_path.runner_holds says when, and what is renewed)."""
         if self._runner is None:
             return  # (the generic path's workers read the dataset themselves)
         keep = self.persistent_workers and self._cursor.passes > 0
-        renew = getattr(self._runner, "renew", None)
-        if renew is not None:
-            holds = renew(keep=keep)
-        else:
-            holds = keep or self._basis is None or self._basis == basis_of(self._user_dataset)
-        if holds:
-            refresh = getattr(self._runner, "refresh_workers", None)  # (a hybrid tail in worker processes)
-            if refresh is not None and not keep:
-                refresh()
+        if runner_holds(self._runner, self._basis, self._user_dataset, keep=keep):
             return
         self._runner.close()
         self._runner, self._path = self._choose_runner()
@@ -486,14 +389,7 @@ class DataLoader(TorchDataLoader[T_co], Rebuildable):  # torch's class, also aft
         return self._cursor.order
 
     def _native_feed(self, epoch: int) -> Iterator[Tuple[Any, Any]]:
-        # Every engine thread works on every batch (one queue), so prefetch_factor batches
-        # in flight keep them all busy; torch's per-worker multiple would only hold more
-        # batch memory.
-        depth = max(2, self.prefetch_factor or 2)
-        self._runner.keep_in_flight(depth)
-        batches = self._cursor.batches()
-        ahead = getattr(self._runner, "ahead", None)  # a lazily traced dataset: traced ahead of the engine
-        return NativeFeed(self._runner, ahead(batches) if ahead is not None else batches, epoch, depth)
+        return native_feed(self._runner, self._cursor.batches(), epoch, self.prefetch_factor)
 
     def _generic_feed(self, epoch: int) -> GenericFeed:
         if isinstance(self._user_dataset, NativeDataset):
@@ -521,24 +417,3 @@ class DataLoader(TorchDataLoader[T_co], Rebuildable):  # torch's class, also aft
             multiprocessing_context=self.multiprocessing_context, generator=self.generator,
             prefetch_factor=self.prefetch_factor, persistent_workers=self.persistent_workers,
             pin_memory_device=self.pin_memory_device, in_order=self.in_order)
-
-    def _transfer(self, feed: Iterator[Tuple[Any, Any]]) -> Iterator[Tuple[Any, Any]]:
-        """The transfer stage after a feed: the device prefetcher, or dtype/layout on the CPU."""
-        from fastload.transfer import DevicePrefetcher, make_convert
-
-        convert = make_convert(self.dtype, self.memory_format)
-        if self.device is not None and self.device.type != "cpu":
-            transport, pool = self._device_transport()
-            return DevicePrefetcher(feed, transport, ahead=self.prefetch_to_device, pool=pool, convert=convert,
-                                    stats=self._stats)
-        if convert is not None:
-            return _HostConvert(feed, convert, self._stats)
-        return feed
-
-    def _device_transport(self) -> Tuple[Any, Any]:
-        if self._transport is None:
-            from fastload.transfer import PinnedPool, make_transport
-
-            self._transport = make_transport(self.device)
-            self._pool = PinnedPool(self._transport)
-        return self._transport, self._pool

@@ -4,6 +4,8 @@ torch's own arguments are checked by torch's DataLoader (same exceptions, same m
 the keyword-only extras are checked here, in the order of the signature, each with an
 error naming the argument, what came and what to pass. The result is one frozen
 `LoaderArgs`, which the loader keeps and reads (the facade holds no checks of its own).
+What each extra means is written once, in `LoaderArgs`' docstring (fastload.DataLoader's
+lists them and points there).
 
 Example:
     >>> import torch
@@ -34,20 +36,64 @@ _PREFIX = "fastload.DataLoader"
 
 @dataclass(frozen=True)
 class LoaderArgs:
-    """The extras of fastload.DataLoader, checked (see its docstring for each meaning).
+    """The keyword-only extras of fastload.DataLoader, checked: what each one means.
 
     Attributes:
-        device: None or the torch.device batches arrive on.
-        dtype, memory_format: the conversion of floating / 4-D tensors, or None.
-        prefetch_to_device: batches copied to the device ahead of the loop (>= 1).
-        accelerate: "auto", True or False.
-        decode_on: "auto", "cpu", "cpu+gpu" or "gpu".
-        errors: the on_error policy (fastload.errors.ErrorPolicy); `on_error` its mode.
-        distributed: "auto", True or False; uneven: "pad", "drop" or "exact".
-        seed: None or an int.
-        dct_scaling: decode at a reduced DCT scale when it covers the output.
-        tail_on: "auto", "processes", "inline" or "threads".
-        trace: run a Dataset of the user's own class under the tracer (fastload.trace).
+        device: where batches arrive (None or "cpu": like torch, on the CPU; "cuda[:N]":
+            every tensor of the batch, whatever its nesting in dicts, lists, tuples,
+            namedtuples or dataclasses, is staged in pinned memory, copied asynchronously on
+            a side stream, and made safe to use on the caller's current stream). Checked
+            into None or a torch.device.
+        dtype: floating tensors are converted to it on the device (e.g. torch.bfloat16 for
+            AMP); integer tensors (labels, uint8 images) keep their dtype.
+        memory_format: e.g. torch.channels_last, applied to 4-D tensors on the device.
+        prefetch_to_device: batches whose device copies are issued before the loop asks
+            for them (>= 1; device memory holds that many plus the one in use).
+        accelerate: "auto" runs a dataset on the C++ engine when it can, else on the generic
+            path; True requires the engine: the native path or the hybrid path (a
+            ValueError, naming the reason, where the loader would take the generic path);
+            False always uses the generic path. loader.path says which ran, in one of three
+            forms: "native: <dataset> [<transforms>], ..." (the engine makes every sample),
+            "hybrid: native [<prefix>] + python [<tail>], ...; not native: <blockers>" (the
+            engine runs the native prefix, the Python tail runs per sample on its output), or
+            "generic: <why not>" (torch's DataLoader machinery).
+        decode_on: where the native path decodes JPEGs: "cpu", "cpu+gpu" (CPU decodes the
+            crop window, the GPU resizes and normalises), "gpu" (nvJPEG) or "auto" (by what
+            was built and the device; loader.path says which). Ignored on the generic path.
+        errors: the on_error policy (fastload.errors.ErrorPolicy); `on_error` is its mode:
+            "raise" (torch's behaviour) or "skip": a sample whose read raises is
+            replaced by the next readable sample in dataset order, on every path (batch
+            sizes, batch counts and resume positions unchanged), counted in
+            stats()["skipped"], listed in stats()["skipped_samples"] and warned about once
+            per sample (docs/errors.md); map-style datasets only.
+        distributed: "auto" (shard across ranks when torch.distributed is initialised or
+            torchrun's RANK/WORLD_SIZE are set), True (require it) or False.
+        uneven: when the dataset does not split evenly across ranks: "pad", "drop" or
+            "exact" (see fastload.sampling).
+        seed: base seed of the distributed permutation (None: 0, so that every rank
+            agrees) and of the native path's random augmentation (None: a fastload dataset's
+            own `seed`; for other datasets drawn from torch's global generator at
+            construction, without advancing it, so torch.manual_seed makes it
+            reproducible; saved in state_dict()).
+        dct_scaling: native path only: decode the crop window at the largest 1/2, 1/4, 1/8
+            DCT scale that still covers the output (default True; much faster on large
+            images). False never decodes at a reduced scale, so outputs follow a full decode
+            to within rounding. The loader also takes `exact`, its old name (exact=True is
+            dct_scaling=False); given with a dct_scaling it disagrees with, a ValueError.
+        tail_on: hybrid path only (a native prefix, then Python transforms): where the
+            Python tail runs. "auto" (the default) is where torch's DataLoader runs a
+            dataset's Python: "processes" with num_workers >= 1, "inline" without;
+            "processes": num_workers worker processes making whole batches (prefix and
+            tail; the training loop's thread is free, a heavy tail uses every core);
+            "inline": the consumer thread runs each sample's tail while num_workers engine
+            threads decode (the least CPU; a tail of a few ms per sample then caps the
+            rate); "threads": a pool of num_workers Python threads (random draws not
+            reproducible). Every mode but "threads" draws the same per-sample seeds.
+        trace: a dataset of the user's own class is learnt by running its own
+            __getitem__ under a tracer (fastload.trace): a few indexes when the
+            loader is built, each other one just before its batch is submitted. False
+            (or FASTLOAD_TRACE=0 in the environment) turns the tracer off: such a
+            dataset runs on the generic path.
     """
 
     device: Optional[torch.device]

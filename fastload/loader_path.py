@@ -6,7 +6,8 @@ batch_size=None, a DataPipe, no __len__). `choose_runner` gives the native runne
 `loader.path` (fastload.native.select.select_path with the loader's checked arguments),
 or raises where accelerate=True and the dataset would take the generic path. `basis_of`
 is what a converted torchvision dataset's runner was made from, read again at each
-iter() (fastload.adapters.basis); a traced dataset renews its own trace instead.
+iter() (fastload.adapters.basis); a traced dataset renews its own trace instead;
+`runner_holds` says, at each iter(), whether the runner still runs the dataset.
 
 Example:
     >>> import torch
@@ -104,6 +105,30 @@ def basis_of(dataset: Any) -> Any:
     from fastload.adapters import basis
 
     return basis(dataset)
+
+
+def runner_holds(runner: Runner, basis: Any, dataset: Any, *, keep: bool) -> bool:
+    """Whether `runner` still runs `dataset` as it is at this iter(), as torch's DataLoader
+    sees it (False: the loader chooses its path anew). A traced dataset is traced again for
+    the epoch (LazyTrace.renew: probes undone, every served index traced as the epoch
+    reaches it); a torchvision dataset's transform, its parameters, samples and length are
+    read again and compared with `basis` (basis_of at the path's choice). The path no
+    longer holds when the dataset changed what it is made from (another transform or
+    parameters, another length, another sample structure). Where it holds, a hybrid tail's
+    worker processes are forked anew (copies of the transforms as they are now). With
+    `keep` (persistent workers after the first pass) torch's workers keep the dataset of
+    the first iter(): so does the trace, unless the length changed, and so do the tail's
+    workers."""
+    renew = getattr(runner, "renew", None)
+    if renew is not None:
+        holds = renew(keep=keep)
+    else:
+        holds = keep or basis is None or basis == basis_of(dataset)
+    if holds:
+        refresh = getattr(runner, "refresh_workers", None)  # (a hybrid tail in worker processes)
+        if refresh is not None and not keep:
+            refresh()
+    return holds
 
 
 def _tracer_off() -> Any:

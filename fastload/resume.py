@@ -9,6 +9,28 @@ the first, after a load or a finished pass), it names epoch e's start. `load_sta
 start exactly there, and a state saved right after that load (before iterating) is `sd`
 again. A refused state changes nothing.
 
+What a user of fastload.DataLoader sees (its docstring points here):
+
+- Epochs: the first iteration is epoch 0; every later `iter(loader)` (after a finished or
+  abandoned one) is the next epoch, unless `set_epoch(e)` or `load_state_dict()` was
+  called in between, which selects the epoch explicitly. A user's sampler or
+  batch_sampler is never driven by the automatic count (call `sampler.set_epoch` as with
+  torch, or `loader.set_epoch`, which forwards to it).
+- Resume: `state_dict()` is plain data ({"version", "epoch", "batches_consumed", "order",
+  "native_seed", "dataset"}: a dict that prints short, `LoaderState`) counting the
+  batches delivered by __next__ (not those prefetched); after `load_state_dict(sd)` the
+  next iteration continues right after the last delivered batch, and len(loader) stays
+  the whole epoch's batch count (as torch's), so a resumed epoch yields
+  len(loader) - batches_consumed batches. A state saved after an epoch's last batch
+  resumes at the next epoch's start. Without a generator, the epochs after a resumed one
+  are shuffled with the seeds the uninterrupted run drew from the global RNG (the state
+  carries that RNG's stream), not from the new process's. IterableDataset and
+  batch_size=None leave the order to torch: their state only counts epochs (a resumed
+  epoch restarts from its beginning). With in_order=False the count is of batches
+  received, so a resume may repeat or skip the few batches that were reordered.
+  Per-worker random seeds (for random augmentation in workers) are torch's and are not
+  restored by a resume.
+
 The cursor's model (the loader delegates every epoch and resume decision to it):
 
 - Between passes the cursor holds the epoch the next `iter(loader)` runs: set by

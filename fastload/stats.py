@@ -252,6 +252,17 @@ class LoaderStats:
         self._last_return = now
 
     # -- consumers -----------------------------------------------------------------------
+    def of_loader(self, path: str, runner: Any, dataset: Any, reset: bool = False) -> Stats:
+        """A loader's stats(): these counters with its native runner's (None: the generic
+        path) and the samples its dataset left out when it was indexed (fastload's sources
+        list them in `skipped`). reset: start counting afresh after (the runner too)."""
+        native = runner.stats(reset=reset) if runner is not None else None
+        left_out = getattr(dataset, "skipped", None)
+        out = self.as_dict(path, native, skipped_at_index=len(left_out) if isinstance(left_out, list) else 0)
+        if reset:
+            self.reset()
+        return out
+
     def as_dict(self, path: str, native: Optional[Dict[str, Any]] = None,
                 skipped_at_index: int = 0) -> Stats:
         if native is not None:  # the native runner lists its skipped samples; they go on top

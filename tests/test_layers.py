@@ -1,5 +1,6 @@
 """fastload's import layers: a module never imports a higher layer, no import cycles, and no
-module uses another module's private names.
+module uses another module's private names; and its sizes: no module over MAX_MODULE_LINES
+lines, no class over MAX_CLASS_LINES.
 
 Every module of fastload/ is parsed with `ast` (nothing is imported), and every import is
 collected: module-level ones, those inside functions and methods (a lazy import is still
@@ -237,6 +238,56 @@ def test_a_lazy_cycle_inside_a_folder_is_found(tmp_path):
         f.write("\n\ndef _late():\n    from fastload.trace import lazy\n    return lazy\n")
     cycles = folder_cycles(root)
     assert any("fastload.trace.where" in c and "fastload.trace.lazy" in c for c in cycles), cycles
+
+
+# A module a reader can hold in mind, and a class one can: past these, split by job.
+MAX_MODULE_LINES = 600
+MAX_CLASS_LINES = 300
+
+
+def oversized(root: str = ROOT) -> List[str]:
+    """`file: N lines` for each module over MAX_MODULE_LINES, `file:line class X: N lines`
+    for each class (nested ones too) over MAX_CLASS_LINES, docstring included."""
+    problems: List[str] = []
+    for module, path in module_files(root).items():
+        with open(path, "r", encoding="utf-8") as f:
+            text = f.read()
+        where = os.path.relpath(path, os.path.dirname(root))
+        lines = len(text.splitlines())
+        if lines > MAX_MODULE_LINES:
+            problems.append(f"{where}: {lines} lines (at most {MAX_MODULE_LINES})")
+        for node in ast.walk(ast.parse(text, path)):
+            if isinstance(node, ast.ClassDef):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > MAX_CLASS_LINES:
+                    problems.append(f"{where}:{node.lineno} class {node.name}: {length} lines "
+                                    f"(at most {MAX_CLASS_LINES})")
+    return problems
+
+
+def test_no_module_or_class_is_oversized():
+    problems = oversized()
+    assert not problems, ("modules or classes too long to read as one piece (move a cohesive group of "
+                          "functions or methods to the module that owns its job):\n" + "\n".join(problems))
+
+
+@pytest.mark.parametrize("what", ["module", "class"])
+def test_an_oversized_module_or_class_is_named(tmp_path, what):
+    root = _copy_tree(tmp_path)
+    path = os.path.join(root, "source", "urls.py")
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_CLASS_LINES))
+    with open(path, "a", encoding="utf-8") as f:
+        if what == "class":
+            f.write(f"\n\nclass _Long:\n{body}\n")
+        else:
+            f.write("\n" * MAX_MODULE_LINES)
+    problems = oversized(root)
+    where = f"fastload{os.sep}source{os.sep}urls.py"
+    if what == "class":
+        assert any(p.startswith(where + ":") and f"class _Long: {MAX_CLASS_LINES + 1} lines" in p
+                   for p in problems), problems
+    else:
+        assert any(p.startswith(where + ": ") for p in problems), problems
 
 
 # The binding layer's modules are private by name (fastload._C, fastload._ext, ...): other

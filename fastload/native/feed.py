@@ -1,5 +1,5 @@
 """NativeFeed: the native loop. Keeps `depth` batches submitted to the runner and yields
-their results in order.
+their results in order; `native_feed` makes the loader's, one per pass.
 
 Every engine thread works on every batch (one queue), so a couple of batches in flight
 keep them all busy; more would only hold more batch memory.
@@ -27,7 +27,7 @@ Example (a stand-in runner that "decodes" a batch into its indices):
 from __future__ import annotations
 
 import collections
-from typing import Any, Deque, Iterator, List, Tuple
+from typing import Any, Deque, Iterator, List, Optional, Tuple
 
 from fastload.native.protocol import Runner
 
@@ -82,3 +82,14 @@ class NativeFeed:
 
     def __del__(self):
         self.close()
+
+
+def native_feed(runner: Runner, batches: Iterator[List[int]], epoch: int, prefetch_factor: Optional[int]) -> NativeFeed:
+    """A loader's native feed for one pass: `prefetch_factor` batches in flight, at least 2
+    (every engine thread works on every batch, one queue, so that many keep them all busy;
+    torch's per-worker multiple would only hold more batch memory), and a lazily traced
+    dataset traced ahead of the engine (the runner's `ahead`, where it has one)."""
+    depth = max(2, prefetch_factor or 2)
+    runner.keep_in_flight(depth)
+    ahead = getattr(runner, "ahead", None)
+    return NativeFeed(runner, ahead(batches) if ahead is not None else batches, epoch, depth)

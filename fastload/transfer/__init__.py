@@ -20,10 +20,11 @@ import torch
 
 from fastload.transfer.pool import PinnedPool
 from fastload.transfer.prefetch import DevicePrefetcher, Transport, make_convert
+from fastload.transfer.stage import HostConvert, TransferStage
 from fastload.transfer.tree import tree_map, tree_tensors
 
-__all__ = ["DevicePrefetcher", "PinnedPool", "SyncTransport", "Transport", "make_convert",
-           "make_transport", "tree_map", "tree_tensors"]
+__all__ = ["DevicePrefetcher", "HostConvert", "PinnedPool", "SyncTransport", "TransferStage", "Transport",
+           "make_convert", "make_transport", "tree_map", "tree_tensors"]
 
 
 class SyncTransport:
