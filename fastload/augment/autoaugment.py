@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from fastload import _ext
+from fastload.augment.arguments import interpolation_name, uint8_fill
 
 
 def op_names() -> Tuple[str, ...]:
@@ -87,8 +88,6 @@ def _space(wide: bool, bins: int, height: int, width: int, v2: bool) -> List[Tup
 
 
 def _check_common(spec, name: str) -> None:
-    from fastload.augment.specs import interpolation_name  # specs imports this module's SPECS
-
     bins = spec.num_magnitude_bins
     if isinstance(bins, bool) or not isinstance(bins, numbers.Integral):
         raise TypeError(f"fastload.transforms.{name}: num_magnitude_bins should be an int, got {bins!r}")
@@ -121,8 +120,6 @@ class _AutoAugment:
 
     def uint8_fill(self, channels: int) -> List[float]:
         """The affine ops' fill as Pillow takes it: int() per channel ([] for None)."""
-        from fastload.augment.specs import uint8_fill
-
         return [] if self.fill is None else [float(f) for f in uint8_fill(self.fill, channels)]
 
     def params(self, indices: torch.Tensor, seed: int, epoch: int, height: int,
@@ -391,8 +388,6 @@ class AugMix:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, numbers.Integral):
                 raise TypeError(f"fastload.transforms.AugMix: {name} should be an int, got {value!r}")
-        from fastload.augment.specs import interpolation_name
-
         object.__setattr__(self, "interpolation", interpolation_name(self.interpolation, "AugMix"))
         object.__setattr__(self, "fill", _fill(self.fill, "AugMix"))
         object.__setattr__(self, "alpha", float(self.alpha))

@@ -14,7 +14,6 @@ Example:
 
 from __future__ import annotations
 
-import enum
 import math
 import numbers
 from dataclasses import dataclass
@@ -23,6 +22,10 @@ from typing import Optional, Sequence, Tuple, Union
 import torch
 
 from fastload import _ext
+from fastload.augment.arguments import (INTERPOLATIONS, PIL_INTERPOLATIONS,  # noqa: F401  (specs' names too)
+                                        interpolation_name, uint8_fill)
+from fastload.augment.autoaugment import SPECS as _AUTOAUGMENT_SPECS
+from fastload.augment.color import SPECS as _COLOR_SPECS
 
 Size = Union[int, Sequence[int]]
 
@@ -36,12 +39,6 @@ def _pair(size: Size, name: str) -> Tuple[int, int]:
     if len(size) != 2 or min(size) <= 0:
         raise ValueError(f"fastload.transforms.{name}: expected a positive int or (height, width), got {size}")
     return size
-
-
-# torchvision's InterpolationMode values, and Pillow's integer constants for them (what
-# torchvision's _interpolation_modes_from_int maps).
-INTERPOLATIONS = ("nearest", "nearest-exact", "bilinear", "bicubic", "box", "hamming", "lanczos")
-PIL_INTERPOLATIONS = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
 
 
 def native_interpolations() -> Tuple[str, ...]:
@@ -66,25 +63,6 @@ def resampling_filter(op) -> str:
     if not op.antialias and op.interpolation == "bilinear":
         return "bilinear_no_antialias"
     return op.interpolation
-
-
-def interpolation_name(value, name: str) -> str:
-    """The interpolation name ("bilinear", ...) of a name, a torchvision InterpolationMode
-    or a Pillow integer constant. Every torchvision mode is accepted; the plan refuses the
-    ones without a native filter (native_interpolations()), so the reason reaches loader.path."""
-    if isinstance(value, enum.Enum):  # torchvision's InterpolationMode is a str Enum
-        value = value.value
-    if isinstance(value, bool) or not isinstance(value, (str, int)):
-        raise TypeError(f"fastload.transforms.{name}: Argument interpolation should be a InterpolationMode or a "
-                        f"corresponding Pillow integer constant, got {value!r}")
-    if isinstance(value, int):
-        if value not in PIL_INTERPOLATIONS:
-            raise ValueError(f"fastload.transforms.{name}: expected a Pillow resampling constant "
-                             f"{sorted(PIL_INTERPOLATIONS)}, got {value}")
-        return PIL_INTERPOLATIONS[value]
-    if value.lower() not in INTERPOLATIONS:
-        raise ValueError(f"fastload.transforms.{name}: expected interpolation in {INTERPOLATIONS}, got {value!r}")
-    return value.lower()
 
 
 @dataclass(frozen=True)
@@ -247,21 +225,6 @@ class RandomCrop:
         return uint8_fill(self.fill, channels)
 
 
-def uint8_fill(fill, channels: int) -> Tuple[int, ...]:
-    """A fill (None, a number or a sequence) as Pillow writes it into a uint8 image of
-    `channels` channels (torchvision's _parse_fill, then int()): one value per channel,
-    clamped to [0, 255]. ValueError (torchvision's message) for a sequence of neither 1 nor
-    `channels` values."""
-    fill = 0 if fill is None else fill
-    fill = tuple(fill) if isinstance(fill, (tuple, list)) else (fill,) * channels
-    if len(fill) == 1:
-        fill = fill * channels
-    elif len(fill) != channels:
-        raise ValueError(f"The number of elements in 'fill' does not match the number of channels of the image "
-                         f"({len(fill)} != {channels})")
-    return tuple(min(max(int(f), 0), 255) for f in fill)
-
-
 @dataclass(frozen=True)
 class GaussianBlur:
     """Gaussian blur of the uint8 image (torchvision.transforms.GaussianBlur on a PIL
@@ -375,9 +338,6 @@ class ToDtype:
 SPECS = (RandomResizedCrop, Resize, CenterCrop, RandomCrop, RandomHorizontalFlip, RandomVerticalFlip, Normalize,
          ToDtype, GaussianBlur)
 
-# The colour specs (augment/color.py) are specs too: a native dataset takes them.
-from fastload.augment.color import SPECS as _COLOR_SPECS  # noqa: E402
-
-from fastload.augment.autoaugment import SPECS as _AUTOAUGMENT_SPECS  # noqa: E402
-
+# The colour specs (augment/color.py) and the automatic augmentations (autoaugment.py) are
+# specs too: a native dataset takes them.
 SPECS = SPECS + _COLOR_SPECS + _AUTOAUGMENT_SPECS

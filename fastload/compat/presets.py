@@ -37,6 +37,8 @@ from typing import Any, List, Optional
 
 import torch
 
+from fastload.compat.mapping import is_torchvision
+
 # What a preset's __call__ must compile to, byte for byte (same interpreter, so the same
 # bytecode; argument names and docstrings do not change it).
 _REFERENCE = compile("def __call__(self, img):\n    return self.transforms(img)\n", "<preset>", "exec")
@@ -92,8 +94,6 @@ def calls_self_transforms(obj: Any) -> bool:
 def parts(transform: Any) -> Optional[List[Any]]:
     """The transforms `transform` applies in order, when it is a wrapper that provably
     just applies them; else None (the transform is a leaf)."""
-    from fastload.compat.torchvision import is_torchvision
-
     if is_torchvision(transform, "Compose"):
         if hooked(transform):
             return None

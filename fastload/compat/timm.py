@@ -31,6 +31,7 @@ from typing import Any, List, Optional
 import torch
 
 from fastload.augment import specs
+from fastload.compat.mapping import NotConvertible, check_output_dtype, interpolation_mode
 
 
 def is_timm(transform: Any) -> bool:
@@ -40,8 +41,6 @@ def is_timm(transform: Any) -> bool:
 def leaf_specs(transform: Any) -> Optional[List[Any]]:
     """fastload specs for one of timm's transforms; None when it is not timm's;
     NotConvertible when it is timm's without a native equivalent."""
-    from fastload.compat.torchvision import NotConvertible, check_output_dtype, interpolation_mode
-
     if not is_timm(transform):
         return None
     name = type(transform).__name__
@@ -70,7 +69,6 @@ def _random_erasing(transform: Any) -> List[Any]:
     = 1) and no splits, torchvision's sampler on (min_area, max_area) and
     exp(log_aspect_ratio), drawn with probability `probability`."""
     from fastload.augment import color
-    from fastload.compat.torchvision import NotConvertible
 
     if getattr(transform, "min_count", 1) != 1 or getattr(transform, "max_count", 1) != 1:
         raise NotConvertible("erases a random number of rectangles (native: one, min_count = max_count = 1)",

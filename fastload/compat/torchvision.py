@@ -35,45 +35,9 @@ import torch
 
 from fastload.augment import autoaugment, color, specs
 from fastload.augment.split import Pipeline, open_wrappers, split_pipeline
-
-
-class NotConvertible(ValueError):
-    """The dataset or a transform has no native equivalent; the message says which.
-
-    Attributes:
-        fix: what the user can change so that it converts ("" when nothing obvious).
-    """
-
-    def __init__(self, message: str, fix: str = ""):
-        super().__init__(message)
-        self.fix = fix
-
-
-_DTYPES = (torch.uint8, torch.float32, torch.float16, torch.bfloat16)
-_DTYPE_FIX = "convert to torch.float32, float16, bfloat16 or uint8 (other dtypes: convert the batch afterwards)"
-
-
-def is_torchvision(obj: Any, *names: str) -> bool:
-    module = type(obj).__module__
-    return module.startswith("torchvision.") and type(obj).__name__ in names
-
-
-def interpolation_mode(transform: Any) -> str:
-    """The resize interpolation of `transform` ("bilinear", ...) if the engine has it, else
-    NotConvertible. antialias=False does not map: torchvision ignores it on PIL images
-    (Pillow always antialiases) and honours it on tensors, and which of the two the
-    transform is given is not known here."""
-    interpolation = getattr(transform, "interpolation", "bilinear")
-    # v1 and v2 keep InterpolationMode enums (value "bilinear"); PIL constants are ints.
-    name = getattr(interpolation, "value", interpolation)
-    name = specs.PIL_INTERPOLATIONS.get(name, name) if isinstance(name, int) else name
-    if not specs.has_native_filter(name):
-        shown = interpolation if hasattr(interpolation, "value") else name  # InterpolationMode.BICUBIC
-        raise NotConvertible(f"uses {shown} interpolation (native: {', '.join(specs.native_interpolations())} only)",
-                             fix="pass interpolation=InterpolationMode.BILINEAR")
-    if getattr(transform, "antialias", True) is False:
-        raise NotConvertible("has antialias=False (native: antialiased only)", fix="pass antialias=True")
-    return name
+from fastload.compat import presets, timm
+from fastload.compat.mapping import (NotConvertible, check_output_dtype,  # noqa: F401  (torchvision's names too)
+                                     interpolation_mode, is_torchvision)
 
 
 def _size(size: Any) -> Any:
@@ -82,16 +46,9 @@ def _size(size: Any) -> Any:
     return size
 
 
-def check_output_dtype(dtype: Any) -> None:
-    if dtype not in _DTYPES:
-        raise NotConvertible(f"outputs {dtype} (native: uint8, float32, float16, bfloat16)", fix=_DTYPE_FIX)
-
-
 def leaf_specs(transform: Any) -> List[Any]:
     """fastload specs for one transform that wraps no others (see flatten), else
     NotConvertible with the reason (no transform name in it) and `fix`."""
-    from fastload.compat import presets, timm
-
     hooked = presets.hooked(transform)
     if hooked:
         raise NotConvertible(hooked, fix="remove the hook, or run the hooked work in the training loop")
@@ -225,8 +182,6 @@ def flatten(transform: Any) -> Tuple[List[Any], List[str]]:
     """(the transforms `transform` applies, in order, wrappers opened; the wrappers'
     names, outermost first). A wrapper is opened only where calling it provably means
     calling its parts in order (compat/presets.py)."""
-    from fastload.compat import presets
-
     if transform is None:
         return [], []
     return open_wrappers(transform, presets.parts)
