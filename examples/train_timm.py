@@ -21,7 +21,6 @@ only iterates the loader (a throughput measurement: benchmarks/frameworks.py).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import tempfile
@@ -30,32 +29,15 @@ import time
 import torch
 import torch.nn.functional as F
 
-
-def make_tiny_folder(root: str, images: int = 16, size=(36, 44)) -> str:
-    """An ImageFolder-layout folder of JPEGs, one image per class (label = sample index)."""
-    from PIL import Image
-
-    generator = torch.Generator().manual_seed(0)
-    for i in range(images):
-        os.makedirs(os.path.join(root, f"c{i:03d}"), exist_ok=True)
-        pixels = (255 * torch.rand(3, *size, generator=generator)).to(torch.uint8)
-        Image.fromarray(pixels.permute(1, 2, 0).numpy()).save(os.path.join(root, f"c{i:03d}", "0.jpg"))
-    return root
+from framework_common import common_parser, tiny_folder_unless
 
 
 def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", help="image folder (class folders; default with --tiny: a generated one)")
-    parser.add_argument("--tiny", action="store_true", help="tiny generated data and model, CPU friendly")
+    parser = common_parser(__doc__, image_size=32, per="process",
+                           work=os.path.join(tempfile.gettempdir(), "fastload-timm-example"))
     parser.add_argument("--model", default=None, help="timm model name (default: test_resnet with --tiny, else resnet18)")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--steps", type=int, default=0, help="stop each epoch after this many steps (0: whole epochs)")
-    parser.add_argument("--batch-size", type=int, default=2, help="per process")
-    parser.add_argument("--image-size", type=int, default=32)
-    parser.add_argument("--workers", type=int, default=0)
-    parser.add_argument("--record", help="write each trained batch's labels to RECORD.rankN (JSON lines)")
-    parser.add_argument("--data-only", action="store_true", help="only iterate the loader, img/s")
-    parser.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "fastload-timm-example"))
     args = parser.parse_args(argv)
     import timm
     import timm.data
@@ -66,12 +48,7 @@ def main(argv=None) -> dict:
     if distributed:
         torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
     rank = torch.distributed.get_rank() if distributed else 0
-    root = args.data or os.path.join(args.work, "data")
-    if args.data is None and rank == 0 and not os.path.isdir(root):
-        make_tiny_folder(root + ".tmp")
-        os.replace(root + ".tmp", root)  # whole, or not there: the other ranks wait for it
-    while not os.path.isdir(root):
-        time.sleep(0.1)
+    root = tiny_folder_unless(args.data, args.work, rank)
 
     dataset = timm.data.create_dataset("", root=root, is_training=True)
     classes = len(dataset.reader.class_to_idx)

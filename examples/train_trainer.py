@@ -23,7 +23,6 @@ training loader (a throughput measurement: benchmarks/frameworks.py).
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -35,19 +34,9 @@ import torch
 import torch.nn.functional as F
 from torchvision import transforms as T
 
+from framework_common import common_parser, tiny_folder_unless
+
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
-
-
-def make_tiny_folder(root: str, images: int = 16, size=(36, 44)) -> str:
-    """An ImageFolder-layout folder of JPEGs, one image per class (label = sample index)."""
-    from PIL import Image
-
-    generator = torch.Generator().manual_seed(0)
-    for i in range(images):
-        os.makedirs(os.path.join(root, f"c{i:03d}"), exist_ok=True)
-        pixels = (255 * torch.rand(3, *size, generator=generator)).to(torch.uint8)
-        Image.fromarray(pixels.permute(1, 2, 0).numpy()).save(os.path.join(root, f"c{i:03d}", "0.jpg"))
-    return root
 
 
 def image_dataset(root: str, size: int, cache: str):
@@ -104,30 +93,17 @@ def model_for(classes: int, recorder: Recorder, tiny: bool):
 
 
 def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", help="ImageFolder root (default with --tiny: a generated one)")
-    parser.add_argument("--tiny", action="store_true", help="tiny generated data and model, CPU friendly")
+    parser = common_parser(__doc__, image_size=16, per="device",
+                           work=os.path.join(tempfile.gettempdir(), "fastload-trainer-example"))
     parser.add_argument("--steps", type=int, default=12, help="optimizer steps (max_steps)")
     parser.add_argument("--save-steps", type=int, default=3)
     parser.add_argument("--resume", action="store_true", help="resume from --resume-step's checkpoint, compare")
     parser.add_argument("--resume-step", type=int, default=6)
-    parser.add_argument("--batch-size", type=int, default=2, help="per device")
-    parser.add_argument("--image-size", type=int, default=16)
-    parser.add_argument("--workers", type=int, default=0)
-    parser.add_argument("--record", help="write each trained batch to RECORD.rankN (JSON lines)")
-    parser.add_argument("--data-only", action="store_true", help="only iterate the training loader, img/s")
-    parser.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "fastload-trainer-example"),
-                        help="where --tiny data, the datasets cache and the checkpoints go")
     args = parser.parse_args(argv)
     import transformers
 
     rank = int(os.environ.get("RANK", "0"))
-    root = args.data or os.path.join(args.work, "data")
-    if args.data is None and rank == 0 and not os.path.isdir(root):
-        make_tiny_folder(root + ".tmp")
-        os.replace(root + ".tmp", root)  # whole, or not there: the other ranks wait for it
-    while not os.path.isdir(root):
-        time.sleep(0.1)
+    root = tiny_folder_unless(args.data, args.work, rank)
     dataset = image_dataset(root, args.image_size, os.path.join(args.work, f"hf-cache-{rank}"))
     recorder = Recorder()
     model = model_for(dataset.features["label"].num_classes, recorder, args.tiny)

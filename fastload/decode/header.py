@@ -44,6 +44,8 @@ from typing import Callable, NamedTuple, Optional
 # what lies past them is read where the markers point (a JPEG's header is ~1 KB without
 # an EXIF thumbnail: 4 KB covers most files in one read).
 HEAD_BYTES = 4096
+# What a PNG file starts with (its signature), the one check of it.
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # The orientations PIL.ImageOps.exif_transpose turns an image by (1: as stored). A dict
 # lookup, as exif_transpose's, so any value PIL would match (6, 6.0) is matched alike.
 _ORIENTATIONS = {k: k for k in range(1, 9)}
@@ -221,7 +223,7 @@ def image_header(read: Read, size: int, head: bytes = b"", others: bool = True) 
     try:
         if magic[:2] == b"\xff\xd8":
             return jpeg_header(read, head)
-        if magic == b"\x89PNG\r\n\x1a\n":
+        if magic == PNG_SIGNATURE:
             return png_header(read, size)
     except (struct.error, IndexError, ValueError):
         return None

@@ -29,6 +29,7 @@ import torch
 
 from fastload import _contract as contract
 from fastload import _ext
+from fastload.decode.header import PNG_SIGNATURE
 
 
 def looks_like_jpeg(data: torch.Tensor) -> bool:
@@ -37,8 +38,8 @@ def looks_like_jpeg(data: torch.Tensor) -> bool:
 
 
 def looks_like_png(data: torch.Tensor) -> bool:
-    """True when uint8 `data` starts with the PNG signature."""
-    return data.numel() >= 8 and data[:8].tolist() == [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A]
+    """True when uint8 `data` starts with the PNG signature (header.PNG_SIGNATURE)."""
+    return data.numel() >= len(PNG_SIGNATURE) and bytes(data[:len(PNG_SIGNATURE)].tolist()) == PNG_SIGNATURE
 
 
 def nvjpeg_decode(datas: List[torch.Tensor], channels: int, device: torch.device, max_pixels: int

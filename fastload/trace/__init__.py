@@ -28,20 +28,14 @@ new epoch), `run_like_torch`, `attach` (told when the path bytes move), `start_f
 `close`. An adapter that locates its samples itself (Hugging Face) derives from
 `LazyTrace` and overrides how rows are traced.
 
-Example:
-    >>> import os, tempfile, torch
-    >>> from PIL import Image
+Example (Photos: a user's dataset, fastload/trace/doc_dataset.py):
     >>> from torchvision import transforms as T
-    >>> path = os.path.join(tempfile.mkdtemp(), "a.jpg"); Image.new("RGB", (8, 8)).save(path)
-    >>> class Photos(torch.utils.data.Dataset):
-    ...     def __init__(self, transform): self.transform = transform
-    ...     def __len__(self): return 1
-    ...     def __getitem__(self, i): return self.transform(Image.open(path).convert("RGB")), 7
-    >>> photos = Photos(T.ToTensor())
+    >>> from fastload.trace.doc_dataset import Photos
+    >>> photos = Photos(T.ToTensor(), length=10)
     >>> with tracing_patches(photos):
-    ...     call, sample = record(photos, 0)
+    ...     call, sample = record(photos, 7)
     >>> traced = sample_of_call(photos, call, sample)
-    >>> traced.path == path, traced.template
+    >>> traced.path == photos.path, traced.template
     (True, (<image>, 7))
 """
 

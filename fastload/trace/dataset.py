@@ -70,23 +70,18 @@ A trace is an `__getitem__` call without decoding (no file is opened by path, a
 file opened with `open(path, "rb")` is opened and closed): about 15 us per sample on a
 quiet machine against ~1 ms for a decode (benchmarks/trace_lazy.py, benchmarks/RESULTS.md).
 
-Example:
-    >>> import os, tempfile, torch
+Example (Photos: a user's dataset, fastload/trace/doc_dataset.py):
     >>> from PIL import Image
     >>> from torchvision import transforms as T
     >>> from fastload.adapters import analyse
-    >>> path = os.path.join(tempfile.mkdtemp(), "a.jpg"); Image.new("RGB", (8, 8)).save(path)
-    >>> class Photos(torch.utils.data.Dataset):
-    ...     def __init__(self, transform): self.transform = transform
-    ...     def __len__(self): return 1
-    ...     def __getitem__(self, i): return self.transform(Image.open(path).convert("RGB")), 7
-    >>> photos = Photos(T.Compose([T.CenterCrop(4), T.ToTensor()]))
+    >>> from fastload.trace.doc_dataset import Photos
+    >>> photos = Photos(T.Compose([T.CenterCrop(4), T.ToTensor()]), length=1)
     >>> analysis = analyse(photos)
     >>> analysis.trace.prepare([0])  # (what the loader does as each epoch reaches the index)
     >>> analysis.chain, analysis.index.labels.tolist(), [type(s).__name__ for s in analysis.pipeline.native]
-    ('traced Photos.__getitem__', [7], ['CenterCrop', 'ToDtype'])
+    ('traced Photos.__getitem__', [0], ['CenterCrop', 'ToDtype'])
     >>> class Peeks(Photos):
-    ...     def __getitem__(self, i): return self.transform(Image.open(path).convert("RGB").crop((0, 0, 4, 4))), 7
+    ...     def __getitem__(self, i): return self.transform(Image.open(self.path).convert("RGB").crop((0, 0, 4, 4))), 7
     >>> analyse(Peeks(T.ToTensor())).reasons[0]
     "Peeks.__getitem__ (traced, index 0): uses the image's .crop before a transform ... at <doctest ...>:2"
 """

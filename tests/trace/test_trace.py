@@ -8,7 +8,6 @@ that switch itself."""
 from __future__ import annotations
 
 import csv
-import inspect
 import io
 import os
 import random
@@ -20,26 +19,15 @@ from PIL import Image
 from torch.utils.data import DataLoader as TorchLoader, Dataset, Subset
 
 import fastload
-from fastload import _ext
 from fastload.adapters import analyse
+from trace_helpers import EVAL_ATOL, MEAN, STD, eval_v1, line_of, needs_ops
 
 torchvision = pytest.importorskip("torchvision")
 from torchvision import transforms as T  # noqa: E402
 from torchvision.datasets import ImageFolder  # noqa: E402
 from torchvision.transforms import v2  # noqa: E402
 
-needs_ops = pytest.mark.skipif(not _ext.has_ops(), reason="fastload._C is not built")
 pytestmark = pytest.mark.timeout(300)
-
-MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-# Native vs torchvision + PIL, same crop: two uint8 levels of resize rounding, through
-# ToTensor and Normalize's 1/std (as tests/test_hybrid.py).
-EVAL_ATOL = 2.5 / 255 / min(STD)
-HERE = os.path.basename(__file__)
-
-
-def eval_v1():
-    return T.Compose([T.Resize(40), T.CenterCrop(32), T.ToTensor(), T.Normalize(MEAN, STD)])
 
 
 def train_v1():
@@ -59,12 +47,6 @@ def train_v2():
 @pytest.fixture(scope="module")
 def root(make_image_folder):
     return make_image_folder(classes=3, per_class=4)
-
-
-def line_of(function, text):
-    """file:line of the first line of `function` that contains `text`."""
-    lines, first = inspect.getsourcelines(function)
-    return f"{HERE}:{first + next(k for k, line in enumerate(lines) if text in line)}"
 
 
 # ---- the shapes ----------------------------------------------------------------------------

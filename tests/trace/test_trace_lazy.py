@@ -19,24 +19,17 @@ from PIL import Image
 from torch.utils.data import DataLoader as TorchLoader, Dataset
 
 import fastload
-from fastload import _ext
 from fastload.trace import PROBES, probe
 from jpeg_samples import write_image_folder
 from resume_helpers import check_resume_at_every_position
+from trace_helpers import EVAL_ATOL, eval_v1, needs_ops
 
 torchvision = pytest.importorskip("torchvision")
 from torchvision import transforms as T  # noqa: E402
 
-needs_ops = pytest.mark.skipif(not _ext.has_ops(), reason="fastload._C is not built")
 pytestmark = pytest.mark.timeout(300)
 
-MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-EVAL_ATOL = 2.5 / 255 / min(STD)  # as tests/trace/test_trace.py: two uint8 levels of resize rounding
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
-
-
-def eval_v1():
-    return T.Compose([T.Resize(40), T.CenterCrop(32), T.ToTensor(), T.Normalize(MEAN, STD)])
 
 
 @pytest.fixture(scope="module")

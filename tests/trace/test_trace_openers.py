@@ -5,9 +5,7 @@ file:line."""
 
 from __future__ import annotations
 
-import inspect
 import io
-import os
 import pathlib
 
 import numpy as np
@@ -17,46 +15,21 @@ from PIL import Image
 from torch.utils.data import DataLoader as TorchLoader, Dataset
 
 import fastload
-from fastload import _ext
 from fastload.adapters import analyse
-from jpeg_samples import encode, photo, write_image_folder
+from jpeg_samples import encode, photo
+from trace_helpers import EVAL_ATOL, MEAN, STD, assert_same_batches, eval_v1, line_of, needs_ops
 
 torchvision = pytest.importorskip("torchvision")
-from torchvision import transforms as T  # noqa: E402
 from torchvision.datasets import ImageFolder  # noqa: E402
 from torchvision.io import ImageReadMode, decode_image, decode_jpeg, read_file, read_image  # noqa: E402
 from torchvision.transforms import v2  # noqa: E402
 
-needs_ops = pytest.mark.skipif(not _ext.has_ops(), reason="fastload._C is not built")
 pytestmark = pytest.mark.timeout(300)
-
-MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-# Native vs torchvision, same crop: two uint8 levels of resize rounding, through
-# Normalize's 1/std (as tests/trace/test_trace.py).
-EVAL_ATOL = 2.5 / 255 / min(STD)
-HERE = os.path.basename(__file__)
-
-
-def line_of(function, text):
-    lines, first = inspect.getsourcelines(function)
-    return f"{HERE}:{first + next(k for k, line in enumerate(lines) if text in line)}"
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory):
-    root = tmp_path_factory.mktemp("openers")
-    write_image_folder(root, classes=3, per_class=4)
-    return str(root)
-
-
-def assert_same_batches(ours, theirs, *, atol=None):
-    assert len(ours) == len(theirs)
-    for (images, labels), (want_images, want_labels) in zip(ours, theirs):
-        assert (images.dtype, images.shape) == (want_images.dtype, want_images.shape)
-        assert labels.dtype == want_labels.dtype and torch.equal(labels, want_labels)
-        if atol is not None:
-            assert torch.allclose(images.float(), want_images.float(), atol=atol), \
-                (images.float() - want_images.float()).abs().max()
+def root(make_image_folder):
+    return make_image_folder(classes=3, per_class=4)
 
 
 class Samples(Dataset):
@@ -131,16 +104,12 @@ class PathBytes(Samples):
         return self.transform(Image.open(io.BytesIO(pathlib.Path(path).read_bytes())).convert("RGB")), label
 
 
-def v1_eval():
-    return T.Compose([T.Resize(40), T.CenterCrop(32), T.ToTensor(), T.Normalize(MEAN, STD)])
-
-
 @needs_ops
 @pytest.mark.parametrize("cls", [ReadBytes, PathBytes])
 def test_bytes_read_from_the_file_run_natively(cls, root):
-    loader = fastload.DataLoader(cls(root, v1_eval()), batch_size=5)
+    loader = fastload.DataLoader(cls(root, eval_v1()), batch_size=5)
     assert loader.path.startswith(f"native: traced {cls.__name__}.__getitem__ [Resize -> CenterCrop"), loader.path
-    assert_same_batches(list(loader), list(TorchLoader(cls(root, v1_eval()), batch_size=5)), atol=EVAL_ATOL)
+    assert_same_batches(list(loader), list(TorchLoader(cls(root, eval_v1()), batch_size=5)), atol=EVAL_ATOL)
 
 
 def test_other_files_opened_rb_in_getitem_are_read_for_real(root, tmp_path):
@@ -156,7 +125,7 @@ def test_other_files_opened_rb_in_getitem_are_read_for_real(root, tmp_path):
                 head = f.read(2)  # a partial read of the image file: the real file
             return self.transform(Image.open(path).convert("RGB")), label + extra + head[0] - 0xFF
 
-    dataset = WithSidecar(root, v1_eval())
+    dataset = WithSidecar(root, eval_v1())
     analysis = analyse(dataset)
     assert analysis.chain == "traced WithSidecar.__getitem__", analysis.reasons
     analysis.trace.prepare(range(len(dataset)))  # (each index traced as the loader reaches it)
@@ -318,7 +287,7 @@ FALLBACKS = [  # (dataset, transform, text of the reported line, reason)
                  id="ArraySliced"),
     pytest.param(PilToAlbumentations, albu, "image=Image.open(path)", "passes a PIL image to albumentations' Compose",
                  marks=needs_cv2, id="PilToAlbumentations"),
-    pytest.param(ArrayToTorchvision, v1_eval, "self.transform(cv2.cvtColor", "passes a numpy array (cv2.imread's, "
+    pytest.param(ArrayToTorchvision, eval_v1, "self.transform(cv2.cvtColor", "passes a numpy array (cv2.imread's, "
                  "np.array(image)) to Compose", marks=needs_cv2, id="ArrayToTorchvision"),
     pytest.param(ArrayNotConverted, albu, "np.array(Image.open(path))", "calls np.array on the image without "
                  ".convert('RGB')", id="ArrayNotConverted"),
@@ -328,11 +297,11 @@ FALLBACKS = [  # (dataset, transform, text of the reported line, reason)
                  id="ReturnsArray"),
     pytest.param(GrayModeTensor, v2_train, "ImageReadMode.GRAY", "calls read_image with mode=ImageReadMode.GRAY",
                  id="GrayModeTensor"),
-    pytest.param(TensorToToTensor, v1_eval, "self.transform(read_image", "whose ToTensor takes PIL images",
+    pytest.param(TensorToToTensor, eval_v1, "self.transform(read_image", "whose ToTensor takes PIL images",
                  id="TensorToToTensor"),
-    pytest.param(BytesPeeked, v1_eval, 'data[:2] == b"\\xff\\xd8"', "indexes the bytes read from an image file",
+    pytest.param(BytesPeeked, eval_v1, 'data[:2] == b"\\xff\\xd8"', "indexes the bytes read from an image file",
                  id="BytesPeeked"),
-    pytest.param(InMemory, v1_eval, "io.BytesIO(self.blobs[i])", "opens an image from a BytesIO", id="InMemory"),
+    pytest.param(InMemory, eval_v1, "io.BytesIO(self.blobs[i])", "opens an image from a BytesIO", id="InMemory"),
 ]
 
 

@@ -15,17 +15,14 @@ from PIL import Image
 from torch.utils.data import DataLoader as TorchLoader, Dataset
 
 import fastload
-from fastload import _ext
 from fastload.trace import probe_indexes
 from jpeg_samples import write_image_folder
+from trace_helpers import EVAL_ATOL, MEAN, STD, needs_ops
 
 torchvision = pytest.importorskip("torchvision")
 from torchvision import transforms as T  # noqa: E402
 
-pytestmark = [pytest.mark.skipif(not _ext.has_ops(), reason="fastload._C is not built"), pytest.mark.timeout(300)]
-
-MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-EVAL_ATOL = 2.5 / 255 / min(STD)  # as tests/trace/test_trace.py: two uint8 levels of resize rounding
+pytestmark = [needs_ops, pytest.mark.timeout(300)]
 
 
 @pytest.fixture(scope="module")
