@@ -1,4 +1,4 @@
-"""Plain-PyTorch (and PIL) twins of the native ops, same signatures as fastload/_ops.py.
+"""Plain-PyTorch (and PIL) twins of the native ops, same signatures as fastload._ops.
 
 What they are for: the ground truth of the kernel tests and benchmarks, and the pixel path
 of the generic loader, which must give what the native path gives. Written to be
