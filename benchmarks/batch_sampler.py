@@ -22,20 +22,17 @@ import time
 
 import torch
 
-
-def _cpu() -> float:
-    t = os.times()
-    return t.user + t.system + t.children_user + t.children_system
+from timing import cpu_seconds
 
 
 def one_pass(make_loader, dataset, images: int, workers: int, seed: int):
     subset = torch.utils.data.Subset(dataset, range(min(images, len(dataset))))
     sampler = torch.utils.data.RandomSampler(subset, generator=torch.Generator().manual_seed(seed))
     loader = make_loader(subset, batch_sampler=torch.utils.data.BatchSampler(sampler, 64, False), num_workers=workers)
-    wall, cpu = time.perf_counter(), _cpu()
+    wall, cpu = time.perf_counter(), cpu_seconds()
     count = sum(len(batch[1]) for batch in loader)
     del loader  # (its workers are joined and reaped: their CPU counts)
-    return time.perf_counter() - wall, _cpu() - cpu, count
+    return time.perf_counter() - wall, cpu_seconds() - cpu, count
 
 
 def main() -> None:

@@ -51,6 +51,8 @@ from typing import Any, Dict, List
 import torch
 import torch.nn as nn
 
+from timing import cpu_seconds
+
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 FRAMEWORKS = ("accelerate", "trainer", "timm", "lightning")
 SIZE = 224
@@ -101,17 +103,11 @@ def _loader_path(loader: Any) -> str:
     return getattr(base, "path", "torch: " + type(base).__module__ + "." + type(base).__name__)
 
 
-def _cpu_s() -> float:
-    """CPU seconds of this process and its reaped children (a torch loader's workers)."""
-    t = os.times()
-    return t.user + t.system + t.children_user + t.children_system
-
-
 def _data_only(make_loader: Any, images: int) -> Dict[str, float]:
     """img/s over `images` images after the first batch (worker start-up and tracing out),
     and CPU ms per image of the whole pass from building the loader, its workers' included
     (reaped when the loader and its iterator go: timm's are persistent)."""
-    cpu = _cpu_s()
+    cpu = cpu_seconds()
     loader = make_loader()
     it = iter(loader)
     first = next(it)
@@ -124,7 +120,7 @@ def _data_only(make_loader: Any, images: int) -> Dict[str, float]:
     rate = seen / (time.perf_counter() - start)
     del it, first, batch, loader
     gc.collect()
-    return {"img_s": rate, "cpu_ms": 1000 * (_cpu_s() - cpu) / (total + seen)}
+    return {"img_s": rate, "cpu_ms": 1000 * (cpu_seconds() - cpu) / (total + seen)}
 
 
 def child_accelerate(args) -> Dict[str, Any]:

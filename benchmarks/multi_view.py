@@ -41,12 +41,9 @@ from typing import Callable, Dict, List, Tuple
 
 import torch
 
+from timing import cpu_seconds
+
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
-
-
-def _cpu() -> float:
-    t = os.times()
-    return t.user + t.system + t.children_user + t.children_system
 
 
 def recipes() -> Dict[str, List]:
@@ -103,12 +100,12 @@ class TwoCropFiles(torch.utils.data.Dataset):
 
 
 def one_pass(make: Callable[[], List], images: int) -> Tuple[float, float, int]:
-    wall, cpu = time.perf_counter(), _cpu()
+    wall, cpu = time.perf_counter(), cpu_seconds()
     count = 0
     for loader in make():
         count += sum(len(batch[1]) for batch in loader)
         del loader  # its workers are joined and reaped: their CPU counts
-    return time.perf_counter() - wall, _cpu() - cpu, count
+    return time.perf_counter() - wall, cpu_seconds() - cpu, count
 
 
 def traced_contenders(root: str, views: List, images: int, workers: int, batch: int) -> Dict[str, Callable]:
