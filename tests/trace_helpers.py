@@ -15,9 +15,10 @@ from fastload import _ext
 needs_ops = pytest.mark.skipif(not _ext.has_ops(), reason="fastload._C is not built")
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-# Native vs torchvision + PIL, same crop: two uint8 levels of resize rounding, through
-# ToTensor and Normalize's 1/std (as tests/test_hybrid.py).
-EVAL_ATOL = 2.5 / 255 / min(STD)
+# Native vs torchvision + PIL, same crop: two uint8 levels of resize rounding (values in
+# [0, 1] after ToTensor), and the same through Normalize's 1/std (as tests/test_hybrid.py).
+RESIZE_ATOL = 2.5 / 255
+EVAL_ATOL = RESIZE_ATOL / min(STD)
 
 
 def eval_v1():
@@ -45,3 +46,20 @@ def assert_same_batches(ours, theirs, *, atol=None):
         if atol is not None:
             assert torch.allclose(images.float(), want_images.float(), atol=atol), \
                 (images.float() - want_images.float()).abs().max()
+
+
+def assert_same_structure(ours, theirs):
+    """The same nesting of dicts (same keys, in order), lists and tuples, with tensors of
+    the same dtypes and shapes at the leaves."""
+    assert type(ours) is type(theirs), (type(ours), type(theirs))
+    if isinstance(theirs, dict):
+        assert list(ours) == list(theirs)
+        for key in theirs:
+            assert_same_structure(ours[key], theirs[key])
+    elif isinstance(theirs, (list, tuple)):
+        assert len(ours) == len(theirs)
+        for a, b in zip(ours, theirs):
+            assert_same_structure(a, b)
+    else:
+        assert isinstance(theirs, torch.Tensor)
+        assert (ours.dtype, ours.shape) == (theirs.dtype, theirs.shape)

@@ -21,6 +21,7 @@ import fastload
 import jpeg_samples as js
 from fastload import _ext
 from resume_helpers import batches_equal, check_resume_at_every_position
+from trace_helpers import assert_same_structure
 
 datasets = pytest.importorskip("datasets", reason="the Hugging Face datasets package is not installed (optional)")
 torchvision = pytest.importorskip("torchvision")
@@ -104,17 +105,6 @@ def saved(root, paths):
     if not os.path.exists(where):
         embedded(paths).save_to_disk(where)
     return datasets.load_from_disk(where)
-
-
-def assert_same_structure(ours, theirs):
-    assert type(ours) is type(theirs), (type(ours), type(theirs))
-    if isinstance(theirs, dict):
-        assert list(ours) == list(theirs)
-        for key in theirs:
-            assert_same_structure(ours[key], theirs[key])
-    else:
-        assert isinstance(theirs, torch.Tensor)
-        assert (ours.dtype, ours.shape) == (theirs.dtype, theirs.shape)
 
 
 @pytest.mark.parametrize("shape", [keeps_columns, new_dict])

@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader as TorchLoader, Dataset, Subset
 
 import fastload
 from fastload.adapters import analyse
-from trace_helpers import EVAL_ATOL, MEAN, STD, eval_v1, line_of, needs_ops
+from trace_helpers import EVAL_ATOL, MEAN, STD, assert_same_structure, eval_v1, line_of, needs_ops
 
 torchvision = pytest.importorskip("torchvision")
 from torchvision import transforms as T  # noqa: E402
@@ -151,21 +151,6 @@ SHAPES = {
 }
 CLASS = {"own": "OwnDataset", "csv": "CsvDataset", "dict": "DictDataset", "loader": "ImageFolder",
          "wrapper": "Wrapper"}
-
-
-def assert_same_structure(ours, theirs):
-    assert type(ours) is type(theirs), (type(ours), type(theirs))
-    if isinstance(theirs, dict):
-        assert list(ours) == list(theirs)
-        for key in theirs:
-            assert_same_structure(ours[key], theirs[key])
-    elif isinstance(theirs, (list, tuple)):
-        assert len(ours) == len(theirs)
-        for a, b in zip(ours, theirs):
-            assert_same_structure(a, b)
-    else:
-        assert isinstance(theirs, torch.Tensor)
-        assert (ours.dtype, ours.shape) == (theirs.dtype, theirs.shape)
 
 
 def images_and_rest(batch):

@@ -18,15 +18,14 @@ import torch
 from torch.utils.data import DataLoader as TorchLoader
 
 import fastload
-from fastload import _ext
+from trace_helpers import RESIZE_ATOL, needs_ops
 
 torchvision = pytest.importorskip("torchvision")
 
 import epoch_datasets as shapes  # noqa: E402
 
-needs_ops = pytest.mark.skipif(not _ext.has_ops(), reason="fastload._C is not built")
 pytestmark = pytest.mark.timeout(300)
-ATOL = 2.5 / 255  # two uint8 levels of resize rounding (values in [0, 1])
+ATOL = RESIZE_ATOL
 
 
 @pytest.fixture(scope="module")
