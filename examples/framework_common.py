@@ -54,5 +54,5 @@ def common_parser(doc: str, *, image_size: int, per: str, work: str) -> argparse
     parser.add_argument("--workers", type=int, default=0)
     parser.add_argument("--record", help="write what each trained batch held to RECORD.rankN (JSON lines)")
     parser.add_argument("--data-only", action="store_true", help="only iterate the training loader, img/s")
-    parser.add_argument("--work", default=work, help="where the --tiny data (and the script's caches) go")
+    parser.add_argument("--work", default=work, help="where the --tiny data, caches and checkpoints go")
     return parser

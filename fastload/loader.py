@@ -148,7 +148,10 @@ class DataLoader(TorchDataLoader[T_co], Rebuildable):  # torch's class, also aft
         device: None or "cpu" (like torch) or "cuda[:N]": batches copied ahead on a side stream.
         dtype, memory_format: floating tensors' dtype, 4-D tensors' layout, set on the device.
         prefetch_to_device: batches copied to the device ahead of the loop (>= 1, default 2).
-        accelerate: "auto", True (the engine, or a ValueError saying why not) or False.
+        accelerate: "auto"; True requires the engine: the native path or the hybrid path (a
+            ValueError saying why not); False: the generic path. loader.path says which ran:
+            "native: <dataset> [<transforms>], ...", "hybrid: native [<prefix>] + python
+            [<tail>], ...; not native: <blockers>" or "generic: <why not>".
         decode_on: where the native path decodes JPEGs: "auto", "cpu", "cpu+gpu" or "gpu".
         on_error: "raise" or "skip" (a bad sample replaced by the next readable one, counted).
         distributed: "auto", True or False; uneven: "pad", "drop" or "exact" (DDP ranks).
