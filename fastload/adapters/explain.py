@@ -88,6 +88,9 @@ def explain(dataset: Any) -> Explanation:
     pipeline = analysis.pipeline
     if pipeline is not None:
         lines.append(f"{_INDENT}native prefix: {_arrow(pipeline.native)}")
+        # (fastload's own datasets keep their outputs; a traced one's are in its analysis)
+        lines += _outputs_lines(analysis.outputs or (getattr(dataset, "outputs", None) if analysis.native_dataset
+                                                     else None))
         if pipeline.tail:
             lines.append(f"{_INDENT}python tail:   {_arrow(pipeline.tail)}")
             lines.append(f"{_INDENT}blockers in the tail:")
@@ -150,6 +153,25 @@ def explain(dataset: Any) -> Explanation:
                   "native path)"
     lines.append(f"{_INDENT}verdict: {verdict}")
     return Explanation("\n".join(lines))
+
+
+def _outputs_lines(outputs: Any) -> List[str]:
+    """What a sample makes beyond image view 0 (the native prefix above): one line per image
+    view (consecutive views alike named once: DINO's local crops), one per mask."""
+    if outputs is None:
+        return []
+    lines, views, v = [], outputs.views, 1
+    while v < len(views):
+        last = v
+        while last + 1 < len(views) and views[last + 1] == views[v]:
+            last += 1
+        lines.append(f"{_INDENT}{f'views {v}-{last}' if last > v else f'view {v}'} (from the same decode): "
+                     f"{_arrow(views[v])}")
+        v = last + 1
+    for mask in outputs.masks:
+        lines.append(f"{_INDENT}mask: view {mask.follows}'s geometry, {mask.sampling} nearest, fill {mask.fill}, "
+                     f"{str(mask.dtype).replace('torch.', '')}")
+    return lines
 
 
 def _shape_of(template: Any) -> str:

@@ -74,7 +74,7 @@ class FolderAdapter(Adapter):
         if joint is not None and type(joint).__name__ != "StandardTransform":
             out.refuse(f"{name} has joint (image, target) transforms", "pass transform= and target_transform=")
         if out.reasons:
-            return traced(dataset, out, wrapped)
+            return traced(dataset, out)
         try:
             paths = [os.fspath(path) for path, _ in dataset.samples]
             labels = [label for _, label in dataset.samples]

@@ -25,10 +25,10 @@ OWN_DATASET_FIX = ("subclass torchvision.datasets.DatasetFolder/ImageFolder with
                    "or use fastload.FileList(paths, labels, transforms=...)")
 
 
-def traced(dataset: Any, out: Analysis, wrapped: bool) -> Analysis:
+def traced(dataset: Any, out: Analysis) -> Analysis:
     """`out` (the analysis of a dataset not recognised, with its reasons), or what running
     its own `__getitem__` under the tracer shows."""
-    return trace_dataset(dataset, out, wrapped=wrapped)
+    return trace_dataset(dataset, out)
 
 
 class TracedAdapter(Adapter):
@@ -54,4 +54,4 @@ class TracedAdapter(Adapter):
         if transform is not None:
             out.transform, out.pipeline = transform, split_transform(transform, to_run=True)
             out.wrappers = flatten(transform)[1]
-        return traced(dataset, out, wrapped)
+        return traced(dataset, out)

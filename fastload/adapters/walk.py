@@ -69,6 +69,7 @@ def _subset(dataset: Subset, depth: int) -> Analysis:
     inner = analyse(dataset.dataset, depth + 1)
     out = Analysis(f"{name} -> {inner.chain}", list(inner.reasons), list(inner.fixes), inner.index, inner.pipeline,
                    inner.target_transform, inner.transform, inner.wrappers)
+    out.outputs = inner.outputs  # (several image views: the wrapper's batches have them too)
     if not same_methods(type(dataset), Subset, "__getitem__", "__getitems__", "__len__"):
         return out.refuse(f"{name} overrides Subset's __getitem__/__getitems__/__len__",
                           "use torch.utils.data.Subset itself")
@@ -114,8 +115,8 @@ def _concat(dataset: ConcatDataset, depth: int) -> Analysis:
     if not parts:
         return out.refuse(f"{name} has no parts")
     first = parts[0]
-    out.pipeline, out.target_transform, out.transform, out.wrappers = \
-        first.pipeline, first.target_transform, first.transform, first.wrappers
+    out.pipeline, out.target_transform, out.transform, out.wrappers, out.outputs = \
+        first.pipeline, first.target_transform, first.transform, first.wrappers, first.outputs
     for position, part in enumerate(parts[1:], start=1):
         if not _same_pipeline(first, part):
             out.refuse(f"part {position} has other transforms than part 0 "

@@ -111,7 +111,7 @@ def _map_style(dataset: Any) -> bool:
     return True
 
 
-def trace_dataset(dataset: Any, refused: Analysis, *, wrapped: bool) -> Analysis:
+def trace_dataset(dataset: Any, refused: Analysis) -> Analysis:
     """The analysis of a dataset the compat layer does not recognise (`refused`, with its
     reasons), learnt from its own `__getitem__`: an Analysis with a `trace` when the trace sees
     through it; else `refused` with the trace's reason and the user's file:line (for a
@@ -120,8 +120,8 @@ def trace_dataset(dataset: Any, refused: Analysis, *, wrapped: bool) -> Analysis
 
     Up front, index 0 (twice) and a few indexes spread over the dataset are traced
     (fastload.trace.lazy); the rest as the loader reaches them, also inside a
-    Subset or ConcatDataset (`wrapped`: the wrapper takes its indexes through a LazyView,
-    fastload.trace.views)."""
+    Subset or ConcatDataset (the wrapper takes its indexes, and their samples' templates,
+    through a LazyView: fastload.trace.views)."""
     if not enabled() or not _map_style(dataset):
         return refused
     name = type(dataset).__name__
@@ -138,7 +138,7 @@ def trace_dataset(dataset: Any, refused: Analysis, *, wrapped: bool) -> Analysis
         out = Analysis(refused.chain, transform=refused.transform, pipeline=refused.pipeline,
                        wrappers=list(refused.wrappers))
         return out.refuse(reason, REFUSAL_FIX)
-    return _analysis(dataset, result, wrapped)
+    return _analysis(dataset, result)
 
 
 def _views_not_native(transforms: Any, out: Analysis) -> str:
@@ -157,7 +157,7 @@ def _views_not_native(transforms: Any, out: Analysis) -> str:
     return ""
 
 
-def _analysis(dataset: Any, traced: LazyTrace, wrapped: bool) -> Analysis:
+def _analysis(dataset: Any, traced: LazyTrace) -> Analysis:
     """The Analysis of a dataset whose probes traced (traced: a LazyTrace)."""
     name = type(dataset).__name__
     out = Analysis(f"traced {name}.__getitem__")
@@ -170,11 +170,7 @@ def _analysis(dataset: Any, traced: LazyTrace, wrapped: bool) -> Analysis:
             return out.refuse(f"{name}.__getitem__ (traced, index 0): {why} at {where_defined(dataset)}",
                               "make every view's transforms ones fastload runs natively (fastload.explain "
                               "lists them)")
-    if not wrapped or traced.simple:
-        # (inside a Subset or ConcatDataset, the wrapper takes this index's rows lazily:
-        # fastload.trace.views)
-        out.index, out.rebuild = traced.index, traced
-        return out
-    return out.refuse(f"{name}.__getitem__ (traced) returns {shape_text(traced.first.template)}: samples other than "
-                      "(image, int label) are rebuilt only for the loader's own dataset, not inside a Subset or "
-                      "ConcatDataset", "pass the dataset itself, or return (image, int label)")
+    # (inside a Subset or ConcatDataset the wrapper takes this index's rows lazily, each
+    # sample's template with them: fastload.trace.views)
+    out.index, out.rebuild = traced.index, traced
+    return out

@@ -239,4 +239,6 @@ def shape_text(template: Any) -> str:
     if isinstance(template, (tuple, list)):
         inner = ", ".join(shape_text(v) for v in template)
         return f"({inner})" if isinstance(template, tuple) else f"[{inner}]"
-    return "image" if template is SLOT else type(template).__name__
+    if isinstance(template, Slot):
+        return "image" if template.view == 0 else f"view {template.view}"
+    return type(template).__name__

@@ -13,8 +13,10 @@ So a wrapper costs at construction what its datasets' probes cost (index 0 twice
 spread indexes each, undone), whatever its length; at each later iter() the wrapper is
 analysed anew (its map may change with the datasets it wraps), as cheaply. A ConcatDataset mixing a traced dataset with
 one fastload recognises otherwise (a torchvision ImageFolder, ...) traces its traced
-parts completely instead (`eager`), as every wrapper did before. Samples other than
-(image, int label) are rebuilt only for the loader's own dataset, not inside a wrapper.
+parts completely instead (`eager`), as every wrapper did before. A sample of another
+structure (a dict, several image views, extra tensors) is rebuilt from its own template
+inside a wrapper as in the loader's own dataset: the view keeps each outer index's template,
+and the parts of a ConcatDataset must return one structure (torch's collate needs it too).
 
 Example (Photos: a user's dataset of 1000 samples, labels i % 10, counting its calls):
     >>> import torch
@@ -61,7 +63,7 @@ class LazyView(LazyTrace):
     Args:
         dataset: the outer dataset (its own __getitem__ makes a per-sample fallback).
         chain: the dataset chain, for messages ("Subset -> traced Photos.__getitem__").
-        parts: the traced datasets' LazyTraces (all `simple`, the image in one place).
+        parts: the traced datasets' LazyTraces (one sample structure, the image in one place).
         part_of: int64 [n], each outer index's part.
         inner: int64 [n], each outer index's index in its part.
     """
@@ -125,7 +127,10 @@ class LazyView(LazyTrace):
         index = part.index
         self.index.file_ids[j] = self.files.add(index.files[int(index.file_ids[i])])
         self.index.offsets[j], self.index.sizes[j] = index.offsets[i], index.sizes[i]  # (a byte range of a file)
-        self.index.labels[j] = index.labels[i]
+        if self.simple:
+            self.index.labels[j] = index.labels[i]
+        else:  # (the labels are the outer indexes: the batch is rebuilt from each one's template)
+            self.templates[j] = part.templates[i]  # type: ignore[index]
         self.done[j] = True
 
 
@@ -137,24 +142,26 @@ def _parts_of(analysis: Analysis) -> List[LazyTrace]:
     return [trace], np.zeros(trace.n, dtype=np.int64), np.arange(trace.n, dtype=np.int64)
 
 
-def _refusal(analysis: Analysis) -> str:
-    """Why a traced analysis cannot be taken inside a wrapper ("" when it can)."""
-    trace = analysis.trace
-    if not trace.simple:
-        return (f"{analysis.chain} returns {shape_text(trace.first.template)}: samples other than (image, int label) "
-                "are rebuilt only for the loader's own dataset, not inside a Subset or ConcatDataset")
+def _unlike(part: Analysis, first: Analysis) -> str:
+    """Why a ConcatDataset's traced `part` cannot share a batch with its `first` part ("" when
+    it can): another sample structure, the image in another place, other image views."""
+    its, theirs = part.trace.first, first.trace.first
+    if shape_text(its.template) != shape_text(theirs.template) or part.trace.simple != first.trace.simple:
+        return (f"returns {shape_text(its.template)}, part 0 {shape_text(theirs.template)}; one batch is made "
+                "of one sample structure")
+    if its.slot_at != theirs.slot_at:
+        return "returns the image in another place than part 0"
+    if part.outputs != first.outputs:
+        return "makes other image views than part 0 (one loader runs one set of view pipelines)"
     return ""
 
 
-_WRAPPED_FIX = "pass the dataset itself, or return (image, int label)"
+_WRAPPED_FIX = "return every part's samples in one structure, with the same transforms"
 
 
 def subset(dataset: Any, inner: Analysis, rows: np.ndarray, out: Analysis) -> Analysis:
     """`out` (the Subset's analysis, reasons none) as an Analysis over a LazyView of
     the traced `inner` analysis taken at `rows`."""
-    why = _refusal(inner)
-    if why:
-        return out.refuse(why, _WRAPPED_FIX)
     parts, part_of, index_in = _parts_of(inner)
     view = LazyView(dataset, out.chain, parts, part_of[rows], index_in[rows])
     return _traced(out, view)
@@ -180,13 +187,10 @@ def concat(dataset: Any, parts: Sequence[Analysis], out: Analysis) -> Analysis:
         return out
     traces, part_of, inner = [], [], []
     for position, part in enumerate(parts):
-        why = _refusal(part)
+        why = _unlike(part, parts[0])
         if why:
-            return out.refuse(f"part {position} ({part.chain}): {why}", _WRAPPED_FIX)
+            return out.refuse(f"part {position} ({part.chain}) {why}", _WRAPPED_FIX)
         its, of, at = _parts_of(part)
-        if its[0].first.slot_at != parts[0].trace.first.slot_at:
-            return out.refuse(f"part {position} ({part.chain}) returns the image in another place than part 0",
-                              "return every part's samples in one structure")
         part_of.append(of + len(traces))
         inner.append(at)
         traces += its
@@ -196,11 +200,12 @@ def concat(dataset: Any, parts: Sequence[Analysis], out: Analysis) -> Analysis:
 
 def eager(analysis: Analysis) -> Analysis:
     """(index, "") of a traced analysis traced completely, one file per sample; (None, why)
-    when its samples are not (image, int label) or an index disagrees with index 0."""
-    why = _refusal(analysis)
-    if why:
-        return None, why
+    when its samples are not (image, int label) (a ConcatDataset beside a part fastload
+    recognises otherwise takes only image and label) or an index disagrees with index 0."""
     trace = analysis.trace
+    if not trace.simple or analysis.outputs is not None:
+        return None, (f"{analysis.chain} returns {shape_text(trace.first.template)}: beside a part that is not "
+                      "traced, a traced part's samples must be (image, int label)")
     trace.trace_all()
     if trace.fallbacks:
         index = min(trace.fallbacks)
@@ -210,6 +215,6 @@ def eager(analysis: Analysis) -> Analysis:
 
 def _traced(out: Analysis, view: LazyView) -> Analysis:
     analysis = Analysis(out.chain, list(out.reasons), list(out.fixes), view.index, out.pipeline,
-                                 out.target_transform, out.transform, list(out.wrappers))
-    analysis.trace, analysis.rebuild = view, view
+                        out.target_transform, out.transform, list(out.wrappers))
+    analysis.trace, analysis.rebuild, analysis.outputs = view, view, out.outputs
     return analysis

@@ -274,11 +274,6 @@ def test_a_subset_of_a_traced_dataset_takes_its_rows(root):
     assert conversion.index.labels.tolist() == [files[5][1], files[0][1], files[7][1]]
 
 
-def test_a_subset_of_a_dataset_with_its_own_structure_is_refused(root):
-    analysis = analyse(Subset(DictDataset(root, train_v2()), [1, 2]))
-    assert analysis.reasons and "rebuilt only for the loader's own dataset" in analysis.reasons[0]
-
-
 def test_tracing_leaves_the_callers_random_streams_and_patches_as_they_were(root):
     import PIL.Image
 

@@ -243,3 +243,91 @@ def test_resume_mid_epoch_through_a_subset_of_a_traced_dataset(files):
     assert make().path.startswith("native: Subset -> traced Cycling.__getitem__"), made[0].calls
     assert made[0].calls == 0 and made[0].every[0] == PROBES + 1  # probed, undone; the rest as the batches come
     check_resume_at_every_position(make, positions=[0, 3, 9])
+
+
+# ---- samples of their own structure inside a wrapper ------------------------------------------
+
+
+class Records(Cycling):
+    """A dict sample with an extra tensor: {"pixel_values", "labels", "index"}; index `odd`
+    (if any) opens its image with OpenCV-free numpy first (the tracer sees pixels read before
+    the transform: that sample falls back)."""
+
+    def __init__(self, files, n, odd=None, transform=EVAL):
+        super().__init__(files, n, transform=transform)
+        self.odd = odd
+
+    def __getitem__(self, i):
+        image = Image.open(self.files[i % len(self.files)]).convert("RGB")
+        if i == self.odd:
+            image = Image.fromarray(__import__("numpy").asarray(image))
+        return {"pixel_values": self.transform(image), "labels": i % 5, "index": torch.tensor([i, -i])}
+
+
+class TwoViews(Cycling):
+    """SimCLR's pair of one transform applied twice, and the label: ([v1, v2], label)."""
+
+    def __getitem__(self, i):
+        image = Image.open(self.files[i % len(self.files)]).convert("RGB")
+        return [self.transform(image), self.transform(image)], (i + self.shift) % 7
+
+
+def assert_same_structured(ours, theirs):
+    for a, b in zip(ours, theirs, strict=True):
+        assert type(a) is type(b)
+        if isinstance(a, dict):
+            assert a.keys() == b.keys()
+            assert torch.equal(a["labels"], b["labels"]) and torch.equal(a["index"], b["index"])
+            assert torch.allclose(a["pixel_values"], b["pixel_values"], atol=EVAL_ATOL)
+        else:
+            (views_a, label_a), (views_b, label_b) = a, b
+            assert torch.equal(label_a, label_b) and len(views_a) == len(views_b) == 2
+            for x, y in zip(views_a, views_b):
+                assert torch.allclose(x, y, atol=EVAL_ATOL), (x - y).abs().max()
+
+
+@needs_ops
+@pytest.mark.parametrize("workers", [0, 2])
+def test_random_split_of_a_dict_dataset_is_native_and_equals_torchs(files, workers):
+    own = Records(files, 60)
+    train, _ = torch.utils.data.random_split(own, [40, 20], generator=torch.Generator().manual_seed(3))
+    kwargs = lambda: dict(batch_size=6, shuffle=True, generator=torch.Generator().manual_seed(8))  # noqa: E731
+    loader = fastload.DataLoader(train, num_workers=workers, **kwargs())
+    assert loader.path.startswith("native: Subset -> traced Records.__getitem__"), loader.path
+    theirs = TorchLoader(train, **kwargs())
+    for _ in range(2):  # two epochs: each epoch's samples traced anew
+        assert_same_structured(list(loader), list(theirs))
+
+
+@needs_ops
+@pytest.mark.parametrize("wrap", ["concat", "subset"])
+def test_two_view_datasets_in_a_wrapper_are_native_and_equal_torchs(files, wrap):
+    if wrap == "concat":
+        both = ConcatDataset([TwoViews(files, 9), TwoViews(files, 7, shift=3)])
+        chain = "ConcatDataset(traced TwoViews.__getitem__, traced TwoViews.__getitem__)"
+    else:
+        both, chain = Subset(TwoViews(files, 20), range(3, 19)), "Subset -> traced TwoViews.__getitem__"
+    loader = fastload.DataLoader(both, batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(1))
+    assert loader.path.startswith(f"native: {chain}") and "view 1" in loader.path, loader.path
+    theirs = TorchLoader(both, batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(1))
+    assert_same_structured(list(loader), list(theirs))
+
+
+@needs_ops
+def test_a_fallback_of_a_structured_sample_inside_a_subset_is_its_own_getitems(files):
+    subset = Subset(Records(files, 30, odd=11), list(range(29, -1, -1)))
+    loader = fastload.DataLoader(subset, batch_size=5)
+    assert loader.path.startswith("native: Subset -> traced Records.__getitem__"), loader.path
+    with pytest.warns(UserWarning, match=r"index 11 of Records, index 18 of the Subset"):
+        ours = list(loader)
+    assert_same_structured(ours, list(TorchLoader(subset, batch_size=5)))
+
+
+@needs_ops
+def test_a_concat_of_parts_with_other_structures_or_views_is_refused_naming_the_part(files):
+    mixed = ConcatDataset([Records(files, 6), Cycling(files, 6)])
+    why = analyse(mixed).describe()
+    assert "part 1 (traced Cycling.__getitem__) returns (image, int)" in why and "one sample structure" in why, why
+    other_views = ConcatDataset([TwoViews(files, 6), TwoViews(files, 6, transform=T.Compose(
+        [T.Resize(40), T.CenterCrop(24), T.ToTensor()]))])
+    assert not fastload.DataLoader(other_views, batch_size=2).path.startswith("native"), analyse(other_views).describe()

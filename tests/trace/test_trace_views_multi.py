@@ -264,3 +264,42 @@ def test_a_view_output_returned_twice_is_refused(files):
     loader = fastload.DataLoader(Twice(files, centre(40, 32)), batch_size=4)
     assert loader.path.startswith("generic: "), loader.path
     assert "returns the output of view 0's Compose call 2 times" in loader.path, loader.path
+
+
+def test_a_view_output_never_returned_is_refused(files):
+    class Discards(Folder):
+        def __getitem__(self, i):
+            image = Image.open(self.files[i]).convert("RGB")
+            first = self.transform(image)
+            self.transform(image)  # (drawn, then dropped: no slot of the sample holds it)
+            return first, i % 3
+
+    loader = fastload.DataLoader(Discards(files, centre(40, 32)), batch_size=4)
+    assert loader.path.startswith("generic: "), loader.path
+    assert "does not return the output of view 1's Compose call" in loader.path, loader.path
+
+
+def test_explain_lists_every_view_of_a_traced_dataset(files):
+    dino = DataAugmentationDINO(centre(48, 40), T.Compose([T.Resize(44), T.CenterCrop(40), T.ToTensor()]),
+                                centre(20, 16))
+    report = fastload.explain(Folder(files, dino))
+    assert "-> ([image, view 1, view 2, view 3, view 4, view 5], int)" in report, report
+    view_lines = [line.strip() for line in report.splitlines() if line.strip().startswith("view")]
+    assert [line.split(":")[0] for line in view_lines] == ["view 1 (from the same decode)",
+                                                          "views 2-5 (from the same decode)"], report
+    assert "CenterCrop(size=(40, 40))" in view_lines[0] and "Normalize" not in view_lines[0], report
+    assert "CenterCrop(size=(16, 16))" in view_lines[1] and "Normalize" in view_lines[1], report
+    assert report.splitlines()[-1].strip() == "verdict: native path", report
+
+
+def test_explain_lists_the_views_and_mask_of_fastloads_own_datasets(files, tmp_path):
+    from fastload import transforms as FT
+
+    views = fastload.FileList(files, views=[[FT.CenterCrop(32)], [FT.CenterCrop(16)], [FT.CenterCrop(16)]])
+    assert "views 1-2 (from the same decode): CenterCrop(size=(16, 16))" in fastload.explain(views)
+    masks = []
+    for k, path in enumerate(files[:2]):
+        masks.append(str(tmp_path / f"{k}.npy"))
+        np.save(masks[-1], np.zeros(Image.open(path).size[::-1], dtype=np.uint8))
+    pairs = fastload.SegmentationDataset(files[:2], masks, [FT.CenterCrop(16)], mask=fastload.Mask(fill=255))
+    assert "mask: view 0's geometry, pil nearest, fill 255, int64" in fastload.explain(pairs)
