@@ -405,3 +405,15 @@ def test_a_use_of_another_modules_private_name_is_named(tmp_path, use):
     problems = private_uses(root)
     where = f"fastload{os.sep}compat{os.sep}explain.py:"
     assert any(p.startswith(where) and p.endswith("fastload.trace.call._hidden") for p in problems), problems
+
+
+def folders_without_init(root: str = ROOT) -> List[str]:
+    """Folders of fastload/ holding Python modules but no __init__.py: setuptools' package
+    finder (pyproject.toml) leaves them out of a wheel, and the docstring tests never walk them."""
+    return sorted(os.path.relpath(folder, root) for folder, dirs, names in os.walk(root)
+                  if "__pycache__" not in folder and any(n.endswith(".py") for n in names)
+                  and "__init__.py" not in names)
+
+
+def test_every_folder_of_modules_is_a_package():
+    assert not folders_without_init(), f"add an __init__.py to {folders_without_init()}"

@@ -10,8 +10,8 @@ Example:
     >>> import pyarrow as pa
     >>> table = pa.table({"image": [{"bytes": None, "path": "/data/a.jpg"}]})
     >>> located = locate(table, "image")
-    >>> located.index.files[0], located.index.sizes.tolist()
-    ('/data/a.jpg', [-1])
+    >>> located.files[located.file_ids[0]], located.sizes.tolist(), located.where
+    ('/data/a.jpg', [-1], '1 image file')
 """
 
 from __future__ import annotations
