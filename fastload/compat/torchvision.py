@@ -109,8 +109,9 @@ def leaf_specs(transform: Any) -> List[Any]:
             left, right, top, bottom = padding  # v2 keeps [left, right, top, bottom]
             padding = (left, top, right, bottom)
         fill = transform.fill
-        if isinstance(fill, dict):  # v2: per tv_tensor type
-            fill = next(iter(fill.values()), 0) if len(set(map(repr, fill.values()))) == 1 else fill
+        if isinstance(fill, dict):  # v2: per tv_tensor type; a mask's entry is the mask's (fastload.trace.masks)
+            fill = {k: v for k, v in fill.items() if getattr(k, "__name__", k) not in ("Mask", "BoundingBoxes")}
+            fill = next(iter(fill.values()), 0) if len(set(map(repr, fill.values()))) <= 1 else fill
         if isinstance(fill, dict):
             raise NotConvertible(f"fills per tv_tensor type ({fill!r})", fix="pass one fill")
         return [specs.RandomCrop(tuple(transform.size), padding, bool(transform.pad_if_needed),

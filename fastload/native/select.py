@@ -306,7 +306,8 @@ def select_path(
                                timeout=timeout)
         blockers = f"; not native: {'; '.join(tail.blockers)}" if tail.blockers else ""
         return _Rebuilt.wrap(runner, rebuild, num_workers), f"{description}, decode_on=cpu{why}{labels_note}{blockers}"
-    mask_index = None
+    # A traced dataset's mask files are its trace's (fastload.trace.masked.MaskedTrace).
+    mask_index = getattr(rebuild, "mask_index", None)
     if isinstance(dataset, NativeDataset):
         outputs, mask_index = getattr(dataset, "outputs", None), getattr(dataset, "mask_index", None)
     if outputs is not None:  # several outputs per sample: views and masks from one decode

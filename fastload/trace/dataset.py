@@ -165,10 +165,21 @@ def _views_not_native(transforms: Any, out: Analysis) -> str:
 def _analysis(dataset: Any, traced: LazyTrace, wrapped: bool) -> Analysis:
     """The Analysis of a dataset whose probes traced (traced: a LazyTrace)."""
     name = type(dataset).__name__
+    if traced.first.masks:  # (an image and its mask: the mask's file table too)
+        from fastload.trace.masked import MaskedTrace
+
+        traced = MaskedTrace(dataset, traced.probes)
     out = Analysis(f"traced {name}.__getitem__")
     out.transform = traced.first.transform
     out.pipeline, out.wrappers = pipeline_of(out.transform)
     out.trace = traced
+    if traced.first.masks:
+        from fastload.trace.masked import masks_not_native
+
+        why = masks_not_native(traced, out)
+        if why:
+            return out.refuse(f"{name}.__getitem__ (traced, index 0): {why} at {where_defined(dataset)}",
+                              "use transforms fastload runs natively (fastload.explain lists them)")
     if traced.first.views:
         why = _views_not_native(traced.first.views, out)
         if why:

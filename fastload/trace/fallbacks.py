@@ -94,12 +94,14 @@ def made_by_getitem(dataset: Any, i: int, started: Optional[Dict[int, Any]], kee
 def fitted(made: str, sample: Any, images: Any, first: TracedSample, simple: bool) -> Tuple[Any, Any]:
     """(image, label) (simple) or (image, template) of a `sample` made by its own
     __getitem__ (`made` names it in messages), checked to fit the engine's batch `images`
-    whose other samples are shaped like `first`. Where `first` has several image views,
-    `images` is one batch per view and the answer ([each view's image], template)."""
-    if first.views:
-        views = [_image_at(made, sample, at, batch, first) for at, batch in zip(first.views_at, images)]
+    whose other samples are shaped like `first`. Where `first` has several image views
+    (or a mask), `images` is one batch per view (then per mask) and the answer ([each
+    view's image, then each mask], template)."""
+    if first.views or first.masks:
+        places = (first.views_at or (first.slot_at,)) + first.masks_at
+        views = [_image_at(made, sample, at, batch, first) for at, batch in zip(places, images)]
         template = sample
-        for v, at in enumerate(first.views_at):
+        for v, at in enumerate(places):
             template = _put(template, at, view_slot(v))
         return views, template
     image = _image_at(made, sample, first.slot_at, images, first)
