@@ -29,8 +29,8 @@ pytestmark = [pytest.mark.skipif(not _ext.has_ops(), reason="fastload._C is not 
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 EVAL_ATOL = 2.5 / 255 / min(STD)  # as tests/trace/test_trace.py: two uint8 levels of resize rounding
-# Image sizes (h, w); the masks are the images' size. 14 x 50 -> 6 x 21 rows: torch's float32
-# nearest and OpenCV's double one differ there (o * 14 / 6 = 7 at o = 3).
+# Image sizes (h, w); the masks are the images' size. Resized to 18 x 26, torch's float32
+# nearest and OpenCV's double one pick other rows of 28, 14 and 44 and other columns of 50 and 60.
 SIZES = [(40, 50), (37, 45), (28, 60), (14, 50), (52, 33), (44, 44)]
 
 
@@ -265,7 +265,7 @@ class AlbuPairs(Dataset):
 
 
 def test_albumentations_masks_are_opencvs_inter_nearest_exactly(files):
-    transform = A.Compose([A.Resize(6, 21), A.HorizontalFlip(p=1.0), A.Normalize(MEAN, STD), ToTensorV2()])
+    transform = A.Compose([A.Resize(18, 26), A.HorizontalFlip(p=1.0), A.Normalize(MEAN, STD), ToTensorV2()])
     for pil in (False, True):
         dataset = AlbuPairs(files, transform, pil=pil)
         ours, theirs = loaders(dataset, batch_size=3)
@@ -276,10 +276,10 @@ def test_albumentations_masks_are_opencvs_inter_nearest_exactly(files):
                 assert masks.dtype == want_masks.dtype == torch.int64 and torch.equal(masks, want_masks)
                 # (OpenCV's INTER_LINEAR in fixed point, the engine's bilinear in float: a level)
                 torch.testing.assert_close(images, want_images, atol=1.5 / 255 / min(STD), rtol=0)
-    # torch's nearest would pick other rows of the 14-row sample: the test tells the rules apart
+    # torch's nearest would pick other pixels of the 14 x 50 sample: the test tells the rules apart
     labels = np.array(Image.open(files[3][1]))
-    by_torch = torch.nn.functional.interpolate(torch.from_numpy(labels)[None, None], size=(6, 21))[0, 0]
-    assert not torch.equal(by_torch, torch.from_numpy(cv2.resize(labels, (21, 6), interpolation=cv2.INTER_NEAREST)))
+    by_torch = torch.nn.functional.interpolate(torch.from_numpy(labels)[None, None], size=(18, 26))[0, 0]
+    assert not torch.equal(by_torch, torch.from_numpy(cv2.resize(labels, (26, 18), interpolation=cv2.INTER_NEAREST)))
 
 
 def test_albumentations_random_crop_cuts_the_mask_where_the_image_is(files):
