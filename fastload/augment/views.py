@@ -7,7 +7,7 @@ image once, over the union of the views' crop windows, then makes every output f
 one decode (csrc/augment/views.h, csrc/engine/sample.cpp).
 
 - `Mask`: what a mask output is (which view it follows, RandomCrop's fill, dtype, shape,
-  Pillow's or torch's nearest).
+  Pillow's, torch's or OpenCV's nearest).
 - `Outputs`: the structure of a dataset's outputs: one transform list per image view,
   the masks, and how a batch is arranged (`arrange`).
 - `ViewPlans`: Outputs fused into one Plan per image view, as the engine takes them.

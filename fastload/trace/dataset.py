@@ -46,6 +46,9 @@ naming the user's file:line:
   and local crops) runs as K image views made from one decode (`Analysis.outputs`),
   unless a view's transforms are not all native (no Python tail per view) or a view's
   output is not returned once;
+- an image and a mask file passed to one joint transform call (torchvision v2 with a
+  tv_tensors.Mask, albumentations' image= and mask=) run as the image and a mask that
+  follows its geometry (fastload/trace/masks.py, masked.py: what is followed, what not);
 - random numbers drawn outside the transforms (Python's `random`, numpy's global
   generator, torch's CPU generator, compared before and after; the caller's states are
   restored either way);

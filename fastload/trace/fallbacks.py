@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from fastload.trace.rollback import Snapshot
-from fastload.trace.sample import TracedSample, is_int_label, shape_text, templated, view_slot
+from fastload.trace.sample import TracedSample, is_int_label, mask_slot, shape_text, templated, view_slot
 
 
 class Fallbacks:
@@ -101,8 +101,9 @@ def fitted(made: str, sample: Any, images: Any, first: TracedSample, simple: boo
         places = (first.views_at or (first.slot_at,)) + first.masks_at
         views = [_image_at(made, sample, at, batch, first) for at, batch in zip(places, images)]
         template = sample
+        image_views = len(places) - len(first.masks_at)
         for v, at in enumerate(places):
-            template = _put(template, at, view_slot(v))
+            template = _put(template, at, view_slot(v) if v < image_views else mask_slot(v))
         return views, template
     image = _image_at(made, sample, first.slot_at, images, first)
     if simple:

@@ -50,7 +50,7 @@ Example:
     >>> with tracing_patches(pairs):
     ...     traced = sample_of_call(pairs, *record(pairs, 0))
     >>> traced.template, traced.masks[0][1]
-    ((<image>, <view 1>), Mask(follows=0, fill=255, dtype=torch.int64, sampling='tensor', channel_dim=False))
+    ((<image>, <mask>), Mask(follows=0, fill=255, dtype=torch.int64, sampling='tensor', channel_dim=False))
 """
 
 from __future__ import annotations

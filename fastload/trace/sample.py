@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable, List, NamedTuple, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Tuple
 
 import numpy as np
 import torch
@@ -44,6 +44,27 @@ def view_slot(view: int) -> Slot:
     return _VIEW_SLOTS[view]
 
 
+class MaskSlot(Slot):
+    """Where the engine's mask batch goes in a sample template (`view`: its place among the
+    engine's outputs, after the image views'; fastload.trace.masks)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<mask>"
+
+    def __reduce__(self) -> Any:
+        return mask_slot, (self.view,)
+
+
+_MASK_SLOTS: Dict[int, MaskSlot] = {}
+
+
+def mask_slot(view: int) -> MaskSlot:
+    """The one MaskSlot of the engine's output `view`."""
+    return _MASK_SLOTS.setdefault(view, MaskSlot(view))
+
+
 class TracedSample(NamedTuple):
     """One traced index: the image's path, the transform, the sample with the output
     replaced by SLOT, and where SLOT sits (keys/positions). Where the image reaches K >= 2
@@ -52,7 +73,7 @@ class TracedSample(NamedTuple):
     (view 0's are `transform` and `slot_at`); both are empty for one view. A mask read
     from a second file and passed with the image to one joint transform call (masks.py)
     is in `masks` ((its file's path, the engine's fastload.augment.views.Mask)) and
-    `masks_at` (where its slot, the view_slot after the image views', sits)."""
+    `masks_at` (where its mask_slot, after the image views' slots, sits)."""
 
     path: str
     transform: Any
@@ -159,7 +180,7 @@ def _with_mask(call: TracedCall, sample: Any) -> TracedSample:
     if len(call.outputs) != 1 or len(call.opened) != 2:
         raise TraceRefused(f"opens {len(call.opened)} files and makes {len(call.outputs)} image outputs besides its "
                            "mask (followed: one image and one mask, through one joint transform call)", "")
-    slots = {id(out): SLOT, **{id(made): view_slot(1) for made in call.masks}}
+    slots = {id(out): SLOT, **{id(made): mask_slot(1) for made in call.masks}}
     found: List[Tuple[Any, Any]] = []
     template = templated(sample, slots, found, ())
     images = [at for slot, at in found if slot is SLOT]
@@ -271,4 +292,4 @@ def shape_text(template: Any) -> str:
     if isinstance(template, (tuple, list)):
         inner = ", ".join(shape_text(v) for v in template)
         return f"({inner})" if isinstance(template, tuple) else f"[{inner}]"
-    return "image" if template is SLOT else type(template).__name__
+    return "image" if template is SLOT else "mask" if isinstance(template, MaskSlot) else type(template).__name__
