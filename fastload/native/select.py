@@ -259,7 +259,7 @@ def select_path(
         return None, "generic: custom collate_fn" if custom_collate else f"generic: {error}"
     if outputs is not None and custom_collate:
         # (the collate probe follows one image per sample; each view's batch is torch's stack)
-        return None, "generic: custom collate_fn (a sample with several image views)"
+        return None, "generic: custom collate_fn (a sample with several image views or a mask)"
     # A lazily traced dataset knows each sample's structure: a custom collate_fn that stacks
     # the images is followed around the engine's batch (fastload.trace.collate); a Hugging
     # Face dataset's rows go through it even without one (they may keep PIL images).

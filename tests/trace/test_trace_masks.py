@@ -136,9 +136,10 @@ DETERMINISTIC = v2.Compose([v2.Resize(30), v2.CenterCrop((24, 28)), v2.RandomHor
                             v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)])
 
 
-def test_v2_image_and_tv_mask_run_natively_as_torch_gives_them(files):
+@pytest.mark.parametrize("workers", [0, 2])
+def test_v2_image_and_tv_mask_run_natively_as_torch_gives_them(files, workers):
     dataset = V2Pairs(files, DETERMINISTIC, n=10)
-    loader = like_torch(dataset, "mask of view 0 (tensor nearest, uint8)")
+    loader = like_torch(dataset, "mask of view 0 (tensor nearest, uint8)", workers=workers)
     assert "[Resize -> CenterCrop -> RandomHorizontalFlip -> ToDtype -> Normalize]" in loader.path
     explained = fastload.explain(dataset)
     assert "native" in explained and "generic" not in explained.split("\n")[0], explained
@@ -353,5 +354,6 @@ def test_a_sample_that_disagrees_falls_back_alone_with_its_mask(files):
                         v2.Normalize(MEAN, STD)])
     dataset = OneDisagrees(files, DETERMINISTIC, other)
     assert 4 not in probe_indexes(len(dataset))
-    with pytest.warns(UserWarning, match="index 4"):
-        like_torch(dataset, "mask of view 0", epochs=1)
+    for workers in (0, 2):  # (made in this process, then by a worker process)
+        with pytest.warns(UserWarning, match="index 4"):
+            like_torch(dataset, "mask of view 0", epochs=1, workers=workers)
