@@ -22,12 +22,15 @@ palette PNG's colours as grey levels, not its indexes). What the joint call does
 mask is read from its transforms: torchvision v2's geometric transforms (RandomResizedCrop,
 Resize, CenterCrop, RandomCrop with its `fill` for tv_tensors.Mask, flips) resize it with
 torch's nearest rule ("tensor"), albumentations' with OpenCV's INTER_NEAREST ("cv2", or
-"pil" for INTER_NEAREST_EXACT); colour ops, ToImage, ToDtype of one dtype, Normalize and
-ToTensorV2 leave it as it is. Anything else ends the trace with the user's file:line:
+"pil" for INTER_NEAREST_EXACT); a v2 ToDtype's dict gives it its own dtype
+(`{tv_tensors.Image: torch.float32, tv_tensors.Mask: torch.int64, "others": None}`);
+colour ops, ToImage, ToDtype of one dtype, Normalize and ToTensorV2 leave it as it is.
+Anything else ends the trace with the user's file:line:
 a transform that moves the mask another way (rotations, affine, elastic), a mask made in
 the call rather than read from its file (thresholded, np.load-ed, computed), a PIL mask
 given to v2 transforms (they treat it as an image), a plain tensor beside a PIL image
-(v2 passes it through untouched), a dtype the engine does not make (uint8, int64).
+(v2 passes it through untouched), a dtype the engine does not make (it makes uint8 and
+int64).
 
 Example:
     >>> import os, tempfile, numpy as np, torch
@@ -302,7 +305,9 @@ def enter_v2(call: TracedCall, transform: Any, image: Any, mask: Any) -> Tuple[T
     if layout.kind != "tv_mask":
         stop_trace(f"passes the mask to {name} as a plain {layout.kind} (v2 passes it through untouched beside the "
                    "image: wrap it, tv_tensors.Mask(mask))")
-    fill, sampling = v2_mask_geometry(transform)
+    fill, sampling, dtype = v2_mask_geometry(transform)
+    if dtype is not None:
+        layout = layout._replace(dtype=dtype)
     out = enter(call, transform, image)
     made = MaskOutput(call, source_of(mask)[1], (layout, fill, sampling))
     call.masks.append(made)
@@ -346,23 +351,32 @@ def _leaves_or_stop(transform: Any, flatten: Any, name: str) -> list:
     return leaves
 
 
-def v2_mask_geometry(transform: Any) -> Tuple[int, str]:
-    """(RandomCrop's fill for the mask, "tensor") of a v2 transform, or the trace ends
-    naming a transform that moves the mask another way."""
+def v2_mask_geometry(transform: Any) -> Tuple[int, str, Any]:
+    """(RandomCrop's fill for the mask, "tensor", the dtype a ToDtype dict gives it or None)
+    of a v2 transform, or the trace ends naming a transform that moves the mask another way."""
     from fastload.compat.torchvision import flatten
 
-    fill = 0
+    fill, dtype = 0, None
     for leaf in _leaves_or_stop(transform, flatten, type(transform).__name__):
         name = type(leaf).__name__
         if name not in _V2_MOVES | _V2_KEEPS:
             stop_trace(f"passes the mask to {name} (its mask has no native twin: followed with a mask "
                        f"{', '.join(sorted(_V2_MOVES))}; leaving it as it is {', '.join(sorted(_V2_KEEPS))})")
         if name == "ToDtype" and isinstance(leaf.dtype, dict):
-            stop_trace("passes the mask to ToDtype with a dict of dtypes (followed: one dtype for the image, then "
-                       "mask.long())")
+            dtype = _v2_mask_dtype(leaf.dtype) or dtype
         if name == "RandomCrop":
             fill = _v2_fill(leaf.fill)
-    return fill, "tensor"
+    return fill, "tensor", dtype
+
+
+def _v2_mask_dtype(dtypes: dict) -> Any:
+    """The dtype a v2 ToDtype's dict gives a tv_tensors.Mask (None: left as it is)."""
+    from torchvision import tv_tensors
+
+    if tv_tensors.Mask not in dtypes and "others" not in dtypes:
+        stop_trace(f"passes the mask to ToDtype({dtypes!r}), which gives it no dtype (torchvision raises)")
+    dtype = dtypes.get(tv_tensors.Mask, dtypes.get("others"))
+    return None if dtype is None else _torch_dtype(dtype)
 
 
 def _v2_fill(fill: Any) -> int:

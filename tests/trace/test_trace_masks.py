@@ -150,6 +150,22 @@ def test_a_palette_mask_made_int64_in_a_dict_sample(files):
     like_torch(dataset, "mask of view 0 (tensor nearest, int64)", batch_size=3)
 
 
+# torchvision's segmentation reference (v2): one ToDtype with a dtype per tv_tensor type.
+PER_TYPE = {
+    "image": v2.Compose([v2.ToImage(), v2.Resize(30), v2.CenterCrop((24, 28)), v2.RandomVerticalFlip(p=1.0),
+                         v2.ToDtype({tv_tensors.Image: torch.float32, tv_tensors.Mask: torch.int64, "others": None},
+                                    scale=True), v2.Normalize(MEAN, STD)]),
+    "tensor": v2.Compose([v2.Resize(30), v2.CenterCrop((24, 28)), v2.PILToTensor(),
+                          v2.ToDtype({torch.Tensor: torch.float32, tv_tensors.Mask: torch.int64, "others": None},
+                                     scale=True), v2.Normalize(MEAN, STD)]),
+}
+
+
+@pytest.mark.parametrize("key", list(PER_TYPE))
+def test_a_dtype_per_tv_tensor_type_makes_the_mask_int64(files, key):
+    like_torch(V2Pairs(files, PER_TYPE[key]), "mask of view 0 (tensor nearest, int64)", epochs=1)
+
+
 class V2Squeezed(V2Pairs):
     def __getitem__(self, i):
         image, mask = super().__getitem__(i)
