@@ -11,7 +11,7 @@ image's geometry (the mask's file table: masked.py).
 | `np.array(Image.open(m))`, `cv2.imread(m, cv2.IMREAD_GRAYSCALE)` | `LabelMap` "array" | uint8 [H, W] ndarray |
 | `torch.from_numpy(a)`, `torch.as_tensor(a[, dtype])` of it | `LabelMap` "tensor" | uint8 (int64) [H, W] tensor |
 | `tv_tensors.Mask(Image.open(m))` / `tv_tensors.Mask(t)` | `LabelMap` "tv_mask" | tv_tensors.Mask [1, H, W] / [H, W] |
-| `image, mask = v2_transform(image, tv_mask)` | `MaskOutput` | the transformed mask |
+| `image, mask = v2_transform(image, tv_mask)`, `v2_transform({"image": image, "mask": tv_mask, ...})` | `MaskOutput` | the transformed mask |
 | `out = albumentations_compose(image=image, mask=array)`, `out["mask"]` | `MaskOutput` | the transformed mask |
 | `.long()`, `.to(torch.int64)`, `.squeeze(0)`, `.unsqueeze(0)`, `np.array(m)`, `torch.as_tensor(m, dtype=torch.int64)` | `MaskOutput` | the same mask, another dtype or layout |
 
@@ -312,6 +312,34 @@ def enter_v2(call: TracedCall, transform: Any, image: Any, mask: Any) -> Tuple[T
     made = MaskOutput(call, source_of(mask)[1], (layout, fill, sampling))
     call.masks.append(made)
     return out, made
+
+
+def holds_mask(value: Any) -> bool:
+    """A dict, tuple or list that holds a mask's label map (one v2 call given the sample)."""
+    items = value.values() if type(value) is dict else value
+    return any(isinstance(v, LabelMap) for v in items)
+
+
+def enter_v2_sample(call: TracedCall, transform: Any, value: Any) -> Any:
+    """`transform({"image": image, "mask": mask, ...})` (or a tuple, list) of torchvision's
+    v2 transforms: the same structure, the image and the mask replaced by their outputs,
+    the other entries as v2 passes them (unchanged)."""
+    from fastload.trace.openers import LAZY
+
+    items = list(value.items()) if type(value) is dict else list(enumerate(value))
+    images = [k for k, v in items if isinstance(v, (TracedImage,) + LAZY)]
+    masks = [k for k, v in items if isinstance(v, LabelMap)]
+    others = [v for k, v in items if k not in images and k not in masks]
+    if len(images) != 1 or len(masks) != 1 or not all(isinstance(v, (int, float, str, bool, type(None)))
+                                                       for v in others):
+        stop_trace(f"passes {type(value).__name__} of {len(images)} images, {len(masks)} masks and other values to "
+                   f"{type(transform).__name__} (followed: one image and one mask, beside plain labels)")
+    image, mask = enter_v2(call, transform, value[images[0]], value[masks[0]])
+    if type(value) is dict:
+        return {**value, images[0]: image, masks[0]: mask}
+    out = list(value)
+    out[images[0]], out[masks[0]] = image, mask
+    return type(value)(out)
 
 
 def enter_albumentations(call: TracedCall, transform: Any, image: Any, mask: Any) -> dict:

@@ -51,6 +51,9 @@ def _intercepting(original: Any) -> Any:
                 and _is_transform(self):
             # (image, mask): one joint call of torchvision's v2 transforms (masks.py)
             return enter(call, self, args[0]) if len(args) == 1 else masks.enter_v2(call, self, *args)
+        if call is not None and len(args) == 1 and not kwargs and type(args[0]) in (dict, tuple, list) and \
+                _is_transform(self) and masks.holds_mask(args[0]):  # v2 given the sample: {"image": ..., "mask": ...}
+            return masks.enter_v2_sample(call, self, args[0])
         return original(self, *args, **kwargs)
 
     __call__.__wrapped__ = original  # type: ignore[attr-defined]

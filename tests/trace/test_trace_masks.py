@@ -166,6 +166,19 @@ def test_a_dtype_per_tv_tensor_type_makes_the_mask_int64(files, key):
     like_torch(V2Pairs(files, PER_TYPE[key]), "mask of view 0 (tensor nearest, int64)", epochs=1)
 
 
+class V2Sample(V2Pairs):
+    """The sample given to v2 as one dict, returned as the transform returns it."""
+
+    def __getitem__(self, i):
+        path, mask_path, _ = self.files[i % len(self.files)]
+        sample = {"image": Image.open(path).convert("RGB"), "mask": tv_tensors.Mask(Image.open(mask_path)), "index": i}
+        return self.transforms(sample)
+
+
+def test_the_sample_given_to_v2_as_one_dict(files):
+    like_torch(V2Sample(files, DETERMINISTIC), "mask of view 0 (tensor nearest, uint8)", epochs=1)
+
+
 class V2Squeezed(V2Pairs):
     def __getitem__(self, i):
         image, mask = super().__getitem__(i)
