@@ -386,3 +386,16 @@ def test_a_sample_that_disagrees_falls_back_alone_with_its_mask(files):
     for workers in (0, 2):  # (made in this process, then by a worker process)
         with pytest.warns(UserWarning, match="index 4"):
             like_torch(dataset, "mask of view 0", epochs=1, workers=workers)
+
+
+def test_resume_mid_epoch_with_random_masks(files):
+    from resume_helpers import check_resume_at_every_position
+
+    dataset = V2Squeezed255(files, RANDOM, n=8)
+
+    def make():
+        torch.manual_seed(0)  # the order from torch's global generator, as a new process seeds it
+        return fastload.DataLoader(dataset, batch_size=2, shuffle=True, distributed=False)
+
+    assert make().path.startswith("native: traced")
+    check_resume_at_every_position(make)
