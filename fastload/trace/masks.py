@@ -215,14 +215,15 @@ def _torch_dtype(dtype: Any) -> torch.dtype:
 
 def label_file(path: str, modes: Tuple[str, ...]) -> bool:
     """Whether the file at `path` is a label map the engine decodes as the user's reader
-    reads it: a PNG of one of `modes`, or a grayscale JPEG (an unreadable header: False)."""
+    reads it: a PNG of one of `modes`, or a grayscale JPEG. A file that cannot be read
+    (missing, corrupt) is left to the engine, which reports it under the loader's
+    on_error as the user's reader would raise; a file of another format is not one."""
     from fastload.decode.header import file_header
 
-    try:
-        found = file_header(path, others=False)
-    except OSError:
-        return False
-    return found is not None and found.mode in modes
+    found = file_header(path, others=False)
+    if found is None:
+        return file_header(path, others=True) is None
+    return found.mode in modes
 
 
 def _checked_file(path: str, who: str, modes: Tuple[str, ...]) -> None:

@@ -399,3 +399,18 @@ def test_resume_mid_epoch_with_random_masks(files):
 
     assert make().path.startswith("native: traced")
     check_resume_at_every_position(make)
+
+
+def test_a_bad_mask_file_is_skipped_with_its_image(files, tmp_path):
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 64)  # a PNG signature, then nothing readable
+    broken = list(files)
+    broken[2] = (files[2][0], str(bad), files[2][2])
+    dataset = V2Pairs(broken, DETERMINISTIC)
+    loader = fastload.DataLoader(dataset, batch_size=6, on_error="skip")
+    assert loader.path.startswith("native: traced"), loader.path
+    with pytest.warns(UserWarning, match="skipped sample 2"):
+        [(images, masks)] = list(loader)
+    assert images.shape == (6, 3, 24, 28) and masks.shape == (6, 1, 24, 28)
+    want = list(TorchLoader(V2Pairs(files, DETERMINISTIC), batch_size=6))[0]
+    assert torch.equal(masks[3], want[1][3]) and torch.equal(masks[2], want[1][3])  # its replacement: the next one
