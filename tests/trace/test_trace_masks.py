@@ -252,17 +252,25 @@ def test_random_crops_cut_the_mask_where_the_image_is_with_torchs_statistics(fil
     dataset = V2Squeezed255(files, RANDOM, n=48)
     ours, theirs = loaders(dataset, batch_size=8)
     assert ours.path.startswith("native: traced") and "mask of view 0 (tensor nearest, uint8)" in ours.path, ours.path
-    flips = {"ours": [], "theirs": []}
+    windows = {"ours": [], "theirs": []}
     for epoch in range(2):
         for who, loader in (("ours", ours), ("theirs", theirs)):
             for k, (images, masks) in enumerate(loader):
                 sources = [files[(8 * k + j) % len(files)][:2] for j in range(len(images))]
-                windows = check_windows(images, masks, sources)
-                flips[who] += [w[2] for w in windows]
+                windows[who] += check_windows(images, masks, sources)
                 # pad_if_needed: the images narrower or lower than 30 are padded, the mask with 255
                 assert (masks == 255).any() or all(min(s) >= 30 for s in SIZES)
-    for who in flips:
-        assert 0.25 < np.mean(flips[who]) < 0.75, (who, np.mean(flips[who]))
+    for who, found in windows.items():
+        assert 0.25 < np.mean([w[2] for w in found]) < 0.75, (who, np.mean([w[2] for w in found]))
+    # torch's crop offsets: the same samples (each file 16 times over the 2 epochs), drawn
+    # uniformly within each file's margin (<= 22 pixels): the offsets' mean (its spread
+    # between runs ~0.9 pixel) and their spread within each file (~8 % between runs) agree
+    for axis in (0, 1):
+        offsets = {who: np.array([w[axis] for w in found], dtype=float).reshape(-1, len(files))
+                   for who, found in windows.items()}  # [draws, file]
+        spread = {who: np.sqrt(((o - o.mean(0)) ** 2).mean()) for who, o in offsets.items()}
+        assert abs(offsets["ours"].mean() - offsets["theirs"].mean()) < 4.0, (axis, offsets)
+        assert 0.6 < spread["ours"] / spread["theirs"] < 1.6, (axis, spread)
 
 
 # ---- albumentations: OpenCV's nearest --------------------------------------------------------
