@@ -142,7 +142,8 @@ def test_v2_image_and_tv_mask_run_natively_as_torch_gives_them(files, workers):
     loader = like_torch(dataset, "mask of view 0 (tensor nearest, uint8)", workers=workers)
     assert "[Resize -> CenterCrop -> RandomHorizontalFlip -> ToDtype -> Normalize]" in loader.path
     explained = fastload.explain(dataset)
-    assert "native" in explained and "generic" not in explained.split("\n")[0], explained
+    assert "verdict: native path" in explained and "'mask'" not in explained, explained
+    assert "sample: " in explained and "-> (image, mask)" in explained, explained
 
 
 def test_a_palette_mask_made_int64_in_a_dict_sample(files):
