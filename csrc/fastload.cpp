@@ -488,9 +488,11 @@ namespace {
 // views' seeds and a mask's source indexes (what the Python twin and the tests use).
 void bind_views(py::module_& m) {
   py::enum_<MaskSampling>(m, "MaskSampling", "How a mask's nearest resize picks source pixels: PIL (Pillow's "
-                          "NEAREST, torchvision v1 on PIL masks) or TENSOR (torch's interpolate nearest, v2 Mask).")
+                          "NEAREST, torchvision v1 on PIL masks), TENSOR (torch's interpolate nearest, v2 Mask) or "
+                          "CV2 (OpenCV's INTER_NEAREST, albumentations' mask=).")
       .value("PIL", MaskSampling::kPil)
-      .value("TENSOR", MaskSampling::kTensor);
+      .value("TENSOR", MaskSampling::kTensor)
+      .value("CV2", MaskSampling::kCv2);
   py::class_<MaskSpec>(m, "MaskSpec", "A mask read from a sample's second file, following image view `follows`.")
       .def(py::init([](int follows, int fill, MaskSampling sampling) { return MaskSpec{follows, fill, sampling}; }),
            py::arg("follows") = 0, py::arg("fill") = 0, py::arg("sampling") = MaskSampling::kPil)
@@ -499,7 +501,9 @@ void bind_views(py::module_& m) {
       .def_readwrite("sampling", &MaskSpec::sampling)
       .def("__repr__", [](const MaskSpec& spec) {
         return "MaskSpec(follows=" + std::to_string(spec.follows) + ", fill=" + std::to_string(spec.fill) +
-               ", sampling=" + (spec.sampling == MaskSampling::kPil ? "PIL" : "TENSOR") + ")";
+               ", sampling=" +
+               (spec.sampling == MaskSampling::kPil ? "PIL" : spec.sampling == MaskSampling::kTensor ? "TENSOR" : "CV2") +
+               ")";
       });
   m.def("view_seed", [](int64_t seed, int64_t view) { return view_seed(seed, view); }, py::arg("seed"), py::arg("view"),
         "The seed of view `view` of a pipeline seeded `seed` (view 0: `seed` itself).");

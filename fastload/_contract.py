@@ -90,6 +90,6 @@ def resized_layout(plan: Any, height: int, width: int) -> Tuple[int, int, int, i
 
 def mask_spec(follows: int, fill: int, sampling: str) -> Any:
     """The engine's MaskSpec of a mask following image view `follows` with RandomCrop's
-    `fill` and nearest `sampling` ("pil" or "tensor")."""
+    `fill` and nearest `sampling` ("pil", "tensor" or "cv2")."""
     core = _core()
-    return core.MaskSpec(follows, fill, core.MaskSampling.PIL if sampling == "pil" else core.MaskSampling.TENSOR)
+    return core.MaskSpec(follows, fill, getattr(core.MaskSampling, sampling.upper()))

@@ -218,7 +218,27 @@ def _v2_mask(labels, geometry, box, flip, out, fill):
     return result.as_subclass(torch.Tensor)[0]
 
 
-@pytest.mark.parametrize("sampling", ["pil", "tensor"])
+def _cv2_mask(labels, geometry, box, flip, out, fill):
+    """OpenCV's INTER_NEAREST (albumentations' mask resize) for a drawn geometry; crops and
+    pads as torchvision's (no resampling in them)."""
+    cv2 = pytest.importorskip("cv2")
+    top, left, height, width = (int(round(x)) for x in box)
+    if geometry == "rrc":
+        crop = np.ascontiguousarray(labels[top:top + height, left:left + width])
+        return torch.from_numpy(_flipped(cv2.resize(crop, (out, out), interpolation=cv2.INTER_NEAREST), flip))
+    if geometry == "resize":
+        size = F2.resize(tv_tensors.Mask(torch.from_numpy(labels)[None]), out[0]).shape[-2:]  # (its size rule)
+        resized = cv2.resize(labels, (size[1], size[0]), interpolation=cv2.INTER_NEAREST)
+        result = F2.center_crop(tv_tensors.Mask(torch.from_numpy(resized)[None]), out[1]).as_subclass(torch.Tensor)[0]
+        return torch.from_numpy(_flipped(result.numpy(), flip))
+    return _v2_mask(labels, geometry, box, flip, out, fill)
+
+
+def _flipped(array, flip):
+    return np.ascontiguousarray(array[:, ::-1]) if flip else array
+
+
+@pytest.mark.parametrize("sampling", ["pil", "tensor", "cv2"])
 @pytest.mark.parametrize("geometry", ["rrc", "resize", "crop"])
 def test_masks_equal_torchvision_exactly(pairs, sampling, geometry):
     from fastload._contract import region_of
@@ -233,7 +253,7 @@ def test_masks_equal_torchvision_exactly(pairs, sampling, geometry):
     loader, [[image_batch, mask_batch]] = run_loader(dataset, epoch=1, dct_scaling=False)
     assert "mask of view 0" in loader.path and image_batch.dtype == torch.float32
     plan = dataset.view_plans().seeded(0)
-    reference = _v1_mask if sampling == "pil" else _v2_mask
+    reference = {"pil": _v1_mask, "tensor": _v2_mask, "cv2": _cv2_mask}[sampling]
     for i, path in enumerate(masks):
         labels = np.load(path)
         box, _, flip, _ = region_of(plan, *labels.shape, 1, i)
@@ -246,15 +266,16 @@ def test_masks_equal_torchvision_exactly(pairs, sampling, geometry):
         torch.testing.assert_close(twin_image, image_batch[i], atol=FLOAT_ATOL, rtol=0)
 
 
-def test_pil_and_tensor_nearest_pick_different_pixels(pairs):
-    """The two samplings are not the same rule (so each test above checks its own)."""
+def test_pil_tensor_and_cv2_nearest_pick_different_pixels(pairs):
+    """The three samplings are not the same rule (so each test above checks its own)."""
     images, masks = pairs
     outs = []
-    for sampling in ("pil", "tensor"):
-        dataset = fastload.SegmentationDataset(images, masks, [T.Resize(41), T.CenterCrop(41)],
+    for sampling in ("pil", "tensor", "cv2"):
+        dataset = fastload.SegmentationDataset(images, masks, [T.Resize(39), T.CenterCrop(39)],
                                                mask=fastload.Mask(sampling=sampling))
         outs.append(run_loader(dataset)[1][0][1])
-    assert not torch.equal(outs[0], outs[1])
+    assert not torch.equal(outs[0], outs[1]) and not torch.equal(outs[0], outs[2])
+    assert not torch.equal(outs[1], outs[2])  # torch's float32 rule and OpenCV's double one
 
 
 def test_mask_follows_a_later_view_with_int64_and_channel_dim(pairs):

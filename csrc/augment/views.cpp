@@ -44,6 +44,8 @@ void mask_axis_table(const MaskAxis& axis, int out_size, MaskSampling sampling, 
     int64_t source = r;
     if (resizes && sampling == MaskSampling::kTensor) {
       source = tensor_nearest_index(r, axis.in_size, axis.resized);
+    } else if (resizes && sampling == MaskSampling::kCv2) {
+      source = cv2_nearest_index(r, axis.in_size, axis.resized);
     } else if (resizes) {
       for (; walked < r; ++walked) x += step;  // r only grows with o
       source = std::min<int64_t>(static_cast<int64_t>(x), axis.in_size - 1);

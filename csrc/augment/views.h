@@ -26,6 +26,10 @@ enum class MaskSampling : int {
   // torch.nn.functional.interpolate(mode="nearest") (torchvision v2 on a tv_tensors.Mask
   // or a tensor): floor(o * (in / out)) in float32, clamped to in - 1.
   kTensor = 1,
+  // OpenCV's INTER_NEAREST (albumentations' mask_interpolation: cv2.resize):
+  // floor(o * (1 / (out / in))) in double, clamped to in - 1. It differs from torch's
+  // float32 rule where o * in / out is an integer (e.g. in 14, out 6, o 3).
+  kCv2 = 2,
 };
 
 // A mask: a second file of the sample (a single-channel uint8 label map) that takes its
@@ -57,8 +61,16 @@ FASTLOAD_HD int64_t tensor_nearest_index(int64_t o, int64_t in_size, int64_t out
   return i < in_size - 1 ? i : in_size - 1;
 }
 
+// OpenCV's nearest source index (imgproc/src/resize.cpp resizeNN: ifx = 1 / inv_scale_x,
+// sx = cvFloor(x * ifx), both in double), clamped to in - 1.
+FASTLOAD_HD int64_t cv2_nearest_index(int64_t o, int64_t in_size, int64_t out_size) {
+  const double inverse = 1.0 / (static_cast<double>(out_size) / static_cast<double>(in_size));
+  const int64_t i = static_cast<int64_t>(floor(static_cast<double>(o) * inverse));
+  return i < in_size - 1 ? i : in_size - 1;
+}
+
 // One axis of a mask's geometry: output index o reads resized index offset + o of an
-// axis of `in_size` source pixels resized to `resized` (Pillow or torch nearest), plus
+// axis of `in_size` source pixels resized to `resized` (Pillow's, torch's or OpenCV's nearest), plus
 // `source_offset` (a crop's start, RandomResizedCrop); a resized index outside
 // [0, resized) is padding. RandomCrop: resized == in_size, offset the padded crop's start.
 struct MaskAxis {

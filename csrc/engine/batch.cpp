@@ -130,8 +130,9 @@ void BatchEngine::set_views(const std::vector<Plan>& plans, const std::vector<Ma
                          "view in [0, ", image_views, "), got ", mask.follows, ".");
     FASTLOAD_CHECK_VALUE(mask.fill >= 0 && mask.fill <= 255, op, "expected a mask fill in [0, 255] (uint8 labels), "
                          "got ", mask.fill, ".");
-    FASTLOAD_CHECK_VALUE(mask.sampling == MaskSampling::kPil || mask.sampling == MaskSampling::kTensor, op,
-                         "expected mask sampling PIL or TENSOR, got ", static_cast<int>(mask.sampling), ".");
+    FASTLOAD_CHECK_VALUE(mask.sampling == MaskSampling::kPil || mask.sampling == MaskSampling::kTensor ||
+                             mask.sampling == MaskSampling::kCv2,
+                         op, "expected mask sampling PIL, TENSOR or CV2, got ", static_cast<int>(mask.sampling), ".");
     const Plan& followed = mask.follows == 0 ? *plan_ : plans[static_cast<size_t>(mask.follows) - 1];
     FASTLOAD_CHECK_VALUE(followed.geometry != Geometry::kRandomCrop || followed.padding_mode == kPadConstant, op,
                          "expected a mask to follow a RandomCrop with constant padding, got padding_mode ",

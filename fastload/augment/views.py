@@ -7,7 +7,7 @@ image once, over the union of the views' crop windows, then makes every output f
 one decode (csrc/augment/views.h, csrc/engine/sample.cpp).
 
 - `Mask`: what a mask output is (which view it follows, RandomCrop's fill, dtype, shape,
-  Pillow's or torch's nearest).
+  Pillow's, torch's or OpenCV's nearest).
 - `Outputs`: the structure of a dataset's outputs: one transform list per image view,
   the masks, and how a batch is arranged (`arrange`).
 - `ViewPlans`: Outputs fused into one Plan per image view, as the engine takes them.
@@ -37,7 +37,7 @@ import torch
 
 from fastload.errors import UnsupportedPipeline
 
-MASK_SAMPLINGS = ("pil", "tensor")
+MASK_SAMPLINGS = ("pil", "tensor", "cv2")
 MASK_DTYPES = (torch.uint8, torch.int64)
 ARRANGEMENTS = ("views", "pairs")
 
@@ -56,7 +56,8 @@ class Mask:
             cross-entropy targets are) or torch.uint8 (a tv_tensors.Mask of a PIL image).
         sampling: "pil": Pillow's NEAREST (torchvision v1 transforms on a PIL mask);
             "tensor": torch's interpolate(mode="nearest") (v2 transforms on a
-            tv_tensors.Mask or a tensor). They pick different pixels when resizing.
+            tv_tensors.Mask or a tensor); "cv2": OpenCV's INTER_NEAREST (albumentations'
+            mask=, resized by cv2.resize). They pick different pixels when resizing.
         channel_dim: batches of [B, 1, H, W] (a tv_tensors.Mask made from a PIL image)
             instead of [B, H, W].
 
@@ -237,7 +238,8 @@ def mask_reference(mask: np.ndarray, plan: Any, spec: Mask, *, epoch: int, index
     seeded as the engine seeds it) for sample `index` at `epoch`, applied as torchvision
     applies it to a mask: crop then resize (RandomResizedCrop), resize then centre crop
     (Resize, CenterCrop; padding 0), pad with `spec.fill` then crop (RandomCrop); nearest
-    by Pillow (`sampling="pil"`) or torch's interpolate (`"tensor"`); flips last.
+    by Pillow (`sampling="pil"`), torch's interpolate (`"tensor"`) or OpenCV's cv2.resize
+    (`"cv2"`); flips last.
 
     Args:
         mask: uint8 [H, W], the decoded label map.
@@ -261,6 +263,10 @@ def mask_reference(mask: np.ndarray, plan: Any, spec: Mask, *, epoch: int, index
         if spec.sampling == "pil":
             image = Image.fromarray(t.numpy()).resize((size[1], size[0]), Image.NEAREST)
             return torch.from_numpy(np.array(image))
+        if spec.sampling == "cv2":
+            import cv2
+
+            return torch.from_numpy(cv2.resize(t.numpy(), (size[1], size[0]), interpolation=cv2.INTER_NEAREST))
         return torch.nn.functional.interpolate(t[None, None], size=size, mode="nearest")[0, 0]
 
     def crop(t: torch.Tensor, top: int, left: int, h: int, w: int, fill: int) -> torch.Tensor:

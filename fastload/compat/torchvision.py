@@ -66,8 +66,9 @@ def leaf_specs(transform: Any) -> List[Any]:
             left, right, top, bottom = padding  # v2 keeps [left, right, top, bottom]
             padding = (left, top, right, bottom)
         fill = transform.fill
-        if isinstance(fill, dict):  # v2: per tv_tensor type
-            fill = next(iter(fill.values()), 0) if len(set(map(repr, fill.values()))) == 1 else fill
+        if isinstance(fill, dict):  # v2: per tv_tensor type; a mask's entry is the mask's (fastload.trace.masks)
+            fill = {k: v for k, v in fill.items() if getattr(k, "__name__", k) not in ("Mask", "BoundingBoxes")}
+            fill = next(iter(fill.values()), 0) if len(set(map(repr, fill.values()))) <= 1 else fill
         if isinstance(fill, dict):
             raise NotConvertible(f"fills per tv_tensor type ({fill!r})", fix="pass one fill")
         return [specs.RandomCrop(tuple(transform.size), padding, bool(transform.pad_if_needed),
@@ -98,11 +99,13 @@ def leaf_specs(transform: Any) -> List[Any]:
         check_output_dtype(transform.dtype)
         return [specs.ToDtype(transform.dtype, scale=True)]
     if is_torchvision(transform, "ToDtype"):
-        if isinstance(transform.dtype, dict):
-            raise NotConvertible("converts per tv_tensor type (a dict of dtypes)",
-                                 fix="pass one dtype, e.g. ToDtype(torch.float32, scale=True)")
-        check_output_dtype(transform.dtype)
-        return [specs.ToDtype(transform.dtype, scale=bool(transform.scale))]
+        dtype = transform.dtype
+        if isinstance(dtype, dict):  # per tv_tensor type: the image's entry (a mask's: fastload.trace.masks)
+            dtype = _image_dtype(dtype)
+            if dtype is None:
+                return []
+        check_output_dtype(dtype)
+        return [specs.ToDtype(dtype, scale=bool(transform.scale))]
     if is_torchvision(transform, "Normalize"):
         return [specs.Normalize(transform.mean, transform.std)]
     color_specs = _color_specs(transform)
@@ -112,6 +115,20 @@ def leaf_specs(transform: Any) -> List[Any]:
     if timm_specs is not None:
         return timm_specs
     raise NotConvertible(presets.why_not_native(transform), fix=presets.fix_for(transform))
+
+
+def _image_dtype(dtypes: dict) -> Any:
+    """The dtype a v2 ToDtype's dict gives the image (a tv_tensors.Image or a plain tensor:
+    their entries, else "others"; None: left as it is), else NotConvertible."""
+    image = {repr(v): v for k, v in dtypes.items() if getattr(k, "__name__", k) in ("Image", "Tensor")}
+    if len(image) > 1:
+        raise NotConvertible(f"converts a tv_tensors.Image and a plain tensor to different dtypes ({dtypes!r})",
+                             fix="give the image one dtype")
+    if image:
+        return next(iter(image.values()))
+    if "others" not in dtypes:
+        raise NotConvertible(f"gives the image no dtype ({dtypes!r}: torchvision raises)", fix='add "others": None')
+    return dtypes["others"]
 
 
 def _range(value: Any) -> Any:

@@ -53,7 +53,7 @@ class SegmentationDataset(NativeDataset):
         transforms: the image's transforms (fastload.transforms, or torchvision
             transforms with a native equivalent); the mask follows their geometry.
         mask: how the mask comes out (fastload.augment.views.Mask: RandomCrop's fill, e.g.
-            255; dtype int64 or uint8; "pil" or "tensor" nearest; [B, H, W] or
+            255; dtype int64 or uint8; "pil", "tensor" or "cv2" nearest; [B, H, W] or
             [B, 1, H, W]).
         seed: base of the random augmentation parameters (the loader overrides it).
 

@@ -29,6 +29,10 @@ _COUNTERS = {"images": 0, "batches": 0, "skipped": 0, "pil_fallback": 0, "gpu_cp
 def _set_views(engine: Any, views: Any, mask_index: Optional[SampleIndex]) -> None:
     """Hands the engine the image views beyond the plan, the masks and their files."""
     engine.set_views(views.plans[1:], [contract.mask_spec(m.follows, m.fill, m.sampling) for m in views.masks])
+    _set_mask_index(engine, views, mask_index)
+
+
+def _set_mask_index(engine: Any, views: Any, mask_index: Optional[SampleIndex]) -> None:
     if views.masks and len(mask_index):
         engine.set_mask_index(torch.from_numpy(mask_index.files.data), torch.from_numpy(mask_index.files.offsets),
                               torch.from_numpy(mask_index.file_ids), torch.from_numpy(mask_index.offsets),
@@ -93,7 +97,7 @@ class NativeRunner:
                 torch.from_numpy(index.file_ids), torch.from_numpy(index.offsets), torch.from_numpy(index.sizes),
             )
         self._engine.set_plan(plan)
-        self.views = views
+        self.views, self.mask_index = views, mask_index
         if views is not None:
             _set_views(self._engine, views, mask_index)
         self._labels = torch.from_numpy(np.ascontiguousarray(index.labels))
@@ -128,6 +132,8 @@ class NativeRunner:
             torch.from_numpy(index.files.data), torch.from_numpy(index.files.offsets),
             torch.from_numpy(index.file_ids), torch.from_numpy(index.offsets), torch.from_numpy(index.sizes),
         )
+        if self.views is not None:  # (a traced dataset's mask files fill in place too)
+            _set_mask_index(self._engine, self.views, self.mask_index)
 
     @property
     def timeout(self) -> float:

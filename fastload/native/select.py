@@ -259,7 +259,7 @@ def select_path(
         return None, "generic: custom collate_fn" if custom_collate else f"generic: {error}"
     if outputs is not None and custom_collate:
         # (the collate probe follows one image per sample; each view's batch is torch's stack)
-        return None, "generic: custom collate_fn (a sample with several image views)"
+        return None, "generic: custom collate_fn (a sample with several image views or a mask)"
     # A lazily traced dataset knows each sample's structure: a custom collate_fn that stacks
     # the images is followed around the engine's batch (fastload.trace.collate); a Hugging
     # Face dataset's rows go through it even without one (they may keep PIL images).
@@ -306,7 +306,8 @@ def select_path(
                                timeout=timeout)
         blockers = f"; not native: {'; '.join(tail.blockers)}" if tail.blockers else ""
         return _Rebuilt.wrap(runner, rebuild, num_workers), f"{description}, decode_on=cpu{why}{labels_note}{blockers}"
-    mask_index = None
+    # A traced dataset's mask files are its trace's (fastload.trace.masked.MaskedTrace).
+    mask_index = getattr(rebuild, "mask_index", None)
     if isinstance(dataset, NativeDataset):
         outputs, mask_index = getattr(dataset, "outputs", None), getattr(dataset, "mask_index", None)
     if outputs is not None:  # several outputs per sample: views and masks from one decode

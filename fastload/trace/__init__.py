@@ -20,6 +20,7 @@ the package. What the package does, module by module (the data flows down the li
 | `views.py` | a traced dataset inside Subset / ConcatDataset (`LazyView`) |
 | `dataset.py` | `trace_dataset`: a dataset's analysis from its probes |
 | `collate.py` | the user's collate_fn followed around the engine's batch |
+| `masks.py`, `masked.py` | a segmentation mask read from a second file and passed with the image to one joint transform call (`LabelMap`, `MaskOutput`), and `MaskedTrace`: its file table beside the image's |
 
 The hooks a lazy trace offers its runner (what fastload/native/ calls) are `LazyTrace`'s
 public methods: `prepare` / `ahead` (trace the indexes of the next batches), `renew` (a

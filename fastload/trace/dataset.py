@@ -46,6 +46,9 @@ naming the user's file:line:
   and local crops) runs as K image views made from one decode (`Analysis.outputs`),
   unless a view's transforms are not all native (no Python tail per view) or a view's
   output is not returned once;
+- an image and a mask file passed to one joint transform call (torchvision v2 with a
+  tv_tensors.Mask, albumentations' image= and mask=) run as the image and a mask that
+  follows its geometry (fastload/trace/masks.py, masked.py: what is followed, what not);
 - random numbers drawn outside the transforms (Python's `random`, numpy's global
   generator, torch's CPU generator, compared before and after; the caller's states are
   restored either way);
@@ -160,10 +163,21 @@ def _views_not_native(transforms: Any, out: Analysis) -> str:
 def _analysis(dataset: Any, traced: LazyTrace) -> Analysis:
     """The Analysis of a dataset whose probes traced (traced: a LazyTrace)."""
     name = type(dataset).__name__
+    if traced.first.masks:  # (an image and its mask: the mask's file table too)
+        from fastload.trace.masked import MaskedTrace
+
+        traced = MaskedTrace(dataset, traced.probes)
     out = Analysis(f"traced {name}.__getitem__")
     out.transform = traced.first.transform
     out.pipeline, out.wrappers = pipeline_of(out.transform)
     out.trace = traced
+    if traced.first.masks:
+        from fastload.trace.masked import masks_not_native
+
+        why = masks_not_native(traced, out)
+        if why:
+            return out.refuse(f"{name}.__getitem__ (traced, index 0): {why} at {where_defined(dataset)}",
+                              "use transforms fastload runs natively (fastload.explain lists them)")
     if traced.first.views:
         why = _views_not_native(traced.first.views, out)
         if why:

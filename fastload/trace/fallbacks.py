@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from fastload.trace.rollback import Snapshot
-from fastload.trace.sample import TracedSample, is_int_label, shape_text, templated, view_slot
+from fastload.trace.sample import TracedSample, is_int_label, mask_slot, shape_text, templated, view_slot
 
 
 class Fallbacks:
@@ -94,13 +94,16 @@ def made_by_getitem(dataset: Any, i: int, started: Optional[Dict[int, Any]], kee
 def fitted(made: str, sample: Any, images: Any, first: TracedSample, simple: bool) -> Tuple[Any, Any]:
     """(image, label) (simple) or (image, template) of a `sample` made by its own
     __getitem__ (`made` names it in messages), checked to fit the engine's batch `images`
-    whose other samples are shaped like `first`. Where `first` has several image views,
-    `images` is one batch per view and the answer ([each view's image], template)."""
-    if first.views:
-        views = [_image_at(made, sample, at, batch, first) for at, batch in zip(first.views_at, images)]
+    whose other samples are shaped like `first`. Where `first` has several image views
+    (or a mask), `images` is one batch per view (then per mask) and the answer ([each
+    view's image, then each mask], template)."""
+    if first.views or first.masks:
+        places = (first.views_at or (first.slot_at,)) + first.masks_at
+        views = [_image_at(made, sample, at, batch, first) for at, batch in zip(places, images)]
         template = sample
-        for v, at in enumerate(first.views_at):
-            template = _put(template, at, view_slot(v))
+        image_views = len(places) - len(first.masks_at)
+        for v, at in enumerate(places):
+            template = _put(template, at, view_slot(v) if v < image_views else mask_slot(v))
         return views, template
     image = _image_at(made, sample, first.slot_at, images, first)
     if simple:

@@ -407,6 +407,7 @@ class LazyTrace:
             sample, why, where = None, refused.why, refused.where
         finally:
             call.outputs.clear()  # (each output refers to the call: no cycle left for the collector)
+            call.masks.clear()
         if why or not self.keep_effects:
             snapshot.restore()
         return f"{why} at {where or where_defined(dataset)}" if why else sample

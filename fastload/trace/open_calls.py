@@ -9,6 +9,7 @@ from typing import Any, List, Optional, Tuple
 
 import PIL.Image
 import torch
+from fastload.trace import masks
 from fastload.trace.call import TracedImage
 from fastload.trace.openers import (check_orientation, header_or_stop, PixelArray, TracedArray, TracedBytes,
                                     TracedBytesIO, TracedFile, TracedFileTensor, TracedTensor)
@@ -184,6 +185,10 @@ def _imread(original: Any) -> Any:
         path = os.fspath(filename)
         call.opened.append(path)
         colour = flags & ~ignore
+        labels = masks.grayscale_read(call, path, bool(flags & ignore)) if colour in (
+            cv2.IMREAD_GRAYSCALE, cv2.IMREAD_UNCHANGED) else None
+        if labels is not None:  # a mask file's label map (an L PNG or a grayscale JPEG)
+            return labels
         if colour == cv2.IMREAD_COLOR:
             mode = "BGR"
         elif rgb_flag is not None and colour == rgb_flag:
@@ -227,8 +232,12 @@ def _to_array(original: Any, who: str) -> Any:
     albumentations); anything else goes to numpy."""
     def to_array(obj: Any, *args: Any, **kwargs: Any) -> Any:
         call = active_call()
-        if call is None or not isinstance(obj, TracedImage):
+        if call is None or not isinstance(obj, (TracedImage, masks.LabelMap, masks.MaskOutput)):
             return original(obj, *args, **kwargs)
+        if not isinstance(obj, TracedImage):  # a mask
+            if args[1:] or set(kwargs) - {"dtype", "copy"}:
+                stop_trace(f"calls np.{who} on the mask with other arguments than dtype= and copy=")
+            return masks.array_of(obj, kwargs.get("dtype", args[0] if args else None), who)
         owner, path, mode = source_of(obj)
         if owner is not call:
             stop_trace(f"calls np.{who} on an image opened in an earlier __getitem__ call (a cache of images? the "
@@ -237,6 +246,9 @@ def _to_array(original: Any, who: str) -> Any:
         if args[1:] or set(kwargs) - {"copy"} or (dtype is not None and np_dtype(dtype) != np_dtype("uint8")):
             stop_trace(f"calls np.{who} on the image with other arguments than copy= (followed: "
                          f"np.{who}(image), dtype uint8)")
+        labels = masks.array_of_image(call, obj, who) if mode is None else None
+        if labels is not None:  # a mask file's label map (an L or P PNG, a grayscale JPEG)
+            return labels
         if mode != "RGB":
             stop_trace(f"calls np.{who} on the image without .convert('RGB') (an L, P or CMYK file would give "
                          "another array; the native path decodes to RGB)")
@@ -244,6 +256,41 @@ def _to_array(original: Any, who: str) -> Any:
 
     to_array.__wrapped__ = original  # type: ignore[attr-defined]
     return to_array
+
+
+def _to_tensor(original: Any, who: str) -> Any:
+    """torch.from_numpy / torch.as_tensor / torch.tensor: a mask's label map or transformed
+    mask becomes the tensor it stands for (masks.py); anything else goes to torch."""
+    def to_tensor(data: Any, *args: Any, **kwargs: Any) -> Any:
+        if active_call() is None or not isinstance(data, (masks.LabelMap, masks.MaskOutput)):
+            return original(data, *args, **kwargs)
+        dtype = kwargs.pop("dtype", args[0] if args else None)
+        device = kwargs.pop("device", args[1] if len(args) > 1 else None)
+        if args[2:] or set(kwargs) - {"requires_grad", "pin_memory"} or any(kwargs.values()) or (
+                device is not None and torch.device(device).type != "cpu"):
+            stop_trace(f"calls torch.{who} on the mask with other arguments than dtype= (followed: "
+                       f"torch.{who}(mask[, dtype=torch.int64]))")
+        return masks.tensor_of(data, dtype, who)
+
+    to_tensor.__wrapped__ = original  # type: ignore[attr-defined]
+    return to_tensor
+
+
+def _tv_mask(original: Any) -> Any:
+    """tv_tensors.Mask.__new__: a mask file's PIL image or label map becomes a LabelMap
+    standing for the tv_tensors.Mask (masks.py); anything else goes to torchvision."""
+    make = original.__func__ if isinstance(original, staticmethod) else original
+
+    def __new__(cls: Any, data: Any, *args: Any, dtype: Any = None, **kwargs: Any) -> Any:
+        if active_call() is None or not isinstance(data, (TracedImage, masks.LabelMap, masks.MaskOutput)):
+            return make(cls, data, *args, dtype=dtype, **kwargs)
+        if args or any(v is not None for v in kwargs.values()):
+            stop_trace("makes a tv_tensors.Mask with device= or requires_grad= (followed: tv_tensors.Mask(mask[, "
+                       "dtype=...]))")
+        return masks.tv_mask(data, dtype)
+
+    __new__.__wrapped__ = original  # type: ignore[attr-defined]
+    return staticmethod(__new__)
 
 
 def np_dtype(value: Any) -> Any:
@@ -266,6 +313,11 @@ def targets() -> List[Tuple[Any, str, Any, Any]]:
 
     out += [(numpy, "array", vars(numpy)["array"], lambda f: _to_array(f, "array")),
             (numpy, "asarray", vars(numpy)["asarray"], lambda f: _to_array(f, "asarray"))]
+    out += [(torch, name, vars(torch)[name], lambda f, name=name: _to_tensor(f, name))
+            for name in ("from_numpy", "as_tensor", "tensor")]
+    tv_tensors = sys.modules.get("torchvision.tv_tensors")
+    if tv_tensors is not None and "__new__" in vars(getattr(tv_tensors, "Mask", object)):
+        out.append((tv_tensors.Mask, "__new__", vars(tv_tensors.Mask)["__new__"], _tv_mask))
     cv2 = sys.modules.get("cv2")
     if cv2 is not None and hasattr(cv2, "imread") and hasattr(cv2, "cvtColor"):
         out += [(cv2, "imread", cv2.imread, _imread), (cv2, "cvtColor", cv2.cvtColor, _cvt_color)]

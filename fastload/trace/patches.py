@@ -17,7 +17,7 @@ from typing import Any, Iterator, List, Optional, Tuple
 import PIL.Image
 import torch
 
-from fastload.trace import open_calls
+from fastload.trace import masks, open_calls
 from fastload.trace.call import TracedImage, TracedOutput, enter
 from fastload.trace.openers import LAZY, TracedBytesIO, TracedFile
 from fastload.trace.state import (active_call, global_rng_moved, global_rng_restore, record, source_of, stop_trace,
@@ -47,9 +47,13 @@ def _is_transform(obj: Any) -> bool:
 def _intercepting(original: Any) -> Any:
     def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
         call = active_call()
-        if call is not None and len(args) == 1 and not kwargs and isinstance(args[0], _traced_kinds()) \
+        if call is not None and len(args) in (1, 2) and not kwargs and isinstance(args[0], _traced_kinds()) \
                 and _is_transform(self):
-            return enter(call, self, args[0])
+            # (image, mask): one joint call of torchvision's v2 transforms (masks.py)
+            return enter(call, self, args[0]) if len(args) == 1 else masks.enter_v2(call, self, *args)
+        if call is not None and len(args) == 1 and not kwargs and type(args[0]) in (dict, tuple, list) and \
+                _is_transform(self) and masks.holds_mask(args[0]):  # v2 given the sample: {"image": ..., "mask": ...}
+            return masks.enter_v2_sample(call, self, args[0])
         return original(self, *args, **kwargs)
 
     __call__.__wrapped__ = original  # type: ignore[attr-defined]
@@ -65,11 +69,16 @@ def _intercepting_albumentations(original: Any) -> Any:
     def __call__(self: Any, *args: Any, force_apply: bool = False, **data: Any) -> Any:
         call = active_call()
         if call is not None and not args and isinstance(data.get("image"), _traced_kinds()):
-            others = sorted(k for k in data if k != "image")
+            others = sorted(k for k in data if k not in ("image", "mask"))
             if others:
                 stop_trace(f"passes {', '.join(others)} with the image to {type(self).__name__} (followed: image= "
-                      "alone; the native path makes the image only)")
+                      "alone, or image= and mask=; the native path makes the image and a mask)")
+            if "mask" in data:
+                return masks.enter_albumentations(call, self, data["image"], data["mask"])
             return {"image": enter(call, self, data["image"])}
+        if call is not None and not args and isinstance(data.get("image"), masks.LabelMap):
+            stop_trace(f"passes a single-channel array as image= to {type(self).__name__} (the native path makes RGB "
+                       "images: cv2.cvtColor(cv2.imread(path), cv2.COLOR_BGR2RGB))")
         return original(self, *args, force_apply=force_apply, **data)
 
     __call__.__wrapped__ = original  # type: ignore[attr-defined]

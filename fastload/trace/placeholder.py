@@ -19,10 +19,12 @@ import io
 import os
 import tempfile
 
+import numpy as np
 from PIL import Image
 
 _SIDE = 8
 _path = ""
+_mask_path = ""
 
 
 def placeholder_jpeg() -> str:
@@ -32,12 +34,29 @@ def placeholder_jpeg() -> str:
         return _path
     buffer = io.BytesIO()
     Image.new("RGB", (_SIDE, _SIDE), (128, 128, 128)).save(buffer, format="JPEG", quality=90)
-    data = buffer.getvalue()
-    path = os.path.join(tempfile.gettempdir(), f"fastload-placeholder-{os.getuid()}-{len(data)}.jpg")
+    _path = _written(buffer.getvalue(), "jpg")
+    return _path
+
+
+def placeholder_mask() -> str:
+    """The path of the placeholder mask (an 8x8 uint8 .npy of zeros, the placeholder
+    JPEG's size, which every build of the engine reads: the mask slot of a traced sample
+    that falls back; made on first use)."""
+    global _mask_path
+    if _mask_path and os.path.exists(_mask_path):
+        return _mask_path
+    buffer = io.BytesIO()
+    np.save(buffer, np.zeros((_SIDE, _SIDE), dtype=np.uint8))
+    _mask_path = _written(buffer.getvalue(), "npy")
+    return _mask_path
+
+
+def _written(data: bytes, extension: str) -> str:
+    """The path of a file of `data` in the temporary directory, written once per user and machine."""
+    path = os.path.join(tempfile.gettempdir(), f"fastload-placeholder-{os.getuid()}-{len(data)}.{extension}")
     if not (os.path.exists(path) and os.path.getsize(path) == len(data)):
         fd, partial = tempfile.mkstemp(prefix=".fastload-placeholder-", dir=os.path.dirname(path))
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(partial, path)
-    _path = path
     return path

@@ -38,7 +38,7 @@ class Probe:
         if list(self.samples) != list(other.samples):
             return False
         return all(a.path == b.path and a.transform is b.transform and same_value(a.template, b.template)
-                   for a, b in zip(self.samples.values(), other.samples.values()))
+                   and a.masks == b.masks for a, b in zip(self.samples.values(), other.samples.values()))
 
 
 def probe_indexes(n: int) -> List[int]:
@@ -68,9 +68,10 @@ def run_probes(dataset: Any) -> Union[Probe, TraceRefused, None]:
                                       where_drawn(dataset, 0, before))
                 again = sample_of_call(dataset, *record(dataset, 0))
                 if not (again.path == first.path and again.transform is first.transform
-                        and same_value(again.template, first.template)):
+                        and same_value(again.template, first.template) and again.masks == first.masks):
                     what = "image path" if again.path != first.path else "transform" \
-                        if again.transform is not first.transform else "returned values"
+                        if again.transform is not first.transform else "masks" if again.masks != first.masks \
+                        else "returned values"
                     raise TraceRefused(f"returns different samples when traced twice at index 0 (the {what} "
                                       "differ)", where_defined(dataset))
                 samples = {0: first}
@@ -107,6 +108,8 @@ class Basis(NamedTuple):
     simple: bool
     # Image views beyond view 0: (id of the view's transform, its native specs, its place) each.
     views: Tuple[Any, ...] = ()
+    # Masks (fastload.trace.masks): (the engine's Mask, its place) each.
+    masks: Tuple[Any, ...] = ()
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Basis) and self.transform is other.transform and \
@@ -123,7 +126,8 @@ def basis_of(first: TracedSample, n: int) -> Basis:
     views = tuple((id(t), tuple(pipeline_of(t)[0].native), at)
                   for t, at in zip(first.views[1:], first.views_at[1:]))
     return Basis(n, first.transform, tuple(pipeline.native), tuple(id(t) for t in pipeline.tail), first.slot_at,
-                  is_simple_template(first.template), views)
+                  is_simple_template(first.template), views,
+                  tuple((mask, at) for (_, mask), at in zip(first.masks, first.masks_at)))
 
 
 def disagreement(first: TracedSample, sample: TracedSample) -> str:
@@ -140,6 +144,9 @@ def disagreement(first: TracedSample, sample: TracedSample) -> str:
             return f"passes view {v} to another transform object than index 0's ({type(theirs).__name__})"
     if sample.views_at != first.views_at:
         return "returns its views in other places than index 0's"
+    if [m for _, m in sample.masks] != [m for _, m in first.masks] or sample.masks_at != first.masks_at:
+        return (f"makes its masks {[m for _, m in sample.masks]} at {sample.masks_at}, index 0 "
+                f"{[m for _, m in first.masks]} at {first.masks_at}")
     if is_simple_template(first.template) != is_simple_template(sample.template):
         return f"returns {shape_text(sample.template)}, index 0 {shape_text(first.template)}"
     return ""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable, List, NamedTuple, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Tuple
 
 import numpy as np
 import torch
@@ -44,12 +44,36 @@ def view_slot(view: int) -> Slot:
     return _VIEW_SLOTS[view]
 
 
+class MaskSlot(Slot):
+    """Where the engine's mask batch goes in a sample template (`view`: its place among the
+    engine's outputs, after the image views'; fastload.trace.masks)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<mask>"
+
+    def __reduce__(self) -> Any:
+        return mask_slot, (self.view,)
+
+
+_MASK_SLOTS: Dict[int, MaskSlot] = {}
+
+
+def mask_slot(view: int) -> MaskSlot:
+    """The one MaskSlot of the engine's output `view`."""
+    return _MASK_SLOTS.setdefault(view, MaskSlot(view))
+
+
 class TracedSample(NamedTuple):
     """One traced index: the image's path, the transform, the sample with the output
     replaced by SLOT, and where SLOT sits (keys/positions). Where the image reaches K >= 2
     transform calls (SimCLR's two views, DINO's crops), view v is the v-th call's output:
     `views` holds each view's transform and `views_at` where its `view_slot(v)` sits
-    (view 0's are `transform` and `slot_at`); both are empty for one view."""
+    (view 0's are `transform` and `slot_at`); both are empty for one view. A mask read
+    from a second file and passed with the image to one joint transform call (masks.py)
+    is in `masks` ((its file's path, the engine's fastload.augment.views.Mask)) and
+    `masks_at` (where its mask_slot, after the image views' slots, sits)."""
 
     path: str
     transform: Any
@@ -57,6 +81,8 @@ class TracedSample(NamedTuple):
     slot_at: Tuple[Any, ...]
     views: Tuple[Any, ...] = ()
     views_at: Tuple[Tuple[Any, ...], ...] = ()
+    masks: Tuple[Tuple[str, Any], ...] = ()
+    masks_at: Tuple[Tuple[Any, ...], ...] = ()
 
 
 # Leaves that hold no traced object (checked first: most of a sample is labels).
@@ -104,8 +130,11 @@ def sample_of_call(dataset: Any, call: TracedCall, sample: Any) -> TracedSample:
     """The traced index, or TraceRefused."""
     if call.problem is not None:
         raise TraceRefused(call.problem.why, call.problem.where)
+    if call.masks:
+        return _with_mask(call, sample)
     if len(call.opened) != 1:
-        raise TraceRefused(f"opens {len(call.opened)} images per sample (one is followed)", "")
+        raise TraceRefused(f"opens {len(call.opened)} images per sample (one is followed, and a mask passed with it "
+                           "to one joint transform call)", "")
     if not call.outputs:
         templated(sample, _NOTHING, [], ())  # type: ignore[arg-type]  # a raw image returned: that reason
         raise TraceRefused("opens an image that reaches no transform fastload maps", "")
@@ -142,6 +171,29 @@ def _views_of_call(call: TracedCall, sample: Any) -> TracedSample:
     at = tuple(places[view_slot(v)] for v in range(len(call.outputs)))
     return TracedSample(source_of(call.outputs[0].image)[1], call.outputs[0].transform, template, at[0],
                         tuple(out.transform for out in call.outputs), at)
+
+
+def _with_mask(call: TracedCall, sample: Any) -> TracedSample:
+    """The traced index of a call whose image and mask went through one joint transform
+    call (fastload.trace.masks): the mask's slot is view_slot(1), the engine's second output."""
+    out = call.outputs[0]
+    if len(call.outputs) != 1 or len(call.opened) != 2:
+        raise TraceRefused(f"opens {len(call.opened)} files and makes {len(call.outputs)} image outputs besides its "
+                           "mask (followed: one image and one mask, through one joint transform call)", "")
+    slots = {id(out): SLOT, **{id(made): mask_slot(1) for made in call.masks}}
+    found: List[Tuple[Any, Any]] = []
+    template = templated(sample, slots, found, ())
+    images = [at for slot, at in found if slot is SLOT]
+    masks = [at for slot, at in found if slot is not SLOT]
+    if len(images) != 1 or len(masks) != 1:
+        what, times = ("image", len(images)) if len(images) != 1 else ("mask", len(masks))
+        raise TraceRefused(f"returns the joint transform's {what} {times} times (followed: the image and the mask "
+                           "once each, as they are or with the mask's dtype changed, inside a tuple, list or dict)", "")
+    made = sample
+    for key in masks[0]:
+        made = made[key]
+    return TracedSample(source_of(out.image)[1], out.transform, template, images[0], masks=(made.record(),),
+                        masks_at=(masks[0],))
 
 
 def view_count(sample: TracedSample) -> int:
@@ -210,6 +262,7 @@ def sample_unless_kept(dataset: Any, traced: List[Any], undo: Callable[[], None]
     kept = [weakref.ref(out) for out in call.outputs]
     lazies = _lazies_made_in(call)
     call.outputs.clear()
+    call.masks.clear()
     del call, value
     for refs, what in ((kept, "the transform's output"), (lazies, "what it opened")):
         alive = [ref() for ref in refs if ref() is not None]
@@ -239,6 +292,8 @@ def shape_text(template: Any) -> str:
     if isinstance(template, (tuple, list)):
         inner = ", ".join(shape_text(v) for v in template)
         return f"({inner})" if isinstance(template, tuple) else f"[{inner}]"
+    if isinstance(template, MaskSlot):
+        return "mask"
     if isinstance(template, Slot):
         return "image" if template.view == 0 else f"view {template.view}"
     return type(template).__name__

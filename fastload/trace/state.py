@@ -48,11 +48,12 @@ class Problem:
 class TracedCall:
     """The record of one `__getitem__` call under the tracer."""
 
-    __slots__ = ("opened", "outputs", "problem")
+    __slots__ = ("opened", "outputs", "masks", "problem")
 
     def __init__(self) -> None:
         self.opened: List[Optional[str]] = []  # each Image.open: its path (None: not a path)
         self.outputs: List[Any] = []  # each intercepted transform call
+        self.masks: List[Any] = []  # each mask a joint transform call made, and what the call made of it (masks.py)
         self.problem: Optional[Problem] = None
 
 

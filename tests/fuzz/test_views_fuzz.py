@@ -115,7 +115,7 @@ def make_case(seed: int, case: int, root: str):
         arrays.append(good)
     views = [random_view(rng) for _ in range(rng.randint(1, 4))]
     mask_specs = [Mask(follows=rng.randrange(len(views)), fill=rng.choice([0, 7, 255]),
-                       dtype=rng.choice([torch.uint8, torch.int64]), sampling=rng.choice(["pil", "tensor"]),
+                       dtype=rng.choice([torch.uint8, torch.int64]), sampling=rng.choice(["pil", "tensor", "cv2"]),
                        channel_dim=rng.random() < 0.3) for _ in range(rng.randint(0, 2))]
     return images, masks, Outputs.of_views(views, mask_specs), arrays
 

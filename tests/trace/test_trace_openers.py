@@ -291,8 +291,8 @@ FALLBACKS = [  # (dataset, transform, text of the reported line, reason)
                  "np.array(image)) to Compose", marks=needs_cv2, id="ArrayToTorchvision"),
     pytest.param(ArrayNotConverted, albu, "np.array(Image.open(path))", "calls np.array on the image without "
                  ".convert('RGB')", id="ArrayNotConverted"),
-    pytest.param(WithMask, albu, "mask=np.zeros", "passes mask with the image to Compose", marks=needs_cv2,
-                 id="WithMask"),
+    pytest.param(WithMask, albu, "mask=np.zeros", "passes ndarray as the mask to Compose (followed: a mask file read",
+                 marks=needs_cv2, id="WithMask"),
     pytest.param(ReturnsArray, albu, "def __getitem__", "returns the image itself", marks=needs_cv2,
                  id="ReturnsArray"),
     pytest.param(GrayModeTensor, v2_train, "ImageReadMode.GRAY", "calls read_image with mode=ImageReadMode.GRAY",
