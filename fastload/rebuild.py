@@ -56,10 +56,12 @@ def offer(loader: Any) -> None:
     """Makes `loader` the template of loaders later built over its dataset object."""
     key = id(loader.dataset)
 
-    def forget(_: Any, key: int = key) -> None:
-        with _lock:
-            if _templates.get(key) is ref:
-                del _templates[key]
+    # (the lock and the table bound here: a loader collected at interpreter exit calls this
+    # after the module's globals are cleared)
+    def forget(_: Any, key: int = key, lock: Any = _lock, templates: Dict[int, Any] = _templates) -> None:
+        with lock:
+            if templates.get(key) is ref:
+                del templates[key]
 
     ref = weakref.ref(loader, forget)
     with _lock:
