@@ -137,6 +137,20 @@ def test_random_crop_with_padding_matches_v2(fmt):
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
+def test_padding_to_the_output_size_clamps_without_a_crop(fmt):
+    # padding=2 makes a 10x12 image the 14x16 output exactly: v2 pads (and clamps to the
+    # padded canvas) but does not crop.
+    boxes = torch.tensor([[-3.0, -2.0, 20.0, 9.0], [1.0, 2.0, 11.0, 9.5]])
+    boxes = F.convert_bounding_box_format(boxes, old_format=tv_tensors.BoundingBoxFormat.XYXY,
+                                          new_format=getattr(tv_tensors.BoundingBoxFormat, fmt))
+    ref = F.pad(bounding(boxes, fmt, (10, 12)), [2, 2, 2, 2])
+    steps = B.Steps.random_crop(torch.tensor([[10, 12]]), torch.tensor([[-2.0, -2.0, 14.0, 16.0]]), [2, 2, 2, 2],
+                                False, (14, 16), torch.zeros(1, 2, dtype=torch.bool))
+    assert not steps.cropped.any() and steps.padded.all()
+    assert_boxes(B.move(boxes, fmt, steps, torch.zeros(2, dtype=torch.int64)), ref)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_batched_rows_take_their_own_steps(fmt):
     g = torch.Generator().manual_seed(4)
     windows = torch.tensor([[0, 0, 20, 30], [5, 7, 11, 13], [2, 9, 30, 17]], dtype=torch.float32)
@@ -175,3 +189,68 @@ def test_format_names_and_refusals():
         B.format_name(tv_tensors.BoundingBoxFormat.XYWHR)
     with pytest.raises(ValueError, match=r"expected boxes of shape \[N, 4\], got \[4\]"):
         B.move(torch.zeros(4), "XYXY", B.Steps.make(1, (4, 4)), torch.zeros(1, dtype=torch.int64))
+
+
+def _v2_of_region(boxes, fmt, size, spec_list, plan, epoch, index):
+    """v2's ops on tv_tensors.BoundingBoxes with the parameters the engine drew for this sample."""
+    from fastload import transforms as T
+    from fastload._contract import region_of
+
+    height, width = size
+    box, _, flip, flip_v = region_of(plan, height, width, epoch, index)
+    top, left, h, w = (int(round(v)) for v in box)
+    ref = bounding(boxes, fmt, size)
+    first = spec_list[0]
+    if isinstance(first, T.RandomResizedCrop):
+        ref = F.resized_crop(ref, top, left, h, w, list(plan.out_size))
+    elif isinstance(first, T.RandomCrop):
+        pt, pl, pb, pr = plan.pad_top, plan.pad_left, plan.pad_bottom, plan.pad_right
+        ph, pw = height + pt + pb, width + pl + pr
+        if plan.pad_if_needed:
+            dh, dw = max(plan.out_height - ph, 0), max(plan.out_width - pw, 0)
+            pt, pb, pl, pr, ph, pw = pt + dh, pb + dh, pl + dw, pr + dw, ph + 2 * dh, pw + 2 * dw
+        if any((pt, pl, pb, pr)):
+            ref = F.pad(ref, [pl, pt, pr, pb])
+        if (ph, pw) != tuple(plan.out_size):
+            ref = F.crop(ref, top + pt, left + pl, *plan.out_size)
+    else:
+        for spec in spec_list:
+            if isinstance(spec, T.Resize):
+                ref = F.resize(ref, list(spec.size) if isinstance(spec.size, (tuple, list)) else [spec.size])
+            elif isinstance(spec, T.CenterCrop):
+                ref = F.center_crop(ref, list(spec.size))
+    return flipped(ref, flip, flip_v)
+
+
+ENGINE_PIPELINES = {
+    "random_resized_crop": lambda T: [T.RandomResizedCrop((17, 23), scale=(0.05, 1.0)), T.RandomHorizontalFlip(),
+                                      T.RandomVerticalFlip()],
+    "resize_center_crop": lambda T: [T.Resize(19), T.CenterCrop((25, 13)), T.RandomHorizontalFlip()],
+    "resize_fixed": lambda T: [T.Resize((21, 15)), T.RandomVerticalFlip()],
+    "center_crop": lambda T: [T.CenterCrop(30)],
+    "random_crop_padding": lambda T: [T.RandomCrop((29, 31), padding=(1, 2, 3, 4), pad_if_needed=True),
+                                      T.RandomHorizontalFlip()],
+}
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("pipeline", sorted(ENGINE_PIPELINES))
+def test_engine_drawn_geometry_matches_v2(fmt, pipeline):
+    pytest.importorskip("fastload._C")
+    from fastload import transforms as T
+    from fastload.augment.plan import build_plan
+
+    specs = ENGINE_PIPELINES[pipeline](T)
+    plan = build_plan(specs, seed=11)
+    g = torch.Generator().manual_seed(6)
+    sizes = torch.randint(9, 70, (24, 2), generator=g)
+    samples = torch.arange(100, 124)
+    per_sample = [random_boxes(g, int(n), tuple(s.tolist()), fmt, outside=0.15 if k % 3 == 0 else 0.0)
+                  for k, (s, n) in enumerate(zip(sizes, torch.randint(0, 6, (24,), generator=g)))]
+    rows = torch.cat([torch.full((len(b),), k) for k, b in enumerate(per_sample)])
+    steps = B.steps_of(plan, sizes, samples, 3, center_crop=any(isinstance(s, T.CenterCrop) for s in specs))
+    ours = B.move(torch.cat(per_sample), fmt, steps, rows).split([len(b) for b in per_sample])
+    for k, boxes in enumerate(per_sample):
+        ref = _v2_of_region(boxes, fmt, tuple(sizes[k].tolist()), specs, plan, 3, int(samples[k]))
+        assert tuple(ref.canvas_size) == steps.out_size
+        assert_boxes(ours[k], ref)

@@ -34,7 +34,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Sequence, Tuple
+from typing import Any, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 
@@ -160,12 +160,16 @@ class Steps(NamedTuple):
     def resize_center_crop(cls, sizes: torch.Tensor, layouts: torch.Tensor, out_size: Tuple[int, int],
                            flips: torch.Tensor, *, center_crop: bool) -> "Steps":
         """Resize (to the layout's resized size) then CenterCrop (v2's F.resize, F.center_crop):
-        `layouts` int64 [N, 4] (resized height, width, crop top, left; a negative start pads),
-        as _contract.resized_layout gives; center_crop: whether the pipeline crops (a
+        `layouts` int64 [N, 4] (resized height, width, crop top, left), as
+        _contract.resized_layout gives (the crop's origin is v2's, from the resized size); center_crop: whether the pipeline crops (a
         Resize alone does not clamp)."""
         sizes, layouts = sizes.to(torch.float64), layouts.to(torch.float64)
         n = len(sizes)
-        return cls.make(n, out_size, scale_before=(layouts[:, 0:2] / sizes)[:, [1, 0]], crop=layouts[:, [3, 2]],
+        # v2's center_crop of boxes takes round((size - crop) / 2), half to even, also where
+        # the crop is larger (its images pad by (crop - size) // 2 first): half a pixel apart
+        # from the image's own origin on an odd negative difference; the boxes follow v2's.
+        origin = torch.round((layouts[:, 0:2] - torch.tensor(out_size, dtype=torch.float64)) / 2)
+        return cls.make(n, out_size, scale_before=(layouts[:, 0:2] / sizes)[:, [1, 0]], crop=origin[:, [1, 0]],
                         cropped=torch.full((n,), bool(center_crop)), flips=flips)
 
     @classmethod
@@ -251,3 +255,28 @@ def sanitize_mask(boxes: torch.Tensor, fmt: str, canvas: Tuple[int, int], min_si
     valid &= (xyxy[:, 0] <= canvas[1]) & (xyxy[:, 2] <= canvas[1])
     valid &= (xyxy[:, 1] <= canvas[0]) & (xyxy[:, 3] <= canvas[0])
     return valid
+
+
+def steps_of(plan: Any, sizes: torch.Tensor, samples: torch.Tensor, epoch: int, *, center_crop: bool = True) -> Steps:
+    """The box steps of `samples` (int64 [N]) at `epoch`, images of `sizes` (int64 [N, 2]:
+    height, width), from the geometry the engine draws for `plan` (`_C.regions_of`, no
+    decode); center_crop: whether a Resize + CenterCrop plan came from a CenterCrop (a
+    plan of Resize((h, w)) alone does not clamp, as v2's Resize does not).
+
+    Raises:
+        ValueError: the engine's, for a geometry without pixels to sample.
+    """
+    from fastload._contract import regions_of, resized_layout
+
+    sizes = sizes.to(torch.int64).reshape(-1, 2)
+    boxes, _, flips = regions_of(plan, sizes, samples.to(torch.int64), int(epoch))
+    out_size = tuple(plan.out_size)
+    geometry = plan.geometry.name
+    if geometry == "RANDOM_RESIZED_CROP":
+        return Steps.resized_crop(boxes, out_size, flips)
+    if geometry == "RANDOM_CROP":
+        pads = (plan.pad_top, plan.pad_left, plan.pad_bottom, plan.pad_right)
+        return Steps.random_crop(sizes, boxes, pads, plan.pad_if_needed, out_size, flips)
+    layouts = torch.tensor([list(resized_layout(plan, h, w)) for h, w in sizes.tolist()],
+                           dtype=torch.int64).reshape(-1, 4)
+    return Steps.resize_center_crop(sizes, layouts, out_size, flips, center_crop=center_crop)
