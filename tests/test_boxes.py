@@ -254,3 +254,185 @@ def test_engine_drawn_geometry_matches_v2(fmt, pipeline):
         ref = _v2_of_region(boxes, fmt, tuple(sizes[k].tolist()), specs, plan, 3, int(samples[k]))
         assert tuple(ref.canvas_size) == steps.out_size
         assert_boxes(ours[k], ref)
+
+
+# ---------------------------------------------------------------- fastload.DetectionDataset
+
+# Engine vs PIL (v2 on a PIL image) with the same crop: a level or two of resize rounding.
+MIN_PSNR_DB = 35.0
+SIZES = [(41, 57), (48, 33), (63, 64), (37, 45), (52, 71), (45, 39), (60, 49), (39, 62)]
+
+
+def psnr(a, b):
+    import math
+
+    mse = torch.mean((a.double() - b.double()) ** 2).item()
+    return float("inf") if mse == 0 else 10 * math.log10(255.0 ** 2 / mse)
+
+
+@pytest.fixture(scope="module")
+def detection_files(tmp_path_factory):
+    """8 photo-like JPEGs of odd sizes and, per format, their targets: 0 to 6 boxes each,
+    some reaching out of the image, labels and a per-box iscrowd."""
+    from PIL import Image
+
+    from jpeg_samples import photo
+
+    root = tmp_path_factory.mktemp("detection")
+    g = torch.Generator().manual_seed(7)
+    paths, xyxy = [], []
+    for k, (h, w) in enumerate(SIZES):
+        path = str(root / f"{k}.jpg")
+        Image.fromarray(photo(h, w, seed=k)).save(path, quality=95)
+        paths.append(path)
+        xyxy.append(random_boxes(g, k % 7, (h, w), "XYXY", outside=0.1 if k % 2 else 0.0))
+
+    def targets(fmt: str, *, dtype=torch.float32):
+        out = []
+        for k, boxes in enumerate(xyxy):
+            boxes = F.convert_bounding_box_format(boxes, old_format=tv_tensors.BoundingBoxFormat.XYXY,
+                                                  new_format=getattr(tv_tensors.BoundingBoxFormat, fmt)).to(dtype)
+            out.append({"boxes": bounding(boxes, fmt, SIZES[k]), "labels": torch.arange(len(boxes)) + 10 * k,
+                        "iscrowd": torch.zeros(len(boxes), dtype=torch.int64), "image_id": k})
+        return out
+
+    return paths, targets
+
+
+def detection_collate(batch):
+    return tuple(zip(*batch))
+
+
+def v2_reference(path, target, plan, epoch, index, *, sanitize=True):
+    """v2's functional ops on the PIL image and its target with the engine's drawn region."""
+    from PIL import Image
+
+    from fastload._contract import region_of
+
+    image = Image.open(path).convert("RGB")
+    box, _, flip, flip_v = region_of(plan, image.height, image.width, epoch, index)
+    top, left, h, w = (int(round(v)) for v in box)
+    sample = (F.to_image(image), dict(target))
+    sample = F.resized_crop(sample[0], top, left, h, w, list(plan.out_size), antialias=True), \
+        {**sample[1], "boxes": F.resized_crop(sample[1]["boxes"], top, left, h, w, list(plan.out_size))}
+    if flip:
+        sample = F.horizontal_flip(sample[0]), {**sample[1], "boxes": F.horizontal_flip(sample[1]["boxes"])}
+    if flip_v:
+        sample = F.vertical_flip(sample[0]), {**sample[1], "boxes": F.vertical_flip(sample[1]["boxes"])}
+    return v2.SanitizeBoundingBoxes()(*sample) if sanitize else sample
+
+
+def assert_target(ours, theirs):
+    assert list(ours) == list(theirs)
+    assert isinstance(ours["boxes"], tv_tensors.BoundingBoxes)
+    assert ours["boxes"].format == theirs["boxes"].format
+    assert tuple(ours["boxes"].canvas_size) == tuple(theirs["boxes"].canvas_size)
+    assert_boxes(ours["boxes"].as_subclass(torch.Tensor), theirs["boxes"])
+    for key in ours:
+        if key != "boxes":
+            assert (torch.equal(ours[key], theirs[key]) if isinstance(ours[key], torch.Tensor)
+                    else ours[key] == theirs[key]), key
+
+
+RANDOM = lambda: v2.Compose([v2.ToImage(), v2.RandomResizedCrop((29, 35), scale=(0.1, 1.0)),  # noqa: E731
+                             v2.RandomHorizontalFlip(), v2.RandomVerticalFlip(), v2.SanitizeBoundingBoxes()])
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_detection_samples_match_v2_on_drawn_regions(detection_files, fmt):
+    pytest.importorskip("fastload._C")
+    import fastload
+    from fastload.augment.plan import build_plan
+
+    paths, targets = detection_files
+    ds = fastload.DetectionDataset(paths, targets(fmt), RANDOM(), seed=5)
+    plan = build_plan(ds.transforms, seed=5)
+    for epoch in (0, 1):
+        ds.set_epoch(epoch)
+        for i in range(len(ds)):
+            image, target = ds[i]
+            ref_image, ref_target = v2_reference(paths[i], targets(fmt)[i], plan, epoch, i)
+            assert psnr(image, ref_image) >= MIN_PSNR_DB
+            assert_target(target, ref_target)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_detection_loader_batches_match_the_samples(detection_files, fmt):
+    pytest.importorskip("fastload._C")
+    import fastload
+
+    paths, targets = detection_files
+    ds = fastload.DetectionDataset(paths, targets(fmt), RANDOM(), seed=5)
+    loader = fastload.DataLoader(ds, batch_size=3, collate_fn=detection_collate)
+    assert loader.path.startswith("native: DetectionDataset") and "collate_fn detection_collate followed" in \
+        loader.path, loader.path
+    kept = 0
+    for epoch in (0, 1):
+        loader.set_epoch(epoch)
+        ds.set_epoch(epoch)
+        seen = 0
+        for images, batch_targets in loader:
+            assert type(images) is tuple and type(batch_targets) is tuple and len(images) == len(batch_targets)
+            for image, target in zip(images, batch_targets):
+                want_image, want_target = ds[seen]
+                assert image.shape == (3, 29, 35) and image.dtype == torch.uint8
+                assert psnr(image, want_image) >= MIN_PSNR_DB
+                assert_target(target, want_target)
+                kept += len(target["boxes"])
+                seen += 1
+        assert seen == len(ds)
+    assert kept > 0
+
+
+def test_detection_deterministic_pipeline_matches_v2(detection_files):
+    pytest.importorskip("fastload._C")
+    import fastload
+    from PIL import Image
+
+    paths, targets = detection_files
+    transforms = v2.Compose([v2.Resize(30), v2.CenterCrop((33, 27)), v2.ToImage(), v2.ClampBoundingBoxes(),
+                             v2.ConvertBoundingBoxFormat("CXCYWH"), v2.SanitizeBoundingBoxes(min_size=2)])
+    ds = fastload.DetectionDataset(paths, targets("XYWH"), transforms)
+    loader = fastload.DataLoader(ds, batch_size=4, collate_fn=detection_collate)
+    assert loader.path.startswith("native:"), loader.path
+    ours = [s for images, batch in loader for s in zip(images, batch)]
+    for i, (image, target) in enumerate(ours):
+        ref_image, ref_target = transforms(Image.open(paths[i]).convert("RGB"), dict(targets("XYWH")[i]))
+        assert psnr(image, ref_image) >= MIN_PSNR_DB
+        assert_target(target, ref_target)
+
+
+def test_detection_default_collate_stacks_like_torch(detection_files):
+    pytest.importorskip("fastload._C")
+    import fastload
+
+    paths, targets = detection_files
+    same = [{"boxes": bounding(torch.tensor([[1.0, 2.0, 20.0, 25.0]]), "XYXY", size), "labels": torch.tensor([k])}
+            for k, size in enumerate(SIZES)]
+    transforms = v2.Compose([v2.RandomResizedCrop(24), v2.RandomHorizontalFlip()])
+    ds = fastload.DetectionDataset(paths, same, transforms)
+    images, batch = next(iter(fastload.DataLoader(ds, batch_size=4)))
+    theirs_images, theirs = next(iter(torch.utils.data.DataLoader(ds, batch_size=4)))
+    assert images.shape == theirs_images.shape == (4, 3, 24, 24)
+    assert all(psnr(a, b) >= MIN_PSNR_DB for a, b in zip(images, theirs_images))
+    assert_boxes(batch["boxes"], theirs["boxes"])
+    assert torch.equal(batch["labels"], theirs["labels"])
+
+
+def test_detection_refusals_name_the_reason(detection_files):
+    import fastload
+
+    paths, targets = detection_files
+    with pytest.raises(fastload.UnsupportedPipeline, match="gives a different size per image.*one output size"):
+        fastload.DetectionDataset(paths, targets("XYXY"), v2.Compose([v2.Resize(30)]))
+    with pytest.raises(fastload.UnsupportedPipeline, match="TrivialAugmentWide moves boxes"):
+        fastload.DetectionDataset(paths, targets("XYXY"), [v2.RandomResizedCrop(16), v2.TrivialAugmentWide()])
+    with pytest.raises(fastload.UnsupportedPipeline, match=r"SanitizeBoundingBoxes.* comes before the geometric"):
+        fastload.DetectionDataset(paths, targets("XYXY"), [v2.SanitizeBoundingBoxes(), v2.RandomResizedCrop(16)])
+    with pytest.raises(ValueError, match="expected one target per image, got 1 targets for 8 images"):
+        fastload.DetectionDataset(paths, targets("XYXY")[:1], [v2.RandomResizedCrop(16)])
+    wrong = targets("XYXY")
+    wrong[2] = {"boxes": bounding(torch.zeros(1, 4), "XYXY", (10, 10)), "labels": torch.tensor([1])}
+    ds = fastload.DetectionDataset(paths, wrong, [v2.RandomResizedCrop(16)])
+    with pytest.raises(ValueError, match=r"sample 2 .*2\.jpg\): the boxes' canvas_size \(10, 10\) is not the image's"):
+        ds[2]

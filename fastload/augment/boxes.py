@@ -280,3 +280,41 @@ def steps_of(plan: Any, sizes: torch.Tensor, samples: torch.Tensor, epoch: int, 
     layouts = torch.tensor([list(resized_layout(plan, h, w)) for h, w in sizes.tolist()],
                            dtype=torch.int64).reshape(-1, 4)
     return Steps.resize_center_crop(sizes, layouts, out_size, flips, center_crop=center_crop)
+
+
+class BoxStep(NamedTuple):
+    """A box-only transform after the geometry (torchvision v2's ClampBoundingBoxes,
+    ConvertBoundingBoxFormat, SanitizeBoundingBoxes): kind "clamp", "convert" (to
+    `format`) or "sanitize" (min_size, min_area, labels_getter: "default", None or v2's
+    callable)."""
+
+    kind: str
+    format: str = ""
+    min_size: float = 1.0
+    min_area: float = 1.0
+    labels_getter: Any = "default"
+
+
+def label_keys(target: dict, getter: Any, image: Any = None) -> Tuple[Any, ...]:
+    """The keys of `target` whose per-box tensors SanitizeBoundingBoxes filters with the
+    boxes: v2's default heuristic (a key "labels" in any case, else the first key that
+    holds "label"), None (none), or a callable given (image, target), as v2 calls it,
+    whose tensors are matched to the target's by identity.
+
+    Example:
+        >>> label_keys({"boxes": 0, "Labels": 1, "iscrowd": 2}, "default")
+        ('Labels',)
+    """
+    if getter is None:
+        return ()
+    if getter == "default":
+        keys = [k for k in target if isinstance(k, str) and k.lower() == "labels"] or \
+            [k for k in target if isinstance(k, str) and "label" in k.lower()]
+        if not keys:
+            raise ValueError(f"fastload boxes: SanitizeBoundingBoxes found no labels in the target (keys "
+                             f"{list(target)}), as torchvision v2 would not: name a key holding 'labels', or pass "
+                             "labels_getter=None when the samples have no labels.")
+        return tuple(keys[:1])
+    found = getter((image, target))
+    found = (found,) if isinstance(found, torch.Tensor) else tuple(found or ())
+    return tuple(k for k, v in target.items() if any(v is f for f in found))

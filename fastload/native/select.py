@@ -283,6 +283,11 @@ def select_path(
         # tuple: what the engine's uint8 batch is, as fast_collate returns it.
         labels_note += "; collate_fn timm fast_collate followed"
         rebuild = _as_tuple
+    elif _makes_targets(dataset):
+        # Per-sample targets (a detection dataset's boxes) made each batch from the engine's
+        # draws, the (image, target) samples through the collate_fn as torch's would be.
+        if custom_collate:
+            labels_note += f"; collate_fn {getattr(collate_fn, '__qualname__', type(collate_fn).__name__)} followed"
     elif custom_collate:
         return None, "generic: custom collate_fn"
     from fastload.datasets.base import NativeDataset
@@ -320,7 +325,20 @@ def select_path(
                           device=device, description=description, timeout=timeout)
     if labels is not None:
         runner = LabelledRunner(runner, labels)
+    if _makes_targets(dataset):
+        import functools
+
+        from fastload.native.targets import TargetsRunner
+
+        runner = TargetsRunner(runner, functools.partial(dataset.collated, collate_fn=collate_fn))
     return _Rebuilt.wrap(runner, rebuild, num_workers), f"{description}, decode_on={decode_on}{why}{labels_note}"
+
+
+def _makes_targets(dataset: Any) -> bool:
+    """A fastload dataset whose samples carry targets made per batch (DetectionDataset)."""
+    from fastload.datasets.base import NativeDataset
+
+    return isinstance(dataset, NativeDataset) and callable(getattr(type(dataset), "collated", None))
 
 
 def _views_runner(outputs: Any, mask_index: Optional[SampleIndex], index: SampleIndex, plan: Any, description: str,
