@@ -181,27 +181,19 @@ class DetectionDataset(NativeDataset):
         samples = samples.to(torch.int64).reshape(-1)
         steps = box_ops.steps_of(plan, self.sizes_of(samples), samples, epoch, center_crop=self.center_crop)
         notes = [self.annotations[i] for i in samples.tolist()]
-        moved = _moved_by_group(notes, steps)
+        moved = _moved_by_group(notes, steps, self.box_steps)
         out = []
         for k, note in enumerate(notes):
-            boxes, fmt = moved[k], note["format"]
+            boxes, fmt, keeps = moved[k]
             target = dict(note["target"])
-            for step in self.box_steps:
-                if step.kind == "clamp":
-                    boxes = box_ops.clamp_to(boxes, fmt, steps.out_size)
-                elif step.kind == "convert":
-                    boxes = box_ops.from_xyxy(box_ops.to_xyxy(boxes, fmt), step.format)
-                    fmt = step.format
-                else:
-                    keep = box_ops.sanitize_mask(boxes, fmt, steps.out_size, step.min_size, step.min_area)
-                    for key in box_ops.label_keys(target, step.labels_getter, None if images is None else images[k]):
-                        value = target[key]
-                        if len(value) != len(keep):
-                            raise ValueError(f"fastload.DetectionDataset: sample {int(samples[k])}: {len(keep)} boxes "
-                                             f"but target[{key!r}] has {len(value)} entries (SanitizeBoundingBoxes "
-                                             "filters them together).")
-                        target[key] = value[keep]
-                    boxes = boxes[keep]
+            for step, keep in zip((s for s in self.box_steps if s.kind == "sanitize"), keeps):
+                for key in box_ops.label_keys(target, step.labels_getter, None if images is None else images[k]):
+                    value = target[key]
+                    if len(value) != len(keep):
+                        raise ValueError(f"fastload.DetectionDataset: sample {int(samples[k])}: {len(keep)} boxes "
+                                         f"but target[{key!r}] has {len(value)} entries (SanitizeBoundingBoxes "
+                                         "filters them together).")
+                    target[key] = value[keep]
             target[note["key"]] = tv_tensors.BoundingBoxes(boxes, format=fmt, canvas_size=steps.out_size,
                                                            clamping_mode=note["clamping_mode"])
             out.append(target)
@@ -215,7 +207,11 @@ class DetectionDataset(NativeDataset):
 
         per_image = images.unbind(0)
         targets = self.targets_of(samples, epoch, plan, per_image)
-        return (collate_fn or default_collate)(list(zip(per_image, targets)))
+        if collate_fn is None or collate_fn is default_collate:
+            # default_collate's batch ([images, targets collated]) without stacking the
+            # engine's batch again.
+            return [images, default_collate(targets)]
+        return collate_fn(list(zip(per_image, targets)))
 
     def __getitem__(self, i: int) -> Tuple[torch.Tensor, Dict[str, Any]]:
         from fastload.augment.plan import build_plan
@@ -253,18 +249,32 @@ def _annotation(target: Any, k: int, path: str, box_format: str, owner: str) -> 
             "clamping_mode": clamping}
 
 
-def _moved_by_group(notes: Sequence[Dict[str, Any]], steps: box_ops.Steps) -> List[torch.Tensor]:
-    """Each sample's boxes through its steps: one vectorised move per (format, dtype,
-    clamping_mode) among the batch's samples (usually one)."""
+def _moved_by_group(notes: Sequence[Dict[str, Any]], steps: box_ops.Steps, box_steps: Sequence[box_ops.BoxStep]
+                    ) -> List[Tuple[torch.Tensor, str, List[torch.Tensor]]]:
+    """Each sample's (boxes through its steps and the box-only steps, their format, the
+    mask of each SanitizeBoundingBoxes over the boxes it saw): one vectorised pass per
+    (format, dtype, clamping_mode) among the batch's samples (usually one)."""
     groups: Dict[Any, List[int]] = {}
     for k, note in enumerate(notes):
         groups.setdefault((note["format"], note["boxes"].dtype, note["clamping_mode"]), []).append(k)
     out: List[Any] = [None] * len(notes)
     for (fmt, _, clamping), members in groups.items():
-        tensors = [notes[k]["boxes"] for k in members]
-        rows = torch.repeat_interleave(torch.tensor(members, dtype=torch.int64),
-                                       torch.tensor([len(t) for t in tensors], dtype=torch.int64))
-        moved = box_ops.move(torch.cat(tensors), fmt, steps, rows, clamping)
-        for k, part in zip(members, moved.split([len(t) for t in tensors])):
-            out[k] = part
+        counts = [len(notes[k]["boxes"]) for k in members]
+        # (a list: torch.repeat_interleave costs tens of ms here, a batch's worth of pixels)
+        rows = torch.tensor([k for k, n in zip(members, counts) for _ in range(n)], dtype=torch.int64)
+        boxes = box_ops.move(torch.cat([notes[k]["boxes"] for k in members]), fmt, steps, rows, clamping)
+        keeps = []
+        for step in box_steps:
+            if step.kind == "clamp":
+                boxes = box_ops.clamp_to(boxes, fmt, steps.out_size)
+            elif step.kind == "convert":
+                boxes, fmt = box_ops.from_xyxy(box_ops.to_xyxy(boxes, fmt), step.format), step.format
+            else:
+                keep = box_ops.sanitize_mask(boxes, fmt, steps.out_size, step.min_size, step.min_area)
+                keeps.append(keep.split(counts))
+                counts = [int(n) for n in torch.stack([m.sum() for m in keeps[-1]]).tolist()] if counts else []
+                boxes = boxes[keep]
+        parts = boxes.split(counts)
+        for j, k in enumerate(members):
+            out[k] = (parts[j], fmt, [masks[j] for masks in keeps])
     return out
