@@ -436,3 +436,30 @@ def test_detection_refusals_name_the_reason(detection_files):
     ds = fastload.DetectionDataset(paths, wrong, [v2.RandomResizedCrop(16)])
     with pytest.raises(ValueError, match=r"sample 2 .*2\.jpg\): the boxes' canvas_size \(10, 10\) is not the image's"):
         ds[2]
+
+
+def test_detection_skip_gives_the_replacement_its_own_targets(detection_files, tmp_path):
+    pytest.importorskip("fastload._C")
+    import shutil
+    import warnings
+
+    import fastload
+
+    paths, targets = detection_files
+    copies = []
+    for k, path in enumerate(paths[:4]):
+        copies.append(str(tmp_path / f"{k}.jpg"))
+        shutil.copy(path, copies[-1])
+    with open(copies[1], "r+b") as f:  # a damaged JPEG: the next readable sample takes its slot
+        f.truncate(100)
+    ds = fastload.DetectionDataset(copies, targets("XYXY")[:4], [v2.CenterCrop((30, 30))])
+    loader = fastload.DataLoader(ds, batch_size=4, collate_fn=detection_collate, on_error="skip")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        images, batch = next(iter(loader))
+    ids = [t["image_id"] for t in batch]
+    assert ids == [0, 2, 2, 3]
+    ds.set_epoch(0)
+    for k, i in enumerate(ids):
+        assert_target(batch[k], ds[i][1])
+        assert psnr(images[k], ds[i][0]) >= MIN_PSNR_DB

@@ -19,6 +19,7 @@ the package. What the package does, module by module (the data flows down the li
 | `lazy.py` | `LazyTrace`: a trace that holds for one epoch, each index traced as its batch comes |
 | `views.py` | a traced dataset inside Subset / ConcatDataset (`LazyView`) |
 | `dataset.py` | `trace_dataset`: a dataset's analysis from its probes |
+| `targets.py` | why v2's `transform(image, target)` with boxes is not followed, and what runs it |
 | `collate.py` | the user's collate_fn followed around the engine's batch |
 
 The hooks a lazy trace offers its runner (what fastload/native/ calls) are `LazyTrace`'s
