@@ -166,8 +166,9 @@ class Steps(NamedTuple):
         sizes, layouts = sizes.to(torch.float64), layouts.to(torch.float64)
         n = len(sizes)
         # v2's center_crop of boxes takes round((size - crop) / 2), half to even, also where
-        # the crop is larger (its images pad by (crop - size) // 2 first): half a pixel apart
-        # from the image's own origin on an odd negative difference; the boxes follow v2's.
+        # the crop is larger, while its images pad by (crop - size) // 2 first: one pixel
+        # from the image's own origin where that difference is 3, 7, 11, ...; the boxes
+        # follow v2's boxes.
         origin = torch.round((layouts[:, 0:2] - torch.tensor(out_size, dtype=torch.float64)) / 2)
         return cls.make(n, out_size, scale_before=(layouts[:, 0:2] / sizes)[:, [1, 0]], crop=origin[:, [1, 0]],
                         cropped=torch.full((n,), bool(center_crop)), flips=flips)
