@@ -176,27 +176,21 @@ class DetectionDataset(NativeDataset):
             samples: int64 [N], the samples in batch order.
             images: the batch's images, what a callable labels_getter is given with each target.
         """
-        from torchvision import tv_tensors
-
         samples = samples.to(torch.int64).reshape(-1)
         steps = box_ops.steps_of(plan, self.sizes_of(samples), samples, epoch, center_crop=self.center_crop)
         notes = [self.annotations[i] for i in samples.tolist()]
-        moved = _moved_by_group(notes, steps, self.box_steps)
-        out = []
+        groups: Dict[Any, List[int]] = {}
         for k, note in enumerate(notes):
-            boxes, fmt, keeps = moved[k]
-            target = dict(note["target"])
-            for step, keep in zip((s for s in self.box_steps if s.kind == "sanitize"), keeps):
-                for key in box_ops.label_keys(target, step.labels_getter, None if images is None else images[k]):
-                    value = target[key]
-                    if len(value) != len(keep):
-                        raise ValueError(f"fastload.DetectionDataset: sample {int(samples[k])}: {len(keep)} boxes "
-                                         f"but target[{key!r}] has {len(value)} entries (SanitizeBoundingBoxes "
-                                         "filters them together).")
-                    target[key] = value[keep]
-            target[note["key"]] = tv_tensors.BoundingBoxes(boxes, format=fmt, canvas_size=steps.out_size,
-                                                           clamping_mode=note["clamping_mode"])
-            out.append(target)
+            groups.setdefault((note["format"], note["boxes"].dtype, note["clamping_mode"]), []).append(k)
+        out: List[Any] = [None] * len(notes)
+        for (fmt, _, clamping), members in groups.items():
+            moved = box_ops.move_group([notes[k]["boxes"] for k in members], fmt, clamping, steps, members,
+                                       self.box_steps)
+            for k, (boxes, out_fmt, keeps) in zip(members, moved):
+                out[k] = box_ops.finish_target(
+                    notes[k]["target"], notes[k]["key"], boxes, out_fmt, keeps, self.box_steps, steps.out_size,
+                    clamping, None if images is None else images[k],
+                    f"fastload.DetectionDataset sample {int(samples[k])}")
         return out
 
     def collated(self, images: torch.Tensor, samples: torch.Tensor, epoch: int, plan: Any,
@@ -247,34 +241,3 @@ def _annotation(target: Any, k: int, path: str, box_format: str, owner: str) -> 
     plain = torch.as_tensor(boxes).as_subclass(torch.Tensor).reshape(-1, 4)
     return {"target": target, "key": keys[0], "boxes": plain, "format": fmt, "canvas_size": canvas,
             "clamping_mode": clamping}
-
-
-def _moved_by_group(notes: Sequence[Dict[str, Any]], steps: box_ops.Steps, box_steps: Sequence[box_ops.BoxStep]
-                    ) -> List[Tuple[torch.Tensor, str, List[torch.Tensor]]]:
-    """Each sample's (boxes through its steps and the box-only steps, their format, the
-    mask of each SanitizeBoundingBoxes over the boxes it saw): one vectorised pass per
-    (format, dtype, clamping_mode) among the batch's samples (usually one)."""
-    groups: Dict[Any, List[int]] = {}
-    for k, note in enumerate(notes):
-        groups.setdefault((note["format"], note["boxes"].dtype, note["clamping_mode"]), []).append(k)
-    out: List[Any] = [None] * len(notes)
-    for (fmt, _, clamping), members in groups.items():
-        counts = [len(notes[k]["boxes"]) for k in members]
-        # (a list: torch.repeat_interleave costs tens of ms here, a batch's worth of pixels)
-        rows = torch.tensor([k for k, n in zip(members, counts) for _ in range(n)], dtype=torch.int64)
-        boxes = box_ops.move(torch.cat([notes[k]["boxes"] for k in members]), fmt, steps, rows, clamping)
-        keeps = []
-        for step in box_steps:
-            if step.kind == "clamp":
-                boxes = box_ops.clamp_to(boxes, fmt, steps.out_size)
-            elif step.kind == "convert":
-                boxes, fmt = box_ops.from_xyxy(box_ops.to_xyxy(boxes, fmt), step.format), step.format
-            else:
-                keep = box_ops.sanitize_mask(boxes, fmt, steps.out_size, step.min_size, step.min_area)
-                keeps.append(keep.split(counts))
-                counts = [int(n) for n in torch.stack([m.sum() for m in keeps[-1]]).tolist()] if counts else []
-                boxes = boxes[keep]
-        parts = boxes.split(counts)
-        for j, k in enumerate(members):
-            out[k] = (parts[j], fmt, [masks[j] for masks in keeps])
-    return out
