@@ -263,7 +263,7 @@ def select_path(
     # A lazily traced dataset knows each sample's structure: a custom collate_fn that stacks
     # the images is followed around the engine's batch (fastload.trace.collate); a Hugging
     # Face dataset's rows go through it even without one (they may keep PIL images).
-    if hasattr(rebuild, "probes") and (custom_collate or _rows_through_collate(dataset)):
+    if hasattr(rebuild, "probes") and (custom_collate or _rows_through_collate(dataset) or _traced_boxes(rebuild)):
         from fastload.trace import fast_collate_of_stand_ins, followed_collate
 
         follow = collate_fn if custom_collate else None
@@ -332,6 +332,13 @@ def select_path(
 
         runner = TargetsRunner(runner, functools.partial(dataset.collated, collate_fn=collate_fn))
     return _Rebuilt.wrap(runner, rebuild, num_workers), f"{description}, decode_on={decode_on}{why}{labels_note}"
+
+
+def _traced_boxes(rebuild: Any) -> bool:
+    """A traced dataset whose samples carry detection boxes (fastload.trace.target_batches)."""
+    from fastload.trace import has_traced_boxes
+
+    return has_traced_boxes(rebuild)
 
 
 def _makes_targets(dataset: Any) -> bool:
@@ -416,7 +423,7 @@ class _LazilyTraced(LabelledRunner):
     def submit(self, indices: Any, epoch: int) -> int:
         self._labels.prepare(indices)
         ticket = self.runner.submit(indices, epoch)
-        self._submitted[ticket] = (indices, self._labels.start_fallbacks(indices))
+        self._submitted[ticket] = (indices, self._labels.start_fallbacks(indices), epoch)
         return ticket
 
     def ahead(self, batches: Any) -> Any:
@@ -428,8 +435,10 @@ class _LazilyTraced(LabelledRunner):
         self.runner.discard(ticket)
 
     def result(self, ticket: int) -> Any:
-        indices, started = self._submitted.pop(ticket)
+        indices, started, epoch = self._submitted.pop(ticket)
         images, labels = self.runner.result(ticket)
+        if hasattr(self._labels, "at"):  # (a detection dataset's boxes take the batch's draws)
+            self._labels.at(epoch, self.runner.plan)
         # The samples the batch holds: under on_error="skip", a replacement in a bad one's slot.
         held = getattr(self.runner, "last_samples", None)
         if held is not None:

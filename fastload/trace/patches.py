@@ -22,7 +22,7 @@ from fastload.trace.call import TracedImage, TracedOutput, enter
 from fastload.trace.openers import LAZY, TracedBytesIO, TracedFile
 from fastload.trace.state import (active_call, global_rng_moved, global_rng_restore, record, source_of, stop_trace,
                                   where_frame)
-from fastload.trace.targets import boxes_reason, holds_boxes
+from fastload.trace.targets import enter_with_targets, holds_boxes
 from fastload.trace.where import where_defined
 
 
@@ -53,7 +53,7 @@ def _intercepting(original: Any) -> Any:
             return enter(call, self, args[0])
         if call is not None and len(args) > 1 and isinstance(args[0], _traced_kinds()) and _is_transform(self) \
                 and holds_boxes(args[1:]):
-            stop_trace(boxes_reason(self))  # (v2's transform(image, target) of a detection dataset)
+            return enter_with_targets(call, self, args)  # (v2's transform(image, target) of a detection dataset)
         return original(self, *args, **kwargs)
 
     __call__.__wrapped__ = original  # type: ignore[attr-defined]
