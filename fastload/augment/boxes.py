@@ -367,3 +367,34 @@ def finish_target(target: dict, key: Any, boxes: torch.Tensor, fmt: str, keeps: 
             target[name] = value[keep]
     target[key] = tv_tensors.BoundingBoxes(boxes, format=fmt, canvas_size=canvas, clamping_mode=clamping_mode)
     return target
+
+
+# torchvision v2's box-only transforms (they never touch pixels), by class name.
+BOX_TRANSFORMS = ("ClampBoundingBoxes", "ConvertBoundingBoxFormat", "SanitizeBoundingBoxes")
+# Transforms that move boxes: a box-only step must come after all of them.
+GEOMETRY = ("RandomResizedCrop", "Resize", "CenterCrop", "RandomCrop", "RandomHorizontalFlip", "RandomVerticalFlip")
+
+
+def box_step_of(transform: Any) -> Optional[BoxStep]:
+    """The BoxStep of one of torchvision v2's box-only transforms, None for any other.
+
+    Raises:
+        ValueError: a ClampBoundingBoxes with a clamping_mode other than soft or hard.
+
+    Example:
+        >>> from torchvision.transforms import v2
+        >>> box_step_of(v2.SanitizeBoundingBoxes(min_size=2)).min_size, box_step_of(v2.Resize(3)) is None
+        (2.0, True)
+    """
+    name = type(transform).__name__
+    if name not in BOX_TRANSFORMS or not type(transform).__module__.startswith("torchvision."):
+        return None
+    if name == "ClampBoundingBoxes":
+        if getattr(transform, "clamping_mode", "auto") not in ("auto", "soft", "hard"):
+            raise ValueError(f"fastload boxes: {transform!r}: clamping_mode {transform.clamping_mode!r} is not "
+                             "supported (soft or hard clamp).")
+        return BoxStep("clamp")
+    if name == "ConvertBoundingBoxFormat":
+        return BoxStep("convert", format=format_name(transform.format))
+    return BoxStep("sanitize", min_size=float(transform.min_size), min_area=float(getattr(transform, "min_area", 1.0)),
+                   labels_getter=transform.labels_getter)

@@ -28,12 +28,9 @@ from fastload.datasets.base import NativeDataset, transform_list
 from fastload.errors import UnsupportedPipeline
 from fastload.source.index import SampleIndex
 
-# v2's box-only transforms, by class name: what each becomes.
-_BOX_TRANSFORMS = ("ClampBoundingBoxes", "ConvertBoundingBoxFormat", "SanitizeBoundingBoxes")
 # Specs whose v2 twin moves boxes in ways the box steps do not follow (shears, rotations,
 # translations drawn per op).
 _REFUSED = ("TrivialAugmentWide", "RandAugment", "AutoAugment", "AugMix")
-_GEOMETRY = ("RandomResizedCrop", "Resize", "CenterCrop", "RandomCrop", "RandomHorizontalFlip", "RandomVerticalFlip")
 
 
 def split_box_transforms(transforms: Any, owner: str) -> Tuple[List[Any], Tuple[box_ops.BoxStep, ...]]:
@@ -49,27 +46,20 @@ def split_box_transforms(transforms: Any, owner: str) -> Tuple[List[Any], Tuple[
 
     images, steps, last_box = [], [], None
     for position, transform in enumerate(flatten(transform_list(transforms))):
-        name = type(transform).__name__
-        if type(transform).__module__.startswith("torchvision.") and name in _BOX_TRANSFORMS:
-            if name == "ClampBoundingBoxes":
-                if getattr(transform, "clamping_mode", "auto") not in ("auto", "soft", "hard"):
-                    raise UnsupportedPipeline(f"{owner}: transforms[{position}] {transform!r}: clamping_mode "
-                                              f"{transform.clamping_mode!r} is not supported (soft or hard clamp).")
-                steps.append(box_ops.BoxStep("clamp"))
-            elif name == "ConvertBoundingBoxFormat":
-                steps.append(box_ops.BoxStep("convert", format=box_ops.format_name(transform.format)))
-            else:
-                steps.append(box_ops.BoxStep("sanitize", min_size=float(transform.min_size),
-                                             min_area=float(getattr(transform, "min_area", 1.0)),
-                                             labels_getter=transform.labels_getter))
+        try:
+            step = box_ops.box_step_of(transform)
+        except ValueError as error:
+            raise UnsupportedPipeline(f"{owner}: transforms[{position}]: {error}") from None
+        if step is not None:
+            steps.append(step)
             last_box = (position, transform)
-        else:
-            if last_box is not None and name in _GEOMETRY:
-                raise UnsupportedPipeline(
-                    f"{owner}: transforms[{last_box[0]}] {last_box[1]!r} comes before the geometric transform "
-                    f"transforms[{position}] {transform!r}; fastload applies the box-only transforms to the output's "
-                    "boxes: move it after the crops, resizes and flips.")
-            images.append(transform)
+            continue
+        if last_box is not None and type(transform).__name__ in box_ops.GEOMETRY:
+            raise UnsupportedPipeline(
+                f"{owner}: transforms[{last_box[0]}] {last_box[1]!r} comes before the geometric transform "
+                f"transforms[{position}] {transform!r}; fastload applies the box-only transforms to the output's "
+                "boxes: move it after the crops, resizes and flips.")
+        images.append(transform)
     return images, tuple(steps)
 
 

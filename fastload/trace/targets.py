@@ -25,8 +25,6 @@ from fastload.augment.split import MAX_DEPTH
 from fastload.trace.call import enter
 from fastload.trace.state import TracedCall, stop_trace
 
-# v2's box-only transforms, by class name (they never touch pixels).
-BOX_TRANSFORMS = ("ClampBoundingBoxes", "ConvertBoundingBoxFormat", "SanitizeBoundingBoxes")
 # v2 transforms whose boxes the engine's geometry does not give (drawn ops of their own).
 _UNFOLLOWED = ("TrivialAugmentWide", "RandAugment", "AutoAugment", "AugMix", "RandomZoomOut", "RandomIoUCrop",
                "RandomAffine", "RandomRotation", "RandomPerspective", "ElasticTransform", "ScaleJitter",
@@ -94,30 +92,24 @@ def split_transform(transform: Any) -> Tuple[Any, Tuple[Any, ...], bool]:
     from fastload.augment.tail import flatten
 
     leaves = flatten([transform])
-    kept, steps, seen_box = [], [], False
+    kept, steps = [], []
     for leaf in leaves:
         name = type(leaf).__name__
         if name in _UNFOLLOWED:
             stop_trace(f"passes bounding boxes with the image to {type(transform).__name__}, whose {name} moves "
                        "boxes by its own draws (followed: crops, resizes, flips, colour ops, then v2's "
                        "ClampBoundingBoxes / ConvertBoundingBoxFormat / SanitizeBoundingBoxes)")
-        if name not in BOX_TRANSFORMS:
-            if seen_box and name in ("RandomResizedCrop", "Resize", "CenterCrop", "RandomCrop",
-                                     "RandomHorizontalFlip", "RandomVerticalFlip"):
-                stop_trace(f"applies {name} after a box-only transform in {type(transform).__name__} (followed: "
-                           "ClampBoundingBoxes / SanitizeBoundingBoxes after the geometry)")
-            kept.append(leaf)
-        elif name == "ClampBoundingBoxes":
-            steps.append(box_ops.BoxStep("clamp"))
-            seen_box = True
-        elif name == "ConvertBoundingBoxFormat":
-            steps.append(box_ops.BoxStep("convert", format=box_ops.format_name(leaf.format)))
-            seen_box = True
-        else:
-            steps.append(box_ops.BoxStep("sanitize", min_size=float(leaf.min_size),
-                                         min_area=float(getattr(leaf, "min_area", 1.0)),
-                                         labels_getter=leaf.labels_getter))
-            seen_box = True
+        try:
+            step = box_ops.box_step_of(leaf)
+        except ValueError as error:
+            stop_trace(str(error))
+        if step is not None:
+            steps.append(step)
+            continue
+        if steps and name in box_ops.GEOMETRY:
+            stop_trace(f"applies {name} after a box-only transform in {type(transform).__name__} (followed: "
+                       "ClampBoundingBoxes / SanitizeBoundingBoxes after the geometry)")
+        kept.append(leaf)
     if not steps:
         engine = transform
     else:
