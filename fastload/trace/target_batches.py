@@ -58,11 +58,27 @@ class TargetBatches:
 
         self.trace, self.collate_fn, self.fill = trace, collate_fn or default_collate, fill
         self.epoch, self.plan = 0, None
+        self.sizes: Dict[str, Tuple[int, int]] = {}  # image path -> (height, width) from its header
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or "trace" not in self.__dict__:
             raise AttributeError(name)
         return getattr(self.trace, name)
+
+    def _size_of(self, sample: int, canvas: Tuple[int, int]) -> None:
+        """Checks a sample's canvas_size against its image's header (read once per file):
+        the engine draws the geometry for the image's own size."""
+        from fastload.decode.header import file_header
+
+        path = self.trace.index.source(sample)
+        size = self.sizes.get(path)
+        if size is None:
+            header = file_header(path)
+            size = self.sizes[path] = canvas if header is None else (header.height, header.width)
+        if tuple(canvas) != tuple(size):
+            raise ValueError(f"fastload: {self.trace.who(sample)}: its boxes' canvas_size {tuple(canvas)} is not the "
+                             f"size of its image {path} {tuple(size)} (height, width); torchvision v2 refuses such "
+                             "a sample too: give the image's size.")
 
     def at(self, epoch: int, plan: Any) -> None:
         """The next batch's epoch and the runner's plan (its seed), whose draws it takes."""
@@ -81,7 +97,7 @@ class TargetBatches:
             else:
                 templates.append(trace.template_of(r))
         per_image = images.unbind(0)
-        targets = _resolved(templates, samples, per_image, self.epoch, self.plan)
+        targets = _resolved(templates, samples, per_image, self.epoch, self.plan, self._size_of)
         return self.collate_fn([self.fill(t, image) for t, image in zip(targets, per_image)])
 
 
@@ -99,8 +115,9 @@ def _places(value: Any, at: Tuple[Any, ...], found: List[Tuple[Any, ...]], depth
 
 
 def _resolved(templates: List[Any], samples: List[int], images: Sequence[torch.Tensor], epoch: int,
-              plan: Any) -> List[Any]:
-    """The templates with each TracedBoxes' dict made final for this batch's draws."""
+              plan: Any, check: Callable[[int, Tuple[int, int]], None]) -> List[Any]:
+    """The templates with each TracedBoxes' dict made final for this batch's draws
+    (`check(sample, canvas_size)` raises for boxes of another canvas than the image's)."""
     from fastload.augment import boxes as box_ops
 
     holders: List[Tuple[int, Tuple[Any, ...], TracedBoxes]] = []
@@ -108,6 +125,8 @@ def _resolved(templates: List[Any], samples: List[int], images: Sequence[torch.T
         found: List[Tuple[Any, ...]] = []
         _places(template, (), found)
         holders += [(k, place, _at(template, place)) for place in found]
+        for place in found:
+            check(samples[k], _at(template, place).canvas_size)
     if not holders:
         return templates
     if plan is None:

@@ -154,3 +154,13 @@ def test_the_same_data_as_a_detection_dataset_runs_natively(annotations):
             assert (image.double() - want_image.double()).abs().mean() < 3.0  # a level or two of resize rounding
             assert (target["boxes"] - want_target["boxes"]).abs().max() <= 1e-4
             assert torch.equal(target["labels"], want_target["labels"])
+
+
+def test_boxes_of_another_canvas_than_the_image_are_refused_by_name(annotations):
+    wrong = [(path, (size[0] + 1, size[1]), boxes, labels) for path, size, boxes, labels in annotations]
+    ds = UserDetection(wrong, v2.Compose([v2.Resize((24, 28)), v2.ToImage()]))
+    loader = fastload.DataLoader(ds, batch_size=4, collate_fn=collate)
+    assert loader.path.startswith("native:"), loader.path
+    with pytest.raises(ValueError, match=r"UserDetection.__getitem__ \(traced, index 0\): its boxes' canvas_size "
+                                         r"\(\d+, \d+\) is not the size of its image"):
+        next(iter(loader))
