@@ -66,7 +66,7 @@ __all__ = [
     "KEPT", "LazyTrace", "LazyView", "Lazy", "PLAIN_LEAVES", "PROBES", "Probe", "REFUSAL_FIX", "SLOT", "Slot",
     "Snapshot", "StopTrace", "TRACE_ENV", "TraceRefused", "TracedCall", "TracedImage",
     "TracedOutput", "TracedSample", "active_call", "collated", "concat_view", "copy_into", "disabled", "eager", "enabled", "fast_collate_of_stand_ins",
-    "followed_collate", "global_rng_moved", "has_traced_boxes", "global_rng_restore", "global_rng_state", "is_int_label", "is_lazy",
+    "followed_collate", "global_rng_moved", "global_rng_restore", "global_rng_state", "has_traced_boxes", "is_int_label", "is_lazy",
     "is_simple_template", "probe", "probe_collate", "probe_indexes", "record", "same_value", "sample_of_call",
     "shape_text", "source_of", "stop_trace", "subset_view", "templated", "thread_state", "trace_dataset",
     "traced_image_state", "tracing_patches", "view_count", "view_slot", "where_defined", "where_drawn", "where_in_traceback",
