@@ -24,9 +24,11 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
+from torch.utils.data import default_collate
 
 from fastload.augment.split import MAX_DEPTH
 from fastload.trace.lazy import LazyTrace, copy_into
+from fastload.trace.sample import collated
 from fastload.trace.targets import TracedBoxes
 
 
@@ -54,8 +56,6 @@ class TargetBatches:
     to the trace."""
 
     def __init__(self, trace: LazyTrace, collate_fn: Any, fill: Callable[[Any, Any], Any]):
-        from torch.utils.data import default_collate
-
         self.trace, self.collate_fn, self.fill = trace, collate_fn or default_collate, fill
         self.epoch, self.plan = 0, None
         self.sizes: Dict[str, Tuple[int, int]] = {}  # image path -> (height, width) from its header
@@ -98,6 +98,8 @@ class TargetBatches:
                 templates.append(trace.template_of(r))
         per_image = images.unbind(0)
         targets = _resolved(templates, samples, per_image, self.epoch, self.plan, self._size_of)
+        if self.collate_fn is default_collate:
+            return collated(targets, images)  # (the engine's batch where torch would stack it: no second copy)
         return self.collate_fn([self.fill(t, image) for t, image in zip(targets, per_image)])
 
 
