@@ -164,3 +164,16 @@ def test_boxes_of_another_canvas_than_the_image_are_refused_by_name(annotations)
     with pytest.raises(ValueError, match=r"UserDetection.__getitem__ \(traced, index 0\): its boxes' canvas_size "
                                          r"\(\d+, \d+\) is not the size of its image"):
         next(iter(loader))
+
+
+def test_traced_detection_with_the_default_collate_batches_as_torch(annotations):
+    same_count = [(path, size, [[1.0, 2.0, 20.0, 25.0], [5.0, 3.0, 30.0, 33.0]], [4, 5])
+                  for path, size, _, _ in annotations]
+    ds = UserDetection(same_count, v2.Compose([v2.Resize((24, 28)), v2.RandomHorizontalFlip(p=0.0), v2.ToImage()]))
+    loader = fastload.DataLoader(ds, batch_size=4)
+    assert loader.path.startswith("native: traced UserDetection.__getitem__"), loader.path
+    for (images, target), (want_images, want_target) in zip(loader, TorchLoader(ds, batch_size=4)):
+        assert images.shape == want_images.shape and all(psnr(a, b) >= MIN_PSNR_DB for a, b in zip(images, want_images))
+        assert target["boxes"].shape == want_target["boxes"].shape
+        assert (target["boxes"] - want_target["boxes"]).abs().max() <= 1e-4
+        assert torch.equal(target["labels"], want_target["labels"])
