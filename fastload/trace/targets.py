@@ -17,7 +17,7 @@ Example:
 from __future__ import annotations
 
 import weakref
-from typing import Any, Dict, Tuple
+from typing import Any, Tuple
 
 import torch
 
