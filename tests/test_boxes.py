@@ -463,3 +463,18 @@ def test_detection_skip_gives_the_replacement_its_own_targets(detection_files, t
     for k, i in enumerate(ids):
         assert_target(batch[k], ds[i][1])
         assert psnr(images[k], ds[i][0]) >= MIN_PSNR_DB
+
+
+def test_detection_loader_resumes_exactly(detection_files):
+    pytest.importorskip("fastload._C")
+    import fastload
+    from resume_helpers import check_resume_at_every_position
+
+    paths, targets = detection_files
+
+    def make():
+        ds = fastload.DetectionDataset(paths, targets("CXCYWH"), RANDOM(), seed=3)
+        return fastload.DataLoader(ds, batch_size=3, shuffle=True, collate_fn=detection_collate,
+                                   generator=torch.Generator().manual_seed(0))
+
+    check_resume_at_every_position(make)
