@@ -14,7 +14,8 @@ Example:
 Native datasets: fastload.ImageFolder, fastload.FileList, fastload.TarShards, with
 their transforms from fastload.transforms (`transforms=[T.RandomResizedCrop(224), ...]`,
 or `views=[[...], [...]]`: several views of each image from one decode), and
-fastload.SegmentationDataset (image + mask file pairs, `mask=fastload.Mask(fill=255)`).
+fastload.SegmentationDataset (image + mask file pairs, `mask=fastload.Mask(fill=255)`),
+fastload.DetectionDataset (images and their bounding boxes: samples `(image, target)`).
 `python -m fastload.info` says what was built.
 """
 
@@ -37,6 +38,7 @@ _LAZY = {
     "TarShards": ("fastload.datasets.tar", "TarShards"),
     "SegmentationDataset": ("fastload.datasets.segmentation", "SegmentationDataset"),
     "Mask": ("fastload.augment.views", "Mask"),
+    "DetectionDataset": ("fastload.datasets.detection", "DetectionDataset"),
     "write_shards": ("fastload.datasets.write", "write_shards"),
     "prepare": ("fastload.prepare", None),  # a callable module: fastload.prepare(src, dst)
     "TarShardError": ("fastload.errors", "TarShardError"),

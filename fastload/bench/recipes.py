@@ -23,6 +23,7 @@ native, hybrid or generic with its reason), so a recipe that falls back is shown
 | bicubic-rrc | RandomResizedCrop(224, BICUBIC), flip, ToTensor, Normalize |
 | hf-imagefolder | Hugging Face `load_dataset("imagefolder", data_dir=...)` + `set_transform` of RandomResizedCrop, flip, ToTensor, Normalize |
 | hf-arrow | the same images as bytes in a saved dataset's Arrow file (`save_to_disk` / `load_from_disk`), same transform |
+| detection | fastload.DetectionDataset (4 boxes per image) whose __getitem__ is torchvision v2 on (PIL image, target): RRC(224), flip, ToImage, ToDtype, Normalize, ClampBoundingBoxes |
 | shape-own, shape-csv, shape-dict, shape-loader, shape-wrapper | the user's own Dataset shapes (fastload/bench/shapes.py), RRC(224), flip, ToTensor, Normalize |
 | shape-numpy, shape-random, shape-npy | shapes that stay generic (pixels read with numpy, `random` drawn in __getitem__, np.load arrays): fastload runs torch's DataLoader, expected within noise of 1.0x |
 
@@ -285,6 +286,9 @@ RECIPES: Dict[str, Recipe] = {r.name: r for r in [
            "(224), RandomHorizontalFlip, ToTensor, Normalize)", _hf_imagefolder, needs=_HF),
     Recipe("hf-arrow", "the same images as bytes in a saved dataset's Arrow file (save_to_disk/load_from_disk), the "
            "same set_transform", _hf_arrow, needs=_HF),
+    Recipe("detection", "fastload.DetectionDataset of 4 boxes per image, __getitem__ torchvision v2 on (PIL image, "
+           "target): RandomResizedCrop(224), hflip, ToImage, ToDtype, Normalize, ClampBoundingBoxes",
+           lambda root: importlib.import_module("fastload.bench.detection").DetectionFolder(root)),
     # Datasets of the user's own shape around the same files (fastload traces them): fastload/bench/shapes.py
     *[Recipe(name, _shapes.SUMMARIES[name] + ("" if name in _shapes.GENERIC else "; RRC(224), flip, ToTensor, "
                                                                                    "Normalize"), build)

@@ -263,7 +263,7 @@ def select_path(
     # A lazily traced dataset knows each sample's structure: a custom collate_fn that stacks
     # the images is followed around the engine's batch (fastload.trace.collate); a Hugging
     # Face dataset's rows go through it even without one (they may keep PIL images).
-    if hasattr(rebuild, "probes") and (custom_collate or _rows_through_collate(dataset)):
+    if hasattr(rebuild, "probes") and (custom_collate or _rows_through_collate(dataset) or _traced_boxes(rebuild)):
         from fastload.trace import fast_collate_of_stand_ins, followed_collate
 
         follow = collate_fn if custom_collate else None
@@ -283,6 +283,11 @@ def select_path(
         # tuple: what the engine's uint8 batch is, as fast_collate returns it.
         labels_note += "; collate_fn timm fast_collate followed"
         rebuild = _as_tuple
+    elif _makes_targets(dataset):
+        # Per-sample targets (a detection dataset's boxes) made each batch from the engine's
+        # draws, the (image, target) samples through the collate_fn as torch's would be.
+        if custom_collate:
+            labels_note += f"; collate_fn {getattr(collate_fn, '__qualname__', type(collate_fn).__name__)} followed"
     elif custom_collate:
         return None, "generic: custom collate_fn"
     from fastload.datasets.base import NativeDataset
@@ -321,7 +326,27 @@ def select_path(
                           device=device, description=description, timeout=timeout)
     if labels is not None:
         runner = LabelledRunner(runner, labels)
+    if _makes_targets(dataset):
+        import functools
+
+        from fastload.native.targets import TargetsRunner
+
+        runner = TargetsRunner(runner, functools.partial(dataset.collated, collate_fn=collate_fn))
     return _Rebuilt.wrap(runner, rebuild, num_workers), f"{description}, decode_on={decode_on}{why}{labels_note}"
+
+
+def _traced_boxes(rebuild: Any) -> bool:
+    """A traced dataset whose samples carry detection boxes (fastload.trace.target_batches)."""
+    from fastload.trace import has_traced_boxes
+
+    return has_traced_boxes(rebuild)
+
+
+def _makes_targets(dataset: Any) -> bool:
+    """A fastload dataset whose samples carry targets made per batch (DetectionDataset)."""
+    from fastload.datasets.base import NativeDataset
+
+    return isinstance(dataset, NativeDataset) and callable(getattr(type(dataset), "collated", None))
 
 
 def _views_runner(outputs: Any, mask_index: Optional[SampleIndex], index: SampleIndex, plan: Any, description: str,
@@ -399,7 +424,7 @@ class _LazilyTraced(LabelledRunner):
     def submit(self, indices: Any, epoch: int) -> int:
         self._labels.prepare(indices)
         ticket = self.runner.submit(indices, epoch)
-        self._submitted[ticket] = (indices, self._labels.start_fallbacks(indices))
+        self._submitted[ticket] = (indices, self._labels.start_fallbacks(indices), epoch)
         return ticket
 
     def ahead(self, batches: Any) -> Any:
@@ -411,8 +436,10 @@ class _LazilyTraced(LabelledRunner):
         self.runner.discard(ticket)
 
     def result(self, ticket: int) -> Any:
-        indices, started = self._submitted.pop(ticket)
+        indices, started, epoch = self._submitted.pop(ticket)
         images, labels = self.runner.result(ticket)
+        if hasattr(self._labels, "at"):  # (a detection dataset's boxes take the batch's draws)
+            self._labels.at(epoch, self.runner.plan)
         # The samples the batch holds: under on_error="skip", a replacement in a bad one's slot.
         held = getattr(self.runner, "last_samples", None)
         if held is not None:

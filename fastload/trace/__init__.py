@@ -19,6 +19,7 @@ the package. What the package does, module by module (the data flows down the li
 | `lazy.py` | `LazyTrace`: a trace that holds for one epoch, each index traced as its batch comes |
 | `views.py` | a traced dataset inside Subset / ConcatDataset (`LazyView`) |
 | `dataset.py` | `trace_dataset`: a dataset's analysis from its probes |
+| `targets.py`, `target_batches.py` | v2's `transform(image, target)` with boxes: the boxes recorded per index (`TracedBoxes`), each batch's moved through the engine's draws, the samples through the collate_fn |
 | `collate.py` | the user's collate_fn followed around the engine's batch |
 | `masks.py`, `masked.py` | a segmentation mask read from a second file and passed with the image to one joint transform call (`LabelMap`, `MaskOutput`), and `MaskedTrace`: its file table beside the image's |
 
@@ -52,6 +53,7 @@ from fastload.trace.sample import (PLAIN_LEAVES, SLOT, Slot, TracedSample, colla
                                    same_value, sample_of_call, shape_text, templated, view_count, view_slot)
 from fastload.trace.state import (active_call, global_rng_moved, global_rng_restore, global_rng_state, record,
                                   source_of, stop_trace, StopTrace, thread_state, TracedCall, TraceRefused)
+from fastload.trace.target_batches import has_traced_boxes
 from fastload.trace.views import LazyView, concat as concat_view, eager, is_lazy, subset as subset_view
 from fastload.trace.where import REFUSAL_FIX, TRACE_ENV, disabled, enabled, where_defined, where_in_traceback
 
@@ -59,7 +61,7 @@ __all__ = [
     "KEPT", "LazyTrace", "LazyView", "Lazy", "PLAIN_LEAVES", "PROBES", "Probe", "REFUSAL_FIX", "SLOT", "Slot",
     "Snapshot", "StopTrace", "TRACE_ENV", "TraceRefused", "TracedCall", "TracedImage",
     "TracedOutput", "TracedSample", "active_call", "collated", "concat_view", "copy_into", "disabled", "eager", "enabled", "fast_collate_of_stand_ins",
-    "followed_collate", "global_rng_moved", "global_rng_restore", "global_rng_state", "is_int_label", "is_lazy",
+    "followed_collate", "global_rng_moved", "global_rng_restore", "global_rng_state", "has_traced_boxes", "is_int_label", "is_lazy",
     "is_simple_template", "probe", "probe_collate", "probe_indexes", "record", "same_value", "sample_of_call",
     "shape_text", "source_of", "stop_trace", "subset_view", "templated", "thread_state", "trace_dataset",
     "traced_image_state", "tracing_patches", "view_count", "view_slot", "where_defined", "where_drawn", "where_in_traceback",

@@ -42,6 +42,7 @@ import torch
 from fastload.augment.split import MAX_DEPTH
 from fastload.trace.lazy import LazyTrace, copy_into
 from fastload.trace.sample import SLOT, same_value
+from fastload.trace.target_batches import TargetBatches, has_traced_boxes
 
 
 class _Kept:
@@ -123,12 +124,17 @@ def fast_collate_of_stand_ins(batch: Sequence[Any]) -> Tuple[torch.Tensor, Any]:
     return torch.stack([s[0] for s in batch]), targets
 
 
-def followed_collate(rebuild: LazyTrace, collate_fn: Any) -> Tuple[Union[LazyTrace, "CollatedBatches", None], str]:
+def followed_collate(rebuild: LazyTrace, collate_fn: Any
+                     ) -> Tuple[Union[LazyTrace, "CollatedBatches", TargetBatches, None], str]:
     """(rebuild, "") making each batch of a lazily traced dataset (`rebuild`, its
     LazyTrace) with the user's `collate_fn` (None: torch's default_collate) around the
     engine's images, or (None, why) when the collate_fn is not seen through, or the rows
-    keep PIL images that default_collate cannot batch."""
+    keep PIL images that default_collate cannot batch. A detection dataset's samples
+    (TracedBoxes in their templates) go through any collate_fn themselves
+    (fastload.trace.target_batches)."""
     kept = getattr(rebuild, "kept", "")
+    if has_traced_boxes(rebuild):  # detection targets: the samples themselves go through the collate_fn
+        return TargetBatches(rebuild, collate_fn, filled), ""
     if collate_fn is None:
         return (None, kept) if kept else (rebuild, "")
     probes = [i for i in rebuild.probes.samples if not rebuild.fallback[i]][:3]

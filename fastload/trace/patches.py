@@ -22,6 +22,7 @@ from fastload.trace.call import TracedImage, TracedOutput, enter
 from fastload.trace.openers import LAZY, TracedBytesIO, TracedFile
 from fastload.trace.state import (active_call, global_rng_moved, global_rng_restore, record, source_of, stop_trace,
                                   where_frame)
+from fastload.trace.targets import enter_with_targets, holds_boxes
 from fastload.trace.where import where_defined
 
 
@@ -47,10 +48,13 @@ def _is_transform(obj: Any) -> bool:
 def _intercepting(original: Any) -> Any:
     def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
         call = active_call()
-        if call is not None and len(args) in (1, 2) and not kwargs and isinstance(args[0], _traced_kinds()) \
-                and _is_transform(self):
-            # (image, mask): one joint call of torchvision's v2 transforms (masks.py)
-            return enter(call, self, args[0]) if len(args) == 1 else masks.enter_v2(call, self, *args)
+        if call is not None and args and not kwargs and isinstance(args[0], _traced_kinds()) and _is_transform(self):
+            if len(args) == 1:
+                return enter(call, self, args[0])
+            if holds_boxes(args[1:]):  # v2's transform(image, target) of a detection dataset (targets.py)
+                return enter_with_targets(call, self, args)
+            if len(args) == 2:  # (image, mask): one joint call of torchvision's v2 transforms (masks.py)
+                return masks.enter_v2(call, self, *args)
         if call is not None and len(args) == 1 and not kwargs and type(args[0]) in (dict, tuple, list) and \
                 _is_transform(self) and masks.holds_mask(args[0]):  # v2 given the sample: {"image": ..., "mask": ...}
             return masks.enter_v2_sample(call, self, args[0])
