@@ -138,6 +138,9 @@ def explain(dataset: Any) -> Explanation:
         lines.append(f"{_INDENT * 2}change (for the fully native path): apply it to the label batch in the "
                      "training loop instead")
         blockers += 1
+    elif analysis.trace is not None and not analysis.trace.simple:
+        lines.append(f"{_INDENT}labels and other fields: each index's own, as its traced __getitem__ returned them, "
+                     "rebuilt around the engine's outputs in the sample's structure")
     elif analysis.index is not None:
         lines.append(f"{_INDENT}labels: the class index of each sample (int64)")
     # The verdict names the path loader.path starts with ("native:", "hybrid:", "generic:").

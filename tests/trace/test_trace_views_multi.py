@@ -289,6 +289,7 @@ def test_explain_lists_every_view_of_a_traced_dataset(files):
                                                           "views 2-5 (from the same decode)"], report
     assert "CenterCrop(size=(40, 40))" in view_lines[0] and "Normalize" not in view_lines[0], report
     assert "CenterCrop(size=(16, 16))" in view_lines[1] and "Normalize" in view_lines[1], report
+    assert "labels and other fields: each index's own" in report and "class index" not in report, report
     assert report.splitlines()[-1].strip() == "verdict: native path", report
 
 
