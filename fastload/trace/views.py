@@ -41,6 +41,7 @@ import numpy as np
 from fastload.compat.conversion import Analysis
 from fastload.trace.lazy import LazyTrace, flat_index
 from fastload.trace.sample import shape_text
+from fastload.trace.target_batches import has_traced_boxes
 
 # Outer indexes whose dataset index is traced already, copied into the view when it is made
 # (the probes, a small dataset, a dataset a loader went through): at most this many, the
@@ -142,6 +143,20 @@ def _parts_of(analysis: Analysis) -> List[LazyTrace]:
     return [trace], np.zeros(trace.n, dtype=np.int64), np.arange(trace.n, dtype=np.int64)
 
 
+def _unwrappable(analysis: Analysis) -> str:
+    """Why a traced analysis cannot be taken inside a wrapper ("" when it can): a view keeps
+    each index's image file and template, not a second file table (masks) or boxes."""
+    trace = analysis.trace
+    if trace.first.masks:
+        return f"{analysis.chain} reads a mask file per sample: inside a Subset or ConcatDataset it runs generic"
+    if has_traced_boxes(trace):
+        return f"{analysis.chain} carries detection boxes: inside a Subset or ConcatDataset it runs generic"
+    return ""
+
+
+_UNWRAPPED_FIX = "pass the dataset itself to the loader (a sampler can select its indexes)"
+
+
 def _unlike(part: Analysis, first: Analysis) -> str:
     """Why a ConcatDataset's traced `part` cannot share a batch with its `first` part ("" when
     it can): another sample structure, the image in another place, other image views."""
@@ -162,6 +177,9 @@ _WRAPPED_FIX = "return every part's samples in one structure, with the same tran
 def subset(dataset: Any, inner: Analysis, rows: np.ndarray, out: Analysis) -> Analysis:
     """`out` (the Subset's analysis, reasons none) as an Analysis over a LazyView of
     the traced `inner` analysis taken at `rows`."""
+    why = _unwrappable(inner)
+    if why:
+        return out.refuse(why, _UNWRAPPED_FIX)
     parts, part_of, index_in = _parts_of(inner)
     view = LazyView(dataset, out.chain, parts, part_of[rows], index_in[rows])
     return _traced(out, view)
@@ -187,6 +205,9 @@ def concat(dataset: Any, parts: Sequence[Analysis], out: Analysis) -> Analysis:
         return out
     traces, part_of, inner = [], [], []
     for position, part in enumerate(parts):
+        why = _unwrappable(part)
+        if why:
+            return out.refuse(f"part {position}: {why}", _UNWRAPPED_FIX)
         why = _unlike(part, parts[0])
         if why:
             return out.refuse(f"part {position} ({part.chain}) {why}", _WRAPPED_FIX)

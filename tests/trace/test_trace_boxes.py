@@ -177,3 +177,15 @@ def test_traced_detection_with_the_default_collate_batches_as_torch(annotations)
         assert target["boxes"].shape == want_target["boxes"].shape
         assert (target["boxes"] - want_target["boxes"]).abs().max() <= 1e-4
         assert torch.equal(target["labels"], want_target["labels"])
+
+
+def test_inside_a_subset_a_traced_detection_dataset_runs_generic_and_says_why(annotations):
+    subset = torch.utils.data.Subset(UserDetection(annotations, EVAL), [3, 1, 0])
+    why = fastload.explain(subset)
+    assert "carries detection boxes" in why and "verdict: generic path" in why, why
+    loader = fastload.DataLoader(subset, batch_size=2, collate_fn=collate)
+    assert loader.path.startswith("generic: "), loader.path
+    ours = [s for images, targets in loader for s in zip(images, targets)]
+    theirs = [s for images, targets in TorchLoader(subset, batch_size=2, collate_fn=collate) for s in zip(images, targets)]
+    for a, b in zip(ours, theirs, strict=True):
+        assert_same_sample(a, b)

@@ -423,3 +423,10 @@ def test_a_bad_mask_file_is_skipped_with_its_image(files, tmp_path):
     assert images.shape == (6, 3, 24, 28) and masks.shape == (6, 1, 24, 28)
     want = list(TorchLoader(V2Pairs(files, DETERMINISTIC), batch_size=6))[0]
     assert torch.equal(masks[3], want[1][3]) and torch.equal(masks[2], want[1][3])  # its replacement: the next one
+
+
+def test_inside_a_subset_a_traced_segmentation_dataset_runs_generic_and_says_why(files):
+    subset = torch.utils.data.Subset(V2Pairs(files, DETERMINISTIC), [2, 0, 1])
+    loader = fastload.DataLoader(subset, batch_size=2)
+    assert loader.path.startswith("generic: ") and "reads a mask file per sample" in loader.path, loader.path
+    assert_same(list(loader), list(TorchLoader(subset, batch_size=2)))
