@@ -218,8 +218,6 @@ def _under_type_checking(path: str, line: int) -> bool:
 # into; a new one anywhere fails the test.
 KNOWN_FOLDER_CYCLES = [
     ["fastload.augment.autoaugment", "fastload.augment.specs", "fastload.augment.autoaugment"],
-    ["fastload.bench.contenders", "fastload.bench.recipes", "fastload.bench.contenders"],
-    ["fastload.bench.contenders", "fastload.bench.recipes", "fastload.bench.measure", "fastload.bench.contenders"],
     ["fastload.compat.torchvision", "fastload.compat.presets", "fastload.compat.torchvision"],
     ["fastload.compat.torchvision", "fastload.compat.timm", "fastload.compat.torchvision"],
 ]
