@@ -500,6 +500,14 @@ def test_recipe_table_reports_a_generic_fastload_row_and_its_reason():
     assert "| generic " in text.splitlines()[2] and "overrides __getitem__" in text.replace("\n      ", " ")
 
 
+def test_a_recipe_of_its_own_target_replaces_its_paths():
+    """Dense outputs aim at 2x whatever path they take; other native rows at 3x."""
+    runs = [{"recipe": name, "contender": contender, "status": "ok", "images_per_s": 10.0, "cpu_ms_per_image": 1.0,
+             "path": "native: ..."} for name in ("segmentation-512-native", "dino-multicrop")
+            for contender in ("baseline", "fastload")]
+    assert [row["target"] for row in recipe_suite.table_rows(runs)] == [">= 2x", ">= 3x"]
+
+
 def test_recipes_are_listed_and_unknown_ones_refused(capsys):
     assert main(["--list"]) == 0
     listed = capsys.readouterr().out

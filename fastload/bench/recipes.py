@@ -124,6 +124,8 @@ class Recipe:
     fastload_build: Optional[Callable[[str], Any]] = None
     # Why the fastload row may be generic today ("" when it must be native or hybrid).
     generic_today: str = ""
+    # The fastload row's goal (x torch) when it runs native or hybrid, if not its path's (recipe_suite.TARGETS).
+    target: Optional[float] = None
 
     def unavailable(self) -> Optional[str]:
         """None when the recipe can run here, else why not (no import: a spec look-up)."""
@@ -306,10 +308,10 @@ RECIPES: Dict[str, Recipe] = {r.name: r for r in [
            "solarisation), (10 tensors, label)", _views.dino_multicrop),
     Recipe("segmentation-512", "a Dataset of the user's own: image + PNG mask (tv_tensors.Mask), v2 "
            "RandomResizedCrop(512), flip, ToImage, ToDtype(image float32), Normalize, (image, mask)",
-           _views.segmentation, generic_today="a traced dataset's mask is not made natively yet"),
+           _views.segmentation, generic_today="a traced dataset's mask is not made natively yet", target=2.0),
     Recipe("segmentation-512-native", "torch: segmentation-512's class; fastload: fastload.SegmentationDataset of "
            "the same files, RandomResizedCrop(512), flip, Normalize, Mask(uint8, tensor nearest)",
-           _views.segmentation, fastload_build=_views.segmentation_native),
+           _views.segmentation, fastload_build=_views.segmentation_native, target=2.0),
 ]}
 
 
