@@ -14,7 +14,7 @@ RandomApply([ColorJitter(0.4, 0.4, 0.4, 0.1)], p=0.8), RandomGrayscale(0.2), ToT
 Normalize. DINO's crops are its DataAugmentationDINO without its blur and solarisation: 2
 global RandomResizedCrop(224, scale=(0.4, 1), bicubic) and 8 local (96, scale=(0.05, 0.4)),
 each with flip and colour jitter. The segmentation masks are generated once: a mode L PNG
-label map beside each JPEG of the folder (`ensure_masks`).
+label map per JPEG of the folder, in a folder beside it (`ensure_masks`).
 
 Example:
     >>> from fastload.bench.recipe_datasets import TwoCropTransform
