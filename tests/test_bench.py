@@ -532,8 +532,6 @@ def test_every_recipe_runs_off_the_generic_path(name, tiny, capsys):
     verdict = fastload.explain(dataset).splitlines()[-1]
     loader = fastload.DataLoader(dataset, batch_size=2, num_workers=0, shuffle=recipe.train)
     try:
-        if recipe.generic_today and recipe_suite.path_kind(loader.path) == "generic":
-            pytest.skip(f"{name}: generic today ({recipe.generic_today}): {loader.path}")
         assert recipe_suite.path_kind(loader.path) in ("native", "hybrid"), loader.path
         assert "generic" not in verdict and verdict.split(": ", 1)[1].startswith(recipe_suite.path_kind(loader.path)), verdict
     finally:

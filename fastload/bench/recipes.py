@@ -123,8 +123,6 @@ class Recipe:
     needs: Tuple[str, ...] = ("torchvision",)  # modules that must import
     # fastload's loader gets fastload_build(root) instead of build(root): its own API on the same files.
     fastload_build: Optional[Callable[[str], Any]] = None
-    # Why the fastload row may be generic today ("" when it must be native or hybrid).
-    generic_today: str = ""
     # The fastload row's goal (x torch) when it runs native or hybrid, if not its path's (recipe_suite.TARGETS).
     target: Optional[float] = None
 
@@ -304,15 +302,13 @@ RECIPES: Dict[str, Recipe] = {r.name: r for r in [
     Recipe("simclr-two-crop", "shape-own's class with SupContrast's TwoCropTransform(simclr-colour's Compose): "
            "([v1, v2], label)", _views.simclr_two_crop),
     Recipe("simclr-two-crop-folder", "SupContrast's main_supcon.py: ImageFolder(root, transform=TwoCropTransform("
-           "simclr-colour's Compose))", _views.simclr_two_crop_folder,
-           generic_today="a torchvision folder's transform is converted, not traced: a callable returning views "
-                         "has no conversion"),
+           "simclr-colour's Compose))", _views.simclr_two_crop_folder),
     Recipe("dino-multicrop", "shape-own's class with DINO's DataAugmentationDINO(): 2 global RRC(224, scale 0.4-1) "
            "+ 8 local RRC(96, scale 0.05-0.4), bicubic, flip, ColorJitter p=0.8, grayscale 0.2 (no blur, no "
            "solarisation), (10 tensors, label)", _views.dino_multicrop),
     Recipe("segmentation-512", "a Dataset of the user's own: image + PNG mask (tv_tensors.Mask), v2 "
            "RandomResizedCrop(512), flip, ToImage, ToDtype(image float32), Normalize, (image, mask)",
-           _views.segmentation, generic_today="a traced dataset's mask is not made natively yet", target=2.0),
+           _views.segmentation, target=2.0),
     Recipe("segmentation-512-native", "torch: segmentation-512's class; fastload: fastload.SegmentationDataset of "
            "the same files, RandomResizedCrop(512), flip, Normalize, Mask(uint8, tensor nearest)",
            _views.segmentation, fastload_build=_views.segmentation_native, target=2.0),
