@@ -165,7 +165,7 @@ def _unlike(part: Analysis, first: Analysis) -> str:
     it can): another sample structure, the image in another place, other image views."""
     its, theirs = part.trace.first, first.trace.first
     if bool(its.masks) != bool(theirs.masks):
-        return (f"{'reads' if its.masks else 'reads no'} mask file per sample, part 0 "
+        return (f"{'reads a' if its.masks else 'reads no'} mask file per sample, part 0 "
                 f"{'does' if theirs.masks else 'does not'}; the engine runs one set of outputs per batch")
     if shape_text(its.template) != shape_text(theirs.template) or part.trace.simple != first.trace.simple:
         return (f"returns {shape_text(its.template)}, part 0 {shape_text(theirs.template)}; one batch is made "
