@@ -17,6 +17,10 @@ parts completely instead (`eager`), as every wrapper did before. A sample of ano
 structure (a dict, several image views, extra tensors) is rebuilt from its own template
 inside a wrapper as in the loader's own dataset: the view keeps each outer index's template,
 and the parts of a ConcatDataset must return one structure (torch's collate needs it too).
+A detection sample's template carries its boxes (TracedBoxes): the batch moves them through
+the engine's draws for the outer index, the index the engine is handed. A segmentation
+dataset's mask files (fastload.trace.masked) get a table of the view's own (`mask_index`),
+filled from its parts' as its image files are; a ConcatDataset's parts all read a mask or none.
 
 Example (Photos: a user's dataset of 1000 samples, labels i % 10, counting its calls):
     >>> import torch

@@ -470,7 +470,8 @@ def test_a_concat_of_two_segmentation_datasets_nested_in_a_subset_is_native(file
 def test_a_fallback_inside_a_concat_part_is_its_own_getitems_named_by_both_indexes(files):
     other = v2.Compose([v2.CenterCrop((24, 28)), v2.ToImage(), v2.ToDtype(torch.float32, scale=True),
                         v2.Normalize(MEAN, STD)])
-    both = torch.utils.data.ConcatDataset([V2Pairs(files, DETERMINISTIC, n=10), OneDisagrees(files, DETERMINISTIC, other)])
+    both = torch.utils.data.ConcatDataset([V2Pairs(files, DETERMINISTIC, n=10),
+                                           OneDisagrees(files, DETERMINISTIC, other)])
     for workers in (0, 2):  # (made in this process, then by a worker process)
         with pytest.warns(UserWarning, match=r"index 4 of OneDisagrees, index 14 of the ConcatDataset"):
             wrapped_like_torch(both, "ConcatDataset(", workers, epochs=1)
