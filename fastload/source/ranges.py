@@ -42,11 +42,6 @@ COALESCE_GAP = 64 * 1024
 READ_THROUGH_GAP = 1 << 20
 # A coalesced request is cut at this size so that one slow request does not hold a batch.
 MAX_REQUEST_BYTES = 16 << 20
-# ... and received in pieces of at most this size, one after another on its thread, each
-# piece's members written as it lands: measured (benchmarks/RESULTS.md), members written
-# from a 16 MiB answer after all of it arrived cost the loader more CPU per member than
-# from 2 MiB pieces, at 8 instead of 1 request per 16 MiB (~0.1 ms of CPU each).
-PIECE_BYTES = 2 << 20
 # A batch that needs at least this fraction of a shard's bytes reads the whole span in one request.
 WHOLE_SHARD_FRACTION = 0.5
 # Once a reader has asked for this fraction of a shard's member bytes, the rest of the
@@ -244,8 +239,8 @@ class RemoteReads:
             if not missing:
                 return
             # Only the span of what is still missing (another fetch may have brought the rest),
-            # in pieces where cached members leave a gap wider than `gap`, of at most PIECE_BYTES.
-            for start, end, part in coalesce(dict(missing), gap=gap, max_bytes=PIECE_BYTES):
+            # in pieces where cached members leave a gap wider than `gap`.
+            for start, end, part in coalesce(dict(missing), gap=gap, max_bytes=MAX_REQUEST_BYTES):
                 data = memoryview(self.store.read(self.urls[key], start, end))  # (slices of it are not copies)
                 for offset, size in part:
                     self.cache.put(self.cache.path(key, offset), data[offset - start:offset - start + size])
