@@ -8,7 +8,9 @@ each batch before the engine reads it: the members not yet cached are grouped pe
 neighbours coalesced into one request (gaps up to COALESCE_GAP bytes are read and
 dropped; a shard of which the batch needs at least WHOLE_SHARD_FRACTION is read in one
 request; once a reader has asked for READ_AHEAD_FRACTION of a shard, the rest of it
-comes in whole-shard requests), and the requests run on a thread pool, `concurrency` at once. With
+comes in whole-shard requests that read through members cached already, up to
+READ_THROUGH_GAP bytes of them in a row), and the requests run on a thread pool,
+`concurrency` at once. With
 `keep=False` (no disk cache) the files live in a private folder in memory and are
 removed as soon as their batch is made (`release`).
 
@@ -36,9 +38,10 @@ from fastload.source.remote import RemoteStore, is_remote, protocol
 COALESCE_GAP = 64 * 1024
 # Inside a read ahead of the rest of a shard, members cached already (read by earlier
 # batches) are read again rather than splitting the request around them, up to this many
-# bytes in a row: a request costs the loader ~0.2-0.4 ms of CPU (benchmarks/RESULTS.md),
-# receiving a cached 100 KB member again ~0.03 ms, and the 25 % of a shard read before the
-# read ahead would otherwise cut the rest into one request per gap (~50 per shard).
+# bytes in a row: the 25 % of a shard read before the read ahead would otherwise cut the
+# rest into one request per gap (~50 per shard), and a request costs far more than 100 KB
+# more of an answer (measured, benchmarks/RESULTS.md: 827 -> 498 requests an epoch halved
+# the CPU of the S3 server and proxy on the same cores; the loader's did not change).
 READ_THROUGH_GAP = 1 << 20
 # A coalesced request is cut at this size so that one slow request does not hold a batch.
 MAX_REQUEST_BYTES = 16 << 20
