@@ -283,6 +283,19 @@ def steps_of(plan: Any, sizes: torch.Tensor, samples: torch.Tensor, epoch: int, 
     return Steps.resize_center_crop(sizes, layouts, out_size, flips, center_crop=center_crop)
 
 
+def own_size_steps(plan: Any, sizes: torch.Tensor, samples: torch.Tensor, epoch: int) -> Steps:
+    """The box steps of ONE sample (`samples` int64 [1], `sizes` [1, 2]) under an own-size
+    plan (fastload.augment.own_size): v2's Resize to the image's own output size (no
+    clamp), then its drawn flips; the output canvas is that size."""
+    from fastload._contract import regions_of, resized_layout
+
+    sizes = sizes.to(torch.int64).reshape(1, 2)
+    _, _, flips = regions_of(plan, sizes, samples.to(torch.int64), int(epoch))
+    height, width, _, _ = resized_layout(plan, *sizes[0].tolist())
+    layouts = torch.tensor([[height, width, 0, 0]], dtype=torch.int64)
+    return Steps.resize_center_crop(sizes, layouts, (height, width), flips, center_crop=False)
+
+
 class BoxStep(NamedTuple):
     """A box-only transform after the geometry (torchvision v2's ClampBoundingBoxes,
     ConvertBoundingBoxFormat, SanitizeBoundingBoxes): kind "clamp", "convert" (to

@@ -101,6 +101,7 @@ class DetectionDataset(NativeDataset):
             raise ValueError(f"{owner}: expected one target per image, got {len(targets)} targets for "
                              f"{len(images)} images.")
         image_transforms, self.box_steps = split_box_transforms(transforms, owner)
+        self.own_size = False  # True: no batch shape, each image its own size (fastload.augment.own_size)
         # The index's label of sample i is i: a batch's labels are then the samples it holds
         # (a replacement under on_error="skip" included), whose targets the batch takes.
         super().__init__(SampleIndex.from_files(images, list(range(len(images)))), image_transforms, seed=seed)
@@ -111,6 +112,7 @@ class DetectionDataset(NativeDataset):
         self.center_crop = any(type(s).__name__ == "CenterCrop" for s in self.transforms)
 
     def _check_pipeline(self, owner: str) -> None:
+        from fastload.augment.own_size import own_size_fusion
         from fastload.augment.plan import fuse
 
         if self.tail:
@@ -124,8 +126,13 @@ class DetectionDataset(NativeDataset):
         try:
             fuse(self.transforms)
         except UnsupportedPipeline as error:
-            raise UnsupportedPipeline(f"{owner}: {error}. Detection batches need one output size: end the geometry "
-                                      "with a crop or Resize((height, width)).") from None
+            try:  # torchvision's detection references: each image keeps its own size
+                own_size_fusion(self.transforms)
+            except UnsupportedPipeline:
+                raise UnsupportedPipeline(f"{owner}: {error}. Detection batches need one output size (a crop or "
+                                          "Resize((height, width))), or each image its own size (flips, colour, "
+                                          "dtype, Normalize and at most a shorter-side Resize).") from None
+            self.own_size = True
 
     @property
     def targets(self) -> List[Dict[str, Any]]:
@@ -167,7 +174,14 @@ class DetectionDataset(NativeDataset):
             images: the batch's images, what a callable labels_getter is given with each target.
         """
         samples = samples.to(torch.int64).reshape(-1)
+        if self.own_size:  # one output canvas per image: each sample's steps alone
+            return [self._targets(samples[k:k + 1], box_ops.own_size_steps(plan, self.sizes_of(samples[k:k + 1]),
+                                                                           samples[k:k + 1], epoch),
+                                  None if images is None else images[k:k + 1])[0] for k in range(len(samples))]
         steps = box_ops.steps_of(plan, self.sizes_of(samples), samples, epoch, center_crop=self.center_crop)
+        return self._targets(samples, steps, images)
+
+    def _targets(self, samples: torch.Tensor, steps: Any, images: Optional[Sequence[Any]]) -> List[Dict[str, Any]]:
         notes = [self.annotations[i] for i in samples.tolist()]
         groups: Dict[Any, List[int]] = {}
         for k, note in enumerate(notes):
@@ -189,21 +203,54 @@ class DetectionDataset(NativeDataset):
         (image, target) samples through `collate_fn` (None: torch's default_collate)."""
         from torch.utils.data import default_collate
 
-        per_image = images.unbind(0)
+        per_image = list(images) if isinstance(images, (list, tuple)) else images.unbind(0)
         targets = self.targets_of(samples, epoch, plan, per_image)
+        if self.own_size:
+            for k, i in enumerate(samples.tolist()):  # a file whose header's size is not its decoded size
+                self._check_size(i, per_image[k], plan)
+            # (torch's default_collate stacks images of one size and raises as torch does otherwise)
+            return (collate_fn or default_collate)(list(zip(per_image, targets)))
         if collate_fn is None or collate_fn is default_collate:
             # default_collate's batch ([images, targets collated]) without stacking the
             # engine's batch again.
             return [images, default_collate(targets)]
         return collate_fn(list(zip(per_image, targets)))
 
-    def __getitem__(self, i: int) -> Tuple[torch.Tensor, Dict[str, Any]]:
-        from fastload.augment.plan import build_plan
+    def _check_size(self, i: int, image: torch.Tensor, plan: Any) -> None:
+        from fastload.augment.own_size import own_size
+        from fastload.errors import DecodeError
 
+        want = own_size(plan, *self.sizes_of(torch.tensor([i]))[0].tolist())
+        if tuple(image.shape[-2:]) != want:
+            raise DecodeError(f"the image header's size gives a {want[0]}x{want[1]} output, its decoded pixels "
+                              f"{image.shape[-2]}x{image.shape[-1]}: the file is inconsistent", i,
+                              self.index.source(i))
+
+    def plan(self) -> Any:
+        """The engine's plan of the image transforms (an own-size plan where images keep
+        their own sizes), seeded with `seed`."""
+        from fastload.augment.own_size import own_size_fusion
+        from fastload.augment.plan import build_plan, make_plan
+
+        if self.own_size:
+            plan = make_plan(own_size_fusion(self.transforms))
+            plan.seed = self.seed
+            return plan
+        return build_plan(self.transforms, seed=self.seed)
+
+    def __getitem__(self, i: int) -> Tuple[torch.Tensor, Dict[str, Any]]:
         if i < 0:
             i += len(self)
-        image, _ = super().__getitem__(i)
-        plan = build_plan(self.transforms, seed=self.seed)
+        plan = self.plan()
+        if self.own_size:  # PIL's decode, then the engine's kernel and draws
+            from fastload.augment.own_size import apply_own_size
+            from fastload.decode.pil import decode_to_tensor
+
+            image = decode_to_tensor(self.index.read(i), index=i, source=self.index.source(i))
+            image = apply_own_size(plan, image, self.epoch, i)
+            self._check_size(i, image, plan)
+        else:
+            image, _ = super().__getitem__(i)
         return image, self.targets_of(torch.tensor([i]), self.epoch, plan, [image])[0]
 
     def __repr__(self) -> str:

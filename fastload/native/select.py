@@ -41,6 +41,7 @@ import torch
 from torch.utils.data.datapipes.datapipe import IterDataPipe, MapDataPipe
 
 from fastload import _ext
+from fastload.augment.own_size import own_size_fusion
 from fastload.augment.plan import Fusion, fuse, make_plan
 from fastload.errors import UnsupportedPipeline
 from fastload.native.hybrid import hybrid_runner
@@ -157,7 +158,7 @@ def _resolve(dataset: Any, *, dtype: Optional[torch.dtype]) -> _Resolved:
             labels = conversion.collate_labels
             labels_note = f"; labels: target_transform {callable_name(conversion.target_transform)} in Python"
     try:
-        fusion = fuse(specs)
+        fusion = own_size_fusion(specs) if getattr(dataset, "own_size", False) else fuse(specs)
     except UnsupportedPipeline as error:
         if tail is None:
             raise
@@ -320,10 +321,17 @@ def select_path(
                                        pin_memory=pin_memory, memory_format=memory_format, on_error=on_error,
                                        decode_on=decode_on, dtype=dtype, timeout=timeout)
         return (None if runner is None else _Rebuilt.wrap(runner, rebuild, num_workers)), reason
-    decode_on, why = _resolve_decode_on(decode_on, device, colour=plan.has_color())
-    runner = NativeRunner(index, plan, num_threads=max(1, num_workers), pin_memory=pin_memory,
-                          memory_format=memory_format, on_error=on_error, decode_on=decode_on,
-                          device=device, description=description, timeout=timeout)
+    if getattr(dataset, "own_size", False):  # no batch shape: each image alone on the engine's kernels
+        from fastload.native.own_size import OwnSizeRunner
+
+        runner = OwnSizeRunner(index, plan, num_threads=max(1, num_workers), pin_memory=pin_memory,
+                               on_error=on_error, description=description, timeout=timeout)
+        decode_on, why = "cpu", "" if decode_on in ("auto", "cpu") else " (images of their own sizes decode on the CPU)"
+    else:
+        decode_on, why = _resolve_decode_on(decode_on, device, colour=plan.has_color())
+        runner = NativeRunner(index, plan, num_threads=max(1, num_workers), pin_memory=pin_memory,
+                              memory_format=memory_format, on_error=on_error, decode_on=decode_on,
+                              device=device, description=description, timeout=timeout)
     if labels is not None:
         runner = LabelledRunner(runner, labels)
     if _makes_targets(dataset):

@@ -1,0 +1,203 @@
+"""Detection images of their own sizes (torchvision's detection references): fastload.DetectionDataset
+with the references' "hflip" pipeline and a shorter-side Resize(max_size=...), batched as a tuple of
+[C, H_i, W_i] images by `lambda b: tuple(zip(*b))`.
+
+Each sample is compared with torchvision v2 applied to PIL's decode with the flip the engine drew
+(images at the library's PSNR floor, boxes within 1e-4 px, labels equal); loader batches with torch's
+DataLoader over the same dataset object (num_workers 0 and 2, two epochs); the draws' flip rate; torch's
+default_collate error; resume; on_error="skip"; files whose size the pipeline cannot take.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+v2 = pytest.importorskip("torchvision.transforms.v2")
+F = pytest.importorskip("torchvision.transforms.v2.functional")
+pytest.importorskip("fastload._C")
+
+from test_boxes import MIN_PSNR_DB, SIZES, assert_target, detection_collate, detection_files, psnr  # noqa: E402,F401
+
+import fastload  # noqa: E402
+
+
+def hflip():
+    """The references' "hflip" policy (torchvision references/detection/presets.py)."""
+    return v2.Compose([v2.RandomHorizontalFlip(0.5), v2.PILToTensor(), v2.ToDtype(torch.float, scale=True),
+                       v2.SanitizeBoundingBoxes()])
+
+
+def shorter_side():
+    return v2.Compose([v2.ToImage(), v2.Resize(40, max_size=60), v2.RandomHorizontalFlip(0.5),
+                       v2.ToDtype(torch.float, scale=True), v2.SanitizeBoundingBoxes()])
+
+
+PIPELINES = {"hflip": hflip, "resize_max_size": shorter_side}
+
+
+def v2_with_draw(path, target, plan, epoch, index, resize):
+    """v2's functional ops on PIL's decode, with the flip the engine drew for (epoch, index)."""
+    from PIL import Image
+
+    from fastload._contract import region_of
+
+    image = Image.open(path).convert("RGB")
+    _, _, flip, _ = region_of(plan, image.height, image.width, epoch, index)
+    sample = (F.to_image(image), dict(target))
+    if resize:
+        sample = (F.resize(sample[0], 40, max_size=60, antialias=True),
+                  {**sample[1], "boxes": F.resize(sample[1]["boxes"], 40, max_size=60)})
+    if flip:
+        sample = F.horizontal_flip(sample[0]), {**sample[1], "boxes": F.horizontal_flip(sample[1]["boxes"])}
+    image, target = v2.SanitizeBoundingBoxes()(*sample)
+    return F.to_dtype(image, torch.float, scale=True), target, flip
+
+
+@pytest.mark.parametrize("name", PIPELINES)
+def test_own_size_samples_match_v2_with_the_drawn_flips(detection_files, name):
+    paths, targets = detection_files
+    ds = fastload.DetectionDataset(paths, targets("XYXY"), PIPELINES[name](), seed=4)
+    assert ds.own_size
+    plan, flips = ds.plan(), []
+    for epoch in (0, 1, 2):
+        ds.set_epoch(epoch)
+        for i in range(len(ds)):
+            image, target = ds[i]
+            want_image, want_target, flip = v2_with_draw(paths[i], targets("XYXY")[i], plan, epoch, i,
+                                                         name != "hflip")
+            flips.append(flip)
+            assert image.shape == want_image.shape and image.dtype == torch.float32
+            assert psnr(image * 255, want_image * 255) >= MIN_PSNR_DB
+            assert_target(target, want_target)
+    assert 0 < sum(flips) < len(flips)  # both ways drawn
+
+
+def test_own_size_flip_rate_is_the_transforms_p():
+    from fastload._contract import regions_of
+
+    ds_plan = fastload.DetectionDataset(["x.jpg"], [{"boxes": torch.zeros(0, 4)}], hflip()).plan()
+    n = 4000
+    _, _, flips = regions_of(ds_plan, torch.tensor([[30, 40]] * n), torch.arange(n), 0)
+    rate = flips[:, 0].float().mean().item()
+    assert abs(rate - 0.5) < 4 * (0.25 / n) ** 0.5  # four standard deviations
+    _, _, again = regions_of(ds_plan, torch.tensor([[30, 40]] * n), torch.arange(n), 1)
+    assert 0.3 < (again[:, 0] == flips[:, 0]).float().mean().item() < 0.7  # epochs draw anew
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("name", PIPELINES)
+def test_own_size_loader_matches_torch_dataloader(detection_files, name, num_workers):
+    paths, targets = detection_files
+    ds = fastload.DetectionDataset(paths, targets("XYWH"), PIPELINES[name](), seed=2)
+    ours = fastload.DataLoader(ds, batch_size=3, collate_fn=detection_collate, num_workers=num_workers)
+    assert ours.path.startswith("native: DetectionDataset") and "own size" in ours.path, ours.path
+    theirs = torch.utils.data.DataLoader(ds, batch_size=3, collate_fn=detection_collate, num_workers=num_workers)
+    sizes, plan = set(), ds.plan()
+    for epoch in (0, 1):
+        ours.set_epoch(epoch)
+        ds.set_epoch(epoch)
+        got, want = list(ours), list(theirs)
+        assert len(got) == len(want) == 3
+        i = 0
+        for (images, batch), (want_images, want_batch) in zip(got, want):
+            assert type(images) is tuple and len(images) == len(want_images)
+            for image, want_image, target, want_target in zip(images, want_images, batch, want_batch):
+                assert image.shape == want_image.shape
+                sizes.add(tuple(image.shape))
+                assert psnr(image * 255, want_image * 255) >= MIN_PSNR_DB
+                assert_target(target, want_target)
+                # and v2 itself on PIL's decode, with the engine's draw for (epoch, i)
+                v2_image, v2_target, _ = v2_with_draw(paths[i], targets("XYWH")[i], plan, epoch, i, name != "hflip")
+                assert psnr(image * 255, v2_image * 255) >= MIN_PSNR_DB
+                assert_target(target, v2_target)
+                i += 1
+    assert len(sizes) > 4  # images of their own sizes
+    if name == "hflip":
+        assert sizes == {(3, h, w) for h, w in SIZES}
+
+
+def test_own_size_default_collate_raises_as_torch(detection_files):
+    paths, targets = detection_files
+    ds = fastload.DetectionDataset(paths, targets("XYXY"), hflip())
+    with pytest.raises(RuntimeError) as theirs:
+        next(iter(torch.utils.data.DataLoader(ds, batch_size=3)))
+    with pytest.raises(type(theirs.value)) as ours:
+        next(iter(fastload.DataLoader(ds, batch_size=3)))
+    assert "stack expects each tensor to be equal size" in str(ours.value)
+
+
+def test_own_size_loader_resumes_exactly(detection_files):
+    from resume_helpers import check_resume_at_every_position
+
+    paths, targets = detection_files
+
+    def make():
+        ds = fastload.DetectionDataset(paths, targets("CXCYWH"), shorter_side(), seed=3)
+        return fastload.DataLoader(ds, batch_size=3, shuffle=True, collate_fn=detection_collate,
+                                   generator=torch.Generator().manual_seed(0))
+
+    check_resume_at_every_position(make)
+
+
+def test_own_size_skip_gives_the_replacement_its_own_targets(detection_files, tmp_path):
+    import shutil
+    import warnings
+
+    paths, targets = detection_files
+    copies = []
+    for k, path in enumerate(paths[:4]):
+        copies.append(str(tmp_path / f"{k}.jpg"))
+        shutil.copy(path, copies[-1])
+    with open(copies[1], "r+b") as f:  # a damaged JPEG: the next readable sample takes its slot
+        f.truncate(100)
+    ds = fastload.DetectionDataset(copies, targets("XYXY")[:4], hflip())
+    loader = fastload.DataLoader(ds, batch_size=4, collate_fn=detection_collate, on_error="skip")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        images, batch = next(iter(loader))
+    assert [t["image_id"] for t in batch] == [0, 2, 2, 3]
+    assert loader.stats()["skipped"] == 1 and any(copies[1] in str(w.message) for w in caught)
+    for k, i in enumerate([0, 2, 2, 3]):
+        want_image, want_target = ds[i]
+        assert torch.equal(images[k], want_image)
+        assert_target(batch[k], want_target)
+    with pytest.raises(fastload.DecodeError, match="1.jpg"):
+        next(iter(fastload.DataLoader(ds, batch_size=4, collate_fn=detection_collate)))
+
+
+def _png(path, height, width):
+    from PIL import Image
+
+    Image.new("RGB", (width, height), (10, 200, 30)).save(path)
+    return str(path)
+
+
+def test_own_size_hostile_sizes_name_the_file(tmp_path):
+    import struct
+    import zlib
+
+    one = _png(tmp_path / "one.png", 1, 1)
+    thin = _png(tmp_path / "thin.png", 1, 3000)  # Resize(40, max_size=60): 0 pixels high
+    huge = _png(tmp_path / "huge.png", 4, 4)
+    data = bytearray(open(huge, "rb").read())  # IHDR saying 100000 x 100000, CRC fixed
+    data[16:24] = struct.pack(">II", 100000, 100000)
+    data[29:33] = struct.pack(">I", zlib.crc32(bytes(data[12:29])))
+    open(huge, "wb").write(bytes(data))
+    box = {"boxes": torch.tensor([[0.0, 0.0, 1.0, 1.0]]), "labels": torch.tensor([1])}
+    ok = fastload.DetectionDataset([one], [box], shorter_side())
+    (images, batch), = fastload.DataLoader(ok, batch_size=1, collate_fn=detection_collate)
+    assert images[0].shape == (3, 40, 40) and batch[0]["boxes"].canvas_size == (40, 40)
+    for bad in (thin, huge):
+        ds = fastload.DetectionDataset([one, bad], [box, box], shorter_side())
+        loader = fastload.DataLoader(ds, batch_size=2, collate_fn=detection_collate)
+        with pytest.raises(fastload.DecodeError, match=bad.rsplit("/", 1)[1]):
+            next(iter(loader))
+
+
+def test_own_size_refusals_name_the_reason(detection_files):
+    paths, targets = detection_files
+    with pytest.raises(fastload.UnsupportedPipeline, match="own size"):
+        fastload.DetectionDataset(paths, targets("XYXY"), [v2.RandomHorizontalFlip(), v2.GaussianBlur(3)])
+    with pytest.raises(fastload.UnsupportedPipeline, match="own size"):
+        fastload.DetectionDataset(paths, targets("XYXY"), [v2.Resize(30), v2.Resize(40, max_size=50)])
