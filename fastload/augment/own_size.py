@@ -26,7 +26,13 @@ from fastload.errors import UnsupportedPipeline
 _FIXED = (specs.RandomResizedCrop, specs.CenterCrop, specs.RandomCrop)
 
 
-def own_size_fusion(ops: Sequence[Any], **options: Any) -> Fusion:
+class OwnSizeFusion(Fusion):
+    """A Fusion whose output is each image's own size (own_size_fusion's)."""
+
+    __slots__ = ()
+
+
+def own_size_fusion(ops: Sequence[Any], **options: Any) -> OwnSizeFusion:
     """The fusion of `ops` (specs) whose output is each image's own size (no geometry, or
     one shorter-side Resize), with a 1x1 CenterCrop stand-in for the plan's out_size.
     Takes fuse()'s options.
@@ -55,7 +61,7 @@ def own_size_fusion(ops: Sequence[Any], **options: Any) -> Fusion:
     position = geometry[0] + 1 if geometry else 0
     fusion = fuse(ops[:position] + [specs.CenterCrop(1)] + ops[position:], **options)
     names = " -> ".join(type(op).__name__ for op in ops) or "no transform"
-    return fusion._replace(description=f"{names} (each image its own size)")
+    return OwnSizeFusion(fusion.fields, f"{names} (each image its own size)", fusion.dtype)
 
 
 def own_size(plan: Any, height: int, width: int) -> Tuple[int, int]:

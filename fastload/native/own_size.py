@@ -73,6 +73,17 @@ class OwnSizeRunner:
         self._skipped_seen: set = set()
         self.skipped_samples = SkippedSamples()
         self.last_samples: Optional[torch.Tensor] = None
+        # A lazily traced dataset's trace (set by the loader's wrapper): a replacement
+        # sample under on_error="skip" is traced before it runs.
+        self.trace: Any = None
+
+    @property
+    def repair(self) -> "OwnSizeRunner":
+        """(where NativeRunner's wrapper sets `trace`: the runner repairs its own slots)"""
+        return self
+
+    def refresh_index(self) -> None:
+        """(each sample reads the index as it is then: nothing to hand over)"""
 
     @property
     def on_error(self) -> str:
@@ -156,6 +167,8 @@ class OwnSizeRunner:
             if bad not in self._skipped_seen:
                 self._skipped_seen.add(bad)
                 self._stats["skipped"] += 1
+            if self.trace is not None:
+                self.trace.prepare([candidate])
             try:
                 image = self.one(candidate, epoch)
             except DecodeError as next_error:
