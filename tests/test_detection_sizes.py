@@ -201,3 +201,91 @@ def test_own_size_refusals_name_the_reason(detection_files):
         fastload.DetectionDataset(paths, targets("XYXY"), [v2.RandomHorizontalFlip(), v2.GaussianBlur(3)])
     with pytest.raises(fastload.UnsupportedPipeline, match="own size"):
         fastload.DetectionDataset(paths, targets("XYXY"), [v2.Resize(30), v2.Resize(40, max_size=50)])
+
+
+# ---- a user's own v2 detection dataset, traced ----------------------------------------
+
+
+class UserDetection(torch.utils.data.Dataset):
+    """A detection dataset as users write it for torchvision v2 (PIL image, dict target)."""
+
+    def __init__(self, paths, targets, transforms):
+        self.paths, self.targets, self.transforms = paths, targets, transforms
+
+    def __len__(self):
+        return len(self.paths)
+
+    def __getitem__(self, i):
+        from PIL import Image
+
+        return self.transforms(Image.open(self.paths[i]).convert("RGB"), dict(self.targets[i]))
+
+
+def flip_always(name):
+    """The pipeline with a certain flip: torch's own draws and the engine's agree."""
+    transforms = PIPELINES[name]()
+    return v2.Compose([v2.RandomHorizontalFlip(1.0) if isinstance(t, v2.RandomHorizontalFlip) else t
+                       for t in transforms.transforms])
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("name", PIPELINES)
+def test_traced_own_size_runs_natively_as_torch_over_two_epochs(detection_files, name, num_workers):
+    paths, targets = detection_files
+    ds = UserDetection(paths, targets("XYXY"), flip_always(name))
+    loader = fastload.DataLoader(ds, batch_size=3, collate_fn=detection_collate, num_workers=num_workers)
+    assert loader.path.startswith("native: traced UserDetection.__getitem__") and "own size" in loader.path, \
+        loader.path
+    torch_loader = torch.utils.data.DataLoader(ds, batch_size=3, collate_fn=detection_collate,
+                                               num_workers=num_workers)
+    for epoch in range(2):
+        loader.set_epoch(epoch)
+        ours = [s for images, batch in loader for s in zip(images, batch)]
+        theirs = [s for images, batch in torch_loader for s in zip(images, batch)]
+        assert len(ours) == len(theirs) == len(ds)
+        for (image, target), (want_image, want_target) in zip(ours, theirs):
+            assert image.shape == want_image.shape and image.dtype == want_image.dtype == torch.float32
+            assert psnr(image * 255, want_image * 255) >= MIN_PSNR_DB
+            assert_target(target, want_target)
+
+
+@pytest.mark.parametrize("name", PIPELINES)
+def test_traced_own_size_random_flips_take_the_engines_draws(detection_files, name):
+    paths, targets = detection_files
+    ds = UserDetection(paths, targets("XYXY"), PIPELINES[name]())
+    loader = fastload.DataLoader(ds, batch_size=3, collate_fn=detection_collate, seed=7)
+    # fastload's own DetectionDataset of the same files, seed and transforms: its samples are
+    # v2's ops on the engine's draws (test_own_size_samples_match_v2_with_the_drawn_flips)
+    twin = fastload.DetectionDataset(paths, targets("XYXY"), PIPELINES[name](), seed=7)
+    for epoch in range(2):
+        loader.set_epoch(epoch)
+        twin.set_epoch(epoch)
+        ours = [s for images, batch in loader for s in zip(images, batch)]
+        for i, (image, target) in enumerate(ours):
+            want_image, want_target = twin[i]
+            assert torch.equal(image, want_image)
+            assert_target(target, want_target)
+
+
+def test_traced_own_size_default_collate_raises_as_torch(detection_files):
+    paths, targets = detection_files
+    ds = UserDetection(paths, targets("XYXY"), hflip())
+    with pytest.raises(RuntimeError) as theirs:
+        next(iter(torch.utils.data.DataLoader(ds, batch_size=3)))
+    loader = fastload.DataLoader(ds, batch_size=3)
+    with pytest.raises(type(theirs.value), match="stack expects each tensor to be equal size"):
+        next(iter(loader))
+    assert loader.path.startswith("native:"), loader.path
+
+
+def test_traced_own_size_loader_resumes_exactly(detection_files):
+    from resume_helpers import check_resume_at_every_position
+
+    paths, targets = detection_files
+
+    def make():
+        ds = UserDetection(paths, targets("XYXY"), shorter_side())
+        return fastload.DataLoader(ds, batch_size=3, shuffle=True, collate_fn=detection_collate, seed=1,
+                                   generator=torch.Generator().manual_seed(0))
+
+    check_resume_at_every_position(make)
