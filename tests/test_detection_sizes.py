@@ -30,7 +30,7 @@ def hflip():
 
 def shorter_side():
     return v2.Compose([v2.ToImage(), v2.Resize(40, max_size=60), v2.RandomHorizontalFlip(0.5),
-                       v2.ToDtype(torch.float, scale=True), v2.SanitizeBoundingBoxes()])
+                       v2.ToDtype(torch.float, scale=True), v2.ClampBoundingBoxes(), v2.SanitizeBoundingBoxes()])
 
 
 PIPELINES = {"hflip": hflip, "resize_max_size": shorter_side}
@@ -50,6 +50,8 @@ def v2_with_draw(path, target, plan, epoch, index, resize):
                   {**sample[1], "boxes": F.resize(sample[1]["boxes"], 40, max_size=60)})
     if flip:
         sample = F.horizontal_flip(sample[0]), {**sample[1], "boxes": F.horizontal_flip(sample[1]["boxes"])}
+    if resize:
+        sample = sample[0], {**sample[1], "boxes": F.clamp_bounding_boxes(sample[1]["boxes"])}
     image, target = v2.SanitizeBoundingBoxes()(*sample)
     return F.to_dtype(image, torch.float, scale=True), target, flip
 

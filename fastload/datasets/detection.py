@@ -174,14 +174,10 @@ class DetectionDataset(NativeDataset):
             images: the batch's images, what a callable labels_getter is given with each target.
         """
         samples = samples.to(torch.int64).reshape(-1)
-        if self.own_size:  # one output canvas per image: each sample's steps alone
-            return [self._targets(samples[k:k + 1], box_ops.own_size_steps(plan, self.sizes_of(samples[k:k + 1]),
-                                                                           samples[k:k + 1], epoch),
-                                  None if images is None else images[k:k + 1])[0] for k in range(len(samples))]
-        steps = box_ops.steps_of(plan, self.sizes_of(samples), samples, epoch, center_crop=self.center_crop)
-        return self._targets(samples, steps, images)
-
-    def _targets(self, samples: torch.Tensor, steps: Any, images: Optional[Sequence[Any]]) -> List[Dict[str, Any]]:
+        if self.own_size:  # (each image its own output canvas)
+            steps = box_ops.own_size_steps(plan, self.sizes_of(samples), samples, epoch)
+        else:
+            steps = box_ops.steps_of(plan, self.sizes_of(samples), samples, epoch, center_crop=self.center_crop)
         notes = [self.annotations[i] for i in samples.tolist()]
         groups: Dict[Any, List[int]] = {}
         for k, note in enumerate(notes):
@@ -192,7 +188,7 @@ class DetectionDataset(NativeDataset):
                                        self.box_steps)
             for k, (boxes, out_fmt, keeps) in zip(members, moved):
                 out[k] = box_ops.finish_target(
-                    notes[k]["target"], notes[k]["key"], boxes, out_fmt, keeps, self.box_steps, steps.out_size,
+                    notes[k]["target"], notes[k]["key"], boxes, out_fmt, keeps, self.box_steps, steps.canvas_of(k),
                     clamping, None if images is None else images[k],
                     f"fastload.DetectionDataset sample {int(samples[k])}")
         return out

@@ -150,20 +150,18 @@ def _resolved(templates: List[Any], samples: List[int], images: Sequence[torch.T
     for (fmt, _, clamping, box_steps, center_crop), members in groups.items():
         sizes = torch.tensor([list(holders[h][2].canvas_size) for h in members], dtype=torch.int64)
         rows = torch.tensor([samples[holders[h][0]] for h in members], dtype=torch.int64)
-        if own_size:  # one canvas per image: each holder moved alone
-            parts = [([h], box_ops.own_size_steps(plan, sizes[m:m + 1], rows[m:m + 1], epoch))
-                     for m, h in enumerate(members)]
+        if own_size:  # (each image its own output canvas)
+            steps = box_ops.own_size_steps(plan, sizes, rows, epoch)
         else:
-            parts = [(members, box_ops.steps_of(plan, sizes, rows, epoch, center_crop=center_crop))]
-        for part, steps in parts:
-            moved = box_ops.move_group([holders[h][2].boxes for h in part], fmt, clamping, steps,
-                                       list(range(len(part))), box_steps)
-            for h, (boxes, out_fmt, keeps) in zip(part, moved):
-                k, place, _ = holders[h]
-                holder = _at(out[k], place[:-1])
-                final = box_ops.finish_target(holder, place[-1], boxes, out_fmt, keeps, box_steps, steps.out_size,
-                                              clamping, images[k], f"sample {samples[k]}")
-                out[k] = _put(out[k], place[:-1], final)
+            steps = box_ops.steps_of(plan, sizes, rows, epoch, center_crop=center_crop)
+        moved = box_ops.move_group([holders[h][2].boxes for h in members], fmt, clamping, steps,
+                                   list(range(len(members))), box_steps)
+        for m, (h, (boxes, out_fmt, keeps)) in enumerate(zip(members, moved)):
+            k, place, _ = holders[h]
+            holder = _at(out[k], place[:-1])
+            final = box_ops.finish_target(holder, place[-1], boxes, out_fmt, keeps, box_steps, steps.canvas_of(m),
+                                          clamping, images[k], f"sample {samples[k]}")
+            out[k] = _put(out[k], place[:-1], final)
     return out
 
 
