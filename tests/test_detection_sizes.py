@@ -190,6 +190,11 @@ def test_own_size_hostile_sizes_name_the_file(tmp_path):
     ok = fastload.DetectionDataset([one], [box], shorter_side())
     (images, batch), = fastload.DataLoader(ok, batch_size=1, collate_fn=detection_collate)
     assert images[0].shape == (3, 40, 40) and batch[0]["boxes"].canvas_size == (40, 40)
+    lying = fastload.DetectionDataset([one], [box], shorter_side())
+    lying.sizes_of(torch.tensor([0]))
+    lying._sizes[0] = torch.tensor([2, 1])  # what a header lying about the size would say
+    with pytest.raises(fastload.DecodeError, match="one.png.*inconsistent"):
+        next(iter(fastload.DataLoader(lying, batch_size=1, collate_fn=detection_collate)))
     for bad in (thin, huge):
         ds = fastload.DetectionDataset([one, bad], [box, box], shorter_side())
         loader = fastload.DataLoader(ds, batch_size=2, collate_fn=detection_collate)
