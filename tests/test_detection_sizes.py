@@ -115,6 +115,8 @@ def test_own_size_loader_matches_torch_dataloader(detection_files, name, num_wor
                 assert_target(target, v2_target)
                 i += 1
     assert len(sizes) > 4  # images of their own sizes
+    stats = ours.stats()
+    assert stats["samples"] == 2 * len(ds) and set(stats["native"]["stages_s"]) == {"read", "decode", "augment"}
     if name == "hflip":
         assert sizes == {(3, h, w) for h, w in SIZES}
 

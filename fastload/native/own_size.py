@@ -25,6 +25,7 @@ from fastload.source.index import SampleIndex
 from fastload.stats import SkippedSamples
 
 _OWNER = "fastload.OwnSizeRunner"
+_STAGES = ("read", "decode", "augment")  # (the engine's stage names that apply)
 _COUNTERS = {"images": 0, "batches": 0, "skipped": 0, "pil_fallback": 0, "engine_s": 0.0, "wait_s": 0.0}
 
 
@@ -70,6 +71,7 @@ class OwnSizeRunner:
         self._lock = threading.Lock()
         self._stats: Dict[str, Any] = dict(_COUNTERS)
         self._cpu_s = 0.0
+        self._stages = dict.fromkeys(_STAGES, 0.0)
         self._skipped_seen: set = set()
         self.skipped_samples = SkippedSamples()
         self.last_samples: Optional[torch.Tensor] = None
@@ -104,20 +106,25 @@ class OwnSizeRunner:
 
     def one(self, sample: int, epoch: int) -> torch.Tensor:
         """Sample `sample`'s image at `epoch`: [C, H, W]; raises DecodeError naming its file."""
-        started = time.thread_time()
+        started, times = time.thread_time(), [time.perf_counter()]
         source = self.index.source(sample)
         try:
             data = self.index.read(sample)
         except OSError as error:
             raise DecodeError(f"{type(error).__name__}: {error}", sample, source) from None
+        times.append(time.perf_counter())
         image, by_pil = decode_image(data, self.plan.channels, self.plan.max_pixels, sample, source)
+        times.append(time.perf_counter())
         try:
             out = apply_own_size(self.plan, image, epoch, sample)
         except (RuntimeError, ValueError) as error:  # e.g. a thin image resized to 0 pixels
             raise DecodeError(str(error), sample, source) from None
+        times.append(time.perf_counter())
         with self._lock:
             self._stats["pil_fallback"] += int(by_pil)
             self._cpu_s += time.thread_time() - started
+            for stage, start, end in zip(_STAGES, times, times[1:]):
+                self._stages[stage] += end - start
         return out
 
     def submit(self, indices: Any, epoch: int) -> int:
@@ -186,12 +193,14 @@ class OwnSizeRunner:
 
     def stats(self, reset: bool = False) -> Dict[str, Any]:
         """NativeRunner's counters (images, batches, skipped, pil_fallback, engine_s,
-        wait_s, threads, cpu_s: the pool threads' CPU time in the samples, skipped_samples)."""
-        out = dict(self._stats, threads=self.num_threads, cpu_s=self._cpu_s,
+        wait_s, threads, stages_s: read, decode, augment seconds summed over the pool's
+        threads, cpu_s: their CPU time in the samples, skipped_samples)."""
+        out = dict(self._stats, threads=self.num_threads, cpu_s=self._cpu_s, stages_s=dict(self._stages),
                    skipped_samples=self.skipped_samples.records())
         if reset:
             self._stats.update(_COUNTERS)
             self._cpu_s = 0.0
+            self._stages = dict.fromkeys(_STAGES, 0.0)
             self.skipped_samples.reset()
         return out
 
