@@ -245,6 +245,8 @@ def test_traced_own_size_runs_natively_as_torch_over_two_epochs(detection_files,
     loader = fastload.DataLoader(ds, batch_size=3, collate_fn=detection_collate, num_workers=num_workers)
     assert loader.path.startswith("native: traced UserDetection.__getitem__") and "own size" in loader.path, \
         loader.path
+    explained = fastload.explain(ds)
+    assert "each image keeps its own size" in explained and "verdict: native path" in explained, explained
     torch_loader = torch.utils.data.DataLoader(ds, batch_size=3, collate_fn=detection_collate,
                                                num_workers=num_workers)
     for epoch in range(2):
