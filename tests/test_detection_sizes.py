@@ -14,6 +14,7 @@ import pytest
 import torch
 
 v2 = pytest.importorskip("torchvision.transforms.v2")
+tv_tensors = pytest.importorskip("torchvision.tv_tensors")
 F = pytest.importorskip("torchvision.transforms.v2.functional")
 pytest.importorskip("fastload._C")
 
@@ -192,11 +193,6 @@ def test_own_size_hostile_sizes_name_the_file(tmp_path):
     ok = fastload.DetectionDataset([one], [box], shorter_side())
     (images, batch), = fastload.DataLoader(ok, batch_size=1, collate_fn=detection_collate)
     assert images[0].shape == (3, 40, 40) and batch[0]["boxes"].canvas_size == (40, 40)
-    lying = fastload.DetectionDataset([one], [box], shorter_side())
-    lying.sizes_of(torch.tensor([0]))
-    lying._sizes[0] = torch.tensor([2, 1])  # what a header lying about the size would say
-    with pytest.raises(fastload.DecodeError, match="one.png.*inconsistent"):
-        next(iter(fastload.DataLoader(lying, batch_size=1, collate_fn=detection_collate)))
     for bad in (thin, huge):
         ds = fastload.DetectionDataset([one, bad], [box, box], shorter_side())
         loader = fastload.DataLoader(ds, batch_size=2, collate_fn=detection_collate)
@@ -300,3 +296,30 @@ def test_traced_own_size_loader_resumes_exactly(detection_files):
                                    generator=torch.Generator().manual_seed(0))
 
     check_resume_at_every_position(make)
+
+
+def lying_headers(monkeypatch, path, size):
+    """fastload.decode.header.file_header saying `size` (height, width) for `path`."""
+    from fastload.decode import header
+
+    real = header.file_header
+
+    def lying(p, *args, **kwargs):
+        found = real(p, *args, **kwargs)
+        return found._replace(height=size[0], width=size[1]) if p == path else found
+
+    monkeypatch.setattr(header, "file_header", lying)
+
+
+@pytest.mark.parametrize("traced", [False, True])
+def test_own_size_header_lying_about_the_size_names_the_file(tmp_path, monkeypatch, traced):
+    one = _png(tmp_path / "one.png", 1, 1)
+    lying_headers(monkeypatch, one, (2, 1))
+    box = {"boxes": tv_tensors.BoundingBoxes([[0.0, 0.0, 1.0, 1.0]], format="XYXY", canvas_size=(2, 1)),
+           "labels": torch.tensor([1])}
+    ds = UserDetection([one], [box], shorter_side()) if traced else \
+        fastload.DetectionDataset([one], [box], shorter_side())
+    loader = fastload.DataLoader(ds, batch_size=1, collate_fn=detection_collate)
+    assert loader.path.startswith("native:"), loader.path
+    with pytest.raises(fastload.DecodeError, match="one.png.*inconsistent"):
+        next(iter(loader))

@@ -80,6 +80,20 @@ class TargetBatches:
                              f"size of its image {path} {tuple(size)} (height, width); torchvision v2 refuses such "
                              "a sample too: give the image's size.")
 
+    def _check_own_sizes(self, samples: List[int], images: Sequence[torch.Tensor]) -> None:
+        """Images of their own sizes: each image's output size is the one its header's size
+        gives (which its boxes followed); else the file is inconsistent, named."""
+        from fastload.augment.own_size import own_size
+        from fastload.errors import DecodeError
+
+        for sample, image in zip(samples, images):
+            path = self.trace.index.source(sample)
+            size = self.sizes.get(path)
+            if size is not None and own_size(self.plan, *size) != tuple(image.shape[-2:]):
+                raise DecodeError(f"the image header's size {tuple(size)} gives a {own_size(self.plan, *size)} output, "
+                                  f"its decoded pixels {tuple(image.shape[-2:])}: the file is inconsistent", sample,
+                                  path)
+
     def at(self, epoch: int, plan: Any) -> None:
         """The next batch's epoch and the runner's plan (its seed), whose draws it takes."""
         self.epoch, self.plan = int(epoch), plan
@@ -105,6 +119,7 @@ class TargetBatches:
         per_image = images if own_size else images.unbind(0)
         targets = _resolved(templates, samples, per_image, self.epoch, self.plan, self._size_of, own_size)
         if own_size:  # (torch's default_collate stacks images of one size, else raises as torch does)
+            self._check_own_sizes(samples, per_image)
             return self.collate_fn([self.fill(t, image) for t, image in zip(targets, per_image)])
         if self.collate_fn is default_collate:
             return collated(targets, images)  # (the engine's batch where torch would stack it: no second copy)
