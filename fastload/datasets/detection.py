@@ -9,9 +9,15 @@ target)` with target["boxes"] a tv_tensors.BoundingBoxes of the output's canvas,
 batches take the user's collate_fn (torchvision's detection references' `lambda b:
 tuple(zip(*b))`: a tuple of [C, H, W] images and a tuple of target dicts).
 
-The output size must be fixed (a crop, or Resize((h, w))): torchvision's
-RandomResizedCrop, CenterCrop, RandomCrop (constant padding), Resize, the flips, colour
-ops, Normalize, ToDtype; then v2's box-only ClampBoundingBoxes,
+With a fixed output size (a crop, or Resize((h, w))): torchvision's RandomResizedCrop,
+CenterCrop, RandomCrop (constant padding), Resize, the flips, colour ops, Normalize,
+ToDtype. Without one (torchvision's detection references: flips, PILToTensor / ToImage,
+ToDtype, Normalize, colour, at most a shorter-side Resize such as Resize(800,
+max_size=1333)) each image keeps its own size (`own_size`): a batch's images are a list
+of [C, H_i, W_i], each made by the engine's decode and kernel on its own
+(fastload.augment.own_size, fastload.native.own_size), and the collate_fn gets them as
+torch's DataLoader would (torch's default_collate stacks them only where they are of one
+size, else raises as it does). Then v2's box-only ClampBoundingBoxes,
 ConvertBoundingBoxFormat and SanitizeBoundingBoxes, anywhere after the geometry.
 """
 
@@ -72,14 +78,18 @@ class DetectionDataset(NativeDataset):
             format, canvas_size and clamping_mode are kept, or a tensor [N, 4] in
             `box_format`), usually "labels" (int64 [N]); every other key is carried along as
             it is (SanitizeBoundingBoxes filters the keys its labels_getter names).
-        transforms: torchvision (v1 or v2) or fastload transforms with a native equivalent
-            and a fixed output size, and v2's box-only transforms after them (module doc).
+        transforms: torchvision (v1 or v2) or fastload transforms with a native equivalent,
+            of a fixed output size or none (each image its own size), and v2's box-only
+            transforms after them (module doc).
         box_format: the format of boxes given as plain tensors ("XYXY", "XYWH", "CXCYWH").
         seed: base of the random augmentation parameters (the loader overrides it).
 
     A sample is `(image [C, H, W], target)`, target["boxes"] a tv_tensors.BoundingBoxes
     with canvas_size the output size; a batch is the collate_fn's (with torch's default
     collate_fn images stack, and boxes only when every image has as many).
+
+    Attributes:
+        own_size: True where the transforms have no output size (each image its own).
 
     Example:
         >>> import torch, fastload
@@ -224,7 +234,15 @@ class DetectionDataset(NativeDataset):
 
     def plan(self) -> Any:
         """The engine's plan of the image transforms (an own-size plan where images keep
-        their own sizes), seeded with `seed`."""
+        their own sizes), seeded with `seed`.
+
+        Example:
+            >>> import torch, fastload
+            >>> from torchvision.transforms import v2
+            >>> ds = fastload.DetectionDataset(["a.jpg"], [{"boxes": torch.zeros(0, 4)}], [v2.RandomHorizontalFlip()])
+            >>> ds.own_size, ds.plan().flip_p
+            (True, 0.5)
+        """
         from fastload.augment.own_size import own_size_fusion
         from fastload.augment.plan import build_plan, make_plan
 
