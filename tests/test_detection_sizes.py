@@ -323,3 +323,29 @@ def test_own_size_header_lying_about_the_size_names_the_file(tmp_path, monkeypat
     assert loader.path.startswith("native:"), loader.path
     with pytest.raises(fastload.DecodeError, match="one.png.*inconsistent"):
         next(iter(loader))
+
+
+def test_own_size_colour_and_normalise_take_the_engines_draws(detection_files):
+    """ColorJitter, Grayscale and Normalize on images of their own sizes: each sample against
+    the plain-PyTorch twin of the same pipeline with a Resize((H, W)) to the image's own size
+    (an identity resample), whose draws are the engine's for (seed, epoch, index) too."""
+    from fastload.augment import specs
+    from fastload.augment.pipeline import apply_ops_reference
+    from fastload.decode.pil import decode_to_tensor
+
+    paths, targets = detection_files
+    transforms = v2.Compose([v2.RandomHorizontalFlip(), v2.ColorJitter(0.4, 0.4, 0.4, 0.1), v2.RandomGrayscale(0.3),
+                             v2.ToImage(), v2.ToDtype(torch.float32, scale=True),
+                             v2.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))])
+    ds = fastload.DetectionDataset(paths, targets("XYXY"), transforms, seed=11)
+    assert ds.own_size and ds.plan().has_color()
+    loader = fastload.DataLoader(ds, batch_size=4, collate_fn=detection_collate, num_workers=2)
+    for epoch in (0, 1):
+        loader.set_epoch(epoch)
+        images = [image for batch, _ in loader for image in batch]
+        for i, image in enumerate(images):
+            decoded = decode_to_tensor(open(paths[i], "rb").read())
+            twin = apply_ops_reference([specs.Resize(tuple(decoded.shape[:2]))] + list(ds.transforms), decoded,
+                                       seed=11, epoch=epoch, index=i)
+            assert image.shape == twin.shape
+            assert (image - twin).abs().max().item() < 0.05  # a level of uint8 rounding, normalised
