@@ -349,3 +349,35 @@ def test_own_size_colour_and_normalise_take_the_engines_draws(detection_files):
                                        seed=11, epoch=epoch, index=i)
             assert image.shape == twin.shape
             assert (image - twin).abs().max().item() < 0.05  # a level of uint8 rounding, normalised
+
+
+@pytest.mark.parametrize("dct_scaling", [True, False])
+def test_own_size_downscaled_jpegs_decode_at_a_reduced_dct_scale(tmp_path, dct_scaling):
+    """Images 4 to 5 times larger than their output: the runner decodes them at 1/4 (the
+    engine's choice, fastload._C.dct_scale_denom) unless dct_scaling=False; both against v2
+    on PIL's full decode at the PSNR floor."""
+    from PIL import Image
+
+    from fastload._contract import dct_scale_denom
+    from jpeg_samples import photo
+
+    paths, targets = [], []
+    for k, (h, w) in enumerate([(200, 260), (237, 181), (190, 301)]):
+        paths.append(str(tmp_path / f"{k}.jpg"))
+        Image.fromarray(photo(h, w, seed=k)).save(paths[-1], quality=95)
+        targets.append({"boxes": tv_tensors.BoundingBoxes([[10.0, 20.0, 150.0, 170.0]], format="XYXY",
+                                                          canvas_size=(h, w)), "labels": torch.tensor([k])})
+    ds = fastload.DetectionDataset(paths, targets, shorter_side(), seed=5)
+    assert dct_scale_denom(200, 260, 40, 52) == 4
+    loader = fastload.DataLoader(ds, batch_size=3, collate_fn=detection_collate, dct_scaling=dct_scaling)
+    plan = ds.plan()
+    for epoch in (0, 1):
+        loader.set_epoch(epoch)
+        (images, batch), = loader
+        for i, (image, target) in enumerate(zip(images, batch)):
+            want_image, want_target, _ = v2_with_draw(paths[i], targets[i], plan, epoch, i, True)
+            assert image.shape == want_image.shape
+            assert psnr(image * 255, want_image * 255) >= MIN_PSNR_DB
+            assert_target(target, want_target)
+    stages = loader.stats()["native"]["stages_s"]
+    assert stages["decode"] > 0

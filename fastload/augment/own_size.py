@@ -76,10 +76,13 @@ def own_size(plan: Any, height: int, width: int) -> Tuple[int, int]:
     return int(out_height), int(out_width)
 
 
-def apply_own_size(plan: Any, image: torch.Tensor, epoch: int, index: int, *, out: Any = None) -> torch.Tensor:
+def apply_own_size(plan: Any, image: torch.Tensor, epoch: int, index: int, *, out: Any = None,
+                   full_size: Any = None, scale_denom: int = 1) -> torch.Tensor:
     """Runs an own-size plan on one decoded uint8 [H, W, C] image with the engine's kernel
     and draws; returns [C, h, w] of the plan's dtype (`out`: a [1, C, h, w] tensor to
-    write, e.g. from a batch's buffer).
+    write, e.g. from a batch's buffer). An image decoded at 1/scale_denom (a JPEG's DCT
+    scaling) gives its `full_size` (height, width): the geometry and draws are the full
+    image's, the kernel reads the scaled pixels.
 
     Example:
         >>> import torch
@@ -91,7 +94,8 @@ def apply_own_size(plan: Any, image: torch.Tensor, epoch: int, index: int, *, ou
     """
     from fastload._ops import crop_resize_flip_normalize_batch
 
-    height, width, channels = (int(v) for v in image.shape)
+    rows, cols, channels = (int(v) for v in image.shape)
+    height, width = (rows, cols) if full_size is None else (int(v) for v in full_size)
     out_height, out_width = own_size(plan, height, width)
     if out is None:
         out = torch.empty((1, channels, out_height, out_width), dtype=plan.dtype)
@@ -100,8 +104,9 @@ def apply_own_size(plan: Any, image: torch.Tensor, epoch: int, index: int, *, ou
     records = contract.color_passes(plan, samples, int(epoch)) if plan.has_color() else None
     image = image.contiguous()
     crop_resize_flip_normalize_batch(
-        image.reshape(-1), torch.tensor([[0, height, width, width * channels]], dtype=torch.int64),
-        torch.tensor([[0.0, 0.0, float(height), float(width)]]), torch.tensor([[bool(flip), bool(flip_v)]]),
+        image.reshape(-1), torch.tensor([[0, rows, cols, cols * channels]], dtype=torch.int64),
+        torch.tensor([[0.0, 0.0, height / scale_denom, width / scale_denom]]),
+        torch.tensor([[bool(flip), bool(flip_v)]]),
         plan.value_scale, torch.tensor(list(plan.mean), dtype=torch.float32),
         torch.tensor(list(plan.std), dtype=torch.float32), out, interpolation=contract.interpolation_of(plan),
         color=records)

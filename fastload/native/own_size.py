@@ -29,25 +29,37 @@ _STAGES = ("read", "decode", "augment")  # (the engine's stage names that apply)
 _COUNTERS = {"images": 0, "batches": 0, "skipped": 0, "pil_fallback": 0, "engine_s": 0.0, "wait_s": 0.0}
 
 
-def decode_image(data: bytes, channels: int, max_pixels: int, index: int, source: str) -> Tuple[torch.Tensor, bool]:
-    """(uint8 [H, W, channels], whether PIL decoded it): JPEG and PNG in C++, other formats
-    with PIL. Raises DecodeError naming the sample and file."""
-    from fastload._ops import decode_jpeg, decode_png
+def decode_image(data: bytes, plan: Any, index: int, source: str) -> Tuple[torch.Tensor, bool, Any, int]:
+    """(uint8 [H, W, channels], whether PIL decoded it, the full size (height, width), the
+    DCT scale denominator it was decoded at): JPEG (at a reduced DCT scale where the plan's
+    dct_scaling allows and the output still has as many pixels) and PNG in C++, other
+    formats with PIL. Raises DecodeError naming the sample and file."""
+    from fastload._contract import dct_scale_denom
+    from fastload._ops import decode_jpeg, decode_png, jpeg_header
+    from fastload.augment.own_size import own_size
 
+    channels, max_pixels = plan.channels, plan.max_pixels
     if not data:
         raise DecodeError("expected an image, got 0 bytes", index, source)
     try:
         if data[:2] == b"\xff\xd8":
-            return decode_jpeg(torch.frombuffer(bytearray(data), dtype=torch.uint8), channels=channels,
-                               max_pixels=max_pixels), False
+            tensor = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+            scale = 1
+            if plan.dct_scaling:
+                height, width = jpeg_header(tensor)[:2]
+                scale = dct_scale_denom(height, width, *own_size(plan, height, width))
+            image = decode_jpeg(tensor, scale_denom=scale, channels=channels, max_pixels=max_pixels)
+            return image, False, (height, width) if scale > 1 else tuple(image.shape[:2]), scale
         if data[:8] == b"\x89PNG\r\n\x1a\n":
-            return decode_png(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode="RGB" if channels == 3
-                              else "L", max_pixels=max_pixels), False
+            image = decode_png(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode="RGB" if channels == 3
+                               else "L", max_pixels=max_pixels)
+            return image, False, tuple(image.shape[:2]), 1
     except (RuntimeError, ValueError) as error:
         raise DecodeError(str(error), index, source) from None
     from fastload.decode.pil import decode_to_tensor
 
-    return decode_to_tensor(data, index=index, source=source, channels=channels, max_pixels=max_pixels), True
+    image = decode_to_tensor(data, index=index, source=source, channels=channels, max_pixels=max_pixels)
+    return image, True, tuple(image.shape[:2]), 1
 
 
 class OwnSizeRunner:
@@ -113,10 +125,10 @@ class OwnSizeRunner:
         except OSError as error:
             raise DecodeError(f"{type(error).__name__}: {error}", sample, source) from None
         times.append(time.perf_counter())
-        image, by_pil = decode_image(data, self.plan.channels, self.plan.max_pixels, sample, source)
+        image, by_pil, full_size, scale = decode_image(data, self.plan, sample, source)
         times.append(time.perf_counter())
         try:
-            out = apply_own_size(self.plan, image, epoch, sample)
+            out = apply_own_size(self.plan, image, epoch, sample, full_size=full_size, scale_denom=scale)
         except (RuntimeError, ValueError) as error:  # e.g. a thin image resized to 0 pixels
             raise DecodeError(str(error), sample, source) from None
         times.append(time.perf_counter())
