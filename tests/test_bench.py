@@ -23,7 +23,7 @@ from PIL import Image
 from fastload import _ext
 from fastload.bench import contenders as registry
 from fastload.bench import dataset as data
-from fastload.bench import measure, recipes, report, shapes
+from fastload.bench import measure, recipe_suite, recipes, report, shapes
 from fastload.bench.__main__ import main, parse_args
 from fastload.bench.procfs import ProcessTree
 
@@ -471,20 +471,20 @@ def test_recipes_mode_races_torch_and_fastload_on_each_requested_recipe(tiny, tm
     table = capsys.readouterr().out.split("| recipe")[1]
     for name, row in rows.items():
         assert f"| {name}" in table and f"{name}: {row['path'][:20]}" in table.replace("\n      ", " ")
-    assert recipes.COLUMNS[1][0] in table and "CPU ratio" in table
+    assert recipe_suite.COLUMNS[1][0] in table and "CPU ratio" in table
 
 
 def test_a_recipe_whose_module_is_missing_is_skipped_with_a_message(tmp_path, monkeypatch):
     absent = recipes.Recipe("needs-absent", "x", lambda root: None, needs=("no_such_module_for_fastload",))
     monkeypatch.setitem(recipes.RECIPES, absent.name, absent)
     monkeypatch.setattr(measure, "run_in_subprocess", lambda *a, **k: pytest.fail("a skipped recipe ran"))
-    runs, rows = recipes.run([absent.name], str(tmp_path), ["baseline", "fastload"], batch_size=2, workers=0,
+    runs, rows = recipe_suite.run([absent.name], str(tmp_path), ["baseline", "fastload"], batch_size=2, workers=0,
                              images=2, warmup_batches=1, seed=0, repeat=1, timeout=10, progress=False,
                              say=lambda *a: None)
     assert [r["status"] for r in runs] == ["unavailable", "unavailable"]
     (row,) = rows
     assert row["status"] == "failed" and "no_such_module_for_fastload is not installed" in row["reason"]
-    text = recipes.format_table(rows)
+    text = recipe_suite.format_table(rows)
     assert "| did not run " in text.splitlines()[2]
     assert text.splitlines()[-1] == "  needs-absent: unavailable: skipped: no_such_module_for_fastload is not installed"
 
@@ -494,10 +494,18 @@ def test_recipe_table_reports_a_generic_fastload_row_and_its_reason():
     runs = [{"recipe": "mine", "contender": "baseline", "status": "ok", "images_per_s": 100.0, "cpu_ms_per_image": 20.0},
             {"recipe": "mine", "contender": "fastload", "status": "ok", "images_per_s": 90.0, "cpu_ms_per_image": 21.0,
              "path": path}]
-    (row,) = recipes.table_rows(runs)
+    (row,) = recipe_suite.table_rows(runs)
     assert row["kind"] == "generic" and row["target"] == "-" and row["ratio"] == pytest.approx(0.9)
-    text = recipes.format_table([row])
+    text = recipe_suite.format_table([row])
     assert "| generic " in text.splitlines()[2] and "overrides __getitem__" in text.replace("\n      ", " ")
+
+
+def test_a_recipe_of_its_own_target_replaces_its_paths():
+    """Dense outputs aim at 2x whatever path they take; other native rows at 3x."""
+    runs = [{"recipe": name, "contender": contender, "status": "ok", "images_per_s": 10.0, "cpu_ms_per_image": 1.0,
+             "path": "native: ..."} for name in ("segmentation-512-native", "dino-multicrop")
+            for contender in ("baseline", "fastload")]
+    assert [row["target"] for row in recipe_suite.table_rows(runs)] == [">= 2x", ">= 3x"]
 
 
 def test_recipes_are_listed_and_unknown_ones_refused(capsys):
@@ -520,14 +528,74 @@ def test_every_recipe_runs_off_the_generic_path(name, tiny, capsys):
     if recipe.unavailable():
         pytest.skip(recipe.unavailable())
     _, ds = tiny
-    dataset = recipes.dataset(name, ds.root)
+    dataset = recipes.dataset(name, ds.root, fastload=True)
     verdict = fastload.explain(dataset).splitlines()[-1]
     loader = fastload.DataLoader(dataset, batch_size=2, num_workers=0, shuffle=recipe.train)
     try:
-        assert recipes.path_kind(loader.path) in ("native", "hybrid"), loader.path
-        assert "generic" not in verdict and verdict.split(": ", 1)[1].startswith(recipes.path_kind(loader.path)), verdict
+        assert recipe_suite.path_kind(loader.path) in ("native", "hybrid"), loader.path
+        assert "generic" not in verdict and verdict.split(": ", 1)[1].startswith(recipe_suite.path_kind(loader.path)), verdict
     finally:
         getattr(loader, "close", lambda: None)()
+
+
+# Each multi-view and segmentation recipe's sample, as both loaders batch it: (first
+# element's structure, the first image tensor's shape per sample, the second element's).
+VIEW_RECIPES = {
+    "simclr-two-views": ([(3, 224, 224)] * 2, ()),
+    "simclr-two-crop": ([(3, 224, 224)] * 2, ()),
+    "simclr-two-crop-folder": ([(3, 224, 224)] * 2, ()),
+    "dino-multicrop": ([(3, 224, 224)] * 2 + [(3, 96, 96)] * 8, ()),
+    "segmentation-512": ((3, 512, 512), (1, 512, 512)),
+    "segmentation-512-native": ((3, 512, 512), (1, 512, 512)),
+}
+
+
+def _shapes_of(value):
+    if isinstance(value, (list, tuple)):
+        return [tuple(v.shape[1:]) for v in value]
+    return tuple(value.shape[1:])
+
+
+@pytest.mark.parametrize("name", list(VIEW_RECIPES))
+def test_view_and_segmentation_recipes_give_both_loaders_the_same_sample_structure(name, tiny):
+    """Each recipe's dataset builds, and one batch of torch's DataLoader over it and one of
+    fastload's (over `fastload_build`'s dataset where the recipe has one) have the recipe's
+    structure, shapes and dtypes; the contenders' split takes the first view and the labels."""
+    import fastload
+
+    _, ds = tiny
+    first, second = VIEW_RECIPES[name]
+    batches = {}
+    for side, make in (("torch", torch.utils.data.DataLoader), ("fastload", fastload.DataLoader)):
+        dataset = recipes.dataset(name, ds.root, fastload=side == "fastload")
+        loader = make(dataset, batch_size=2, num_workers=0, shuffle=True)
+        batches[side] = batch = next(iter(loader))
+        assert len(batch) == 2, (side, type(batch))
+        assert _shapes_of(batch[0]) == first and tuple(batch[1].shape[1:]) == second, (side, getattr(loader, "path", ""))
+        images, labels = registry.split_batch(batch)
+        assert images.shape == (2, 3, *(first[0] if isinstance(first, list) else first)[1:]) and len(labels) == 2
+        assert images.dtype == torch.float32 and torch.isfinite(images).all()
+        getattr(loader, "close", lambda: None)()
+    if name.startswith("segmentation"):
+        for side, (_, masks) in batches.items():  # label maps: the classes and the ignore index, nothing else
+            assert masks.dtype == torch.uint8, side
+            assert set(masks.unique().tolist()) <= set(range(21)) | {255}, side
+    else:
+        assert batches["torch"][1].dtype == batches["fastload"][1].dtype == torch.int64
+
+
+def test_generated_masks_are_label_maps_of_each_image_size(tiny):
+    from fastload.bench import recipe_datasets
+
+    _, ds = tiny
+    pairs = recipe_datasets.ensure_masks(ds.root)
+    assert [image for image, _ in pairs] == [p for p, _ in data.list_samples(ds.root)]
+    for image, mask in pairs:
+        with Image.open(image) as im, Image.open(mask) as m:
+            assert m.format == "PNG" and m.mode == "L" and m.size == im.size
+            labels = np.asarray(m)
+        assert labels.max() == 255 and len(np.unique(labels)) > 2  # objects and their ignore outlines
+    assert recipe_datasets.ensure_masks(ds.root) == pairs  # written once, found again
 
 
 @pytest.mark.parametrize("name", shapes.GENERIC)
@@ -539,7 +607,7 @@ def test_the_generic_shapes_stay_generic_with_their_reason(name, tiny):
     _, ds = tiny
     dataset = recipes.dataset(name, ds.root)
     loader = fastload.DataLoader(dataset, batch_size=2, num_workers=0, shuffle=True)
-    assert recipes.path_kind(loader.path) == "generic", loader.path
+    assert recipe_suite.path_kind(loader.path) == "generic", loader.path
     assert fastload.explain(dataset).splitlines()[-1].endswith("generic path (1 blocker)")
     images, labels = next(iter(loader))
     assert images.dtype == torch.float32 and labels.tolist() == [int(x) for x in labels]

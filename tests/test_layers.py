@@ -215,16 +215,8 @@ def _under_type_checking(path: str, line: int) -> bool:
     return False
 
 
-# Lazy circles older than this check, each between a module and the helpers it calls back
-# into; a new one anywhere fails the test.
-KNOWN_FOLDER_CYCLES = [
-    ["fastload.bench.contenders", "fastload.bench.recipes", "fastload.bench.contenders"],
-    ["fastload.bench.contenders", "fastload.bench.recipes", "fastload.bench.measure", "fastload.bench.contenders"],
-]
-
-
 def test_no_import_cycles_inside_a_folder():
-    cycles = [c for c in folder_cycles() if c not in KNOWN_FOLDER_CYCLES]
+    cycles = folder_cycles()
     assert not cycles, "modules of one folder importing each other in a circle (lazy imports included):\n" + \
         "\n".join(" -> ".join(c) for c in cycles)
 

@@ -10,6 +10,7 @@ from fastload.augment.plan import UnsupportedPipeline, build_plan
 torchvision = pytest.importorskip("torchvision")
 from torchvision import transforms as T  # noqa: E402
 from torchvision.transforms import v2  # noqa: E402
+from torchvision import tv_tensors  # noqa: E402
 
 from fastload.compat.torchvision import NotConvertible, convert_transform  # noqa: E402
 
@@ -79,7 +80,8 @@ def test_torchvision_eval_and_uint8_transforms_convert():
     (T.Grayscale(), "makes one channel of the loader's three"),
     (T.Resize(10, interpolation=T.InterpolationMode.LANCZOS), "interpolation"),
     (v2.Resize(10, antialias=False), "antialias=False"),
-    (v2.ToDtype({torch.Tensor: torch.float32}), "dict of dtypes"),
+    (v2.ToDtype({tv_tensors.Mask: torch.int64}), "gives the image no dtype"),
+    (v2.ToDtype({tv_tensors.Image: torch.float32, torch.Tensor: torch.float16}), "to different dtypes"),
 ])
 def test_torchvision_unknown_transforms_say_why(transform, reason):
     with pytest.raises(NotConvertible, match=reason):

@@ -75,6 +75,12 @@ class FolderAdapter(Adapter):
             out.refuse(f"{name} has joint (image, target) transforms", "pass transform= and target_transform=")
         if out.reasons:
             return traced(dataset, out)
+        if out.pipeline.tail and not out.pipeline.native:
+            # A transform the folder cannot read (SupContrast's TwoCropTransform making two
+            # views): its calls, traced, may all be native; else the folder's analysis stands.
+            seen = traced(dataset, Analysis(out.chain))
+            if not seen.reasons and seen.trace is not None:
+                return seen
         try:
             paths = [os.fspath(path) for path, _ in dataset.samples]
             labels = [label for _, label in dataset.samples]

@@ -29,7 +29,7 @@ from typing import List, Optional
 
 from fastload.bench import contenders as registry
 from fastload.bench import dataset as data
-from fastload.bench import measure, micro, prepared, recipes, report
+from fastload.bench import measure, micro, prepared, recipe_suite, recipes, report
 from fastload.bench.measure import MeasureConfig, run_in_subprocess
 
 SUITES = ("main", "decode", "scaling", "prepared", "recipes")
@@ -255,7 +255,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             recipe_args.images = measure.default_images(args.recipe_workers, args.recipe_batch_size)
         if not args.warmup_given:
             recipe_args.warmup_batches = measure.prefetch_depth(args.recipe_workers) + 1
-        record["recipe_runs"], record["recipes"] = recipes.run_suite(recipe_args, bench_data.root, _say)
+        record["recipe_runs"], record["recipes"] = recipe_suite.run_suite(recipe_args, bench_data.root, _say)
 
     if args.plot:
         rows = record.get("results") or prepared.plot_rows(record.get("prepared", {}).get("rows", []))

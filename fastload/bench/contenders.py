@@ -119,13 +119,34 @@ def get(name: str) -> Contender:
     return CONTENDERS[name]
 
 
+def _first_tensor(value: Any) -> Optional[torch.Tensor]:
+    """The first tensor of a collated value, depth first through lists, tuples and dicts."""
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, (list, tuple, dict)):
+        for item in (value.values() if isinstance(value, dict) else value):
+            found = _first_tensor(item)
+            if found is not None:
+                return found
+    return None
+
+
 def split_batch(batch: Any) -> Tuple[torch.Tensor, torch.Tensor]:
     """(images, labels) of a collated batch of any shape: (images, labels, ...) tuples and
-    lists, dicts (their first two tensors), a bare tensor (no labels: an empty tensor)."""
+    lists, dicts (their first two tensors), a bare tensor (no labels: an empty tensor). The
+    images of a multi-view batch (((v1, v2), labels), ([crops], labels)) are its first view:
+    one row per sample; the labels of a segmentation batch (image, mask) are its masks.
+
+    Example:
+        >>> views = [[torch.zeros(4, 3, 8, 8), torch.zeros(4, 3, 8, 8)], torch.arange(4)]
+        >>> [tuple(t.shape) for t in split_batch(views)]
+        [(4, 3, 8, 8), (4,)]
+    """
     if isinstance(batch, torch.Tensor):
         return batch, torch.empty(0, dtype=torch.int64)
     values = list(batch.values()) if isinstance(batch, dict) else list(batch)
-    tensors = [v for v in values if isinstance(v, torch.Tensor)]
+    firsts = [_first_tensor(v) for v in values]
+    tensors = [t for t in firsts if t is not None]
     if not tensors:
         raise TypeError(f"fastload.bench: expected batches holding tensors, got {type(batch).__name__} of "
                         f"{[type(v).__name__ for v in values]}")
@@ -202,7 +223,7 @@ class Baseline(Contender):
         if config.recipe:
             from fastload.bench import recipes
 
-            return recipes.dataset(config.recipe, config.root)
+            return recipes.dataset(config.recipe, config.root, fastload=self.name != "baseline")
         import torchvision
 
         return torchvision.datasets.ImageFolder(config.root, transform=torchvision_transform(config.pipeline))

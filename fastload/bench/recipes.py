@@ -26,6 +26,12 @@ native, hybrid or generic with its reason), so a recipe that falls back is shown
 | detection | fastload.DetectionDataset (4 boxes per image) whose __getitem__ is torchvision v2 on (PIL image, target): RRC(224), flip, ToImage, ToDtype, Normalize, ClampBoundingBoxes |
 | shape-own, shape-csv, shape-dict, shape-loader, shape-wrapper | the user's own Dataset shapes (fastload/bench/shapes.py), RRC(224), flip, ToTensor, Normalize |
 | shape-numpy, shape-random, shape-npy | shapes that stay generic (pixels read with numpy, `random` drawn in __getitem__, np.load arrays): fastload runs torch's DataLoader, expected within noise of 1.0x |
+| simclr-two-views, simclr-two-crop, simclr-two-crop-folder, dino-multicrop | several views of one image (fastload/bench/recipe_datasets.py): SimCLR's pair from a class of the user's own, SupContrast's TwoCropTransform (in such a class; in ImageFolder, as its script does), DINO's 2 + 8 crops; a sample counts as one image |
+| segmentation-512, segmentation-512-native | image + PNG mask pairs, v2 joint RandomResizedCrop(512), flip, ToDtype, Normalize, in a class of the user's own; -native: torch on that class, fastload on fastload.SegmentationDataset of the same files and geometry |
+
+A recipe with `fastload_build` gives fastload's loader that dataset instead of the shared
+one: fastload's own API doing the same work, raced against the user's class on torch.
+The multi-view and segmentation recipes make the 3.0x (views) and 2.0x (dense) goals' rows.
 
 Example:
     >>> from fastload.bench.recipes import RECIPES
@@ -47,8 +53,6 @@ STD = (0.229, 0.224, 0.225)
 # middle), used unless --batch-size / --workers are given.
 BATCH_SIZE = 64
 WORKERS = 2
-# The fastload rows' goals on a quiet machine, by the path they take.
-TARGETS = {"native": 3.0, "hybrid": 2.0}
 
 
 class ClassificationPresetTrain:
@@ -117,6 +121,10 @@ class Recipe:
     build: Callable[[str], Any]
     train: bool = True  # shuffled, as the script's training loader is
     needs: Tuple[str, ...] = ("torchvision",)  # modules that must import
+    # fastload's loader gets fastload_build(root) instead of build(root): its own API on the same files.
+    fastload_build: Optional[Callable[[str], Any]] = None
+    # The fastload row's goal (x torch) when it runs native or hybrid, if not its path's (recipe_suite.TARGETS).
+    target: Optional[float] = None
 
     def unavailable(self) -> Optional[str]:
         """None when the recipe can run here, else why not (no import: a spec look-up)."""
@@ -170,14 +178,8 @@ def _imagenet_example(root: str) -> Any:
 
 
 def _simclr_colour(root: str) -> Any:
-    from torchvision import transforms as T
-
-    # SimCLR / MoCo v2's colour distortion (strength 0.5, without their blur).
-    return _image_folder(root, T.Compose([
-        T.RandomResizedCrop(224), T.RandomHorizontalFlip(),
-        T.RandomApply([T.ColorJitter(0.4, 0.4, 0.4, 0.1)], p=0.8), T.RandomGrayscale(0.2),
-        T.ToTensor(), T.Normalize(MEAN, STD),
-    ]))
+    # SimCLR / MoCo v2's colour distortion (strength 0.5, without their blur), one view.
+    return _image_folder(root, _views.simclr_transform())
 
 
 def _simclr_blur(root: str) -> Any:
@@ -253,6 +255,7 @@ def _hf_arrow(root: str) -> Any:
 _TIMM = ("torchvision", "timm")
 _HF = ("torchvision", "datasets")
 
+from fastload.bench import recipe_datasets as _views  # noqa: E402  (multi-view and segmentation datasets)
 from fastload.bench import shapes as _shapes  # noqa: E402  (the user-dataset shapes)
 
 RECIPES: Dict[str, Recipe] = {r.name: r for r in [
@@ -293,6 +296,22 @@ RECIPES: Dict[str, Recipe] = {r.name: r for r in [
     *[Recipe(name, _shapes.SUMMARIES[name] + ("" if name in _shapes.GENERIC else "; RRC(224), flip, ToTensor, "
                                                                                    "Normalize"), build)
       for name, build in _shapes.SHAPES.items()],
+    # Several views per image and segmentation: fastload/bench/recipe_datasets.py
+    Recipe("simclr-two-views", "a Dataset of the user's own: one image, SimCLR's Compose (simclr-colour's) called "
+           "twice, ((v1, v2), label)", _views.simclr_two_views),
+    Recipe("simclr-two-crop", "shape-own's class with SupContrast's TwoCropTransform(simclr-colour's Compose): "
+           "([v1, v2], label)", _views.simclr_two_crop),
+    Recipe("simclr-two-crop-folder", "SupContrast's main_supcon.py: ImageFolder(root, transform=TwoCropTransform("
+           "simclr-colour's Compose))", _views.simclr_two_crop_folder),
+    Recipe("dino-multicrop", "shape-own's class with DINO's DataAugmentationDINO(): 2 global RRC(224, scale 0.4-1) "
+           "+ 8 local RRC(96, scale 0.05-0.4), bicubic, flip, ColorJitter p=0.8, grayscale 0.2 (no blur, no "
+           "solarisation), (10 tensors, label)", _views.dino_multicrop),
+    Recipe("segmentation-512", "a Dataset of the user's own: image + PNG mask (tv_tensors.Mask), v2 "
+           "RandomResizedCrop(512), flip, ToImage, ToDtype(image float32), Normalize, (image, mask)",
+           _views.segmentation, target=2.0),
+    Recipe("segmentation-512-native", "torch: segmentation-512's class; fastload: fastload.SegmentationDataset of "
+           "the same files, RandomResizedCrop(512), flip, Normalize, Mask(uint8, tensor nearest)",
+           _views.segmentation, fastload_build=_views.segmentation_native, target=2.0),
 ]}
 
 
@@ -303,118 +322,11 @@ def get(name: str) -> Recipe:
     return RECIPES[name]
 
 
-def dataset(name: str, root: str) -> Any:
-    """The dataset object recipe `name` builds on the ImageFolder-layout folder `root`."""
-    return get(name).build(root)
-
-
-def path_kind(path: str) -> str:
-    """"native", "hybrid" or "generic": the first word of a `loader.path`."""
-    kind = path.split(":", 1)[0].strip()
-    return kind if kind in ("native", "hybrid", "generic") else "generic"
-
-
-# The recipe table: figures of both loaders on one line per recipe.
-COLUMNS = [
-    ("recipe", "recipe"),
-    ("fastload path", "kind"),
-    ("torch img/s", "torch_images_per_s"),
-    ("fastload img/s", "fastload_images_per_s"),
-    ("ratio", "ratio"),
-    ("target", "target"),
-    ("torch CPU ms/img", "torch_cpu_ms_per_image"),
-    ("fastload CPU ms/img", "fastload_cpu_ms_per_image"),
-    ("CPU ratio", "cpu_ratio"),
-    ("others %", "others_cpu_pct"),
-]
-
-
-def table_rows(results: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """One row per recipe from the best runs of its two contenders (rows of measure with
-    a "recipe" key): img/s and CPU ms/img of both, fastload's path and the ratios (torch's
-    CPU time over fastload's: above 1, fastload spends less).
-
-    Example:
-        >>> runs = [{"recipe": "preset", "contender": "baseline", "status": "ok", "images_per_s": 100.0,
-        ...          "cpu_ms_per_image": 20.0},
-        ...         {"recipe": "preset", "contender": "fastload", "status": "ok", "images_per_s": 300.0,
-        ...          "cpu_ms_per_image": 5.0, "path": "native: torchvision ImageFolder [...]"}]
-        >>> row = table_rows(runs)[0]
-        >>> row["kind"], row["ratio"], row["cpu_ratio"], row["target"]
-        ('native', 3.0, 4.0, '>= 3x')
-    """
-    rows: Dict[str, Dict[str, Any]] = {}
-    for r in results:
-        row = rows.setdefault(r["recipe"], {"recipe": r["recipe"], "status": "ok"})
-        side = "torch" if r["contender"] == "baseline" else "fastload"
-        if r.get("status") != "ok":
-            row.setdefault("problems", []).append((side, f"{r.get('status', 'failed')}: {r.get('reason', '')}"))
-            continue
-        row[f"{side}_images_per_s"] = r["images_per_s"]
-        row[f"{side}_cpu_ms_per_image"] = r["cpu_ms_per_image"]
-        row[f"{side}_others_cpu_pct"] = r.get("others_cpu_pct")
-        if side == "fastload":
-            row["path"] = r.get("path", "")
-            row["kind"] = path_kind(row["path"])
-            row["target"] = f">= {TARGETS[row['kind']]:.0f}x" if row["kind"] in TARGETS else "-"
-    for row in rows.values():
-        if row.get("torch_images_per_s") and row.get("fastload_images_per_s"):
-            row["ratio"] = row["fastload_images_per_s"] / row["torch_images_per_s"]
-        if row.get("torch_cpu_ms_per_image") and row.get("fastload_cpu_ms_per_image"):
-            row["cpu_ratio"] = row["torch_cpu_ms_per_image"] / row["fastload_cpu_ms_per_image"]
-        others = [row.get(f"{side}_others_cpu_pct") for side in ("torch", "fastload")]
-        if any(v is not None for v in others):  # the busier of the two runs: how far to trust the ratio
-            row["others_cpu_pct"] = max(v for v in others if v is not None)
-        problems = row.pop("problems", [])
-        if len({text for _, text in problems}) == 1 and len(problems) > 1:  # a skipped recipe: one reason
-            row["problems"] = [problems[0][1]]
-        else:
-            row["problems"] = [f"{side}: {text}" for side, text in problems]
-        if "kind" not in row:  # fastload did not run: the reason stands in the path column
-            row["status"] = "failed"
-            row["reason"] = "; ".join(row["problems"]) or "no run"
-    return list(rows.values())
-
-
-def format_table(rows: List[Dict[str, Any]]) -> str:
-    """The recipe table, then each recipe's fastload path (why, for a generic one) and any
-    contender that did not run."""
-    import textwrap
-
-    from fastload.bench import report
-
-    body = []
-    for r in rows:
-        cells = []
-        for _, key in COLUMNS:
-            value = r.get(key)
-            if key == "recipe":
-                cells.append(str(value))
-            elif key == "kind" and value is None:
-                cells.append("did not run")
-            elif key in ("ratio", "cpu_ratio"):
-                cells.append("-" if value is None else f"{value:.2f}x")
-            elif key.endswith("images_per_s"):
-                cells.append(report.format_value("images_per_s", value))
-            else:
-                cells.append(report.format_value(key, value))
-        body.append(cells)
-    header = [title for title, _ in COLUMNS]
-    widths = [max(len(x) for x in column) for column in zip(header, *body)]
-
-    def line(cells):
-        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"
-
-    lines = [line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|"] + [line(b) for b in body]
-    lines.append("fastload paths:")
-    for r in rows:
-        what = r.get("path") or r.get("reason", "")
-        lines.append(textwrap.fill(f"{r['recipe']}: {what}", report.WIDTH, initial_indent="  ",
-                                   subsequent_indent="      "))
-        for problem in (r.get("problems") or []) if r.get("kind") else []:
-            lines.append(textwrap.fill(f"{r['recipe']}: {problem}", report.WIDTH, initial_indent="  ",
-                                       subsequent_indent="      "))
-    return "\n".join(lines)
+def dataset(name: str, root: str, fastload: bool = False) -> Any:
+    """The dataset object recipe `name` builds on the ImageFolder-layout folder `root` (for
+    fastload's loader: its `fastload_build`'s, where it has one)."""
+    recipe = get(name)
+    return (recipe.fastload_build if fastload and recipe.fastload_build else recipe.build)(root)
 
 
 def parse_names(value: Optional[str]) -> List[str]:
@@ -427,75 +339,7 @@ def parse_names(value: Optional[str]) -> List[str]:
     return names
 
 
-def run(names: List[str], root: str, contenders: List[str], *, batch_size: int, workers: int, images: int,
-        warmup_batches: int, seed: int, repeat: int, timeout: float, progress: bool,
-        say: Callable[[str], None] = print) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
-    """Measures every recipe with each contender, each run in a fresh process (start-up and
-    the first `warmup_batches` batches excluded, as in the main suite), round-robin over
-    recipes and contenders `repeat` times.
-
-    Returns:
-        (runs: the best run of each (recipe, contender), rows: table_rows of them).
-    """
-    from fastload.bench import report
-    from fastload.bench.measure import MeasureConfig, run_in_subprocess
-
-    runs: Dict[Tuple[str, str], List[Dict[str, Any]]] = {}
-    for round_ in range(repeat):
-        if repeat > 1:
-            say(f"recipes, round {round_ + 1} of {repeat}")
-        for name in names:
-            recipe = get(name)
-            for contender in contenders:
-                reason = recipe.unavailable()
-                if reason:
-                    result = {"contender": contender, "status": "unavailable", "reason": reason}
-                else:
-                    config = MeasureConfig(
-                        contender=contender, root=root, pipeline="train" if recipe.train else "eval",
-                        batch_size=batch_size, workers=workers, images=images, warmup_batches=warmup_batches,
-                        seed=seed, progress=progress, recipe=name,
-                    )
-                    result = run_in_subprocess(config, timeout=timeout, forward_stderr=True)
-                result["recipe"] = name
-                runs.setdefault((name, contender), []).append(result)
-                if result.get("status") == "ok":
-                    say(f"  {name} / {contender}: {result['images_per_s']:.0f} img/s, "
-                        f"{result['cpu_ms_per_image']:.2f} CPU ms/img"
-                        + (f", {path_kind(result.get('path', ''))} path" if contender != "baseline" else ""))
-                else:
-                    say(f"  {name} / {contender}: {result.get('status')}: {result.get('reason')}")
-    best = [report.best_run(r) for r in runs.values()]
-    return best, table_rows(best)
-
-
 def listing() -> List[str]:
     """Lines of `fastload-bench --list` for the recipes."""
     return [f"recipe {name:21} {recipe.unavailable() or 'available'}: {recipe.summary}"
             for name, recipe in RECIPES.items()]
-
-
-def run_suite(args: Any, root: str, say: Callable[[str], None] = print) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
-    """The recipes suite of `fastload-bench` (parsed arguments `args`): measures, prints the
-    table and returns (the best run of each recipe and contender, the table's rows)."""
-    from fastload.bench import contenders as registry
-
-    # Only the contenders that take any Dataset object: a recipe is its dataset object.
-    contenders = [c for c in args.contenders if registry.get(c).runs_user_dataset]
-    if not contenders:
-        say("\nrecipes: none of --contenders takes a Dataset object (baseline, fastload do): nothing to race")
-        return [], []
-    say(f"\nrecipes: {', '.join(args.recipes)}; {', '.join(contenders)}")
-    runs, rows = run(
-        args.recipes, root, contenders, batch_size=args.recipe_batch_size, workers=args.recipe_workers,
-        images=args.images, warmup_batches=args.warmup_batches, seed=args.seed, repeat=args.repeat,
-        timeout=args.timeout, progress=args.progress, say=say,
-    )
-    say()
-    say(f"recipes: the dataset object of each script, torch.utils.data.DataLoader vs fastload.DataLoader on it; "
-        f"batch {args.recipe_batch_size}, {args.recipe_workers} workers, {args.images} timed images after "
-        f"{args.warmup_batches} warm-up batch(es) (start-up excluded)"
-        + (f"; best of {args.repeat} runs" if args.repeat > 1 else "")
-        + "; CPU ratio: torch's CPU ms/img over fastload's; target: fully native >= 3x, hybrid >= 2x")
-    say(format_table(rows))
-    return runs, rows

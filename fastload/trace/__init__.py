@@ -17,7 +17,7 @@ the package. What the package does, module by module (the data flows down the li
 | `files.py` | the engine's file table of a lazy trace, filled in place as indexes are traced |
 | `fallbacks.py`, `fallback_pool.py`, `placeholder.py` | the samples that fall back, where their own `__getitem__` runs (forked workers), the tiny image the engine makes in their slot |
 | `lazy.py` | `LazyTrace`: a trace that holds for one epoch, each index traced as its batch comes |
-| `views.py` | a traced dataset inside Subset / ConcatDataset (`LazyView`) |
+| `views.py` | a traced dataset inside Subset / ConcatDataset (`LazyView`; dict samples, image views, masks and boxes too) |
 | `dataset.py` | `trace_dataset`: a dataset's analysis from its probes |
 | `targets.py`, `target_batches.py` | v2's `transform(image, target)` with boxes: the boxes recorded per index (`TracedBoxes`), each batch's moved through the engine's draws, the samples through the collate_fn |
 | `collate.py` | the user's collate_fn followed around the engine's batch |

@@ -31,7 +31,7 @@ Example:
     >>> pairs = Pairs(v2.Compose([v2.CenterCrop(4), v2.ToImage()]))
     >>> analysis = analyse(pairs)
     >>> analysis.trace.prepare([2])
-    >>> analysis.trace.mask_index.files[int(analysis.trace.mask_index.file_ids[2])] == os.path.join(root, "2.png")
+    >>> analysis.trace.mask_table.path(2) == os.path.join(root, "2.png")
     True
     >>> analysis.outputs.masks
     (Mask(follows=0, fill=0, dtype=torch.uint8, sampling='tensor', channel_dim=True),)
@@ -54,9 +54,49 @@ from fastload.trace.probes import Probe
 _PATH_SLACK = 1.25
 
 
+class MaskTable:
+    """The engine's mask file per sample: `index`, a SampleIndex over a TracedFiles filled
+    in place (an untraced sample reads `first`, entry 0, as its image reads the image's).
+
+    Args:
+        n: the number of samples.
+        capacity: path bytes reserved up front (grown when exceeded).
+        first: the mask file an untraced sample points at.
+    """
+
+    def __init__(self, n: int, capacity: int, first: str):
+        self.first = first
+        self.files = TracedFiles(capacity, n + 2)
+        zeros = np.zeros(n, dtype=np.int64)
+        self.index = SampleIndex(self.files.strings, zeros, zeros.copy(), np.full(n, -1, dtype=np.int64),
+                                 zeros.copy())
+        self.files.add(first)
+
+    def reset(self) -> None:
+        """Empty for a new epoch (every sample at `first` again)."""
+        self.files.reset()
+        self.index.file_ids[:] = 0
+        self.files.add(self.first)
+
+    def put(self, i: int, path: str) -> None:
+        """Sample i's mask is the file at `path`."""
+        self.index.file_ids[i] = self.files.add(path)
+
+    def path(self, i: int) -> str:
+        """Sample i's mask file (a placeholder's bytes for a sample that falls back)."""
+        return self.index.files[int(self.index.file_ids[i])]
+
+    def point_at_placeholder(self, i: int) -> None:
+        """Sample i's mask made the 8x8 placeholder of the placeholder image's size (added
+        once per epoch): its own __getitem__ makes the sample."""
+        if self.files.placeholder_id < 0:
+            self.files.placeholder_id = self.files.add(placeholder_mask())
+        self.index.file_ids[i] = self.files.placeholder_id
+
+
 class MaskedTrace(LazyTrace):
     """A LazyTrace whose samples also read a mask file (`first.masks`): `mask_index`, the
-    engine's mask file per sample, filled as indexes are traced.
+    engine's mask file per sample (`mask_table`), filled as indexes are traced.
 
     Args:
         dataset, probes: as LazyTrace's (index 0's sample has one mask).
@@ -64,14 +104,10 @@ class MaskedTrace(LazyTrace):
 
     def __init__(self, dataset: Any, probes: Probe):
         super().__init__(dataset, probes)
-        n = self.n
         longest = max(len(path.encode("utf-8", "surrogateescape")) for s in probes.samples.values()
                       for path, _ in s.masks)
-        self.mask_files = TracedFiles(int(n * longest * _PATH_SLACK) + 4096, n + 2)
-        zeros = np.zeros(n, dtype=np.int64)
-        self.mask_index = SampleIndex(self.mask_files.strings, zeros, zeros.copy(), np.full(n, -1, dtype=np.int64),
-                                      zeros.copy())
-        self.mask_files.add(self.first.masks[0][0])  # (what an untraced index reads, as its image is file 0)
+        self.mask_table = MaskTable(self.n, int(self.n * longest * _PATH_SLACK) + 4096, self.first.masks[0][0])
+        self.mask_index = self.mask_table.index
 
     def renew(self, keep: bool = False) -> bool:
         traced = self.traced
@@ -79,24 +115,21 @@ class MaskedTrace(LazyTrace):
             return False
         if traced and not self.done.any():  # a new epoch: the mask table empty again, as the image's
             with self._lock:
-                self.mask_files.reset()
-                self.mask_index.file_ids[:] = 0
-                self.mask_files.add(self.first.masks[0][0])
+                self.mask_table.first = self.first.masks[0][0]
+                self.mask_table.reset()
         return True
 
     def attach(self, runner: Any, only: bool = False) -> None:
         super().attach(runner, only)
-        self.mask_files.attach(runner, only)
+        self.mask_table.files.attach(runner, only)
 
     def _keep(self, i: int, sample: Any) -> None:
         super()._keep(i, sample)
-        self.mask_index.file_ids[i] = self.mask_files.add(sample.masks[0][0])
+        self.mask_table.put(i, sample.masks[0][0])
 
     def _point_at_placeholder(self, i: int) -> None:
         super()._point_at_placeholder(i)
-        if self.mask_files.placeholder_id < 0:
-            self.mask_files.placeholder_id = self.mask_files.add(placeholder_mask())
-        self.mask_index.file_ids[i] = self.mask_files.placeholder_id
+        self.mask_table.point_at_placeholder(i)
 
     def export(self, indices: Any) -> Any:
         raise NotImplementedError("fastload: a traced dataset with masks runs fully natively (no worker processes)")

@@ -17,6 +17,10 @@ parts completely instead (`eager`), as every wrapper did before. A sample of ano
 structure (a dict, several image views, extra tensors) is rebuilt from its own template
 inside a wrapper as in the loader's own dataset: the view keeps each outer index's template,
 and the parts of a ConcatDataset must return one structure (torch's collate needs it too).
+A detection sample's template carries its boxes (TracedBoxes): the batch moves them through
+the engine's draws for the outer index, the index the engine is handed. A segmentation
+dataset's mask files (fastload.trace.masked) get a table of the view's own (`mask_index`),
+filled from its parts' as its image files are; a ConcatDataset's parts all read a mask or none.
 
 Example (Photos: a user's dataset of 1000 samples, labels i % 10, counting its calls):
     >>> import torch
@@ -40,8 +44,8 @@ import numpy as np
 
 from fastload.compat.conversion import Analysis
 from fastload.trace.lazy import LazyTrace, flat_index
+from fastload.trace.masked import MaskedTrace, MaskTable
 from fastload.trace.sample import shape_text
-from fastload.trace.target_batches import has_traced_boxes
 
 # Outer indexes whose dataset index is traced already, copied into the view when it is made
 # (the probes, a small dataset, a dataset a loader went through): at most this many, the
@@ -74,10 +78,15 @@ class LazyView(LazyTrace):
         self.chain = chain
         n = len(part_of)
         first = parts[0].first.path.encode("utf-8", "surrogateescape")
+        capacity = max(4096, 64 * min(n, _COPY_UP_FRONT) + len(first))  # (grown as paths come)
+        # Segmentation parts (MaskedTrace; a ConcatDataset's are all or none): the engine's
+        # mask file per outer index beside its image's, mask 0 part 0's index 0's.
+        self.mask_table = MaskTable(n, capacity, parts[0].mask_table.first) \
+            if isinstance(parts[0], MaskedTrace) else None
+        self.mask_index = None if self.mask_table is None else self.mask_table.index
         # File 0: part 0's index 0 (traced, never a fallback): what an untraced or
         # falling-back outer index points at, so the engine always reads a real file.
-        super().__init__(dataset, parts[0].probes, n=n,
-                         capacity=max(4096, 64 * min(n, _COPY_UP_FRONT) + len(first)))  # (grown as paths come)
+        super().__init__(dataset, parts[0].probes, n=n, capacity=capacity)
         known = np.zeros(n, dtype=bool)
         for p, part in enumerate(parts):
             mine = part_of == p
@@ -104,6 +113,11 @@ class LazyView(LazyTrace):
         return (f"{part.name}.__getitem__ (traced, index {int(self.inner[j])} of {part.name}, index {j} of the "
                 f"{self.chain})")
 
+    def attach(self, runner: Any, only: bool = False) -> None:
+        super().attach(runner, only)
+        if self.mask_table is not None:
+            self.mask_table.files.attach(runner, only)
+
     def _trace(self, todo: List[int]) -> None:
         rows = np.asarray(todo, dtype=np.int64)
         parts, inner = self.part_of[rows], self.inner[rows]
@@ -128,11 +142,18 @@ class LazyView(LazyTrace):
         index = part.index
         self.index.file_ids[j] = self.files.add(index.files[int(index.file_ids[i])])
         self.index.offsets[j], self.index.sizes[j] = index.offsets[i], index.sizes[i]  # (a byte range of a file)
+        if self.mask_table is not None:
+            self.mask_table.put(j, part.mask_table.path(i))
         if self.simple:
             self.index.labels[j] = index.labels[i]
         else:  # (the labels are the outer indexes: the batch is rebuilt from each one's template)
             self.templates[j] = part.templates[i]  # type: ignore[index]
         self.done[j] = True
+
+    def _point_at_placeholder(self, j: int) -> None:
+        super()._point_at_placeholder(j)
+        if self.mask_table is not None:
+            self.mask_table.point_at_placeholder(j)
 
 
 def _parts_of(analysis: Analysis) -> List[LazyTrace]:
@@ -143,24 +164,13 @@ def _parts_of(analysis: Analysis) -> List[LazyTrace]:
     return [trace], np.zeros(trace.n, dtype=np.int64), np.arange(trace.n, dtype=np.int64)
 
 
-def _unwrappable(analysis: Analysis) -> str:
-    """Why a traced analysis cannot be taken inside a wrapper ("" when it can): a view keeps
-    each index's image file and template, not a second file table (masks) or boxes."""
-    trace = analysis.trace
-    if trace.first.masks:
-        return f"{analysis.chain} reads a mask file per sample: inside a Subset or ConcatDataset it runs generic"
-    if has_traced_boxes(trace):
-        return f"{analysis.chain} carries detection boxes: inside a Subset or ConcatDataset it runs generic"
-    return ""
-
-
-_UNWRAPPED_FIX = "pass the dataset itself to the loader (a sampler can select its indexes)"
-
-
 def _unlike(part: Analysis, first: Analysis) -> str:
     """Why a ConcatDataset's traced `part` cannot share a batch with its `first` part ("" when
     it can): another sample structure, the image in another place, other image views."""
     its, theirs = part.trace.first, first.trace.first
+    if bool(its.masks) != bool(theirs.masks):
+        return (f"{'reads a' if its.masks else 'reads no'} mask file per sample, part 0 "
+                f"{'does' if theirs.masks else 'does not'}; the engine runs one set of outputs per batch")
     if shape_text(its.template) != shape_text(theirs.template) or part.trace.simple != first.trace.simple:
         return (f"returns {shape_text(its.template)}, part 0 {shape_text(theirs.template)}; one batch is made "
                 "of one sample structure")
@@ -177,9 +187,6 @@ _WRAPPED_FIX = "return every part's samples in one structure, with the same tran
 def subset(dataset: Any, inner: Analysis, rows: np.ndarray, out: Analysis) -> Analysis:
     """`out` (the Subset's analysis, reasons none) as an Analysis over a LazyView of
     the traced `inner` analysis taken at `rows`."""
-    why = _unwrappable(inner)
-    if why:
-        return out.refuse(why, _UNWRAPPED_FIX)
     parts, part_of, index_in = _parts_of(inner)
     view = LazyView(dataset, out.chain, parts, part_of[rows], index_in[rows])
     return _traced(out, view)
@@ -205,9 +212,6 @@ def concat(dataset: Any, parts: Sequence[Analysis], out: Analysis) -> Analysis:
         return out
     traces, part_of, inner = [], [], []
     for position, part in enumerate(parts):
-        why = _unwrappable(part)
-        if why:
-            return out.refuse(f"part {position}: {why}", _UNWRAPPED_FIX)
         why = _unlike(part, parts[0])
         if why:
             return out.refuse(f"part {position} ({part.chain}) {why}", _WRAPPED_FIX)

@@ -179,13 +179,58 @@ def test_traced_detection_with_the_default_collate_batches_as_torch(annotations)
         assert torch.equal(target["labels"], want_target["labels"])
 
 
-def test_inside_a_subset_a_traced_detection_dataset_runs_generic_and_says_why(annotations):
-    subset = torch.utils.data.Subset(UserDetection(annotations, EVAL), [3, 1, 0])
-    why = fastload.explain(subset)
-    assert "carries detection boxes" in why and "verdict: generic path" in why, why
-    loader = fastload.DataLoader(subset, batch_size=2, collate_fn=collate)
-    assert loader.path.startswith("generic: "), loader.path
-    ours = [s for images, targets in loader for s in zip(images, targets)]
-    theirs = [s for images, targets in TorchLoader(subset, batch_size=2, collate_fn=collate) for s in zip(images, targets)]
-    for a, b in zip(ours, theirs, strict=True):
-        assert_same_sample(a, b)
+# ---- inside Subset / random_split / ConcatDataset ------------------------------------------
+
+FOLLOWED = v2.Compose([v2.Resize(26), v2.CenterCrop((24, 29)), v2.ToImage(), v2.ClampBoundingBoxes(),
+                       v2.SanitizeBoundingBoxes(min_size=3)])
+
+
+def wrapped_like_torch(wrapped, chain, num_workers=0, epochs=2):
+    """fastload's samples over a wrapper are torch's over the same object, shuffled by one
+    seeded generator each, over `epochs` epochs (boxes within 1e-4 px); the path says native."""
+    kwargs = lambda: dict(batch_size=2, collate_fn=collate, shuffle=True,  # noqa: E731
+                          generator=torch.Generator().manual_seed(6))
+    assert "verdict: native path" in fastload.explain(wrapped)
+    loader = fastload.DataLoader(wrapped, num_workers=num_workers, **kwargs())
+    assert loader.path.startswith(f"native: {chain}") and "collate_fn collate followed" in loader.path, loader.path
+    theirs = TorchLoader(wrapped, num_workers=num_workers, **kwargs())
+    for _ in range(epochs):
+        ours = [s for images, targets in loader for s in zip(images, targets)]
+        want = [s for images, targets in theirs for s in zip(images, targets)]
+        assert len(ours) == len(want) == len(wrapped)
+        for a, b in zip(ours, want):
+            assert_same_sample(a, b)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_random_split_of_a_detection_dataset_is_native_and_equals_torchs(annotations, num_workers):
+    train, val = torch.utils.data.random_split(UserDetection(annotations, FOLLOWED), [4, 2],
+                                               generator=torch.Generator().manual_seed(2))
+    for part in (train, val):
+        wrapped_like_torch(part, "Subset -> traced UserDetection.__getitem__", num_workers)
+
+
+def test_a_concat_of_two_detection_datasets_nested_in_a_subset_is_native(annotations):
+    both = torch.utils.data.ConcatDataset([UserDetection(annotations, FOLLOWED),
+                                           UserDetection(annotations[::-1][:4], FOLLOWED)])
+    wrapped_like_torch(both, "ConcatDataset(traced UserDetection.__getitem__, traced UserDetection.__getitem__)")
+    wrapped_like_torch(torch.utils.data.Subset(both, [9, 0, 6, 3, 7, 1]), "Subset -> ConcatDataset(")
+
+
+def test_random_boxes_inside_a_subset_take_the_engines_draws_of_the_outer_index(annotations):
+    transforms = v2.Compose([v2.ToImage(), v2.RandomResizedCrop((20, 22), scale=(0.2, 1.0)), v2.RandomHorizontalFlip(),
+                             v2.SanitizeBoundingBoxes()])
+    rows = [3, 1, 0, 5]
+    subset = torch.utils.data.Subset(UserDetection(annotations, transforms), rows)
+    loader = fastload.DataLoader(subset, batch_size=3, collate_fn=collate, seed=7)
+    assert loader.path.startswith("native: Subset"), loader.path
+    # fastload's DetectionDataset of the subset's files in its order, same seed and transforms:
+    # its sample j is v2's ops on the engine's draws for sample j (tests/test_boxes.py)
+    twin = fastload.DetectionDataset([annotations[r][0] for r in rows], [
+        {"boxes": tv_tensors.BoundingBoxes(annotations[r][2], format="XYXY", canvas_size=annotations[r][1]),
+         "labels": torch.tensor(annotations[r][3])} for r in rows], transforms, seed=7)
+    for epoch in range(2):
+        loader.set_epoch(epoch)
+        twin.set_epoch(epoch)
+        for j, sample in enumerate(s for images, targets in loader for s in zip(images, targets)):
+            assert_same_sample(sample, twin[j])

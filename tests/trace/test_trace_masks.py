@@ -425,8 +425,70 @@ def test_a_bad_mask_file_is_skipped_with_its_image(files, tmp_path):
     assert torch.equal(masks[3], want[1][3]) and torch.equal(masks[2], want[1][3])  # its replacement: the next one
 
 
-def test_inside_a_subset_a_traced_segmentation_dataset_runs_generic_and_says_why(files):
-    subset = torch.utils.data.Subset(V2Pairs(files, DETERMINISTIC), [2, 0, 1])
-    loader = fastload.DataLoader(subset, batch_size=2)
-    assert loader.path.startswith("generic: ") and "reads a mask file per sample" in loader.path, loader.path
-    assert_same(list(loader), list(TorchLoader(subset, batch_size=2)))
+# ---- inside Subset / random_split / ConcatDataset ------------------------------------------
+
+
+def shuffled(seed):
+    return dict(batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(seed))
+
+
+def wrapped_like_torch(wrapped, chain, workers=0, epochs=2):
+    """fastload's batches over a wrapper are torch's over the same object, shuffled by
+    one seeded generator each, over `epochs` epochs; the path says native, masks included."""
+    ours = fastload.DataLoader(wrapped, num_workers=workers, seed=3, **shuffled(5))
+    assert ours.path.startswith(f"native: {chain}") and "mask of view 0" in ours.path, ours.path
+    theirs = TorchLoader(wrapped, num_workers=workers, **shuffled(5))
+    for _ in range(epochs):
+        got, want = list(ours), list(theirs)
+        assert [structure(b) for b in got] == [structure(b) for b in want]
+        for a, b in zip(got, want, strict=True):
+            assert_same(a, b)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_random_split_of_a_segmentation_dataset_is_native_and_equals_torchs(files, workers):
+    train, val = torch.utils.data.random_split(V2Pairs(files, DETERMINISTIC, n=30), [20, 10],
+                                               generator=torch.Generator().manual_seed(4))
+    for part in (train, val):
+        wrapped_like_torch(part, "Subset -> traced V2Pairs.__getitem__", workers)
+
+
+class Reversed(V2Dict):
+    """The files in the other order: another part's masks differ at each index."""
+
+    def __init__(self, files, transforms, n=None):
+        super().__init__(files[::-1], transforms, n)
+
+
+def test_a_concat_of_two_segmentation_datasets_nested_in_a_subset_is_native(files):
+    both = torch.utils.data.ConcatDataset([V2Dict(files, DETERMINISTIC, n=9), Reversed(files, DETERMINISTIC, n=7)])
+    wrapped_like_torch(both, "ConcatDataset(traced V2Dict.__getitem__, traced Reversed.__getitem__)")
+    nested = torch.utils.data.Subset(both, [15, 3, 9, 0, 12, 8, 1, 14, 6])
+    wrapped_like_torch(nested, "Subset -> ConcatDataset(")
+
+
+def test_a_fallback_inside_a_concat_part_is_its_own_getitems_named_by_both_indexes(files):
+    other = v2.Compose([v2.CenterCrop((24, 28)), v2.ToImage(), v2.ToDtype(torch.float32, scale=True),
+                        v2.Normalize(MEAN, STD)])
+    both = torch.utils.data.ConcatDataset([V2Pairs(files, DETERMINISTIC, n=10),
+                                           OneDisagrees(files, DETERMINISTIC, other)])
+    for workers in (0, 2):  # (made in this process, then by a worker process)
+        with pytest.warns(UserWarning, match=r"index 4 of OneDisagrees, index 14 of the ConcatDataset"):
+            wrapped_like_torch(both, "ConcatDataset(", workers, epochs=1)
+
+
+class ImageOnly(V2Pairs):
+    """A plain part: the image and an int label, no mask."""
+
+    def __getitem__(self, i):
+        path, _, _ = self.files[i % len(self.files)]
+        return self.transforms(Image.open(path).convert("RGB")), i % 3
+
+
+def test_a_concat_mixing_a_masked_part_with_a_plain_one_is_refused_naming_the_part(files):
+    for parts, why in [([ImageOnly(files, DETERMINISTIC), V2Pairs(files, DETERMINISTIC)],
+                        "part 1 (traced V2Pairs.__getitem__) reads a mask file per sample, part 0 does not"),
+                       ([V2Pairs(files, DETERMINISTIC), ImageOnly(files, DETERMINISTIC)],
+                        "part 1 (traced ImageOnly.__getitem__) reads no mask file per sample, part 0 does")]:
+        loader = fastload.DataLoader(torch.utils.data.ConcatDataset(parts), batch_size=2)
+        assert loader.path.startswith("generic: ") and why in loader.path, loader.path

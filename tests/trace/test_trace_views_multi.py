@@ -128,6 +128,18 @@ def test_two_crop_transform_gives_torchs_batches(files, workers):
 
 
 @pytest.mark.parametrize("workers", [0, 2])
+def test_an_image_folder_with_a_views_transform_gives_torchs_batches(files, workers):
+    """SupContrast's and DINO's scripts: `ImageFolder(root, transform=TwoCropTransform(...))`."""
+    from torchvision.datasets import ImageFolder
+
+    root = os.path.dirname(os.path.dirname(files[0]))
+    dino = DataAugmentationDINO(centre(48, 40), centre(44, 40), centre(20, 16))
+    check_like_torch(ImageFolder(root, transform=TwoCropTransform(centre(40, 32))), workers, "view 1 32x32")
+    got = check_like_torch(ImageFolder(root, transform=dino), workers, "views 2-5 16x16")
+    assert [tuple(c.shape[1:]) for c in got[0][0]] == [(3, 40, 40)] * 2 + [(3, 16, 16)] * 4
+
+
+@pytest.mark.parametrize("workers", [0, 2])
 def test_a_pair_of_views_without_a_label_gives_torchs_batches(files, workers):
     check_like_torch(Pairs(files, centre(36, 24)), workers, "view 1 24x24")
 
