@@ -381,3 +381,23 @@ def test_own_size_downscaled_jpegs_decode_at_a_reduced_dct_scale(tmp_path, dct_s
             assert_target(target, want_target)
     stages = loader.stats()["native"]["stages_s"]
     assert stages["decode"] > 0
+
+
+@pytest.mark.parametrize("wrap", ["subset", "concat"])
+def test_traced_own_size_inside_subset_and_concat_equals_torch(detection_files, wrap):
+    paths, targets = detection_files
+    ds = UserDetection(paths, targets("XYXY"), flip_always("resize_max_size"))
+    if wrap == "subset":
+        wrapped = torch.utils.data.Subset(ds, [5, 0, 7, 2, 3])
+    else:
+        wrapped = torch.utils.data.ConcatDataset([ds, UserDetection(paths[:3], targets("XYXY")[:3], ds.transforms)])
+    loader = fastload.DataLoader(wrapped, batch_size=3, collate_fn=detection_collate)
+    assert loader.path.startswith("native:") and "own size" in loader.path, loader.path
+    ours = [s for images, batch in loader for s in zip(images, batch)]
+    theirs = [s for images, batch in torch.utils.data.DataLoader(wrapped, batch_size=3, collate_fn=detection_collate)
+              for s in zip(images, batch)]
+    assert len(ours) == len(theirs) == len(wrapped)
+    for (image, target), (want_image, want_target) in zip(ours, theirs):
+        assert image.shape == want_image.shape
+        assert psnr(image * 255, want_image * 255) >= MIN_PSNR_DB
+        assert_target(target, want_target)
