@@ -53,6 +53,20 @@ def regions_of(plan: Any, sizes: torch.Tensor, samples: torch.Tensor, epoch: int
     return _core().regions_of(plan, sizes, samples, epoch, vertical=True)
 
 
+def color_passes(plan: Any, samples: torch.Tensor, epoch: int) -> torch.Tensor:
+    """uint8 [N, K]: the colour records (ColorJitter, grayscale, erasing) of `samples`
+    int64 [N] at `epoch`, as the engine draws them: crop_resize_flip_normalize_batch's
+    `color`."""
+    return _core().color_passes(plan, samples, epoch)
+
+
+def dct_scale_denom(crop_height: int, crop_width: int, out_height: int, out_width: int) -> int:
+    """The DCT scale denominator (1, 2, 4 or 8) the engine decodes a JPEG region of this
+    many full-resolution pixels at for this output size (each scaled side still at least
+    the output's)."""
+    return int(_core().dct_scale_denom(crop_height, crop_width, out_height, out_width))
+
+
 def interpolation_of(plan: Any) -> str:
     """The plan's resampling filter as the ops name it: "bilinear", "bicubic", "nearest"."""
     return plan.interpolation.name.lower()

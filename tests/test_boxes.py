@@ -423,8 +423,9 @@ def test_detection_refusals_name_the_reason(detection_files):
     import fastload
 
     paths, targets = detection_files
-    with pytest.raises(fastload.UnsupportedPipeline, match="gives a different size per image.*one output size"):
-        fastload.DetectionDataset(paths, targets("XYXY"), v2.Compose([v2.Resize(30)]))
+    with pytest.raises(fastload.UnsupportedPipeline, match="gives a different size per image.*one output size.*"
+                                                           "or each image its own size"):
+        fastload.DetectionDataset(paths, targets("XYXY"), v2.Compose([v2.Resize(30), v2.GaussianBlur(3)]))
     with pytest.raises(fastload.UnsupportedPipeline, match="TrivialAugmentWide moves boxes"):
         fastload.DetectionDataset(paths, targets("XYXY"), [v2.RandomResizedCrop(16), v2.TrivialAugmentWide()])
     with pytest.raises(fastload.UnsupportedPipeline, match=r"SanitizeBoundingBoxes.* comes before the geometric"):

@@ -122,6 +122,9 @@ def explain(dataset: Any) -> Explanation:
                 if without:
                     lines.append(f"{_INDENT}without the blockers, the native transforms still do not fuse: {without}")
                     blockers += 1
+            elif unfused and _own_size(analysis, pipeline.native):
+                lines.append(f"{_INDENT}no crop: each image keeps its own size (a list of images per batch, each "
+                             "image on the engine's kernels)")
             elif unfused:
                 lines.append(f"{_INDENT}the native transforms do not fuse into one plan: {unfused}")
                 blockers += 1
@@ -217,3 +220,19 @@ def _fuses(native: Any) -> str:
     except (UnsupportedPipeline, ValueError) as error:
         return str(error)
     return ""
+
+
+def _own_size(analysis: Any, native: Any) -> bool:
+    """A traced detection dataset whose transforms keep each image's own size (the
+    loader's own-size runner, fastload.native.own_size)."""
+    from fastload.augment.own_size import own_size_fusion
+    from fastload.errors import UnsupportedPipeline
+    from fastload.trace import has_traced_boxes
+
+    if not has_traced_boxes(getattr(analysis, "trace", None)):
+        return False
+    try:
+        own_size_fusion(list(native))
+    except (UnsupportedPipeline, ValueError):
+        return False
+    return True

@@ -97,11 +97,15 @@ def _shift(boxes: torch.Tensor, fmt: str, offset: torch.Tensor) -> torch.Tensor:
     return boxes + torch.cat([offset, offset if fmt == "XYXY" else zeros], dim=1)
 
 
-def _flip(boxes: torch.Tensor, fmt: str, size: int, axis: int) -> torch.Tensor:
-    """`boxes` mirrored in a canvas `size` wide along `axis` (0: x, 1: y), as v2's flips."""
+def _flip(boxes: torch.Tensor, fmt: str, size: Any, axis: int) -> torch.Tensor:
+    """`boxes` mirrored in a canvas `size` wide along `axis` (0: x, 1: y), as v2's flips
+    (`size`: an int, or a tensor [M], each row's)."""
     out = boxes.clone()
+    if isinstance(size, torch.Tensor):
+        size = size.to(boxes.dtype)
     if fmt == "XYXY":
-        out[:, [axis + 2, axis]] = boxes[:, [axis, axis + 2]].sub(size).neg()
+        out[:, [axis + 2, axis]] = boxes[:, [axis, axis + 2]].sub(size[:, None] if isinstance(size, torch.Tensor)
+                                                                  else size).neg()
     elif fmt == "XYWH":
         out[:, axis] = boxes[:, axis].add(boxes[:, axis + 2]).sub(size).neg()
     else:
@@ -121,7 +125,8 @@ class Steps(NamedTuple):
         crop_canvas: the crop's size.
         scale_after: (x, y) ratios of a resize after the crop (RandomResizedCrop's).
         flips: bool [N, 2]: left-right, top-bottom.
-        out_size: the output canvas (height, width), one for all.
+        out_size: the output canvas (height, width), one for all...
+        canvases: ...or each sample's (float [N, 2]; images of their own sizes), else None.
     """
 
     pad: torch.Tensor
@@ -134,6 +139,18 @@ class Steps(NamedTuple):
     scale_after: torch.Tensor
     flips: torch.Tensor
     out_size: Tuple[int, int]
+    canvases: Optional[torch.Tensor] = None
+
+    def canvas_of(self, k: int) -> Tuple[int, int]:
+        """Sample k's output canvas (height, width)."""
+        if self.canvases is None:
+            return self.out_size
+        height, width = self.canvases[k].tolist()
+        return int(height), int(width)
+
+    def canvas_rows(self, rows: torch.Tensor) -> Any:
+        """The canvas of each of `rows` (float [M, 2]), or the one out_size."""
+        return self.out_size if self.canvases is None else self.canvases[rows]
 
     @classmethod
     def make(cls, n: int, out_size: Tuple[int, int], **fields: torch.Tensor) -> "Steps":
@@ -224,11 +241,11 @@ def move(boxes: torch.Tensor, fmt: str, steps: Steps, rows: torch.Tensor,
         shifted = _shift(out, fmt, -steps.crop[rows])
         out = where(steps.cropped, clamp(shifted, fmt, steps.crop_canvas[rows]) if clamps else shifted, out)
     out = _scale(out, steps.scale_after[rows])
-    height, width = steps.out_size
-    for axis, size in ((0, width), (1, height)):
+    for axis in (0, 1):
         flip = steps.flips[:, axis]
         if bool(flip.any()):
-            out = where(flip, _flip(out, fmt, int(size), axis), out)
+            size = steps.out_size[1 - axis] if steps.canvases is None else steps.canvases[rows, 1 - axis]
+            out = where(flip, _flip(out, fmt, size, axis), out)
     return out
 
 
@@ -241,20 +258,25 @@ def _scale(boxes: torch.Tensor, ratios: torch.Tensor) -> torch.Tensor:
     return torch.where((ratios == 1).all(1)[:, None], boxes, boxes.mul(factors).to(boxes.dtype))
 
 
-def clamp_to(boxes: torch.Tensor, fmt: str, canvas: Tuple[int, int]) -> torch.Tensor:
-    """v2's ClampBoundingBoxes: boxes [M, 4] clamped to one (height, width) canvas."""
-    return clamp(boxes, format_name(fmt), torch.tensor([list(canvas)], dtype=torch.float64).expand(len(boxes), 2))
+def clamp_to(boxes: torch.Tensor, fmt: str, canvas: Any) -> torch.Tensor:
+    """v2's ClampBoundingBoxes: boxes [M, 4] clamped to one (height, width) canvas (or
+    each row's: float [M, 2])."""
+    if not isinstance(canvas, torch.Tensor):
+        canvas = torch.tensor([list(canvas)], dtype=torch.float64).expand(len(boxes), 2)
+    return clamp(boxes, format_name(fmt), canvas)
 
 
-def sanitize_mask(boxes: torch.Tensor, fmt: str, canvas: Tuple[int, int], min_size: float = 1.0,
+def sanitize_mask(boxes: torch.Tensor, fmt: str, canvas: Any, min_size: float = 1.0,
                   min_area: float = 1.0) -> torch.Tensor:
     """bool [M]: the boxes v2's SanitizeBoundingBoxes keeps (at least min_size wide and
-    high, min_area in area, every coordinate inside the (height, width) canvas)."""
+    high, min_area in area, every coordinate inside the (height, width) canvas, or each
+    row's: float [M, 2])."""
     xyxy = to_xyxy(boxes, format_name(fmt))
+    height, width = (canvas[:, 0], canvas[:, 1]) if isinstance(canvas, torch.Tensor) else canvas
     ws, hs = xyxy[:, 2] - xyxy[:, 0], xyxy[:, 3] - xyxy[:, 1]
     valid = (ws >= min_size) & (hs >= min_size) & (xyxy >= 0).all(dim=-1) & (ws * hs >= min_area)
-    valid &= (xyxy[:, 0] <= canvas[1]) & (xyxy[:, 2] <= canvas[1])
-    valid &= (xyxy[:, 1] <= canvas[0]) & (xyxy[:, 3] <= canvas[0])
+    valid &= (xyxy[:, 0] <= width) & (xyxy[:, 2] <= width)
+    valid &= (xyxy[:, 1] <= height) & (xyxy[:, 3] <= height)
     return valid
 
 
@@ -281,6 +303,20 @@ def steps_of(plan: Any, sizes: torch.Tensor, samples: torch.Tensor, epoch: int, 
     layouts = torch.tensor([list(resized_layout(plan, h, w)) for h, w in sizes.tolist()],
                            dtype=torch.int64).reshape(-1, 4)
     return Steps.resize_center_crop(sizes, layouts, out_size, flips, center_crop=center_crop)
+
+
+def own_size_steps(plan: Any, sizes: torch.Tensor, samples: torch.Tensor, epoch: int) -> Steps:
+    """The box steps of `samples` (int64 [N]; images of `sizes` [N, 2]) under an own-size
+    plan (fastload.augment.own_size): v2's Resize to each image's own output size (no
+    clamp), then its drawn flips; each sample's canvas (`canvases`) is that size."""
+    from fastload._contract import regions_of, resized_layout
+
+    sizes = sizes.to(torch.int64).reshape(-1, 2)
+    _, _, flips = regions_of(plan, sizes, samples.to(torch.int64), int(epoch))
+    layouts = torch.tensor([list(resized_layout(plan, h, w)) for h, w in sizes.tolist()],
+                           dtype=torch.int64).reshape(-1, 4)
+    steps = Steps.resize_center_crop(sizes, layouts, (1, 1), flips, center_crop=False)
+    return steps._replace(canvases=layouts[:, 0:2].to(torch.float64))
 
 
 class BoxStep(NamedTuple):
@@ -334,14 +370,14 @@ def move_group(boxes: Sequence[torch.Tensor], fmt: str, clamping_mode: Optional[
     keeps: List[Sequence[torch.Tensor]] = []
     for step in box_steps:
         if step.kind == "clamp":
-            out = clamp_to(out, fmt, steps.out_size)
+            out = clamp_to(out, fmt, steps.canvas_rows(per_box))
         elif step.kind == "convert":
             out, fmt = from_xyxy(to_xyxy(out, fmt), step.format), step.format
         else:
-            keep = sanitize_mask(out, fmt, steps.out_size, step.min_size, step.min_area)
+            keep = sanitize_mask(out, fmt, steps.canvas_rows(per_box), step.min_size, step.min_area)
             keeps.append(keep.split(counts))
             counts = [int(m.sum()) for m in keeps[-1]]
-            out = out[keep]
+            out, per_box = out[keep], per_box[keep]
     return [(part, fmt, [masks[j] for masks in keeps]) for j, part in enumerate(out.split(counts))]
 
 

@@ -9,9 +9,15 @@ target)` with target["boxes"] a tv_tensors.BoundingBoxes of the output's canvas,
 batches take the user's collate_fn (torchvision's detection references' `lambda b:
 tuple(zip(*b))`: a tuple of [C, H, W] images and a tuple of target dicts).
 
-The output size must be fixed (a crop, or Resize((h, w))): torchvision's
-RandomResizedCrop, CenterCrop, RandomCrop (constant padding), Resize, the flips, colour
-ops, Normalize, ToDtype; then v2's box-only ClampBoundingBoxes,
+With a fixed output size (a crop, or Resize((h, w))): torchvision's RandomResizedCrop,
+CenterCrop, RandomCrop (constant padding), Resize, the flips, colour ops, Normalize,
+ToDtype. Without one (torchvision's detection references: flips, PILToTensor / ToImage,
+ToDtype, Normalize, colour, at most a shorter-side Resize such as Resize(800,
+max_size=1333)) each image keeps its own size (`own_size`): a batch's images are a list
+of [C, H_i, W_i], each made by the engine's decode and kernel on its own
+(fastload.augment.own_size, fastload.native.own_size), and the collate_fn gets them as
+torch's DataLoader would (torch's default_collate stacks them only where they are of one
+size, else raises as it does). Then v2's box-only ClampBoundingBoxes,
 ConvertBoundingBoxFormat and SanitizeBoundingBoxes, anywhere after the geometry.
 """
 
@@ -72,14 +78,18 @@ class DetectionDataset(NativeDataset):
             format, canvas_size and clamping_mode are kept, or a tensor [N, 4] in
             `box_format`), usually "labels" (int64 [N]); every other key is carried along as
             it is (SanitizeBoundingBoxes filters the keys its labels_getter names).
-        transforms: torchvision (v1 or v2) or fastload transforms with a native equivalent
-            and a fixed output size, and v2's box-only transforms after them (module doc).
+        transforms: torchvision (v1 or v2) or fastload transforms with a native equivalent,
+            of a fixed output size or none (each image its own size), and v2's box-only
+            transforms after them (module doc).
         box_format: the format of boxes given as plain tensors ("XYXY", "XYWH", "CXCYWH").
         seed: base of the random augmentation parameters (the loader overrides it).
 
     A sample is `(image [C, H, W], target)`, target["boxes"] a tv_tensors.BoundingBoxes
     with canvas_size the output size; a batch is the collate_fn's (with torch's default
     collate_fn images stack, and boxes only when every image has as many).
+
+    Attributes:
+        own_size: True where the transforms have no output size (each image its own).
 
     Example:
         >>> import torch, fastload
@@ -101,6 +111,7 @@ class DetectionDataset(NativeDataset):
             raise ValueError(f"{owner}: expected one target per image, got {len(targets)} targets for "
                              f"{len(images)} images.")
         image_transforms, self.box_steps = split_box_transforms(transforms, owner)
+        self.own_size = False  # True: no batch shape, each image its own size (fastload.augment.own_size)
         # The index's label of sample i is i: a batch's labels are then the samples it holds
         # (a replacement under on_error="skip" included), whose targets the batch takes.
         super().__init__(SampleIndex.from_files(images, list(range(len(images)))), image_transforms, seed=seed)
@@ -111,6 +122,7 @@ class DetectionDataset(NativeDataset):
         self.center_crop = any(type(s).__name__ == "CenterCrop" for s in self.transforms)
 
     def _check_pipeline(self, owner: str) -> None:
+        from fastload.augment.own_size import own_size_fusion
         from fastload.augment.plan import fuse
 
         if self.tail:
@@ -124,8 +136,13 @@ class DetectionDataset(NativeDataset):
         try:
             fuse(self.transforms)
         except UnsupportedPipeline as error:
-            raise UnsupportedPipeline(f"{owner}: {error}. Detection batches need one output size: end the geometry "
-                                      "with a crop or Resize((height, width)).") from None
+            try:  # torchvision's detection references: each image keeps its own size
+                own_size_fusion(self.transforms)
+            except UnsupportedPipeline:
+                raise UnsupportedPipeline(f"{owner}: {error}. Detection batches need one output size (a crop or "
+                                          "Resize((height, width))), or each image its own size (flips, colour, "
+                                          "dtype, Normalize and at most a shorter-side Resize).") from None
+            self.own_size = True
 
     @property
     def targets(self) -> List[Dict[str, Any]]:
@@ -167,7 +184,10 @@ class DetectionDataset(NativeDataset):
             images: the batch's images, what a callable labels_getter is given with each target.
         """
         samples = samples.to(torch.int64).reshape(-1)
-        steps = box_ops.steps_of(plan, self.sizes_of(samples), samples, epoch, center_crop=self.center_crop)
+        if self.own_size:  # (each image its own output canvas)
+            steps = box_ops.own_size_steps(plan, self.sizes_of(samples), samples, epoch)
+        else:
+            steps = box_ops.steps_of(plan, self.sizes_of(samples), samples, epoch, center_crop=self.center_crop)
         notes = [self.annotations[i] for i in samples.tolist()]
         groups: Dict[Any, List[int]] = {}
         for k, note in enumerate(notes):
@@ -178,7 +198,7 @@ class DetectionDataset(NativeDataset):
                                        self.box_steps)
             for k, (boxes, out_fmt, keeps) in zip(members, moved):
                 out[k] = box_ops.finish_target(
-                    notes[k]["target"], notes[k]["key"], boxes, out_fmt, keeps, self.box_steps, steps.out_size,
+                    notes[k]["target"], notes[k]["key"], boxes, out_fmt, keeps, self.box_steps, steps.canvas_of(k),
                     clamping, None if images is None else images[k],
                     f"fastload.DetectionDataset sample {int(samples[k])}")
         return out
@@ -189,21 +209,62 @@ class DetectionDataset(NativeDataset):
         (image, target) samples through `collate_fn` (None: torch's default_collate)."""
         from torch.utils.data import default_collate
 
-        per_image = images.unbind(0)
+        per_image = list(images) if isinstance(images, (list, tuple)) else images.unbind(0)
         targets = self.targets_of(samples, epoch, plan, per_image)
+        if self.own_size:
+            for k, i in enumerate(samples.tolist()):  # a file whose header's size is not its decoded size
+                self._check_size(i, per_image[k], plan)
+            # (torch's default_collate stacks images of one size and raises as torch does otherwise)
+            return (collate_fn or default_collate)(list(zip(per_image, targets)))
         if collate_fn is None or collate_fn is default_collate:
             # default_collate's batch ([images, targets collated]) without stacking the
             # engine's batch again.
             return [images, default_collate(targets)]
         return collate_fn(list(zip(per_image, targets)))
 
-    def __getitem__(self, i: int) -> Tuple[torch.Tensor, Dict[str, Any]]:
-        from fastload.augment.plan import build_plan
+    def _check_size(self, i: int, image: torch.Tensor, plan: Any) -> None:
+        from fastload.augment.own_size import own_size
+        from fastload.errors import DecodeError
 
+        want = own_size(plan, *self.sizes_of(torch.tensor([i]))[0].tolist())
+        if tuple(image.shape[-2:]) != want:
+            raise DecodeError(f"the image header's size gives a {want[0]}x{want[1]} output, its decoded pixels "
+                              f"{image.shape[-2]}x{image.shape[-1]}: the file is inconsistent", i,
+                              self.index.source(i))
+
+    def plan(self) -> Any:
+        """The engine's plan of the image transforms (an own-size plan where images keep
+        their own sizes), seeded with `seed`.
+
+        Example:
+            >>> import torch, fastload
+            >>> from torchvision.transforms import v2
+            >>> ds = fastload.DetectionDataset(["a.jpg"], [{"boxes": torch.zeros(0, 4)}], [v2.RandomHorizontalFlip()])
+            >>> ds.own_size, ds.plan().flip_p
+            (True, 0.5)
+        """
+        from fastload.augment.own_size import own_size_fusion
+        from fastload.augment.plan import build_plan, make_plan
+
+        if self.own_size:
+            plan = make_plan(own_size_fusion(self.transforms))
+            plan.seed = self.seed
+            return plan
+        return build_plan(self.transforms, seed=self.seed)
+
+    def __getitem__(self, i: int) -> Tuple[torch.Tensor, Dict[str, Any]]:
         if i < 0:
             i += len(self)
-        image, _ = super().__getitem__(i)
-        plan = build_plan(self.transforms, seed=self.seed)
+        plan = self.plan()
+        if self.own_size:  # PIL's decode, then the engine's kernel and draws
+            from fastload.augment.own_size import apply_own_size
+            from fastload.decode.pil import decode_to_tensor
+
+            image = decode_to_tensor(self.index.read(i), index=i, source=self.index.source(i))
+            image = apply_own_size(plan, image, self.epoch, i)
+            self._check_size(i, image, plan)
+        else:
+            image, _ = super().__getitem__(i)
         return image, self.targets_of(torch.tensor([i]), self.epoch, plan, [image])[0]
 
     def __repr__(self) -> str:

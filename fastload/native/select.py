@@ -41,6 +41,7 @@ import torch
 from torch.utils.data.datapipes.datapipe import IterDataPipe, MapDataPipe
 
 from fastload import _ext
+from fastload.augment.own_size import OwnSizeFusion, own_size_fusion
 from fastload.augment.plan import Fusion, fuse, make_plan
 from fastload.errors import UnsupportedPipeline
 from fastload.native.hybrid import hybrid_runner
@@ -157,16 +158,19 @@ def _resolve(dataset: Any, *, dtype: Optional[torch.dtype]) -> _Resolved:
             labels = conversion.collate_labels
             labels_note = f"; labels: target_transform {callable_name(conversion.target_transform)} in Python"
     try:
-        fusion = fuse(specs)
+        fusion = own_size_fusion(specs) if getattr(dataset, "own_size", False) else fuse(specs)
     except UnsupportedPipeline as error:
-        if tail is None:
+        fusion = _own_size_of(specs, tail, rebuild)
+        if fusion is None and tail is None:
             raise
-        # The cut left a prefix the engine cannot batch (e.g. nothing before the first
-        # Python transform): the whole pipeline runs in Python.
-        prefix = " -> ".join(type(s).__name__ for s in specs)
-        why = f"the native prefix [{prefix}] does not fuse ({error})" if specs else "no native transform comes first"
-        raise UnsupportedPipeline(f"{origin}: {why}, so the Python tail has no engine output to start from; "
-                                  f"not native: {'; '.join(tail.blockers)}") from None
+        if fusion is None:
+            # The cut left a prefix the engine cannot batch (e.g. nothing before the first
+            # Python transform): the whole pipeline runs in Python.
+            prefix = " -> ".join(type(s).__name__ for s in specs)
+            why = f"the native prefix [{prefix}] does not fuse ({error})" if specs else \
+                "no native transform comes first"
+            raise UnsupportedPipeline(f"{origin}: {why}, so the Python tail has no engine output to start from; "
+                                      f"not native: {'; '.join(tail.blockers)}") from None
     if tail is not None:
         # The tail sees the prefix's own dtype; the loader's dtype applies to the batch after it.
         where = "" if tail.takes_pil or tail.prefix_makes_tensor else \
@@ -178,6 +182,17 @@ def _resolve(dataset: Any, *, dtype: Optional[torch.dtype]) -> _Resolved:
     # (other dtypes, e.g. float64, are converted after the batch, as on the generic path)
     return _Resolved(index, fusion, f"native: {origin} [{fusion.description}]", None, labels, labels_note, rebuild,
                      outputs)
+
+
+def _own_size_of(specs: Any, tail: Any, rebuild: Any) -> Optional[Fusion]:
+    """A traced detection dataset's pipeline without a crop (torchvision's detection
+    references): its own-size fusion (each image its own size), or None."""
+    if tail is not None or not _traced_boxes(rebuild):
+        return None
+    try:
+        return own_size_fusion(specs)
+    except UnsupportedPipeline:
+        return None
 
 
 def native_pipeline(dataset: Any, *, dtype: Optional[torch.dtype]) -> Tuple[SampleIndex, Fusion, str]:
@@ -320,10 +335,17 @@ def select_path(
                                        pin_memory=pin_memory, memory_format=memory_format, on_error=on_error,
                                        decode_on=decode_on, dtype=dtype, timeout=timeout)
         return (None if runner is None else _Rebuilt.wrap(runner, rebuild, num_workers)), reason
-    decode_on, why = _resolve_decode_on(decode_on, device, colour=plan.has_color())
-    runner = NativeRunner(index, plan, num_threads=max(1, num_workers), pin_memory=pin_memory,
-                          memory_format=memory_format, on_error=on_error, decode_on=decode_on,
-                          device=device, description=description, timeout=timeout)
+    if isinstance(fusion, OwnSizeFusion):  # no batch shape: each image alone on the engine's kernels
+        from fastload.native.own_size import OwnSizeRunner
+
+        runner = OwnSizeRunner(index, plan, num_threads=max(1, num_workers), pin_memory=pin_memory,
+                               on_error=on_error, description=description, timeout=timeout)
+        decode_on, why = "cpu", "" if decode_on in ("auto", "cpu") else " (images of their own sizes decode on the CPU)"
+    else:
+        decode_on, why = _resolve_decode_on(decode_on, device, colour=plan.has_color())
+        runner = NativeRunner(index, plan, num_threads=max(1, num_workers), pin_memory=pin_memory,
+                              memory_format=memory_format, on_error=on_error, decode_on=decode_on,
+                              device=device, description=description, timeout=timeout)
     if labels is not None:
         runner = LabelledRunner(runner, labels)
     if _makes_targets(dataset):

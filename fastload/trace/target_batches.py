@@ -80,6 +80,20 @@ class TargetBatches:
                              f"size of its image {path} {tuple(size)} (height, width); torchvision v2 refuses such "
                              "a sample too: give the image's size.")
 
+    def _check_own_sizes(self, samples: List[int], images: Sequence[torch.Tensor]) -> None:
+        """Images of their own sizes: each image's output size is the one its header's size
+        gives (which its boxes followed); else the file is inconsistent, named."""
+        from fastload.augment.own_size import own_size
+        from fastload.errors import DecodeError
+
+        for sample, image in zip(samples, images):
+            path = self.trace.index.source(sample)
+            size = self.sizes.get(path)
+            if size is not None and own_size(self.plan, *size) != tuple(image.shape[-2:]):
+                raise DecodeError(f"the image header's size {tuple(size)} gives a {own_size(self.plan, *size)} output, "
+                                  f"its decoded pixels {tuple(image.shape[-2:])}: the file is inconsistent", sample,
+                                  path)
+
     def at(self, epoch: int, plan: Any) -> None:
         """The next batch's epoch and the runner's plan (its seed), whose draws it takes."""
         self.epoch, self.plan = int(epoch), plan
@@ -89,15 +103,24 @@ class TargetBatches:
         rows = [int(i) for i in indices] if trace.simple else labels.tolist()
         samples = [int(i) for i in indices]
         templates = []
+        own_size = isinstance(images, list)  # images of their own sizes (fastload.augment.own_size)
         for k, r in enumerate(rows):
             if trace.fallback[r]:
-                image, template = trace.fitted_fallback(r, trace.made_by_getitem(r, started), images)
-                copy_into(images[k], image)
+                # (images of their own sizes: checked against the engine's image of that index)
+                image, template = trace.fitted_fallback(r, trace.made_by_getitem(r, started),
+                                                        images[k][None] if own_size else images)
+                if own_size:
+                    images[k] = image
+                else:
+                    copy_into(images[k], image)
                 templates.append(template)  # (its own boxes: no TracedBoxes in it)
             else:
                 templates.append(trace.template_of(r))
-        per_image = images.unbind(0)
-        targets = _resolved(templates, samples, per_image, self.epoch, self.plan, self._size_of)
+        per_image = images if own_size else images.unbind(0)
+        targets = _resolved(templates, samples, per_image, self.epoch, self.plan, self._size_of, own_size)
+        if own_size:  # (torch's default_collate stacks images of one size, else raises as torch does)
+            self._check_own_sizes(samples, per_image)
+            return self.collate_fn([self.fill(t, image) for t, image in zip(targets, per_image)])
         if self.collate_fn is default_collate:
             return collated(targets, images)  # (the engine's batch where torch would stack it: no second copy)
         return self.collate_fn([self.fill(t, image) for t, image in zip(targets, per_image)])
@@ -117,9 +140,10 @@ def _places(value: Any, at: Tuple[Any, ...], found: List[Tuple[Any, ...]], depth
 
 
 def _resolved(templates: List[Any], samples: List[int], images: Sequence[torch.Tensor], epoch: int,
-              plan: Any, check: Callable[[int, Tuple[int, int]], None]) -> List[Any]:
+              plan: Any, check: Callable[[int, Tuple[int, int]], None], own_size: bool = False) -> List[Any]:
     """The templates with each TracedBoxes' dict made final for this batch's draws
-    (`check(sample, canvas_size)` raises for boxes of another canvas than the image's)."""
+    (`check(sample, canvas_size)` raises for boxes of another canvas than the image's;
+    own_size: an own-size plan, each image its own output canvas)."""
     from fastload.augment import boxes as box_ops
 
     holders: List[Tuple[int, Tuple[Any, ...], TracedBoxes]] = []
@@ -141,13 +165,16 @@ def _resolved(templates: List[Any], samples: List[int], images: Sequence[torch.T
     for (fmt, _, clamping, box_steps, center_crop), members in groups.items():
         sizes = torch.tensor([list(holders[h][2].canvas_size) for h in members], dtype=torch.int64)
         rows = torch.tensor([samples[holders[h][0]] for h in members], dtype=torch.int64)
-        steps = box_ops.steps_of(plan, sizes, rows, epoch, center_crop=center_crop)
+        if own_size:  # (each image its own output canvas)
+            steps = box_ops.own_size_steps(plan, sizes, rows, epoch)
+        else:
+            steps = box_ops.steps_of(plan, sizes, rows, epoch, center_crop=center_crop)
         moved = box_ops.move_group([holders[h][2].boxes for h in members], fmt, clamping, steps,
                                    list(range(len(members))), box_steps)
-        for h, (boxes, out_fmt, keeps) in zip(members, moved):
+        for m, (h, (boxes, out_fmt, keeps)) in enumerate(zip(members, moved)):
             k, place, _ = holders[h]
             holder = _at(out[k], place[:-1])
-            final = box_ops.finish_target(holder, place[-1], boxes, out_fmt, keeps, box_steps, steps.out_size,
+            final = box_ops.finish_target(holder, place[-1], boxes, out_fmt, keeps, box_steps, steps.canvas_of(m),
                                           clamping, images[k], f"sample {samples[k]}")
             out[k] = _put(out[k], place[:-1], final)
     return out
