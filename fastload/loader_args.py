@@ -45,7 +45,8 @@ class LoaderArgs:
             a side stream, and made safe to use on the caller's current stream). Checked
             into None or a torch.device.
         dtype: floating tensors are converted to it on the device (e.g. torch.bfloat16 for
-            AMP); integer tensors (labels, uint8 images) keep their dtype.
+            AMP); integer tensors (labels, uint8 images) keep their dtype, and so do
+            detection boxes (torchvision's BoundingBoxes: pixel coordinates).
         memory_format: e.g. torch.channels_last, applied to 4-D tensors on the device.
         prefetch_to_device: batches whose device copies are issued before the loop asks
             for them (>= 1; device memory holds that many plus the one in use).
