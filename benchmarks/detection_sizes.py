@@ -32,20 +32,7 @@ from torchvision import tv_tensors
 from torchvision.transforms import v2
 
 import fastload
-
-
-class UserDetection(torch.utils.data.Dataset):
-    def __init__(self, annotations, transforms):
-        self.annotations, self.transforms = annotations, transforms
-
-    def __len__(self):
-        return len(self.annotations)
-
-    def __getitem__(self, i):
-        path, size, boxes, labels = self.annotations[i]
-        image = Image.open(path).convert("RGB")
-        target = {"boxes": tv_tensors.BoundingBoxes(boxes, format="XYXY", canvas_size=size), "labels": labels}
-        return self.transforms(image, target)
+from detection_user import UserDetection  # (benchmarks/: the script's own folder is on sys.path)
 
 
 def collate(batch):

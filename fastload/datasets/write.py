@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import io
 import os
-from typing import Any, List, Optional, Tuple, Union
+from typing import Any, List, Tuple
 
 import numpy as np
 

@@ -99,7 +99,6 @@ import torch
 from fastload.compat.conversion import Analysis
 from fastload.trace.lazy import LazyTrace, probe
 from fastload.trace.probes import pipeline_of
-from fastload.trace.sample import shape_text
 from fastload.trace.state import TraceRefused
 from fastload.trace.where import REFUSAL_FIX, enabled, where_defined
 

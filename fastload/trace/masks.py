@@ -255,19 +255,19 @@ def grayscale_read(call: TracedCall, path: str, ignore_orientation: bool) -> Opt
 
 def tensor_of(value: Any, dtype: Any, who: str) -> Any:
     """torch.from_numpy / as_tensor / tensor of a label map or a transformed mask."""
-    call, path, mode = source_of(value)
-    if isinstance(value, MaskOutput):
-        return value._again(kind="tensor", dtype=dtype)
-    layout = mode._replace(kind="tensor", dtype=_torch_dtype(dtype) if dtype is not None else mode.dtype)
-    return LabelMap(call, path, layout)
+    return _as_kind(value, dtype, "tensor")
 
 
 def array_of(value: Any, dtype: Any, who: str) -> Any:
     """np.array / np.asarray of a label map or a transformed mask."""
+    return _as_kind(value, dtype, "array")
+
+
+def _as_kind(value: Any, dtype: Any, kind: str) -> Any:
     call, path, mode = source_of(value)
     if isinstance(value, MaskOutput):
-        return value._again(kind="array", dtype=dtype)
-    layout = mode._replace(kind="array", dtype=_torch_dtype(dtype) if dtype is not None else mode.dtype)
+        return value._again(kind=kind, dtype=dtype)
+    layout = mode._replace(kind=kind, dtype=_torch_dtype(dtype) if dtype is not None else mode.dtype)
     return LabelMap(call, path, layout)
 
 
