@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 
 from fastload.augment.own_size import apply_own_size
+from fastload.decode.header import PNG_SIGNATURE
 from fastload.errors import DecodeError, ErrorPolicy
 from fastload.source.index import SampleIndex
 from fastload.stats import SkippedSamples
@@ -50,7 +51,7 @@ def decode_image(data: bytes, plan: Any, index: int, source: str) -> Tuple[torch
                 scale = dct_scale_denom(height, width, *own_size(plan, height, width))
             image = decode_jpeg(tensor, scale_denom=scale, channels=channels, max_pixels=max_pixels)
             return image, False, (height, width) if scale > 1 else tuple(image.shape[:2]), scale
-        if data[:8] == b"\x89PNG\r\n\x1a\n":
+        if data[:8] == PNG_SIGNATURE:
             image = decode_png(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode="RGB" if channels == 3
                                else "L", max_pixels=max_pixels)
             return image, False, tuple(image.shape[:2]), 1
