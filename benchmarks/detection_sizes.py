@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import glob
 import os
-import resource
 import tempfile
 import time
 
@@ -32,7 +31,8 @@ from torchvision import tv_tensors
 from torchvision.transforms import v2
 
 import fastload
-from detection_user import UserDetection  # (benchmarks/: the script's own folder is on sys.path)
+from detection_user import UserDetection, annotations_of  # (benchmarks/: the script's folder is on sys.path)
+from timing import cpu_seconds
 
 
 def collate(batch):
@@ -45,29 +45,12 @@ def pipeline(name: str):
                                 v2.SanitizeBoundingBoxes()])
 
 
-def annotations_of(paths):
-    out = []
-    for k, path in enumerate(paths):
-        with Image.open(path) as image:
-            h, w = image.height, image.width
-        g = torch.Generator().manual_seed(k)
-        corners = torch.rand(4, 2, 2, generator=g) * torch.tensor([float(w), float(h)])
-        boxes = torch.cat([corners.min(1).values, corners.max(1).values], dim=1)
-        out.append((path, (h, w), boxes, torch.randint(1, 91, (4,), generator=g)))
-    return out
-
-
-def cpu_s() -> float:
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
-
-
 def epoch(loader):
     """(img/s, CPU ms/img) of one epoch."""
-    start, cpu, images = time.perf_counter(), cpu_s(), 0
+    start, cpu, images = time.perf_counter(), cpu_seconds(), 0
     for batch, _ in loader:
         images += len(batch)
-    return images / (time.perf_counter() - start), 1e3 * (cpu_s() - cpu) / images
+    return images / (time.perf_counter() - start), 1e3 * (cpu_seconds() - cpu) / images
 
 
 def kernels(paths, plan):
@@ -77,10 +60,10 @@ def kernels(paths, plan):
 
     datas = [torch.frombuffer(bytearray(open(p, "rb").read()), dtype=torch.uint8) for p in paths]
     torch.set_num_threads(1)
-    start, cpu = time.perf_counter(), cpu_s()
+    start, cpu = time.perf_counter(), cpu_seconds()
     for i, data in enumerate(datas):
         apply_own_size(plan, decode_jpeg(data), 0, i)
-    return len(datas) / (time.perf_counter() - start), 1e3 * (cpu_s() - cpu) / len(datas)
+    return len(datas) / (time.perf_counter() - start), 1e3 * (cpu_seconds() - cpu) / len(datas)
 
 
 def main() -> None:

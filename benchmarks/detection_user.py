@@ -26,16 +26,23 @@ class UserDetection(torch.utils.data.Dataset):
         return self.transforms(image, target)
 
 
-def make(root=None):
-    root = root or os.environ["DETECTION_ROOT"]
-    annotations = []
-    for k, path in enumerate(sorted(glob.glob(os.path.join(root, "*", "*.jpg")))):
+def annotations_of(paths):
+    """(path, (height, width), 4 XYXY boxes inside the image, 4 labels) per image, seeded by
+    its position."""
+    out = []
+    for k, path in enumerate(paths):
         with Image.open(path) as im:
             h, w = im.height, im.width
         g = torch.Generator().manual_seed(k)
         corners = torch.rand(4, 2, 2, generator=g) * torch.tensor([float(w), float(h)])
         boxes = torch.cat([corners.min(1).values, corners.max(1).values], dim=1)
-        annotations.append((path, (h, w), boxes, torch.randint(1, 91, (4,), generator=g)))
+        out.append((path, (h, w), boxes, torch.randint(1, 91, (4,), generator=g)))
+    return out
+
+
+def make(root=None):
+    root = root or os.environ["DETECTION_ROOT"]
+    annotations = annotations_of(sorted(glob.glob(os.path.join(root, "*", "*.jpg"))))
     return UserDetection(annotations, v2.Compose([
         v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip(), v2.ToImage(),
         v2.ToDtype(torch.float32, scale=True), v2.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 
 def cpu_seconds() -> float:
@@ -14,3 +15,11 @@ def cpu_seconds() -> float:
     processes count once they are joined)."""
     t = os.times()
     return t.user + t.system + t.children_user + t.children_system
+
+
+def epoch_rate(loader) -> float:
+    """Images per second of one pass over `loader` (batches of (images, labels))."""
+    start, images = time.perf_counter(), 0
+    for batch, _ in loader:
+        images += batch.shape[0]
+    return images / (time.perf_counter() - start)

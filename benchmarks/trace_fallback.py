@@ -19,7 +19,6 @@ import argparse
 import os
 import random
 import tempfile
-import time
 
 import numpy as np
 import torch
@@ -27,6 +26,7 @@ from PIL import Image
 from torchvision import transforms as T
 
 import fastload
+from timing import epoch_rate  # (benchmarks/: the script's folder is on sys.path)
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
@@ -55,13 +55,6 @@ def write_images(folder: str, n: int):
         Image.fromarray(pixels).save(path, quality=90)
         files.append(path)
     return files
-
-
-def epoch_rate(loader) -> float:
-    start, images = time.perf_counter(), 0
-    for batch, _ in loader:
-        images += batch.shape[0]
-    return images / (time.perf_counter() - start)
 
 
 def main() -> None:

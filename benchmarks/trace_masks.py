@@ -19,13 +19,13 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
-import time
 
 import numpy as np
 import torch
 from PIL import Image
 
 import fastload
+from timing import epoch_rate  # (benchmarks/: the script's folder is on sys.path)
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
@@ -79,13 +79,6 @@ def write_pairs(folder: str, n: int):
         Image.fromarray(labels, "L").save(mask)
         pairs.append((image, mask))
     return pairs
-
-
-def epoch_rate(loader) -> float:
-    start, images = time.perf_counter(), 0
-    for batch, _ in loader:
-        images += batch.shape[0]
-    return images / (time.perf_counter() - start)
 
 
 def main() -> None:
