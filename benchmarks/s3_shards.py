@@ -72,8 +72,8 @@ class Stages:
                                    (ranges.RemoteReads, "_fetch_group", "fetch path, all"),
                                    (remote.RemoteStore, "read", "range GET (sign, send, parse, receive)"),
                                    (presigned._Connection, "_exactly", "receive body"),
-                                   (cache.RangeCache, "put", "member file (create, write, rename)"),
-                                   (cache.RangeCache, "has", "cached? (utime)")]:
+                                   (cache.RangeCache, "write", "cache file (pwrite, mark)"),
+                                   (cache.RangeCache, "has", "cached? (table)")]:
             setattr(owner, name, self._timed(getattr(owner, name), label))
 
     def _timed(self, f, label):
@@ -256,7 +256,7 @@ def main() -> None:
                 options = {"key": ACCESS_KEY, "secret": SECRET_KEY, "client_kwargs": {"endpoint_url": endpoints[ms]}}
                 if not os.path.isdir(os.path.join(cache, "index")):
                     fastload.TarShards(url, ops, cache_dir=cache, storage_options=options)  # warm index
-                shutil.rmtree(os.path.join(cache, "ranges"), ignore_errors=True)  # cold members
+                shutil.rmtree(os.path.join(cache, "members"), ignore_errors=True)  # cold members
                 t = time.perf_counter()
                 ds = fastload.TarShards(url, ops, cache_dir=cache, storage_options=options)
                 open_s = time.perf_counter() - t

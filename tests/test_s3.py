@@ -13,6 +13,7 @@ import threading
 import time
 import uuid
 
+import numpy as np
 import pytest
 import torch
 
@@ -146,18 +147,47 @@ def test_read_ahead_reads_through_cached_members_in_few_requests(tmp_path):
     store.fs.pipe_file("/ahead/a.tar", data)
     reads = RemoteReads(store, RangeCache(str(tmp_path / "ranges"), limit=1 << 30), concurrency=4)
     members = {i * step: size for i in range(count)}
-    reads.add_shard("a", "memory://ahead/a.tar", len(data), members)
-    index = SimpleNamespace(files=[reads.member_path("a", o) for o in sorted(members)],
-                            file_ids=np.arange(count), sizes=np.full(count, size))
+    path = reads.add_shard("a", "memory://ahead/a.tar", len(data), members)
+    index = SimpleNamespace(files=[path], file_ids=np.zeros(count, dtype=np.int64),
+                            offsets=np.asarray(sorted(members)), sizes=np.full(count, size))
     reads.ensure(index, [0, 8, 16, 24])  # an eighth of the shard: one request per member
     reads.ensure(index, [4, 12])
     assert store.requests == 6
     reads.ensure(index, [20, 28, 30])  # over a quarter asked for: the rest of the shard, read ahead
     # 6 runs of missing members between cached ones (100 KB each): read through, one request.
     assert store.requests - 6 == 1, store.requests
-    for i, path in enumerate(index.files):
-        with open(path, "rb") as f:
-            assert f.read() == data[i * step:i * step + size], i
+    with open(path, "rb") as f:  # every member at its place in the shard's cache file
+        cached = f.read()
+    for i in range(count):
+        assert cached[i * step:i * step + size] == data[i * step:i * step + size], i
+    reads.close()
+
+
+def test_members_of_a_batch_in_flight_are_never_evicted(tmp_path):
+    """A batch's members stay from fetch() to release(), however small the cache and
+    whatever later batches fetch meanwhile; released, they are the first to go."""
+    from types import SimpleNamespace
+
+    from fastload.source.remote import RemoteStore
+
+    size, step, count = 1000, 1536, 12
+    data = os.urandom(step * count)
+    store = RemoteStore("memory://")
+    store.fs.pipe_file("/held/a.tar", data)
+    reads = RemoteReads(store, RangeCache(str(tmp_path), limit=2500, grace_s=0), concurrency=2)
+    path = reads.add_shard("a", "memory://held/a.tar", len(data), {i * step: size for i in range(count)})
+    index = SimpleNamespace(files=[path], file_ids=np.zeros(count, dtype=np.int64),
+                            offsets=np.arange(count) * step, sizes=np.full(count, size))
+    batches = [[0, 1], [4, 5], [8, 9]]  # far apart: one request each, 2000 bytes of 2500 each
+    for b in batches:
+        reads.fetch(index, b).result()  # none released yet: the cache goes over its limit
+    assert reads.cache.present("a", range(count)).tolist() == [i in (0, 1, 4, 5, 8, 9) for i in range(count)]
+    with open(path, "rb") as f:
+        cached = f.read()
+    assert all(cached[i * step:i * step + size] == data[i * step:i * step + size] for i in (0, 1, 4, 5, 8, 9))
+    for b in batches:
+        reads.release(index, b)
+    assert reads.cache.used <= 2500 and reads.cache.present("a", [8, 9]).all()  # the oldest went first
     reads.close()
 
 
@@ -235,21 +265,76 @@ def test_prepared_folder_in_a_bucket(s3_server, session_bucket, make_image_folde
     _same(_batches(remote), _batches(local))
 
 
+def _member_bytes(cache, key, member):
+    """The bytes of a member as a reader of the cache file sees them."""
+    offset, size = (int(v) for v in cache._shard(key).rows[["offset", "size"]][member])
+    with open(cache.path(key), "rb") as f:
+        f.seek(offset)
+        return f.read(size)
+
+
 def test_range_cache_evicts_least_recently_used(tmp_path):
     cache = RangeCache(str(tmp_path), limit=1000, grace_s=0)
-    paths = [cache.path("k-shard.tar", 512 * i) for i in range(6)]
-    for i, p in enumerate(paths[:4]):
-        cache.put(p, bytes([i]) * 200)
-        os.utime(p, (time.time() - 100 + i, time.time() - 100 + i))
-    assert cache.has(paths[0])  # used again: now the most recent
-    cache.put(paths[4], b"x" * 200)
-    cache.put(paths[5], b"y" * 200)  # 1200 > 1000: down to 800, oldest first
-    assert [os.path.exists(p) for p in paths] == [True, False, False, True, True, True]
-    assert cache.used <= 800 and cache.peak == 1200 and cache.evicted_bytes == 400
-    # Files used within the grace period are kept, whatever the limit.
+    key = "k-shard.tar"
+    cache.register(key, 512 * 6, offsets=[512 * i for i in range(6)], sizes=[200] * 6)
+    for i in range(4):
+        cache.write(key, 512 * i, bytes([i]) * 200, [i])
+        cache._shard(key).rows["used"][i] = time.time() - 100 + i  # used 100 s ago, in this order
+    assert cache.has(key, 0)  # used again: now the most recent
+    cache.write(key, 2048, b"x" * 200, [4])
+    cache.write(key, 2560, b"y" * 200, [5])  # 1200 > 1000
+    assert cache.over_limit()
+    assert cache.evict() == 400  # down to 800, oldest first
+    assert cache.present(key, range(6)).tolist() == [True, False, False, True, True, True]
+    assert cache.used == 800 and cache.peak == 1200 and cache.evicted_bytes == 400
+    assert _member_bytes(cache, key, 1) == bytes(200)  # freed: a hole
+    assert _member_bytes(cache, key, 3) == bytes([3]) * 200 and _member_bytes(cache, key, 4) == b"x" * 200
+    # A member a batch holds is never evicted, however old; released, it ages from now.
+    cache.pin(key, [3])
+    for i in (0, 3, 4, 5):
+        cache._shard(key).rows["used"][i] = time.time() - 100 if i != 3 else cache._shard(key).rows["used"][3]
+    cache.limit = 200
+    cache.evict()
+    assert cache.present(key, range(6)).tolist() == [False, False, False, True, False, False]
+    assert cache._shard(key).rows["used"][3] > time.time() + 60  # other processes see it held
+    cache.unpin(key, [3])
+    assert time.time() - 5 < cache._shard(key).rows["used"][3] <= time.time()
+    # Members used within the grace period are kept, whatever the limit.
     young = RangeCache(str(tmp_path / "young"), limit=100, grace_s=60)
-    young.put(young.path("k", 0), b"z" * 300)
-    assert os.path.exists(young.path("k", 0))
+    young.register("k", 1000, offsets=[0], sizes=[300])
+    young.write("k", 0, b"z" * 300, [0])
+    assert young.evict() == 0 and young.present("k", [0])[0]
+
+
+def test_range_cache_is_shared_by_processes_through_its_tables(tmp_path):
+    """A second cache object on the same folder (another process or rank) sees the members
+    the first one wrote, and its eviction takes the least recently used of both, the other
+    one's shards included."""
+    first, second = RangeCache(str(tmp_path), limit=10_000, grace_s=0), RangeCache(str(tmp_path), limit=10_000,
+                                                                                     grace_s=0)
+    first.register("a", 4096, offsets=[0, 1024], sizes=[1000, 1000])
+    second.register("a", 4096, offsets=[0, 1024], sizes=[1000, 1000])
+    first.write("a", 0, b"p" * 2024, [0, 1])
+    assert second.has("a", 1) and _member_bytes(second, "a", 1) == b"p" * 1000
+    first.register("b", 2048, offsets=[0], sizes=[1500])  # a shard the second does not know
+    first.write("b", 0, b"q" * 1500, [0])
+    first._shard("b").rows["used"][0] = 1.0  # the oldest of all
+    second.limit = 2800
+    assert second.evict() == 1500 and not first.present("b", [0])[0]
+    assert first.present("a", [0, 1]).all()
+
+
+def test_no_disk_cache_removes_members_once_no_batch_holds_them(tmp_path):
+    cache = RangeCache(str(tmp_path), limit=1 << 30)
+    cache.register("a", 4096, offsets=[0, 2048], sizes=[1000, 1000])
+    cache.pin("a", [0, 1])
+    cache.pin("a", [1])  # a second batch holds member 1 too
+    cache.write("a", 0, b"m" * 3048, [0, 1])
+    cache.unpin("a", [0, 1], drop=True)
+    assert cache.present("a", [0, 1]).tolist() == [False, True]
+    cache.unpin("a", [1], drop=True)
+    assert not cache.present("a", [0, 1]).any() and cache.used == 0
+    assert os.stat(cache.path("a")).st_blocks == 0  # every byte freed
 
 
 def test_bounded_cache_and_no_disk_cache(s3_server, bucket, local_shards, tmp_path):
@@ -264,8 +349,9 @@ def test_bounded_cache_and_no_disk_cache(s3_server, bucket, local_shards, tmp_pa
                                 cache_limit=0)
     root = nodisk.remote.cache.root
     _same(_batches(nodisk), local)
-    assert not os.path.exists(tmp_path / "none" / "ranges")
-    assert not [f for d, _, files in os.walk(root) if ".locks" not in d for f in files]  # all released
+    assert not os.path.exists(tmp_path / "none" / "members")
+    assert nodisk.remote.cache.used == 0 and nodisk.remote.stats()["members_fetched"] == len(nodisk)
+    assert all(os.stat(f).st_blocks == 0 for f in nodisk.index.files)  # every member freed
     del nodisk
     gc.collect()
     assert not os.path.exists(root)  # the memory folder goes with the dataset
@@ -282,8 +368,8 @@ def test_loaders_sharing_a_cache_download_each_member_once(s3_server, bucket, tm
     for t in threads:
         t.join()
     assert sum(r.remote.stats()["members_fetched"] for r in readers) == len(rows)
-    for r in readers:  # every file whole
-        assert all(os.path.getsize(r.index.files[i]) == r.index.sizes[i] for i in rows)
+    for r in readers:  # every member whole, as each reader sees it
+        assert [r.index.read(i) for i in rows] == [readers[0].index.read(i) for i in rows]
 
 
 def test_latency_and_dropped_requests_are_retried(s3_server, bucket, local_shards, tmp_path):
@@ -400,9 +486,29 @@ def test_skip_carries_an_epoch_past_a_server_gone_mid_epoch(s3_server, bucket, t
         with pytest.warns(UserWarning, match="skipped sample"):
             rest = list(it)
         assert [len(y) for _, y in [first] + rest] == [5, 5, 5, 5, 4]  # the epoch keeps its length
-        assert loader.stats()["skipped"] >= 1
+        stats = loader.stats()
+        assert stats["skipped"] >= 1
+        # Each skipped sample is said as its fetch failed: the shard's URL, not an undecodable image.
+        assert all("s3://" in r["reason"] for r in stats["skipped_samples"]), stats["skipped_samples"]
     finally:
         proxy.close()
+
+
+def _check_shared_cache(root, local_shards, expected_members):
+    from fastload.source.cache import ROW
+
+    by_name = {os.path.basename(p): p for p in local_shards}
+    present = 0
+    for key in os.listdir(root / ".members"):
+        rows = np.fromfile(root / ".members" / key, dtype=ROW)
+        with open(root / key, "rb") as cached, open(by_name[key.split("-", 1)[1]], "rb") as local:
+            for offset, size, used in rows.tolist():
+                if used:
+                    present += 1
+                    cached.seek(offset)
+                    local.seek(offset)
+                    assert cached.read(size) == local.read(size), (key, offset)
+    assert present == expected_members
 
 
 def _torchrun(script_args, work, world=2):
@@ -445,8 +551,8 @@ def test_ddp_ranks_sharing_a_cache_read_each_sample_once_and_resume_exactly(
         # One cache folder for both ranks: each member downloaded once, by one of them.
         assert first[0]["members_fetched"] + first[1]["members_fetched"] == 24
         assert first[0]["bytes_read"] + first[1]["bytes_read"] <= sum(os.path.getsize(p) for p in paths)
-        files = [f for d, _, fs_ in os.walk(tmp_path / "cache" / "ranges") if ".locks" not in d for f in fs_]
-        assert len(files) == 24 and not [f for f in files if f.startswith(".partial")]  # whole files only
+        # The shared cache holds each member once, whole, at its place in its shard's file.
+        _check_shared_cache(tmp_path / "cache" / "members", paths, expected_members=24)
         assert proxy.requests >= first[0]["requests"] + first[1]["requests"]
         # A new process group resumes mid-epoch from rank 0's state: exactly the rest of the epoch.
         rest = _torchrun(common + ["--phase", "resume"], str(tmp_path))

@@ -162,7 +162,7 @@ class TarShards(NativeDataset):
         cache_dir: fastload's cache folder (default: $FASTLOAD_CACHE, else
             $XDG_CACHE_HOME/fastload, else ~/.cache/fastload). http(s) shards are
             downloaded into `cache_dir/shards/`, members of shards read by range go to
-            `cache_dir/ranges/`, their indexes to `cache_dir/index/`. Each local shard's member index is read from
+            `cache_dir/members/`, their indexes to `cache_dir/index/`. Each local shard's member index is read from
             and written to `<shard>.idx.json` beside the shard (where fastload.prepare
             writes it) when the shard's folder is writable; when it is read-only, to
             `cache_dir/index/<hash of the shard's real path>-<shard name>.idx.json`, so
@@ -182,9 +182,9 @@ class TarShards(NativeDataset):
             AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL, AWS_PROFILE, ...), and fsspec's
             own configuration (`FSSPEC_S3='{"endpoint_url": ...}'`, ~/.config/fsspec/),
             which is also how a webdataset pipeline's shards get theirs.
-        cache_limit: bytes the range cache (`cache_dir/ranges/`, one file per member,
-            shared by loaders and ranks on the machine) may hold, least recently used
-            evicted past it. None: a quarter of the free disk there. 0: no disk cache
+        cache_limit: bytes of members the range cache (`cache_dir/members/`, a sparse
+            file per shard, shared by loaders and ranks on the machine) may hold, least
+            recently used evicted past it (never those of a batch in flight). None: a quarter of the free disk there. 0: no disk cache
             (members kept in memory only until their batch is made).
         concurrency: range requests in flight at once.
         retries: for shards read by range, tries after the first for a request that
@@ -275,7 +275,7 @@ class TarShards(NativeDataset):
         members: List[str] = []
         keys: List[str] = []
         manifests: Dict[str, Any] = {}
-        member_files: List[str] = []  # with remote shards: each sample's own file
+        files = list(self.shards)  # what the engine reads: the shards, or remote ones' cache files
         for shard_id, (url, path) in enumerate(zip(self.urls, self.shards)):
             if url in remote_records:
                 record, status = remote_records[url]
@@ -284,13 +284,12 @@ class TarShards(NativeDataset):
             self.index_status.append(status)
             rows, shard_members, shard_keys, shard_labels = self._samples_of(url, record)
             if url in remote_records:
-                key = cache_name(url, url)
-                self.remote.add_shard(key, url, record["shard_size"], dict(rows))
-                member_files.extend(self.remote.member_path(key, r[0]) for r in rows)
-                rows = [(0, r[1]) for r in rows]  # a member file holds just the member
+                # The engine reads the shard's cache file, at the members' own offsets; the
+                # key names the object's version, so a replaced shard never meets old bytes.
+                key = cache_name(f"{url}#{record['remote_identity'].get('tag')}", url)
+                files[shard_id] = self.remote.add_shard(key, url, record["shard_size"], dict(rows))
             else:
                 _check_manifest(path, len(rows), status == "built", manifests)
-                member_files.extend(path for _ in rows)
             file_ids.append(np.full(len(rows), shard_id, dtype=np.int64))
             offsets.append(np.asarray([r[0] for r in rows], dtype=np.int64))
             sizes.append(np.asarray([r[1] for r in rows], dtype=np.int64))
@@ -305,12 +304,8 @@ class TarShards(NativeDataset):
                 f"{'/'.join(LABEL_EXTS)}.", UserWarning, stacklevel=2)
         # The shard of each sample (the index's file_ids say which file the engine reads).
         self.sample_shards = np.concatenate(file_ids)
-        if self.remote is None:
-            files, file_id = FlatStrings.from_list(self.shards), self.sample_shards
-        else:
-            files, file_id = FlatStrings.from_list(member_files), np.arange(len(member_files), dtype=np.int64)
         index = SampleIndex(
-            files=files, file_ids=file_id,
+            files=FlatStrings.from_list(files), file_ids=self.sample_shards,
             offsets=np.concatenate(offsets), sizes=np.concatenate(sizes),
             labels=np.asarray(labels, dtype=np.int64), members=FlatStrings.from_list(members), remote=self.remote)
         self.keys = FlatStrings.from_list(keys)

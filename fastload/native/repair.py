@@ -120,11 +120,17 @@ class Repair:
                  predecoded: Optional[torch.Tensor] = None) -> Tuple[int, str]:
         """Fills out[slot] with one sample on the CPU engine (then copied to the device)."""
         remote = getattr(self._index, "remote", None)
-        if remote is not None:  # a sample of a remote shard: its bytes fetched first
-            try:
-                remote.ensure(self._index, [sample])
-            except TarShardError as e:
-                return int(contract.READ_ERROR), str(e)
+        if remote is None:
+            return self._run_engine(slot, sample, out, epoch, predecoded)
+        # A sample of a remote shard: its bytes fetched first, and held while the engine reads them.
+        try:
+            with remote.holding(self._index, [sample]):
+                return self._run_engine(slot, sample, out, epoch, predecoded)
+        except TarShardError as e:
+            return int(contract.READ_ERROR), str(e)
+
+    def _run_engine(self, slot: int, sample: int, out: torch.Tensor, epoch: int,
+                    predecoded: Optional[torch.Tensor]) -> Tuple[int, str]:
         extra = {0: predecoded} if predecoded is not None else {}
         if isinstance(out, list):  # several outputs per sample (CPU only): every one's slot
             k = self._image_views

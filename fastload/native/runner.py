@@ -212,11 +212,12 @@ class NativeRunner:
         try:
             fetch.result(timeout=self.timeout or None)
         except concurrent.futures.TimeoutError:
-            raise self._timed_out_error(samples) from None
+            raise _timed_out_error(self.index, samples, self.timeout) from None
         except TarShardError:
             if not self._repair.policy.skips:
                 with self._lock:
                     self._pending.pop(ticket, None)
+                self.index.remote.release(self.index, samples.tolist())
                 raise
         entry = (samples, self.producer.submit(samples, epoch), epoch, submitted, fetch)
         with self._lock:
@@ -247,13 +248,14 @@ class NativeRunner:
                 status, messages, out = self.producer.collect(handle)
             except TimeoutError:  # the batch outlived the loader's timeout
                 self._timed_out.append(handle)
-                raise self._timed_out_error(samples) from None
+                raise _timed_out_error(self.index, samples, self.timeout) from None
         finished = time.perf_counter()
         if torch.autograd._profiler_enabled():
             self._profile_stages()
+        _mark_unfetched(self.index, samples, fetch, status, messages)
         kept = self._repair.fill(samples, status, messages, out, epoch)
-        if fetch is not None:  # without a disk cache, the batch's files go now
-            self.index.remote.release(self.index, sorted(set(samples.tolist()) | set(kept.tolist())))
+        if fetch is not None:  # the batch's members may be evicted now (without a disk cache: removed)
+            self.index.remote.release(self.index, samples.tolist())
             self._start_fetched()
         samples = kept
         stats = self._stats
@@ -262,14 +264,6 @@ class NativeRunner:
         stats["engine_s"] += finished - submitted
         stats["wait_s"] += finished - started
         return samples, out, epoch
-
-    def _timed_out_error(self, samples: torch.Tensor) -> RuntimeError:
-        indices = samples.tolist()
-        shown = ", ".join(self.index.source(i) for i in indices[:4]) + (", ..." if len(indices) > 4 else "")
-        return RuntimeError(
-            f"DataLoader timed out after {self.timeout:g} seconds. fastload: the native engine had not finished the "
-            f"batch of samples {indices} ({shown}). A read that never returns (a hung network file system) or an "
-            "overloaded machine: check the files' storage, or raise timeout (0: no limit).")
 
     @property
     def repair(self) -> Repair:
@@ -291,6 +285,8 @@ class NativeRunner:
             self.producer.discard(entry[1])
         elif entry is not None:
             entry[4].cancel()  # its bytes were not all fetched yet: the engine never had it
+        if entry is not None and entry[4] is not None:
+            self.index.remote.release(self.index, entry[0].tolist())
 
     def _profile_stages(self) -> None:
         """A zero-length "fastload.engine_stages" range whose arguments are the engine
@@ -338,3 +334,23 @@ class NativeRunner:
         engine = getattr(self, "_engine", None)
         if engine is not None:
             engine.close()
+
+
+def _timed_out_error(index: SampleIndex, samples: torch.Tensor, timeout: float) -> RuntimeError:
+    indices = samples.tolist()
+    shown = ", ".join(index.source(i) for i in indices[:4]) + (", ..." if len(indices) > 4 else "")
+    return RuntimeError(
+        f"DataLoader timed out after {timeout:g} seconds. fastload: the native engine had not finished the "
+        f"batch of samples {indices} ({shown}). A read that never returns (a hung network file system) or an "
+        "overloaded machine: check the files' storage, or raise timeout (0: no limit).")
+
+
+def _mark_unfetched(index: SampleIndex, samples: torch.Tensor, fetch: Any, status: torch.Tensor,
+                    messages: List[str]) -> None:
+    """Under on_error="skip" a batch whose fetch failed still went to the engine: its
+    samples whose bytes never came are unreadable, with the fetch's error as their message
+    (what the engine read there is a hole of the cache file, not the sample)."""
+    failure = fetch.exception() if fetch is not None else None
+    if failure is not None:
+        for slot in index.remote.missing(index, samples.tolist()):
+            status[slot], messages[slot] = contract.READ_ERROR, str(failure)

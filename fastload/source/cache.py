@@ -1,39 +1,58 @@
-"""A bounded, shared cache of byte ranges fetched from remote shards: one file per member.
+"""A bounded, shared cache of the members fetched from remote shards: one sparse file per shard.
 
-The C++ engine reads samples by (file, offset, size) from local files, so every member
-fetched from object storage is written to its own file, `<root>/<shard key>/<offset>`,
-under a temporary name renamed into place when complete: a reader never sees a torn file,
-whichever loader, rank or process wrote it. Fetches of the same members by several
-processes are serialised by lock files (those of LOCK_STRIPES picked by the shard and the
-LOCK_WINDOW-sized windows the fetch's bytes touch), so the second one finds the files and
-downloads nothing.
+The C++ engine reads samples by (file, offset, size) from local files. Every member
+fetched from object storage is written into its shard's cache file, `<root>/<shard key>`,
+at the member's own offset in the shard: the file is a sparse copy of the shard holding
+only what was fetched, so the sample index points at it with the shard's own offsets,
+fixed when the dataset opens and the same in every process and rank. A request's answer
+(one member, or many neighbours read at once) is written with one `pwrite` per run of
+members: no file per member (creating, writing and renaming one cost the loader more CPU
+than the request that fetched it).
 
-The cache holds at most `limit` bytes: past it, the least recently used files (by mtime,
-refreshed on every hit) are removed until it is back under EVICT_TO of the limit. A file
-used in the last `grace_s` seconds is never removed, so a batch that another loader has
-fetched but not yet read keeps its files; the cache may exceed its limit by what is
-fetched in that window.
+Which members are there is kept in a table beside each file, `<root>/.members/<shard
+key>`, memory-mapped by every process that uses the shard: one row per member (offset,
+size, last use in seconds; 0 when absent). A member is marked present only after its
+bytes are written, so a reader that finds it marked reads whole bytes, whichever loader,
+rank or process wrote them. Fetches of the same members by several processes are
+serialised by lock files (those of LOCK_STRIPES picked by the shard and the
+LOCK_WINDOW-sized windows the fetch's bytes touch), so the second one finds the members
+and downloads nothing.
+
+The cache holds at most `limit` bytes of members: past it, the least recently used ones
+(last use refreshed on every hit) are unmarked and their bytes freed (a hole punched in
+the file) until it is back under EVICT_TO of the limit. A member is never evicted while
+a batch holds it (`pin`: in this process by count, and for every other process its last
+use is set PIN_S ahead until it is unpinned), nor when used in the last `grace_s`
+seconds (a batch another loader fetched before pinning came in).
 
 Example:
     >>> import tempfile
     >>> cache = RangeCache(tempfile.mkdtemp(), limit=1 << 20)
-    >>> path = cache.path("0123abcd-train-0000.tar", 1536)
-    >>> cache.put(path, b"bytes of one member"); cache.has(path)
+    >>> cache.register("0123abcd-train-0000.tar", 4096, offsets=[512, 2048], sizes=[1000, 1500])
+    >>> cache.write("0123abcd-train-0000.tar", 512, b"m" * 1000, [0]); cache.has("0123abcd-train-0000.tar", 0)
     True
+    >>> cache.has("0123abcd-train-0000.tar", 1)
+    False
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
+import errno
 import fcntl
-import itertools
+import mmap
 import os
 import shutil
 import tempfile
 import threading
 import time
+import warnings
 import zlib
-from typing import Iterator, List, Optional, Tuple, Union
+from typing import ContextManager, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
 
 # Lock files under <root>/.locks: a byte window of a shard maps to one of these, so locking
 # never grows the cache.
@@ -46,8 +65,19 @@ LOCK_WINDOW = 4 << 20
 EVICT_TO = 0.8
 # The default limit: this fraction of the free space where the cache lives.
 DEFAULT_FRACTION_OF_FREE = 0.25
-# Files used this recently are never evicted (a fetched batch waiting for the engine).
+# Members used this recently are never evicted (a batch another process fetched, not yet pinned).
 DEFAULT_GRACE_S = 10.0
+# A member pinned by a batch shows other processes a last use this far ahead until it is
+# unpinned (a process that dies with a pinned batch holds its members this long at most).
+PIN_S = 600.0
+# Bytes between two members written with them in one pwrite (a tar header and a label
+# member sit between two images); wider gaps are not written at all.
+WRITE_GAP = 4096
+# A table row: the member's offset and size in the shard, its last use (0: absent).
+ROW = np.dtype([("offset", "<i8"), ("size", "<i8"), ("used", "<f8")])
+
+_FALLOC_FL_KEEP_SIZE, _FALLOC_FL_PUNCH_HOLE = 0x01, 0x02
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 
 
 def default_limit(folder: str) -> int:
@@ -65,169 +95,378 @@ def memory_folder() -> str:
     return tempfile.mkdtemp(prefix="fastload-ranges-", dir=base)
 
 
+def punch_hole(fd: int, offset: int, size: int) -> bool:
+    """Frees bytes [offset, offset + size) of a file, which then read as zeros (the file
+    keeps its size); False where the filesystem cannot (the bytes stay)."""
+    if size <= 0:
+        return True
+    if _libc.fallocate(fd, _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE,
+                       ctypes.c_int64(offset), ctypes.c_int64(size)) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EOPNOTSUPP, errno.ENOSYS):
+        return False
+    raise OSError(err, f"fastload: cannot free bytes {offset}-{offset + size} of a range cache file: "
+                       f"{os.strerror(err)}")
+
+
+@contextlib.contextmanager
+def window_locks(root: str, key: str, start: int, end: int) -> Iterator[None]:
+    """Holds the lock files under `root` of the windows bytes [start, end) of the shard
+    `key` touch (other threads and processes fetching or evicting any of those bytes
+    wait), taken in stripe order so that no two holders wait for each other."""
+    windows = range(int(start) // LOCK_WINDOW, max(int(start), int(end) - 1) // LOCK_WINDOW + 1)
+    stripes = sorted({zlib.crc32(f"{key}:{w}".encode("utf-8", "surrogateescape")) % LOCK_STRIPES
+                      for w in windows})
+    fds: List[int] = []
+    try:
+        for stripe in stripes:
+            fds.append(os.open(os.path.join(root, ".locks", str(stripe)), os.O_RDWR | os.O_CREAT, 0o666))
+            fcntl.flock(fds[-1], fcntl.LOCK_EX)
+        yield
+    finally:
+        for fd in reversed(fds):
+            os.close(fd)  # releases its lock
+
+
+class _Shard:
+    """One shard's cache file and its member table, mapped in this process. (The file is
+    opened for each write or eviction, not held: a run over thousands of shards would
+    hold a descriptor for each.)"""
+
+    def __init__(self, data: str, table: str, size: int, offsets: np.ndarray, sizes: np.ndarray):
+        self.data, self.size = data, int(size)
+        with self.opened() as fd:
+            if os.fstat(fd).st_size < self.size:
+                os.ftruncate(fd, self.size)  # sparse: no block is used until written
+        rows = max(1, len(offsets))
+        tfd = os.open(table, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            if os.fstat(tfd).st_size != rows * ROW.itemsize:
+                os.ftruncate(tfd, rows * ROW.itemsize)  # (a fresh table: every member absent)
+            self._map = mmap.mmap(tfd, rows * ROW.itemsize)
+        finally:
+            os.close(tfd)
+        self.rows = np.frombuffer(self._map, dtype=ROW, count=len(offsets))
+        if not (np.array_equal(self.rows["offset"], offsets) and np.array_equal(self.rows["size"], sizes)):
+            # A fresh table (or one another process is filling with the same values): only
+            # these columns are written, never a member's last use that someone set meanwhile.
+            self.rows["used"][(self.rows["offset"] != offsets) | (self.rows["size"] != sizes)] = 0.0
+            self.rows["offset"], self.rows["size"] = offsets, sizes
+        self.ordinal: Dict[int, int] = {int(o): i for i, o in enumerate(offsets)}
+
+    @contextlib.contextmanager
+    def opened(self) -> Iterator[int]:
+        fd = os.open(self.data, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+
+    def close(self) -> None:
+        self.rows = None
+        with contextlib.suppress(BufferError):  # (a view still in use: the map goes with it)
+            self._map.close()
+
+
 class RangeCache:
-    """Member files under `root`, at most `limit` bytes in all, least recently used evicted.
+    """Members of remote shards under `root`, at most `limit` bytes in all, least recently
+    used evicted; shared by the processes and ranks that use `root`.
 
     Args:
-        root: the cache folder (created when missing); may be shared by processes.
-        limit: bytes the cache may hold (default: DEFAULT_FRACTION_OF_FREE of the free disk).
-        grace_s: files used this recently are never evicted.
+        root: the cache folder (created when missing).
+        limit: bytes of members the cache may hold (default: DEFAULT_FRACTION_OF_FREE of the free disk).
+        grace_s: members used this recently are never evicted.
+
+    A shard is `register`ed with its members (offsets and sizes in the shard, the same
+    lists in every process); its members are then named by their place in those lists.
     """
 
     def __init__(self, root: str, limit: Optional[int] = None, grace_s: float = DEFAULT_GRACE_S):
         self.root = os.fspath(root)
-        os.makedirs(os.path.join(self.root, ".locks"), exist_ok=True)
+        for sub in (".locks", ".members"):
+            os.makedirs(os.path.join(self.root, sub), exist_ok=True)
         self.limit = int(limit) if limit is not None else default_limit(self.root)
         if self.limit < 0:
             raise ValueError(f"fastload.RangeCache: expected a limit >= 0 bytes, got {limit!r}.")
         self.grace_s = float(grace_s)
         self._lock = threading.Lock()
-        self._folders: set = set()  # shard folders known to exist
-        self._serial = itertools.count()
-        self._used = self._scan_size()
-        self.peak = self._used
+        self._known: Dict[str, Tuple[int, np.ndarray, np.ndarray]] = {}  # key -> (size, offsets, sizes)
+        self._open: Dict[str, _Shard] = {}
+        # (key, member) -> (batches of this process holding it, the last use its pin set)
+        self._pins: Dict[Tuple[str, int], Tuple[int, float]] = {}
+        self._used: Optional[int] = None  # counted at the first need (a scan of the tables)
+        self.peak = 0
         self.evicted_bytes = 0
+        self._warned = False
 
     def __getstate__(self):
         state = dict(self.__dict__)
-        del state["_lock"], state["_serial"]
+        state["_open"], state["_pins"] = {}, {}
+        del state["_lock"]
         return state
 
     def __setstate__(self, state):
         self.__dict__.update(state)
         self._lock = threading.Lock()
-        self._serial = itertools.count()
+
+    def __del__(self):
+        with contextlib.suppress(Exception):
+            self.close()
+
+    def close(self) -> None:
+        """Closes the files this process has open (the cache stays on disk)."""
+        with self._lock:
+            shards, self._open = list(self._open.values()), {}
+        for shard in shards:
+            shard.close()
+
+    # -- where members are ----------------------------------------------------------
+
+    def register(self, key: str, size: int, offsets: Sequence[int], sizes: Sequence[int]) -> None:
+        """Makes the shard `key` (`size` bytes) known with its members' offsets and sizes
+        (in offset order); nothing is created until a member is written or looked up."""
+        offsets = np.asarray(offsets, dtype=np.int64)
+        if len(offsets) > 1 and not (np.diff(offsets) > 0).all():
+            raise ValueError("fastload.RangeCache: expected member offsets in increasing order.")
+        self._known[key] = (int(size), offsets, np.asarray(sizes, dtype=np.int64))
+
+    def path(self, key: str) -> str:
+        """The file that holds the shard's fetched members at their offsets in the shard."""
+        return os.path.join(self.root, key)
+
+    def _shard(self, key: str) -> _Shard:
+        shard = self._open.get(key)
+        if shard is None:
+            with self._lock:
+                shard = self._open.get(key)
+                if shard is None:
+                    size, offsets, sizes = self._known[key]
+                    shard = self._open[key] = _Shard(self.path(key), os.path.join(self.root, ".members", key),
+                                                     size, offsets, sizes)
+        return shard
+
+    def ordinal(self, key: str, offset: int) -> int:
+        """The place of the member at `offset` in the shard's list."""
+        return self._shard(key).ordinal[int(offset)]
+
+    def has(self, key: str, member: int) -> bool:
+        """True when the member is there; a hit refreshes its place in the LRU order."""
+        used = self._shard(key).rows["used"]
+        if used[member] == 0.0:
+            return False
+        if (key, member) not in self._pins:  # (pinned here: already held ahead)
+            used[member] = max(used[member], time.time())  # (never shortens another process's pin)
+        return True
+
+    def present(self, key: str, members: Sequence[int]) -> np.ndarray:
+        """Whether each member is there (bool array), without refreshing its last use."""
+        return self._shard(key).rows["used"][np.asarray(members, dtype=np.int64)] != 0.0
+
+    # -- writing and holding ----------------------------------------------------------
+
+    def write(self, key: str, start: int, data: Union[bytes, bytearray, memoryview], members: Sequence[int]) -> None:
+        """Writes `data`, the shard's bytes from `start`, for `members` (all inside it):
+        each run of members closer than WRITE_GAP in one pwrite from a view of `data` (no
+        copy), then marks them present (after their bytes, so no reader meets a torn member)."""
+        shard = self._shard(key)
+        rows = shard.rows
+        self.used  # (counted before these members are marked)
+        view = memoryview(data)
+        members = sorted(members)
+        added = 0
+        runs: List[Tuple[int, int]] = []  # byte spans written, one pwrite each
+        i = 0
+        while i < len(members):
+            first = last = members[i]
+            while i + 1 < len(members) and (rows["offset"][members[i + 1]]
+                                            - rows["offset"][last] - rows["size"][last]) <= WRITE_GAP:
+                i += 1
+                last = members[i]
+            lo, hi = int(rows["offset"][first]), int(rows["offset"][last] + rows["size"][last])
+            if lo < start or hi > start + len(view):
+                raise ValueError(f"fastload.RangeCache: members {lo}-{hi} are not inside the bytes "
+                                 f"{start}-{start + len(view)} written to {key}.")
+            runs.append((lo, hi))
+            i += 1
+        with shard.opened() as fd:
+            for lo, hi in runs:
+                written = 0
+                while written < hi - lo:
+                    written += os.pwrite(fd, view[lo - start + written:hi - start], lo + written)
+        now = time.time()
+        used = rows["used"]
+        for m in members:
+            if used[m] == 0.0:
+                added += int(rows["size"][m])
+            pin = self._pins.get((key, m))
+            used[m] = max(used[m], now if pin is None else pin[1])
+        with self._lock:
+            self._used += added
+            self.peak = max(self.peak, self._used)
+
+    def pin(self, key: str, members: Sequence[int]) -> None:
+        """Holds the members (a batch that will read them) until unpinned: this process
+        never evicts them, and every other process sees them used PIN_S ahead."""
+        used = self._shard(key).rows["used"]
+        ahead = time.time() + PIN_S
+        with self._lock:
+            for m in members:
+                count, _ = self._pins.get((key, m), (0, 0.0))
+                self._pins[(key, m)] = (count + 1, ahead)
+                if used[m] != 0.0:
+                    used[m] = max(used[m], ahead)
+
+    def unpin(self, key: str, members: Sequence[int], drop: bool = False) -> None:
+        """Lets the members go (their batch is made): their last use becomes now (unless
+        another process pinned them since), or with `drop` (no disk cache) those no other
+        batch holds are removed."""
+        shard = self._shard(key)
+        used = shard.rows["used"]
+        now, released = time.time(), []
+        with self._lock:
+            for m in members:
+                count, ahead = self._pins.get((key, m), (1, 0.0))
+                if count > 1:
+                    self._pins[(key, m)] = (count - 1, ahead)
+                    continue
+                self._pins.pop((key, m), None)
+                released.append(m)
+                # Still the time this process set: no other pin came after it, so it may age.
+                if used[m] == ahead and ahead != 0.0:
+                    used[m] = now
+        if drop and released:
+            self._remove(key, released)
+
+    def pinned(self, key: str, member: int) -> bool:
+        """True while a batch of this process holds the member."""
+        return (key, member) in self._pins
+
+    # -- removing -------------------------------------------------------------------
+
+    def _remove(self, key: str, members: Sequence[int]) -> int:
+        """Unmarks the members, then frees their bytes and the bytes around them up to the
+        nearest present members (headers and members already gone: a block is freed only
+        when a punch covers all of it); returns the member bytes removed."""
+        shard = self._shard(key)
+        rows, removed = shard.rows, 0
+        offsets, sizes, used = rows["offset"], rows["size"], rows["used"]
+        for m in sorted(members):
+            offset, size = int(offsets[m]), int(sizes[m])
+            # Under the locks of the member's windows: a fetch writing any byte of them waits,
+            # so no member is marked present over bytes freed after its write. The freed
+            # span stays inside those windows.
+            with self.locked(key, offset, offset + size):
+                if used[m] == 0.0 or (key, m) in self._pins:
+                    continue
+                used[m] = 0.0
+                lo = offset // LOCK_WINDOW * LOCK_WINDOW
+                hi = ((offset + size - 1) // LOCK_WINDOW + 1) * LOCK_WINDOW
+                first, last = int(np.searchsorted(offsets, lo)), int(np.searchsorted(offsets, hi))
+                before = np.flatnonzero(used[max(first - 1, 0):m] != 0.0)  # (one may start in the window before)
+                if before.size:
+                    j = max(first - 1, 0) + int(before[-1])
+                    lo = max(lo, int(offsets[j] + sizes[j]))
+                after = np.flatnonzero(used[m + 1:last] != 0.0)
+                if after.size:
+                    hi = int(offsets[m + 1 + int(after[0])])
+                with shard.opened() as fd:
+                    freed = punch_hole(fd, lo, min(hi, shard.size) - lo)
+                if not freed and not self._warned:
+                    self._warned = True
+                    warnings.warn(f"fastload: the filesystem of the range cache {self.root} cannot free parts "
+                                  "of files (no hole punching): evicted members keep their disk space. Put "
+                                  "cache_dir on ext4, xfs, btrfs or tmpfs.", RuntimeWarning, stacklevel=3)
+                removed += size
+        with self._lock:
+            if self._used is not None:
+                self._used -= removed
+        return removed
+
+    def locked(self, key: str, start: int, end: int) -> ContextManager[None]:
+        """window_locks() of this cache: fetches and evictions of bytes [start, end) of the shard wait."""
+        return window_locks(self.root, key, start, end)
+
+    # -- the limit ------------------------------------------------------------------
 
     @property
     def used(self) -> int:
-        """Bytes in the cache, as this process last counted them (others' writes are
-        counted at the next eviction's scan)."""
+        """Bytes of members in the cache, as this process last counted them (others'
+        writes are counted at the next eviction's scan)."""
+        if self._used is None:
+            counted = self._count()  # (not under the lock: counting opens the shards' tables)
+            with self._lock:
+                if self._used is None:
+                    self._used = counted
         return self._used
 
-    def path(self, shard_key: str, offset: int) -> str:
-        """The file that holds the member at `offset` of the shard `shard_key`."""
-        return os.path.join(self.root, shard_key, str(int(offset)))
+    def _tables(self) -> Iterator[Tuple[str, np.ndarray]]:
+        """(key, rows) of every shard in the cache, this process's and others'."""
+        folder = os.path.join(self.root, ".members")
+        for key in sorted(os.listdir(folder)):
+            if key in self._known:
+                yield key, self._shard(key).rows
+                continue
+            try:  # another dataset's shard: its table read where it stands
+                with open(os.path.join(folder, key), "rb") as f:
+                    rows = np.frombuffer(f.read(), dtype=ROW)
+            except (OSError, ValueError):
+                continue
+            yield key, rows
 
-    def has(self, path: str) -> bool:
-        """True when the file is there; a hit refreshes its place in the LRU order."""
-        try:
-            os.utime(path)
-            return True
-        except OSError:
-            return False
+    def _count(self) -> int:
+        return sum(int(rows["size"][rows["used"] != 0.0].sum()) for _, rows in self._tables())
 
-    def put(self, path: str, data: Union[bytes, bytearray, memoryview]) -> None:
-        """Writes one member's bytes: temporary file, then rename (never a torn file).
-
-        `data` may be a memoryview into a larger buffer (a coalesced request's): written
-        from there, not copied first. os calls, not a Python file object: this runs once per
-        member fetched, so its few microseconds count."""
-        folder = os.path.dirname(path)
-        if folder not in self._folders:
-            os.makedirs(folder, exist_ok=True)
-            self._folders.add(folder)
-        try:
-            replaced = os.stat(path).st_size  # (counted once: a rewrite replaces it)
-        except OSError:
-            replaced = 0
-        # Unique per process and thread: no name is drawn and tried as mkstemp does.
-        tmp = os.path.join(folder, f".partial-{os.getpid()}-{threading.get_ident()}-{next(self._serial)}")
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileNotFoundError:  # the folder was removed meanwhile (an eviction): once more
-            os.makedirs(folder, exist_ok=True)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            view = memoryview(data)
-            written = 0
-            try:
-                while written < len(view):
-                    written += os.write(fd, view[written:])
-            finally:
-                os.close(fd)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        with self._lock:
-            self._used += len(view) - replaced
-            self.peak = max(self.peak, self._used)
-            over = self._used > self.limit
-        if over:
-            self.evict()
-
-    def remove(self, path: str) -> None:
-        """Drops one file (a cache without disk keeps members only until their batch is made)."""
-        try:
-            size = os.stat(path).st_size
-            os.unlink(path)
-        except OSError:
-            return
-        with self._lock:
-            self._used -= size
-
-    @contextlib.contextmanager
-    def locked(self, shard_key: str, start: int, end: int) -> Iterator[None]:
-        """Holds the lock files of the windows bytes [start, end) of the shard touch (other
-        threads and processes fetching any of those bytes wait), taken in stripe order so
-        that no two holders wait for each other."""
-        windows = range(int(start) // LOCK_WINDOW, max(int(start), int(end) - 1) // LOCK_WINDOW + 1)
-        stripes = sorted({zlib.crc32(f"{shard_key}:{w}".encode("utf-8", "surrogateescape")) % LOCK_STRIPES
-                          for w in windows})
-        fds: List[int] = []
-        try:
-            for stripe in stripes:
-                fds.append(os.open(os.path.join(self.root, ".locks", str(stripe)), os.O_RDWR | os.O_CREAT, 0o666))
-                fcntl.flock(fds[-1], fcntl.LOCK_EX)
-            yield
-        finally:
-            for fd in reversed(fds):
-                os.close(fd)  # releases its lock
-
-    def _files(self) -> List[Tuple[float, int, str]]:
-        out = []
-        with os.scandir(self.root) as shards:
-            for shard in shards:
-                if shard.name.startswith(".") or not shard.is_dir(follow_symlinks=False):
-                    continue
-                with os.scandir(shard.path) as members:
-                    for m in members:
-                        if m.name.startswith("."):
-                            continue
-                        try:
-                            st = m.stat(follow_symlinks=False)
-                        except OSError:
-                            continue  # removed meanwhile
-                        out.append((st.st_mtime, st.st_size, m.path))
-        return out
-
-    def _scan_size(self) -> int:
-        return sum(size for _, size, _ in self._files())
+    def over_limit(self) -> bool:
+        return self.used > self.limit
 
     def evict(self) -> int:
-        """Removes least recently used files until the cache holds EVICT_TO of its limit;
-        returns the bytes removed. One process evicts at a time (the others go on)."""
+        """Removes least recently used members until the cache holds EVICT_TO of its limit;
+        returns the bytes removed. One process evicts at a time (the others go on). Members
+        of shards this process does not know are evicted too (their table and file are
+        opened for it)."""
         fd = os.open(os.path.join(self.root, ".locks", "evict"), os.O_RDWR | os.O_CREAT, 0o666)
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 return 0  # another process is evicting
-            files = sorted(self._files())
-            used = sum(size for _, size, _ in files)
-            target = int(self.limit * EVICT_TO)
-            young = time.time() - self.grace_s
-            removed = 0
-            for mtime, size, path in files:
-                if used - removed <= target or mtime > young:
+            candidates: List[Tuple[float, int, str, int]] = []  # (last use, size, key, member)
+            used = 0
+            for key, rows in self._tables():
+                present = np.flatnonzero(rows["used"] != 0.0)
+                used += int(rows["size"][present].sum())
+                candidates.extend(zip(rows["used"][present].tolist(), rows["size"][present].tolist(),
+                                      [key] * len(present), present.tolist()))
+            candidates.sort()
+            target, young = int(self.limit * EVICT_TO), time.time() - self.grace_s
+            chosen: Dict[str, List[int]] = {}
+            freed = 0
+            for last_use, size, key, member in candidates:
+                if used - freed <= target or last_use > young:
                     break
-                with contextlib.suppress(OSError):
-                    os.unlink(path)
-                    removed += size
+                if (key, member) in self._pins:
+                    continue
+                chosen.setdefault(key, []).append(member)
+                freed += size
+            removed = 0
+            for key, members in chosen.items():
+                try:
+                    if key not in self._known:
+                        self._adopt(key)
+                    removed += self._remove(key, members)
+                except (OSError, ValueError):
+                    continue  # a table or file removed or damaged meanwhile: left to its owner
             with self._lock:
                 self._used = used - removed
                 self.evicted_bytes += removed
             return removed
         finally:
             os.close(fd)
+
+    def _adopt(self, key: str) -> None:
+        """Knows another dataset's shard from its table (to evict its members)."""
+        with open(os.path.join(self.root, ".members", key), "rb") as f:
+            rows = np.frombuffer(f.read(), dtype=ROW)
+        size = int((rows["offset"] + rows["size"]).max()) if len(rows) else 0
+        self.register(key, max(size, os.stat(self.path(key)).st_size), rows["offset"].copy(), rows["size"].copy())

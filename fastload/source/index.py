@@ -143,11 +143,8 @@ class SampleIndex:
                 shard).
         """
         if self.remote is not None:
-            self.remote.ensure(self, [i])
-            try:
+            with self.remote.holding(self, [i]):
                 return self._read(i)
-            finally:
-                self.remote.release(self, [i])
         return self._read(i)
 
     def _read(self, i: int) -> bytes:

@@ -1,18 +1,18 @@
 """Samples of remote shards read by range requests, ahead of the engine, into a bounded cache.
 
 A remote shard is never copied whole unless a batch needs most of it: its members are
-fetched by byte range (`RemoteStore.read`), each into its own file of a `RangeCache`
-(`<cache>/<shard key>/<member offset>`), and the sample index points the engine at those
-files (offset 0, the member's size). `RemoteReads.fetch(index, samples)` is called with
-each batch before the engine reads it: the members not yet cached are grouped per shard,
+fetched by byte range (`RemoteStore.read`) into the shard's sparse cache file of a
+`RangeCache` (`<cache>/<shard key>`, each member at its own offset), and the sample index
+points the engine at that file with the shard's own offsets. `RemoteReads.fetch(index,
+samples)` is called with each batch before the engine reads it: the batch's members are
+pinned (no eviction until `release`), those not yet cached are grouped per shard,
 neighbours coalesced into one request (gaps up to COALESCE_GAP bytes are read and
 dropped; a shard of which the batch needs at least WHOLE_SHARD_FRACTION is read in one
 request; once a reader has asked for READ_AHEAD_FRACTION of a shard, the rest of it
 comes in whole-shard requests that read through members cached already, up to
 READ_THROUGH_GAP bytes of them in a row), and the requests run on a thread pool,
-`concurrency` at once. With
-`keep=False` (no disk cache) the files live in a private folder in memory and are
-removed as soon as their batch is made (`release`).
+`concurrency` at once. With `keep=False` (no disk cache) the cache lives in a private
+folder in memory and members are removed as soon as their batch is made (`release`).
 
 Example:
     >>> import tempfile
@@ -25,10 +25,11 @@ Example:
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import functools
 import os
 import threading
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from fastload.source.cache import RangeCache, memory_folder
 from fastload.source.remote import RemoteStore, is_remote, protocol
@@ -100,20 +101,28 @@ class _AllDone:
     def done(self) -> bool:
         return all(f.done() for f in self.futures)
 
+    def exception(self) -> Optional[BaseException]:
+        """The first failure among the finished requests, or None."""
+        return next((e for f in self.futures if f.done() and not f.cancelled()
+                     and (e := f.exception()) is not None), None)
+
     def cancel(self) -> None:
         for f in self.futures:
             f.cancel()
 
 
 class RemoteReads:
-    """The range reads of one dataset's remote shards: where each member's file is, and
-    the fetch that fills those files before the engine reads them.
+    """The range reads of one dataset's remote shards: where each shard's cache file is,
+    and the fetch that fills it before the engine reads a batch.
 
     Args:
         store: the RemoteStore the shards are read through.
-        cache: where member files go (a RangeCache; a private memory folder when keep=False).
-        keep: False: files are removed once their batch is made (no disk cache).
+        cache: where members go (a RangeCache; a private memory folder when keep=False).
+        keep: False: members are removed once their batch is made (no disk cache).
         concurrency: requests in flight at once.
+
+    A batch is held from `fetch` to `release`: its members are pinned (never evicted while
+    the engine may read them) and, without a disk cache, removed by `release`.
 
     Attributes:
         stats(): requests, bytes read, retries, members fetched, cache hits, cache bytes
@@ -127,6 +136,7 @@ class RemoteReads:
         self.urls: Dict[str, str] = {}  # shard key -> URL
         self.shard_sizes: Dict[str, int] = {}
         self.members: Dict[str, Dict[int, int]] = {}  # shard key -> {offset: size} of its samples
+        self._keys: Dict[str, str] = {}  # cache file -> shard key
         self._asked: Dict[str, int] = {}  # shard key -> member bytes asked for (read ahead past a fraction)
         self._ahead: set = set()  # shards read ahead whole
         self._in_flight: Dict[Tuple[str, int], concurrent.futures.Future] = {}  # (key, offset) -> its fetch
@@ -136,7 +146,6 @@ class RemoteReads:
         self._lock = threading.RLock()
         self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._pid = os.getpid()
-        self._root = self.cache.root.rstrip(os.sep) + os.sep
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -149,28 +158,21 @@ class RemoteReads:
         self.__dict__.update(state)
         self._lock = threading.RLock()
 
-    def add_shard(self, key: str, url: str, size: int, members: Dict[int, int]) -> None:
-        """Registers a shard of `size` bytes and its samples' members {offset: size}: their
-        files are `cache.path(key, offset)`."""
+    def add_shard(self, key: str, url: str, size: int, members: Dict[int, int]) -> str:
+        """Registers a shard of `size` bytes and its samples' members {offset: size};
+        returns the file the engine reads them from (at their offsets in the shard)."""
         self.urls[key] = url
         self.shard_sizes[key] = int(size)
-        self.members[key] = dict(members)
-
-    def member_path(self, key: str, offset: int) -> str:
-        return self.cache.path(key, offset)
+        self.members[key] = dict(sorted(members.items()))
+        self.cache.register(key, size, list(self.members[key]), list(self.members[key].values()))
+        path = self.cache.path(key)
+        self._keys[path] = key
+        return path
 
     def source(self, path: str) -> Optional[str]:
-        """The shard URL of a member file of this reader (None for other paths), for messages."""
-        where = self._where(path)
-        return None if where is None else self.urls[where[0]]
-
-    def _where(self, path: str) -> Optional[Tuple[str, int]]:
-        if not path.startswith(self._root):
-            return None
-        key, _, offset = path[len(self._root):].rpartition(os.sep)
-        if key not in self.urls or not offset.isdigit():
-            return None
-        return key, int(offset)
+        """The shard URL of a cache file of this reader (None for other paths), for messages."""
+        key = self._keys.get(path)
+        return None if key is None else self.urls[key]
 
     def _executor(self) -> concurrent.futures.ThreadPoolExecutor:
         if self._pool is None or self._pid != os.getpid():
@@ -179,26 +181,33 @@ class RemoteReads:
             self._in_flight = {}  # a forked child: the parent's fetches never land here
         return self._pool
 
-    def _paths(self, index: Any, samples: Sequence[int]) -> List[Tuple[str, int]]:
-        files, file_ids, sizes = index.files, index.file_ids, index.sizes
-        return [(files[int(file_ids[s])], int(sizes[s])) for s in samples]
+    def _members_of(self, index: Any, samples: Sequence[int]) -> Dict[str, Dict[int, int]]:
+        """{shard key: {offset: size}} of the samples that are this reader's."""
+        files, file_ids, offsets, sizes = index.files, index.file_ids, index.offsets, index.sizes
+        out: Dict[str, Dict[int, int]] = {}
+        for s in samples:
+            key = self._keys.get(files[int(file_ids[s])])
+            if key is not None:
+                out.setdefault(key, {})[int(offsets[s])] = int(sizes[s])
+        return out
 
     def fetch(self, index: Any, samples: Sequence[int]) -> _AllDone:
-        """Starts fetching the members of `samples` (rows of `index`) that are not cached;
-        returns a future whose result() waits for them (TarShardError naming the URL when
-        a request failed after its retries)."""
+        """Holds the members of `samples` (rows of `index`) and starts fetching those not
+        cached; returns a future whose result() waits for them (TarShardError naming the
+        URL when a request failed after its retries). Call release() when the engine has
+        read them."""
         wanted: Dict[str, Dict[int, int]] = {}
         hits = 0
-        for path, size in self._paths(index, samples):
-            where = self._where(path)
-            if where is None:
-                continue  # a local shard's sample
-            key = where[0]
-            self._asked[key] = self._asked.get(key, 0) + size
-            if self.cache.has(path):
-                hits += 1
-                continue
-            wanted.setdefault(key, {})[where[1]] = size
+        for key, members in self._members_of(index, samples).items():
+            cache = self.cache
+            ordinals = [cache.ordinal(key, o) for o in members]
+            cache.pin(key, ordinals)  # before looking: a member found cached stays until release()
+            self._asked[key] = self._asked.get(key, 0) + sum(members.values())
+            for (offset, size), m in zip(members.items(), ordinals):
+                if cache.has(key, m):
+                    hits += 1
+                else:
+                    wanted.setdefault(key, {})[offset] = size
         for key in list(wanted):
             size = self.shard_sizes[key]
             # (Not without a disk cache: read-ahead members would wait in memory for their batch.)
@@ -206,8 +215,10 @@ class RemoteReads:
                     and size <= self.cache.limit // 4):
                 # The rest of the shard in few large requests (cut by coalesce at MAX_REQUEST_BYTES).
                 self._ahead.add(key)
-                wanted[key] = {o: n for o, n in self.members[key].items()
-                               if o in wanted[key] or not self.cache.has(self.cache.path(key, o))}
+                all_members = self.members[key]
+                present = self.cache.present(key, range(len(all_members)))
+                wanted[key] = {o: n for (o, n), here in zip(all_members.items(), present)
+                               if o in wanted[key] or not here}
         pool = self._executor()
         with self._lock:
             self.hits += hits
@@ -235,32 +246,56 @@ class RemoteReads:
 
     def _fetch_group(self, key: str, start: int, end: int, group: List[Tuple[int, int]],
                      gap: int = COALESCE_GAP) -> None:
+        cache = self.cache
         # The locks of the group's byte range: another thread or process fetching any of
         # these members waits here, then finds them cached.
-        with self.cache.locked(key, start, end):
-            missing = [(o, s) for o, s in group if not self.cache.has(self.cache.path(key, o))]
+        with cache.locked(key, start, end):
+            ordinals = [cache.ordinal(key, o) for o, _ in group]
+            missing = {o: s for (o, s), here in zip(group, cache.present(key, ordinals)) if not here}
             if not missing:
                 return
             # Only the span of what is still missing (another fetch may have brought the rest),
             # in pieces where cached members leave a gap wider than `gap`.
-            for start, end, part in coalesce(dict(missing), gap=gap, max_bytes=MAX_REQUEST_BYTES):
-                data = memoryview(self.store.read(self.urls[key], start, end))  # (slices of it are not copies)
-                for offset, size in part:
-                    self.cache.put(self.cache.path(key, offset), data[offset - start:offset - start + size])
+            for start, end, part in coalesce(missing, gap=gap, max_bytes=MAX_REQUEST_BYTES):
+                data = self.store.read(self.urls[key], start, end)
+                cache.write(key, start, data, [cache.ordinal(key, o) for o, _ in part])
         with self._lock:
             self.fetched += len(missing)
+        if self.keep and cache.over_limit():
+            cache.evict()  # (not under the locks: eviction takes them)
+
+    def missing(self, index: Any, samples: Sequence[int]) -> List[int]:
+        """The positions in `samples` of those whose member is not cached (a failed fetch)."""
+        files, file_ids, offsets = index.files, index.file_ids, index.offsets
+        out = []
+        for i, s in enumerate(samples):
+            key = self._keys.get(files[int(file_ids[s])])
+            if key is not None and not self.cache.present(key, [self.cache.ordinal(key, int(offsets[s]))])[0]:
+                out.append(i)
+        return out
+
+    @contextlib.contextmanager
+    def holding(self, index: Any, samples: Sequence[int]) -> Iterator[None]:
+        """The samples' members are there, and stay, inside the block."""
+        fetch = self.fetch(index, samples)
+        try:
+            fetch.result()
+            yield
+        finally:
+            self.release(index, samples)
 
     def ensure(self, index: Any, samples: Sequence[int]) -> None:
-        """fetch(...).result(): the samples' files are there on return."""
-        self.fetch(index, samples).result()
+        """Fetches the samples' members and waits for them (a warm-up: not held after)."""
+        with self.holding(index, samples):
+            pass
 
     def release(self, index: Any, samples: Sequence[int]) -> None:
-        """Without a disk cache, removes the samples' files (their batch is made)."""
-        if self.keep:
-            return
-        for path, _ in self._paths(index, samples):
-            if self._where(path) is not None:
-                self.cache.remove(path)
+        """Lets the samples' members go (their batch is made or dropped): evictable again,
+        and without a disk cache removed."""
+        for key, members in self._members_of(index, samples).items():
+            self.cache.unpin(key, [self.cache.ordinal(key, o) for o in members], drop=not self.keep)
+        if self.keep and self.cache.over_limit():
+            self.cache.evict()
 
     def stats(self) -> Dict[str, Any]:
         """Counters since construction: requests, bytes_read, retries, members_fetched,
@@ -276,7 +311,6 @@ class RemoteReads:
             self._pool = None
 
 
-
 def ranged(url: str) -> bool:
     """True for a URL read by range requests: any remote URL but http(s)://, which is
     downloaded whole (fastload/source/urls.py: fsspec's HTTP needs aiohttp)."""
@@ -286,9 +320,9 @@ def ranged(url: str) -> bool:
 def open_reads(urls: Sequence[str], cache_dir: str, *, storage_options: Optional[Dict[str, Any]] = None,
                cache_limit: Optional[int] = None, concurrency: int = DEFAULT_CONCURRENCY,
                retries: Optional[int] = None, timeout: Optional[float] = None) -> RemoteReads:
-    """The RemoteReads of shards `urls` (all of one protocol): member files under
-    `cache_dir/ranges` holding at most `cache_limit` bytes (None: a fraction of the free
-    disk; 0: no disk cache, files in a private memory folder removed after each batch);
+    """The RemoteReads of shards `urls` (all of one protocol): a cache under
+    `cache_dir/members` holding at most `cache_limit` bytes of members (None: a fraction of
+    the free disk; 0: no disk cache, members in a private memory folder removed after each batch);
     `retries` and `timeout` per request as RemoteStore takes them."""
     protocols = sorted({protocol(u) for u in urls})
     if len(protocols) != 1:
@@ -299,15 +333,15 @@ def open_reads(urls: Sequence[str], cache_dir: str, *, storage_options: Optional
                          f"(no disk cache) or a number of bytes, got {cache_limit!r}.")
     store = RemoteStore(urls[0], storage_options, retries=retries, timeout=timeout)
     if cache_limit == 0:
-        # Files must still exist for the engine: in memory, each removed once its batch is made.
+        # Files must still exist for the engine: in memory, members removed once their batch is made.
         return RemoteReads(store, RangeCache(memory_folder(), limit=1 << 62), keep=False, concurrency=concurrency)
-    return RemoteReads(store, RangeCache(os.path.join(cache_dir, "ranges"), limit=cache_limit),
+    return RemoteReads(store, RangeCache(os.path.join(cache_dir, "members"), limit=cache_limit),
                        concurrency=concurrency)
 
 
 class RemoteGroup:
     """Several datasets' RemoteReads as one (an index joined from them: ConcatDataset).
-    Each reader fetches only the member files that are its own."""
+    Each reader fetches only the members of its own shards."""
 
     def __init__(self, reads: Sequence[Any]):
         self.reads = list(reads)
@@ -322,12 +356,25 @@ class RemoteGroup:
     def fetch(self, index: Any, samples: Sequence[int]) -> _AllDone:
         return _AllDone([f for r in self.reads for f in r.fetch(index, samples).futures])
 
+    @contextlib.contextmanager
+    def holding(self, index: Any, samples: Sequence[int]) -> Iterator[None]:
+        fetch = self.fetch(index, samples)
+        try:
+            fetch.result()
+            yield
+        finally:
+            self.release(index, samples)
+
     def ensure(self, index: Any, samples: Sequence[int]) -> None:
-        self.fetch(index, samples).result()
+        with self.holding(index, samples):
+            pass
 
     def release(self, index: Any, samples: Sequence[int]) -> None:
         for r in self.reads:
             r.release(index, samples)
+
+    def missing(self, index: Any, samples: Sequence[int]) -> List[int]:
+        return sorted({i for r in self.reads for i in r.missing(index, samples)})
 
     def source(self, path: str) -> Optional[str]:
         return next((s for s in (r.source(path) for r in self.reads) if s is not None), None)
