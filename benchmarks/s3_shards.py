@@ -73,7 +73,7 @@ class Stages:
                                    (remote.RemoteStore, "read", "range GET (sign, send, parse, receive)"),
                                    (presigned._Connection, "_exactly", "receive body"),
                                    (cache.RangeCache, "write", "cache file (pwrite, mark)"),
-                                   (cache.RangeCache, "has", "cached? (table)")]:
+                                   (cache.RangeCache, "hold", "hold + cached? (locks, table)")]:
             setattr(owner, name, self._timed(getattr(owner, name), label))
 
     def _timed(self, f, label):

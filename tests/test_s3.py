@@ -280,7 +280,8 @@ def test_range_cache_evicts_least_recently_used(tmp_path):
     for i in range(4):
         cache.write(key, 512 * i, bytes([i]) * 200, [i])
         cache._shard(key).rows["used"][i] = time.time() - 100 + i  # used 100 s ago, in this order
-    assert cache.has(key, 0)  # used again: now the most recent
+    assert cache.hold(key, [0]).all()  # used again by a batch: now the most recent
+    cache.release(key, [0])
     cache.write(key, 2048, b"x" * 200, [4])
     cache.write(key, 2560, b"y" * 200, [5])  # 1200 > 1000
     assert cache.over_limit()
@@ -290,14 +291,14 @@ def test_range_cache_evicts_least_recently_used(tmp_path):
     assert _member_bytes(cache, key, 1) == bytes(200)  # freed: a hole
     assert _member_bytes(cache, key, 3) == bytes([3]) * 200 and _member_bytes(cache, key, 4) == b"x" * 200
     # A member a batch holds is never evicted, however old; released, it ages from now.
-    cache.pin(key, [3])
+    cache.hold(key, [3])
     for i in (0, 3, 4, 5):
         cache._shard(key).rows["used"][i] = time.time() - 100 if i != 3 else cache._shard(key).rows["used"][3]
     cache.limit = 200
     cache.evict()
     assert cache.present(key, range(6)).tolist() == [False, False, False, True, False, False]
-    assert cache._shard(key).rows["used"][3] > time.time() + 60  # other processes see it held
-    cache.unpin(key, [3])
+    assert cache._shard(key).rows["holders"][3] == 1  # in the shared table: every process sees it held
+    cache.release(key, [3])
     assert time.time() - 5 < cache._shard(key).rows["used"][3] <= time.time()
     # Members used within the grace period are kept, whatever the limit.
     young = RangeCache(str(tmp_path / "young"), limit=100, grace_s=60)
@@ -315,7 +316,7 @@ def test_range_cache_is_shared_by_processes_through_its_tables(tmp_path):
     first.register("a", 4096, offsets=[0, 1024], sizes=[1000, 1000])
     second.register("a", 4096, offsets=[0, 1024], sizes=[1000, 1000])
     first.write("a", 0, b"p" * 2024, [0, 1])
-    assert second.has("a", 1) and _member_bytes(second, "a", 1) == b"p" * 1000
+    assert second.present("a", [1])[0] and _member_bytes(second, "a", 1) == b"p" * 1000
     first.register("b", 2048, offsets=[0], sizes=[1500])  # a shard the second does not know
     first.write("b", 0, b"q" * 1500, [0])
     first._shard("b").rows["used"][0] = 1.0  # the oldest of all
@@ -327,12 +328,12 @@ def test_range_cache_is_shared_by_processes_through_its_tables(tmp_path):
 def test_no_disk_cache_removes_members_once_no_batch_holds_them(tmp_path):
     cache = RangeCache(str(tmp_path), limit=1 << 30)
     cache.register("a", 4096, offsets=[0, 2048], sizes=[1000, 1000])
-    cache.pin("a", [0, 1])
-    cache.pin("a", [1])  # a second batch holds member 1 too
+    cache.hold("a", [0, 1])
+    cache.hold("a", [1])  # a second batch holds member 1 too
     cache.write("a", 0, b"m" * 3048, [0, 1])
-    cache.unpin("a", [0, 1], drop=True)
+    cache.release("a", [0, 1], drop=True)
     assert cache.present("a", [0, 1]).tolist() == [False, True]
-    cache.unpin("a", [1], drop=True)
+    cache.release("a", [1], drop=True)
     assert not cache.present("a", [0, 1]).any() and cache.used == 0
     assert os.stat(cache.path("a")).st_blocks == 0  # every byte freed
 
@@ -502,7 +503,7 @@ def _check_shared_cache(root, local_shards, expected_members):
     for key in os.listdir(root / ".members"):
         rows = np.fromfile(root / ".members" / key, dtype=ROW)
         with open(root / key, "rb") as cached, open(by_name[key.split("-", 1)[1]], "rb") as local:
-            for offset, size, used in rows.tolist():
+            for offset, size, used in rows[["offset", "size", "used"]].tolist():
                 if used:
                     present += 1
                     cached.seek(offset)

@@ -19,20 +19,19 @@ LOCK_WINDOW-sized windows the fetch's bytes touch), so the second one finds the 
 and downloads nothing.
 
 The cache holds at most `limit` bytes of members: past it, the least recently used ones
-(last use refreshed on every hit) are unmarked and their bytes freed (a hole punched in
-the file) until it is back under EVICT_TO of the limit. A member is never evicted while
-a batch holds it (`pin`: in this process by count, and for every other process its last
-use is set PIN_S ahead until it is unpinned), nor when used in the last `grace_s`
-seconds (a batch another loader fetched before pinning came in).
+are unmarked and their bytes freed (a hole punched in the file) until it is back under
+EVICT_TO of the limit. A member is never evicted while a batch of any process holds it
+(`hold`: a count of holders in its row, changed only under its window locks, so a hold
+and an eviction never interleave; a hold older than HOLD_S, left by a process that died,
+no longer counts), nor when used in the last `grace_s` seconds.
 
 Example:
     >>> import tempfile
     >>> cache = RangeCache(tempfile.mkdtemp(), limit=1 << 20)
     >>> cache.register("0123abcd-train-0000.tar", 4096, offsets=[512, 2048], sizes=[1000, 1500])
-    >>> cache.write("0123abcd-train-0000.tar", 512, b"m" * 1000, [0]); cache.has("0123abcd-train-0000.tar", 0)
-    True
-    >>> cache.has("0123abcd-train-0000.tar", 1)
-    False
+    >>> cache.write("0123abcd-train-0000.tar", 512, b"m" * 1000, [0])
+    >>> cache.present("0123abcd-train-0000.tar", [0, 1]).tolist()
+    [True, False]
 """
 
 from __future__ import annotations
@@ -65,16 +64,16 @@ LOCK_WINDOW = 4 << 20
 EVICT_TO = 0.8
 # The default limit: this fraction of the free space where the cache lives.
 DEFAULT_FRACTION_OF_FREE = 0.25
-# Members used this recently are never evicted (a batch another process fetched, not yet pinned).
+# Members used this recently are never evicted.
 DEFAULT_GRACE_S = 10.0
-# A member pinned by a batch shows other processes a last use this far ahead until it is
-# unpinned (a process that dies with a pinned batch holds its members this long at most).
-PIN_S = 600.0
+# A hold this old no longer keeps a member (its process died before releasing it).
+HOLD_S = 600.0
 # Bytes between two members written with them in one pwrite (a tar header and a label
 # member sit between two images); wider gaps are not written at all.
 WRITE_GAP = 4096
-# A table row: the member's offset and size in the shard, its last use (0: absent).
-ROW = np.dtype([("offset", "<i8"), ("size", "<i8"), ("used", "<f8")])
+# A table row: the member's offset and size in the shard, its last use (0: absent), the
+# batches holding it (all processes) and when it was last held.
+ROW = np.dtype([("offset", "<i8"), ("size", "<i8"), ("used", "<f8"), ("holders", "<i8"), ("held_at", "<f8")])
 
 _FALLOC_FL_KEEP_SIZE, _FALLOC_FL_PUNCH_HOLE = 0x01, 0x02
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
@@ -129,6 +128,18 @@ def window_locks(root: str, key: str, start: int, end: int) -> Iterator[None]:
             os.close(fd)  # releases its lock
 
 
+def _by_window(rows: np.ndarray, members: Sequence[int]) -> Iterator[Tuple[int, int, List[int]]]:
+    """(start, end, positions in `members`) of the members grouped by the lock windows
+    their bytes touch: one lock per group."""
+    windows: Dict[Tuple[int, int], List[int]] = {}
+    offsets, sizes = rows["offset"], rows["size"]
+    for i, m in enumerate(members):
+        start, end = int(offsets[m]), int(offsets[m] + sizes[m])
+        windows.setdefault((start // LOCK_WINDOW, (end - 1) // LOCK_WINDOW), []).append(i)
+    for (first, last), positions in windows.items():
+        yield first * LOCK_WINDOW, (last + 1) * LOCK_WINDOW, positions
+
+
 class _Shard:
     """One shard's cache file and its member table, mapped in this process. (The file is
     opened for each write or eviction, not held: a run over thousands of shards would
@@ -142,8 +153,9 @@ class _Shard:
         rows = max(1, len(offsets))
         tfd = os.open(table, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
-            if os.fstat(tfd).st_size != rows * ROW.itemsize:
-                os.ftruncate(tfd, rows * ROW.itemsize)  # (a fresh table: every member absent)
+            if os.fstat(tfd).st_size != rows * ROW.itemsize:  # a fresh table (or another layout): all absent
+                os.ftruncate(tfd, 0)
+                os.ftruncate(tfd, rows * ROW.itemsize)
             self._map = mmap.mmap(tfd, rows * ROW.itemsize)
         finally:
             os.close(tfd)
@@ -151,7 +163,8 @@ class _Shard:
         if not (np.array_equal(self.rows["offset"], offsets) and np.array_equal(self.rows["size"], sizes)):
             # A fresh table (or one another process is filling with the same values): only
             # these columns are written, never a member's last use that someone set meanwhile.
-            self.rows["used"][(self.rows["offset"] != offsets) | (self.rows["size"] != sizes)] = 0.0
+            other = (self.rows["offset"] != offsets) | (self.rows["size"] != sizes)
+            self.rows["used"][other], self.rows["holders"][other] = 0.0, 0
             self.rows["offset"], self.rows["size"] = offsets, sizes
         self.ordinal: Dict[int, int] = {int(o): i for i, o in enumerate(offsets)}
 
@@ -193,8 +206,6 @@ class RangeCache:
         self._lock = threading.Lock()
         self._known: Dict[str, Tuple[int, np.ndarray, np.ndarray]] = {}  # key -> (size, offsets, sizes)
         self._open: Dict[str, _Shard] = {}
-        # (key, member) -> (batches of this process holding it, the last use its pin set)
-        self._pins: Dict[Tuple[str, int], Tuple[int, float]] = {}
         self._used: Optional[int] = None  # counted at the first need (a scan of the tables)
         self.peak = 0
         self.evicted_bytes = 0
@@ -202,7 +213,7 @@ class RangeCache:
 
     def __getstate__(self):
         state = dict(self.__dict__)
-        state["_open"], state["_pins"] = {}, {}
+        state["_open"] = {}
         del state["_lock"]
         return state
 
@@ -250,17 +261,9 @@ class RangeCache:
         """The place of the member at `offset` in the shard's list."""
         return self._shard(key).ordinal[int(offset)]
 
-    def has(self, key: str, member: int) -> bool:
-        """True when the member is there; a hit refreshes its place in the LRU order."""
-        used = self._shard(key).rows["used"]
-        if used[member] == 0.0:
-            return False
-        if (key, member) not in self._pins:  # (pinned here: already held ahead)
-            used[member] = max(used[member], time.time())  # (never shortens another process's pin)
-        return True
-
     def present(self, key: str, members: Sequence[int]) -> np.ndarray:
-        """Whether each member is there (bool array), without refreshing its last use."""
+        """Whether each member is there (bool array). (A member found here may be evicted
+        at any moment: a reader holds it first, `hold`.)"""
         return self._shard(key).rows["used"][np.asarray(members, dtype=np.int64)] != 0.0
 
     # -- writing and holding ----------------------------------------------------------
@@ -299,53 +302,52 @@ class RangeCache:
         for m in members:
             if used[m] == 0.0:
                 added += int(rows["size"][m])
-            pin = self._pins.get((key, m))
-            used[m] = max(used[m], now if pin is None else pin[1])
+            used[m] = max(used[m], now)
         with self._lock:
             self._used += added
             self.peak = max(self.peak, self._used)
 
-    def pin(self, key: str, members: Sequence[int]) -> None:
-        """Holds the members (a batch that will read them) until unpinned: this process
-        never evicts them, and every other process sees them used PIN_S ahead."""
-        used = self._shard(key).rows["used"]
-        ahead = time.time() + PIN_S
-        with self._lock:
-            for m in members:
-                count, _ = self._pins.get((key, m), (0, 0.0))
-                self._pins[(key, m)] = (count + 1, ahead)
-                if used[m] != 0.0:
-                    used[m] = max(used[m], ahead)
+    def hold(self, key: str, members: Sequence[int]) -> np.ndarray:
+        """Holds the members for a batch that will read them (there or still to be fetched)
+        until `release`, and says which are there (bool array): no process evicts a held
+        member. Under the members' window locks, as evictions are: none falls between
+        finding a member and holding it."""
+        rows = self._shard(key).rows
+        present = np.zeros(len(members), dtype=bool)
+        for start, end, positions in _by_window(rows, members):
+            with self.locked(key, start, end):
+                now = time.time()
+                for i in positions:
+                    m = members[i]
+                    rows["holders"][m] += 1
+                    rows["held_at"][m] = now
+                    present[i] = rows["used"][m] != 0.0
+        return present
 
-    def unpin(self, key: str, members: Sequence[int], drop: bool = False) -> None:
-        """Lets the members go (their batch is made): their last use becomes now (unless
-        another process pinned them since), or with `drop` (no disk cache) those no other
-        batch holds are removed."""
-        shard = self._shard(key)
-        used = shard.rows["used"]
-        now, released = time.time(), []
-        with self._lock:
-            for m in members:
-                count, ahead = self._pins.get((key, m), (1, 0.0))
-                if count > 1:
-                    self._pins[(key, m)] = (count - 1, ahead)
-                    continue
-                self._pins.pop((key, m), None)
-                released.append(m)
-                # Still the time this process set: no other pin came after it, so it may age.
-                if used[m] == ahead and ahead != 0.0:
-                    used[m] = now
-        if drop and released:
-            self._remove(key, released)
+    def release(self, key: str, members: Sequence[int], drop: bool = False) -> None:
+        """Lets go of members `hold` held (their batch is made): their last use becomes now,
+        or with `drop` (no disk cache) those no other batch holds are removed."""
+        rows = self._shard(key).rows
+        for start, end, positions in _by_window(rows, members):
+            with self.locked(key, start, end):
+                now = time.time()
+                for i in positions:
+                    m = members[i]
+                    rows["holders"][m] = max(0, rows["holders"][m] - 1)
+                    if rows["used"][m] != 0.0:
+                        rows["used"][m] = now
+        if drop:
+            self._remove(key, members)
 
-    def pinned(self, key: str, member: int) -> bool:
-        """True while a batch of this process holds the member."""
-        return (key, member) in self._pins
+    def _held(self, rows: np.ndarray, m: int, now: float) -> bool:
+        return rows["holders"][m] > 0 and rows["held_at"][m] > now - HOLD_S
 
     # -- removing -------------------------------------------------------------------
 
-    def _remove(self, key: str, members: Sequence[int]) -> int:
-        """Unmarks the members, then frees their bytes and the bytes around them up to the
+    def _remove(self, key: str, members: Sequence[int], used_before: Optional[float] = None) -> int:
+        """Unmarks the members (those not held and, given `used_before`, not used since:
+        looked at again under the locks, since another process may have held them since
+        they were chosen), then frees their bytes and the bytes around them up to the
         nearest present members (headers and members already gone: a block is freed only
         when a punch covers all of it); returns the member bytes removed."""
         shard = self._shard(key)
@@ -357,7 +359,8 @@ class RangeCache:
             # so no member is marked present over bytes freed after its write. The freed
             # span stays inside those windows.
             with self.locked(key, offset, offset + size):
-                if used[m] == 0.0 or (key, m) in self._pins:
+                if used[m] == 0.0 or self._held(rows, m, time.time()) or (used_before is not None
+                                                                         and used[m] > used_before):
                     continue
                 used[m] = 0.0
                 lo = offset // LOCK_WINDOW * LOCK_WINDOW
@@ -445,16 +448,14 @@ class RangeCache:
             for last_use, size, key, member in candidates:
                 if used - freed <= target or last_use > young:
                     break
-                if (key, member) in self._pins:
-                    continue
-                chosen.setdefault(key, []).append(member)
+                chosen.setdefault(key, []).append(member)  # (a held one is passed over by _remove)
                 freed += size
             removed = 0
             for key, members in chosen.items():
                 try:
                     if key not in self._known:
                         self._adopt(key)
-                    removed += self._remove(key, members)
+                    removed += self._remove(key, members, used_before=young)
                 except (OSError, ValueError):
                     continue  # a table or file removed or damaged meanwhile: left to its owner
             with self._lock:

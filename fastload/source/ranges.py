@@ -5,7 +5,7 @@ fetched by byte range (`RemoteStore.read`) into the shard's sparse cache file of
 `RangeCache` (`<cache>/<shard key>`, each member at its own offset), and the sample index
 points the engine at that file with the shard's own offsets. `RemoteReads.fetch(index,
 samples)` is called with each batch before the engine reads it: the batch's members are
-pinned (no eviction until `release`), those not yet cached are grouped per shard,
+held (no eviction until `release`), those not yet cached are grouped per shard,
 neighbours coalesced into one request (gaps up to COALESCE_GAP bytes are read and
 dropped; a shard of which the batch needs at least WHOLE_SHARD_FRACTION is read in one
 request; once a reader has asked for READ_AHEAD_FRACTION of a shard, the rest of it
@@ -29,7 +29,7 @@ import contextlib
 import functools
 import os
 import threading
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from fastload.source.cache import RangeCache, memory_folder
 from fastload.source.remote import RemoteStore, is_remote, protocol
@@ -83,18 +83,33 @@ def coalesce(members: Dict[int, int], gap: int = COALESCE_GAP, shard_size: Optio
 
 
 class _AllDone:
-    """A future for several: done when all are, failed with the first failure."""
+    """A future for several: done when all are, failed with the first failure.
 
-    def __init__(self, futures: Sequence[concurrent.futures.Future]):
-        self.futures = list(futures)
+    `again`: checks run once all are done, each returning more futures to wait for (the
+    members a batch holds that are still not there: they were on their way in a request
+    that found them cached, and another process evicted them before this batch held them).
+    """
+
+    def __init__(self, futures: Sequence[concurrent.futures.Future],
+                 again: Sequence[Callable[[], List[concurrent.futures.Future]]] = ()):
+        self.futures, self.again = list(futures), list(again)
 
     def result(self, timeout: Optional[float] = None) -> None:
+        self._wait(self.futures, timeout)
+        checks, self.again = self.again, []
+        more = [f for check in checks for f in check()]
+        if more:
+            self.futures += more
+            self._wait(more, timeout)
+
+    @staticmethod
+    def _wait(futures: Sequence[concurrent.futures.Future], timeout: Optional[float]) -> None:
         # All of them first: a batch handed on after a failure (on_error="skip") must not
         # meet members of other requests still on their way.
-        done, pending = concurrent.futures.wait(self.futures, timeout=timeout)
+        done, pending = concurrent.futures.wait(futures, timeout=timeout)
         if pending:
             raise concurrent.futures.TimeoutError(f"{len(pending)} range requests still running")
-        for f in self.futures:
+        for f in futures:
             if not f.cancelled():
                 f.result()
 
@@ -121,7 +136,7 @@ class RemoteReads:
         keep: False: members are removed once their batch is made (no disk cache).
         concurrency: requests in flight at once.
 
-    A batch is held from `fetch` to `release`: its members are pinned (never evicted while
+    A batch is held from `fetch` to `release`: its members are held (never evicted while
     the engine may read them) and, without a disk cache, removed by `release`.
 
     Attributes:
@@ -200,14 +215,13 @@ class RemoteReads:
         hits = 0
         for key, members in self._members_of(index, samples).items():
             cache = self.cache
-            ordinals = [cache.ordinal(key, o) for o in members]
-            cache.pin(key, ordinals)  # before looking: a member found cached stays until release()
+            present = cache.hold(key, [cache.ordinal(key, o) for o in members])  # (stays until release())
             self._asked[key] = self._asked.get(key, 0) + sum(members.values())
-            for (offset, size), m in zip(members.items(), ordinals):
-                if cache.has(key, m):
-                    hits += 1
-                else:
+            hits += int(present.sum())
+            for (offset, size), here in zip(members.items(), present):
+                if not here:
                     wanted.setdefault(key, {})[offset] = size
+        absent_when_held = {key: dict(members) for key, members in wanted.items()}
         for key in list(wanted):
             size = self.shard_sizes[key]
             # (Not without a disk cache: read-ahead members would wait in memory for their batch.)
@@ -236,7 +250,19 @@ class RemoteReads:
                         self._in_flight[(key, o)] = future
                     future.add_done_callback(functools.partial(self._landed, key, group))
                     futures[id(future)] = future
-        return _AllDone(list(futures.values()))
+        return _AllDone(list(futures.values()), again=[functools.partial(self._fetch_absent, absent_when_held)])
+
+    def _fetch_absent(self, wanted: Dict[str, Dict[int, int]]) -> List[concurrent.futures.Future]:
+        """Once their fetches are done, requests for the members still not there: a request
+        of another batch found them cached and another process evicted them before this
+        batch held them. (Held now, they stay once fetched.)"""
+        futures = []
+        for key, members in wanted.items():
+            present = self.cache.present(key, [self.cache.ordinal(key, o) for o in members])
+            absent = {o: n for (o, n), here in zip(members.items(), present) if not here}
+            for start, end, group in coalesce(absent, shard_size=self.shard_sizes[key]):
+                futures.append(self._executor().submit(self._fetch_group, key, start, end, group))
+        return futures
 
     def _landed(self, key: str, group: List[Tuple[int, int]], future: concurrent.futures.Future) -> None:
         with self._lock:
@@ -251,7 +277,8 @@ class RemoteReads:
         # these members waits here, then finds them cached.
         with cache.locked(key, start, end):
             ordinals = [cache.ordinal(key, o) for o, _ in group]
-            missing = {o: s for (o, s), here in zip(group, cache.present(key, ordinals)) if not here}
+            present = cache.present(key, ordinals)
+            missing = {o: s for (o, s), here in zip(group, present) if not here}
             if not missing:
                 return
             # Only the span of what is still missing (another fetch may have brought the rest),
@@ -293,7 +320,7 @@ class RemoteReads:
         """Lets the samples' members go (their batch is made or dropped): evictable again,
         and without a disk cache removed."""
         for key, members in self._members_of(index, samples).items():
-            self.cache.unpin(key, [self.cache.ordinal(key, o) for o in members], drop=not self.keep)
+            self.cache.release(key, [self.cache.ordinal(key, o) for o in members], drop=not self.keep)
         if self.keep and self.cache.over_limit():
             self.cache.evict()
 
@@ -354,7 +381,8 @@ class RemoteGroup:
         return None if not distinct else distinct[0] if len(distinct) == 1 else cls(distinct)
 
     def fetch(self, index: Any, samples: Sequence[int]) -> _AllDone:
-        return _AllDone([f for r in self.reads for f in r.fetch(index, samples).futures])
+        parts = [r.fetch(index, samples) for r in self.reads]
+        return _AllDone([f for p in parts for f in p.futures], again=[c for p in parts for c in p.again])
 
     @contextlib.contextmanager
     def holding(self, index: Any, samples: Sequence[int]) -> Iterator[None]:
