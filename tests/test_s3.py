@@ -187,7 +187,8 @@ def test_members_of_a_batch_in_flight_are_never_evicted(tmp_path):
     assert all(cached[i * step:i * step + size] == data[i * step:i * step + size] for i in (0, 1, 4, 5, 8, 9))
     for b in batches:
         reads.release(index, b)
-    assert reads.cache.used <= 2500 and reads.cache.present("a", [8, 9]).all()  # the oldest went first
+    _settles(lambda: reads.cache.used <= 2500)  # (eviction runs on a fetch thread)
+    assert reads.cache.present("a", [8, 9]).all()  # the oldest went first
     reads.close()
 
 
@@ -263,6 +264,14 @@ def test_prepared_folder_in_a_bucket(s3_server, session_bucket, make_image_folde
                                 storage_options=_options(s3_server.endpoint))
     assert len(remote.urls) == len(prepared.shards) and remote.index_status == ["cached"] * len(remote.urls)
     _same(_batches(remote), _batches(local))
+
+
+def _settles(condition, within_s=10.0):
+    """Waits for what a background thread does (an eviction); fails if it never happens."""
+    deadline = time.monotonic() + within_s
+    while not condition():
+        assert time.monotonic() < deadline, "not settled in time"
+        time.sleep(0.02)
 
 
 def _member_bytes(cache, key, member):
@@ -345,7 +354,8 @@ def test_bounded_cache_and_no_disk_cache(s3_server, bucket, local_shards, tmp_pa
                                  cache_limit=20_000)
     bounded.remote.cache.grace_s = 0
     _same(_batches(bounded), local)
-    assert bounded.remote.cache.used <= 20_000 and bounded.remote.cache.evicted_bytes > 0
+    _settles(lambda: bounded.remote.cache.used <= 20_000)
+    assert bounded.remote.cache.evicted_bytes > 0
     nodisk = fastload.TarShards(_url(bucket), OPS, cache_dir=str(tmp_path / "none"), storage_options=options,
                                 cache_limit=0)
     root = nodisk.remote.cache.root

@@ -21,8 +21,8 @@ and downloads nothing.
 The cache holds at most `limit` bytes of members: past it, the least recently used ones
 are unmarked and their bytes freed (a hole punched in the file) until it is back under
 EVICT_TO of the limit. A member is never evicted while a batch of any process holds it
-(`hold`: a count of holders in its row, changed only under its window locks, so a hold
-and an eviction never interleave; a hold older than HOLD_S, left by a process that died,
+(`hold`: a count of holders in its row, changed only under its window's table locks,
+which eviction takes too, so a hold and an eviction never interleave; a hold older than HOLD_S, left by a process that died,
 no longer counts), nor when used in the last `grace_s` seconds.
 
 Example:
@@ -110,17 +110,18 @@ def punch_hole(fd: int, offset: int, size: int) -> bool:
 
 
 @contextlib.contextmanager
-def window_locks(root: str, key: str, start: int, end: int) -> Iterator[None]:
+def window_locks(root: str, key: str, start: int, end: int, kind: str = "") -> Iterator[None]:
     """Holds the lock files under `root` of the windows bytes [start, end) of the shard
-    `key` touch (other threads and processes fetching or evicting any of those bytes
-    wait), taken in stripe order so that no two holders wait for each other."""
+    `key` touch (other threads and processes taking any of them wait), taken in stripe
+    order so that no two holders wait for each other. `kind` names a separate set of locks
+    ("": fetches and evictions, "t": the table's holds, releases and evictions)."""
     windows = range(int(start) // LOCK_WINDOW, max(int(start), int(end) - 1) // LOCK_WINDOW + 1)
     stripes = sorted({zlib.crc32(f"{key}:{w}".encode("utf-8", "surrogateescape")) % LOCK_STRIPES
                       for w in windows})
     fds: List[int] = []
     try:
         for stripe in stripes:
-            fds.append(os.open(os.path.join(root, ".locks", str(stripe)), os.O_RDWR | os.O_CREAT, 0o666))
+            fds.append(os.open(os.path.join(root, ".locks", f"{kind}{stripe}"), os.O_RDWR | os.O_CREAT, 0o666))
             fcntl.flock(fds[-1], fcntl.LOCK_EX)
         yield
     finally:
@@ -310,12 +311,12 @@ class RangeCache:
     def hold(self, key: str, members: Sequence[int]) -> np.ndarray:
         """Holds the members for a batch that will read them (there or still to be fetched)
         until `release`, and says which are there (bool array): no process evicts a held
-        member. Under the members' window locks, as evictions are: none falls between
-        finding a member and holding it."""
+        member. Under the members' table locks, which evictions take too: none falls
+        between finding a member and holding it."""
         rows = self._shard(key).rows
         present = np.zeros(len(members), dtype=bool)
         for start, end, positions in _by_window(rows, members):
-            with self.locked(key, start, end):
+            with self._table_locked(key, start, end):
                 now = time.time()
                 for i in positions:
                     m = members[i]
@@ -329,7 +330,7 @@ class RangeCache:
         or with `drop` (no disk cache) those no other batch holds are removed."""
         rows = self._shard(key).rows
         for start, end, positions in _by_window(rows, members):
-            with self.locked(key, start, end):
+            with self._table_locked(key, start, end):
                 now = time.time()
                 for i in positions:
                     m = members[i]
@@ -358,7 +359,7 @@ class RangeCache:
             # Under the locks of the member's windows: a fetch writing any byte of them waits,
             # so no member is marked present over bytes freed after its write. The freed
             # span stays inside those windows.
-            with self.locked(key, offset, offset + size):
+            with self.locked(key, offset, offset + size), self._table_locked(key, offset, offset + size):
                 if used[m] == 0.0 or self._held(rows, m, time.time()) or (used_before is not None
                                                                          and used[m] > used_before):
                     continue
@@ -389,6 +390,11 @@ class RangeCache:
     def locked(self, key: str, start: int, end: int) -> ContextManager[None]:
         """window_locks() of this cache: fetches and evictions of bytes [start, end) of the shard wait."""
         return window_locks(self.root, key, start, end)
+
+    def _table_locked(self, key: str, start: int, end: int) -> ContextManager[None]:
+        # Holds and releases take only these, not the fetches' locks: a batch is held at
+        # once, never after the requests in flight in its windows. Eviction takes both.
+        return window_locks(self.root, key, start, end, kind="t")
 
     # -- the limit ------------------------------------------------------------------
 

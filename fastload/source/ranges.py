@@ -322,7 +322,8 @@ class RemoteReads:
         for key, members in self._members_of(index, samples).items():
             self.cache.release(key, [self.cache.ordinal(key, o) for o in members], drop=not self.keep)
         if self.keep and self.cache.over_limit():
-            self.cache.evict()
+            # On a fetch thread: eviction waits for the requests in flight in its windows.
+            self._executor().submit(self.cache.evict)
 
     def stats(self) -> Dict[str, Any]:
         """Counters since construction: requests, bytes_read, retries, members_fetched,
