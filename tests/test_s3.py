@@ -368,6 +368,28 @@ def test_bounded_cache_and_no_disk_cache(s3_server, bucket, local_shards, tmp_pa
     assert not os.path.exists(root)  # the memory folder goes with the dataset
 
 
+def test_two_remote_datasets_in_a_concat_dataset(s3_server, bucket, local_shards, tmp_path):
+    """torch's ConcatDataset of two remote datasets (one reader each, one small cache): each
+    sample read in Python (fastload's own dataset in a wrapper runs generic), held while it
+    is read, the same batches as from local disk, with evictions between samples."""
+    options = _options(s3_server.endpoint)
+    halves = [f"s3://{bucket}/train-{{0000..0001}}.tar", f"s3://{bucket}/train-{{0002..0003}}.tar"]
+    remote = torch.utils.data.ConcatDataset([
+        fastload.TarShards(u, OPS, cache_dir=str(tmp_path), storage_options=options, cache_limit=20_000)
+        for u in halves])
+    for part in remote.datasets:
+        part.remote.cache.grace_s = 0
+    local = torch.utils.data.ConcatDataset([fastload.TarShards(local_shards[:2], OPS),
+                                            fastload.TarShards(local_shards[2:], OPS)])
+    loader = fastload.DataLoader(remote, batch_size=5, shuffle=True, generator=torch.Generator().manual_seed(0),
+                                 num_workers=2)
+    got = [(x.clone(), y.clone()) for x, y in loader]
+    _same(got, _batches(local))
+    # Every member was read (in the loader's worker processes); the shared cache kept less.
+    everything = sum(int(part.index.sizes.sum()) for part in remote.datasets)
+    assert everything > 20_000 and RangeCache(str(tmp_path / "members"), limit=1 << 30).used < everything
+
+
 def test_loaders_sharing_a_cache_download_each_member_once(s3_server, bucket, tmp_path):
     options = _options(s3_server.endpoint)
     readers = [fastload.TarShards(_url(bucket), OPS, cache_dir=str(tmp_path), storage_options=options)

@@ -64,6 +64,10 @@ LOCK_WINDOW = 4 << 20
 EVICT_TO = 0.8
 # The default limit: this fraction of the free space where the cache lives.
 DEFAULT_FRACTION_OF_FREE = 0.25
+# A process recounts the cache's bytes from the tables this often (others write to it too).
+RECOUNT_S = 1.0
+# ... and each time it has written this fraction of the limit.
+RECOUNT_FRACTION = 0.1
 # Members used this recently are never evicted.
 DEFAULT_GRACE_S = 10.0
 # A hold this old no longer keeps a member (its process died before releasing it).
@@ -141,6 +145,44 @@ def _by_window(rows: np.ndarray, members: Sequence[int]) -> Iterator[Tuple[int, 
         yield first * LOCK_WINDOW, (last + 1) * LOCK_WINDOW, positions
 
 
+def _table(path: str, offsets: np.ndarray, sizes: np.ndarray) -> mmap.mmap:
+    """The shard's member table mapped (shared): the one there if it lists these members,
+    else a new one (all absent) put in place whole, so a process never maps a table that
+    another is still filling (a table of another layout is replaced, not rewritten)."""
+    rows = np.zeros(max(1, len(offsets)), dtype=ROW)
+    rows["offset"][:len(offsets)], rows["size"][:len(offsets)] = offsets, sizes
+    for attempt in range(3):
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            fd = None
+        if fd is not None:
+            try:
+                if os.fstat(fd).st_size == rows.nbytes:
+                    table = mmap.mmap(fd, rows.nbytes)
+                    found = np.frombuffer(table, dtype=ROW)
+                    if np.array_equal(found[["offset", "size"]], rows[["offset", "size"]]):
+                        return table
+                    del found
+                    table.close()
+            finally:
+                os.close(fd)
+        tmp = f"{path}.new-{os.getpid()}-{threading.get_ident()}"
+        with open(tmp, "wb") as f:
+            f.write(rows.tobytes())
+        try:
+            if fd is None:
+                os.link(tmp, path)  # (a table another process put there first is kept)
+            else:
+                os.replace(tmp, path)
+        except FileExistsError:
+            pass
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+    raise OSError(f"fastload.RangeCache: cannot set up the member table {path}")
+
+
 class _Shard:
     """One shard's cache file and its member table, mapped in this process. (The file is
     opened for each write or eviction, not held: a run over thousands of shards would
@@ -151,22 +193,8 @@ class _Shard:
         with self.opened() as fd:
             if os.fstat(fd).st_size < self.size:
                 os.ftruncate(fd, self.size)  # sparse: no block is used until written
-        rows = max(1, len(offsets))
-        tfd = os.open(table, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            if os.fstat(tfd).st_size != rows * ROW.itemsize:  # a fresh table (or another layout): all absent
-                os.ftruncate(tfd, 0)
-                os.ftruncate(tfd, rows * ROW.itemsize)
-            self._map = mmap.mmap(tfd, rows * ROW.itemsize)
-        finally:
-            os.close(tfd)
+        self._map = _table(table, offsets, sizes)
         self.rows = np.frombuffer(self._map, dtype=ROW, count=len(offsets))
-        if not (np.array_equal(self.rows["offset"], offsets) and np.array_equal(self.rows["size"], sizes)):
-            # A fresh table (or one another process is filling with the same values): only
-            # these columns are written, never a member's last use that someone set meanwhile.
-            other = (self.rows["offset"] != offsets) | (self.rows["size"] != sizes)
-            self.rows["used"][other], self.rows["holders"][other] = 0.0, 0
-            self.rows["offset"], self.rows["size"] = offsets, sizes
         self.ordinal: Dict[int, int] = {int(o): i for i, o in enumerate(offsets)}
 
     @contextlib.contextmanager
@@ -208,6 +236,7 @@ class RangeCache:
         self._known: Dict[str, Tuple[int, np.ndarray, np.ndarray]] = {}  # key -> (size, offsets, sizes)
         self._open: Dict[str, _Shard] = {}
         self._used: Optional[int] = None  # counted at the first need (a scan of the tables)
+        self._counted_at, self._written_since_count = time.monotonic(), 0
         self.peak = 0
         self.evicted_bytes = 0
         self._warned = False
@@ -306,6 +335,7 @@ class RangeCache:
             used[m] = max(used[m], now)
         with self._lock:
             self._used += added
+            self._written_since_count += added
             self.peak = max(self.peak, self._used)
 
     def hold(self, key: str, members: Sequence[int]) -> np.ndarray:
@@ -427,6 +457,16 @@ class RangeCache:
         return sum(int(rows["size"][rows["used"] != 0.0].sum()) for _, rows in self._tables())
 
     def over_limit(self) -> bool:
+        """Whether the cache holds more than its limit. This process's count is redone from
+        the tables every RECOUNT_S seconds and each time it has written RECOUNT_FRACTION of
+        the limit, so the writes of other processes (a loader's workers, other ranks) count
+        too: together they exceed the limit by about that much at most."""
+        now = time.monotonic()
+        if now - self._counted_at > RECOUNT_S or self._written_since_count > RECOUNT_FRACTION * self.limit:
+            self._counted_at, self._written_since_count = now, 0
+            counted = self._count()
+            with self._lock:
+                self._used = counted
         return self.used > self.limit
 
     def evict(self) -> int:

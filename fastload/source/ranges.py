@@ -126,7 +126,26 @@ class _AllDone:
             f.cancel()
 
 
-class RemoteReads:
+class _Holds:
+    """holding() and ensure() of a reader that has fetch() and release()."""
+
+    @contextlib.contextmanager
+    def holding(self, index: Any, samples: Sequence[int]) -> Iterator[None]:
+        """The samples' members are there, and stay, inside the block."""
+        fetch = self.fetch(index, samples)
+        try:
+            fetch.result()
+            yield
+        finally:
+            self.release(index, samples)
+
+    def ensure(self, index: Any, samples: Sequence[int]) -> None:
+        """Fetches the samples' members and waits for them (a warm-up: not held after)."""
+        with self.holding(index, samples):
+            pass
+
+
+class RemoteReads(_Holds):
     """The range reads of one dataset's remote shards: where each shard's cache file is,
     and the fetch that fills it before the engine reads a batch.
 
@@ -301,21 +320,6 @@ class RemoteReads:
                 out.append(i)
         return out
 
-    @contextlib.contextmanager
-    def holding(self, index: Any, samples: Sequence[int]) -> Iterator[None]:
-        """The samples' members are there, and stay, inside the block."""
-        fetch = self.fetch(index, samples)
-        try:
-            fetch.result()
-            yield
-        finally:
-            self.release(index, samples)
-
-    def ensure(self, index: Any, samples: Sequence[int]) -> None:
-        """Fetches the samples' members and waits for them (a warm-up: not held after)."""
-        with self.holding(index, samples):
-            pass
-
     def release(self, index: Any, samples: Sequence[int]) -> None:
         """Lets the samples' members go (their batch is made or dropped): evictable again,
         and without a disk cache removed."""
@@ -367,7 +371,7 @@ def open_reads(urls: Sequence[str], cache_dir: str, *, storage_options: Optional
                        concurrency=concurrency)
 
 
-class RemoteGroup:
+class RemoteGroup(_Holds):
     """Several datasets' RemoteReads as one (an index joined from them: ConcatDataset).
     Each reader fetches only the members of its own shards."""
 
@@ -384,19 +388,6 @@ class RemoteGroup:
     def fetch(self, index: Any, samples: Sequence[int]) -> _AllDone:
         parts = [r.fetch(index, samples) for r in self.reads]
         return _AllDone([f for p in parts for f in p.futures], again=[c for p in parts for c in p.again])
-
-    @contextlib.contextmanager
-    def holding(self, index: Any, samples: Sequence[int]) -> Iterator[None]:
-        fetch = self.fetch(index, samples)
-        try:
-            fetch.result()
-            yield
-        finally:
-            self.release(index, samples)
-
-    def ensure(self, index: Any, samples: Sequence[int]) -> None:
-        with self.holding(index, samples):
-            pass
 
     def release(self, index: Any, samples: Sequence[int]) -> None:
         for r in self.reads:
