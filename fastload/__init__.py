@@ -40,6 +40,7 @@ _LAZY = {
     "Mask": ("fastload.augment.views", "Mask"),
     "DetectionDataset": ("fastload.datasets.detection", "DetectionDataset"),
     "write_shards": ("fastload.datasets.write", "write_shards"),
+    "publish_shard_indexes": ("fastload.source.remote_index", "publish_indexes"),
     "prepare": ("fastload.prepare", None),  # a callable module: fastload.prepare(src, dst)
     "TarShardError": ("fastload.errors", "TarShardError"),
     "ManifestError": ("fastload.source.manifest", "ManifestError"),

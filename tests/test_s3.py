@@ -368,6 +368,29 @@ def test_bounded_cache_and_no_disk_cache(s3_server, bucket, local_shards, tmp_pa
     assert not os.path.exists(root)  # the memory folder goes with the dataset
 
 
+def test_published_indexes_spare_every_later_cold_start_the_header_walk(s3_server, bucket, local_shards, tmp_path,
+                                                                         monkeypatch):
+    from fastload.source import remote_index
+
+    options = _options(s3_server.endpoint)
+    written = fastload.publish_shard_indexes(_url(bucket), storage_options=options, cache_dir=str(tmp_path / "one"))
+    assert written == [u + ".idx.json" for u in fastload.TarShards(_url(bucket), OPS, cache_dir=str(tmp_path / "one"),
+                                                                   storage_options=options).urls]
+
+    def no_walk(*args, **kwargs):
+        raise AssertionError("a shard's headers were walked")
+
+    monkeypatch.setattr(remote_index, "_walk_spans", no_walk)
+    monkeypatch.setattr(remote_index, "scan_reads", no_walk)
+    cold = fastload.TarShards(_url(bucket), OPS, cache_dir=str(tmp_path / "another-machine"), storage_options=options)
+    _same(_batches(cold), _batches(fastload.TarShards(local_shards, OPS)))
+    # A shard rewritten after its index was published is not read through the stale index.
+    _fs(s3_server.endpoint).put_file(local_shards[0], f"{bucket}/train-0001.tar")
+    monkeypatch.undo()
+    fresh = fastload.TarShards(_url(bucket), OPS, cache_dir=str(tmp_path / "third"), storage_options=options)
+    assert fresh.index_status[1] == "built" and len(fresh) == len(cold)
+
+
 def test_two_remote_datasets_in_a_concat_dataset(s3_server, bucket, local_shards, tmp_path):
     """torch's ConcatDataset of two remote datasets (one reader each, one small cache): each
     sample read in Python (fastload's own dataset in a wrapper runs generic), held while it

@@ -75,6 +75,8 @@ HOLD_S = 600.0
 # Bytes between two members written with them in one pwrite (a tar header and a label
 # member sit between two images); wider gaps are not written at all.
 WRITE_GAP = 4096
+# The name a member table has while it is written (then linked into place).
+TABLE_TEMP = ".new-"
 # A table row: the member's offset and size in the shard, its last use (0: absent), the
 # batches holding it (all processes) and when it was last held.
 ROW = np.dtype([("offset", "<i8"), ("size", "<i8"), ("used", "<f8"), ("holders", "<i8"), ("held_at", "<f8")])
@@ -145,6 +147,20 @@ def _by_window(rows: np.ndarray, members: Sequence[int]) -> Iterator[Tuple[int, 
         yield first * LOCK_WINDOW, (last + 1) * LOCK_WINDOW, positions
 
 
+def _held(rows: np.ndarray, m: int, now: float) -> bool:
+    """A batch of some process holds member m (a hold older than HOLD_S does not count)."""
+    return rows["holders"][m] > 0 and rows["held_at"][m] > now - HOLD_S
+
+
+def _read_rows(path: str) -> Optional[np.ndarray]:
+    """A member table read as it stands (None when it cannot be)."""
+    try:
+        with open(path, "rb") as f:
+            return np.frombuffer(f.read(), dtype=ROW)
+    except (OSError, ValueError):
+        return None
+
+
 def _table(path: str, offsets: np.ndarray, sizes: np.ndarray) -> mmap.mmap:
     """The shard's member table mapped (shared): the one there if it lists these members,
     else a new one (all absent) put in place whole, so a process never maps a table that
@@ -167,7 +183,7 @@ def _table(path: str, offsets: np.ndarray, sizes: np.ndarray) -> mmap.mmap:
                     table.close()
             finally:
                 os.close(fd)
-        tmp = f"{path}.new-{os.getpid()}-{threading.get_ident()}"
+        tmp = f"{path}{TABLE_TEMP}{os.getpid()}-{threading.get_ident()}"
         with open(tmp, "wb") as f:
             f.write(rows.tobytes())
         try:
@@ -370,9 +386,6 @@ class RangeCache:
         if drop:
             self._remove(key, members)
 
-    def _held(self, rows: np.ndarray, m: int, now: float) -> bool:
-        return rows["holders"][m] > 0 and rows["held_at"][m] > now - HOLD_S
-
     # -- removing -------------------------------------------------------------------
 
     def _remove(self, key: str, members: Sequence[int], used_before: Optional[float] = None) -> int:
@@ -390,7 +403,7 @@ class RangeCache:
             # so no member is marked present over bytes freed after its write. The freed
             # span stays inside those windows.
             with self.locked(key, offset, offset + size), self._table_locked(key, offset, offset + size):
-                if used[m] == 0.0 or self._held(rows, m, time.time()) or (used_before is not None
+                if used[m] == 0.0 or _held(rows, m, time.time()) or (used_before is not None
                                                                          and used[m] > used_before):
                     continue
                 used[m] = 0.0
@@ -440,18 +453,13 @@ class RangeCache:
         return self._used
 
     def _tables(self) -> Iterator[Tuple[str, np.ndarray]]:
-        """(key, rows) of every shard in the cache, this process's and others'."""
+        """(key, rows) of every shard in the cache, this process's and others' (read where
+        they stand; a table being put in place is skipped)."""
         folder = os.path.join(self.root, ".members")
         for key in sorted(os.listdir(folder)):
-            if key in self._known:
-                yield key, self._shard(key).rows
-                continue
-            try:  # another dataset's shard: its table read where it stands
-                with open(os.path.join(folder, key), "rb") as f:
-                    rows = np.frombuffer(f.read(), dtype=ROW)
-            except (OSError, ValueError):
-                continue
-            yield key, rows
+            rows = self._shard(key).rows if key in self._known else _read_rows(os.path.join(folder, key))
+            if rows is not None and TABLE_TEMP not in key:
+                yield key, rows
 
     def _count(self) -> int:
         return sum(int(rows["size"][rows["used"] != 0.0].sum()) for _, rows in self._tables())
@@ -513,7 +521,8 @@ class RangeCache:
 
     def _adopt(self, key: str) -> None:
         """Knows another dataset's shard from its table (to evict its members)."""
-        with open(os.path.join(self.root, ".members", key), "rb") as f:
-            rows = np.frombuffer(f.read(), dtype=ROW)
+        rows = _read_rows(os.path.join(self.root, ".members", key))
+        if rows is None:
+            raise OSError(f"no table for {key}")
         size = int((rows["offset"] + rows["size"]).max()) if len(rows) else 0
         self.register(key, max(size, os.stat(self.path(key)).st_size), rows["offset"].copy(), rows["size"].copy())

@@ -12,8 +12,9 @@ For each remote shard, in order of preference:
    at once (`SPAN_BYTES`: a walk is one request per header, in sequence, so its time is
    requests times latency; spans divide it).
 The result is written to the cache (2 and 3), so the next run starts at 1; it is not
-written beside the shard in the bucket (fastload/source/README.md says why). Shards are
-indexed on a thread pool, `concurrency` at once, their spans on another.
+written beside the shard in the bucket (fastload/source/README.md says why) unless asked
+for: `publish_indexes` puts 2 there for every later cold start, on any machine. Shards
+are indexed on a thread pool, `concurrency` at once, their spans on another.
 
 Example:
     >>> from fastload.source.remote import RemoteStore
@@ -36,10 +37,12 @@ import json
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
+from fastload.errors import TarShardError
 from fastload.source.remote import RemoteStore
 from fastload.source.tar_index import (INDEX_FORMAT, INDEX_SUFFIX, INDEX_VERSION, checksum_ok, consistent_index,
+                                       default_cache_dir,
                                        fingerprint, fingerprint_blocks, scan_reads, walk_span, write_index)
-from fastload.source.urls import cache_name
+from fastload.source.urls import cache_name, expand_urls
 
 # Bytes fetched per read while walking headers. After a skip over a large member (an
 # image), a small block: the next headers (extended ones included), a label member and
@@ -250,3 +253,52 @@ def remote_indexes(store: RemoteStore, urls: List[str], cache_dir: str,
             concurrent.futures.ThreadPoolExecutor(max(1, min(concurrency, len(urls)))) as pool:
         return list(pool.map(lambda args: remote_index(store, args[0], cache_dir, args[1], spans),
                              zip(urls, identities)))
+
+
+def publish_indexes(urls: Any, storage_options: Optional[Dict[str, Any]] = None,
+                    cache_dir: Optional[str] = None) -> List[str]:
+    """Writes each remote shard's member index beside it (`<url>.idx.json`, the file
+    fastload.prepare writes beside its shards): every later cold start, on any machine,
+    then reads one small file and about 20 small blocks per shard instead of walking the
+    shard's tar headers (one request per sample). Needs credentials that may write to the
+    bucket; the shards themselves are not changed. An index is used only while the shard
+    matches it (size and a fingerprint of its blocks): a rewritten shard is walked again.
+
+    Args:
+        urls: shard URLs, a brace pattern or a "::" list, as fastload.TarShards takes them.
+        storage_options: fsspec/s3fs arguments (None: the environment).
+        cache_dir: where indexes already built are found (default fastload's cache).
+
+    Returns the URLs of the indexes written.
+
+    Example:
+        >>> import io, tarfile, tempfile
+        >>> from fastload.source.remote import RemoteStore
+        >>> buf = io.BytesIO()
+        >>> with tarfile.open(fileobj=buf, mode="w") as tf:
+        ...     for name, data in [("a.jpg", b"x" * 3000), ("a.cls", b"1")]:
+        ...         info = tarfile.TarInfo(name); info.size = len(data); tf.addfile(info, io.BytesIO(data))
+        >>> RemoteStore("memory://").fs.pipe_file("/published/s.tar", buf.getvalue())
+        >>> publish_indexes("memory://published/s.tar", cache_dir=tempfile.mkdtemp())
+        ['memory://published/s.tar.idx.json']
+    """
+    urls = expand_urls(urls)
+    if not urls:
+        return []
+    store = RemoteStore(urls[0], storage_options)
+    written = []
+    records = remote_indexes(store, urls, cache_dir or default_cache_dir())
+    for url, (record, _) in zip(urls, records):
+        size = record["shard_size"]
+        blocks = fingerprint_blocks(size, record["offsets"])
+        read = dict(zip(blocks, [store.read(url, o, min(o + n, size)) for o, n in blocks]))
+        beside = {k: v for k, v in record.items() if k != "remote_identity"}
+        beside["fingerprint"] = fingerprint(lambda o, n: read[(o, n)], size, record["offsets"])
+        try:
+            store.fs.pipe_file(store.path(url + INDEX_SUFFIX), json.dumps(beside).encode("utf-8"))
+        except Exception as e:
+            raise TarShardError(f"fastload.publish_shard_indexes: cannot write {url + INDEX_SUFFIX}: "
+                                f"{type(e).__name__}: {e}. Writing beside the shards needs credentials that "
+                                "may write to the bucket.", url) from e
+        written.append(url + INDEX_SUFFIX)
+    return written
