@@ -65,7 +65,7 @@ EVICT_TO = 0.8
 # The default limit: this fraction of the free space where the cache lives.
 DEFAULT_FRACTION_OF_FREE = 0.25
 # A process recounts the cache's bytes from the tables this often (others write to it too).
-RECOUNT_S = 1.0
+RECOUNT_S = 5.0
 # ... and each time it has written this fraction of the limit.
 RECOUNT_FRACTION = 0.1
 # Members used this recently are never evicted.
@@ -488,22 +488,28 @@ class RangeCache:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 return 0  # another process is evicting
-            candidates: List[Tuple[float, int, str, int]] = []  # (last use, size, key, member)
-            used = 0
+            # Every present member as arrays (a large cache holds millions): last use, size,
+            # its table's place in `keys`, its place in the table.
+            keys, last_use, sizes, tables, members = [], [], [], [], []
             for key, rows in self._tables():
                 present = np.flatnonzero(rows["used"] != 0.0)
-                used += int(rows["size"][present].sum())
-                candidates.extend(zip(rows["used"][present].tolist(), rows["size"][present].tolist(),
-                                      [key] * len(present), present.tolist()))
-            candidates.sort()
+                last_use.append(rows["used"][present])
+                sizes.append(rows["size"][present])
+                tables.append(np.full(len(present), len(keys)))
+                members.append(present)
+                keys.append(key)
+            last_use, sizes, tables, members = (np.concatenate(a) if a else np.zeros(0)
+                                                for a in (last_use, sizes, tables, members))
+            used = int(sizes.sum())
             target, young = int(self.limit * EVICT_TO), time.time() - self.grace_s
+            # The oldest first, none used since `young`, until enough is freed (a held one
+            # among them is passed over by _remove: the next eviction frees more).
+            oldest = np.argsort(last_use, kind="stable")
+            oldest = oldest[last_use[oldest] <= young]
+            enough = int(np.searchsorted(np.cumsum(sizes[oldest]), used - target)) + 1 if used > target else 0
             chosen: Dict[str, List[int]] = {}
-            freed = 0
-            for last_use, size, key, member in candidates:
-                if used - freed <= target or last_use > young:
-                    break
-                chosen.setdefault(key, []).append(member)  # (a held one is passed over by _remove)
-                freed += size
+            for t, m in zip(tables[oldest[:enough]].tolist(), members[oldest[:enough]].tolist()):
+                chosen.setdefault(keys[int(t)], []).append(int(m))
             removed = 0
             for key, members in chosen.items():
                 try:
