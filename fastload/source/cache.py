@@ -11,7 +11,7 @@ than the request that fetched it).
 
 Which members are there is kept in a table beside each file, `<root>/.members/<shard
 key>`, memory-mapped by every process that uses the shard: one row per member (offset,
-size, last use in seconds; 0 when absent). A member is marked present only after its
+size, last use in seconds or 0 when absent, holders, last hold). A member is marked present only after its
 bytes are written, so a reader that finds it marked reads whole bytes, whichever loader,
 rank or process wrote them. Fetches of the same members by several processes are
 serialised by lock files (those of LOCK_STRIPES picked by the shard and the
@@ -22,8 +22,9 @@ The cache holds at most `limit` bytes of members: past it, the least recently us
 are unmarked and their bytes freed (a hole punched in the file) until it is back under
 EVICT_TO of the limit. A member is never evicted while a batch of any process holds it
 (`hold`: a count of holders in its row, changed only under its window's table locks,
-which eviction takes too, so a hold and an eviction never interleave; a hold older than HOLD_S, left by a process that died,
-no longer counts), nor when used in the last `grace_s` seconds.
+which eviction takes too, so a hold and an eviction never interleave; a hold older than
+HOLD_S, left by a process that died, no longer counts), nor when used in the last
+`grace_s` seconds.
 
 Example:
     >>> import tempfile
