@@ -184,8 +184,9 @@ class TarShards(NativeDataset):
             which is also how a webdataset pipeline's shards get theirs.
         cache_limit: bytes of members the range cache (`cache_dir/members/`, a sparse
             file per shard, shared by loaders and ranks on the machine) may hold, least
-            recently used evicted past it (never those of a batch in flight). None: a quarter of the free disk there. 0: no disk cache
-            (members kept in memory only until their batch is made).
+            recently used evicted past it (never those of a batch in flight). None: a
+            quarter of the free disk there. 0: no disk cache (members kept in memory only
+            until their batch is made).
         concurrency: range requests in flight at once.
         retries: for shards read by range, tries after the first for a request that
             failed or timed out, with backoff doubling from 0.25 s (None:

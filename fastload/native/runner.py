@@ -217,7 +217,7 @@ class NativeRunner:
             if not self._repair.policy.skips:
                 with self._lock:
                     self._pending.pop(ticket, None)
-                self.index.remote.release(self.index, samples.tolist())
+                _release(self.index, samples, fetch)
                 raise
         entry = (samples, self.producer.submit(samples, epoch), epoch, submitted, fetch)
         with self._lock:
@@ -248,6 +248,7 @@ class NativeRunner:
                 status, messages, out = self.producer.collect(handle)
             except TimeoutError:  # the batch outlived the loader's timeout
                 self._timed_out.append(handle)
+                _release(self.index, samples, fetch)
                 raise _timed_out_error(self.index, samples, self.timeout) from None
         finished = time.perf_counter()
         if torch.autograd._profiler_enabled():
@@ -285,8 +286,8 @@ class NativeRunner:
             self.producer.discard(entry[1])
         elif entry is not None:
             entry[4].cancel()  # its bytes were not all fetched yet: the engine never had it
-        if entry is not None and entry[4] is not None:
-            self.index.remote.release(self.index, entry[0].tolist())
+        if entry is not None:
+            _release(self.index, entry[0], entry[4])
 
     def _profile_stages(self) -> None:
         """A zero-length "fastload.engine_stages" range whose arguments are the engine
@@ -354,3 +355,9 @@ def _mark_unfetched(index: SampleIndex, samples: torch.Tensor, fetch: Any, statu
     if failure is not None:
         for slot in index.remote.missing(index, samples.tolist()):
             status[slot], messages[slot] = contract.READ_ERROR, str(failure)
+
+
+def _release(index: SampleIndex, samples: torch.Tensor, fetch: Any) -> None:
+    """A batch of remote samples (`fetch` not None) lets its members go: made, dropped or failed."""
+    if fetch is not None:
+        index.remote.release(index, samples.tolist())

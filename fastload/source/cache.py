@@ -200,6 +200,32 @@ def _table(path: str, offsets: np.ndarray, sizes: np.ndarray) -> mmap.mmap:
     raise OSError(f"fastload.RangeCache: cannot set up the member table {path}")
 
 
+def _oldest(tables: Iterator[Tuple[str, np.ndarray]], target: int,
+            young: float) -> Tuple[int, Dict[str, List[int]]]:
+    """(bytes of members in `tables`, {key: members}): the least recently used members, none
+    used since `young`, whose removal brings the cache down to `target` bytes. As arrays: a
+    large cache holds millions. (A held one among them is passed over by the removal: the
+    next eviction frees more.)"""
+    keys, last_use, sizes, tables_of, members = [], [], [], [], []
+    for key, rows in tables:
+        present = np.flatnonzero(rows["used"] != 0.0)
+        last_use.append(rows["used"][present])
+        sizes.append(rows["size"][present])
+        tables_of.append(np.full(len(present), len(keys)))
+        members.append(present)
+        keys.append(key)
+    last_use, sizes, tables_of, members = (np.concatenate(a) if a else np.zeros(0, dtype=np.int64)
+                                           for a in (last_use, sizes, tables_of, members))
+    used = int(sizes.sum())
+    oldest = np.argsort(last_use, kind="stable")
+    oldest = oldest[last_use[oldest] <= young]
+    enough = int(np.searchsorted(np.cumsum(sizes[oldest]), used - target)) + 1 if used > target else 0
+    chosen: Dict[str, List[int]] = {}
+    for t, m in zip(tables_of[oldest[:enough]].tolist(), members[oldest[:enough]].tolist()):
+        chosen.setdefault(keys[int(t)], []).append(int(m))
+    return used, chosen
+
+
 class _Shard:
     """One shard's cache file and its member table, mapped in this process. (The file is
     opened for each write or eviction, not held: a run over thousands of shards would
@@ -489,28 +515,8 @@ class RangeCache:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 return 0  # another process is evicting
-            # Every present member as arrays (a large cache holds millions): last use, size,
-            # its table's place in `keys`, its place in the table.
-            keys, last_use, sizes, tables, members = [], [], [], [], []
-            for key, rows in self._tables():
-                present = np.flatnonzero(rows["used"] != 0.0)
-                last_use.append(rows["used"][present])
-                sizes.append(rows["size"][present])
-                tables.append(np.full(len(present), len(keys)))
-                members.append(present)
-                keys.append(key)
-            last_use, sizes, tables, members = (np.concatenate(a) if a else np.zeros(0)
-                                                for a in (last_use, sizes, tables, members))
-            used = int(sizes.sum())
             target, young = int(self.limit * EVICT_TO), time.time() - self.grace_s
-            # The oldest first, none used since `young`, until enough is freed (a held one
-            # among them is passed over by _remove: the next eviction frees more).
-            oldest = np.argsort(last_use, kind="stable")
-            oldest = oldest[last_use[oldest] <= young]
-            enough = int(np.searchsorted(np.cumsum(sizes[oldest]), used - target)) + 1 if used > target else 0
-            chosen: Dict[str, List[int]] = {}
-            for t, m in zip(tables[oldest[:enough]].tolist(), members[oldest[:enough]].tolist()):
-                chosen.setdefault(keys[int(t)], []).append(int(m))
+            used, chosen = _oldest(self._tables(), target, young)
             removed = 0
             for key, members in chosen.items():
                 try:
