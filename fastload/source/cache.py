@@ -238,7 +238,6 @@ class _Shard:
                 os.ftruncate(fd, self.size)  # sparse: no block is used until written
         self._map = _table(table, offsets, sizes)
         self.rows = np.frombuffer(self._map, dtype=ROW, count=len(offsets))
-        self.ordinal: Dict[int, int] = {int(o): i for i, o in enumerate(offsets)}
 
     @contextlib.contextmanager
     def opened(self) -> Iterator[int]:
@@ -330,9 +329,17 @@ class RangeCache:
                                                      size, offsets, sizes)
         return shard
 
-    def ordinal(self, key: str, offset: int) -> int:
-        """The place of the member at `offset` in the shard's list."""
-        return self._shard(key).ordinal[int(offset)]
+    def members(self, key: str) -> Tuple[np.ndarray, np.ndarray]:
+        """(offsets, sizes) of the shard's members, as registered."""
+        return self._known[key][1:]
+
+    def ordinals(self, key: str, offsets: Sequence[int]) -> List[int]:
+        """The places of the members at `offsets` in the shard's list."""
+        known = self._known[key][1]
+        places = np.searchsorted(known, np.asarray(list(offsets), dtype=np.int64))
+        if len(places) and (places.max() >= len(known) or (known[places] != np.asarray(list(offsets))).any()):
+            raise KeyError(f"fastload.RangeCache: offsets not among the members of {key}")
+        return places.tolist()
 
     def present(self, key: str, members: Sequence[int]) -> np.ndarray:
         """Whether each member is there (bool array). (A member found here may be evicted

@@ -169,7 +169,6 @@ class RemoteReads(_Holds):
         self.concurrency = max(1, int(concurrency))
         self.urls: Dict[str, str] = {}  # shard key -> URL
         self.shard_sizes: Dict[str, int] = {}
-        self.members: Dict[str, Dict[int, int]] = {}  # shard key -> {offset: size} of its samples
         self._keys: Dict[str, str] = {}  # cache file -> shard key
         self._asked: Dict[str, int] = {}  # shard key -> member bytes asked for (read ahead past a fraction)
         self._ahead: set = set()  # shards read ahead whole
@@ -197,8 +196,8 @@ class RemoteReads(_Holds):
         returns the file the engine reads them from (at their offsets in the shard)."""
         self.urls[key] = url
         self.shard_sizes[key] = int(size)
-        self.members[key] = dict(sorted(members.items()))
-        self.cache.register(key, size, list(self.members[key]), list(self.members[key].values()))
+        ordered = sorted(members.items())
+        self.cache.register(key, size, [o for o, _ in ordered], [n for _, n in ordered])
         path = self.cache.path(key)
         self._keys[path] = key
         return path
@@ -234,7 +233,7 @@ class RemoteReads(_Holds):
         hits = 0
         for key, members in self._members_of(index, samples).items():
             cache = self.cache
-            present = cache.hold(key, [cache.ordinal(key, o) for o in members])  # (stays until release())
+            present = cache.hold(key, cache.ordinals(key, members))  # (stays until release())
             self._asked[key] = self._asked.get(key, 0) + sum(members.values())
             hits += int(present.sum())
             for (offset, size), here in zip(members.items(), present):
@@ -248,9 +247,9 @@ class RemoteReads(_Holds):
                     and size <= self.cache.limit // 4):
                 # The rest of the shard in few large requests (cut by coalesce at MAX_REQUEST_BYTES).
                 self._ahead.add(key)
-                all_members = self.members[key]
-                present = self.cache.present(key, range(len(all_members)))
-                wanted[key] = {o: n for (o, n), here in zip(all_members.items(), present)
+                offsets, sizes = self.cache.members(key)
+                present = self.cache.present(key, range(len(offsets)))
+                wanted[key] = {o: n for o, n, here in zip(offsets.tolist(), sizes.tolist(), present)
                                if o in wanted[key] or not here}
         pool = self._executor()
         with self._lock:
@@ -277,7 +276,7 @@ class RemoteReads(_Holds):
         batch held them. (Held now, they stay once fetched.)"""
         futures = []
         for key, members in wanted.items():
-            present = self.cache.present(key, [self.cache.ordinal(key, o) for o in members])
+            present = self.cache.present(key, self.cache.ordinals(key, members))
             absent = {o: n for (o, n), here in zip(members.items(), present) if not here}
             for start, end, group in coalesce(absent, shard_size=self.shard_sizes[key]):
                 futures.append(self._executor().submit(self._fetch_group, key, start, end, group))
@@ -295,7 +294,7 @@ class RemoteReads(_Holds):
         # The locks of the group's byte range: another thread or process fetching any of
         # these members waits here, then finds them cached.
         with cache.locked(key, start, end):
-            ordinals = [cache.ordinal(key, o) for o, _ in group]
+            ordinals = cache.ordinals(key, [o for o, _ in group])
             present = cache.present(key, ordinals)
             missing = {o: s for (o, s), here in zip(group, present) if not here}
             if not missing:
@@ -304,7 +303,7 @@ class RemoteReads(_Holds):
             # in pieces where cached members leave a gap wider than `gap`.
             for start, end, part in coalesce(missing, gap=gap, max_bytes=MAX_REQUEST_BYTES):
                 data = self.store.read(self.urls[key], start, end)
-                cache.write(key, start, data, [cache.ordinal(key, o) for o, _ in part])
+                cache.write(key, start, data, cache.ordinals(key, [o for o, _ in part]))
         with self._lock:
             self.fetched += len(missing)
         if self.keep and cache.over_limit():
@@ -316,7 +315,7 @@ class RemoteReads(_Holds):
         out = []
         for i, s in enumerate(samples):
             key = self._keys.get(files[int(file_ids[s])])
-            if key is not None and not self.cache.present(key, [self.cache.ordinal(key, int(offsets[s]))])[0]:
+            if key is not None and not self.cache.present(key, self.cache.ordinals(key, [int(offsets[s])]))[0]:
                 out.append(i)
         return out
 
@@ -324,7 +323,7 @@ class RemoteReads(_Holds):
         """Lets the samples' members go (their batch is made or dropped): evictable again,
         and without a disk cache removed."""
         for key, members in self._members_of(index, samples).items():
-            self.cache.release(key, [self.cache.ordinal(key, o) for o in members], drop=not self.keep)
+            self.cache.release(key, self.cache.ordinals(key, members), drop=not self.keep)
         if self.keep and self.cache.over_limit():
             # On a fetch thread: eviction waits for the requests in flight in its windows.
             self._executor().submit(self.cache.evict)
