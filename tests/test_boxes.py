@@ -299,6 +299,20 @@ def detection_files(tmp_path_factory):
     return paths, targets
 
 
+def copies_with_one_damaged(paths, folder):
+    """Copies of the first four images, the second truncated to 100 bytes (a damaged JPEG:
+    under on_error="skip" the next readable sample takes its slot)."""
+    import shutil
+
+    copies = []
+    for k, path in enumerate(paths[:4]):
+        copies.append(str(folder / f"{k}.jpg"))
+        shutil.copy(path, copies[-1])
+    with open(copies[1], "r+b") as f:
+        f.truncate(100)
+    return copies
+
+
 def detection_collate(batch):
     return tuple(zip(*batch))
 
@@ -458,18 +472,12 @@ def test_detection_refusals_name_the_reason(detection_files):
 
 def test_detection_skip_gives_the_replacement_its_own_targets(detection_files, tmp_path):
     pytest.importorskip("fastload._C")
-    import shutil
     import warnings
 
     import fastload
 
     paths, targets = detection_files
-    copies = []
-    for k, path in enumerate(paths[:4]):
-        copies.append(str(tmp_path / f"{k}.jpg"))
-        shutil.copy(path, copies[-1])
-    with open(copies[1], "r+b") as f:  # a damaged JPEG: the next readable sample takes its slot
-        f.truncate(100)
+    copies = copies_with_one_damaged(paths, tmp_path)
     ds = fastload.DetectionDataset(copies, targets("XYXY")[:4], [v2.CenterCrop((30, 30))])
     loader = fastload.DataLoader(ds, batch_size=4, collate_fn=detection_collate, on_error="skip")
     with warnings.catch_warnings():

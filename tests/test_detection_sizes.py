@@ -18,7 +18,8 @@ tv_tensors = pytest.importorskip("torchvision.tv_tensors")
 F = pytest.importorskip("torchvision.transforms.v2.functional")
 pytest.importorskip("fastload._C")
 
-from test_boxes import MIN_PSNR_DB, SIZES, assert_target, detection_collate, detection_files, psnr  # noqa: E402,F401
+from test_boxes import (MIN_PSNR_DB, SIZES, assert_target, copies_with_one_damaged, detection_collate,  # noqa: E402,F401
+                        detection_files, psnr)
 
 import fastload  # noqa: E402
 
@@ -146,16 +147,10 @@ def test_own_size_loader_resumes_exactly(detection_files):
 
 
 def test_own_size_skip_gives_the_replacement_its_own_targets(detection_files, tmp_path):
-    import shutil
     import warnings
 
     paths, targets = detection_files
-    copies = []
-    for k, path in enumerate(paths[:4]):
-        copies.append(str(tmp_path / f"{k}.jpg"))
-        shutil.copy(path, copies[-1])
-    with open(copies[1], "r+b") as f:  # a damaged JPEG: the next readable sample takes its slot
-        f.truncate(100)
+    copies = copies_with_one_damaged(paths, tmp_path)
     ds = fastload.DetectionDataset(copies, targets("XYXY")[:4], hflip())
     loader = fastload.DataLoader(ds, batch_size=4, collate_fn=detection_collate, on_error="skip")
     with warnings.catch_warnings(record=True) as caught:
