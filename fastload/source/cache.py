@@ -50,7 +50,7 @@ import threading
 import time
 import warnings
 import zlib
-from typing import ContextManager, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import ContextManager, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -277,6 +277,7 @@ class RangeCache:
         self._lock = threading.Lock()
         self._known: Dict[str, Tuple[int, np.ndarray, np.ndarray]] = {}  # key -> (size, offsets, sizes)
         self._open: Dict[str, _Shard] = {}
+        self._places: Dict[str, Dict[int, int]] = {}  # key -> {member offset: its place}
         self._used: Optional[int] = None  # counted at the first need (a scan of the tables)
         self._counted_at, self._written_since_count = time.monotonic(), 0
         self.peak = 0
@@ -285,7 +286,7 @@ class RangeCache:
 
     def __getstate__(self):
         state = dict(self.__dict__)
-        state["_open"] = {}
+        state["_open"], state["_places"] = {}, {}
         del state["_lock"]
         return state
 
@@ -333,13 +334,13 @@ class RangeCache:
         """(offsets, sizes) of the shard's members, as registered."""
         return self._known[key][1:]
 
-    def ordinals(self, key: str, offsets: Sequence[int]) -> List[int]:
-        """The places of the members at `offsets` in the shard's list."""
-        known = self._known[key][1]
-        places = np.searchsorted(known, np.asarray(list(offsets), dtype=np.int64))
-        if len(places) and (places.max() >= len(known) or (known[places] != np.asarray(list(offsets))).any()):
-            raise KeyError(f"fastload.RangeCache: offsets not among the members of {key}")
-        return places.tolist()
+    def ordinals(self, key: str, offsets: Iterable[int]) -> List[int]:
+        """The places of the members at `offsets` in the shard's list (KeyError for an
+        offset that is not a member's)."""
+        places = self._places.get(key)
+        if places is None:  # (built for the shards a run touches, on the first look)
+            places = self._places[key] = {o: i for i, o in enumerate(self._known[key][1].tolist())}
+        return [places[int(o)] for o in offsets]
 
     def present(self, key: str, members: Sequence[int]) -> np.ndarray:
         """Whether each member is there (bool array). (A member found here may be evicted
