@@ -12,6 +12,7 @@ import os
 import threading
 import time
 import uuid
+import warnings
 
 import numpy as np
 import pytest
@@ -201,17 +202,25 @@ def test_environment_credentials_and_endpoint(s3_server, bucket, tmp_path, monke
     assert len(ds) == SHARDS * PER_SHARD and len(_batches(ds)) == 5
 
 
-def test_member_index_is_read_once_then_cached(s3_server, bucket, local_shards, tmp_path):
+def test_member_index_is_read_once_then_cached(s3_server, bucket, local_shards, tmp_path, monkeypatch):
+    from fastload.source import remote_index
+
     options = _options(s3_server.endpoint)
-    first = fastload.TarShards(_url(bucket), OPS, cache_dir=str(tmp_path), storage_options=options)
-    again = fastload.TarShards(_url(bucket), OPS, cache_dir=str(tmp_path), storage_options=options)
+    monkeypatch.setattr(remote_index, "WALK_HINT_S", 0.0)  # every walk "long": the hint is due
+    with pytest.warns(UserWarning, match=rf"{SHARDS} remote shard\(s\) had no member index.*"
+                                         r"fastload.publish_shard_indexes"):
+        first = fastload.TarShards(_url(bucket), OPS, cache_dir=str(tmp_path), storage_options=options)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing walked: no hint
+        again = fastload.TarShards(_url(bucket), OPS, cache_dir=str(tmp_path), storage_options=options)
     assert first.index_status == ["built"] * SHARDS and again.index_status == ["cached"] * SHARDS
     assert again.remote.stats()["requests"] == 1  # one listing: sizes and ETags of every shard
     assert again.keys.tolist() == first.keys.tolist()
     # A shard rewritten in place (a new ETag) is indexed again.
     fs = _fs(s3_server.endpoint)
     fs.put_file(local_shards[1], f"{bucket}/train-0000.tar")
-    changed = fastload.TarShards(_url(bucket), OPS, cache_dir=str(tmp_path), storage_options=options)
+    with pytest.warns(UserWarning, match=r"1 remote shard\(s\) had no member index"):
+        changed = fastload.TarShards(_url(bucket), OPS, cache_dir=str(tmp_path), storage_options=options)
     assert changed.index_status == ["built"] + ["cached"] * (SHARDS - 1)
     assert changed.keys[:PER_SHARD] == first.keys[PER_SHARD:2 * PER_SHARD]
 
@@ -708,3 +717,22 @@ def test_span_walks_give_the_one_walk_index(shape, tmp_path, monkeypatch):
     # scans for a first header (here 12 spans of a 3 MiB shard), not every image.
     if shape in ("ustar", "pax"):
         assert store.bytes_read < 0.3 * len(data), store.bytes_read / len(data)
+
+
+def test_the_earlier_cache_layout_is_removed(s3_server, bucket, tmp_path):
+    """The range cache's earlier layout (cache_dir/ranges/: a file per member) holds disk
+    nothing reads: the first open of the cache frees it; a folder of that name that is not
+    a cache (no .locks inside) is left alone."""
+    old = tmp_path / "cache" / "ranges"
+    (old / ".locks").mkdir(parents=True)
+    (old / "0123abcd-train-0000.tar").mkdir()
+    (old / "0123abcd-train-0000.tar" / "1536").write_bytes(b"x" * 100_000)
+    (tmp_path / "cache" / ".ranges-removed-1-2").mkdir()  # left by a process that ended first
+    other = tmp_path / "mine" / "ranges"
+    other.mkdir(parents=True)
+    (other / "notes.txt").write_text("not a cache")
+    options = _options(s3_server.endpoint)
+    fastload.TarShards(_url(bucket), OPS, cache_dir=str(tmp_path / "cache"), storage_options=options)
+    fastload.TarShards(_url(bucket), OPS, cache_dir=str(tmp_path / "mine"), storage_options=options)
+    _settles(lambda: sorted(os.listdir(tmp_path / "cache")) == ["index", "members"])
+    assert (other / "notes.txt").read_text() == "not a cache"

@@ -174,7 +174,9 @@ class TarShards(NativeDataset):
             samples are left out and listed in `skipped`. An ErrorPolicy is taken as its
             choice; `dataset.on_error` is then the choice's string.
         seed: base of the random augmentation parameters (the loader overrides it).
-        progress: show a tqdm bar while downloading.
+        progress: show a tqdm bar while downloading, and while indexing shards read by
+            range once that takes over a second (then a warning after a long walk of
+            shards without an index says how to skip it next time).
         ops: the older name of `transforms` (same meaning; pass one of the two).
         storage_options: for shards read by range, fsspec's options of their filesystem
             (s3fs: key, secret, endpoint_url, client_kwargs, anon, ...). None: the
@@ -265,7 +267,8 @@ class TarShards(NativeDataset):
             if not self.remote.keep:
                 # The private memory folder goes with the dataset (pickled copies share it).
                 weakref.finalize(self, shutil.rmtree, self.remote.cache.root, True)
-            remote_records = dict(zip(by_range, remote_indexes(self.remote.store, by_range, self.cache_dir)))
+            remote_records = dict(zip(by_range, remote_indexes(self.remote.store, by_range, self.cache_dir,
+                                                                  progress=progress)))
         self.shards = [url if url in remote_records else fetch_shard(url, self.cache_dir, progress)
                        for url in self.urls]
 

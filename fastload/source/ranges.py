@@ -28,6 +28,7 @@ import concurrent.futures
 import contextlib
 import functools
 import os
+import shutil
 import threading
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -54,6 +55,8 @@ WHOLE_SHARD_FRACTION = 0.5
 READ_AHEAD_FRACTION = 0.25
 # Requests in flight at once (network waits release the GIL).
 DEFAULT_CONCURRENCY = 32
+# The range cache's earlier layout (`cache_dir/ranges/`) is renamed to this + an id, then removed.
+OLD_CACHE_PREFIX = ".ranges-removed-"
 
 
 def coalesce(members: Dict[int, int], gap: int = COALESCE_GAP, shard_size: Optional[int] = None,
@@ -363,11 +366,28 @@ def open_reads(urls: Sequence[str], cache_dir: str, *, storage_options: Optional
         raise ValueError(f"fastload.TarShards: expected cache_limit to be None (a fraction of the free disk), 0 "
                          f"(no disk cache) or a number of bytes, got {cache_limit!r}.")
     store = RemoteStore(urls[0], storage_options, retries=retries, timeout=timeout)
+    remove_old_cache(cache_dir)
     if cache_limit == 0:
         # Files must still exist for the engine: in memory, members removed once their batch is made.
         return RemoteReads(store, RangeCache(memory_folder(), limit=1 << 62), keep=False, concurrency=concurrency)
     return RemoteReads(store, RangeCache(os.path.join(cache_dir, "members"), limit=cache_limit),
                        concurrency=concurrency)
+
+
+def remove_old_cache(cache_dir: str) -> None:
+    """Frees the disk of the range cache's earlier layout, `cache_dir/ranges/` (a file per
+    member, under a `.locks` folder), which nothing reads any more: renamed away at once
+    (one process takes it, whoever else opens the cache) and removed on a thread (a large
+    cache takes a while; what a process ending first leaves, the next one removes)."""
+    old = os.path.join(cache_dir, "ranges")
+    if os.path.isdir(os.path.join(old, ".locks")):
+        with contextlib.suppress(OSError):  # another process took it, or it is not ours to change
+            os.rename(old, os.path.join(cache_dir, f"{OLD_CACHE_PREFIX}{os.getpid()}-{threading.get_ident()}"))
+    with contextlib.suppress(OSError):
+        doomed = [os.path.join(cache_dir, name) for name in os.listdir(cache_dir) if name.startswith(OLD_CACHE_PREFIX)]
+        if doomed:
+            threading.Thread(target=lambda: [shutil.rmtree(path, True) for path in doomed],
+                             name="fastload-old-cache", daemon=True).start()
 
 
 class RemoteGroup(_Holds):

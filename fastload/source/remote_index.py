@@ -35,6 +35,8 @@ import concurrent.futures
 import io
 import json
 import os
+import time
+import warnings
 from typing import Any, Dict, List, Optional, Tuple
 
 from fastload.errors import TarShardError
@@ -65,6 +67,8 @@ SCAN_BLOCK = 32 * 1024
 # Shards indexed at once, and span walks in flight at once (over all shards).
 INDEX_CONCURRENCY = 32
 SPAN_CONCURRENCY = 64
+# Seconds of header walks after which remote_indexes(progress=True) says how to avoid them.
+WALK_HINT_S = 10.0
 
 
 class HeaderReads:
@@ -243,16 +247,41 @@ def remote_index(store: RemoteStore, url: str, cache_dir: str, identity: Optiona
 
 
 def remote_indexes(store: RemoteStore, urls: List[str], cache_dir: str,
-                   concurrency: int = INDEX_CONCURRENCY) -> List[Tuple[Dict[str, Any], str]]:
+                   concurrency: int = INDEX_CONCURRENCY, progress: bool = False) -> List[Tuple[Dict[str, Any], str]]:
     """remote_index() of every URL, `concurrency` shards at once (and SPAN_CONCURRENCY span
     walks of large shards), in the order of `urls`; the objects' sizes and tags come from
-    one listing per folder where possible."""
+    one listing per folder where possible.
+
+    progress: a tqdm bar of the shards indexed, shown once indexing has taken a second
+    (a walk of plain shards is one request per sample: minutes for a large dataset), and
+    a warning after a walk of WALK_HINT_S or more saying how to never wait for it again.
+    """
+    from tqdm.auto import tqdm
+
     identities = store.identities(urls)
+    start, requests = time.monotonic(), store.requests
+    bar = tqdm(total=len(urls), unit="shard", desc="fastload: indexing remote shards", delay=1.0, leave=False,
+               disable=not progress)
+
+    def index(args: Tuple[str, Any]) -> Tuple[Dict[str, Any], str]:
+        out = remote_index(store, args[0], cache_dir, args[1], spans)
+        bar.update()
+        return out
+
     # Two pools: a shard's task waits for its spans, which must never wait for a shard's place.
-    with concurrent.futures.ThreadPoolExecutor(SPAN_CONCURRENCY, thread_name_prefix="fastload-span") as spans, \
+    with bar, concurrent.futures.ThreadPoolExecutor(SPAN_CONCURRENCY, thread_name_prefix="fastload-span") as spans, \
             concurrent.futures.ThreadPoolExecutor(max(1, min(concurrency, len(urls)))) as pool:
-        return list(pool.map(lambda args: remote_index(store, args[0], cache_dir, args[1], spans),
-                             zip(urls, identities)))
+        records = list(pool.map(index, zip(urls, identities)))
+    walked = sum(status == "built" for _, status in records)
+    seconds = time.monotonic() - start
+    if progress and walked and seconds >= WALK_HINT_S:
+        warnings.warn(
+            f"fastload: {walked} remote shard(s) had no member index: their tar headers were walked by range "
+            f"reads ({store.requests - requests} requests, {seconds:.0f} s). This machine reuses the result "
+            f"({os.path.join(cache_dir, 'index')}); for every other machine's first start, write each index "
+            "beside its shard once: fastload.publish_shard_indexes(<these shards' URLs>, storage_options=...) "
+            "(or build the shards with fastload.prepare).", UserWarning, stacklevel=3)
+    return records
 
 
 def publish_indexes(urls: Any, storage_options: Optional[Dict[str, Any]] = None,
