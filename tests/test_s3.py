@@ -613,6 +613,9 @@ def test_ddp_ranks_sharing_a_cache_read_each_sample_once_and_resume_exactly(
         seen = first[0]["labels"] + first[1]["labels"]
         assert sorted(seen) == list(range(24))  # every sample exactly once across the ranks
         assert first[0]["batches"] == first[1]["batches"] == [3, 3, 3, 3]
+        # Opened cold by both ranks at once: each shard's headers walked once, by one of them.
+        built = [status for r in first for status in r["index_status"]]
+        assert built.count("built") == len(paths) and len(built) == 2 * len(paths), built
         # One cache folder for both ranks: each member downloaded once, by one of them.
         assert first[0]["members_fetched"] + first[1]["members_fetched"] == 24
         assert first[0]["bytes_read"] + first[1]["bytes_read"] <= sum(os.path.getsize(p) for p in paths)

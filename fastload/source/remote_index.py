@@ -11,6 +11,9 @@ For each remote shard, in order of preference:
    larger blocks where small members follow each other), a large shard in spans walked
    at once (`SPAN_BYTES`: a walk is one request per header, in sequence, so its time is
    requests times latency; spans divide it).
+2 and 3 are done under a lock per shard (`cache_dir/index/.locks/`), so the processes of
+one machine sharing `cache_dir` (its ranks) index each shard once between them and read
+the others' results from the cache.
 The result is written to the cache (2 and 3), so the next run starts at 1; it is not
 written beside the shard in the bucket (fastload/source/README.md says why) unless asked
 for: `publish_indexes` puts 2 there for every later cold start, on any machine. Shards
@@ -32,12 +35,14 @@ Example:
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
+import fcntl
 import io
 import json
 import os
 import time
 import warnings
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from fastload.errors import TarShardError
 from fastload.source.remote import RemoteStore
@@ -215,18 +220,57 @@ def _beside(store: RemoteStore, url: str, identity: Dict[str, Any]) -> Optional[
     return record
 
 
+@contextlib.contextmanager
+def _indexing(path: str, wait: bool) -> Iterator[bool]:
+    """Holds the lock of one shard's cached index while this process builds it (an flock
+    on `<index folder>/.locks/<index name>`, freed by the system if the process dies);
+    yields False without it when `wait` is False and another process holds it."""
+    folder = os.path.join(os.path.dirname(path), ".locks")
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd = os.open(os.path.join(folder, os.path.basename(path)), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    except OSError:  # a read-only cache folder: nothing is shared through it anyway
+        yield True
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
+
+
 def remote_index(store: RemoteStore, url: str, cache_dir: str, identity: Optional[Dict[str, Any]] = None,
-                 spans: Optional[concurrent.futures.ThreadPoolExecutor] = None) -> Tuple[Dict[str, Any], str]:
+                 spans: Optional[concurrent.futures.ThreadPoolExecutor] = None,
+                 wait: bool = True) -> Optional[Tuple[Dict[str, Any], str]]:
     """(index record, "cached" | "built") of one remote shard (see the module's docstring).
 
     identity: the object's {"size", "tag"} when already known (from a listing).
     spans: a thread pool for walking spans of a large shard at once (None: one walk).
+    wait: while another process builds this shard's index (the loaders and ranks of one
+        machine sharing `cache_dir`), wait for it and read it from the cache (True), or
+        return None at once (False).
     """
     identity = identity or store.identity(url)
     path = _cache_path(url, cache_dir)
     record = _cached(path, identity)
     if record is not None:
         return record, "cached"
+    with _indexing(path, wait) as mine:
+        if not mine:
+            return None
+        record = _cached(path, identity)  # built by another process while this one waited
+        if record is not None:
+            return record, "cached"
+        return _build(store, url, path, identity, spans)
+
+
+def _build(store: RemoteStore, url: str, path: str, identity: Dict[str, Any],
+           spans: Optional[concurrent.futures.ThreadPoolExecutor]) -> Tuple[Dict[str, Any], str]:
+    """remote_index()'s record from the index beside the shard or a walk, written to `path`."""
     record, status = _beside(store, url, identity), "cached"
     if record is None:
         size = identity["size"]
@@ -246,6 +290,16 @@ def remote_index(store: RemoteStore, url: str, cache_dir: str, identity: Optiona
     return record, status
 
 
+def _first_shard(shards: int) -> int:
+    """Where this process starts indexing: its local rank's share of the list (torchrun's
+    LOCAL_RANK and LOCAL_WORLD_SIZE), 0 outside torchrun."""
+    try:
+        rank, world = int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    except ValueError:
+        return 0
+    return rank * shards // world if 0 <= rank < world else 0
+
+
 def remote_indexes(store: RemoteStore, urls: List[str], cache_dir: str,
                    concurrency: int = INDEX_CONCURRENCY, progress: bool = False) -> List[Tuple[Dict[str, Any], str]]:
     """remote_index() of every URL, `concurrency` shards at once (and SPAN_CONCURRENCY span
@@ -263,15 +317,25 @@ def remote_indexes(store: RemoteStore, urls: List[str], cache_dir: str,
     bar = tqdm(total=len(urls), unit="shard", desc="fastload: indexing remote shards", delay=1.0, leave=False,
                disable=not progress)
 
-    def index(args: Tuple[str, Any]) -> Tuple[Dict[str, Any], str]:
-        out = remote_index(store, args[0], cache_dir, args[1], spans)
-        bar.update()
+    def index(i: int, wait: bool) -> Optional[Tuple[Dict[str, Any], str]]:
+        out = remote_index(store, urls[i], cache_dir, identities[i], spans, wait)
+        if out is not None:
+            bar.update()
         return out
 
+    # Processes sharing cache_dir (a machine's ranks, started together) split the work:
+    # each starts at its own place in the list, takes the shards no other process is
+    # indexing, then waits for the ones others were building.
+    first = _first_shard(len(urls))
+    turn = list(range(first, len(urls))) + list(range(first))
+    records: List[Any] = [None] * len(urls)
     # Two pools: a shard's task waits for its spans, which must never wait for a shard's place.
     with bar, concurrent.futures.ThreadPoolExecutor(SPAN_CONCURRENCY, thread_name_prefix="fastload-span") as spans, \
             concurrent.futures.ThreadPoolExecutor(max(1, min(concurrency, len(urls)))) as pool:
-        records = list(pool.map(index, zip(urls, identities)))
+        for wait in (False, True):
+            pending = [i for i in turn if records[i] is None]
+            for i, out in zip(pending, pool.map(lambda i: index(i, wait), pending)):
+                records[i] = out
     walked = sum(status == "built" for _, status in records)
     seconds = time.monotonic() - start
     if progress and walked and seconds >= WALK_HINT_S:

@@ -11,7 +11,9 @@ STATE_AFTER steps saved by rank 0; "resume": a new process group loads that stat
 reads the rest of the epoch, then both ranks fetch every sample at the same moment into a
 fresh shared cache (`--cache`-race): each member must be downloaded once, by one of them.
 Each rank writes the labels it saw (the test's shards give every sample its own label),
-its batch sizes and its range-read counters to DIR/<phase>-rank<r>.json.
+its batch sizes, its range-read counters and which shard indexes it built (the ranks open
+the cold dataset at once: each shard's headers must be walked by one of them) to
+DIR/<phase>-rank<r>.json.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ def main() -> None:
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
     rank, world = dist.get_rank(), dist.get_world_size()
     options = {"key": ACCESS_KEY, "secret": SECRET_KEY, "client_kwargs": {"endpoint_url": args.endpoint}}
+    dist.barrier()  # both ranks open the (cold, in "first") dataset at once
     ds = fastload.TarShards(args.url, [T.RandomResizedCrop(16)], cache_dir=args.cache, storage_options=options)
     loader = fastload.DataLoader(ds, batch_size=BATCH, shuffle=True, num_workers=1, seed=5)
     state_path = os.path.join(args.work, "state.pt")
@@ -74,7 +77,8 @@ def main() -> None:
         json.dump({"rank": rank, "world": world, "path": loader.path, "labels": labels, "batches": batches,
                    "members_fetched": after["members_fetched"] - before["members_fetched"],
                    "bytes_read": after["bytes_read"] - before["bytes_read"],
-                   "requests": after["requests"] - before["requests"], "race_fetched": race}, f)
+                   "requests": after["requests"] - before["requests"], "race_fetched": race,
+                   "index_status": ds.index_status}, f)
     dist.destroy_process_group()
 
 
