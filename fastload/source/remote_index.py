@@ -238,6 +238,8 @@ def _indexing(path: str, wait: bool) -> Iterator[bool]:
         except BlockingIOError:
             yield False
             return
+        except OSError:  # a filesystem without locks (ENOLCK): each process builds its own
+            pass
         yield True
     finally:
         os.close(fd)
