@@ -316,8 +316,9 @@ def remote_indexes(store: RemoteStore, urls: List[str], cache_dir: str,
 
     identities = store.identities(urls)
     start, requests = time.monotonic(), store.requests
+    # One bar per machine: its first rank's (a bar per rank would garble the terminal).
     bar = tqdm(total=len(urls), unit="shard", desc="fastload: indexing remote shards", delay=1.0, leave=False,
-               disable=not progress)
+               disable=not progress or os.environ.get("LOCAL_RANK", "0") != "0")
 
     def index(i: int, wait: bool) -> Optional[Tuple[Dict[str, Any], str]]:
         out = remote_index(store, urls[i], cache_dir, identities[i], spans, wait)
