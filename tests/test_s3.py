@@ -629,6 +629,12 @@ def test_ddp_ranks_sharing_a_cache_read_each_sample_once_and_resume_exactly(
             assert rest[r]["members_fetched"] == 0  # all in the shared cache already
         # Both ranks fetching every member at once into a fresh shared cache: each downloaded once.
         assert rest[0]["race_fetched"] + rest[1]["race_fetched"] == 24
+        # Two "machines" (no cache in common) opening cold at once: each shard walked once in
+        # the job, the other machine's index taken from the process group's store.
+        built = [status for r in rest for status in r["machines"]["index_status"]]
+        assert built.count("built") == len(paths) and len(built) == 2 * len(paths), built
+        local_keys = fastload.TarShards(paths, cache_dir=str(tmp_path / "local")).keys.tolist()
+        assert rest[0]["machines"]["keys"] == rest[1]["machines"]["keys"] == local_keys
     finally:
         proxy.close()
 
@@ -739,3 +745,39 @@ def test_the_earlier_cache_layout_is_removed(s3_server, bucket, tmp_path):
     fastload.TarShards(_url(bucket), OPS, cache_dir=str(tmp_path / "mine"), storage_options=options)
     _settles(lambda: sorted(os.listdir(tmp_path / "cache")) == ["index", "members"])
     assert (other / "notes.txt").read_text() == "not a cache"
+
+
+def test_machines_of_a_job_share_shard_indexes_through_its_store(tmp_path, monkeypatch):
+    """Without a folder in common, a job's machines share what they walked through the
+    process group's store (here an in-process HashStore): a shard is walked once in the
+    job. A claim that is never answered (its rank gone) or answered with a failure is
+    built by the waiter itself: never a hang."""
+    from torch.distributed import HashStore
+
+    from fastload.source import job_index, remote_index
+    from fastload.source.job_index import JobShare
+    from fastload.source.remote import RemoteStore
+
+    store = RemoteStore("memory://")
+    urls = [f"memory://jobshare-{uuid.uuid4().hex[:8]}/s{i}.tar" for i in range(4)]
+    for i, url in enumerate(urls):
+        store.fs.pipe_file(store.path(url), _tar(_photos(6 + i)))
+    share = JobShare(HashStore())
+    monkeypatch.setattr(JobShare, "current", classmethod(lambda cls: share))
+    one = remote_index.remote_indexes(store, urls, str(tmp_path / "machine0"))
+    other = remote_index.remote_indexes(store, urls, str(tmp_path / "machine1"))
+    assert [status for _, status in one] == ["built"] * 4 and [status for _, status in other] == ["cached"] * 4
+    assert [r["names"] for r, _ in one] == [r["names"] for r, _ in other]
+    assert [r["offsets"] for r, _ in one] == [r["offsets"] for r, _ in other]
+    assert os.listdir(tmp_path / "machine1" / "index")  # and this machine keeps its own copy
+
+    # Every shard claimed by a rank that never posts, one answered with a failure: built here.
+    share = JobShare(HashStore())
+    identities = [store.identity(url) for url in urls]
+    for url, identity in zip(urls, identities):
+        assert share.claim(JobShare.key(url, identity))
+    share.post(JobShare.key(urls[0], identities[0]), None)
+    monkeypatch.setattr(job_index, "WAIT_S", 0.2)
+    alone = remote_index.remote_indexes(store, urls, str(tmp_path / "machine2"))
+    assert [status for _, status in alone] == ["built"] * 4
+    assert [r["names"] for r, _ in alone] == [r["names"] for r, _ in one]

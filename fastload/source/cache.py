@@ -283,6 +283,7 @@ class RangeCache:
         self.peak = 0
         self.evicted_bytes = 0
         self._warned = False
+        self._evicting = self._evict_again = False  # (see evict)
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -514,31 +515,27 @@ class RangeCache:
 
     def evict(self) -> int:
         """Removes least recently used members until the cache holds EVICT_TO of its limit;
-        returns the bytes removed. One process evicts at a time (the others go on). Members
-        of shards this process does not know are evicted too (their table and file are
+        returns the bytes removed. One eviction at a time: called while this process
+        evicts, it makes the running one look again when done (members released meanwhile
+        count); while another process evicts, it returns 0 (that one goes on). Members of
+        shards this process does not know are evicted too (their table and file are
         opened for it)."""
-        fd = os.open(os.path.join(self.root, ".locks", "evict"), os.O_RDWR | os.O_CREAT, 0o666)
+        with self._lock:
+            self._evict_again = self._evicting
+            if self._evicting:
+                return 0
+            self._evicting = True
+        removed = 0
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return 0  # another process is evicting
-            target, young = int(self.limit * EVICT_TO), time.time() - self.grace_s
-            used, chosen = _oldest(self._tables(), target, young)
-            removed = 0
-            for key, members in chosen.items():
-                try:
-                    if key not in self._known:
-                        self._adopt(key)
-                    removed += self._remove(key, members, used_before=young)
-                except (OSError, ValueError):
-                    continue  # a table or file removed or damaged meanwhile: left to its owner
-            with self._lock:
-                self._used = used - removed
-                self.evicted_bytes += removed
-            return removed
+            while True:
+                removed += _evict_oldest(self)
+                with self._lock:
+                    if not self._evict_again:
+                        return removed
+                    self._evict_again = False
         finally:
-            os.close(fd)
+            with self._lock:
+                self._evicting = False
 
     def _adopt(self, key: str) -> None:
         """Knows another dataset's shard from its table (to evict its members)."""
@@ -547,3 +544,30 @@ class RangeCache:
             raise OSError(f"no table for {key}")
         size = int((rows["offset"] + rows["size"]).max()) if len(rows) else 0
         self.register(key, max(size, os.stat(self.path(key)).st_size), rows["offset"].copy(), rows["size"].copy())
+
+
+def _evict_oldest(cache: "RangeCache") -> int:
+    """One eviction pass of `cache` (RangeCache.evict): the least recently used members
+    that no batch holds, under the machine-wide eviction lock; 0 if another process holds it."""
+    fd = os.open(os.path.join(cache.root, ".locks", "evict"), os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return 0  # another process is evicting
+        target, young = int(cache.limit * EVICT_TO), time.time() - cache.grace_s
+        used, chosen = _oldest(cache._tables(), target, young)
+        removed = 0
+        for key, members in chosen.items():
+            try:
+                if key not in cache._known:
+                    cache._adopt(key)
+                removed += cache._remove(key, members, used_before=young)
+            except (OSError, ValueError):
+                continue  # a table or file removed or damaged meanwhile: left to its owner
+        with cache._lock:
+            cache._used = used - removed
+            cache.evicted_bytes += removed
+        return removed
+    finally:
+        os.close(fd)

@@ -13,7 +13,8 @@ For each remote shard, in order of preference:
    requests times latency; spans divide it).
 2 and 3 are done under a lock per shard (`cache_dir/index/.locks/`), so the processes of
 one machine sharing `cache_dir` (its ranks) index each shard once between them and read
-the others' results from the cache.
+the others' results from the cache; and under torch.distributed, once per job: the
+machines share what they built through the process group's store (job_index.py).
 The result is written to the cache (2 and 3), so the next run starts at 1; it is not
 written beside the shard in the bucket (fastload/source/README.md says why) unless asked
 for: `publish_indexes` puts 2 there for every later cold start, on any machine. Shards
@@ -45,6 +46,7 @@ import warnings
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from fastload.errors import TarShardError
+from fastload.source.job_index import JobShare
 from fastload.source.remote import RemoteStore
 from fastload.source.tar_index import (INDEX_FORMAT, INDEX_SUFFIX, INDEX_VERSION, checksum_ok, consistent_index,
                                        default_cache_dir,
@@ -267,7 +269,38 @@ def remote_index(store: RemoteStore, url: str, cache_dir: str, identity: Optiona
         record = _cached(path, identity)  # built by another process while this one waited
         if record is not None:
             return record, "cached"
-        return _build(store, url, path, identity, spans)
+        job = JobShare.current()
+        if job is None:
+            return _build(store, url, path, identity, spans)
+        return _build_for_job(job, store, url, path, identity, spans, wait)
+
+
+def _build_for_job(job: JobShare, store: RemoteStore, url: str, path: str, identity: Dict[str, Any],
+                   spans: Optional[concurrent.futures.ThreadPoolExecutor],
+                   wait: bool) -> Optional[Tuple[Dict[str, Any], str]]:
+    """remote_index()'s record when the job's machines share indexes (fastload/source/
+    job_index.py): posted by another rank, or claimed and built here, or (a claim of
+    another rank) waited for when `wait`, else None."""
+    key = job.key(url, identity)
+    record = job.posted(key)
+    claimed = record is None and job.claim(key)
+    if record is None and not claimed:
+        if not wait:
+            return None  # another rank builds it: this one takes other shards first
+        record = job.wait(key)
+    if record is not None:
+        record = dict(record, remote_identity=identity)
+        write_index(path, record)
+        return record, "cached"
+    try:
+        out = _build(store, url, path, identity, spans)
+    except BaseException:
+        if claimed:
+            job.post(key, None)  # waiters build it themselves, and name the fault
+        raise
+    if claimed:
+        job.post(key, out[0])
+    return out
 
 
 def _build(store: RemoteStore, url: str, path: str, identity: Dict[str, Any],
@@ -293,13 +326,16 @@ def _build(store: RemoteStore, url: str, path: str, identity: Dict[str, Any],
 
 
 def _first_shard(shards: int) -> int:
-    """Where this process starts indexing: its local rank's share of the list (torchrun's
-    LOCAL_RANK and LOCAL_WORLD_SIZE), 0 outside torchrun."""
-    try:
-        rank, world = int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("LOCAL_WORLD_SIZE", 1))
-    except ValueError:
-        return 0
-    return rank * shards // world if 0 <= rank < world else 0
+    """Where this process starts indexing: its rank's share of the list (torchrun's RANK
+    and WORLD_SIZE, else LOCAL_RANK and LOCAL_WORLD_SIZE), 0 outside torchrun."""
+    for rank_name, world_name in (("RANK", "WORLD_SIZE"), ("LOCAL_RANK", "LOCAL_WORLD_SIZE")):
+        try:
+            rank, world = int(os.environ[rank_name]), int(os.environ[world_name])
+        except (KeyError, ValueError):
+            continue
+        if 0 <= rank < world:
+            return rank * shards // world
+    return 0
 
 
 def remote_indexes(store: RemoteStore, urls: List[str], cache_dir: str,
@@ -326,9 +362,10 @@ def remote_indexes(store: RemoteStore, urls: List[str], cache_dir: str,
             bar.update()
         return out
 
-    # Processes sharing cache_dir (a machine's ranks, started together) split the work:
-    # each starts at its own place in the list, takes the shards no other process is
-    # indexing, then waits for the ones others were building.
+    # Processes sharing cache_dir (a machine's ranks, started together), and the machines
+    # of a job (fastload/source/job_index.py), split the work: each starts at its own
+    # place in the list, takes the shards no other one is indexing, then waits for the
+    # ones others were building.
     first = _first_shard(len(urls))
     turn = list(range(first, len(urls))) + list(range(first))
     records: List[Any] = [None] * len(urls)

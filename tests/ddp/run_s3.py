@@ -8,8 +8,11 @@ Every rank reads the same s3:// shards through fastload.TarShards with one share
 `--cache` folder (its range cache and member indexes). "first": one whole epoch, one
 all_reduce per step (a rank with fewer batches would hang it), the state after
 STATE_AFTER steps saved by rank 0; "resume": a new process group loads that state and
-reads the rest of the epoch, then both ranks fetch every sample at the same moment into a
-fresh shared cache (`--cache`-race): each member must be downloaded once, by one of them.
+reads the rest of the epoch; both open the dataset again, each in a cache of its own
+(`--cache`-machine<rank>), as two machines would: each shard's headers must be walked by
+one of them, shared through the process group's store; then both ranks fetch every
+sample at the same moment into a fresh shared cache (`--cache`-race): each member must be
+downloaded once, by one of them.
 Each rank writes the labels it saw (the test's shards give every sample its own label),
 its batch sizes, its range-read counters and which shard indexes it built (the ranks open
 the cold dataset at once: each shard's headers must be walked by one of them) to
@@ -67,8 +70,13 @@ def main() -> None:
             torch.save(loader.state_dict(), state_path)
     dist.all_reduce(torch.zeros(1))
     after = ds.remote.stats()
-    race = None
+    race = machines = None
     if args.phase == "resume":
+        # Each rank as a machine of its own (no cache_dir in common), opening cold at once
+        # (the first cold open in this process group).
+        dist.barrier()
+        alone = fastload.TarShards(args.url, cache_dir=f"{args.cache}-machine{rank}", storage_options=options)
+        machines = {"index_status": alone.index_status, "keys": alone.keys.tolist()}
         both = fastload.TarShards(args.url, cache_dir=args.cache + "-race", storage_options=options)
         dist.barrier()
         both.remote.ensure(both.index, list(range(len(both))))
@@ -78,7 +86,7 @@ def main() -> None:
                    "members_fetched": after["members_fetched"] - before["members_fetched"],
                    "bytes_read": after["bytes_read"] - before["bytes_read"],
                    "requests": after["requests"] - before["requests"], "race_fetched": race,
-                   "index_status": ds.index_status}, f)
+                   "index_status": ds.index_status, "machines": machines}, f)
     dist.destroy_process_group()
 
 
