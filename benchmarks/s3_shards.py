@@ -22,8 +22,9 @@ member): seconds to open (every shard's headers walked by range), to the first b
 the bytes and requests read by then; and the same from a copy of the bucket whose shards
 have their member index beside them (`<shard>.idx.json`, as fastload.prepare writes it:
 no walk, about 20 small reads per shard to check it); and the cold open of the plain
-shards by one and by two processes at once sharing one cache_dir, as a machine's ranks
-(their seconds, requests, and which of them walked each shard's headers; with
+shards by one and by two processes at once sharing one cache_dir, as a machine's ranks,
+and by two processes with a cache_dir each in one gloo process group, as two machines of
+a job (their seconds, requests, and which of them walked each shard's headers; with
 --together-before TREE, the two processes also with the fastload of an earlier checkout). With --others, Mosaic Streaming and LitData read the
 same images from the same bucket (benchmarks/s3_others.py, run by PYTHON, a separate
 environment that has them; their CPU column counts their DataLoader workers, which decode).
@@ -143,9 +144,14 @@ def cold_start(url, ops, options, cache, args):
 
 def open_child(url, endpoint, cache, at):
     """--open-child: opens the dataset at time `at` (seconds since the epoch) and prints
-    its open seconds, requests and the shards whose index it built, as JSON."""
+    its open seconds, requests and the shards whose index it built, as JSON. With
+    MASTER_PORT set, in a gloo process group first (RANK, WORLD_SIZE), as a machine of a job."""
     import fastload
 
+    if "MASTER_PORT" in os.environ:
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
     time.sleep(max(0.0, at - time.time()))
     t = time.perf_counter()
     ds = fastload.TarShards(url, [], cache_dir=cache, progress=False, storage_options={
@@ -154,17 +160,28 @@ def open_child(url, endpoint, cache, at):
                       "built": ds.index_status.count("built")}))
 
 
-def open_together(url, endpoint, cache, processes, tree=None):
+def open_together(url, endpoint, cache, processes, tree=None, machines=False):
     """A cold open by `processes` processes at once sharing one cache_dir, as a machine's
-    ranks under torchrun (LOCAL_RANK, LOCAL_WORLD_SIZE): (slowest open s, requests of
-    all, shards indexed by each). `tree`: fastload imported from that checkout instead."""
+    ranks under torchrun (LOCAL_RANK, LOCAL_WORLD_SIZE), or with `machines` each with a
+    cache_dir of its own, in one gloo process group, as the machines of a job: (slowest
+    open s, requests of all, shards indexed by each). `tree`: fastload imported from that
+    checkout instead."""
+    import socket
+
     at = time.time() + 8  # after every child's imports
     env = {**os.environ, "LOCAL_WORLD_SIZE": str(processes)}
+    if machines:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(processes), LOCAL_WORLD_SIZE="1")
     if tree is not None:
         env["PYTHONPATH"] = os.path.abspath(tree)
-    children = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--open-child", url, endpoint, cache,
-                                  str(at)], stdout=subprocess.PIPE, text=True, env={**env, "LOCAL_RANK": str(k)})
-                for k in range(processes)]
+    children = [subprocess.Popen(
+        [sys.executable, os.path.abspath(__file__), "--open-child", url, endpoint,
+         f"{cache}-machine{k}" if machines else cache, str(at)], stdout=subprocess.PIPE, text=True,
+        env={**env, **({"RANK": str(k), "LOCAL_RANK": "0"} if machines else {"LOCAL_RANK": str(k)})})
+        for k in range(processes)]
     got = [json.loads(c.communicate()[0].strip().splitlines()[-1]) for c in children]
     return max(g["open"] for g in got), sum(g["requests"] for g in got), [g["built"] for g in got]
 
@@ -354,11 +371,14 @@ def main() -> None:
                         row.update(cpu=1e3 * (c1[0] - c0[0]) / n, other=1e3 * (c1[1] - c0[1]) / n)
                         if name not in cold or row["first"] < cold[name]["first"]:
                             cold[name] = row
-                    for processes, tree in [(1, None), (2, None)] + ([(2, args.together_before)]
-                                                                  if args.together_before else []):
+                    before = [args.together_before] if args.together_before else []
+                    for processes, tree, machines in ([(1, None, False), (2, None, False)]
+                                                      + [(2, t, False) for t in before] + [(2, None, True)]
+                                                      + [(2, t, True) for t in before]):
                         got = open_together(url, endpoints[ms], os.path.join(
-                            work, f"together-{ms:g}-{r}-{processes}-{tree is None}"), processes, tree)
-                        together.setdefault((ms, processes, tree), []).append(got)
+                            work, f"together-{ms:g}-{r}-{processes}-{tree is None}-{machines}"), processes, tree,
+                            machines)
+                        together.setdefault((ms, processes, tree, machines), []).append(got)
             if args.others:
                 # Mosaic Streaming straight to the server: through the latency proxy its first
                 # download stalled 60 s (its read timeout) or its workers read corrupt samples,
@@ -399,12 +419,14 @@ def main() -> None:
                       f"{row['bytes'] / 2 ** 20:.1f} MiB | {100 * row['bytes'] / size:.1f} % | {row['requests']} | "
                       f"{row['img/s']:.0f} | {row['cpu']:.2f} | {row['other']:.2f} |")
         if together:
-            print("\nCold open of the plain shards by processes at once sharing one cache_dir (a machine's ranks):\n")
+            print("\nCold open of the plain shards by processes at once (a machine's ranks, or a job's machines):\n")
             print("| latency | processes | fastload | open s (slowest) | requests (all processes) | shards indexed by each |")
             print("|---|---|---|---|---|---|")
-            for (ms, processes, tree), runs in together.items():
+            for (ms, processes, tree, machines), runs in together.items():
+                where = "machines of a job (a cache_dir each, gloo)" if machines else "one machine (one cache_dir)"
                 for open_s, requests, built in runs:
-                    print(f"| +{ms:g} ms | {processes} | {tree or 'this tree'} | {open_s:.2f} | {requests} | {built} |")
+                    print(f"| +{ms:g} ms | {processes}, {where} | {tree or 'this tree'} | {open_s:.2f} | {requests} "
+                          f"| {built} |")
     finally:
         for proc in proxies:
             proc.stdin.close()
