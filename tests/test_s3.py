@@ -771,12 +771,14 @@ def test_machines_of_a_job_share_shard_indexes_through_its_store(tmp_path, monke
     assert [r["offsets"] for r, _ in one] == [r["offsets"] for r, _ in other]
     assert os.listdir(tmp_path / "machine1" / "index")  # and this machine keeps its own copy
 
-    # Every shard claimed by a rank that never posts, one answered with a failure: built here.
+    # Every shard claimed by a rank that never posts, one answered with a failure, one with
+    # a record this version cannot read: built here.
     share = JobShare(HashStore())
     identities = [store.identity(url) for url in urls]
     for url, identity in zip(urls, identities):
         assert share.claim(JobShare.key(url, identity))
     share.post(JobShare.key(urls[0], identities[0]), None)
+    share.post(JobShare.key(urls[1], identities[1]), dict(one[1][0], version=-1))  # another version's record
     monkeypatch.setattr(job_index, "WAIT_S", 0.2)
     alone = remote_index.remote_indexes(store, urls, str(tmp_path / "machine2"))
     assert [status for _, status in alone] == ["built"] * 4

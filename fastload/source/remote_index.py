@@ -288,7 +288,7 @@ def _build_for_job(job: JobShare, store: RemoteStore, url: str, path: str, ident
         if not wait:
             return None  # another rank builds it: this one takes other shards first
         record = job.wait(key)
-    if record is not None:
+    if record is not None and consistent_index(record, identity["size"]):  # (another version's: built here)
         record = dict(record, remote_identity=identity)
         write_index(path, record)
         return record, "cached"
